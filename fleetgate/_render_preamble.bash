@@ -1,0 +1,110 @@
+# fleetgate render preamble: bash reads this (BASH_ENV) before the serve script.
+# It answers the script's questions about the host from the fleet's declaration, never from
+# this machine: repository files are read from the repository, declared payload files exist,
+# anything else does not. It records what the script sourced and tested.
+__fg_out=$FLEETGATE_RENDER_OUT
+unset FLEETGATE_RENDER_OUT BASH_ENV
+
+__fg_map() {
+    local p=$1
+    if [[ -n $__FG_DEPLOY_ROOT && ( $p == "$__FG_DEPLOY_ROOT" || $p == "$__FG_DEPLOY_ROOT"/* ) ]]; then
+        printf '%s' "$__FG_REPO${p#"$__FG_DEPLOY_ROOT"}"
+        return 0
+    fi
+    if [[ $p == "$__FG_REPO"/* ]]; then
+        printf '%s' "$p"
+        return 0
+    fi
+    return 1
+}
+
+__fg_is_payload() {
+    local p=$1 f
+    while IFS= read -r f; do
+        [[ -n $f && $p == "$f" ]] && return 0
+    done <<<"$__FG_PAYLOAD"
+    return 1
+}
+
+__fg_is_payload_dir() {
+    local p=${1%/} f
+    while IFS= read -r f; do
+        [[ -n $f && $f == "$p"/* ]] && return 0
+    done <<<"$__FG_PAYLOAD"
+    return 1
+}
+
+__fg_apply_overrides() {
+    eval "$__FG_OVERRIDES"
+}
+
+__fg_source() {
+    local target=$1 local_path caller="${BASH_SOURCE[2]}:${BASH_LINENO[1]}"
+    shift
+    if [[ $target != /* ]]; then
+        target="$PWD/$target"
+    fi
+    if ! local_path=$(__fg_map "$target"); then
+        printf 'outside\t%s\t%s\n' "$target" "$caller" >>"$__fg_out/sources"
+        printf '%s: fleetgate: %s is not a file of this fleet repository, so the render cannot read it\n' "$caller" "$target" >&2
+        return 1
+    fi
+    printf 'repo\t%s\t%s\n' "$target" "$caller" >>"$__fg_out/sources"
+    builtin source "$local_path" "$@"
+    local rc=$?
+    __fg_apply_overrides
+    return $rc
+}
+source() { __fg_source "$@"; }
+.() { __fg_source "$@"; }
+
+__fg_file_test() {
+    local op=$1 path=$2 caller=$3 mapped answer
+    if mapped=$(__fg_map "$path"); then
+        builtin test "$op" "$mapped"
+        answer=$?
+    elif __fg_is_payload "$path"; then
+        case $op in -e|-f|-r|-s|-x) answer=0 ;; *) answer=1 ;; esac
+    elif __fg_is_payload_dir "$path"; then
+        case $op in -e|-d|-r|-x) answer=0 ;; *) answer=1 ;; esac
+    else
+        answer=1
+    fi
+    printf '%s\t%s\t%s\t%s\n' "$op" "$path" "$answer" "$caller" >>"$__fg_out/tests"
+    return $answer
+}
+
+__fg_test() {
+    local caller=$1 bracket=$2
+    shift 2
+    local -a args=("$@")
+    if [[ $bracket == 1 ]]; then
+        if [[ ${#args[@]} -eq 0 || ${args[-1]} != "]" ]]; then
+            printf '%s: [: missing `]'"'"'\n' "$caller" >&2
+            return 2
+        fi
+        unset 'args[-1]'
+    fi
+    local negate=0
+    if [[ ${#args[@]} -eq 3 && ${args[0]} == "!" ]]; then
+        negate=1
+        args=("${args[@]:1}")
+    fi
+    if [[ ${#args[@]} -eq 2 && ${args[0]} =~ ^-[efrsdxwLhbcpSgukOGN]$ && ${args[1]} == /* ]]; then
+        __fg_file_test "${args[0]}" "${args[1]}" "$caller"
+        local rc=$?
+        if [[ $negate == 1 ]]; then
+            return $((1 - rc))
+        fi
+        return $rc
+    fi
+    if [[ $negate == 1 ]]; then
+        builtin test ! "${args[@]}"
+    else
+        builtin test "${args[@]}"
+    fi
+}
+test() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 0 "$@"; }
+[() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 1 "$@"; }
+
+__fg_apply_overrides

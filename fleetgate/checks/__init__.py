@@ -1,0 +1,80 @@
+"""The one registry of checks.
+
+A check is a plain typed function of one subject (a service's config, a timeout chain, a live
+endpoint) that returns nothing when the contract holds and raises ``Failure`` when it does not.
+``applies`` says which subjects a check is about; the plugin parametrises each check's test over
+exactly those, with the subject's name as the test id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+__all__ = ["REGISTRY", "Check", "check", "get_check"]
+
+Kind = Literal["seam", "live"]
+F = TypeVar("F", bound=Callable[..., None])
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    kind: Kind
+    subject: str
+    """``service`` or ``timeout-chain`` for seams; ``endpoint`` for live checks."""
+    cites: tuple[str, ...]
+    summary: str
+    func: Callable[[Any], None]
+    applies: Callable[[Any], bool]
+
+    def __call__(self, subject: Any) -> None:
+        __tracebackhide__ = True
+        self.func(subject)
+
+
+REGISTRY: dict[str, Check] = {}
+
+
+def _always(_: Any) -> bool:
+    return True
+
+
+def check(
+    name: str,
+    *,
+    kind: Kind,
+    subject: str,
+    cites: tuple[str, ...],
+    summary: str,
+    applies: Callable[[Any], bool] = _always,
+) -> Callable[[F], F]:
+    def register(func: F) -> F:
+        if name in REGISTRY:
+            raise ValueError(f"check {name!r} registered twice")
+        REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
+                               func=func, applies=applies)
+        return func
+
+    return register
+
+
+def get_check(name: str) -> Check:
+    _load_all()
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"no check named {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+
+
+def _load_all() -> None:
+    """Import every check module (``seam_*``, ``live_*``); importing one registers its checks."""
+    import importlib
+    import pkgutil
+
+    import fleetgate.checks as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name.startswith(("seam_", "live_")):
+            importlib.import_module(f"{package.__name__}.{module.name}")

@@ -1,0 +1,37 @@
+"""The engine accepts every flag the serve script passes (llama-server exits on an unknown one)."""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.engines.llamacpp import BUILD
+from fleetgate.failure import Failure
+
+NAME = "engine-accepts-argv"
+
+
+def _is_llama(config: ServiceConfig) -> bool:
+    return config.llama is not None
+
+
+@check(NAME, kind="seam", subject="service", cites=("B-SH-3",), applies=_is_llama,
+       summary="every flag is one llama-server accepts, with a value of the type it expects")
+def engine_accepts_argv(config: ServiceConfig) -> None:
+    llama = config.llama
+    assert llama is not None
+    if not llama.problems:
+        return
+    lines = []
+    for problem in llama.problems:
+        position = f"argv[{problem.index + 1}] " if problem.index is not None else ""
+        lines.append(f"{position}{problem.flag}: {problem.message}")
+    first = llama.problems[0]
+    use = llama.parsed.last(first.flag) if first.index is None else None
+    raise Failure(
+        service=config.name, check=NAME,
+        where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
+        observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",
+        details=lines,
+        expected="only flags and values this build accepts (llama-server --help)",
+        fix="correct the flag's spelling or value in the serve script or env file; an unknown flag stops the server",
+    )

@@ -1,0 +1,81 @@
+"""--parallel divides the context; the per-slot window stays inside the trained window (B.5)."""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.engines.llamacpp import context_shape
+from fleetgate.failure import Failure
+
+DIVIDE = "slots-divide-context"
+TRAINED = "slot-within-trained-window"
+
+
+def _is_llama(config: ServiceConfig) -> bool:
+    return config.llama is not None
+
+
+@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), applies=_is_llama,
+       summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told")
+def slots_divide_context(config: ServiceConfig) -> None:
+    llama = config.llama
+    assert llama is not None
+    n_ctx_train = config.profile.n_ctx_train if config.profile else None
+    ctx_use = llama.use("ctx_size")
+    where = config.where_flag(ctx_use)
+    if llama.ctx_size == 0:
+        raise Failure(
+            service=config.name, check=DIVIDE, where=str(config.rendered.script),
+            observed="no --ctx-size: the pool is whatever the GGUF's trained context is",
+            expected="an explicit --ctx-size, so the pool and the slot window are the fleet's decision",
+            fix="pass --ctx-size (slots x per-slot window) from the env file",
+        )
+    shape = context_shape(llama, n_ctx_train)
+    assert shape is not None
+    if not shape.unified and llama.ctx_size != shape.n_ctx:
+        raise Failure(
+            service=config.name, check=DIVIDE, where=where,
+            observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
+                      f"{shape.n_ctx_seq} and the pool to {shape.n_ctx}"),
+            expected=f"--ctx-size = slots x per-slot window, each slot a multiple of 256",
+            fix=f"set the context to {shape.n_ctx_seq * shape.n_seq_max} (or a per-slot window that is a multiple of 256)",
+        )
+    window = config.service.contract.context_window
+    if window is not None and shape.n_ctx_seq != window:
+        raise Failure(
+            service=config.name, check=DIVIDE, where=where,
+            observed=(f"each of {shape.n_seq_max} slots holds {shape.n_ctx_seq} tokens "
+                      f"(--ctx-size {llama.ctx_size} / --parallel {llama.n_slots}"
+                      f"{', unified KV' if shape.unified else ''})"),
+            expected=f"{window} per slot: the context_window clients are told (fleet.toml contract), "
+                     "beyond which a prompt is a hard 400",
+            fix=f"--parallel divides the context: set --ctx-size to {window} x {shape.n_seq_max} = "
+                f"{window * shape.n_seq_max}, or tell clients {shape.n_ctx_seq}",
+        )
+
+
+def _has_profile(config: ServiceConfig) -> bool:
+    return config.llama is not None and config.profile is not None and config.profile.n_ctx_train is not None
+
+
+@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), applies=_has_profile,
+       summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation")
+def slot_within_trained_window(config: ServiceConfig) -> None:
+    llama, profile = config.llama, config.profile
+    assert llama is not None and profile is not None and profile.n_ctx_train is not None
+    shape = context_shape(llama, profile.n_ctx_train)
+    assert shape is not None
+    extrapolation = config.service.extrapolation
+    ratio = extrapolation.max_ratio if extrapolation else 1.0
+    limit = int(profile.n_ctx_train * ratio)
+    if shape.n_ctx_seq > limit:
+        declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
+        raise Failure(
+            service=config.name, check=TRAINED, where=config.where_flag(llama.use("ctx_size")),
+            observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
+                      f"the trained {profile.n_ctx_train} of {profile.name}"
+                      f" (rope scaling: {profile.rope_scaling or 'unknown'})"),
+            expected=f"at most {limit} per slot: the trained window{declared}",
+            fix=("positions past the trained window extrapolate on the base rope: lower --ctx-size or raise "
+                 "--parallel, or declare [services.NAME.extrapolation] with the ratio and why it is acceptable"),
+        )

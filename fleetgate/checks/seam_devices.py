@@ -1,0 +1,110 @@
+"""Device visibility: the engine sees exactly the cards it is meant to use (B.9, INC-19, INC-29).
+
+ROCm filters devices by ROCR_VISIBLE_DEVICES first; HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES)
+then indexes into what is left. llama.cpp names the visible devices ROCm0, ROCm1, ... in that order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.fleet import Device
+
+NAME = "device-visibility"
+
+
+@dataclass(frozen=True)
+class Visibility:
+    devices: tuple[Device, ...]
+    steps: tuple[str, ...]
+    problem: str | None = None
+
+
+def _select(devices: tuple[Device, ...], spec: str, variable: str) -> tuple[tuple[Device, ...], str | None]:
+    chosen: list[Device] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if not part.isdigit():
+            return (), f"{variable}={spec}: {part!r} is not a device index"
+        index = int(part)
+        if index >= len(devices):
+            return (), (f"{variable}={spec}: index {index} points past the {len(devices)} device(s) "
+                        "left visible at that point")
+        chosen.append(devices[index])
+    return tuple(chosen), None
+
+
+def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Visibility:
+    devices = all_devices
+    steps: list[str] = []
+    for variable in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        if variable in env:
+            devices, problem = _select(devices, env[variable], variable)
+            steps.append(f"{variable}={env[variable]} -> {', '.join(d.name for d in devices) or 'nothing'}")
+            if problem:
+                return Visibility((), tuple(steps), problem)
+    return Visibility(devices, tuple(steps))
+
+
+def _multi_device_host(config: ServiceConfig) -> bool:
+    return config.service.engine in ("llama.cpp", "vllm") and len(config.host.devices) > 1
+
+
+@check(NAME, kind="seam", subject="service", cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
+       applies=_multi_device_host,
+       summary="visibility variables leave exactly the serving cards the engine is told to use")
+def device_visibility(config: ServiceConfig) -> None:
+    env = dict(config.rendered.env)
+    seen = visible_devices(config.host.devices, env)
+    where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+                                                     "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
+    if seen.problem or not seen.devices:
+        raise Failure(
+            service=config.name, check=NAME, where=where,
+            observed=seen.problem or "no device left visible",
+            details=list(seen.steps),
+            expected="a non-empty device set: ROCR filters first, HIP/CUDA index into the filtered list",
+            fix="never pair a single-valued ROCR_VISIBLE_DEVICES with HIP_VISIBLE_DEVICES; set one of them (hipErrorNoDevice)",
+        )
+    hidden = [d for d in seen.devices if not d.serves]
+    if hidden:
+        raise Failure(
+            service=config.name, check=NAME, where=where,
+            observed=f"{', '.join(d.name for d in hidden)} is visible to the engine",
+            details=list(seen.steps) or [f"no visibility variable: all {len(config.host.devices)} devices enumerate"],
+            expected=f"only the serving cards ({', '.join(d.name for d in config.host.cards)})",
+            fix="hide the non-serving device: e.g. HIP_VISIBLE_DEVICES=" +
+                ",".join(str(d.index) for d in config.host.cards),
+        )
+    needed = _devices_needed(config)
+    if needed > len(seen.devices):
+        raise Failure(
+            service=config.name, check=NAME, where=where,
+            observed=f"{len(seen.devices)} visible device(s) for an engine configured for {needed}",
+            details=list(seen.steps),
+            expected=f"at least {needed} visible serving cards",
+            fix="widen the visibility variables, or configure fewer devices",
+        )
+    llama = config.llama
+    if llama is not None and llama.devices and llama.tensor_split and len(llama.devices) != len(llama.tensor_split):
+        raise Failure(
+            service=config.name, check=NAME, cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
+            observed=f"--device {','.join(llama.devices)} ({len(llama.devices)}) with --tensor-split "
+                     f"{','.join(f'{v:g}' for v in llama.tensor_split)} ({len(llama.tensor_split)} entries)",
+            expected="one --tensor-split entry per --device entry",
+            fix="give every device its share in --tensor-split",
+        )
+
+
+def _devices_needed(config: ServiceConfig) -> int:
+    if config.llama is not None:
+        names = set(config.llama.devices) | set(config.llama.spec_draft_device)
+        indices = [int(n[len(n.rstrip("0123456789")):]) for n in names if n[-1:].isdigit()]
+        return max(indices) + 1 if indices else 1
+    if config.vllm is not None:
+        return config.vllm.tensor_parallel_size
+    return 1

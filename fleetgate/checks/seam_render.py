@@ -1,0 +1,50 @@
+"""The serve script starts the engine, from files of this repository (B-SH-3, B-SH-4, INC-53)."""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceAttempt
+from fleetgate.failure import Failure
+
+NAME = "serve-script-renders"
+
+
+@check(NAME, kind="seam", subject="service", cites=("B-SH-3", "B-SH-4", "B-MM-2", "B-SP-5", "INC-53"),
+       summary="the serve script, run as its unit runs it, starts the engine and reads only this repository's env files")
+def serve_script_renders(attempt: ServiceAttempt) -> None:
+    fleet, service = attempt.fleet, attempt.service
+    if attempt.refused is not None:
+        refused = attempt.refused
+        where = f"{refused.path}:{refused.line}" if refused.line else str(refused.path)
+        raise Failure(
+            service=service.name, check=NAME, where=where,
+            observed=f"the serve script exited without starting {service.binary}: {refused.message}",
+            expected=f"it execs {service.binary} with the unit's environment and the declared payload present",
+            details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-3:]],
+            fix=("make every file the script needs part of the fleet: payload files in fleet.toml's payload list, "
+                 "env files in this repository (no bench-window drop-ins pointing at /tmp)"),
+        )
+    config = attempt.config
+    assert config is not None
+    for sourced in config.rendered.sourced:
+        if not sourced.inside_repo:
+            setter = next((o for o in config.rendered.inputs.values() if o.value == sourced.target), None)
+            raise Failure(
+                service=service.name, check=NAME, where=setter.where if setter else sourced.caller,
+                observed=f"the serve script sources {sourced.target}, outside this repository"
+                         + (f" ({setter.name} set by {setter.via})" if setter else ""),
+                expected=f"only env files of this repository (deployed under {fleet.deploy_root})",
+                fix="retire the drop-in or variable that points the unit at a bench arm; the repository's env file is production",
+            )
+    declared = service.env_file
+    read = [s for s in config.rendered.sourced if s.inside_repo]
+    if declared is not None and read and service.unit is not None and config.rendered.unit is not None \
+            and config.rendered.unit.kind == "systemd" and not config.rendered.unit.all("Service", "EnvironmentFile"):
+        names = [s.target.rsplit("/", 1)[-1] for s in read]
+        if declared.name not in names:
+            raise Failure(
+                service=service.name, check=NAME, where=read[-1].caller,
+                observed=f"the serve script reads {', '.join(s.target for s in read)}",
+                expected=f"it reads the declared env file {declared.relative_to(fleet.root)}",
+                fix="point the unit or the script at the declared env file, or declare the one it really reads",
+            )

@@ -1,0 +1,62 @@
+"""An explicitly empty variable must reach the script as empty and omit its flag (B-SH-1, INC-57).
+
+bash's ``${VAR:=default}`` replaces an empty value; ``${VAR=default}`` only an unset one. The check
+does not read the script: it renders it twice, as bash does, and compares.
+"""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.render import RenderRefused, render
+
+NAME = "empty-means-omit"
+
+
+def _declares_omittable(config: ServiceConfig) -> bool:
+    return bool(config.service.omittable)
+
+
+def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if sentinel in arg:
+            if arg.startswith("--") and "=" in arg:
+                return arg.split("=", 1)[0]
+            if i > 0 and argv[i - 1].startswith("-"):
+                return argv[i - 1]
+    return None
+
+
+@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), applies=_declares_omittable,
+       summary="setting an omittable variable to the empty string omits the flag it feeds")
+def empty_means_omit(config: ServiceConfig) -> None:
+    for variable in config.service.omittable:
+        sentinel = f"fleetgate-probe-{variable.lower()}"
+        probe = render(config.fleet, config.service, overrides={variable: sentinel})
+        flag = _flag_fed_by(probe.argv, sentinel)
+        if flag is None:
+            raise Failure(
+                service=config.name, check=NAME, where=config.fleet.where("services", config.name, "omittable"),
+                observed=f"{variable} feeds no flag of the rendered argv",
+                expected=f"{variable} (declared omittable) to set a flag's value",
+                fix=f"remove {variable} from omittable, or make the serve script pass it",
+            )
+        try:
+            empty = render(config.fleet, config.service, overrides={variable: ""})
+        except RenderRefused as refused:
+            raise Failure(
+                service=config.name, check=NAME, where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
+                observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
+                expected=f"an empty {variable} omits {flag}",
+                fix=f"treat an empty {variable} as 'omit {flag}' in the serve script",
+            ) from None
+        if flag in empty.argv:
+            value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
+            raise Failure(
+                service=config.name, check=NAME, where=str(config.rendered.script),
+                observed=f"with {variable}= (empty) the engine still gets {flag} {value}",
+                expected=f"an explicitly empty {variable} omits {flag} (that arm is unreachable otherwise)",
+                fix=(f"use ${{{variable}=default}}, not ${{{variable}:=default}} or ${{{variable}:-default}}: "
+                     "the colon forms replace an empty value with the default"),
+            )

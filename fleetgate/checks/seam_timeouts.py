@@ -1,0 +1,37 @@
+"""Timeouts nest inside-out with strict > (B-TO-1..4, INC-45, INC-46)."""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.failure import Failure
+from fleetgate.timeouts import ResolvedChain
+
+NAME = "timeouts-nest"
+
+
+@check(NAME, kind="seam", subject="timeout-chain", cites=("B-TO-1", "B-TO-2", "B-TO-3", "B-TO-4"),
+       summary="each waiter's budget is strictly longer than the budget of what it waits on")
+def timeouts_nest(resolved: ResolvedChain) -> None:
+    cites = resolved.chain.cites
+    for budget in resolved.budgets:
+        if budget.problem is not None:
+            raise Failure(
+                service=resolved.name, check=NAME, where=budget.where, cites=cites,
+                observed=budget.problem,
+                expected=f"{budget.name} set to a number of seconds",
+                fix=f"set {budget.name.split(':')[-1]} in its env file, or drop it from the chain in fleet.toml",
+            )
+    for inner, outer in zip(resolved.budgets, resolved.budgets[1:], strict=False):
+        assert inner.seconds is not None and outer.seconds is not None
+        if not outer.seconds > inner.seconds:
+            relation = "equal to" if outer.seconds == inner.seconds else "shorter than"
+            raise Failure(
+                service=resolved.name, check=NAME, cites=cites,
+                where=outer.where if outer.raw is not None else inner.where,
+                observed=f"{outer.name} = {outer.seconds:g} s is {relation} {inner.name} = {inner.seconds:g} s",
+                expected=f"{outer.name} > {inner.name} (strictly: {resolved.chain.why})",
+                fix=(f"equal budgets expire at the same instant, and the outer waiter gives up on work the inner one "
+                     f"is still finishing: make {outer.name} at least one round-trip longer than {inner.name}"
+                     if outer.raw is not None else
+                     f"bring {inner.name} under {outer.seconds:g} s"),
+            )

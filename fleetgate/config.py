@@ -1,0 +1,132 @@
+"""A service as it really runs: fleet entry + rendered argv/env + the engine's typed config + profiles.
+
+Seams and the contract read this; nothing here re-parses a file the renderer already read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from fleetgate.engines.argv import FlagUse
+from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
+from fleetgate.engines.vllm import VllmConfig, parse_vllm
+from fleetgate.envfile import EnvEntry, parse_env_file
+from fleetgate.fleet import Fleet, Host, Service
+from fleetgate.profile import Profile, load_profile
+from fleetgate.render import Origin, RenderRefused, Rendered, render
+
+__all__ = ["ServiceAttempt", "ServiceConfig", "attempt_service", "load_service"]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    fleet: Fleet
+    service: Service
+    rendered: Rendered
+    llama: LlamaServerConfig | None
+    vllm: VllmConfig | None
+    profile: Profile | None
+    draft_profile: Profile | None
+    _where_cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+    @property
+    def host(self) -> Host:
+        return self.fleet.host_of(self.service)
+
+    @cached_property
+    def variables(self) -> Mapping[str, Origin]:
+        """Every variable the script saw from a file: the unit's environment and the files it sourced."""
+        found = dict(self.rendered.inputs)
+        for sourced in self.rendered.sourced:
+            if not sourced.inside_repo:
+                continue
+            local = _local_path(self.fleet, sourced.target)
+            if local is None or not local.is_file():
+                continue
+            for name, entry in parse_env_file(local, "bash").items():
+                found[name] = _origin(entry)
+        return found
+
+    def where_variable(self, name: str) -> str:
+        origin = self.variables.get(name)
+        return origin.where if origin else str(self.rendered.script)
+
+    def where_flag(self, use: FlagUse | None) -> str:
+        """file:line of the variable that produced a flag's value (found by re-rendering), else the script."""
+        if use is None:
+            return str(self.rendered.script)
+        if use.index is None:
+            return self.where_variable(use.flag)
+        key = f"{use.dest}@{use.index}"
+        if key not in self._where_cache:
+            self._where_cache[key] = self._find_flag_origin(use)
+        return self._where_cache[key]
+
+    def _find_flag_origin(self, use: FlagUse) -> str:
+        value = use.value or ""
+        argv_index = use.index + 1  # argv[0] is the binary
+        candidates = [o for o in self.variables.values() if o.value and o.value in value]
+        candidates.sort(key=lambda o: -len(o.value))
+        for origin in candidates:
+            sentinel = f"__fleetgate_probe_{origin.name}__"
+            try:
+                probe = render(self.fleet, self.service, overrides={origin.name: sentinel})
+            except Exception:  # noqa: BLE001 - a probe that breaks the script says nothing
+                continue
+            if any(sentinel in arg for arg in probe.argv[max(argv_index - 1, 0): argv_index + 2]):
+                return f"{origin.where} ({origin.name})"
+        return str(self.rendered.script)
+
+
+def _origin(entry: EnvEntry) -> Origin:
+    return Origin(entry.name, entry.value, entry.where, "sourced")
+
+
+def _local_path(fleet: Fleet, host_path: str) -> Path | None:
+    if fleet.deploy_root and host_path.startswith(fleet.deploy_root.rstrip("/") + "/"):
+        return fleet.root / host_path[len(fleet.deploy_root.rstrip("/")) + 1:]
+    return None
+
+
+def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
+    rendered = render(fleet, service)
+    llama = parse_llama_server(rendered.argv, rendered.env) if service.engine == "llama.cpp" else None
+    vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None
+    return ServiceConfig(
+        fleet=fleet,
+        service=service,
+        rendered=rendered,
+        llama=llama,
+        vllm=vllm,
+        profile=load_profile(service.profile) if service.profile else None,
+        draft_profile=load_profile(service.draft_profile) if service.draft_profile else None,
+    )
+
+
+@dataclass(frozen=True)
+class ServiceAttempt:
+    """A service and what came of rendering it: its config, or why the serve script refused."""
+
+    fleet: Fleet
+    service: Service
+    config: ServiceConfig | None
+    refused: RenderRefused | None
+
+    @property
+    def name(self) -> str:
+        return self.service.name
+
+
+def attempt_service(fleet: Fleet, service: Service) -> ServiceAttempt:
+    """Render a service; a serve script that refuses is a finding, a malformed file is an InputError."""
+    try:
+        return ServiceAttempt(fleet, service, load_service(fleet, service), None)
+    except RenderRefused as refused:
+        return ServiceAttempt(fleet, service, None, refused)

@@ -1,0 +1,345 @@
+"""llama-server's command line (llama.cpp build 11434, common/arg.cpp), as a typed config.
+
+The engine applies ``LLAMA_ARG_*`` environment variables first and the command line after them; a
+``--long_name`` is read as ``--long-name``; a repeated flag keeps its last value except ``--spec-type``,
+whose values accumulate; an unknown flag stops the server at startup ("error: invalid argument").
+``accepted_flags()`` is the complete list of this build's flags (checked against the real binary's
+``--help`` by the suite's tests); ``OPTIONS`` are the ones fleetgate interprets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
+
+__all__ = [
+    "BUILD",
+    "ContextShape",
+    "context_shape",
+    "pad",
+    "OPTIONS",
+    "LlamaServerConfig",
+    "accepted_flags",
+    "parse_llama_server",
+]
+
+BUILD = 11434
+
+
+def _o(dest: str, *names: str, env: str | None = None, value: bool = True, neg: tuple[str, ...] = (),
+       repeat: str = "last") -> Option:
+    return Option(dest=dest, names=names, neg_names=neg, takes_value=value, env=env,
+                  repeat="append" if repeat == "append" else "last")
+
+
+OPTIONS: tuple[Option, ...] = (
+    _o("model", "-m", "--model", env="LLAMA_ARG_MODEL"),
+    _o("alias", "-a", "--alias", env="LLAMA_ARG_ALIAS"),
+    _o("host", "--host", env="LLAMA_ARG_HOST"),
+    _o("port", "--port", env="LLAMA_ARG_PORT"),
+    _o("api_key", "--api-key", env="LLAMA_API_KEY"),
+    _o("api_key_file", "--api-key-file", env="LLAMA_ARG_API_KEY_FILE"),
+    _o("ctx_size", "-c", "--ctx-size", env="LLAMA_ARG_CTX_SIZE"),
+    _o("parallel", "-np", "--parallel", env="LLAMA_ARG_N_PARALLEL"),
+    _o("kv_unified", "-kvu", "--kv-unified", value=False, neg=("-no-kvu", "--no-kv-unified"), env="LLAMA_ARG_KV_UNIFIED"),
+    _o("batch_size", "-b", "--batch-size", env="LLAMA_ARG_BATCH"),
+    _o("ubatch_size", "-ub", "--ubatch-size", env="LLAMA_ARG_UBATCH"),
+    _o("swa_full", "--swa-full", value=False, env="LLAMA_ARG_SWA_FULL"),
+    _o("ctx_checkpoints", "-ctxcp", "--ctx-checkpoints", "--swa-checkpoints", env="LLAMA_ARG_CTX_CHECKPOINTS"),
+    _o("cache_ram", "-cram", "--cache-ram", env="LLAMA_ARG_CACHE_RAM"),
+    _o("flash_attn", "-fa", "--flash-attn", env="LLAMA_ARG_FLASH_ATTN"),
+    _o("cache_type_k", "-ctk", "--cache-type-k", env="LLAMA_ARG_CACHE_TYPE_K"),
+    _o("cache_type_v", "-ctv", "--cache-type-v", env="LLAMA_ARG_CACHE_TYPE_V"),
+    _o("n_gpu_layers", "-ngl", "--gpu-layers", "--n-gpu-layers", env="LLAMA_ARG_N_GPU_LAYERS"),
+    _o("split_mode", "-sm", "--split-mode", env="LLAMA_ARG_SPLIT_MODE"),
+    _o("tensor_split", "-ts", "--tensor-split", env="LLAMA_ARG_TENSOR_SPLIT"),
+    _o("main_gpu", "-mg", "--main-gpu", env="LLAMA_ARG_MAIN_GPU"),
+    _o("device", "-dev", "--device", env="LLAMA_ARG_DEVICE"),
+    _o("rpc", "--rpc", env="LLAMA_ARG_RPC"),
+    _o("fit", "-fit", "--fit", env="LLAMA_ARG_FIT"),
+    _o("spec_type", "--spec-type", env="LLAMA_ARG_SPEC_TYPE", repeat="append"),
+    _o("spec_draft_model", "--spec-draft-model", "-md", "--model-draft", env="LLAMA_ARG_SPEC_DRAFT_MODEL"),
+    _o("spec_draft_n_max", "--spec-draft-n-max", env="LLAMA_ARG_SPEC_DRAFT_N_MAX"),
+    _o("spec_draft_n_min", "--spec-draft-n-min", env="LLAMA_ARG_SPEC_DRAFT_N_MIN"),
+    _o("spec_draft_device", "--spec-draft-device", "-devd", "--device-draft"),
+    _o("spec_draft_ngl", "--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft",
+       env="LLAMA_ARG_N_GPU_LAYERS_DRAFT"),
+    _o("spec_draft_type_k", "--spec-draft-type-k", "-ctkd", "--cache-type-k-draft", env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_K"),
+    _o("spec_draft_type_v", "--spec-draft-type-v", "-ctvd", "--cache-type-v-draft", env="LLAMA_ARG_SPEC_DRAFT_CACHE_TYPE_V"),
+    _o("spec_ngram_mod_n_min", "--spec-ngram-mod-n-min"),
+    _o("spec_ngram_mod_n_max", "--spec-ngram-mod-n-max"),
+    _o("spec_ngram_mod_n_match", "--spec-ngram-mod-n-match"),
+    _o("mmproj", "-mm", "--mmproj", env="LLAMA_ARG_MMPROJ"),
+    _o("mmproj_offload", "--mmproj-offload", value=False, neg=("--no-mmproj-offload",), env="LLAMA_ARG_MMPROJ_OFFLOAD"),
+    _o("mmproj_device", "-mmdev", "--mmproj-device", env="MTMD_BACKEND_DEVICE"),
+    _o("temp", "--temp", "--temperature", env="LLAMA_ARG_TEMPERATURE"),
+    _o("top_k", "--top-k", env="LLAMA_ARG_TOP_K"),
+    _o("top_p", "--top-p", env="LLAMA_ARG_TOP_P"),
+    _o("min_p", "--min-p", env="LLAMA_ARG_MIN_P"),
+    _o("presence_penalty", "--presence-penalty", env="LLAMA_ARG_PRESENCE_PENALTY"),
+    _o("repeat_penalty", "--repeat-penalty", env="LLAMA_ARG_REPEAT_PENALTY"),
+    _o("seed", "-s", "--seed"),
+    _o("n_predict", "-n", "--predict", "--n-predict", env="LLAMA_ARG_N_PREDICT"),
+    _o("reasoning_format", "--reasoning-format", env="LLAMA_ARG_THINK"),
+    _o("reasoning_budget", "--reasoning-budget", env="LLAMA_ARG_THINK_BUDGET"),
+    _o("jinja", "--jinja", value=False, neg=("--no-jinja",), env="LLAMA_ARG_JINJA"),
+    _o("chat_template", "--chat-template", env="LLAMA_ARG_CHAT_TEMPLATE"),
+    _o("chat_template_file", "--chat-template-file", env="LLAMA_ARG_CHAT_TEMPLATE_FILE"),
+    _o("chat_template_kwargs", "--chat-template-kwargs", env="LLAMA_ARG_CHAT_TEMPLATE_KWARGS"),
+    _o("metrics", "--metrics", value=False, env="LLAMA_ARG_ENDPOINT_METRICS"),
+    _o("slots", "--slots", value=False, neg=("--no-slots",), env="LLAMA_ARG_ENDPOINT_SLOTS"),
+    _o("props", "--props", value=False, env="LLAMA_ARG_ENDPOINT_PROPS"),
+    _o("timeout", "-to", "--timeout", env="LLAMA_ARG_TIMEOUT"),
+    _o("threads", "-t", "--threads", env="LLAMA_ARG_THREADS"),
+    _o("threads_http", "--threads-http", env="LLAMA_ARG_THREADS_HTTP"),
+    _o("cont_batching", "-cb", "--cont-batching", value=False, neg=("-nocb", "--no-cont-batching"),
+       env="LLAMA_ARG_CONT_BATCHING"),
+    _o("verbosity", "-lv", "--verbosity", "--log-verbosity", env="LLAMA_ARG_LOG_VERBOSITY"),
+    _o("verbose", "-v", "--verbose", "--log-verbose", value=False),
+)
+
+
+@cache
+def accepted_flags() -> frozenset[str]:
+    """Every flag name llama-server build 11434 accepts (positive and negative forms)."""
+    text = resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    names: set[str] = set()
+    for entry in data["options"]:
+        names.update(entry["names"])
+        names.update(entry.get("neg_names", ()))
+    return frozenset(names)
+
+
+@cache
+def _table() -> OptionTable:
+    """Interpreted options plus every other accepted flag, so nothing valid reads as unknown."""
+    text = resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text(encoding="utf-8")
+    known = {name for option in OPTIONS for name in (*option.names, *option.neg_names)}
+    others = []
+    for i, entry in enumerate(json.loads(text)["options"]):
+        names = [n for n in entry["names"] if n not in known]
+        negs = [n for n in entry.get("neg_names", ()) if n not in known]
+        if names or negs:
+            others.append(Option(dest=f"_other_{i}", names=tuple(names), neg_names=tuple(negs),
+                                 takes_value=entry["takes_value"], env=None))
+    return OptionTable((*OPTIONS, *others))
+
+
+@dataclass(frozen=True)
+class LlamaServerConfig:
+    """The settings of one llama-server process, with llama.cpp's defaults where argv is silent."""
+
+    argv: tuple[str, ...]
+    parsed: ParsedArgv = field(repr=False)
+    model: str | None
+    alias: str | None
+    host: str
+    port: int
+    ctx_size: int
+    """``-c``; 0 means the model's trained context."""
+    parallel: int
+    """``-np``; -1 (the default) means auto: 4 slots with a unified KV cache."""
+    kv_unified: bool | None
+    batch_size: int
+    ubatch_size: int
+    swa_full: bool
+    ctx_checkpoints: int
+    cache_ram_mib: int
+    flash_attn: str
+    cache_type_k: str
+    cache_type_v: str
+    n_gpu_layers: str
+    split_mode: str
+    tensor_split: tuple[float, ...]
+    devices: tuple[str, ...]
+    rpc: tuple[str, ...]
+    fit: str
+    spec_types: tuple[str, ...]
+    spec_draft_model: str | None
+    spec_draft_n_max: int
+    spec_draft_n_min: int
+    spec_draft_device: tuple[str, ...]
+    spec_ngram_mod_n_min: int
+    spec_ngram_mod_n_max: int
+    mmproj: str | None
+    temp: float | None
+    top_k: int | None
+    top_p: float | None
+    min_p: float | None
+    presence_penalty: float | None
+    reasoning_format: str | None
+    reasoning_budget: int | None
+    jinja: bool
+    metrics: bool
+    slots: bool
+    timeout: int
+    api_key_set: bool
+    problems: tuple[ArgvProblem, ...]
+
+    def use(self, dest: str) -> FlagUse | None:
+        """How the setting was given (flag as written, value, argv index), or None if defaulted."""
+        return self.parsed.last(dest)
+
+    @property
+    def unknown_flags(self) -> tuple[ArgvProblem, ...]:
+        return tuple(p for p in self.problems if p.message == "invalid argument")
+
+    @property
+    def n_slots(self) -> int:
+        return 4 if self.parallel < 0 else self.parallel
+
+    @property
+    def unified_kv(self) -> bool:
+        """``-np -1`` turns on the unified KV cache (tools/server/server-context.cpp)."""
+        return bool(self.kv_unified) or self.parallel < 0
+
+    @property
+    def speculative(self) -> bool:
+        return any(t != "none" for t in self.spec_types)
+
+
+def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaServerConfig:
+    """Read llama-server's argv (``argv[0]`` is the binary) and environment as build 11434 does."""
+    parsed = _table().parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"))
+    problems = list(parsed.problems)
+
+    def text(dest: str, default: str | None = None) -> str | None:
+        use = parsed.last(dest)
+        return use.value if use is not None else default
+
+    def number(dest: str, default: int) -> int:
+        use = parsed.last(dest)
+        if use is None or use.value is None:
+            return default
+        try:
+            return int(use.value.strip())
+        except ValueError:
+            problems.append(ArgvProblem(use.flag, use.index, f"expected an integer, got {use.value!r}"))
+            return default
+
+    def real(dest: str) -> float | None:
+        use = parsed.last(dest)
+        if use is None or use.value is None:
+            return None
+        try:
+            return float(use.value)
+        except ValueError:
+            problems.append(ArgvProblem(use.flag, use.index, f"expected a number, got {use.value!r}"))
+            return None
+
+    def switch(dest: str, default: bool) -> bool:
+        use = parsed.last(dest)
+        if use is None:
+            return default
+        return use.value not in ("0", "false", "off")
+
+    def listing(dest: str) -> tuple[str, ...]:
+        value = text(dest)
+        return tuple(v.strip() for v in value.split(",") if v.strip()) if value else ()
+
+    tensor_split: list[float] = []
+    for part in listing("tensor_split"):
+        try:
+            tensor_split.append(float(part))
+        except ValueError:
+            use = parsed.last("tensor_split")
+            problems.append(ArgvProblem(use.flag if use else "-ts", use.index if use else None,
+                                        f"expected numbers N0,N1,..., got {text('tensor_split')!r}"))
+            tensor_split = []
+            break
+
+    spec_types: list[str] = []
+    for use in parsed.all("spec_type"):
+        spec_types += [v.strip() for v in (use.value or "").split(",") if v.strip()]
+    kv_unified_use = parsed.last("kv_unified")
+    parallel = number("parallel", -1)
+    if parallel == 0:
+        use = parsed.last("parallel")
+        problems.append(ArgvProblem(use.flag if use else "-np", use.index if use else None,
+                                    "invalid value for n_parallel (0)"))
+
+    return LlamaServerConfig(
+        argv=tuple(argv),
+        parsed=parsed,
+        model=text("model"),
+        alias=text("alias"),
+        host=text("host", "127.0.0.1") or "127.0.0.1",
+        port=number("port", 8080),
+        ctx_size=number("ctx_size", 0),
+        parallel=parallel,
+        kv_unified=None if kv_unified_use is None else switch("kv_unified", False),
+        batch_size=number("batch_size", 2048),
+        ubatch_size=number("ubatch_size", 512),
+        swa_full=switch("swa_full", False),
+        ctx_checkpoints=number("ctx_checkpoints", 32),
+        cache_ram_mib=number("cache_ram", 8192),
+        flash_attn=text("flash_attn", "auto") or "auto",
+        cache_type_k=text("cache_type_k", "f16") or "f16",
+        cache_type_v=text("cache_type_v", "f16") or "f16",
+        n_gpu_layers=text("n_gpu_layers", "auto") or "auto",
+        split_mode=text("split_mode", "layer") or "layer",
+        tensor_split=tuple(tensor_split),
+        devices=listing("device"),
+        rpc=listing("rpc"),
+        fit=text("fit", "on") or "on",
+        spec_types=tuple(spec_types) or ("none",),
+        spec_draft_model=text("spec_draft_model"),
+        spec_draft_n_max=number("spec_draft_n_max", 3),
+        spec_draft_n_min=number("spec_draft_n_min", 0),
+        spec_draft_device=listing("spec_draft_device"),
+        spec_ngram_mod_n_min=number("spec_ngram_mod_n_min", 48),
+        spec_ngram_mod_n_max=number("spec_ngram_mod_n_max", 64),
+        mmproj=text("mmproj"),
+        temp=real("temp"),
+        top_k=number("top_k", 40) if parsed.last("top_k") else None,
+        top_p=real("top_p"),
+        min_p=real("min_p"),
+        presence_penalty=real("presence_penalty"),
+        reasoning_format=text("reasoning_format"),
+        reasoning_budget=number("reasoning_budget", -1) if parsed.last("reasoning_budget") else None,
+        jinja=switch("jinja", True),
+        metrics=switch("metrics", False),
+        slots=switch("slots", True),
+        timeout=number("timeout", 3600),
+        api_key_set=parsed.last("api_key") is not None or parsed.last("api_key_file") is not None,
+        problems=tuple(problems),
+    )
+
+
+def pad(value: int, multiple: int) -> int:
+    """GGML_PAD: round up to a multiple."""
+    return (value + multiple - 1) // multiple * multiple
+
+
+@dataclass(frozen=True)
+class ContextShape:
+    n_ctx: int
+    """The whole KV pool in positions, after llama.cpp's padding and rounding."""
+    n_ctx_seq: int
+    """Positions one slot (sequence) can hold."""
+    n_seq_max: int
+    unified: bool
+
+
+def context_shape(config: LlamaServerConfig, n_ctx_train: int | None) -> ContextShape | None:
+    """The context llama_context will build (src/llama-context.cpp, llama_context::llama_context).
+
+    ``n_ctx = PAD(-c or n_ctx_train, 256)``; a unified KV cache gives every slot the whole pool,
+    otherwise ``n_ctx_seq = PAD(n_ctx / n_seq_max, 256)`` and the pool becomes ``n_ctx_seq * n_seq_max``.
+    Returns None when ``-c`` is 0 and the trained context is unknown.
+    """
+    requested = config.ctx_size or n_ctx_train
+    if not requested:
+        return None
+    n_ctx = pad(requested, 256)
+    n_seq = max(1, config.n_slots)
+    if config.unified_kv:
+        return ContextShape(n_ctx=n_ctx, n_ctx_seq=n_ctx, n_seq_max=n_seq, unified=True)
+    n_ctx_seq = pad(n_ctx // n_seq, 256)
+    return ContextShape(n_ctx=n_ctx_seq * n_seq, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, unified=False)

@@ -1,0 +1,261 @@
+"""Env files read the way their consumer reads them.
+
+Three consumers, three dialects, and the differences matter:
+
+* ``systemd`` -- a unit's ``EnvironmentFile=`` (systemd.exec(5); src/basic/env-file.c): comments
+  start with ``#`` or ``;``, quotes are removed, a backslash escapes, a trailing backslash continues
+  the line, whitespace around the value is trimmed, nothing is expanded, there is no ``export``.
+* ``podman`` -- ``podman run --env-file`` and a Quadlet's ``EnvironmentFile=``: each line is
+  ``NAME=value`` taken literally, quotes included; a bare ``NAME`` copies the host's value.
+* ``bash`` -- a file a serve script ``source``s: bash itself reads it, so bash is run on it.
+
+Every variable keeps the file and line it came from, so a failure can point at it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from fleetgate.errors import InputError
+
+__all__ = ["Dialect", "EnvEntry", "EnvFile", "parse_env_file", "parse_env_text"]
+
+Dialect = Literal["systemd", "podman", "bash"]
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    name: str
+    value: str
+    path: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+class EnvFile(Mapping[str, EnvEntry]):
+    """Variables in assignment order; a later assignment of the same name wins, as in all three dialects."""
+
+    def __init__(self, path: Path, dialect: Dialect, entries: list[EnvEntry]) -> None:
+        self.path = path
+        self.dialect = dialect
+        self._entries: dict[str, EnvEntry] = {}
+        for entry in entries:
+            self._entries.pop(entry.name, None)
+            self._entries[entry.name] = entry
+
+    def __getitem__(self, name: str) -> EnvEntry:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def values_dict(self) -> dict[str, str]:
+        return {name: entry.value for name, entry in self._entries.items()}
+
+
+def parse_env_file(path: Path, dialect: Dialect) -> EnvFile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read env file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(path, text_line_of_offset(path.read_bytes(), exc.start), "not valid UTF-8") from None
+    return parse_env_text(text, path, dialect)
+
+
+def text_line_of_offset(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def parse_env_text(text: str, path: Path, dialect: Dialect) -> EnvFile:
+    if dialect == "systemd":
+        entries = _parse_systemd(text, path)
+    elif dialect == "podman":
+        entries = _parse_podman(text, path)
+    else:
+        entries = _parse_bash(text, path)
+    return EnvFile(path, dialect, entries)
+
+
+def _parse_systemd(text: str, path: Path) -> list[EnvEntry]:
+    entries: list[EnvEntry] = []
+    lines = text.replace("\r\n", "\n").split("\n")
+    number = 0
+    while number < len(lines):
+        start = number + 1
+        line = lines[number]
+        number += 1
+        stripped = line.lstrip(" \t\r")
+        if not stripped:
+            continue
+        if stripped[0] in "#;":
+            # systemd >= 254: a trailing backslash does not continue a comment line.
+            continue
+        if "=" not in stripped:
+            raise InputError(path, start, f"expected NAME=VALUE (systemd EnvironmentFile); systemd ignores {stripped.strip()!r}")
+        raw_key, rest = stripped.split("=", 1)
+        key = raw_key.rstrip(" \t")
+        if not _NAME.match(key):
+            hint = " (systemd EnvironmentFile has no 'export'; drop it)" if key.startswith("export ") else ""
+            raise InputError(path, start, f"{key!r} is not a variable name; systemd ignores this line{hint}")
+        value, consumed = _systemd_value(rest, lines, number, path, start)
+        number += consumed
+        entries.append(EnvEntry(key, value, path, start))
+    return entries
+
+
+def _systemd_value(rest: str, lines: list[str], next_index: int, path: Path, start: int) -> tuple[str, int]:
+    """Read one value the way systemd's env-file state machine does; returns (value, extra lines used)."""
+    out: list[str] = []
+    trailing_ws_from: int | None = None  # index in `out` where unquoted trailing whitespace begins
+    text = rest
+    consumed = 0
+    i = 0
+    state = "pre"
+    while True:
+        if i >= len(text):
+            # end of a physical line
+            if state in ("escape", "dquote_escape"):
+                # a backslash-newline is eaten: the value goes on on the next line
+                state = "value" if state == "escape" else "dquote"
+            elif state in ("squote", "dquote"):
+                out.append("\n")
+            else:
+                break
+            if next_index + consumed >= len(lines):
+                if state in ("squote", "dquote"):
+                    raise InputError(path, start, "unterminated quote in value (systemd EnvironmentFile)")
+                break
+            text = lines[next_index + consumed]
+            consumed += 1
+            i = 0
+            continue
+        c = text[i]
+        i += 1
+        if state == "pre":
+            if c == "'":
+                state = "squote"
+            elif c == '"':
+                state = "dquote"
+            elif c == "\\":
+                state = "escape"
+            elif c not in " \t\r":
+                state = "value"
+                out.append(c)
+        elif state == "value":
+            if c == "\\":
+                state = "escape"
+                trailing_ws_from = None
+            else:
+                if c not in " \t\r":
+                    trailing_ws_from = None
+                elif trailing_ws_from is None:
+                    trailing_ws_from = len(out)
+                out.append(c)
+        elif state == "escape":
+            state = "value"
+            out.append(c)
+        elif state == "squote":
+            if c == "'":
+                state = "pre"
+            else:
+                out.append(c)
+        elif state == "dquote":
+            if c == '"':
+                state = "pre"
+            elif c == "\\":
+                state = "dquote_escape"
+            else:
+                out.append(c)
+        elif state == "dquote_escape":
+            state = "dquote"
+            if c in '"\\`$':
+                out.append(c)
+            else:
+                out.extend(("\\", c))
+    if state in ("squote", "dquote"):
+        raise InputError(path, start, "unterminated quote in value (systemd EnvironmentFile)")
+    if state == "value" and trailing_ws_from is not None:
+        del out[trailing_ws_from:]
+    return "".join(out), consumed
+
+
+def _parse_podman(text: str, path: Path) -> list[EnvEntry]:
+    entries: list[EnvEntry] = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.lstrip(" \t\n\v\f\r")
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition("=")
+        if not key:
+            raise InputError(path, number, f"expected NAME=VALUE (podman --env-file), got {stripped!r}")
+        if not sep:
+            # podman copies a bare NAME from its own environment; the fleet's hosts are not this machine.
+            raise InputError(path, number, f"bare {key!r} copies the host's own value under podman; expected NAME=VALUE")
+        if not _NAME.match(key):
+            raise InputError(path, number, f"{key!r} is not a variable name (podman --env-file takes NAME=VALUE literally)")
+        entries.append(EnvEntry(key, value, path, number))
+    return entries
+
+
+_XTRACE_ASSIGN = re.compile(r"^\+(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
+    """Let bash read it: source the file in an empty environment and collect what it set."""
+    script = 'set -a; PS4="+\\${LINENO}: "; set -x; . "$1"; set +x; env -0'
+    try:
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile", os.fspath(path)],
+            input=None,
+            capture_output=True,
+            env={"PATH": "/usr/bin:/bin"},
+            timeout=10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise InputError(path, None, "sourcing this file under bash did not finish in 10 s") from None
+    stderr = done.stderr.decode("utf-8", "replace")
+    error = _bash_error(stderr, path)
+    if error is not None or done.returncode != 0:
+        raise error or InputError(path, None, f"bash exited {done.returncode} while sourcing it")
+    lines: dict[str, int] = {}
+    for trace in stderr.splitlines():
+        match = _XTRACE_ASSIGN.match(trace)
+        if match:
+            lines[match.group(2)] = int(match.group(1))
+    entries: list[EnvEntry] = []
+    for item in done.stdout.split(b"\0"):
+        if not item:
+            continue
+        name, _, value = item.decode("utf-8", "replace").partition("=")
+        if name in lines:
+            entries.append(EnvEntry(name, value, path, lines[name]))
+    entries.sort(key=lambda e: e.line)
+    return entries
+
+
+_BASH_ERROR = re.compile(r"^(?P<file>[^:]+): line (?P<line>\d+): (?P<message>.+)$")
+
+
+def _bash_error(stderr: str, path: Path) -> InputError | None:
+    for line in stderr.splitlines():
+        if line.startswith("+"):
+            continue
+        match = _BASH_ERROR.match(line)
+        if match and Path(match.group("file")) == path:
+            return InputError(path, int(match.group("line")), f"bash: {match.group('message')}")
+    return None

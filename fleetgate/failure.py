@@ -1,0 +1,61 @@
+"""The one failure type every check raises, and the one formatter that renders it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["Failure", "format_failure"]
+
+
+class Failure(AssertionError):
+    """A check that did not hold, in the words an operator acts on.
+
+    Fields are keyword-only so every raise site names what it fills in. ``where`` is a
+    ``file:line`` or a URL; ``fix`` is the usual remedy, phrased as an instruction.
+    """
+
+    def __init__(
+        self,
+        *,
+        service: str,
+        check: str,
+        observed: str,
+        expected: str,
+        where: str,
+        fix: str,
+        cites: Sequence[str] = (),
+        details: Sequence[str] = (),
+    ) -> None:
+        self.service = service
+        self.check = check
+        self.observed = observed
+        self.expected = expected
+        self.where = where
+        self.fix = fix
+        self.cites = tuple(cites)
+        self.details = tuple(details)
+        super().__init__(format_failure(self))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # xdist ships failures between processes; keyword-only __init__ needs this to pickle.
+        return (_rebuild, (self.__dict__.copy(),))
+
+
+def _rebuild(fields: dict[str, object]) -> Failure:
+    failure = Failure.__new__(Failure)
+    failure.__dict__.update(fields)
+    AssertionError.__init__(failure, format_failure(failure))
+    return failure
+
+
+def format_failure(failure: Failure) -> str:
+    cites = f" [{', '.join(failure.cites)}]" if failure.cites else ""
+    lines = [
+        f"{failure.service}: {failure.check}{cites}",
+        f"  where:    {failure.where}",
+        f"  observed: {failure.observed}",
+        f"  expected: {failure.expected}",
+    ]
+    lines += [f"            {detail}" for detail in failure.details]
+    lines.append(f"  fix:      {failure.fix}")
+    return "\n".join(lines)

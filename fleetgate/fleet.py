@@ -1,0 +1,377 @@
+"""fleet.toml -> a typed, validated Fleet.
+
+The manifest holds only what the fleet's own files cannot say: which hosts exist and what cards they
+carry, where each service's env file, serve script and unit live, and the few promises a file cannot
+express (the per-card floor, the timeout nesting, which reasoning efforts a template accepts).
+Everything else is read from the files themselves by the renderer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+
+from fleetgate.errors import InputError
+
+__all__ = [
+    "GIB",
+    "Client",
+    "Contract",
+    "Device",
+    "Extrapolation",
+    "Fleet",
+    "Host",
+    "Service",
+    "TimeoutChain",
+    "TimeoutRef",
+    "load_fleet",
+]
+
+GIB = 1 << 30
+Engine = Literal["llama.cpp", "vllm", "openai"]
+DEFAULT_BINARY: Mapping[str, str] = {"llama.cpp": "llama-server", "vllm": "vllm", "openai": "openai-server"}
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    vram_bytes: int
+    index: int
+    serves: bool = True
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    ram_bytes: int
+    devices: tuple[Device, ...]
+    card_floor_bytes: int | None
+    balance_slack_bytes: int | None
+    vllm_max_gpu_memory_utilization: float | None
+    address: str | None = None
+
+    @property
+    def cards(self) -> tuple[Device, ...]:
+        """The devices that serve models (a hidden iGPU is not a card)."""
+        return tuple(d for d in self.devices if d.serves)
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    max_ratio: float
+    why: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    vision: bool | None = None
+    tools: bool | None = None
+    reasoning_field: str | None = None
+    reasoning_effort: Mapping[str, int] = field(default_factory=dict)
+    context_window: int | None = None
+    ngram_window: tuple[int, int] | None = None
+    endpoints: tuple[str, ...] = ()
+    api_key_env: str | None = None
+    alias: str | None = None
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    host: str
+    port: int
+    engine: Engine
+    state: Literal["active", "rollback", "undeployed"]
+    binary: str
+    serve_script: Path
+    env_file: Path | None
+    unit: Path | None
+    payload: tuple[str, ...]
+    profile: Path | None
+    draft_profile: Path | None
+    omittable: tuple[str, ...]
+    extrapolation: Extrapolation | None
+    contract: Contract
+    calibration: Mapping[str, Any]
+    line: int | None
+    """The line of ``[services.NAME]`` in fleet.toml."""
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str
+    env_file: Path
+    dialect: Literal["systemd", "podman", "bash"]
+
+
+@dataclass(frozen=True)
+class TimeoutRef:
+    owner: str | None
+    """The service or client whose env file holds the variable; None for a fixed budget."""
+    variable: str | None
+    name: str
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class TimeoutChain:
+    chain: tuple[TimeoutRef, ...]
+    why: str
+    cites: tuple[str, ...]
+    line: int | None
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: Path
+    name: str
+    deploy_root: str | None
+    hosts: Mapping[str, Host]
+    services: Mapping[str, Service]
+    clients: Mapping[str, Client]
+    timeouts: tuple[TimeoutChain, ...]
+    rules: tuple[Path, ...]
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def where(self, *keys: str) -> str:
+        """``fleet.toml:LINE`` for a key path, for failure messages."""
+        line = locate_key(self.path.read_text(encoding="utf-8"), keys)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+    def host_of(self, service: Service) -> Host:
+        return self.hosts[service.host]
+
+
+def _schema() -> dict[str, Any]:
+    text = resources.files("fleetgate").joinpath("schema/fleet.schema.json").read_text(encoding="utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def load_fleet(path: Path | str) -> Fleet:
+    """Read and validate a fleet manifest; every problem is one ``InputError`` line."""
+    path = Path(path).resolve()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(path, None, f"cannot read the fleet manifest: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_POSITION.search(message)
+        line = int(match.group(1)) if match else None
+        message = _TOML_POSITION.sub("", message).strip()
+        raise InputError(path, line, f"not valid TOML: {message}") from None
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
+    if errors:
+        error = jsonschema.exceptions.best_match(errors) or errors[0]
+        keys = tuple(str(k) for k in error.absolute_path)
+        raise InputError(path, locate_key(text, keys), f"{'.'.join(keys) or '(top level)'}: {_explain(error)}")
+
+    return _build(path, text, data)
+
+
+def _explain(error: jsonschema.ValidationError) -> str:
+    validator = error.validator
+    if validator == "required":
+        missing = [name for name in error.validator_value if name not in error.instance]
+        return f"missing required key {missing[0]!r}"
+    if validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        known = ", ".join(sorted(error.schema.get("properties", {})))
+        return f"unknown key {extra[0]!r}; expected one of: {known}"
+    if validator == "type":
+        return f"expected {error.validator_value}, got {json.dumps(error.instance)}"
+    if validator == "enum":
+        allowed = ", ".join(json.dumps(v) for v in error.validator_value)
+        return f"expected one of {allowed}, got {json.dumps(error.instance)}"
+    if validator == "pattern":
+        return f"{json.dumps(error.instance)} does not match the expected form {error.validator_value}"
+    if validator in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}:
+        bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[validator]
+        return f"expected a value {bound} {error.validator_value}, got {json.dumps(error.instance)}"
+    if validator == "oneOf":
+        return f"expected 'service:VARIABLE' or {{name, seconds}}, got {json.dumps(error.instance)}"
+    return error.message
+
+
+def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
+    root = path.parent
+
+    def repo_file(value: str | None, keys: tuple[str, ...], *, must_exist: bool = True) -> Path | None:
+        if value is None:
+            return None
+        file = (root / value).resolve()
+        if must_exist and not file.is_file():
+            raise InputError(path, locate_key(text, keys), f"{'.'.join(keys)}: no such file {value!r} (paths are relative to fleet.toml)")
+        return file
+
+    hosts: dict[str, Host] = {}
+    for name, raw in data["hosts"].items():
+        devices = tuple(
+            Device(name=d["name"], vram_bytes=d["vram_bytes"], index=i, serves=d.get("serves", True))
+            for i, d in enumerate(raw["devices"])
+        )
+        hosts[name] = Host(
+            name=name,
+            ram_bytes=round(raw["ram_gib"] * GIB),
+            devices=devices,
+            card_floor_bytes=_gib_or_none(raw.get("card_floor_gib")),
+            balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
+            vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
+            address=raw.get("address"),
+        )
+
+    services: dict[str, Service] = {}
+    for name, raw in data["services"].items():
+        keys = ("services", name)
+        if raw["host"] not in hosts:
+            raise InputError(path, locate_key(text, (*keys, "host")),
+                             f"services.{name}.host: unknown host {raw['host']!r}; expected one of: {', '.join(hosts)}")
+        contract_raw = raw.get("contract", {})
+        ngram = contract_raw.get("ngram_window")
+        extrapolation = raw.get("extrapolation")
+        serve_script = repo_file(raw["serve_script"], (*keys, "serve_script"))
+        assert serve_script is not None
+        services[name] = Service(
+            name=name,
+            host=raw["host"],
+            port=raw["port"],
+            engine=raw["engine"],
+            state=raw.get("state", "active"),
+            binary=raw.get("binary", DEFAULT_BINARY[raw["engine"]]),
+            serve_script=serve_script,
+            env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
+            unit=repo_file(raw.get("unit"), (*keys, "unit")),
+            payload=tuple(raw.get("payload", ())),
+            profile=repo_file(raw.get("profile"), (*keys, "profile")),
+            draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
+            omittable=tuple(raw.get("omittable", ())),
+            extrapolation=Extrapolation(**extrapolation) if extrapolation else None,
+            contract=Contract(
+                vision=contract_raw.get("vision"),
+                tools=contract_raw.get("tools"),
+                reasoning_field=contract_raw.get("reasoning_field"),
+                reasoning_effort=dict(contract_raw.get("reasoning_effort", {})),
+                context_window=contract_raw.get("context_window"),
+                ngram_window=(ngram[0], ngram[1]) if ngram else None,
+                endpoints=tuple(contract_raw.get("endpoints", ())),
+                api_key_env=contract_raw.get("api_key_env"),
+                alias=contract_raw.get("alias"),
+            ),
+            calibration=raw.get("calibration", {}),
+            line=locate_key(text, keys),
+        )
+
+    clients: dict[str, Client] = {}
+    for name, raw in data.get("clients", {}).items():
+        env_file = repo_file(raw["env_file"], ("clients", name, "env_file"))
+        assert env_file is not None
+        clients[name] = Client(name=name, env_file=env_file, dialect=raw.get("dialect", "systemd"))
+
+    chains: list[TimeoutChain] = []
+    for i, raw in enumerate(data.get("timeouts", [])):
+        refs: list[TimeoutRef] = []
+        for ref in raw["chain"]:
+            if isinstance(ref, str):
+                owner, variable = ref.split(":", 1)
+                if owner not in services and owner not in clients:
+                    raise InputError(path, locate_key(text, ("timeouts", str(i))),
+                                     f"timeouts[{i}]: {ref!r} names no service or client; expected one of: "
+                                     f"{', '.join([*services, *clients])}")
+                refs.append(TimeoutRef(owner=owner, variable=variable, name=ref, seconds=None))
+            else:
+                refs.append(TimeoutRef(owner=None, variable=None, name=ref["name"], seconds=float(ref["seconds"])))
+        chains.append(TimeoutChain(chain=tuple(refs), why=raw["why"], cites=tuple(raw.get("cites", ())),
+                                   line=locate_key(text, ("timeouts", str(i)))))
+
+    rules = tuple(
+        file for i, rule in enumerate(data.get("rules", []))
+        if (file := repo_file(rule, ("rules", str(i)))) is not None
+    )
+    return Fleet(
+        path=path,
+        name=data["fleet"]["name"],
+        deploy_root=data["fleet"].get("deploy_root"),
+        hosts=hosts,
+        services=services,
+        clients=clients,
+        timeouts=tuple(chains),
+        rules=rules,
+    )
+
+
+def _gib_or_none(value: float | None) -> int | None:
+    return None if value is None else round(value * GIB)
+
+
+_HEADER = re.compile(r"^\s*\[(\[)?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'.]+)\s*=")
+
+
+def _split_dotted(key: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in re.findall(r'"[^"]*"|\'[^\']*\'|[^.]+', key))
+
+
+def locate_key(text: str, keys: Sequence[str]) -> int | None:
+    """Best-effort line number of a key path in a TOML document (for error messages only).
+
+    Array indices count ``[[table]]`` occurrences. Returns the deepest line that matches: the key's
+    own line, else the line of its enclosing table.
+    """
+    if not keys:
+        return None
+    best: int | None = None
+    best_depth = 0
+    table: tuple[str, ...] = ()
+    array_counts: dict[tuple[str, ...], int] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            name = _split_dotted(header.group(2))
+            if header.group(1):
+                index = array_counts.get(name, -1) + 1
+                array_counts[name] = index
+                table = (*name, str(index))
+            else:
+                table = name
+            depth = _prefix_depth(table, keys)
+            if depth == len(table) and depth > best_depth:
+                best, best_depth = number, depth
+            continue
+        key = _KEY.match(line)
+        if key:
+            full = (*table, *_split_dotted(key.group(1)))
+            depth = _prefix_depth(full, keys)
+            if depth == len(full) and depth > best_depth:
+                best, best_depth = number, depth
+            elif depth == len(table) and len(table) < len(keys) and full[: len(table) + 1] == tuple(keys[: len(table) + 1]):
+                if depth + 1 > best_depth:
+                    best, best_depth = number, depth + 1
+    return best
+
+
+def _prefix_depth(path: Sequence[str], keys: Sequence[str]) -> int:
+    depth = 0
+    for a, b in zip(path, keys, strict=False):
+        if a != b:
+            break
+        depth += 1
+    return depth

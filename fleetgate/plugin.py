@@ -1,0 +1,170 @@
+"""The pytest plugin: ``--fleet``, the ``check`` marker, parametrisation per subject, operator-facing failures.
+
+This is the only module of fleetgate that imports pytest. A test marked ``@pytest.mark.check(NAME)``
+that takes a ``seam`` argument is parametrised over the subjects the registered check applies to
+(services, timeout chains), with the subject's name as the test id; ``seam.run()`` runs the check.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetgate.checks import Check, get_check
+from fleetgate.config import ServiceAttempt, attempt_service
+from fleetgate.errors import InputError
+from fleetgate.failure import Failure
+from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.render import RenderRefused
+from fleetgate.timeouts import ResolvedChain, resolve_chains
+
+__all__ = ["Seam", "fleet_path"]
+
+_FLEET = pytest.StashKey[Fleet]()
+_ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()
+_CHAINS = pytest.StashKey[list[ResolvedChain]]()
+RENDERS = "serve-script-renders"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fleetgate", "fleetgate: seams and live checks for an LLM serving fleet")
+    group.addoption("--fleet", action="store", metavar="PATH", default=None,
+                    help="the fleet manifest (fleet.toml) to check; default: the fleetgate_fleet ini option")
+    parser.addini("fleetgate_fleet", "path of the fleet manifest, relative to the ini file", type="string", default="")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "check(name): run the registered fleetgate check NAME once per subject it applies to")
+    config.addinivalue_line("markers", "seam: an offline check over the fleet's files (no network)")
+
+
+def fleet_path(config: pytest.Config) -> Path:
+    option = config.getoption("--fleet")
+    if option:
+        return Path(option).expanduser().resolve()
+    ini = config.getini("fleetgate_fleet")
+    if ini:
+        base = config.inipath.parent if config.inipath else config.rootpath
+        return (base / str(ini)).resolve()
+    raise pytest.UsageError("fleetgate: no fleet to check: pass --fleet PATH/fleet.toml or set fleetgate_fleet in the ini file")
+
+
+def _fleet(config: pytest.Config) -> Fleet:
+    if _FLEET not in config.stash:
+        try:
+            config.stash[_FLEET] = load_fleet(fleet_path(config))
+        except InputError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[_FLEET]
+
+
+def _attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
+    if _ATTEMPTS not in config.stash:
+        fleet = _fleet(config)
+        attempts = {}
+        for service in fleet.services.values():
+            try:
+                attempts[service.name] = attempt_service(fleet, service)
+            except RenderRefused:  # pragma: no cover - attempt_service keeps refusals
+                raise
+            except InputError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        config.stash[_ATTEMPTS] = attempts
+    return config.stash[_ATTEMPTS]
+
+
+def _chains(config: pytest.Config) -> list[ResolvedChain]:
+    if _CHAINS not in config.stash:
+        attempts = _attempts(config)
+
+        def variables(name: str) -> dict[str, Any]:
+            attempt = attempts[name]
+            return dict(attempt.config.variables) if attempt.config else {}
+
+        try:
+            config.stash[_CHAINS] = resolve_chains(_fleet(config), variables)
+        except InputError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return config.stash[_CHAINS]
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One check on one subject; ``run()`` raises ``Failure`` when the contract does not hold."""
+
+    check: Check
+    subject: Any
+    name: str
+    skip_reason: str | None = None
+
+    def run(self) -> None:
+        __tracebackhide__ = True
+        if self.skip_reason:
+            pytest.skip(self.skip_reason)
+        self.check(self.subject)
+
+
+def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
+    if check.subject == "timeout-chain":
+        return [Seam(check, chain, chain.name) for chain in _chains(config)]
+    if check.subject != "service":
+        raise pytest.UsageError(f"fleetgate: check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
+    seams = []
+    for name, attempt in _attempts(config).items():
+        if check.name == RENDERS:
+            seams.append(Seam(check, attempt, name))
+        elif attempt.config is None:
+            seams.append(Seam(check, None, name, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
+        elif check.applies(attempt.config):
+            seams.append(Seam(check, attempt.config, name))
+    return seams
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("check")
+    if marker is None or "seam" not in metafunc.fixturenames:
+        return
+    try:
+        check = get_check(marker.args[0])
+    except KeyError as exc:
+        raise pytest.UsageError(f"fleetgate: {exc.args[0]}") from None
+    seams = _seams_for(metafunc.config, check)
+    metafunc.parametrize("seam", seams, ids=[s.name for s in seams])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    excinfo = call.excinfo
+    if excinfo is not None and report.failed:
+        if isinstance(excinfo.value, Failure):
+            report.longrepr = str(excinfo.value)
+        elif isinstance(excinfo.value, InputError):
+            report.longrepr = f"fleetgate: {excinfo.value}"
+    return report
+
+
+class _NoNetwork:
+    """Seams are hermetic: any connection that leaves the machine is a bug in a seam."""
+
+    def __init__(self) -> None:
+        self.original = socket.socket.connect
+
+    def connect(self, sock: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in ("127.0.0.1", "::1", "localhost") and not host.startswith("/"):
+            raise RuntimeError(f"fleetgate seams are offline: refused a connection to {address!r}")
+        return self.original(sock, address)
+
+
+@pytest.fixture(autouse=True)
+def _fleetgate_hermetic_seams(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("seam") is None:
+        return
+    guard = _NoNetwork()
+    monkeypatch.setattr(socket.socket, "connect", guard.connect)
