@@ -1,0 +1,96 @@
+"""The ``fleetgate`` command: render | fit | profile | incidents | reference.
+
+Subcommands live in their own modules (``SUBCOMMANDS``); each offers ``register(subparsers)`` and sets
+``func`` on its parser. Errors about the fleet's files are printed as one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetgate.errors import InputError
+from fleetgate.fleet import Fleet, load_fleet
+
+__all__ = ["main", "resolve_fleet"]
+
+# Modules that add subcommands; a module that is absent is skipped.
+SUBCOMMANDS: tuple[str, ...] = ()
+DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
+
+
+def resolve_fleet(path: str | None) -> Fleet:
+    """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml."""
+    if path:
+        return load_fleet(Path(path))
+    if Path("fleet.toml").is_file():
+        return load_fleet(Path("fleet.toml"))
+    pyproject = Path("pyproject.toml")
+    if pyproject.is_file():
+        import tomllib
+
+        ini = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {}).get("ini_options", {})
+        if "fleetgate_fleet" in ini:
+            return load_fleet(Path(ini["fleetgate_fleet"]))
+    raise InputError(Path.cwd(), None, f"no fleet manifest: pass --fleet PATH ({DEFAULT_FLEET_HINT})")
+
+
+def _render(args: argparse.Namespace) -> int:
+    from fleetgate.config import load_service
+
+    fleet = resolve_fleet(args.fleet)
+    if args.service not in fleet.services:
+        raise InputError(fleet.path, None, f"no service {args.service!r}; expected one of: {', '.join(fleet.services)}")
+    config = load_service(fleet, fleet.services[args.service])
+    rendered = config.rendered
+    if args.json:
+        json.dump({"service": config.name, "argv": list(rendered.argv), "env": dict(rendered.env),
+                   "inputs": {n: {"value": o.value, "where": o.where} for n, o in config.variables.items()}},
+                  sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} as {config.service.unit and config.service.unit.name}")
+    lines: list[str] = [shlex.quote(rendered.argv[0])]
+    for arg in rendered.argv[1:]:
+        if arg.startswith("-") or len(lines) == 1 or not lines[-1].lstrip().startswith("-") or " " in lines[-1].strip():
+            lines.append(shlex.quote(arg))
+        else:
+            lines[-1] += " " + shlex.quote(arg)
+    print(" \\\n    ".join(lines))
+    problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())
+    for problem in problems:
+        print(f"# {problem.flag}: {problem.message}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    render = sub.add_parser("render", help="print what a service really runs (its rendered argv)")
+    render.add_argument("service")
+    render.add_argument("--fleet", metavar="PATH", help=f"fleet manifest (default: {DEFAULT_FLEET_HINT})")
+    render.add_argument("--json", action="store_true", help="argv, environment and where each variable was set")
+    render.set_defaults(func=_render)
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except InputError as exc:
+        print(f"fleetgate: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
