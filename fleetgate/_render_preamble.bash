@@ -53,6 +53,12 @@ __fg_source() {
     builtin source "$local_path" "$@"
     local rc=$?
     __fg_apply_overrides
+
+# Trace the script's own lines to a file, so a refusal can name the line the script exited on.
+exec {__fg_trace_fd}>>"$__fg_out/trace"
+BASH_XTRACEFD=$__fg_trace_fd
+PS4='+${BASH_SOURCE[0]}:${LINENO}: '
+set -x
     return $rc
 }
 source() { __fg_source "$@"; }
@@ -108,3 +114,9 @@ test() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 0 "$@"; }
 [() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 1 "$@"; }
 
 __fg_apply_overrides
+
+# Trace the script's own lines to a file, so a refusal can name the line the script exited on.
+exec {__fg_trace_fd}>>"$__fg_out/trace"
+BASH_XTRACEFD=$__fg_trace_fd
+PS4='+${BASH_SOURCE[0]}:${LINENO}: '
+set -x

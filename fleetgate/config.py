@@ -16,7 +16,7 @@ from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.fleet import Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import Origin, RenderRefused, Rendered, render
+from fleetgate.render import Origin, Rendered, RenderRefused, render
 
 __all__ = ["ServiceAttempt", "ServiceConfig", "attempt_service", "load_service"]
 
@@ -70,19 +70,27 @@ class ServiceConfig:
         return self._where_cache[key]
 
     def _find_flag_origin(self, use: FlagUse) -> str:
+        assert use.index is not None
         value = use.value or ""
-        argv_index = use.index + 1  # argv[0] is the binary
         candidates = [o for o in self.variables.values() if o.value and o.value in value]
-        candidates.sort(key=lambda o: -len(o.value))
+        # The variable whose whole value is the flag's value is the likeliest; try it first.
+        candidates.sort(key=lambda o: (o.value != value, -len(o.value)))
         for origin in candidates:
-            sentinel = f"__fleetgate_probe_{origin.name}__"
+            sentinel = f"fleetgate-probe-{origin.name.lower()}"
             try:
                 probe = render(self.fleet, self.service, overrides={origin.name: sentinel})
-            except Exception:  # noqa: BLE001 - a probe that breaks the script says nothing
+            except Exception:
                 continue
-            if any(sentinel in arg for arg in probe.argv[max(argv_index - 1, 0): argv_index + 2]):
+            if _value_at(probe.argv, use.index, sentinel):
                 return f"{origin.where} ({origin.name})"
         return str(self.rendered.script)
+
+
+def _value_at(argv: tuple[str, ...], flag_index: int, sentinel: str) -> bool:
+    """Whether the flag at ``flag_index`` carries ``sentinel`` (``--flag value`` or ``--flag=value``)."""
+    if flag_index < len(argv) and "=" in argv[flag_index] and sentinel in argv[flag_index]:
+        return True
+    return flag_index + 1 < len(argv) and sentinel in argv[flag_index + 1]
 
 
 def _origin(entry: EnvEntry) -> Origin:

@@ -54,8 +54,8 @@ def format_failure(failure: Failure) -> str:
         f"{failure.service}: {failure.check}{cites}",
         f"  where:    {failure.where}",
         f"  observed: {failure.observed}",
-        f"  expected: {failure.expected}",
     ]
     lines += [f"            {detail}" for detail in failure.details]
+    lines.append(f"  expected: {failure.expected}")
     lines.append(f"  fix:      {failure.fix}")
     return "\n".join(lines)

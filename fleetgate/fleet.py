@@ -123,6 +123,7 @@ class TimeoutRef:
 
 @dataclass(frozen=True)
 class TimeoutChain:
+    name: str
     chain: tuple[TimeoutRef, ...]
     why: str
     cites: tuple[str, ...]
@@ -190,17 +191,20 @@ def load_fleet(path: Path | str) -> Fleet:
 
 def _explain(error: jsonschema.ValidationError) -> str:
     validator = error.validator
+    value: Any = error.validator_value
+    instance: Any = error.instance
+    schema: Any = error.schema
     if validator == "required":
-        missing = [name for name in error.validator_value if name not in error.instance]
+        missing = [name for name in value if name not in instance]
         return f"missing required key {missing[0]!r}"
     if validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        known = ", ".join(sorted(error.schema.get("properties", {})))
+        extra = sorted(set(instance) - set(schema.get("properties", {})))
+        known = ", ".join(sorted(schema.get("properties", {})))
         return f"unknown key {extra[0]!r}; expected one of: {known}"
     if validator == "type":
-        return f"expected {error.validator_value}, got {json.dumps(error.instance)}"
+        return f"expected {value}, got {json.dumps(instance)}"
     if validator == "enum":
-        allowed = ", ".join(json.dumps(v) for v in error.validator_value)
+        allowed = ", ".join(json.dumps(v) for v in value)
         return f"expected one of {allowed}, got {json.dumps(error.instance)}"
     if validator == "pattern":
         return f"{json.dumps(error.instance)} does not match the expected form {error.validator_value}"
@@ -209,7 +213,7 @@ def _explain(error: jsonschema.ValidationError) -> str:
         return f"expected a value {bound} {error.validator_value}, got {json.dumps(error.instance)}"
     if validator == "oneOf":
         return f"expected 'service:VARIABLE' or {{name, seconds}}, got {json.dumps(error.instance)}"
-    return error.message
+    return str(error.message)
 
 
 def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
@@ -299,7 +303,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
                 refs.append(TimeoutRef(owner=owner, variable=variable, name=ref, seconds=None))
             else:
                 refs.append(TimeoutRef(owner=None, variable=None, name=ref["name"], seconds=float(ref["seconds"])))
-        chains.append(TimeoutChain(chain=tuple(refs), why=raw["why"], cites=tuple(raw.get("cites", ())),
+        chains.append(TimeoutChain(name=raw["name"], chain=tuple(refs), why=raw["why"], cites=tuple(raw.get("cites", ())),
                                    line=locate_key(text, ("timeouts", str(i)))))
 
     rules = tuple(
@@ -362,9 +366,9 @@ def locate_key(text: str, keys: Sequence[str]) -> int | None:
             depth = _prefix_depth(full, keys)
             if depth == len(full) and depth > best_depth:
                 best, best_depth = number, depth
-            elif depth == len(table) and len(table) < len(keys) and full[: len(table) + 1] == tuple(keys[: len(table) + 1]):
-                if depth + 1 > best_depth:
-                    best, best_depth = number, depth + 1
+            elif (depth == len(table) < len(keys) and full[: len(table) + 1] == tuple(keys[: len(table) + 1])
+                  and depth + 1 > best_depth):
+                best, best_depth = number, depth + 1
     return best
 
 

@@ -119,7 +119,8 @@ def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
         if check.name == RENDERS:
             seams.append(Seam(check, attempt, name))
         elif attempt.config is None:
-            seams.append(Seam(check, None, name, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
+            if check.engines is None or attempt.service.engine in check.engines:
+                seams.append(Seam(check, None, name, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
         elif check.applies(attempt.config):
             seams.append(Seam(check, attempt.config, name))
     return seams
@@ -143,10 +144,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     excinfo = call.excinfo
     if excinfo is not None and report.failed:
         if isinstance(excinfo.value, Failure):
-            report.longrepr = str(excinfo.value)
+            report.longrepr = _relative(item.config, str(excinfo.value))
         elif isinstance(excinfo.value, InputError):
-            report.longrepr = f"fleetgate: {excinfo.value}"
+            report.longrepr = _relative(item.config, f"fleetgate: {excinfo.value}")
     return report
+
+
+def _relative(config: pytest.Config, text: str) -> str:
+    """Paths inside the fleet read relative to its fleet.toml, the way an operator names them."""
+    fleet = config.stash.get(_FLEET, None)
+    return text.replace(f"{fleet.root}/", "") if fleet is not None else text
 
 
 class _NoNetwork:

@@ -11,6 +11,7 @@ stubbed too, so a render never changes anything.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -92,9 +93,12 @@ class Rendered:
 class RenderRefused(InputError):
     """The serve script exited without starting the engine."""
 
-    def __init__(self, path: Path, line: int | None, message: str, stderr: str) -> None:
+    def __init__(self, path: Path, line: int | None, message: str, stderr: str,
+                 inputs: Mapping[str, Origin] | None = None, sourced: tuple[SourcedFile, ...] = ()) -> None:
         super().__init__(path, line, message)
         self.stderr = stderr
+        self.inputs = dict(inputs or {})
+        self.sourced = sourced
 
 
 def _map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
@@ -267,11 +271,12 @@ def render(
         invocations = _read_invocations(out)
         if not invocations:
             line, message = _last_error(stderr, script)
+            line = line or _last_traced_line(out / "trace", script)
             raise RenderRefused(
                 script, line,
                 f"the serve script exited {done.returncode} without starting {service.binary}"
                 + (f": {message}" if message else ""),
-                stderr,
+                stderr, origins, tuple(_read_sourced(out, fleet)),
             )
         argv, engine_env = invocations[-1]
         return Rendered(
@@ -381,6 +386,21 @@ def _read_writes(out: Path) -> list[tuple[str, ...]]:
 
 def _relocate(caller: str, fleet: Fleet) -> str:
     return caller
+
+
+_TRACE = re.compile(r"^\++(?P<file>[^:]+):(?P<line>\d+): ")
+
+
+def _last_traced_line(trace: Path, script: Path) -> int | None:
+    """The last line of the script that bash traced before the script gave up."""
+    if not trace.exists():
+        return None
+    last = None
+    for line in trace.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = _TRACE.match(line)
+        if match and match.group("file") == str(script):
+            last = int(match.group("line"))
+    return last
 
 
 def _last_error(stderr: str, script: Path) -> tuple[int | None, str]:

@@ -29,6 +29,10 @@ class ResolvedChain:
 
     @property
     def name(self) -> str:
+        return self.chain.name
+
+    @property
+    def ordering(self) -> str:
         return " < ".join(b.name for b in self.budgets)
 
 

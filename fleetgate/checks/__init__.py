@@ -28,6 +28,8 @@ class Check:
     summary: str
     func: Callable[[Any], None]
     applies: Callable[[Any], bool]
+    engines: tuple[str, ...] | None = None
+    """Engines the check can apply to at all (known without rendering); None for any."""
 
     def __call__(self, subject: Any) -> None:
         __tracebackhide__ = True
@@ -49,12 +51,16 @@ def check(
     cites: tuple[str, ...],
     summary: str,
     applies: Callable[[Any], bool] = _always,
+    engines: tuple[str, ...] | None = None,
 ) -> Callable[[F], F]:
     def register(func: F) -> F:
-        if name in REGISTRY:
-            raise ValueError(f"check {name!r} registered twice")
+        existing = REGISTRY.get(name)
+        # A module imported again (pytester, importlib.reload) re-registers its own checks; two
+        # different functions under one name is a bug.
+        if existing is not None and existing.func.__qualname__ != func.__qualname__:
+            raise ValueError(f"check {name!r} registered twice: {existing.func.__module__} and {func.__module__}")
         REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
-                               func=func, applies=applies)
+                               func=func, applies=applies, engines=engines)
         return func
 
     return register

@@ -14,7 +14,7 @@ def _is_llama(config: ServiceConfig) -> bool:
     return config.llama is not None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-3",), applies=_is_llama,
+@check(NAME, kind="seam", subject="service", cites=(), applies=_is_llama, engines=("llama.cpp",),
        summary="every flag is one llama-server accepts, with a value of the type it expects")
 def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama
@@ -23,7 +23,7 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
         return
     lines = []
     for problem in llama.problems:
-        position = f"argv[{problem.index + 1}] " if problem.index is not None else ""
+        position = f"argv[{problem.index}] " if problem.index is not None else ""
         lines.append(f"{position}{problem.flag}: {problem.message}")
     first = llama.problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None

@@ -16,6 +16,7 @@ def _is_llama(config: ServiceConfig) -> bool:
 
 
 @check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), applies=_is_llama,
+       engines=("llama.cpp",),
        summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told")
 def slots_divide_context(config: ServiceConfig) -> None:
     llama = config.llama
@@ -37,7 +38,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
             service=config.name, check=DIVIDE, where=where,
             observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
                       f"{shape.n_ctx_seq} and the pool to {shape.n_ctx}"),
-            expected=f"--ctx-size = slots x per-slot window, each slot a multiple of 256",
+            expected="--ctx-size = slots x per-slot window, each slot a multiple of 256",
             fix=f"set the context to {shape.n_ctx_seq * shape.n_seq_max} (or a per-slot window that is a multiple of 256)",
         )
     window = config.service.contract.context_window
@@ -59,6 +60,7 @@ def _has_profile(config: ServiceConfig) -> bool:
 
 
 @check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), applies=_has_profile,
+       engines=("llama.cpp",),
        summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation")
 def slot_within_trained_window(config: ServiceConfig) -> None:
     llama, profile = config.llama, config.profile

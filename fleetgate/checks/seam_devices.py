@@ -55,7 +55,7 @@ def _multi_device_host(config: ServiceConfig) -> bool:
 
 
 @check(NAME, kind="seam", subject="service", cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
-       applies=_multi_device_host,
+       applies=_multi_device_host, engines=("llama.cpp", "vllm"),
        summary="visibility variables leave exactly the serving cards the engine is told to use")
 def device_visibility(config: ServiceConfig) -> None:
     env = dict(config.rendered.env)

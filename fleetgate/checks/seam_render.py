@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import NoReturn
+
 from fleetgate.checks import check
 from fleetgate.config import ServiceAttempt
 from fleetgate.failure import Failure
+from fleetgate.render import Origin
 
 NAME = "serve-script-renders"
 
@@ -16,9 +20,12 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
     if attempt.refused is not None:
         refused = attempt.refused
         where = f"{refused.path}:{refused.line}" if refused.line else str(refused.path)
+        outside = next((s for s in refused.sourced if not s.inside_repo), None)
+        if outside is not None:
+            _outside_repo(service.name, fleet.deploy_root, outside.target, outside.caller, refused.inputs, refused.message)
         raise Failure(
             service=service.name, check=NAME, where=where,
-            observed=f"the serve script exited without starting {service.binary}: {refused.message}",
+            observed=refused.message,
             expected=f"it execs {service.binary} with the unit's environment and the declared payload present",
             details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-3:]],
             fix=("make every file the script needs part of the fleet: payload files in fleet.toml's payload list, "
@@ -28,14 +35,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
     assert config is not None
     for sourced in config.rendered.sourced:
         if not sourced.inside_repo:
-            setter = next((o for o in config.rendered.inputs.values() if o.value == sourced.target), None)
-            raise Failure(
-                service=service.name, check=NAME, where=setter.where if setter else sourced.caller,
-                observed=f"the serve script sources {sourced.target}, outside this repository"
-                         + (f" ({setter.name} set by {setter.via})" if setter else ""),
-                expected=f"only env files of this repository (deployed under {fleet.deploy_root})",
-                fix="retire the drop-in or variable that points the unit at a bench arm; the repository's env file is production",
-            )
+            _outside_repo(service.name, fleet.deploy_root, sourced.target, sourced.caller, config.rendered.inputs, None)
     declared = service.env_file
     read = [s for s in config.rendered.sourced if s.inside_repo]
     if declared is not None and read and service.unit is not None and config.rendered.unit is not None \
@@ -48,3 +48,17 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
                 expected=f"it reads the declared env file {declared.relative_to(fleet.root)}",
                 fix="point the unit or the script at the declared env file, or declare the one it really reads",
             )
+
+
+def _outside_repo(service: str, deploy_root: str | None, target: str, caller: str,
+                  inputs: Mapping[str, Origin], outcome: str | None) -> NoReturn:
+    setter = next((o for o in inputs.values() if o.value == target), None)
+    raise Failure(
+        service=service, check=NAME, where=setter.where if setter else caller,
+        observed=(f"the serve script ({caller}) sources {target}, outside this repository"
+                  + (f", because {setter.name} is set by {setter.via}" if setter else "")),
+        expected=f"only env files of this repository (deployed under {deploy_root})",
+        details=[outcome] if outcome else [],
+        fix=("retire the drop-in or variable that points the unit at another env file (a bench arm boots while "
+             "/health stays green); the repository's env file is production"),
+    )

@@ -21,7 +21,7 @@ def _speculates(config: ServiceConfig) -> bool:
     return llama is not None and (llama.speculative or llama.spec_draft_model is not None)
 
 
-@check(NAME, kind="seam", subject="service", applies=_speculates,
+@check(NAME, kind="seam", subject="service", applies=_speculates, engines=("llama.cpp",),
        cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
        summary="one draft context, a draft model only where the type needs one, depth within the drafter's block")
 def speculative_wiring(config: ServiceConfig) -> None:

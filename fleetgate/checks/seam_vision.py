@@ -14,6 +14,7 @@ def _declares_vision(config: ServiceConfig) -> bool:
 
 
 @check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "INC-08"), applies=_declares_vision,
+       engines=("llama.cpp",),
        summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares")
 def vision_mmproj(config: ServiceConfig) -> None:
     llama = config.llama

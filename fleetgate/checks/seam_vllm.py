@@ -15,7 +15,7 @@ def _is_vllm(config: ServiceConfig) -> bool:
     return config.vllm is not None
 
 
-@check(NAME, kind="seam", subject="service", applies=_is_vllm,
+@check(NAME, kind="seam", subject="service", applies=_is_vllm, engines=("vllm",),
        cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-42"),
        summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this CHUNK")
 def vllm_memory_knobs(config: ServiceConfig) -> None:

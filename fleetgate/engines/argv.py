@@ -32,7 +32,7 @@ class FlagUse:
     value: str | None
     """None for a switch; ``"0"``/``"1"`` for a boolean switch."""
     index: int | None
-    """Position in argv; None when the value came from the environment."""
+    """Position of the flag in the engine's argv (argv[0] is the binary); None when set from the environment."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,13 @@ class OptionTable:
         allow_equals: bool = False,
         unknown: Literal["problem", "keep"] = "problem",
         neg_env_prefix: tuple[str, str] | None = None,
+        offset: int = 0,
     ) -> ParsedArgv:
-        """Parse like the engine: environment first, then argv in order (a later use wins)."""
+        """Parse like the engine: environment first, then argv in order (a later use wins).
+
+        Indices in the result are ``offset`` + the position in ``args``: pass the position of
+        ``args[0]`` in the full argv so every index points into the argv the engine got.
+        """
         parsed = ParsedArgv()
         if env:
             for option in self.options:
@@ -104,15 +109,15 @@ class OptionTable:
             if normalise_underscores and name.startswith("--"):
                 name = name.replace("_", "-")
             if not name.startswith("-") or name == "-":
-                parsed.positionals.append((i, raw))
+                parsed.positionals.append((i + offset, raw))
                 i += 1
                 continue
             found = self.by_name.get(name)
             if found is None:
                 if unknown == "problem":
-                    parsed.problems.append(ArgvProblem(raw, i, "invalid argument"))
+                    parsed.problems.append(ArgvProblem(raw, i + offset, "invalid argument"))
                 else:
-                    parsed.problems.append(ArgvProblem(raw, i, "not modelled"))
+                    parsed.problems.append(ArgvProblem(raw, i + offset, "not modelled"))
                     if inline is None and i + 1 < len(args) and not args[i + 1].startswith("--"):
                         i += 1
                 i += 1
@@ -123,7 +128,7 @@ class OptionTable:
                 uses = parsed.uses.setdefault(option.dest, [])
                 if option.repeat == "last":
                     uses.clear()
-                uses.append(FlagUse(option.dest, raw, value, i))
+                uses.append(FlagUse(option.dest, raw, value, i + offset))
                 i += 1
                 continue
             if inline is not None:
@@ -132,11 +137,11 @@ class OptionTable:
                 value = args[i + 1]
                 i += 1
             else:
-                parsed.problems.append(ArgvProblem(raw, i, "expected a value"))
+                parsed.problems.append(ArgvProblem(raw, i + offset, "expected a value"))
                 break
             uses = parsed.uses.setdefault(option.dest, [])
             if option.repeat == "last":
                 uses.clear()
-            uses.append(FlagUse(option.dest, raw, value, i - (0 if inline is not None else 1)))
+            uses.append(FlagUse(option.dest, raw, value, i - (0 if inline is not None else 1) + offset))
             i += 1
         return parsed

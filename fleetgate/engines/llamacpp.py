@@ -19,12 +19,12 @@ from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, Pa
 
 __all__ = [
     "BUILD",
-    "ContextShape",
-    "context_shape",
-    "pad",
     "OPTIONS",
+    "ContextShape",
     "LlamaServerConfig",
     "accepted_flags",
+    "context_shape",
+    "pad",
     "parse_llama_server",
 ]
 
@@ -206,7 +206,7 @@ class LlamaServerConfig:
 
 def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaServerConfig:
     """Read llama-server's argv (``argv[0]`` is the binary) and environment as build 11434 does."""
-    parsed = _table().parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"))
+    parsed = _table().parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
     problems = list(parsed.problems)
 
     def text(dest: str, default: str | None = None) -> str | None:

@@ -90,13 +90,14 @@ class VllmConfig:
 def parse_vllm(argv: Sequence[str]) -> VllmConfig:
     """Read ``vllm serve MODEL [flags]`` (``argv[0]`` is the binary)."""
     args = list(argv[1:])
+    offset = 1
     model: str | None = None
     if args and args[0] == "serve":
-        args = args[1:]
+        args, offset = args[1:], offset + 1
         if args and not args[0].startswith("-"):
             model = args[0]
-            args = args[1:]
-    parsed = _TABLE.parse(args, allow_equals=True, unknown="keep")
+            args, offset = args[1:], offset + 1
+    parsed = _TABLE.parse(args, allow_equals=True, unknown="keep", offset=offset)
     problems = list(parsed.problems)
 
     def text(dest: str) -> str | None:

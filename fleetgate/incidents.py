@@ -1,0 +1,87 @@
+"""The regression catalogue: past incidents and the edits to the example fleet that reproduce them.
+
+Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every check that must
+fail on the mutated fleet -- and nothing else. ``apply`` writes the mutated copy; the suite's own tests
+run the seams on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetgate.errors import InputError
+
+__all__ = ["Entry", "Expectation", "Mutation", "apply", "load_catalogue"]
+
+
+@dataclass(frozen=True)
+class Mutation:
+    file: str
+    replace: str | None
+    with_: str | None
+    create: str | None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    check: str
+    subject: str
+    message: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    id: str
+    name: str
+    summary: str
+    cites: tuple[str, ...]
+    mutations: tuple[Mutation, ...]
+    expect: tuple[Expectation, ...]
+
+
+def load_catalogue(directory: Path) -> list[Entry]:
+    entries = []
+    for path in sorted(directory.glob("*.toml")):
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(path, None, f"not valid TOML: {exc}") from None
+        try:
+            entries.append(Entry(
+                path=path,
+                id=data["id"],
+                name=data["name"],
+                summary=data["summary"],
+                cites=tuple(data.get("cites", ())),
+                mutations=tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"),
+                                         create=m.get("create")) for m in data["mutation"]),
+                expect=tuple(Expectation(check=e["check"], subject=e["subject"], message=tuple(e.get("message", ())))
+                             for e in data["expect"]),
+            ))
+        except KeyError as exc:
+            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, [[mutation]], [[expect]]") from None
+    return entries
+
+
+def apply(entry: Entry, fleet_dir: Path, target: Path) -> Path:
+    """Copy the fleet at ``fleet_dir`` to ``target``, apply the entry's mutations, return the new fleet.toml."""
+    shutil.copytree(fleet_dir, target, symlinks=True)
+    for mutation in entry.mutations:
+        file = target / mutation.file
+        if mutation.create is not None:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(mutation.create.lstrip("\n"), encoding="utf-8")
+            continue
+        text = file.read_text(encoding="utf-8")
+        if mutation.replace is None or mutation.with_ is None:
+            raise InputError(entry.path, None, f"mutation of {mutation.file}: expected replace/with or create")
+        count = text.count(mutation.replace)
+        if count != 1:
+            raise InputError(entry.path, None, f"mutation of {mutation.file}: {mutation.replace!r} occurs {count} times; "
+                                               "expected exactly once")
+        file.write_text(text.replace(mutation.replace, mutation.with_), encoding="utf-8")
+    return target / "fleet.toml"
