@@ -14,7 +14,6 @@ Every variable keeps the file and line it came from, so a failure can point at i
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -211,16 +210,16 @@ def _parse_podman(text: str, path: Path) -> list[EnvEntry]:
     return entries
 
 
-_XTRACE_ASSIGN = re.compile(r"^\+(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-Za-z0-9_]*)=")
+_XTRACE_ASSIGN = re.compile(r"^\++(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
 def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
     """Let bash read it: source the file in an empty environment and collect what it set."""
-    script = 'set -a; PS4="+\\${LINENO}: "; set -x; . "$1"; set +x; env -0'
+    script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /dev/stdin; set +x; env -0'
     try:
         done = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile", os.fspath(path)],
-            input=None,
+            ["bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile"],
+            input=text.encode("utf-8"),
             capture_output=True,
             env={"PATH": "/usr/bin:/bin"},
             timeout=10,
@@ -256,6 +255,6 @@ def _bash_error(stderr: str, path: Path) -> InputError | None:
         if line.startswith("+"):
             continue
         match = _BASH_ERROR.match(line)
-        if match and Path(match.group("file")) == path:
+        if match and match.group("file") == "/dev/stdin":
             return InputError(path, int(match.group("line")), f"bash: {match.group('message')}")
     return None

@@ -20,7 +20,6 @@ from fleetgate.config import ServiceAttempt, attempt_service
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, load_fleet
-from fleetgate.render import RenderRefused
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = ["Seam", "fleet_path"]
@@ -28,6 +27,7 @@ __all__ = ["Seam", "fleet_path"]
 _FLEET = pytest.StashKey[Fleet]()
 _ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()
 _CHAINS = pytest.StashKey[list[ResolvedChain]]()
+_SETUP_ERROR = pytest.StashKey[str]()
 RENDERS = "serve-script-renders"
 
 
@@ -56,10 +56,7 @@ def fleet_path(config: pytest.Config) -> Path:
 
 def _fleet(config: pytest.Config) -> Fleet:
     if _FLEET not in config.stash:
-        try:
-            config.stash[_FLEET] = load_fleet(fleet_path(config))
-        except InputError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        config.stash[_FLEET] = load_fleet(fleet_path(config))
     return config.stash[_FLEET]
 
 
@@ -68,12 +65,7 @@ def _attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
         fleet = _fleet(config)
         attempts = {}
         for service in fleet.services.values():
-            try:
-                attempts[service.name] = attempt_service(fleet, service)
-            except RenderRefused:  # pragma: no cover - attempt_service keeps refusals
-                raise
-            except InputError as exc:
-                raise pytest.UsageError(str(exc)) from None
+            attempts[service.name] = attempt_service(fleet, service)
         config.stash[_ATTEMPTS] = attempts
     return config.stash[_ATTEMPTS]
 
@@ -86,10 +78,7 @@ def _chains(config: pytest.Config) -> list[ResolvedChain]:
             attempt = attempts[name]
             return dict(attempt.config.variables) if attempt.config else {}
 
-        try:
-            config.stash[_CHAINS] = resolve_chains(_fleet(config), variables)
-        except InputError as exc:
-            raise pytest.UsageError(str(exc)) from None
+        config.stash[_CHAINS] = resolve_chains(_fleet(config), variables)
     return config.stash[_CHAINS]
 
 
@@ -134,8 +123,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         check = get_check(marker.args[0])
     except KeyError as exc:
         raise pytest.UsageError(f"fleetgate: {exc.args[0]}") from None
-    seams = _seams_for(metafunc.config, check)
+    try:
+        seams = _seams_for(metafunc.config, check)
+    except (InputError, pytest.UsageError) as exc:
+        # Reported once, as one line, when collection ends (pytest_collection_modifyitems).
+        metafunc.config.stash.setdefault(_SETUP_ERROR, str(exc).removeprefix("fleetgate: "))
+        seams = []
     metafunc.parametrize("seam", seams, ids=[s.name for s in seams])
+
+
+def pytest_collection_modifyitems(config: pytest.Config) -> None:
+    error = config.stash.get(_SETUP_ERROR, None)
+    if error is not None:
+        raise pytest.UsageError(f"fleetgate: {error}")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -156,22 +156,24 @@ def _relative(config: pytest.Config, text: str) -> str:
     return text.replace(f"{fleet.root}/", "") if fleet is not None else text
 
 
-class _NoNetwork:
-    """Seams are hermetic: any connection that leaves the machine is a bug in a seam."""
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
-    def __init__(self) -> None:
-        self.original = socket.socket.connect
 
-    def connect(self, sock: socket.socket, address: Any) -> Any:
-        host = address[0] if isinstance(address, tuple) else address
-        if isinstance(host, str) and host not in ("127.0.0.1", "::1", "localhost") and not host.startswith("/"):
-            raise RuntimeError(f"fleetgate seams are offline: refused a connection to {address!r}")
-        return self.original(sock, address)
+class OfflineError(OSError):
+    """A seam tried to leave the machine (an OSError, so socket helpers clean up as for any refusal)."""
 
 
 @pytest.fixture(autouse=True)
 def _fleetgate_hermetic_seams(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seams are offline: any connection that leaves the machine is a bug in a seam."""
     if request.node.get_closest_marker("seam") is None:
         return
-    guard = _NoNetwork()
-    monkeypatch.setattr(socket.socket, "connect", guard.connect)
+    original = socket.socket.connect
+
+    def connect(sock: socket.socket, address: Any) -> Any:
+        host = address[0] if isinstance(address, tuple) else address
+        if isinstance(host, str) and host not in _LOOPBACK and not host.startswith("/"):
+            raise OfflineError(f"fleetgate seams are offline: refused a connection to {address!r}")
+        return original(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)

@@ -215,6 +215,7 @@ def render(
     *,
     overrides: Mapping[str, str | None] | None = None,
     payload: tuple[str, ...] | None = None,
+    timeout: float = _RENDER_TIMEOUT_S,
 ) -> Rendered:
     """Run the serve script and capture what it starts.
 
@@ -261,12 +262,12 @@ def render(
                 cwd=work,
                 env=env,
                 capture_output=True,
-                timeout=_RENDER_TIMEOUT_S,
+                timeout=timeout,
                 check=False,
             )
         except subprocess.TimeoutExpired:
             raise RenderRefused(script, None, f"the serve script did not exec {service.binary} within "
-                                f"{_RENDER_TIMEOUT_S:.0f} s (a wait loop or a prompt?)", "") from None
+                                f"{timeout:g} s (a wait loop or a prompt?)", "") from None
         stderr = done.stderr.decode("utf-8", "replace")
         invocations = _read_invocations(out)
         if not invocations:
@@ -302,7 +303,8 @@ def _require_bash(script: Path) -> None:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
     check = subprocess.run(["/bin/bash", "-n", str(script)], capture_output=True, check=False, timeout=10)
     if check.returncode != 0:
-        line, message = _last_error(check.stderr.decode("utf-8", "replace"), script)
+        # bash -n reports the error first and echoes the offending line after it.
+        line, message = _last_error(check.stderr.decode("utf-8", "replace").splitlines()[0], script)
         raise InputError(script, line, f"bash: {message}")
 
 

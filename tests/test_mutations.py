@@ -19,7 +19,7 @@ CATALOGUE = load_catalogue(REPO / "fixtures" / "incidents")
 
 
 def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> pytest.HookRecorder:
-    return pytester.inline_run(str(SEAMS), f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q")
+    return pytester.inline_run(str(SEAMS), f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q", "--import-mode=importlib")
 
 
 def failure_key(text: str) -> tuple[str, str]:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from fleetgate.failure import Failure, format_failure
+
 __all__ = ["REGISTRY", "Check", "check", "get_check"]
 
 Kind = Literal["seam", "live"]
@@ -33,7 +35,14 @@ class Check:
 
     def __call__(self, subject: Any) -> None:
         __tracebackhide__ = True
-        self.func(subject)
+        try:
+            self.func(subject)
+        except Failure as failure:
+            if not failure.cites:
+                # A failure that names no rule of its own cites the check's rules.
+                failure.cites = self.cites
+                failure.args = (format_failure(failure),)
+            raise
 
 
 REGISTRY: dict[str, Check] = {}

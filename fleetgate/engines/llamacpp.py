@@ -10,6 +10,7 @@ whose values accumulate; an unknown flag stops the server at startup ("error: in
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -204,6 +205,26 @@ class LlamaServerConfig:
         return any(t != "none" for t in self.spec_types)
 
 
+_STOI = re.compile(r"^\s*[+-]?\d+")
+_STOF = re.compile(r"^\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE)
+
+
+def stoi(text: str) -> int:
+    """C++ std::stoi, as the engine converts integer flags: the leading integer, the rest ignored."""
+    match = _STOI.match(text)
+    if match is None:
+        raise ValueError(text)
+    return int(match.group(0))
+
+
+def stof(text: str) -> float:
+    """C++ std::stof: the leading floating-point number, the rest ignored."""
+    match = _STOF.match(text)
+    if match is None:
+        raise ValueError(text)
+    return float(match.group(0))
+
+
 def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaServerConfig:
     """Read llama-server's argv (``argv[0]`` is the binary) and environment as build 11434 does."""
     parsed = _table().parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
@@ -218,7 +239,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
         if use is None or use.value is None:
             return default
         try:
-            return int(use.value.strip())
+            return stoi(use.value)
         except ValueError:
             problems.append(ArgvProblem(use.flag, use.index, f"expected an integer, got {use.value!r}"))
             return default
@@ -228,7 +249,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
         if use is None or use.value is None:
             return None
         try:
-            return float(use.value)
+            return stof(use.value)
         except ValueError:
             problems.append(ArgvProblem(use.flag, use.index, f"expected a number, got {use.value!r}"))
             return None
@@ -244,25 +265,26 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
         return tuple(v.strip() for v in value.split(",") if v.strip()) if value else ()
 
     tensor_split: list[float] = []
-    for part in listing("tensor_split"):
-        try:
-            tensor_split.append(float(part))
-        except ValueError:
-            use = parsed.last("tensor_split")
-            problems.append(ArgvProblem(use.flag if use else "-ts", use.index if use else None,
-                                        f"expected numbers N0,N1,..., got {text('tensor_split')!r}"))
-            tensor_split = []
-            break
+    split_use = parsed.last("tensor_split")
+    if split_use is not None and split_use.value is not None:
+        # common/arg.cpp: split on ',' and '/', each part through std::stof
+        for part in (p for p in re.split(r"[,/]+", split_use.value) if p):
+            try:
+                tensor_split.append(stof(part))
+            except ValueError:
+                problems.append(ArgvProblem(split_use.flag, split_use.index,
+                                            f"expected proportions N0,N1,..., got {split_use.value!r}"))
+                tensor_split = []
+                break
 
     spec_types: list[str] = []
     for use in parsed.all("spec_type"):
         spec_types += [v.strip() for v in (use.value or "").split(",") if v.strip()]
     kv_unified_use = parsed.last("kv_unified")
     parallel = number("parallel", -1)
-    if parallel == 0:
-        use = parsed.last("parallel")
-        problems.append(ArgvProblem(use.flag if use else "-np", use.index if use else None,
-                                    "invalid value for n_parallel (0)"))
+    parallel_use = parsed.last("parallel")
+    if parallel == 0 and parallel_use is not None:
+        problems.append(ArgvProblem(parallel_use.flag, parallel_use.index, "invalid value for n_parallel (0)"))
 
     return LlamaServerConfig(
         argv=tuple(argv),

@@ -1,0 +1,121 @@
+"""llama-server's argv read as build 11434 reads it -- and checked against the real binary's own parser."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from fleetgate.engines.llama_help import parse_help
+from fleetgate.engines.llamacpp import OPTIONS, context_shape, parse_llama_server
+from tests.engine import llama_server_binary
+
+
+def test_aliases_and_underscores_read_as_one_flag() -> None:
+    config = parse_llama_server(["llama-server", "-c", "4096", "--ubatch_size", "256", "-np", "2", "-md", "/d.gguf"])
+    assert (config.ctx_size, config.ubatch_size, config.parallel, config.spec_draft_model) == (4096, 256, 2, "/d.gguf")
+
+
+def test_environment_first_then_the_command_line_wins() -> None:
+    env = {"LLAMA_ARG_CTX_SIZE": "8192", "LLAMA_ARG_CACHE_RAM": "1024"}
+    config = parse_llama_server(["llama-server", "--ctx-size", "4096"], env)
+    assert config.ctx_size == 4096
+    assert config.cache_ram_mib == 1024
+    use = config.use("cache_ram")
+    assert use is not None and use.index is None and use.flag == "LLAMA_ARG_CACHE_RAM"
+
+
+def test_a_repeated_flag_keeps_its_last_value_but_spec_types_accumulate() -> None:
+    config = parse_llama_server(["llama-server", "-c", "1", "-c", "2", "--spec-type", "draft-mtp", "--spec-type", "ngram-mod"])
+    assert config.ctx_size == 2
+    assert config.spec_types == ("draft-mtp", "ngram-mod")
+
+
+def test_defaults_of_build_11434() -> None:
+    config = parse_llama_server(["llama-server"])
+    assert (config.parallel, config.n_slots, config.unified_kv) == (-1, 4, True)
+    assert (config.cache_ram_mib, config.ctx_checkpoints, config.batch_size, config.ubatch_size) == (8192, 32, 2048, 512)
+    assert config.spec_types == ("none",) and not config.speculative
+
+
+def test_tensor_split_takes_commas_and_slashes() -> None:
+    assert parse_llama_server(["llama-server", "-ts", "36/29"]).tensor_split == (36.0, 29.0)
+    assert parse_llama_server(["llama-server", "-ts", "35,30"]).tensor_split == (35.0, 30.0)
+
+
+def test_flag_positions_point_into_the_engine_argv() -> None:
+    argv = ["llama-server", "--model", "/m.gguf", "--cache-ram", "16384"]
+    use = parse_llama_server(argv).use("cache_ram")
+    assert use is not None and argv[use.index or 0] == "--cache-ram"
+
+
+@pytest.mark.parametrize(
+    ("ctx", "parallel", "unified", "n_ctx", "n_ctx_seq"),
+    [
+        (393216, 2, False, 393216, 196608),
+        (786432, 3, False, 786432, 262144),
+        (1000, 1, False, 1024, 1024),  # padded to 256
+        (1000, 3, False, 1536, 512),  # each slot padded, the pool rounded to slots x slot
+        (4096, -1, True, 4096, 4096),  # -np -1: 4 slots sharing one unified pool
+        (8192, 2, True, 8192, 8192),
+    ],
+)
+def test_context_shape_mirrors_llama_context(ctx: int, parallel: int, unified: bool, n_ctx: int, n_ctx_seq: int) -> None:
+    argv = ["llama-server", "-c", str(ctx), "-np", str(parallel)] + (["-kvu"] if unified and parallel > 0 else [])
+    shape = context_shape(parse_llama_server(argv), None)
+    assert shape is not None
+    assert (shape.n_ctx, shape.n_ctx_seq, shape.unified) == (n_ctx, n_ctx_seq, unified)
+
+
+def test_committed_flag_list_is_the_real_binarys() -> None:
+    """fleetgate's list of accepted flags equals what build 11434's own --help prints."""
+    help_text = subprocess.run([str(llama_server_binary()), "--help"], capture_output=True, text=True,
+                               timeout=60, check=False).stdout
+    live = parse_help(help_text)
+    committed = json.loads(resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text())
+    assert [o["names"] for o in committed["options"]] == [o["names"] for o in live]
+    assert committed["options"] == live
+
+
+def test_interpreted_options_match_the_binarys_names_and_environment() -> None:
+    entries = {name: o for o in json.loads(resources.files("fleetgate.engines").joinpath("llama_server_flags.json")
+                                           .read_text())["options"] for name in o["names"]}
+    for option in OPTIONS:
+        entry = entries[option.names[0]]
+        assert set(option.names + option.neg_names) == set(entry["names"]), option.dest
+        assert option.takes_value == entry["takes_value"], option.dest
+        assert option.env == entry["env"], option.dest
+
+
+# Each argv, with a model that does not exist: the real binary either stops in its argument parser or
+# gets past it to the model load. fleetgate must agree on which.
+ORACLE_CASES = [
+    ["--ctx-size", "4096"],
+    ["--ctx_size", "4096"],
+    ["--cache-ram-mib", "5"],
+    ["--ctx-size"],
+    ["--ctx-size", "abc"],
+    ["--top-k", "2.5"],
+    ["--temp", "0.7x"],
+    ["--temp", "warm"],
+    ["-ts", "35,30", "-sm", "layer"],
+    ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"],
+    ["--no-kv-unified", "-np", "2"],
+    ["--metrics", "--slots", "--jinja"],
+    ["-md", "/nonexistent-draft.gguf", "--spec-draft-n-max", "x"],
+    ["--totally-unknown"],
+]
+
+
+@pytest.mark.parametrize("args", ORACLE_CASES, ids=[" ".join(a) for a in ORACLE_CASES])
+def test_parse_agrees_with_the_real_binary(args: list[str], tmp_path: Path) -> None:
+    argv = ["llama-server", "-m", str(tmp_path / "absent.gguf"), "--port", "1", *args]
+    done = subprocess.run([str(llama_server_binary()), *argv[1:]], capture_output=True, text=True, timeout=60, check=False)
+    output = done.stdout + done.stderr
+    engine_rejects = "error: invalid argument" in output or "error while handling" in output
+    # Past its argument parser the server starts up (and then fails on the absent model or the port).
+    assert engine_rejects or "llama_server: initializing" in output, output[-400:]
+    assert bool(parse_llama_server(argv).problems) == engine_rejects, output[-400:]

@@ -1,0 +1,134 @@
+"""The pytest plugin, driven the way users drive it (pytester): options, ids, errors, hermetic seams, xdist."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "fixtures" / "fleet"
+# The copied seams/ has the same module names as the outer run's: import them by path.
+IMPORT_BY_PATH = "--import-mode=importlib"
+
+
+@pytest.fixture
+def seams(pytester: pytest.Pytester) -> Path:
+    """The repository's seams/, copied so the run has no ini file but the one a test writes."""
+    target = pytester.path / "seams"
+    shutil.copytree(REPO / "seams", target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def copy_fleet(pytester: pytest.Pytester) -> Path:
+    target = pytester.path / "fleet"
+    shutil.copytree(FLEET, target)
+    return target
+
+
+def test_without_a_fleet_the_run_stops_with_one_line(pytester: pytest.Pytester, seams: Path) -> None:
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fleetgate: no fleet to check: pass --fleet PATH/fleet.toml or set fleetgate_fleet*"])
+
+
+def test_the_ini_option_names_the_fleet_relative_to_the_ini_file(pytester: pytest.Pytester, seams: Path) -> None:
+    copy_fleet(pytester)
+    pytester.makeini("[pytest]\nfleetgate_fleet = fleet/fleet.toml\n")
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"), "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_timeouts_nest[[]tts-budgets[]] PASSED*"])
+
+
+def test_seams_are_parametrised_per_service_they_apply_to(pytester: pytest.Pytester, seams: Path) -> None:
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vllm.py"), str(seams / "test_render.py"), f"--fleet={FLEET / 'fleet.toml'}",
+                                "--collect-only", "-q")
+    result.stdout.fnmatch_lines([
+        "*test_vllm.py::test_vllm_memory_knobs[[]frank-archon[]]",
+        "*test_render.py::test_serve_script_renders[[]frank-medium[]]",
+        "*test_render.py::test_serve_script_renders[[]frank-tts[]]",
+    ])
+    assert "test_vllm_memory_knobs[frank-medium]" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("fleet.toml", "port = 7771", 'port = "7771"'),
+         'ERROR: fleetgate: */fleet.toml:*: services.frank-zealot.port: expected integer, got "7771"'),
+        (("fleet.toml", 'engine = "vllm"', 'engine = "sglang"'),
+         'ERROR: fleetgate: */fleet.toml:*: services.frank-archon.engine: expected one of "llama.cpp", "vllm", "openai", got "sglang"'),
+        (("fleet.toml", "[fleet]\n", "[fleet\n"), "ERROR: fleetgate: */fleet.toml:*: not valid TOML*"),
+        (("fleet.toml", 'host = "apu"', 'host = "apu"\ncolour = "red"'),
+         "ERROR: fleetgate: */fleet.toml:*: services.frank-dragoon: unknown key 'colour'; expected one of:*"),
+        (("scripts/frank-medium.env", "CACHE_RAM=16384", "export CACHE_RAM=16384"),
+         "ERROR: fleetgate: */scripts/frank-medium.env:*: 'export CACHE_RAM' is not a variable name*"),
+        (("dankserver/frank-archon/frank-archon.env", "\nTP=2\n", "\nTP\n"),
+         "ERROR: fleetgate: */frank-archon.env:*: bare 'TP' copies the host's own value under podman; expected NAME=VALUE"),
+        (("scripts/frank-tts.service", "[Service]", "[Service"),
+         "ERROR: fleetgate: */scripts/frank-tts.service:4: expected a section header like [[]Service[]], got '[[]Service'"),
+        (("scripts/serve-frank-dragoon.sh", "exec halogen serve", "exec halogen serve ("),
+         "ERROR: fleetgate: */scripts/serve-frank-dragoon.sh:*: bash: syntax error*"),
+    ],
+    ids=["schema-type", "schema-enum", "toml-syntax", "unknown-key", "systemd-export", "podman-bare-name",
+         "unit-section", "script-syntax"],
+)
+def test_malformed_files_stop_the_run_with_one_line(
+    pytester: pytest.Pytester, seams: Path, edit: tuple[str, str, str], expected: str
+) -> None:
+    fleet = copy_fleet(pytester)
+    file, old, new = edit
+    text = (fleet / file).read_text()
+    assert old in text
+    (fleet / file).write_text(text.replace(old, new, 1))
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([expected])
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "raise " not in output
+    assert len([line for line in result.stderr.lines if line.startswith("ERROR:")]) == 1
+
+
+def test_a_failing_seam_reads_as_an_operator_message_without_a_traceback(pytester: pytest.Pytester, seams: Path) -> None:
+    fleet = copy_fleet(pytester)
+    env = fleet / "scripts" / "frank-medium.env"
+    env.write_text(env.read_text().replace("VISION=on", "VISION=off"))
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet / 'fleet.toml'}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "frank-medium: vision-mmproj [[]B-MM-1, B-MM-2, INC-08[]]",
+        "  where:    scripts/serve-frank-medium.sh",
+        "  observed: no --mmproj in the rendered argv",
+        "  expected: --mmproj <projector.gguf>*",
+        "  fix:      pass --mmproj explicitly*",
+    ])
+    assert "Traceback" not in result.stdout.str() and "def vision_mmproj" not in result.stdout.str()
+
+
+def test_seams_refuse_the_network(pytester: pytest.Pytester) -> None:
+    seams = pytester.mkdir("seams")
+    (seams / "conftest.py").write_text((REPO / "seams" / "conftest.py").read_text())
+    (seams / "test_leak.py").write_text(
+        "import socket\n"
+        "def test_leak():\n"
+        "    socket.create_connection(('192.0.2.1', 80), timeout=1)\n"
+        "def test_loopback_is_fine():\n"
+        "    with socket.socket() as s:\n"
+        "        try:\n"
+        "            s.connect(('127.0.0.1', 9))\n"
+        "        except ConnectionRefusedError:\n"
+        "            pass\n"
+    )
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams))
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*fleetgate seams are offline: refused a connection to ('192.0.2.1', 80)*"])
+
+
+def test_seams_run_under_xdist_and_keep_their_messages(pytester: pytest.Pytester, seams: Path) -> None:
+    fleet = copy_fleet(pytester)
+    env = fleet / "podcast" / "podcast-app.env"
+    env.write_text(env.read_text().replace("ESPERANTO_TTS_TIMEOUT=660", "ESPERANTO_TTS_TIMEOUT=600"))
+    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=20, failed=1)
+    result.stdout.fnmatch_lines(["*tts-budgets: timeouts-nest*", "*observed: podcast-app:ESPERANTO_TTS_TIMEOUT = 600 s is equal to*"])

@@ -1,0 +1,156 @@
+"""The renderer runs serve scripts as bash does, answers host questions from the fleet, and writes nothing."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fleetgate.errors import InputError
+from fleetgate.fleet import load_fleet
+from fleetgate.render import RenderRefused, render
+
+FLEET_TOML = """
+[fleet]
+name = "t"
+deploy_root = "/srv/repo"
+
+[hosts.h]
+ram_gib = 8
+devices = [{ name = "CPU", vram_bytes = 1 }]
+
+[services.s]
+host = "h"
+port = 8080
+engine = "llama.cpp"
+unit = "s.service"
+serve_script = "serve.sh"
+payload = ["/models/m.gguf"]
+"""
+
+UNIT = """
+[Service]
+Environment="GREETING=two words" PATH=/opt/llama/bin:/usr/bin
+EnvironmentFile=/srv/repo/s.env
+ExecStart=/srv/repo/serve.sh
+"""
+
+
+def make_fleet(tmp_path: Path, script: str, env: str = "CTX=4096\n", unit: str = UNIT) -> Path:
+    (tmp_path / "fleet.toml").write_text(FLEET_TOML, encoding="utf-8")
+    (tmp_path / "s.service").write_text(unit, encoding="utf-8")
+    (tmp_path / "s.env").write_text(env, encoding="utf-8")
+    serve = tmp_path / "serve.sh"
+    serve.write_text("#!/bin/bash\n" + textwrap.dedent(script), encoding="utf-8")
+    return tmp_path / "fleet.toml"
+
+
+def rendered(fleet_toml: Path, **kwargs: object):  # type: ignore[no-untyped-def]
+    fleet = load_fleet(fleet_toml)
+    return render(fleet, fleet.services["s"], **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_engine_gets_the_units_environment_and_the_scripts_argv(tmp_path: Path) -> None:
+    result = rendered(make_fleet(tmp_path, 'exec llama-server -c "$CTX" --alias "$GREETING"\n'))
+    assert result.argv == ("llama-server", "-c", "4096", "--alias", "two words")
+    assert result.env["CTX"] == "4096"
+    assert result.inputs["CTX"].where == f"{tmp_path / 's.env'}:1"
+    assert result.inputs["GREETING"].via == "Environment="
+
+
+def test_empty_versus_unset_is_seen_the_way_bash_sees_it(tmp_path: Path) -> None:
+    script = ': "${A=dflt}"; : "${B:=dflt}"\nexec llama-server "[$A]" "[$B]"\n'
+    fleet = make_fleet(tmp_path, script)
+    assert rendered(fleet, overrides={"A": "", "B": ""}).args == ("[]", "[dflt]")
+    assert rendered(fleet, overrides={"A": None, "B": None}).args == ("[dflt]", "[dflt]")
+
+
+def test_file_tests_are_answered_from_the_fleet_not_this_machine(tmp_path: Path) -> None:
+    script = """
+    [ -f /models/m.gguf ] && echo payload-present >&2
+    [ -d /models ] && echo payload-dir-present >&2
+    if [ -e /etc/passwd ]; then exec llama-server host-file-seen; fi
+    test -f /srv/repo/s.env && exec llama-server repo-file-seen
+    """
+    result = rendered(make_fleet(tmp_path, script))
+    assert result.args == ("repo-file-seen",)
+    answers = {(t.op, t.path): t.answer for t in result.tests}
+    assert answers == {("-f", "/models/m.gguf"): True, ("-d", "/models"): True, ("-e", "/etc/passwd"): False,
+                       ("-f", "/srv/repo/s.env"): True}
+
+
+def test_an_undeclared_payload_makes_the_script_refuse_and_names_the_line(tmp_path: Path) -> None:
+    script = '[ -f /models/m.gguf ] || { echo "model missing" >&2; exit 1; }\nexec llama-server\n'
+    with pytest.raises(RenderRefused) as refused:
+        rendered(make_fleet(tmp_path, script), payload=())
+    assert refused.value.line == 2
+    assert "exited 1 without starting llama-server: model missing" in str(refused.value)
+
+
+def test_nothing_the_script_runs_writes(tmp_path: Path) -> None:
+    target = tmp_path / "must-not-exist"
+    script = f"""
+    mkdir -p {target}/sub
+    touch {target}/file
+    echo x | tee {target}/teed >/dev/null
+    rm -rf {tmp_path}/fleet.toml
+    exec llama-server
+    """
+    result = rendered(make_fleet(tmp_path, script))
+    assert not target.exists()
+    assert (tmp_path / "fleet.toml").exists()
+    assert [w[0] for w in result.writes] == ["mkdir", "touch", "tee", "rm"]
+
+
+def test_sourcing_a_file_outside_the_repository_is_recorded(tmp_path: Path) -> None:
+    script = 'source "${ALT_ENV:-/srv/repo/s.env}"\nexec llama-server -c "$CTX"\n'
+    fleet = make_fleet(tmp_path, script)
+    assert rendered(fleet).sourced[0].inside_repo
+    # Without `set -e` the script goes on with what it had: the render succeeds and records the read.
+    tolerated = rendered(fleet, overrides={"ALT_ENV": "/tmp/bench-arm.env"})
+    assert [(s.target, s.inside_repo) for s in tolerated.sourced] == [("/tmp/bench-arm.env", False)]
+    with pytest.raises(RenderRefused) as refused:
+        rendered(make_fleet(tmp_path, "set -e\n" + script), overrides={"ALT_ENV": "/tmp/bench-arm.env"})
+    assert [(s.target, s.inside_repo) for s in refused.value.sourced] == [("/tmp/bench-arm.env", False)]
+
+
+def test_overrides_hold_after_the_script_sources_its_env_file(tmp_path: Path) -> None:
+    script = "source /srv/repo/s.env\nexec llama-server -c \"$CTX\"\n"
+    assert rendered(make_fleet(tmp_path, script), overrides={"CTX": "8192"}).args == ("-c", "8192")
+
+
+def test_drop_ins_apply_after_the_unit_in_name_order(tmp_path: Path) -> None:
+    fleet = make_fleet(tmp_path, 'exec llama-server "$GREETING"\n')
+    drop_ins = tmp_path / "s.service.d"
+    drop_ins.mkdir()
+    (drop_ins / "20-late.conf").write_text("[Service]\nEnvironment=GREETING=late\n", encoding="utf-8")
+    (drop_ins / "10-early.conf").write_text("[Service]\nEnvironment=GREETING=early\n", encoding="utf-8")
+    result = rendered(fleet)
+    assert result.args == ("late",)
+    assert result.inputs["GREETING"].where == f"{drop_ins / '20-late.conf'}:2"
+
+
+def test_a_script_that_never_execs_the_engine_is_bounded(tmp_path: Path) -> None:
+    with pytest.raises(RenderRefused, match="did not exec llama-server within 1 s"):
+        rendered(make_fleet(tmp_path, "while true; do sleep 0.1; done\n"), timeout=1.0)
+
+
+@pytest.mark.parametrize(
+    ("script", "unit", "fragment"),
+    [
+        ("exec llama-server (\n", UNIT, "serve.sh:2: bash: syntax error"),
+        ("exec llama-server\n", UNIT.replace("ExecStart=/srv/repo/serve.sh", "ExecStart=/elsewhere/serve.sh"),
+         "s.service:5: ExecStart=/elsewhere/serve.sh names no file under the fleet's deploy_root /srv/repo"),
+        ("exec llama-server\n", UNIT.replace("EnvironmentFile=/srv/repo/s.env", "EnvironmentFile=/srv/repo/absent.env"),
+         "s.service:4: EnvironmentFile=/srv/repo/absent.env is not a file of this fleet repository"),
+        ("exec llama-server\n", UNIT + "NoEqualsSign\n", "s.service:6: expected Key=Value, got 'NoEqualsSign'"),
+        ("exec llama-server\n", "Environment=A=1\n" + UNIT, "s.service:1: assignment outside any section"),
+    ],
+)
+def test_malformed_scripts_and_units_are_one_line_errors(tmp_path: Path, script: str, unit: str, fragment: str) -> None:
+    with pytest.raises(InputError) as raised:
+        rendered(make_fleet(tmp_path, script, unit=unit))
+    message = str(raised.value)
+    assert fragment in message
+    assert "\n" not in message
