@@ -42,8 +42,8 @@ def test_the_ini_option_names_the_fleet_relative_to_the_ini_file(pytester: pytes
 
 
 def test_seams_are_parametrised_per_service_they_apply_to(pytester: pytest.Pytester, seams: Path) -> None:
-    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vllm.py"), str(seams / "test_render.py"), f"--fleet={FLEET / 'fleet.toml'}",
-                                "--collect-only", "-q")
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vllm.py"), str(seams / "test_render.py"),
+                                f"--fleet={FLEET / 'fleet.toml'}", "--collect-only", "-q")
     result.stdout.fnmatch_lines([
         "*test_vllm.py::test_vllm_memory_knobs[[]frank-archon[]]",
         "*test_render.py::test_serve_script_renders[[]frank-medium[]]",
@@ -129,6 +129,7 @@ def test_seams_run_under_xdist_and_keep_their_messages(pytester: pytest.Pytester
     fleet = copy_fleet(pytester)
     env = fleet / "podcast" / "podcast-app.env"
     env.write_text(env.read_text().replace("ESPERANTO_TTS_TIMEOUT=660", "ESPERANTO_TTS_TIMEOUT=600"))
-    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}", "-n", "2", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}", "-n", "2",
+                                           "-p", "no:cacheprovider")
     result.assert_outcomes(passed=20, failed=1)
     result.stdout.fnmatch_lines(["*tts-budgets: timeouts-nest*", "*observed: podcast-app:ESPERANTO_TTS_TIMEOUT = 600 s is equal to*"])
