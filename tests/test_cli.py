@@ -1,0 +1,47 @@
+"""The fleetgate command: what a service runs, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleetgate.cli import main
+
+FLEET = Path(__file__).resolve().parents[1] / "fixtures" / "fleet"
+
+
+def test_render_prints_the_argv_the_serve_script_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "frank-medium", "--fleet", str(FLEET / "fleet.toml")]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1] == "llama-server \\"
+    assert "    --tensor-split 35,30 \\" in out.splitlines()
+    assert "    --spec-type draft-mtp \\" in out.splitlines()
+
+
+def test_render_json_names_where_each_variable_was_set(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "frank-zealot", "--fleet", str(FLEET / "fleet.toml"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["argv"][0] == "llama-server"
+    assert data["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+    assert data["inputs"]["CTX_SIZE"]["where"].endswith("scripts/frank-zealot.env:13")
+
+
+def test_an_unknown_service_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "frank-nope", "--fleet", str(FLEET / "fleet.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "no service 'frank-nope'; expected one of: frank-medium" in err
+
+
+def test_a_malformed_env_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = tmp_path / "fleet"
+    shutil.copytree(FLEET, fleet)
+    env = fleet / "scripts" / "frank-medium.env"
+    env.write_text(env.read_text() + 'BROKEN="never closed\n')
+    assert main(["render", "frank-medium", "--fleet", str(fleet / "fleet.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fleetgate: {env}:")
+    assert "unterminated quote" in err and err.count("\n") == 1
