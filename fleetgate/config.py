@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
@@ -16,7 +15,7 @@ from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.fleet import Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import Origin, Rendered, RenderRefused, render
+from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
 
 __all__ = ["ServiceAttempt", "ServiceConfig", "attempt_service", "load_service"]
 
@@ -47,7 +46,7 @@ class ServiceConfig:
         for sourced in self.rendered.sourced:
             if not sourced.inside_repo:
                 continue
-            local = _local_path(self.fleet, sourced.target)
+            local = map_to_repo(self.fleet, sourced.target)
             if local is None or not local.is_file():
                 continue
             for name, entry in parse_env_file(local, "bash").items():
@@ -95,12 +94,6 @@ def _value_at(argv: tuple[str, ...], flag_index: int, sentinel: str) -> bool:
 
 def _origin(entry: EnvEntry) -> Origin:
     return Origin(entry.name, entry.value, entry.where, "sourced")
-
-
-def _local_path(fleet: Fleet, host_path: str) -> Path | None:
-    if fleet.deploy_root and host_path.startswith(fleet.deploy_root.rstrip("/") + "/"):
-        return fleet.root / host_path[len(fleet.deploy_root.rstrip("/")) + 1:]
-    return None
 
 
 def load_service(fleet: Fleet, service: Service) -> ServiceConfig:

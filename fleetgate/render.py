@@ -26,7 +26,7 @@ from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, Service
 from fleetgate.units import Setting, Unit, parse_unit, split_environment_assignments
 
-__all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "render", "service_inputs"]
+__all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "map_to_repo", "render", "service_inputs"]
 
 # systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
 SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
@@ -101,7 +101,7 @@ class RenderRefused(InputError):
         self.sourced = sourced
 
 
-def _map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
+def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
     """A host path of the deployed repository -> the repository file, or None."""
     if fleet.deploy_root is None:
         return None
@@ -152,7 +152,7 @@ def _unit_env_file(fleet: Fleet, setting: Setting, dialect: Dialect) -> dict[str
     value = setting.value
     optional = value.startswith("-")
     host_path = value.lstrip("-")
-    local = _map_to_repo(fleet, host_path)
+    local = map_to_repo(fleet, host_path)
     if local is None or not local.is_file():
         if optional:
             return {}
@@ -169,7 +169,7 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
     setting = starts[-1]
     words = shlex.split(setting.value.lstrip("-@+!:"))
     for word in words:
-        local = _map_to_repo(fleet, word)
+        local = map_to_repo(fleet, word)
         if local is not None:
             if local.resolve() != service.serve_script:
                 raise InputError(setting.path, setting.line,
@@ -201,7 +201,7 @@ def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[st
         for host, container in volumes:
             if word == container or word.startswith(container.rstrip("/") + "/"):
                 host_path = host.rstrip("/") + word[len(container.rstrip("/")):]
-                local = _map_to_repo(fleet, host_path)
+                local = map_to_repo(fleet, host_path)
                 if local is not None and local.resolve() == service.serve_script:
                     return origins, service.serve_script, unit
     raise InputError(exec_setting.path, exec_setting.line,
@@ -277,7 +277,7 @@ def render(
                 script, line,
                 f"the serve script exited {done.returncode} without starting {service.binary}"
                 + (f": {message}" if message else ""),
-                stderr, origins, tuple(_read_sourced(out, fleet)),
+                stderr, origins, tuple(_read_sourced(out)),
             )
         argv, engine_env = invocations[-1]
         return Rendered(
@@ -285,7 +285,7 @@ def render(
             argv=argv,
             env={k: v for k, v in engine_env.items() if not k.startswith("__FG_") and k != "BASH_ENV"},
             inputs=origins,
-            sourced=tuple(_read_sourced(out, fleet)),
+            sourced=tuple(_read_sourced(out)),
             tests=tuple(_read_tests(out)),
             writes=tuple(_read_writes(out)),
             script=script,
@@ -356,14 +356,14 @@ def _read_invocations(out: Path) -> list[tuple[tuple[str, ...], dict[str, str]]]
     return found
 
 
-def _read_sourced(out: Path, fleet: Fleet) -> list[SourcedFile]:
+def _read_sourced(out: Path) -> list[SourcedFile]:
     path = out / "sources"
     if not path.exists():
         return []
     found = []
     for line in path.read_text(encoding="utf-8").splitlines():
         kind, target, caller = line.split("\t")
-        found.append(SourcedFile(target=target, inside_repo=kind == "repo", caller=_relocate(caller, fleet)))
+        found.append(SourcedFile(target=target, inside_repo=kind == "repo", caller=caller))
     return found
 
 
@@ -384,10 +384,6 @@ def _read_writes(out: Path) -> list[tuple[str, ...]]:
         return []
     records = path.read_bytes().split(b"\0\n")
     return [tuple(p.decode("utf-8", "replace") for p in rec.split(b"\0") if p) for rec in records if rec.strip(b"\n")]
-
-
-def _relocate(caller: str, fleet: Fleet) -> str:
-    return caller
 
 
 _TRACE = re.compile(r"^\++(?P<file>[^:]+):(?P<line>\d+): ")
