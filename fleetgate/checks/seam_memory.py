@@ -7,6 +7,8 @@ naming the boot it was measured on) or from an estimate, marked as such in every
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fleetgate.checks import check
 from fleetgate.checks._common import gib
 from fleetgate.config import ServiceConfig
@@ -20,12 +22,22 @@ from fleetgate.fit import (
     service_ledger,
     service_sweep,
 )
+from fleetgate.fleet import locate_key
 
 FLOOR = "card-floor"
 BALANCE = "card-balance"
 CACHE = "prompt-cache-holds-slot"
 DRAFTER = "drafter-kv-fits"
 MiB = 1 << 20
+
+
+def _profile_where(path: Path, table: str) -> str:
+    """``file:line`` of a table in a profile (where the drafter's window would be declared)."""
+    try:
+        line = locate_key(path.read_text(encoding="utf-8"), (table,))
+    except (OSError, UnicodeDecodeError):
+        line = None
+    return f"{path}:{line}" if line else str(path)
 
 
 def _has_ledger(config: ServiceConfig) -> bool:
@@ -69,6 +81,9 @@ def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
     assert llama is not None
     good = [r for r in rows if r.ok]
     sweep = f"`fleetgate fit {config.name} --sweep-ts` prints every step"
+    if not rows:
+        return (f"shrink what the card holds: --ctx-size, a smaller KV type (-ctk/-ctv q8_0), the "
+                f"--ubatch-size or the drafter (`fleetgate fit {config.name}` prints every term)")
     if not good:
         return (f"no --tensor-split clears every floor and the slack at this shape: lower --ctx-size, the "
                 f"--ubatch-size or the drafter's cost ({sweep})")
@@ -85,26 +100,28 @@ def _lever(config: ServiceConfig) -> str:
     return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
 
 
-def _has_floor(config: ServiceConfig) -> bool:
-    return _has_ledger(config) and config.host.card_floor_bytes is not None
-
-
-@check(FLOOR, kind="seam", subject="service", applies=_has_floor,
-       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "INC-03", "INC-04", "INC-10"),
+@check(FLOOR, kind="seam", subject="service", applies=_has_ledger,
+       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-17", "INC-03", "INC-04",
+              "INC-10"),
        summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
 def card_floor(config: ServiceConfig) -> None:
     ledger = _ledger(config, FLOOR)
-    floor = config.host.card_floor_bytes
-    assert floor is not None
+    declared = config.host.card_floor_bytes
+    floor = declared or 0
     short = [d for d in ledger.cards if (d.free or 0) < floor]
     if not short:
         return
     worst = min(short, key=lambda d: d.free or 0)
-    where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
+    if declared is None:
+        expected = (f">= 0 free on every card: host {config.host.name} declares no floor, so the card's own "
+                    f"size is the limit ({config.fleet.where('hosts', config.host.name)})")
+    else:
+        where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
+        expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
     raise Failure(
         service=config.name, check=FLOOR, where=_lever(config),
         observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
-        expected=f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})",
+        expected=expected,
         details=[_card(d) for d in ledger.cards],
         fix=_split_fix(config, service_sweep(config)),
     )
@@ -212,9 +229,11 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
                     f"{ledger.shape.n_ctx}-token target context: {gib(kv)} of KV")
         else:
             what = f"the draft context's KV is {gib(kv)} (window {draft.sliding_window if draft else '?'})"
+        where = config.where_flag(llama.use("spec_type"))
+        if draft is not None and not mtp and not draft.sliding_window:
+            where = _profile_where(draft.path, "attention")
         raise Failure(
-            service=config.name, check=DRAFTER,
-            where=config.where_flag(llama.use("spec_draft_model") or llama.use("spec_type")),
+            service=config.name, check=DRAFTER, where=where,
             observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
             expected=f">= {gib(floor)} free on the card that carries the draft context",
             details=[_card(d) for d in ledger.cards]

@@ -47,18 +47,16 @@ def main(argv: list[str]) -> int:
                                   draft=load_profile(models[case.draft]) if case.draft else None)
             names = {d.card.label: d.card.name for d in ledger.devices}
             names["CPU_Mapped"] = "CPU (mapped)"
-
-            def _short(device: str) -> str:
-                return names.get(device, device)
-
             for r in compare(observed, ledger):
                 seen = f"{r.observed_exact:,}" if r.exact else f"{r.observed_mib} MiB"
                 how = "bytes" if r.exact else "2 decimals"
-                exact_lines.append(f"| {case.id} | {_short(r.device)} | {r.context} | {r.buffer} | {r.predicted:,} "
+                device = names.get(r.device, r.device)
+                exact_lines.append(f"| {case.id} | {device} | {r.context} | {r.buffer} | {r.predicted:,} "
                                    f"| {seen} | {'equal' if r.ok else 'DIFFERENT'} ({how}) |")
             for r in compare(observed, ledger, buffers=("compute",)):
                 worst = max(worst, abs(r.error))
-                compute_lines.append(f"| {case.id} | {_short(r.device)} | {r.context} | {r.predicted / 2**20:.2f} "
+                device = names.get(r.device, r.device)
+                compute_lines.append(f"| {case.id} | {device} | {r.context} | {r.predicted / 2**20:.2f} "
                                      f"| {r.observed / 2**20:.2f} | {r.error:+.0%} |")
         print("\n".join(exact_lines))
         print()

@@ -83,7 +83,9 @@ def compare(observed: Observed, ledger: Ledger, *, buffers: Sequence[str] = EXAC
 def table(rows: Sequence[Row]) -> str:
     lines = []
     for r in rows:
-        observed = str(r.observed_exact) if r.exact else (f"{r.observed_mib} MiB" if r.observed_mib else "absent")
+        observed = f"{r.observed_mib} MiB" if r.observed_mib else "absent"
+        if r.exact:
+            observed = str(r.observed_exact)
         lines.append(f"  {'ok ' if r.ok else 'BAD'} {r.device:<24} {r.context:<7} {r.buffer:<9} predicted "
                      f"{r.predicted:>12,} B  observed {observed}")
     return "\n".join(lines)

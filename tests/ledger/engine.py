@@ -129,7 +129,8 @@ def parse_server_log(text: str, *, second_context: str) -> list[LoggedBuffer]:
             context = "target" if contexts <= 0 else second_context
         if kind == "KV" and swa:
             kind = "KV (SWA)"
-        found.append(LoggedBuffer(device=match.group("dev"), buffer=kind, context=context, mib=match.group("mib")))
+        found.append(LoggedBuffer(device=match.group("dev"), buffer=kind, context=context,
+                                  mib=match.group("mib")))
     # a re-reserve prints the compute buffers again: keep the last of each (device, context)
     last: dict[tuple[str, str], int] = {}
     for i, b in enumerate(found):
@@ -213,7 +214,8 @@ def run_server(engine: Engine, workdir: Path, model: Path, args: Sequence[str], 
             tail = "\n".join(text.splitlines()[-25:])
             raise RuntimeError(f"llama-server did not become healthy within {LOAD_TIMEOUT_S:.0f} s "
                                f"(exit {server.poll()}): {' '.join(argv)}\n{tail}")
-    observed = Observed(argv=tuple(argv), buffers=parse_server_log(text, second_context=second_context), log=text)
+    buffers = parse_server_log(text, second_context=second_context)
+    observed = Observed(argv=tuple(argv), buffers=buffers, log=text)
     for endpoint, log in zip(endpoints, rpc_logs, strict=True):
         allocs = [int(m.group(1)) for m in _ALLOC.finditer(log.read_text(encoding="utf-8", errors="replace"))]
         _attach_exact(observed.buffers, f"RPC0[{endpoint}]", allocs)

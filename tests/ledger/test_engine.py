@@ -45,6 +45,6 @@ def test_ledger_matches_engine(case: Case, engine: Engine, models: dict[str, Pat
 
     compute = compare(observed, ledger, buffers=("compute",))
     assert compute and all(r.observed_mib is not None for r in compute), table(compute)
-    off = [r for r in compute
-           if abs(r.error) > COMPUTE_RELATIVE_BOUND and abs(r.predicted - r.observed) > COMPUTE_ABSOLUTE_BOUND]
+    off = [r for r in compute if abs(r.error) > COMPUTE_RELATIVE_BOUND
+           and abs(r.predicted - r.observed) > COMPUTE_ABSOLUTE_BOUND]
     assert not off, "compute estimate off by more than the documented bound:\n" + table(off)

@@ -22,7 +22,8 @@ N_VOCAB = 260  # 256 byte tokens, 2 merges, 2 specials
 
 def _byte_tokens() -> list[str]:
     """GPT-2's bytes_to_unicode alphabet: one printable character per byte."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
     chars = printable[:]
     n = 0
     for b in range(256):
@@ -34,7 +35,7 @@ def _byte_tokens() -> list[str]:
 
 
 def _vocab(writer: GGUFWriter) -> None:
-    tokens = _byte_tokens() + ["Ġt", "Ġa", "<|endoftext|>", "<|mask|>"]
+    tokens = [*_byte_tokens(), "Ġt", "Ġa", "<|endoftext|>", "<|mask|>"]
     assert len(tokens) == N_VOCAB
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
@@ -87,7 +88,7 @@ class Qwen35Shape:
 
 
 def write_qwen35(path: Path, shape: Qwen35Shape = Qwen35Shape(), *, seed: int = 1) -> Path:
-    """A qwen35 hybrid: (interval-1) Gated DeltaNet blocks then one attention block, repeated; nextn blocks last."""
+    """A qwen35 hybrid: (interval-1) DeltaNet blocks then an attention block, repeated; nextn blocks last."""
     s = shape
     n_all = s.n_layer + s.nextn
     w = GGUFWriter(str(path), "qwen35")
