@@ -564,8 +564,8 @@ def build_ledger(
                         ("--spec-draft-type-k", _option(config, "spec_draft_type_k", "f16")),
                         ("--spec-draft-type-v", _option(config, "spec_draft_type_v", "f16"))):
         if value.upper() not in KV_CACHE_TYPES:
-            raise ValueError(f"{flag} {value}: llama-server accepts only "
-                             f"{', '.join(t.lower() for t in KV_CACHE_TYPES)} (common/arg.cpp kv_cache_types)")
+            accepted = ", ".join(t.lower() for t in KV_CACHE_TYPES)
+            raise ValueError(f"{flag} {value}: llama-server accepts only {accepted} (common/arg.cpp)")
     n_seq = max(1, config.n_slots)
     unified = config.unified_kv
     n_ctx = pad(config.ctx_size or target.n_ctx_train or 0, 256)

@@ -116,8 +116,8 @@ def ggml_type_size(ggml_type: str) -> tuple[int, int]:
     try:
         return _type_sizes()[ggml_type.upper()]
     except KeyError:
-        known = ", ".join(sorted(_type_sizes()))
-        raise KeyError(f"unknown ggml type {ggml_type!r}; expected one of {known}") from None
+        names = ", ".join(sorted(_type_sizes()))
+        raise KeyError(f"unknown ggml type {ggml_type!r}; expected one of {names}") from None
 
 
 def row_bytes(ggml_type: str, n: int) -> int:
