@@ -30,6 +30,8 @@ def main(argv: list[str]) -> int:
         models["qwen35-mtp"] = write_qwen35(root / "tiny-qwen35-mtp.gguf", Qwen35Shape(nextn=1))
         models["dflash"] = write_dflash(root / "tiny-dflash.gguf")
         models["dflash-swa"] = write_dflash(root / "tiny-dflash-swa.gguf", DflashShape(sliding_window=64))
+        summary = ["| case | model | KV | KV (SWA) | RS | compared in | result |",
+                   "|---|---:|---:|---:|---:|---|---|"]
         exact_lines = ["| case | device | context | buffer | predicted (B) | llama-server | match |",
                        "|---|---|---|---|---:|---:|---|"]
         compute_lines = ["| case | device | context | estimate (MiB) | llama-server (MiB) | error |",
@@ -47,21 +49,27 @@ def main(argv: list[str]) -> int:
                                   draft=load_profile(models[case.draft]) if case.draft else None)
             names = {d.card.label: d.card.name for d in ledger.devices}
             names["CPU_Mapped"] = "CPU (mapped)"
-            for r in compare(observed, ledger):
+            rows = compare(observed, ledger)
+            kinds = ("model", "KV", "KV (SWA)", "RS")
+            counts = {kind: sum(1 for r in rows if r.buffer == kind) for kind in kinds}
+            how = "bytes (RPC) and 2 decimals (host)" if any(r.exact for r in rows) else "2 decimals (host)"
+            verdict = "all equal" if all(r.ok for r in rows) else "DIFFERENT"
+            summary.append(f"| {case.id} | {counts['model']} | {counts['KV']} | {counts['KV (SWA)']} | "
+                           f"{counts['RS']} | {how} | {verdict} |")
+            for r in rows:
                 seen = f"{r.observed_exact:,}" if r.exact else f"{r.observed_mib} MiB"
-                how = "bytes" if r.exact else "2 decimals"
                 device = names.get(r.device, r.device)
                 exact_lines.append(f"| {case.id} | {device} | {r.context} | {r.buffer} | {r.predicted:,} "
-                                   f"| {seen} | {'equal' if r.ok else 'DIFFERENT'} ({how}) |")
+                                   f"| {seen} | {'equal' if r.ok else 'DIFFERENT'} |")
             for r in compare(observed, ledger, buffers=("compute",)):
                 worst = max(worst, abs(r.error))
                 device = names.get(r.device, r.device)
                 compute_lines.append(f"| {case.id} | {device} | {r.context} | {r.predicted / 2**20:.2f} "
                                      f"| {r.observed / 2**20:.2f} | {r.error:+.0%} |")
-        print("\n".join(exact_lines))
-        print()
-        print("\n".join(compute_lines))
-        print(f"\nworst compute error: {worst:.0%}")
+        for block in (summary, compute_lines, exact_lines):
+            print("\n".join(block))
+            print()
+        print(f"worst compute error: {worst:.0%}")
     return 0
 
 
