@@ -143,10 +143,10 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
         print(_sweep_table(title, rows, llama.tensor_split, host.card_floor_bytes, host.balance_slack_bytes,
                            names))
         return 0
+    used = (config.profile, config.draft_profile if llama.spec_draft_model else None)
     print(_table(title, ledger, floor=host.card_floor_bytes, slack=host.balance_slack_bytes,
                  cache_ram_mib=llama.cache_ram_mib, ram=host.ram_bytes,
-                 reconstructed=[p.name for p in (config.profile, config.draft_profile)
-                                if p and p.reconstructed]))
+                 reconstructed=[p.name for p in used if p and p.reconstructed]))
     return 0
 
 

@@ -10,6 +10,7 @@ measured on one row of E.6 (its 36,29, deployed at the time) and named below.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from fleetgate.config import load_service
 from fleetgate.engines.llamacpp import parse_llama_server
-from fleetgate.fit import Calibration, Card, Ledger, build_ledger, calibrations_of
+from fleetgate.fit import Calibration, Card, Ledger, build_ledger
 from fleetgate.fleet import load_fleet
 from fleetgate.profile import load_profile
 
@@ -41,6 +42,7 @@ class Row:
     """GiB per card as the seed gives it."""
     kind: str = "free"
     """free (31.86 - used) or used."""
+    slots: int = 2
 
 
 ROWS: tuple[Row, ...] = (
@@ -75,16 +77,23 @@ def _argv(base: Sequence[str], changes: Mapping[str, str | None]) -> list[str]:
     return argv
 
 
+DRAFTERS: Mapping[str, tuple[str | None, str | None, str | None]] = {
+    "none": (None, None, None),
+    "mtp": ("draft-mtp", "3", None),
+    "dflash2": ("draft-dflash", "7", DFLASH2),
+    "dspark": ("draft-dspark", "6", DSPARK),
+}
+
+
 def ledger_for(row: Row, calibrations: Sequence[Calibration]) -> Ledger:
     fleet = load_fleet(FLEET)
     config = load_service(fleet, fleet.services["frank-medium"])
     assert config.llama is not None and config.profile is not None
-    spec = {"mtp": "draft-mtp", "dflash2": "draft-dflash", "dspark": "draft-dspark"}[row.drafter]
-    n_max = {"mtp": "3", "dflash2": "7", "dspark": "6"}[row.drafter]
-    model = {"mtp": None, "dflash2": DFLASH2, "dspark": DSPARK}[row.drafter]
+    spec, n_max, model = DRAFTERS[row.drafter]
     argv = _argv(config.rendered.argv, {
         "--tensor-split": row.ts, "--ctx-size": str(row.ctx), "--ubatch-size": str(row.ubatch),
-        "--spec-type": spec, "--spec-draft-n-max": n_max, "--spec-draft-model": model,
+        "--parallel": str(row.slots), "--spec-type": spec, "--spec-draft-n-max": n_max,
+        "--spec-draft-model": model, "--spec-draft-device": "ROCm1" if spec else None,
         "--mmproj": config.llama.mmproj if row.mmproj else None,
     })
     profiles = ROOT / "fixtures" / "fleet" / "profiles"
@@ -101,14 +110,50 @@ def _measured_used(row: Row, card: int) -> float:
     return value if row.kind == "used" else 31.86 - value
 
 
+def _derived(ledger: Ledger, card: int) -> int:
+    """Everything the ledger derives on a card: all but the compute buffers."""
+    return sum(b.bytes for b in ledger.cards[card].buffers if b.buffer != "compute")
+
+
+# E.14, card 1 (GB, as printed): the same binary at 262144 / 1 slot, b/ub 2048/512, no mmproj; the era's
+# split is not stated, 38,27 (balanced at that batch, E.5) is assumed.
+E14 = {"none": 26.07, "mtp": 29.35, "dflash2": 29.42}
+E14_ROW = Row("E.14", "38,27", 262144, 512, "none", False, (0.0, 0.0), "used", slots=1)
+
+
+def derive_set_a() -> list[Calibration]:
+    """The ubatch-512 calibrations of fleet.toml, derived from the boots they name.
+
+    MTP and DFlash2 compute: E.14's card-1 difference against the drafterless run, less what the ledger
+    derives for the drafter there (weights, KV, the extra recurrent rows). Target compute: E.29's rocm-smi
+    used, less everything else the ledger holds on the card (ROCm1: and the MTP compute).
+    """
+    base = ledger_for(dataclasses.replace(E14_ROW, drafter="none"), [])
+    found = []
+    for drafter, context in (("mtp", "mtp"), ("dflash2", "draft")):
+        armed = ledger_for(dataclasses.replace(E14_ROW, drafter=drafter), [])
+        difference = round((E14[drafter] - E14["none"]) * 1e9)
+        compute = difference - (_derived(armed, 1) - _derived(base, 1))
+        found.append(Calibration(device="ROCm1", context=context, bytes=compute, ubatch=512,
+                                 boot=f"E.14 spec A/B, card 1, {drafter} vs none"))
+    anchor = next(r for r in ROWS if r.source == "E.29")
+    ledger = ledger_for(anchor, [])
+    mtp = found[0].bytes
+    for i, device in enumerate(ledger.cards):
+        used = round(_measured_used(anchor, i) * GiB)
+        compute = used - _derived(ledger, i) - (mtp if device.card.name == "ROCm1" else 0)
+        found.append(Calibration(device=device.card.name, context="target", bytes=compute, ubatch=512,
+                                 boot=f"E.29 rocm-smi part 3, {device.card.name}"))
+    return found
+
+
 def calibrate_b() -> list[Calibration]:
     """Compute at ubatch 1536 per card: E.6 36,29's used VRAM minus everything else the ledger holds."""
     anchor = next(r for r in ROWS if r.source == "E.6" and r.ts == "36,29")
     ledger = ledger_for(anchor, [])
     found = []
     for i, device in enumerate(ledger.cards):
-        others = sum(b.bytes for b in device.buffers if b.buffer != "compute")
-        residual = round(_measured_used(anchor, i) * GiB) - others
+        residual = round(_measured_used(anchor, i) * GiB) - _derived(ledger, i)
         found.append(Calibration(device=device.card.name, context="target", bytes=residual, ubatch=1536,
                                  boot=SET_B_BOOT))
         # the drafter's own compute is inside this figure: zero it so it is not counted twice
@@ -118,8 +163,12 @@ def calibrate_b() -> list[Calibration]:
 
 
 def main(argv: list[str]) -> int:
-    fleet = load_fleet(FLEET)
-    set_a = list(calibrations_of(fleet.services["frank-medium"]))
+    if "--no-rollback" in argv:
+        # hypothesis: a build that keeps no recurrent rollback rows for drafters (n_rs_seq = 0)
+        import fleetgate.fit
+
+        fleetgate.fit.ROLLBACK_DRAFTERS = frozenset()
+    set_a = derive_set_a()
     set_b = calibrate_b()
     print("| source | -ts | ctx | ub | drafter | mmproj | card | measured | ledger | residual | basis |")
     print("|---|---|---:|---:|---|---|---|---:|---:|---:|---|")
@@ -131,16 +180,15 @@ def main(argv: list[str]) -> int:
             used = device.total / GiB
             predicted = used if row.kind == "used" else 31.86 - used
             measured = row.measured[i]
-            residual = predicted - measured
             basis = "calibration row" if anchor else ("set A" if row.ubatch == 512 else "set B")
             print(f"| {row.source} | {row.ts} | {row.ctx} | {row.ubatch} | {row.drafter} | "
                   f"{'BF16' if row.mmproj else 'no'} | {device.card.name} {row.kind} | {measured:.2f} | "
-                  f"{predicted:.2f} | {residual:+.2f} | {basis} |")
+                  f"{predicted:.2f} | {predicted - measured:+.2f} | {basis} |")
     print()
-    for cal in set_b:
+    for cal in (*set_a, *set_b):
         if cal.bytes:
-            print(f"set B: {cal.device} {cal.context} ubatch {cal.ubatch}: {cal.bytes:,} B "
-                  f"({cal.bytes / GiB:.2f} GiB) -- {cal.boot}")
+            print(f"- {cal.device} {cal.context} ubatch {cal.ubatch}: {cal.bytes:,} B "
+                  f"({cal.bytes / GiB:.2f} GiB), {cal.boot}")
     return 0
 
 

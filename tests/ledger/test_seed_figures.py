@@ -14,7 +14,7 @@ from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.fit import Card, Ledger, build_ledger, calibrations_of, service_ledger
 from fleetgate.fleet import load_fleet
 from fleetgate.profile import load_profile
-from tests.ledger.seed_tables import ROWS, Row, calibrate_b, ledger_for
+from tests.ledger.seed_tables import ROWS, Row, calibrate_b, derive_set_a, ledger_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "fixtures" / "fleet"
@@ -87,3 +87,11 @@ def test_e6_sweep_from_one_calibrated_row(row: Row) -> None:
     free = [31.86 - d.total / GiB for d in ledger.cards]
     for predicted, measured in zip(free, row.measured, strict=True):
         assert abs(predicted - measured) <= 0.01, (row.ts, free, row.measured)
+
+
+def test_fleet_calibrations_are_derived_from_the_boots_they_name() -> None:
+    """fleet.toml's compute calibrations are E.29 / E.14 minus what the ledger derives, not typed figures."""
+    fleet = load_fleet(FLEET / "fleet.toml")
+    declared = {(c.device, c.context): c.bytes for c in calibrations_of(fleet.services["frank-medium"])}
+    derived = {(c.device, c.context): c.bytes for c in derive_set_a()}
+    assert declared == derived
