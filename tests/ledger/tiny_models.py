@@ -69,20 +69,41 @@ class _Tensors:
 
 
 @dataclass(frozen=True)
-class Qwen35Shape:
+class _Dims:
+    """What every block-structured writer shares: the attention shape and the trained window."""
+
     n_layer: int = 8
-    nextn: int = 0
     n_embd: int = 64
     n_head: int = 4
     n_head_kv: int = 2
     head_dim: int = 32
     n_ff: int = 128
+    n_ctx_train: int = 8192
+
+
+def _header(writer: GGUFWriter, dims: _Dims, *, name: str, blocks: int, rope_dims: int) -> None:
+    writer.add_name(name)
+    writer.add_block_count(blocks)
+    writer.add_context_length(dims.n_ctx_train)
+    writer.add_embedding_length(dims.n_embd)
+    writer.add_feed_forward_length(dims.n_ff)
+    writer.add_head_count(dims.n_head)
+    writer.add_head_count_kv(dims.n_head_kv)
+    writer.add_key_length(dims.head_dim)
+    writer.add_value_length(dims.head_dim)
+    writer.add_rope_dimension_count(rope_dims)
+    writer.add_rope_freq_base(1e7)
+    writer.add_layer_norm_rms_eps(1e-6)
+
+
+@dataclass(frozen=True)
+class Qwen35Shape(_Dims):
+    nextn: int = 0
     d_conv: int = 4
     d_state: int = 16
     n_group: int = 2
     dt_rank: int = 4
     interval: int = 4
-    n_ctx_train: int = 8192
     tied_output: bool = False
     matrix_type: str = "Q8_0"
 
@@ -92,20 +113,11 @@ def write_qwen35(path: Path, shape: Qwen35Shape = Qwen35Shape(), *, seed: int = 
     s = shape
     n_all = s.n_layer + s.nextn
     w = GGUFWriter(str(path), "qwen35")
-    w.add_name(f"tiny-qwen35-{s.n_layer}L{'-mtp' if s.nextn else ''}")
-    w.add_block_count(n_all)
-    w.add_uint32("qwen35.nextn_predict_layers", s.nextn) if s.nextn else None
-    w.add_context_length(s.n_ctx_train)
-    w.add_embedding_length(s.n_embd)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.head_dim // 2)
+    _header(w, s, name=f"tiny-qwen35-{s.n_layer}L{'-mtp' if s.nextn else ''}", blocks=n_all,
+            rope_dims=s.head_dim // 2)
+    if s.nextn:
+        w.add_uint32("qwen35.nextn_predict_layers", s.nextn)
     w.add_rope_dimension_sections([s.head_dim // 8, s.head_dim // 16, s.head_dim // 16, 0])
-    w.add_rope_freq_base(1e7)
-    w.add_layer_norm_rms_eps(1e-6)
     w.add_ssm_conv_kernel(s.d_conv)
     w.add_ssm_inner_size(s.d_state * s.dt_rank)
     w.add_ssm_state_size(s.d_state)
@@ -162,35 +174,19 @@ def write_qwen35(path: Path, shape: Qwen35Shape = Qwen35Shape(), *, seed: int = 
 
 
 @dataclass(frozen=True)
-class DflashShape:
+class DflashShape(_Dims):
     n_layer: int = 2
-    n_embd: int = 64
-    n_head: int = 4
-    n_head_kv: int = 2
-    head_dim: int = 32
-    n_ff: int = 128
     block_size: int = 4
     sliding_window: int = 0
     target_layers: Sequence[int] = (1, 3)
-    n_ctx_train: int = 8192
 
 
 def write_dflash(path: Path, shape: DflashShape = DflashShape(), *, seed: int = 2) -> Path:
     """A block-diffusion drafter (arch dflash) that shares its target's embeddings and head."""
     s = shape
     w = GGUFWriter(str(path), "dflash")
-    w.add_name(f"tiny-dflash{'-swa' if s.sliding_window else ''}")
-    w.add_block_count(s.n_layer)
-    w.add_context_length(s.n_ctx_train)
-    w.add_embedding_length(s.n_embd)
-    w.add_feed_forward_length(s.n_ff)
-    w.add_head_count(s.n_head)
-    w.add_head_count_kv(s.n_head_kv)
-    w.add_key_length(s.head_dim)
-    w.add_value_length(s.head_dim)
-    w.add_rope_dimension_count(s.head_dim)
-    w.add_rope_freq_base(1e7)
-    w.add_layer_norm_rms_eps(1e-6)
+    _header(w, s, name=f"tiny-dflash{'-swa' if s.sliding_window else ''}", blocks=s.n_layer,
+            rope_dims=s.head_dim)
     w.add_uint32("dflash.block_size", s.block_size)
     w.add_array("dflash.target_layers", [int(x) for x in s.target_layers])
     if s.sliding_window:
