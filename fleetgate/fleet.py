@@ -97,6 +97,8 @@ class Service:
     payload: tuple[str, ...]
     profile: Path | None
     draft_profile: Path | None
+    projector_profile: Path | None
+    """Profile (or GGUF) of the --mmproj the service loads, for the ledger."""
     omittable: tuple[str, ...]
     extrapolation: Extrapolation | None
     contract: Contract
@@ -267,6 +269,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             payload=tuple(raw.get("payload", ())),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
+            projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),
             omittable=tuple(raw.get("omittable", ())),
             extrapolation=Extrapolation(**extrapolation) if extrapolation else None,
             contract=Contract(

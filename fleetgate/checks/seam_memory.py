@@ -1,0 +1,244 @@
+"""The ledger holds the host's floors: each card, the balance, the drafter, the prompt cache (B.2, B.3).
+
+The figures come from fleetgate.fit, which mirrors llama.cpp build 11434's allocations (weights, KV,
+recurrent state, drafter, projector) and takes compute buffers from the service's calibrations (each
+naming the boot it was measured on) or from an estimate, marked as such in every message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleetgate.checks import check
+from fleetgate.checks._common import gib
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.fit import (
+    CONTEXT_DRAFTERS,
+    TERMS,
+    DeviceLedger,
+    Ledger,
+    SweepRow,
+    service_ledger,
+    service_sweep,
+)
+from fleetgate.fleet import locate_key
+
+FLOOR = "card-floor"
+BALANCE = "card-balance"
+CACHE = "prompt-cache-holds-slot"
+DRAFTER = "drafter-kv-fits"
+MiB = 1 << 20
+
+
+def _profile_where(path: Path, table: str) -> str:
+    """``file:line`` of a table in a profile (where the drafter's window would be declared)."""
+    try:
+        line = locate_key(path.read_text(encoding="utf-8"), (table,))
+    except (OSError, UnicodeDecodeError):
+        line = None
+    return f"{path}:{line}" if line else str(path)
+
+
+def _has_ledger(config: ServiceConfig) -> bool:
+    return config.llama is not None and config.profile is not None and bool(config.profile.block_count)
+
+
+def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
+    try:
+        return service_ledger(config)
+    except KeyError as exc:
+        llama = config.llama
+        assert llama is not None
+        raise Failure(
+            service=config.name, check=check_name, where=config.where_flag(llama.use("device")),
+            observed=f"--device names {exc.args[0]!r}, which host {config.host.name} has no card for",
+            expected=f"one of: {', '.join(d.name for d in config.host.cards)}",
+            fix="name the devices as llama.cpp enumerates them on that host (fleet.toml hosts.*.devices)",
+        ) from None
+    except ValueError as exc:
+        llama = config.llama
+        assert llama is not None
+        raise Failure(
+            service=config.name, check=check_name,
+            where=config.where_flag(llama.use("cache_type_k") or llama.use("cache_type_v")),
+            observed=str(exc), expected="a KV cache type the engine accepts",
+            fix="llama-server stops at startup with 'Unsupported cache type': pick one of the listed types",
+        ) from None
+
+
+def _card(d: DeviceLedger) -> str:
+    terms = ", ".join(f"{t} {d.term(t) / (1 << 30):.2f}" for t in TERMS if d.term(t))
+    estimates = sorted({b.term for b in d.buffers if b.basis == "estimate"})
+    marks = f"; estimated: {', '.join(estimates)}" if estimates else ""
+    blocks = f"{d.blocks[0]}-{d.blocks[-1]}" if d.blocks else "none"
+    return (f"{d.card.name}: {gib(d.total)} of {gib(d.card.vram_bytes or 0)} ({terms}{marks}) -> free "
+            f"{gib(d.free or 0)}; blocks {blocks}{' + output' if d.holds_output else ''}")
+
+
+def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
+    llama = config.llama
+    assert llama is not None
+    good = [r for r in rows if r.ok]
+    sweep = f"`fleetgate fit {config.name} --sweep-ts` prints every step"
+    if not rows:
+        return (f"shrink what the card holds: --ctx-size, a smaller KV type (-ctk/-ctv q8_0), the "
+                f"--ubatch-size or the drafter (`fleetgate fit {config.name}` prints every term)")
+    if not good:
+        return (f"no --tensor-split clears every floor and the slack at this shape: lower --ctx-size, the "
+                f"--ubatch-size or the drafter's cost ({sweep})")
+    first = round(llama.tensor_split[0]) if llama.tensor_split else 0
+    best = min(good, key=lambda r: abs(r.tensor_split[0] - first))
+    return (f"the nearest split that clears every floor and the slack is -ts {best.tensor_split[0]},"
+            f"{best.tensor_split[1]} (free {gib(best.free[0])} / {gib(best.free[1])}, gap {gib(best.gap)}); "
+            f"one -ts step moves one block, and blocks are not the same size ({sweep})")
+
+
+def _lever(config: ServiceConfig) -> str:
+    llama = config.llama
+    assert llama is not None
+    return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
+
+
+@check(FLOOR, kind="seam", subject="service", applies=_has_ledger,
+       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-17", "INC-03", "INC-04",
+              "INC-10"),
+       summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
+def card_floor(config: ServiceConfig) -> None:
+    ledger = _ledger(config, FLOOR)
+    declared = config.host.card_floor_bytes
+    floor = declared or 0
+    short = [d for d in ledger.cards if (d.free or 0) < floor]
+    if not short:
+        return
+    worst = min(short, key=lambda d: d.free or 0)
+    if declared is None:
+        expected = (f">= 0 free on every card: host {config.host.name} declares no floor, so the card's own "
+                    f"size is the limit ({config.fleet.where('hosts', config.host.name)})")
+    else:
+        where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
+        expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
+    raise Failure(
+        service=config.name, check=FLOOR, where=_lever(config),
+        observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
+        expected=expected,
+        details=[_card(d) for d in ledger.cards],
+        fix=_split_fix(config, service_sweep(config)),
+    )
+
+
+def _split(config: ServiceConfig) -> bool:
+    llama = config.llama
+    return (_has_ledger(config) and config.host.balance_slack_bytes is not None and llama is not None
+            and len(config.host.cards) > 1 and len(llama.devices) != 1 and llama.split_mode != "none")
+
+
+@check(BALANCE, kind="seam", subject="service", applies=_split,
+       cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
+       summary="the cards of a layer split differ by at most the host's declared slack")
+def card_balance(config: ServiceConfig) -> None:
+    ledger = _ledger(config, BALANCE)
+    slack = config.host.balance_slack_bytes
+    assert slack is not None
+    cards = ledger.cards
+    if len(cards) < 2:
+        return
+    heaviest = max(cards, key=lambda d: d.total)
+    lightest = min(cards, key=lambda d: d.total)
+    gap = heaviest.total - lightest.total
+    if gap <= slack:
+        return
+    where_slack = config.fleet.where("hosts", config.host.name, "balance_slack_gib")
+    raise Failure(
+        service=config.name, check=BALANCE, where=_lever(config),
+        observed=f"{heaviest.card.name} holds {gib(gap)} more than {lightest.card.name}",
+        expected=f"a gap <= {gib(slack)} (the slack of host {config.host.name}, {where_slack})",
+        details=[_card(d) for d in cards],
+        fix=_split_fix(config, service_sweep(config)),
+    )
+
+
+@check(CACHE, kind="seam", subject="service", applies=_has_ledger,
+       cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
+       summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM")
+def prompt_cache_holds_slot(config: ServiceConfig) -> None:
+    llama = config.llama
+    assert llama is not None
+    state = _ledger(config, CACHE).slot_state
+    where = config.where_flag(llama.use("cache_ram"))
+    cap = llama.cache_ram_mib * MiB
+    half = config.host.ram_bytes // 2
+    ram = f"half the host RAM: {gib(half)}, {config.fleet.where('hosts', config.host.name, 'ram_gib')}"
+    parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
+             f"{gib(state.recurrent)}, draft state {gib(state.draft)}, checkpoints {gib(state.checkpoints)} "
+             f"(--ctx-checkpoints {llama.ctx_checkpoints})")
+    if llama.cache_ram_mib < 0:
+        raise Failure(
+            service=config.name, check=CACHE, cites=("B-PC-3",), where=where,
+            observed="--cache-ram -1: the prompt cache may grow without bound",
+            expected=f"a bounded cap: at least one slot's state ({gib(state.total)}) and at most {ram}",
+            fix="on a shared host the cache is bounded: set --cache-ram to one slot's state rounded up",
+        )
+    if cap < state.total:
+        raise Failure(
+            service=config.name, check=CACHE, cites=("B-PC-1", "INC-11"), where=where,
+            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is "
+                     f"{gib(state.total)}",
+            expected=f">= {gib(state.total)}: {parts}",
+            details=["an entry larger than the cap is refused ('prompt state size ... exceeds cache size "
+                     f"limit {llama.cache_ram_mib:.3f} MiB, skipping') and the conversation is prefilled "
+                     "again"],
+            fix=f"raise --cache-ram to at least {-(-state.total // MiB)} MiB: a hybrid model at "
+                "--ctx-checkpoints 0 has no other way to carry a state across slots",
+        )
+    if cap > half:
+        raise Failure(
+            service=config.name, check=CACHE, cites=("B-PC-2",), where=where,
+            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
+            expected=f"<= {ram}",
+            fix="the cache is host RAM beside the co-tenants: cap it at one slot's state rounded up",
+        )
+
+
+def _drafts(config: ServiceConfig) -> bool:
+    llama = config.llama
+    if not _has_ledger(config) or llama is None:
+        return False
+    types = set(llama.spec_types)
+    return "draft-mtp" in types or bool(types & CONTEXT_DRAFTERS and llama.spec_draft_model is not None)
+
+
+@check(DRAFTER, kind="seam", subject="service", applies=_drafts, cites=("B-FIT-7", "INC-03", "INC-58"),
+       summary="the draft context's KV (the target's whole context unless the drafter has a window) fits")
+def drafter_kv_fits(config: ServiceConfig) -> None:
+    llama = config.llama
+    assert llama is not None
+    ledger = _ledger(config, DRAFTER)
+    floor = config.host.card_floor_bytes or 0
+    draft = config.draft_profile
+    mtp = "draft-mtp" in llama.spec_types and llama.spec_draft_model is None
+    for device in (d for d in ledger.devices if d.term("draft")):
+        if device.free is None or device.free >= floor:
+            continue
+        kv = sum(b.bytes for b in device.buffers if b.term == "draft" and b.buffer.startswith("KV"))
+        if mtp:
+            what = (f"the MTP head caches its nextn block over the whole {ledger.shape.n_ctx}-token pool: "
+                    f"{gib(kv)}")
+        elif draft is not None and not draft.sliding_window:
+            what = (f"{draft.name} declares no sliding_window, so its draft context caches the whole "
+                    f"{ledger.shape.n_ctx}-token target context: {gib(kv)} of KV")
+        else:
+            what = f"the draft context's KV is {gib(kv)} (window {draft.sliding_window if draft else '?'})"
+        where = config.where_flag(llama.use("spec_type"))
+        if draft is not None and not mtp and not draft.sliding_window:
+            where = _profile_where(draft.path, "attention")
+        raise Failure(
+            service=config.name, check=DRAFTER, where=where,
+            observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
+            expected=f">= {gib(floor)} free on the card that carries the draft context",
+            details=[_card(d) for d in ledger.cards]
+            + ([f"draft profile: {draft.path}"] if draft is not None and not mtp else []),
+            fix=("read sliding_window out of the drafter's GGUF before sizing speculative decoding: use a "
+                 "window-bounded drafter, or budget its KV (draft blocks x 2 x kv heads x head dim x bytes x "
+                 "the target's context) on the draft card"),
+        )

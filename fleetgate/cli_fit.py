@@ -1,0 +1,324 @@
+"""``fleetgate fit`` and ``fleetgate profile``: the ledger and model profiles from the command line.
+
+    fleetgate fit SERVICE [--sweep-ts] [--json]          a service of the fleet, on its host's cards
+    fleetgate fit [--card NAME=SIZE ...] [--json] -- llama-server -m MODEL.gguf [flags]
+                                                         any llama-server command line, no fleet
+    fleetgate profile MODEL.gguf [-o PROFILE.toml]       a profile from the GGUF header
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fleetgate.errors import InputError
+from fleetgate.fit import (
+    Card,
+    DeviceLedger,
+    Ledger,
+    SweepRow,
+    build_ledger,
+    service_ledger,
+    service_sweep,
+    summarize,
+)
+
+__all__ = ["register"]
+
+GiB = 1 << 30
+ROWS: tuple[tuple[str, str], ...] = (
+    ("model", "model (blocks)"), ("output", "output"), ("kv", "KV"), ("recurrent", "recurrent (RS)"),
+    ("draft", "draft"), ("projector", "projector"), ("compute", "compute"),
+)
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G"), (40, "T"))
+          for unit in (prefix, prefix + "B", prefix + "IB")} | {"": 1, "B": 1}
+
+
+def register(subparsers: Any) -> None:
+    fit = subparsers.add_parser(
+        "fit", help="the per-device memory ledger of a llama.cpp service or of a llama-server command line",
+        description="Print what each device will hold: weights, output layer, KV, recurrent state, drafter, "
+                    "projector and compute buffers, named as llama-server names its buffers.")
+    fit.add_argument("args", nargs="*", metavar="SERVICE | -- llama-server ...",
+                     help="a service of the fleet, or (after --) a llama-server command line")
+    fit.add_argument("--fleet", metavar="PATH", help="fleet manifest (default: ./fleet.toml, else the ini)")
+    fit.add_argument("--json", action="store_true", help="every figure in bytes, per device and per term")
+    fit.add_argument("--sweep-ts", action="store_true",
+                     help="free VRAM per card and the gap for each -ts step of a two-card split")
+    fit.add_argument("--card", action="append", default=[], metavar="NAME=SIZE",
+                     help="a device and its memory for a bare command line (ROCm0=31.86GiB, RPC0=24G, ...)")
+    fit.add_argument("--profile", metavar="FILE", help="the target's profile, when -m's GGUF is not at hand")
+    fit.add_argument("--draft-profile", metavar="FILE", help="the drafter's profile (--spec-draft-model)")
+    fit.add_argument("--projector-profile", metavar="FILE", help="the --mmproj's profile")
+    fit.set_defaults(func=_fit)
+
+    profile = subparsers.add_parser("profile", help="write a model profile (TOML) from a GGUF header")
+    profile.add_argument("gguf", help="the model file; only its header is read")
+    profile.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    profile.set_defaults(func=_profile)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from fleetgate.gguf import profile_data, profile_toml, read_header
+
+    header = read_header(Path(args.gguf))
+    text = profile_toml(profile_data(header),
+                        comment=f"written by `fleetgate profile {Path(args.gguf).name}` from the GGUF header "
+                                "(tensor data is never read)")
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+    words: list[str] = list(args.args)
+    if not words:
+        raise InputError(Path.cwd(), None, "fleetgate fit: expected SERVICE, or -- llama-server -m MODEL ...")
+    word = words[0]
+    if len(words) == 1 and not word.startswith("-") and "/" not in word and word != "llama-server":
+        return _fit_service(args, word)
+    if args.sweep_ts:
+        raise InputError(Path.cwd(), None, "--sweep-ts needs a SERVICE (its host declares floor and slack)")
+    return _fit_command(args, words)
+
+
+def _fit_service(args: argparse.Namespace, name: str) -> int:
+    from fleetgate.cli import resolve_fleet
+    from fleetgate.config import load_service
+
+    fleet = resolve_fleet(args.fleet)
+    service = fleet.services.get(name)
+    if service is None:
+        known = ", ".join(fleet.services)
+        raise InputError(fleet.path, None, f"no service {name!r}; expected one of: {known}")
+    config = load_service(fleet, service)
+    if config.llama is None:
+        raise InputError(fleet.path, service.line, f"{name} runs {service.engine}; the ledger is llama.cpp's")
+    if config.profile is None:
+        raise InputError(fleet.path, service.line, f"services.{name}: no profile; expected profile = "
+                                                   "\"profiles/MODEL.toml\" (`fleetgate profile MODEL.gguf`)")
+    try:
+        ledger = service_ledger(config)
+    except KeyError as exc:
+        raise InputError(config.rendered.script, None,
+                         f"--device names {exc.args[0]!r}; host {config.host.name} has no such card"
+                         ) from None
+    except ValueError as exc:
+        raise InputError(config.rendered.script, None, str(exc)) from None
+    host = config.host
+    rows = service_sweep(config) if args.sweep_ts else []
+    if args.sweep_ts and not rows:
+        raise InputError(fleet.path, service.line, f"{name} has no two-card --tensor-split to sweep")
+    if args.json:
+        data = summarize(ledger)
+        data["service"] = name
+        data["host"]["ram_bytes"] = host.ram_bytes
+        data["floor_bytes"] = host.card_floor_bytes
+        data["slack_bytes"] = host.balance_slack_bytes
+        data["calibrations"] = [{"device": b.device, "context": b.context, "bytes": b.bytes,
+                                 "source": b.source}
+                                for d in ledger.devices for b in d.buffers if b.basis == "calibrated"]
+        if rows:
+            data["sweep"] = [{"tensor_split": list(r.tensor_split), "free_bytes": list(r.free),
+                              "gap_bytes": r.gap, "floor_ok": list(r.floor_ok), "slack_ok": r.slack_ok}
+                             for r in rows]
+        json.dump(data, sys.stdout, indent=2)
+        print()
+        return 0
+    llama = config.llama
+    split = ",".join(f"{x:g}" for x in llama.tensor_split) or "by free memory"
+    title = (f"{name} on {host.name}: {ledger.shape.n_ctx} tokens = {ledger.shape.n_seq_max} slots x "
+             f"{ledger.shape.n_ctx_seq}{' (unified KV)' if ledger.shape.unified else ''}, K/V "
+             f"{llama.cache_type_k}/{llama.cache_type_v}, ubatch {ledger.n_ubatch}, -ts {split}")
+    if rows:
+        names = [d.card.name for d in ledger.cards]
+        print(_sweep_table(title, rows, llama.tensor_split, host.card_floor_bytes, host.balance_slack_bytes,
+                           names))
+        return 0
+    used = (config.profile, config.draft_profile if llama.spec_draft_model else None)
+    print(_table(title, ledger, floor=host.card_floor_bytes, slack=host.balance_slack_bytes,
+                 cache_ram_mib=llama.cache_ram_mib, ram=host.ram_bytes,
+                 reconstructed=[p.name for p in used if p and p.reconstructed]))
+    return 0
+
+
+def _size(text: str, where: str) -> int:
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").upper() if match else ""
+    if not match or unit not in _UNITS:
+        raise InputError(Path.cwd(), None, f"{where}: {text!r} is not a size; expected bytes, 31.86GiB, 24G")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
+    from fleetgate.engines.llamacpp import parse_llama_server
+    from fleetgate.profile import load_profile
+
+    # argv[0] is the binary's name; a line that starts with a flag gets one
+    argv = ["llama-server", *words] if words[0].startswith("-") else list(words)
+    config = parse_llama_server(argv)
+    where = Path(argv[0])
+    for problem in config.problems:
+        position = f" (argument {problem.index + 1})" if problem.index is not None else ""
+        raise InputError(where, None, f"cannot read this llama-server command line: {problem.flag}"
+                                      f"{position}: {problem.message}; expected build 11434's flags")
+    if config.model is None and args.profile is None:
+        raise InputError(where, None, "no -m MODEL.gguf; expected the model (or --profile FILE.toml)")
+
+    def profile_of(option: str | None, path: str | None, what: str) -> Any:
+        if option:
+            return load_profile(Path(option))
+        if path is None:
+            return None
+        if not Path(path).is_file():
+            option = "--profile" if what == "model" else f"--{what}-profile"
+            raise InputError(Path(path), None, f"the {what} is not here; expected the GGUF, or pass its "
+                                               f"profile with {option}")
+        return load_profile(Path(path))
+
+    target = profile_of(args.profile, config.model, "model")
+    draft = profile_of(args.draft_profile, config.spec_draft_model, "draft") \
+        if config.spec_draft_model else None
+    projector = profile_of(args.projector_profile, config.mmproj, "projector") if config.mmproj else None
+    sizes: dict[str, int] = {}
+    for spec in args.card:
+        name, sep, size = spec.partition("=")
+        if not sep or not name:
+            raise InputError(Path.cwd(), None, f"--card {spec!r}; expected NAME=SIZE, e.g. ROCm0=31.86GiB")
+        sizes[name.strip()] = _size(size, f"--card {spec}")
+    names = [n for n in config.devices if n.lower() != "none"]
+    cards = [Card(name=n, vram_bytes=sizes.get(n)) for n in names]
+    cards += [Card(name=n, vram_bytes=s) for n, s in sizes.items()
+              if n not in names and not n.startswith("RPC")]
+    for i, endpoint in enumerate(config.rpc):
+        cards.append(Card(name=f"RPC{i}", vram_bytes=sizes.get(f"RPC{i}"), buffer_name=f"RPC0[{endpoint}]",
+                          endpoint=endpoint))
+    try:
+        ledger = build_ledger(config, target, cards=cards, draft=draft, projector=projector)
+    except KeyError as exc:
+        raise InputError(where, None,
+                         f"--device names {exc.args[0]!r}; expected a --card NAME=SIZE for it") from None
+    except ValueError as exc:
+        raise InputError(where, None, str(exc)) from None
+    if args.json:
+        json.dump(summarize(ledger), sys.stdout, indent=2)
+        print()
+        return 0
+    title = (f"{Path(config.model or target.name).name}: {ledger.shape.n_ctx} tokens = "
+             f"{ledger.shape.n_seq_max} slots x {ledger.shape.n_ctx_seq}, ubatch {ledger.n_ubatch}")
+    print(_table(title, ledger, floor=None, slack=None, cache_ram_mib=config.cache_ram_mib, ram=None,
+                 reconstructed=[p.name for p in (target, draft) if p and p.reconstructed]))
+    return 0
+
+
+def _cell(device: DeviceLedger, term: str, unit: int) -> str:
+    buffers = [b for b in device.buffers if b.term == term]
+    if not buffers:
+        return "-"
+    mark = " e" if any(b.basis == "estimate" for b in buffers) else (
+        " c" if any(b.basis == "calibrated" for b in buffers) else "")
+    return f"{sum(b.bytes for b in buffers) / unit:.2f}{mark}"
+
+
+def _blocks(d: DeviceLedger) -> str:
+    text = f"{d.blocks[0]}-{d.blocks[-1]}" if d.blocks else "-"
+    return text + (" +out" if d.holds_output else "")
+
+
+def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, cache_ram_mib: int,
+           ram: int | None, reconstructed: Sequence[str]) -> str:
+    devices = list(ledger.devices)
+    host = ledger.host
+    big = max(d.total for d in (*devices, host)) >= GiB or any(d.card.vram_bytes for d in devices)
+    unit, unit_name = (GiB, "GiB") if big else (1 << 20, "MiB")
+
+    def fmt(value: int | None) -> str:
+        return "-" if value is None else f"{value / unit:.2f}"
+
+    columns = [d.card.name for d in devices] + ["host RAM"]
+    width = max(12, *(len(c) + 2 for c in columns))
+    head = max(len(label) for _, label in ROWS) + 2
+
+    def line(label: str, cells: Sequence[str]) -> str:
+        return f"  {label:<{head}}" + "".join(f"{c:>{width}}" for c in cells)
+
+    out = [title, line(unit_name, columns), line("blocks", [*map(_blocks, devices), "input"])]
+    for term, label in ROWS:
+        if any(d.term(term) for d in (*devices, host)):  # type: ignore[arg-type]
+            out.append(line(label, [_cell(d, term, unit) for d in (*devices, host)]))
+    out.append(line("total", [fmt(d.total) for d in devices] + [fmt(host.total)]))
+    if any(d.card.vram_bytes for d in devices):
+        out.append(line("card", [fmt(d.card.vram_bytes) for d in devices] + [fmt(ram)]))
+        marks = []
+        for d in devices:
+            free = d.free
+            bad = free is not None and floor is not None and free < floor
+            marks.append("-" if free is None else f"{fmt(free)}{' !' if bad else ''}")
+        out.append(line("free", [*marks, ""]))
+    cards = ledger.cards
+    checks = []
+    if floor is not None and cards:
+        short = [d.card.name for d in cards if (d.free or 0) < floor]
+        checks.append(f"floor {floor / GiB:.2f} GiB: " + ("FAILS on " + ", ".join(short) if short else "ok"))
+    if slack is not None and len(cards) > 1:
+        gap = max(d.total for d in cards) - min(d.total for d in cards)
+        verdict = "ok" if gap <= slack else "FAILS"
+        checks.append(f"gap {gap / GiB:.2f} GiB, slack {slack / GiB:.2f} GiB: {verdict}")
+    state = ledger.slot_state
+    cap = cache_ram_mib * (1 << 20)
+    cache = (f"prompt cache: one slot's state is {fmt(state.total)} {unit_name} (KV {fmt(state.target_kv)}, "
+             f"recurrent {fmt(state.recurrent)}, draft {fmt(state.draft)}, checkpoints "
+             f"{fmt(state.checkpoints)})\n  --cache-ram {cache_ram_mib} MiB")
+    if cache_ram_mib < 0:
+        cache += ": unbounded"
+    else:
+        cache += ": holds it" if cap >= state.total else ": too small, FAILS"
+        if ram is not None:
+            cache += f"; half the RAM is {ram / 2 / GiB:.2f} GiB"
+    out += ["", *(f"  {c}" for c in checks), f"  {cache}"]
+    out.append("  c = calibrated on a boot, e = estimate (no boot measured it); the rest is derived"
+               + (" from a reconstructed profile:" if reconstructed else ""))
+    out += [f"      {name}" for name in reconstructed]
+    out.append("  host output = the logits buffer; host model = the mapped token embeddings")
+    calibrated = sorted({(b.device, b.context, b.source) for d in devices for b in d.buffers
+                         if b.basis == "calibrated"})
+    for device, context, source in calibrated:
+        out.append(f"  {device} {context}: {source}")
+    out += [f"  note: {n}" for n in ledger.notes]
+    return "\n".join(out)
+
+
+def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float], floor: int | None,
+                 slack: int | None, names: Sequence[str]) -> str:
+    first = round(current[0]) if current else 0
+    shown = [r for r in rows if abs(r.tensor_split[0] - first) <= 8]
+    limits = []
+    if floor is not None:
+        limits.append(f"floor {floor / GiB:.2f} GiB")
+    if slack is not None:
+        limits.append(f"slack {slack / GiB:.2f} GiB")
+    declared = ", ".join(limits) or "no floor or slack declared"
+    out = [title, f"  -ts sweep ({declared}); one step moves one block",
+           f"  {'':2}{'-ts':<8}{names[0] + ' free':>13}{names[1] + ' free':>13}{'gap':>9}  verdict"]
+    for r in shown:
+        fails = [f"floor on {names[i]}" for i, ok in enumerate(r.floor_ok) if not ok]
+        if r.slack_ok is False:
+            fails.append("slack")
+        marker = ">" if r.tensor_split[0] == first else ""
+        cells = [f"{r.free[0] / GiB:.2f}{' !' if not r.floor_ok[0] else '  '}",
+                 f"{r.free[1] / GiB:.2f}{' !' if not r.floor_ok[1] else '  '}",
+                 f"{r.gap / GiB:.2f}{' !' if r.slack_ok is False else '  '}"]
+        verdict = "ok" if not fails else "FAILS " + ", ".join(fails)
+        out.append(f"  {marker:<2}{r.tensor_split[0]},{r.tensor_split[1]:<5}{cells[0]:>13}{cells[1]:>13}"
+                   f"{cells[2]:>9}  {verdict}{'   <- this service' if marker else ''}")
+    out.append("  figures in GiB; ! marks a failing gate")
+    return "\n".join(out)
+

@@ -1,0 +1,863 @@
+"""The ledger: what one llama-server process holds on each device, mirroring llama.cpp build 11434.
+
+Every figure is computed the way the engine allocates it, and named the way llama-server names the
+buffer in its load log (``model``, ``KV``, ``RS``, ``compute``, ``output``):
+
+- Layer placement (src/llama-model.cpp, ``llama_model_base::load_tensors``): split points are the
+  cumulative ``--tensor-split`` normalised to 1 (float32), or the devices' memory when no split is given;
+  block ``il`` goes to ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)`` with
+  ``i_gpu_start = max(n_layer_all + 1 - ngl, 0)`` and ``act_gpu_layers = min(ngl, n_layer_all + 1)``; the
+  output layer is ``il = n_layer_all``; the input layer (token embeddings) always stays on the host; blocks
+  past the model's layers go with the output (``create_tensor``). ``--split-mode none`` keeps only the main
+  device and RPC devices come first (src/llama.cpp, ``llama_model_load_from_file_impl``).
+- Weights: nextn (MTP) blocks are skipped unless ``draft-mtp`` loads them (src/models/qwen35.cpp,
+  ``mtp_flags``; common/common.cpp, ``load_mtp``); a model without ``output.weight`` duplicates its token
+  embeddings onto the output device (``TENSOR_DUPLICATED``). A device buffer is the sum of every tensor's
+  allocation size padded to the buffer type's alignment (ggml/src/ggml-backend.cpp,
+  ``ggml_backend_buft_alloc_buffer_n_plan``); CUDA and HIP add a row of padding to quantized tensors whose
+  ``ne0 % 512 != 0`` (ggml/src/ggml-cuda/ggml-cuda.cu, ``get_alloc_size``). The host keeps a view of the
+  file (``CPU_Mapped``): the span from the first to the last of its tensors
+  (src/llama-model-loader.cpp, ``get_mapping_range``).
+- Context (src/llama-context.cpp, ``llama_context::llama_context``): ``n_ctx = PAD256(-c or n_ctx_train)``,
+  ``n_ctx_seq = n_ctx`` when unified else ``PAD256(n_ctx / n_seq)``; ``n_ubatch = min(n_batch, ubatch)``.
+- KV (src/llama-kv-cache.cpp, ``llama_kv_cache::llama_kv_cache``): per attention block, on that block's
+  device, ``row(type_k, heads_kv * key_length) * kv_size * n_stream`` plus the same for V, with
+  ``n_stream = unified ? 1 : n_seq``; one buffer per device and cache. Sliding-window blocks get
+  ``PAD256(min(kv_size, n_swa * (unified ? n_seq : 1) + n_ubatch))`` cells unless ``--swa-full``
+  (src/llama-kv-cache-iswa.cpp). Which blocks carry KV: src/llama-model.cpp, ``create_memory``.
+- Recurrent state (src/llama-memory-recurrent.cpp): per recurrent block, two F32 tensors of
+  ``max(1, n_seq) * (1 + n_rs_seq)`` rows; ``n_rs_seq`` is the draft depth when a drafter needs rollback
+  (common/common.h, ``need_n_rs_seq``; src/llama-arch.cpp, ``llm_arch_supports_rs_rollback``).
+- Drafters (common/speculative.cpp, ``common_speculative_init_result``): the draft context holds
+  ``llama_n_ctx(ctx_tgt)`` tokens with the target's slots, its own cache types and no rollback rows;
+  a drafter without ``sliding_window`` therefore caches the whole target window (INC-03). The MTP
+  context runs on the target's own nextn blocks and caches only them.
+- Compute buffers are measured, not derived: a calibration (per device and context, naming the boot it
+  came from) or an estimate marked as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fleetgate.engines.llamacpp import ContextShape, LlamaServerConfig, pad
+from fleetgate.gguf import KV_CACHE_TYPES, RS_ROLLBACK_ARCHS, row_bytes
+from fleetgate.profile import Profile, Weight, load_profile
+
+__all__ = [
+    "BACKENDS",
+    "TERMS",
+    "Backend",
+    "Buffer",
+    "Calibration",
+    "Card",
+    "DeviceLedger",
+    "Ledger",
+    "SlotState",
+    "SweepRow",
+    "backend_for",
+    "build_ledger",
+    "calibrations_of",
+    "placement",
+    "service_ledger",
+    "service_sweep",
+    "summarize",
+    "sweep_tensor_split",
+]
+
+MiB = 1 << 20
+Basis = Literal["derived", "reconstructed", "calibrated", "estimate"]
+Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute"]
+TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute")
+
+# Nextn blocks are created with TENSOR_SKIP unless MTP is loaded (src/models/<arch>.cpp, mtp_flags).
+MTP_SKIP_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2", "mimo2", "step35",
+                            "bailingmoe3", "cohere2moe", "hy-v3", "nemotron_h"})
+CONTEXT_DRAFTERS = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+ROLLBACK_DRAFTERS = frozenset({"draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark"})
+FLOAT_TYPES = frozenset({"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"})
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What a device's buffer type does to a tensor's size."""
+
+    kind: str
+    alignment: int
+    quant_row_padding: int
+    """CUDA/HIP pad the last row of quantized matrices to a multiple of 512 elements."""
+    cite: str
+
+
+_CUDA = "ggml/src/ggml-cuda/ggml-cuda.cu buffer_type_get_alignment, get_alloc_size"
+BACKENDS: Mapping[str, Backend] = {
+    "CPU": Backend("CPU", 32, 0, "ggml/src/ggml-impl.h TENSOR_ALIGNMENT"),
+    # an RPC device allocates on the remote backend (a CPU here), which reports alignment 32
+    "RPC": Backend("RPC", 32, 0, "ggml/src/ggml-rpc/ggml-rpc.cpp get_alignment (remote CPU)"),
+    "CUDA": Backend("CUDA", 128, 512, _CUDA),
+    "ROCm": Backend("ROCm", 128, 512, _CUDA + " (the HIP build names its devices ROCm)"),
+    "Vulkan": Backend("Vulkan", 256, 0, "ggml/src/ggml-vulkan: device-dependent alignment, 256 assumed"),
+    "Metal": Backend("Metal", 32, 0, "ggml/src/ggml-metal: 32 assumed"),
+}
+
+
+def backend_for(device: str) -> Backend:
+    for prefix, backend in BACKENDS.items():
+        if device.startswith(prefix):
+            return backend
+    return Backend(device, 32, 0, "unknown backend: alignment 32 assumed")
+
+
+@dataclass(frozen=True)
+class Card:
+    """A device the engine can place buffers on."""
+
+    name: str
+    """As llama.cpp names the device: ROCm0, CUDA0, RPC0 ..."""
+    vram_bytes: int | None
+    buffer_name: str = ""
+    """As llama-server names its buffers there (an RPC device: ``RPC0[host:port]``)."""
+    endpoint: str | None = None
+
+    @property
+    def backend(self) -> Backend:
+        return backend_for(self.name)
+
+    @property
+    def label(self) -> str:
+        return self.buffer_name or self.name
+
+
+HOST = Card(name="CPU", vram_bytes=None, buffer_name="CPU")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A compute buffer measured on one of the fleet's own boots."""
+
+    device: str
+    context: str
+    """target, draft, mtp or projector."""
+    bytes: int
+    ubatch: int
+    boot: str
+
+
+@dataclass(frozen=True)
+class Buffer:
+    device: str
+    term: Term
+    buffer: str
+    """llama-server's word for it: model, KV, KV (SWA), RS, compute, output."""
+    context: str
+    """target, draft, mtp, projector."""
+    bytes: int
+    basis: Basis
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceLedger:
+    card: Card
+    blocks: tuple[int, ...]
+    holds_output: bool
+    buffers: tuple[Buffer, ...]
+    draft_blocks: tuple[int, ...] = ()
+
+    def term(self, term: Term) -> int:
+        return sum(b.bytes for b in self.buffers if b.term == term)
+
+    @property
+    def total(self) -> int:
+        return sum(b.bytes for b in self.buffers)
+
+    @property
+    def free(self) -> int | None:
+        return None if self.card.vram_bytes is None else self.card.vram_bytes - self.total
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """What the RAM prompt cache stores for one full slot (tools/server/server-task.cpp, ``alloc``)."""
+
+    tokens: int
+    target_kv: int
+    recurrent: int
+    draft: int
+    checkpoints: int
+
+    @property
+    def total(self) -> int:
+        return self.target_kv + self.recurrent + self.draft + self.checkpoints
+
+
+@dataclass(frozen=True)
+class Ledger:
+    shape: ContextShape
+    n_ubatch: int
+    devices: tuple[DeviceLedger, ...]
+    host: DeviceLedger
+    slot_state: SlotState
+    notes: tuple[str, ...] = ()
+
+    @property
+    def cards(self) -> tuple[DeviceLedger, ...]:
+        """Devices with a known capacity: the cards a floor applies to."""
+        return tuple(d for d in self.devices if d.card.vram_bytes is not None)
+
+
+def _f32(value: float) -> float:
+    """Round to IEEE float32: the engine does its split arithmetic in float."""
+    result: float = struct.unpack("f", struct.pack("f", value))[0]
+    return result
+
+
+def placement(n_layer_all: int, n_gpu_layers: int, weights: Sequence[float], n_devices: int) -> list[int]:
+    """Device index of each block and (last) of the output layer; -1 is the host.
+
+    Mirrors src/llama-model.cpp, ``load_tensors``: splits are float cumulative sums normalised by their
+    total, and ``upper_bound`` picks the first split strictly above ``(il - i_gpu_start) / act``.
+    """
+    if n_devices == 0:
+        return [-1] * (n_layer_all + 1)
+    splits = []
+    total = _f32(0.0)
+    for w in weights:
+        total = _f32(total + _f32(w))
+        splits.append(total)
+    splits = [_f32(s / total) for s in splits]
+    i_gpu_start = max(n_layer_all + 1 - n_gpu_layers, 0)
+    act = min(n_gpu_layers, n_layer_all + 1)
+    devices = []
+    for il in range(n_layer_all + 1):
+        if il < i_gpu_start or (il - i_gpu_start) >= act:
+            devices.append(-1)
+            continue
+        x = _f32(_f32(il - i_gpu_start) / act)
+        devices.append(min(next((i for i, s in enumerate(splits) if s > x), n_devices), n_devices - 1))
+    return devices
+
+
+def _alloc(weight: Weight, backend: Backend) -> int:
+    size = weight.nbytes
+    padding = backend.quant_row_padding
+    quantized = weight.ggml_type is not None and weight.ggml_type not in FLOAT_TYPES
+    if padding and quantized and weight.shape and weight.shape[0] % padding:
+        assert weight.ggml_type is not None
+        size += row_bytes(weight.ggml_type, padding - weight.shape[0] % padding)
+    return pad(size, backend.alignment)
+
+
+def _flag(config: LlamaServerConfig, *names: str) -> str | None:
+    """The value of an option fleetgate does not interpret by name (last use wins); '' for a switch."""
+    found: str | None = None
+    for uses in config.parsed.uses.values():
+        for use in uses:
+            if use.flag in names:
+                found = use.value if use.value is not None else ""
+    return found
+
+
+def _option(config: LlamaServerConfig, dest: str, default: str) -> str:
+    use = config.use(dest)
+    return use.value if use is not None and use.value is not None else default
+
+
+def _ngl(value: str, n_layer_all: int) -> int:
+    """``-ngl``: a count, or auto/all/negative: every layer plus the output (llama_model::n_gpu_layers)."""
+    try:
+        n = int(value)
+    except ValueError:
+        return n_layer_all + 1
+    return n_layer_all + 1 if n < 0 else n
+
+
+@dataclass
+class _Acc:
+    """Buffers collected per device label."""
+
+    buffers: dict[str, list[Buffer]] = field(default_factory=dict)
+
+    def add(self, card: Card, term: Term, buffer: str, context: str, nbytes: int, basis: Basis,
+            source: str) -> None:
+        if nbytes > 0:
+            self.buffers.setdefault(card.label, []).append(
+                Buffer(card.name, term, buffer, context, nbytes, basis, source))
+
+
+@dataclass(frozen=True)
+class _Model:
+    """A model placed on devices: which device holds each block and the output layer."""
+
+    profile: Profile
+    devices: tuple[Card, ...]
+    layer_device: tuple[Card, ...]
+    output_device: Card
+    load_mtp: bool
+
+    @property
+    def cards(self) -> list[Card]:
+        seen: list[Card] = []
+        for card in (*self.layer_device, self.output_device):
+            if card not in seen:
+                seen.append(card)
+        return seen
+
+
+def _model_devices(cards: Sequence[Card], names: Sequence[str], split_mode: str, main_gpu: int,
+                   rpc: Sequence[Card]) -> list[Card]:
+    known = {c.name: c for c in (*cards, *rpc)} | {c.label: c for c in (*cards, *rpc)}
+    if [n.lower() for n in names] == ["none"]:
+        devices: list[Card] = []
+    elif names:
+        devices = []
+        for name in names:
+            if name not in known:
+                raise KeyError(name)
+            devices.append(known[name])
+    else:
+        devices = [*rpc, *cards]
+    if split_mode == "none" and devices:
+        devices = [devices[main_gpu if 0 <= main_gpu < len(devices) else 0]]
+    return devices
+
+
+def _place(profile: Profile, devices: Sequence[Card], ngl: int, tensor_split: Sequence[float],
+           load_mtp: bool) -> _Model:
+    n_all = profile.block_count
+    weights = list(tensor_split)[: len(devices)]
+    if len(weights) < len(devices) or not any(weights):
+        # no -ts: the engine splits by each device's free memory at boot; the card's size stands in for it
+        weights = [float(c.vram_bytes or 1) for c in devices]
+    cards = tuple(HOST if i < 0 else devices[i] for i in placement(n_all, ngl, weights, len(devices)))
+    return _Model(profile, tuple(devices), cards[:n_all], cards[n_all], load_mtp)
+
+
+def _weight_device(model: _Model, weight: Weight) -> Card | None:
+    profile = model.profile
+    if weight.role == "input":
+        return HOST
+    if weight.role == "output" or weight.block is None:
+        return model.output_device
+    nextn = weight.block >= profile.n_layer and profile.nextn_layers > 0
+    if nextn and not model.load_mtp and profile.architecture in MTP_SKIP_ARCHS:
+        return None  # TENSOR_SKIP: "model has unused tensor ... -- ignoring"
+    if weight.block < len(model.layer_device):
+        return model.layer_device[weight.block]
+    return model.output_device
+
+
+def _with_tied_output(profile: Profile) -> list[Weight]:
+    weights = list(profile.weights)
+    if not any(w.name in ("output.weight", "output") for w in weights):
+        embd = next((w for w in weights if w.name in ("token_embd.weight", "token_embd")), None)
+        if embd is not None:
+            weights.append(dataclasses.replace(embd, role="output", duplicate=True))
+    return weights
+
+
+def _weights(acc: _Acc, model: _Model, *, context: str, term_block: Term, term_output: Term,
+             host_mapped: bool, basis: Basis) -> None:
+    placed: dict[str, tuple[Card, list[Weight]]] = {}
+    for weight in _with_tied_output(model.profile):
+        card = _weight_device(model, weight)
+        if card is not None:
+            placed.setdefault(card.label, (card, []))[1].append(weight)
+    for card, weights in placed.values():
+        if card is HOST and host_mapped:
+            # one view of the file: duplicated tensors share it (get_mapping_range spans the ctx's tensors)
+            files = [w for w in weights if not w.duplicate]
+            offsets = [w for w in files if w.offset is not None]
+            if offsets:
+                span = max(w.offset + w.nbytes for w in offsets if w.offset is not None) \
+                    - min(w.offset for w in offsets if w.offset is not None)
+            else:
+                span = sum(w.nbytes for w in files)
+            acc.add(card, term_block, "model", context, span, basis,
+                    "src/llama-model-loader.cpp get_mapping_range (CPU_Mapped: a view of the file)")
+            continue
+        by_term: dict[Term, int] = {}
+        for weight in weights:
+            term = term_output if weight.role == "output" else term_block
+            by_term[term] = by_term.get(term, 0) + _alloc(weight, card.backend)
+        for term, nbytes in by_term.items():
+            acc.add(card, term, "model", context, nbytes, basis,
+                    "src/llama-model.cpp load_tensors; ggml-backend.cpp alloc_buffer_n_plan")
+
+
+def _kv_layers(profile: Profile, *, mtp: bool) -> list[int]:
+    """Blocks that carry KV in the main context, or in the MTP context (create_memory's filters)."""
+    if mtp:
+        return list(range(profile.n_layer, profile.block_count))
+    return [il for il in range(profile.n_layer) if profile.kind(il) in ("A", "S")]
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """How one context sizes its KV (the arguments llama_kv_cache gets)."""
+
+    n_ctx_seq: int
+    n_seq: int
+    unified: bool
+    n_ubatch: int
+    swa_full: bool
+    type_k: str
+    type_v: str
+    v_trans: bool
+    offload: bool
+
+    @property
+    def n_stream(self) -> int:
+        return 1 if self.unified else self.n_seq
+
+    def swa_cells(self, profile: Profile) -> int:
+        """src/llama-kv-cache-iswa.cpp: the windowed cache is padded to 256 and never above kv_size."""
+        if self.swa_full:
+            return self.n_ctx_seq
+        window = profile.sliding_window * (self.n_seq if self.unified else 1) + self.n_ubatch
+        return pad(min(self.n_ctx_seq, window), 256)
+
+
+def _kv(acc: _Acc, profile: Profile, layer_device: Sequence[Card], layers: Iterable[int], cache: _Cache, *,
+        context: str, term: Term, basis: Basis) -> None:
+    layers = list(layers)
+    widths = {profile.kv_row_elements(il)[1] for il in layers}
+    caches: dict[tuple[str, str], tuple[Card, int]] = {}
+    for il in layers:
+        swa = profile.is_swa(il)
+        cells = cache.swa_cells(profile) if swa else cache.n_ctx_seq
+        k_elems, v_elems = profile.kv_row_elements(il)
+        if cache.v_trans and len(widths) > 1:
+            v_elems = max(widths)  # [TAG_V_CACHE_VARIABLE]: V padded to the widest layer
+        card = layer_device[il] if cache.offload else HOST
+        k = row_bytes(cache.type_k, k_elems) * cells * cache.n_stream
+        v = row_bytes(cache.type_v, v_elems) * cells * cache.n_stream
+        key = (card.label, "KV (SWA)" if swa else "KV")
+        previous = caches.get(key, (card, 0))[1]
+        caches[key] = (card, previous + pad(k, card.backend.alignment) + pad(v, card.backend.alignment))
+    for (_, name), (card, nbytes) in caches.items():
+        source = "src/llama-kv-cache.cpp llama_kv_cache"
+        acc.add(card, term, name, context, nbytes, basis,
+                source + ("; llama-kv-cache-iswa.cpp size_swa" if "SWA" in name else ""))
+
+
+def _recurrent(acc: _Acc, profile: Profile, layer_device: Sequence[Card], *, n_seq: int, n_rs_seq: int,
+               offload: bool, basis: Basis) -> None:
+    rec = profile.recurrent
+    if rec is None:
+        return
+    rows = max(1, n_seq) * (1 + n_rs_seq)
+    per_card: dict[str, tuple[Card, int]] = {}
+    for il in range(profile.n_layer):
+        if profile.kind(il) != "R":
+            continue
+        card = layer_device[il] if offload else HOST
+        align = card.backend.alignment
+        nbytes = pad(4 * rec.n_embd_r * rows, align) + pad(4 * rec.n_embd_s * rows, align)
+        per_card[card.label] = (card, per_card.get(card.label, (card, 0))[1] + nbytes)
+    for card, nbytes in per_card.values():
+        acc.add(card, "recurrent", "RS", "target", nbytes, basis,
+                f"src/llama-memory-recurrent.cpp: {rows} rows = max(1, n_seq) x (1 + n_rs_seq {n_rs_seq})")
+
+
+@dataclass(frozen=True)
+class _ComputeShape:
+    n_ubatch: int
+    n_outputs: int
+    mask_cells: tuple[int, ...]
+    """KV cells each attention mask spans (one mask per cache: full, sliding window)."""
+    copies: int
+    """Input copies the scheduler keeps: 4 with pipeline parallelism (GGML_SCHED_MAX_COPIES), else 1."""
+    flash_attn: bool
+
+
+def _compute_estimate(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, holds_output: bool,
+                      host: bool) -> int:
+    """An estimate of a device's compute buffer when no boot measured it (always shown as an estimate).
+
+    The graph allocator's peak for one ubatch (src/llama-context.cpp, ``sched_reserve``) is modelled as:
+    the widest layer's live activations (FFN gate and up, residual and norms, Q/K/V), the attention scores
+    when flash attention is off, the logits of the reserved outputs on the output device, and the graph
+    inputs each split receives (token embeddings, f16 attention masks over the KV cells), kept ``copies``
+    times under pipeline parallelism. docs/ledger.md gives its measured error.
+    """
+    raw = profile.raw.get("model", {})
+    n_embd = max(profile.n_embd, 1)
+    head = max(profile.key_length, 1)
+    n_ff = int(raw.get("n_ff", 0) or 4 * n_embd)
+    n_head = int(raw.get("n_head", 0) or max(n_embd // head, 1))
+    kv_dim = max(profile.head_count_kv or (0,)) * head
+    ub = shape.n_ubatch
+    inputs = 4 * ub * n_embd + sum(2 * cells * ub for cells in shape.mask_cells)
+    size = 0
+    if holds_layers:
+        size += 4 * ub * (2 * n_ff + 3 * n_embd + n_head * head + 2 * kv_dim) + shape.copies * inputs
+        if not shape.flash_attn:
+            size += 4 * ub * max(shape.mask_cells or (0,)) * n_head
+    if holds_output:
+        size += 4 * shape.n_outputs * max(profile.n_vocab, 1) + 4 * ub * n_embd
+    if host:
+        size += shape.copies * inputs + 4 * ub * n_embd
+    return pad(size, 32)
+
+
+def _state_per_slot(profile: Profile, layers: Sequence[int], cache: _Cache) -> int:
+    """One sequence's KV in a saved state (src/llama-kv-cache.cpp, ``state_write_meta``/``_data``).
+
+    Each cell costs its K and V rows on every layer plus 12 bytes of metadata (pos, n_seq_id, seq_id);
+    a sliding-window cache saves only the cells inside the window.
+    """
+    total = 0
+    for swa in (False, True):
+        group = [il for il in layers if profile.is_swa(il) == swa]
+        if not group:
+            continue
+        cells = min(cache.n_ctx_seq, profile.sliding_window + cache.n_ubatch) if swa else cache.n_ctx_seq
+        per_cell = sum(row_bytes(cache.type_k, profile.kv_row_elements(il)[0])
+                       + row_bytes(cache.type_v, profile.kv_row_elements(il)[1]) for il in group)
+        total += cells * (per_cell + 12)
+    return total
+
+
+def _recurrent_per_slot(profile: Profile) -> int:
+    """One sequence's recurrent state: one row of each state per recurrent block."""
+    if profile.recurrent is None:
+        return 0
+    return profile.recurrent.row_bytes * sum(1 for il in range(profile.n_layer) if profile.kind(il) == "R")
+
+
+def _projector_card(config: LlamaServerConfig, cards: Sequence[Card], rpc: Sequence[Card]) -> Card:
+    offload = config.use("mmproj_offload")
+    if offload is not None and offload.value == "0":
+        return HOST
+    named = _option(config, "mmproj_device", "")
+    for card in (*cards, *rpc):
+        if named in (card.name, card.label):
+            return card
+    # ggml_backend_init_by_type(GPU): the first GPU the registry lists (RPC devices register first)
+    ordered = [*rpc, *cards]
+    return ordered[0] if ordered else HOST
+
+
+def build_ledger(
+    config: LlamaServerConfig,
+    target: Profile,
+    *,
+    cards: Sequence[Card] = (),
+    draft: Profile | None = None,
+    projector: Profile | None = None,
+    calibrations: Sequence[Calibration] = (),
+) -> Ledger:
+    """The per-device ledger of one llama-server command line.
+
+    ``cards`` are the devices the host offers (in enumeration order); ``--device`` picks among them,
+    ``--rpc`` adds RPC devices in front. Raises ``KeyError`` for a ``--device`` name no card has and
+    ``ValueError`` for a cache type the engine refuses.
+    """
+    notes: list[str] = []
+    basis: Basis = "reconstructed" if target.reconstructed else "derived"
+    for flag, value in (("--cache-type-k", config.cache_type_k), ("--cache-type-v", config.cache_type_v),
+                        ("--spec-draft-type-k", _option(config, "spec_draft_type_k", "f16")),
+                        ("--spec-draft-type-v", _option(config, "spec_draft_type_v", "f16"))):
+        if value.upper() not in KV_CACHE_TYPES:
+            accepted = ", ".join(t.lower() for t in KV_CACHE_TYPES)
+            raise ValueError(f"{flag} {value}: llama-server accepts only {accepted} (common/arg.cpp)")
+    n_seq = max(1, config.n_slots)
+    unified = config.unified_kv
+    n_ctx = pad(config.ctx_size or target.n_ctx_train or 0, 256)
+    n_ctx_seq = n_ctx if unified else pad(n_ctx // n_seq, 256)
+    if not unified:
+        n_ctx = n_ctx_seq * n_seq
+    shape = ContextShape(n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, unified=unified)
+    n_batch = min(n_ctx, config.batch_size) if n_ctx else config.batch_size
+    n_ubatch = min(n_batch, config.ubatch_size or n_batch)
+    flash_attn = config.flash_attn != "off"
+    offload = _flag(config, "-nkvo", "--no-kv-offload") is None
+    host_mapped = (_flag(config, "-lm", "--load-mode") or "auto") in ("auto", "mmap", "mmap+mlock")
+    if config.fit not in ("off", "0", "false"):
+        notes.append("--fit is on: llama.cpp may change -ngl or -c at boot to fit free memory; this ledger "
+                     "takes the flags as given")
+    if config.split_mode not in ("none", "layer"):
+        notes.append(f"--split-mode {config.split_mode}: modelled as a layer split")
+
+    rpc = [next((c for c in cards if c.endpoint == endpoint),
+                Card(name=f"RPC{i}", vram_bytes=None, buffer_name=f"RPC0[{endpoint}]", endpoint=endpoint))
+           for i, endpoint in enumerate(config.rpc)]
+    host_cards = [c for c in cards if c.endpoint is None]
+    main_gpu = int(_option(config, "main_gpu", "0") or 0)
+    devices = _model_devices(host_cards, config.devices, config.split_mode, main_gpu, rpc)
+    spec = set(config.spec_types)
+    ngl = _ngl(config.n_gpu_layers, target.block_count)
+    model = _place(target, devices, ngl, config.tensor_split, "draft-mtp" in spec)
+    cache = _Cache(n_ctx_seq=n_ctx_seq, n_seq=n_seq, unified=unified, n_ubatch=n_ubatch,
+                   swa_full=config.swa_full, type_k=config.cache_type_k, type_v=config.cache_type_v,
+                   v_trans=not flash_attn, offload=offload)
+    draft_cache = dataclasses.replace(cache, type_k=_option(config, "spec_draft_type_k", "f16"),
+                                      type_v=_option(config, "spec_draft_type_v", "f16"))
+
+    acc = _Acc()
+    _weights(acc, model, context="target", term_block="model", term_output="output", host_mapped=host_mapped,
+             basis=basis)
+    _kv(acc, target, model.layer_device, _kv_layers(target, mtp=False), cache, context="target", term="kv",
+        basis=basis)
+    rollback = target.recurrent is not None and target.recurrent.rollback \
+        and target.architecture in RS_ROLLBACK_ARCHS
+    n_rs_seq = config.spec_draft_n_max if spec & ROLLBACK_DRAFTERS and rollback else 0
+    _recurrent(acc, target, model.layer_device, n_seq=n_seq, n_rs_seq=n_rs_seq, offload=offload, basis=basis)
+
+    draft_model: _Model | None = None
+    slot_draft = 0
+    mtp = "draft-mtp" in spec and config.spec_draft_model is None
+    if spec & CONTEXT_DRAFTERS and config.spec_draft_model is not None:
+        if draft is None:
+            notes.append("a drafter is configured but its profile is unknown: its weights and KV are not "
+                         "counted")
+        else:
+            draft_basis: Basis = "reconstructed" if draft.reconstructed else "derived"
+            names = config.spec_draft_device or config.devices
+            mode = "layer" if len(names) == 1 else config.split_mode
+            draft_devices = _model_devices(host_cards, names, mode, main_gpu, rpc)
+            draft_ngl = _ngl(_option(config, "spec_draft_ngl", "-1"), draft.block_count)
+            draft_model = _place(draft, draft_devices, draft_ngl, config.tensor_split, False)
+            _weights(acc, draft_model, context="draft", term_block="draft", term_output="draft",
+                     host_mapped=host_mapped, basis=draft_basis)
+            _kv(acc, draft, draft_model.layer_device, _kv_layers(draft, mtp=False), draft_cache,
+                context="draft", term="draft", basis=draft_basis)
+            slot_draft = _state_per_slot(draft, _kv_layers(draft, mtp=False), draft_cache)
+    elif mtp:
+        layers = _kv_layers(target, mtp=True)
+        if not layers:
+            notes.append("draft-mtp on a model without nextn blocks: the engine refuses to load it")
+        _kv(acc, target, model.layer_device, layers, draft_cache, context="mtp", term="draft", basis=basis)
+        slot_draft = _state_per_slot(target, layers, draft_cache)
+
+    projector_card: Card | None = None
+    if config.mmproj is not None:
+        if projector is None:
+            notes.append("an --mmproj is loaded but its profile is unknown: its weights are not counted")
+        else:
+            projector_card = _projector_card(config, host_cards, rpc)
+            p_basis: Basis = "reconstructed" if projector.reconstructed else "derived"
+            acc.add(projector_card, "projector", "model", "projector",
+                    sum(_alloc(w, projector_card.backend) for w in projector.weights), p_basis,
+                    "tools/mtmd/clip.cpp clip_ctx: the first GPU unless --mmproj-device, --no-mmproj-offload")
+
+    _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
+              devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
+              flash_attn=flash_attn)
+    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
+    acc.add(HOST, "output", "output", "target", n_outputs * target.n_vocab * 4, basis,
+            "src/llama-context.cpp output_reserve: n_outputs_max x n_vocab x 4 B")
+
+    ledgers = [DeviceLedger(
+        card=card,
+        blocks=tuple(il for il, c in enumerate(model.layer_device) if c is card),
+        holds_output=model.output_device is card,
+        buffers=tuple(acc.buffers.get(card.label, ())),
+        draft_blocks=tuple(il for il, c in enumerate(draft_model.layer_device) if c is card)
+        if draft_model else (),
+    ) for card in devices]
+    for label, buffers in acc.buffers.items():
+        if label != HOST.label and all(d.card.label != label for d in ledgers):
+            card = next(c for c in (*host_cards, *rpc) if c.label == label)
+            ledgers.append(DeviceLedger(card=card, blocks=(), holds_output=False, buffers=tuple(buffers)))
+    host = DeviceLedger(card=HOST, blocks=tuple(il for il, c in enumerate(model.layer_device) if c is HOST),
+                        holds_output=model.output_device is HOST,
+                        buffers=tuple(acc.buffers.get(HOST.label, ())))
+    checkpoint = _recurrent_per_slot(target) + _state_per_slot(
+        target, [il for il in _kv_layers(target, mtp=False) if target.is_swa(il)], cache)
+    slot = SlotState(
+        tokens=n_ctx_seq,
+        target_kv=_state_per_slot(target, _kv_layers(target, mtp=False), cache),
+        recurrent=_recurrent_per_slot(target),
+        draft=slot_draft,
+        checkpoints=config.ctx_checkpoints * checkpoint if checkpoint and config.ctx_checkpoints > 0 else 0,
+    )
+    return Ledger(shape=shape, n_ubatch=n_ubatch, devices=tuple(ledgers), host=host, slot_state=slot,
+                  notes=tuple(notes))
+
+
+_CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
+
+
+def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Profile, model: _Model,
+              draft: Profile | None, draft_model: _Model | None, projector_card: Card | None,
+              calibrations: Sequence[Calibration], *, devices: Sequence[Card], n_ubatch: int, n_batch: int,
+              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool) -> None:
+    """Compute buffers per context and device: a calibration for this ubatch, else an estimate."""
+    by_key = {(c.device, c.context): c for c in calibrations if c.ubatch == n_ubatch}
+    stale = sorted({f"{c.device}/{c.context} (ubatch {c.ubatch})"
+                    for c in calibrations if c.ubatch != n_ubatch})
+    if stale:
+        notes.append(f"calibrations measured at another ubatch do not apply at ubatch {n_ubatch}: "
+                     f"{', '.join(stale)}; those buffers are estimated")
+    n_seq = cache.n_seq
+    # src/llama-context.cpp: pipeline parallelism needs several devices, every layer offloaded, a layer split
+    pipeline = (len(devices) > 1 and ngl > target.block_count and config.split_mode == "layer"
+                and cache.offload)
+
+    def shape_of(profile: Profile, outputs: int, parallel: bool) -> _ComputeShape:
+        layers = _kv_layers(profile, mtp=False)
+        cells = [cache.n_ctx_seq] if any(not profile.is_swa(il) for il in layers) else []
+        if any(profile.is_swa(il) for il in layers):
+            cells.append(cache.swa_cells(profile))
+        return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, mask_cells=tuple(cells),
+                             copies=4 if parallel else 1, flash_attn=flash_attn)
+
+    def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
+                parallel: bool) -> None:
+        term: Term = _CONTEXT_TERMS.get(context, "compute")
+        cal = by_key.get((card.name, context)) or by_key.get((card.label, context))
+        if cal is not None:
+            acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}")
+            return
+        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), holds_layers=layers,
+                                     holds_output=output, host=card is HOST)
+        acc.add(card, term, "compute", context, estimate, "estimate",
+                "estimate: live activations, logits and split inputs of one ubatch (no boot measured it)")
+
+    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
+    trunk = model.layer_device[: target.n_layer]
+    for card in model.cards:
+        compute(card, "target", target, n_outputs, layers=card in trunk, output=card == model.output_device,
+                parallel=pipeline)
+    if HOST not in model.cards:
+        compute(HOST, "target", target, n_outputs, layers=False, output=False, parallel=pipeline)
+    if mtp and _kv_layers(target, mtp=True):
+        head = model.layer_device[target.n_layer] if target.n_layer < len(model.layer_device) \
+            else model.output_device
+        compute(head, "mtp", target, n_seq, layers=True, output=True, parallel=pipeline)
+        compute(HOST, "mtp", target, n_seq, layers=False, output=False, parallel=pipeline)
+    if draft_model is not None and draft is not None:
+        outputs = n_seq * (config.spec_draft_n_max + 1)
+        parallel = len(draft_model.devices) > 1 and config.split_mode == "layer" and cache.offload \
+            and HOST not in draft_model.layer_device
+        for card in draft_model.cards:
+            if card is not HOST:
+                compute(card, "draft", draft, outputs, layers=card in draft_model.layer_device,
+                        output=card == draft_model.output_device, parallel=parallel)
+        compute(HOST, "draft", draft, outputs, layers=HOST in draft_model.layer_device, output=False,
+                parallel=parallel)
+    if projector_card is not None:
+        cal = by_key.get((projector_card.name, "projector"))
+        if cal is not None:
+            acc.add(projector_card, "projector", "compute", "projector", cal.bytes, "calibrated",
+                    f"calibration: {cal.boot}")
+        elif (projector_card.name, "target") in by_key:
+            notes.append(f"the projector's compute buffer is taken to be inside {projector_card.name}'s "
+                         "calibrated compute figure")
+        else:
+            notes.append(f"the projector's compute buffer on {projector_card.name} is not calibrated: only "
+                         "its weights are counted")
+
+
+def summarize(ledger: Ledger) -> dict[str, Any]:
+    """Every figure in bytes, per device and per term, each buffer named as llama-server names it."""
+    def device(d: DeviceLedger) -> dict[str, Any]:
+        return {
+            "device": d.card.name,
+            "buffer_name": d.card.label,
+            "vram_bytes": d.card.vram_bytes,
+            "total_bytes": d.total,
+            "free_bytes": d.free,
+            "blocks": list(d.blocks),
+            "output_layer": d.holds_output,
+            "terms": {t: d.term(t) for t in TERMS},
+            "buffers": [{"name": f"{d.card.label} {b.buffer} buffer", "buffer": b.buffer, "term": b.term,
+                         "context": b.context, "bytes": b.bytes, "basis": b.basis, "source": b.source}
+                        for b in d.buffers],
+        }
+
+    state = ledger.slot_state
+    return {
+        "context": {"n_ctx": ledger.shape.n_ctx, "n_ctx_seq": ledger.shape.n_ctx_seq,
+                    "n_seq_max": ledger.shape.n_seq_max, "kv_unified": ledger.shape.unified,
+                    "n_ubatch": ledger.n_ubatch},
+        "devices": [device(d) for d in ledger.devices],
+        "host": device(ledger.host),
+        "slot_state": {"tokens": state.tokens, "target_kv": state.target_kv, "recurrent": state.recurrent,
+                       "draft": state.draft, "checkpoints": state.checkpoints, "total": state.total},
+        "notes": list(ledger.notes),
+    }
+
+
+def calibrations_of(service: Any) -> tuple[Calibration, ...]:
+    """The compute calibrations a fleet.toml service declares (the schema has validated them)."""
+    raw = service.calibration.get("compute", []) if isinstance(service.calibration, Mapping) else []
+    return tuple(Calibration(device=str(c["device"]), context=str(c["context"]), bytes=int(c["bytes"]),
+                             ubatch=int(c["ubatch"]), boot=str(c["boot"])) for c in raw)
+
+
+def _ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:
+    service = config.service
+    if config.llama is None or config.profile is None:
+        raise ValueError(f"{config.name}: the ledger needs a llama.cpp service with a profile")
+    cards = [Card(name=d.name, vram_bytes=d.vram_bytes) for d in config.host.cards]
+    projector = load_profile(service.projector_profile) if service.projector_profile else None
+    calibrations = calibrations_of(service)
+
+    def build(llama: LlamaServerConfig) -> Ledger:
+        return build_ledger(llama, config.profile, cards=cards, draft=config.draft_profile,
+                            projector=projector, calibrations=calibrations)
+
+    return build
+
+
+_LEDGERS: dict[int, tuple[Any, Ledger]] = {}
+
+
+def service_ledger(config: Any) -> Ledger:
+    """The ledger of a rendered llama.cpp service (``fleetgate.config.ServiceConfig``) on its host's cards.
+
+    Built once per rendered config, for all the memory seams. Raises KeyError for a ``--device`` name
+    the host has no card for.
+    """
+    cached = _LEDGERS.get(id(config))
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    ledger = _ledger_builder(config)(config.llama)
+    _LEDGERS[id(config)] = (config, ledger)
+    return ledger
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One ``--tensor-split`` step of a two-card split, as the seeds tabulate them by hand (E.5-E.7)."""
+
+    tensor_split: tuple[int, int]
+    free: tuple[int, int]
+    gap: int
+    floor_ok: tuple[bool, bool]
+    slack_ok: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return all(self.floor_ok) and self.slack_ok is not False
+
+
+def sweep_tensor_split(config: LlamaServerConfig, ledger_of: Callable[[LlamaServerConfig], Ledger], *,
+                       floor: int | None, slack: int | None) -> list[SweepRow]:
+    """Every integer ``-ts a,b`` with the same total as the command's split (two cards only)."""
+    total = round(sum(config.tensor_split)) if len(config.tensor_split) == 2 else 0
+    rows: list[SweepRow] = []
+    for first in range(1, total):
+        ledger = ledger_of(dataclasses.replace(config, tensor_split=(float(first), float(total - first))))
+        cards = ledger.cards
+        if len(cards) != 2:
+            return []
+        free = (cards[0].free or 0, cards[1].free or 0)
+        gap = abs(cards[0].total - cards[1].total)
+        rows.append(SweepRow(tensor_split=(first, total - first), free=free, gap=gap,
+                             floor_ok=(floor is None or free[0] >= floor, floor is None or free[1] >= floor),
+                             slack_ok=None if slack is None else gap <= slack))
+    return rows
+
+
+def service_sweep(config: Any) -> list[SweepRow]:
+    """The -ts sweep of a rendered service against its host's floor and slack."""
+    return sweep_tensor_split(config.llama, _ledger_builder(config), floor=config.host.card_floor_bytes,
+                              slack=config.host.balance_slack_bytes)

@@ -1,0 +1,77 @@
+"""Print the ledger's accuracy against the real llama-server for every case in tests/ledger/cases.py.
+
+    python -m tests.ledger.accuracy            # markdown tables for docs/ledger.md
+
+The same runs and comparisons as tests/ledger/test_engine.py, printed instead of asserted.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from fleetgate.engines.llamacpp import parse_llama_server
+from fleetgate.fit import build_ledger
+from fleetgate.profile import load_profile
+from tests.ledger.cases import CASES
+from tests.ledger.compare import compare
+from tests.ledger.engine import find_engine, model_paths, run_server
+from tests.ledger.tiny_models import DflashShape, Qwen35Shape, write_dflash, write_qwen35
+
+
+def main(argv: list[str]) -> int:
+    engine = find_engine()
+    wanted = set(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        models = model_paths(root)
+        models["qwen35"] = write_qwen35(root / "tiny-qwen35.gguf")
+        models["qwen35-mtp"] = write_qwen35(root / "tiny-qwen35-mtp.gguf", Qwen35Shape(nextn=1))
+        models["dflash"] = write_dflash(root / "tiny-dflash.gguf")
+        models["dflash-swa"] = write_dflash(root / "tiny-dflash-swa.gguf", DflashShape(sliding_window=64))
+        summary = ["| case | model | KV | KV (SWA) | RS | compared in | result |",
+                   "|---|---:|---:|---:|---:|---|---|"]
+        exact_lines = ["| case | device | context | buffer | predicted (B) | llama-server | match |",
+                       "|---|---|---|---|---:|---:|---|"]
+        compute_lines = ["| case | device | context | estimate (MiB) | llama-server (MiB) | error |",
+                         "|---|---|---|---:|---:|---:|"]
+        worst = 0.0
+        for case in CASES:
+            if wanted and case.id not in wanted:
+                continue
+            args = list(case.args)
+            if case.draft:
+                args += ["--spec-draft-model", str(models[case.draft])]
+            observed = run_server(engine, root / case.id, models[case.model], args, n_rpc=case.n_rpc,
+                                  second_context=case.second_context)
+            ledger = build_ledger(parse_llama_server(observed.argv), load_profile(models[case.model]),
+                                  draft=load_profile(models[case.draft]) if case.draft else None)
+            names = {d.card.label: d.card.name for d in ledger.devices}
+            names["CPU_Mapped"] = "CPU (mapped)"
+            rows = compare(observed, ledger)
+            kinds = ("model", "KV", "KV (SWA)", "RS")
+            counts = {kind: sum(1 for r in rows if r.buffer == kind) for kind in kinds}
+            how = "bytes (RPC) and 2 decimals (host)" if any(r.exact for r in rows) else "2 decimals (host)"
+            verdict = "all equal" if all(r.ok for r in rows) else "DIFFERENT"
+            summary.append(f"| {case.id} | {counts['model']} | {counts['KV']} | {counts['KV (SWA)']} | "
+                           f"{counts['RS']} | {how} | {verdict} |")
+            for r in rows:
+                seen = f"{r.observed_exact:,}" if r.exact else f"{r.observed_mib} MiB"
+                device = names.get(r.device, r.device)
+                exact_lines.append(f"| {case.id} | {device} | {r.context} | {r.buffer} | {r.predicted:,} "
+                                   f"| {seen} | {'equal' if r.ok else 'DIFFERENT'} |")
+            for r in compare(observed, ledger, buffers=("compute",)):
+                worst = max(worst, abs(r.error))
+                device = names.get(r.device, r.device)
+                compute_lines.append(f"| {case.id} | {device} | {r.context} | {r.predicted / 2**20:.2f} "
+                                     f"| {r.observed / 2**20:.2f} | {r.error:+.0%} |")
+        for block in (summary, compute_lines, exact_lines):
+            print("\n".join(block))
+            print()
+        print(f"worst compute error: {worst:.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
