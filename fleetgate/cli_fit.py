@@ -167,7 +167,7 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
     config = parse_llama_server(argv)
     where = Path(argv[0])
     for problem in config.problems:
-        position = f" (argument {problem.index + 1})" if problem.index is not None else ""
+        position = f" (argument {problem.index})" if problem.index is not None else ""
         raise InputError(where, None, f"cannot read this llama-server command line: {problem.flag}"
                                       f"{position}: {problem.message}; expected build 11434's flags")
     if config.model is None and args.profile is None:
