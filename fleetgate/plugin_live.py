@@ -285,7 +285,7 @@ class _Summary:
                 measured.update(data["measured"])
                 word = {"passed": "PASS", "failed": "FAIL"}.get(result.outcome, result.outcome.upper())
                 terminalreporter.write_line(f"  {word:4} {name:24} {data['note']}"[:220])
-            if measured:
+            if fmt_measured(measured):
                 terminalreporter.write_line(f"  measured: {fmt_measured(measured)}")
             over = " -- OVER BUDGET" if spent > BUDGET_TOKENS else ""
             terminalreporter.write_line(
@@ -296,3 +296,5 @@ class _Summary:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Summary(), "fleetgate-live-summary")
+    if config.getoption("--endpoint"):
+        endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected

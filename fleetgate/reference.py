@@ -37,6 +37,7 @@ __all__ = [
     "llama_bin_dir",
     "model_dir",
     "render_overrides",
+    "render_reference",
     "start",
 ]
 
@@ -190,6 +191,22 @@ def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> 
     return server
 
 
+def render_reference(fleet: Fleet, service: Service | None = None, *, port: int | None = None) -> Rendered:
+    """The service rendered the way it runs on this machine (the model from the installed wheel)."""
+    service = service or fleet.services.get(REFERENCE)
+    if service is None:
+        raise ReferenceError(f"{fleet.path} declares no service {REFERENCE!r}")
+    model_dir()  # a clear error when the model is not installed
+    local = render_overrides()
+    overrides = dict(local.overrides)
+    if port is not None:
+        overrides[PORT_VARIABLE] = str(port)
+    try:
+        return render(fleet, service, overrides=overrides, payload=(*service.payload, *local.payload))
+    except InputError as exc:
+        raise ReferenceError(str(exc)) from None
+
+
 def start(
     fleet: Fleet,
     service: Service | None = None,
@@ -202,16 +219,8 @@ def start(
     service = service or fleet.services.get(REFERENCE)
     if service is None:
         raise ReferenceError(f"{fleet.path} declares no service {REFERENCE!r}")
-    model_dir()  # a clear error when the model is not installed
-    local = render_overrides()
-    overrides = dict(local.overrides)
-    if port is not None:
-        overrides[PORT_VARIABLE] = str(port)
-    try:
-        rendered = render(fleet, service, overrides=overrides, payload=(*service.payload, *local.payload))
-        origins, script, _ = service_inputs(fleet, service)
-    except InputError as exc:
-        raise ReferenceError(str(exc)) from None
+    rendered = render_reference(fleet, service, port=port)
+    origins, script, _ = service_inputs(fleet, service)
     from fleetgate.engines.llamacpp import parse_llama_server
 
     llama = parse_llama_server(rendered.argv, rendered.env)
@@ -220,7 +229,9 @@ def start(
             f"{service.name} listens on {llama.host}: the reference listens on loopback only"
         )
     env = _engine_env({name: origin.value for name, origin in origins.items()})
-    env.update(overrides)
+    env.update(render_overrides().overrides)
+    if port is not None:
+        env[PORT_VARIABLE] = str(port)
     log.parent.mkdir(parents=True, exist_ok=True)
     start_time = time.monotonic()
     with log.open("wb") as out:

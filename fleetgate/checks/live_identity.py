@@ -197,7 +197,11 @@ def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
         if not isinstance(have, int | float) or not math.isclose(
             float(have), want, rel_tol=1e-5, abs_tol=1e-6
         ):
-            wrong.append(f"{key} = {have!r}, not {want:g}")
+            wrong.append(
+                f"{key} = {have:.6g}, not {want:g}"
+                if isinstance(have, int | float)
+                else f"{key} = {have!r}, not {want:g}"
+            )
             first_dest = first_dest or ("temp" if key == "temperature" else key)
     if wrong:
         raise endpoint.fail(

@@ -105,7 +105,11 @@ class Client:
         headers = {"Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        self._http = httpx.Client(headers=headers, follow_redirects=False)
+        # No keep-alive: an engine may close an idle connection just as the next request reuses it, and
+        # a gate must not read that race as an outage. A loopback connect costs nothing.
+        self._http = httpx.Client(
+            headers=headers, follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
+        )
 
     def __repr__(self) -> str:
         return f"Client({self.base_url!r}, api_key={'set' if self._api_key else 'unset'})"
