@@ -123,6 +123,10 @@ class Client:
     def scrub(self, text: str) -> str:
         return text.replace(self._api_key, REDACTED) if self._api_key else text
 
+    def _down(self, url: str, exc: httpx.TransportError, start: float) -> EndpointError:
+        reason = self.scrub(str(exc)) or type(exc).__name__
+        return EndpointError(url, "down", f"cannot connect: {reason}", time.monotonic() - start)
+
     def _timeouts(self, timeout: float | None) -> httpx.Timeout:
         total = self.timeout if timeout is None else timeout
         return httpx.Timeout(total, connect=min(self.connect_timeout, total))
@@ -146,12 +150,7 @@ class Client:
                 url, "timeout", f"no answer within the {limit:.0f} s bound", time.monotonic() - start
             ) from None
         except httpx.TransportError as exc:
-            raise EndpointError(
-                url,
-                "down",
-                f"cannot connect: {self.scrub(str(exc)) or type(exc).__name__}",
-                time.monotonic() - start,
-            ) from None
+            raise self._down(url, exc, start) from None
         elapsed = time.monotonic() - start
         text = self.scrub(response.text)
         try:
@@ -221,12 +220,7 @@ class Client:
                 time.monotonic() - start,
             ) from None
         except httpx.TransportError as exc:
-            raise EndpointError(
-                url,
-                "down",
-                f"cannot connect: {self.scrub(str(exc)) or type(exc).__name__}",
-                time.monotonic() - start,
-            ) from None
+            raise self._down(url, exc, start) from None
         result.elapsed = time.monotonic() - start
         return result
 
