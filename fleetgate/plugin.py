@@ -24,6 +24,8 @@ from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = ["Seam", "fleet_path"]
 
+pytest_plugins = ["fleetgate.plugin_live"]
+
 _FLEET = pytest.StashKey[Fleet]()
 _ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()
 _CHAINS = pytest.StashKey[list[ResolvedChain]]()

@@ -1,0 +1,441 @@
+"""Capabilities: tool calls, images, reasoning, reasoning efforts (C.2).
+
+Each is a promise a client builds on: structured tool calls (not a call written as text, with
+finish_reason stop: llama.cpp#22786, vLLM#11786), images that reach the model (INC-08: the mmproj was
+not loaded and every image answered 500; INC-84: the legacy field is ignored), the reasoning trace
+in the field clients read (INC-72) and never as tags in the content (llama.cpp#23320), and the
+reasoning efforts the template accepts (INC-26).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import jsonschema
+
+from fleetgate.checks import check
+from fleetgate.live.client import shorten
+from fleetgate.live.endpoint import LiveEndpoint, finish_reason_of, message_of, usage_of
+from fleetgate.live.images import COLOURS, png_data_url, solid_png
+
+TOOLS = "live-tool-calls"
+VISION = "live-vision"
+COLOUR = "live-vision-colour"
+REASONING = "live-reasoning"
+EFFORT = "live-reasoning-effort"
+
+TOOL_TOKENS = 48
+TOOL_NONE_TOKENS = 8
+REASONING_TOKENS = 24
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+# One worked example before the question: a previous call, its result and the answer. A 135M model
+# needs it to start its answer with a call; a large model ignores it. The example call goes through
+# the template like any client's history does.
+_EXAMPLE: list[dict[str, Any]] = [
+    {"role": "user", "content": "What is the weather in Berlin in fahrenheit?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_0",
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "arguments": json.dumps({"city": "Berlin", "unit": "fahrenheit"}),
+                },
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_0", "content": json.dumps({"temperature": 50})},
+    {"role": "assistant", "content": "It is 50 F in Berlin."},
+]
+_QUESTION = {"role": "user", "content": "What is the weather in Paris in celsius?"}
+
+
+def _declares_tools(endpoint: LiveEndpoint) -> bool:
+    return endpoint.contract.tools is True
+
+
+@check(
+    TOOLS,
+    kind="live",
+    subject="endpoint",
+    cites=("C-CAP-2",),
+    applies=_declares_tools,
+    summary="tool_choice required returns finish_reason tool_calls with exactly one call whose arguments "
+    "validate against the tool's JSON Schema; tool_choice none returns no call",
+)
+def live_tool_calls(endpoint: LiveEndpoint) -> None:
+    schema = WEATHER_TOOL["function"]["parameters"]
+    base: dict[str, Any] = {
+        "messages": [*_EXAMPLE, _QUESTION],
+        "tools": [WEATHER_TOOL],
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        **endpoint.thinking(False),
+    }
+    reply = endpoint.chat(TOOLS, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS})
+    fix = (
+        "the engine must parse the model's call into tool_calls: llama.cpp needs --jinja and a chat template "
+        "its parser recognises as a tool-call format (a template that renders tool_calls); vLLM needs "
+        "--enable-auto-tool-choice and the model's --tool-call-parser"
+    )
+    if not reply.ok:
+        raise endpoint.fail(
+            TOOLS,
+            where=reply.url,
+            cites=("C-CAP-2",),
+            observed=reply.brief(),
+            expected="200 with a tool call",
+            fix=fix,
+        )
+    message = message_of(reply.json)
+    calls = message.get("tool_calls") or []
+    finish = finish_reason_of(reply.json)
+    problems = []
+    if finish != "tool_calls":
+        problems.append(f"finish_reason {finish!r}")
+    if not isinstance(calls, list) or len(calls) != 1:
+        count = len(calls) if isinstance(calls, list) else calls
+        content = message.get("content")
+        problems.append(f"{count} tool call(s); content {shorten(str(content), 100)!r}")
+    else:
+        call = calls[0]
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        if name != "get_weather":
+            problems.append(f"the call names {name!r}")
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else None
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            problems.append(f"arguments {shorten(str(arguments), 100)!r} are not a JSON object")
+        else:
+            try:
+                jsonschema.validate(parsed, schema)
+            except jsonschema.ValidationError as exc:
+                problems.append(f"arguments {json.dumps(parsed)} fail the tool's schema: {exc.message}")
+        if not (isinstance(call, dict) and call.get("id") and call.get("type") == "function"):
+            problems.append(f"the call lacks an id or type=function: {shorten(json.dumps(call), 100)}")
+    if problems:
+        raise endpoint.fail(
+            TOOLS,
+            where=reply.url,
+            cites=("C-CAP-2",),
+            observed="tool_choice required: " + "; ".join(problems),
+            expected="finish_reason 'tool_calls', exactly one call to get_weather, arguments valid "
+            "against its schema",
+            fix=fix,
+        )
+    arguments = calls[0]["function"]["arguments"]
+    reply = endpoint.chat(TOOLS, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
+    if not reply.ok:
+        raise endpoint.fail(
+            TOOLS,
+            where=reply.url,
+            observed=f"tool_choice none: {reply.brief()}",
+            expected="200 without a tool call",
+            fix=fix,
+        )
+    none_calls = message_of(reply.json).get("tool_calls")
+    if none_calls or finish_reason_of(reply.json) == "tool_calls":
+        raise endpoint.fail(
+            TOOLS,
+            where=reply.url,
+            cites=("C-CAP-2",),
+            observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
+            f"finish_reason {finish_reason_of(reply.json)!r}",
+            expected="no tool call when the client says none",
+            fix=fix,
+        )
+    endpoint.note(f"one call get_weather({arguments}); none -> no call")
+
+
+def _vision_declared(endpoint: LiveEndpoint) -> bool:
+    return endpoint.contract.vision is not None
+
+
+def _image_message(text: str, png: bytes | None) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if png is not None:
+        content.append({"type": "image_url", "image_url": {"url": png_data_url(png)}})
+    return [{"role": "user", "content": content}]
+
+
+@check(
+    VISION,
+    kind="live",
+    subject="endpoint",
+    cites=("C-CAP-1", "C-CAP-5", "C-CAP-6", "INC-08", "INC-84"),
+    applies=_vision_declared,
+    summary="where vision is declared an image is accepted and billed as prompt tokens (and /props says "
+    "vision); where it is not, an image is refused cleanly",
+)
+def live_vision(endpoint: LiveEndpoint) -> None:
+    declared = bool(endpoint.contract.vision)
+    where = endpoint.where_contract("vision")
+    modality = None
+    if endpoint.dialect.has_props:
+        props = endpoint.get_json(VISION, "/props")
+        modalities = props.get("modalities") if isinstance(props, dict) else None
+        modality = modalities.get("vision") if isinstance(modalities, dict) else None
+    png = solid_png(COLOURS["red"], 64)
+    question = "Describe this picture in one word."
+    with_image = endpoint.chat(
+        VISION,
+        {
+            "messages": _image_message(question, png),
+            "max_tokens": 1,
+            "temperature": 0,
+            **endpoint.thinking(False),
+        },
+    )
+    if not declared:
+        if with_image.ok or modality:
+            raise endpoint.fail(
+                VISION,
+                where=where,
+                cites=("C-CAP-6",),
+                observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
+                expected="a refusal: the contract says vision = false",
+                fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
+                "vision = true "
+                "so clients send images",
+            )
+        message = with_image.error_message()
+        if with_image.status >= 500 and "image" not in message.lower():
+            raise endpoint.fail(
+                VISION,
+                where=with_image.url,
+                cites=("C-CAP-6",),
+                observed=with_image.brief(),
+                expected="a refusal that says images are not supported",
+                fix="the engine failed on the image instead of refusing it: read its log",
+            )
+        endpoint.note(f"text-only: image refused ({with_image.brief()[:60]})")
+        return
+    problems = []
+    if endpoint.dialect.has_props and modality is not True:
+        problems.append(f"/props modalities.vision is {modality!r}")
+    if not with_image.ok:
+        problems.append(f"the image request answered {with_image.brief()}")
+    if problems:
+        raise endpoint.fail(
+            VISION,
+            where=endpoint.where_flag("mmproj"),
+            cites=("C-CAP-1", "C-CAP-6", "INC-08"),
+            observed="; ".join(problems),
+            expected="an endpoint that accepts images (the contract declares vision = true)",
+            fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
+            "endpoint comes "
+            "up healthy and text-only",
+        )
+    text_only = endpoint.chat(
+        VISION,
+        {
+            "messages": _image_message(question, None),
+            "max_tokens": 1,
+            "temperature": 0,
+            **endpoint.thinking(False),
+        },
+    )
+    with_tokens = usage_of(with_image.json).get("prompt_tokens")
+    without_tokens = usage_of(text_only.json).get("prompt_tokens")
+    if not (
+        isinstance(with_tokens, int) and isinstance(without_tokens, int) and with_tokens > without_tokens
+    ):
+        raise endpoint.fail(
+            VISION,
+            where=with_image.url,
+            cites=("C-CAP-5", "INC-84"),
+            observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
+            expected="more prompt tokens with the image: the image must reach the model as tokens",
+            fix="the image is dropped before the model (a client field the engine ignores, or no projector)",
+        )
+    image_tokens = with_tokens - without_tokens
+    endpoint.measure("image_tokens", image_tokens)
+    endpoint.note(f"image accepted, {image_tokens} image tokens billed")
+
+
+def _vision_true(endpoint: LiveEndpoint) -> bool:
+    return endpoint.contract.vision is True
+
+
+@check(
+    COLOUR,
+    kind="live",
+    subject="endpoint",
+    cites=("C-CAP-3", "C-CAP-4"),
+    applies=_vision_true,
+    summary="a generated solid-colour PNG is named back (the model sees the pixels)",
+)
+def live_vision_colour(endpoint: LiveEndpoint) -> None:
+    png = solid_png(COLOURS["red"], 256)
+    reply = endpoint.chat(
+        COLOUR,
+        {
+            "messages": _image_message("What colour is this image? Answer with one word.", png),
+            "max_tokens": 8,
+            "temperature": 0,
+            **endpoint.thinking(False),
+        },
+    )
+    if not reply.ok:
+        raise endpoint.fail(
+            COLOUR,
+            where=reply.url,
+            cites=("C-CAP-3",),
+            observed=reply.brief(),
+            expected="an answer naming the colour",
+            fix="see live-vision",
+        )
+    message = message_of(reply.json)
+    text = str(message.get("content") or "") + str(
+        message.get(endpoint.contract.reasoning_field or "content") or ""
+    )
+    if not re.search(r"\bred\b", text, re.I):
+        raise endpoint.fail(
+            COLOUR,
+            where=reply.url,
+            cites=("C-CAP-3",),
+            observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
+            expected="'red'",
+            fix="the image reaches the model but the model does not see it: a projector that does not "
+            "belong to "
+            "this model (or a broken one), or an image the client sends in a field the engine ignores",
+        )
+    endpoint.note(f"named the colour: {shorten(text, 40)!r}")
+
+
+def _declares_reasoning(endpoint: LiveEndpoint) -> bool:
+    return endpoint.contract.reasoning_field is not None
+
+
+_TAGS = re.compile(r"</?think>|<\|channel\|>|</?reasoning>", re.I)
+
+
+@check(
+    REASONING,
+    kind="live",
+    subject="endpoint",
+    cites=("C-CAP-8", "C-CAP-9", "INC-72"),
+    applies=_declares_reasoning,
+    summary="with thinking on, the trace arrives in the declared field and the content carries no think tags",
+)
+def live_reasoning(endpoint: LiveEndpoint) -> None:
+    field = endpoint.contract.reasoning_field
+    assert field is not None
+    reply = endpoint.chat(
+        REASONING,
+        {
+            "messages": [{"role": "user", "content": "Is seven a prime number? Answer yes or no."}],
+            "max_tokens": REASONING_TOKENS,
+            "temperature": 0,
+            **endpoint.thinking(True),
+        },
+    )
+    if not reply.ok:
+        raise endpoint.fail(
+            REASONING,
+            where=reply.url,
+            cites=("C-CAP-8",),
+            observed=reply.brief(),
+            expected="200",
+            fix="see live-chat",
+        )
+    message = message_of(reply.json)
+    trace = message.get(field)
+    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    other = {"reasoning_content", "reasoning"} - {field}
+    elsewhere = [f for f in other if message.get(f)]
+    problems = []
+    if not isinstance(trace, str) or not trace.strip():
+        problems.append(
+            f"message.{field} is {shorten(repr(trace), 40)}"
+            + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
+        )
+    tags = _TAGS.findall(content or "")
+    if tags:
+        problems.append(f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}")
+    if problems:
+        raise endpoint.fail(
+            REASONING,
+            where=endpoint.where_contract("reasoning_field"),
+            cites=("C-CAP-8", "INC-72"),
+            observed="; ".join(problems),
+            expected=f"the trace in message.{field} (fleet.toml reasoning_field) and no think tags in the "
+            "content",
+            fix=(
+                "llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves "
+                "it in the "
+                "content); vLLM: --reasoning-parser. Clients reading the wrong field see an empty answer"
+            ),
+        )
+    endpoint.note(f"trace in {field} ({len(trace or '')} chars), clean content")
+
+
+def _declares_efforts(endpoint: LiveEndpoint) -> bool:
+    return bool(endpoint.contract.reasoning_effort)
+
+
+@check(
+    EFFORT,
+    kind="live",
+    subject="endpoint",
+    cites=("C-CAP-10", "C-CAP-11", "INC-26"),
+    applies=_declares_efforts,
+    summary="each reasoning_effort value answers the status fleet.toml declares for it",
+)
+def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
+    wrong = []
+    seen = []
+    for effort, status in endpoint.contract.reasoning_effort.items():
+        reply = endpoint.chat(
+            EFFORT,
+            {
+                "messages": [{"role": "user", "content": "Say yes."}],
+                "max_tokens": 1,
+                "temperature": 0,
+                "reasoning_effort": effort,
+            },
+        )
+        seen.append(f"{effort} {reply.status}")
+        if reply.status != status:
+            wrong.append(
+                f"{effort!r} answered {reply.status}, not {status}"
+                + (f" ({shorten(reply.error_message(), 80)})" if not reply.ok else "")
+            )
+    if wrong:
+        raise endpoint.fail(
+            EFFORT,
+            where=endpoint.where_contract("reasoning_effort"),
+            cites=("C-CAP-10", "INC-26"),
+            observed="; ".join(wrong),
+            expected="the statuses of fleet.toml's reasoning_effort map (what clients are told)",
+            fix="the template changed, or the map is stale: update the map and every client's copy "
+            "(models.yml) "
+            "in the same pass",
+        )
+    endpoint.note(", ".join(seen))

@@ -1,0 +1,107 @@
+"""The live gate's library: reach a running endpoint and hold it to the contract its files declare.
+
+``connect()`` renders the service the way it runs on this machine, derives its contract, and opens
+a bounded HTTP client to it. Nothing here imports pytest.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+
+from fleetgate.config import ServiceConfig, load_service
+from fleetgate.engines.llamacpp import parse_llama_server
+from fleetgate.engines.vllm import parse_vllm
+from fleetgate.errors import InputError
+from fleetgate.fleet import Fleet, Service
+from fleetgate.live.client import Client, EndpointError, Reply, StreamReply
+from fleetgate.live.contract import LiveContract, derive_contract
+from fleetgate.live.dialects import Dialect, dialect_for
+from fleetgate.live.endpoint import BUDGET_TOKENS, CheckRecord, LiveEndpoint
+from fleetgate.live.metrics import RuleSelector, rule_selectors
+from fleetgate.render import render
+
+__all__ = [
+    "BUDGET_TOKENS",
+    "CheckRecord",
+    "Client",
+    "Dialect",
+    "EndpointError",
+    "LiveContract",
+    "LiveEndpoint",
+    "Reply",
+    "RuleSelector",
+    "StreamReply",
+    "connect",
+    "default_url",
+    "live_config",
+]
+
+DEFAULT_API_KEY_ENV = "FLEETGATE_API_KEY"
+
+
+def live_config(
+    fleet: Fleet, service: Service, overrides: Mapping[str, str] | None = None, present: tuple[str, ...] = ()
+) -> ServiceConfig:
+    """The service rendered as it runs here: ``overrides`` are variables this machine supplies, ``present``
+    files that exist here besides the declared payload."""
+    config = load_service(fleet, service)
+    if not overrides:
+        return config
+    rendered = render(fleet, service, overrides=dict(overrides), payload=(*service.payload, *present))
+    return replace(
+        config,
+        rendered=rendered,
+        llama=parse_llama_server(rendered.argv, rendered.env) if config.llama is not None else None,
+        vllm=parse_vllm(rendered.argv) if config.vllm is not None else None,
+        _where_cache={},
+    )
+
+
+def default_url(fleet: Fleet, config: ServiceConfig) -> str:
+    """Where the service listens: loopback if it binds loopback only, else its host's address."""
+    service = config.service
+    listen, port = None, service.port
+    if config.llama is not None:
+        listen, port = config.llama.host, config.llama.port
+    elif config.vllm is not None:
+        port = config.vllm.port or service.port
+    if listen in ("127.0.0.1", "localhost", "::1"):
+        address = "127.0.0.1"
+    else:
+        address = fleet.host_of(service).address or "127.0.0.1"
+    return f"http://{address}:{port}"
+
+
+def connect(
+    fleet: Fleet,
+    service: Service,
+    *,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
+    timeout: float = 60.0,
+    overrides: Mapping[str, str] | None = None,
+    present: tuple[str, ...] = (),
+) -> LiveEndpoint:
+    """A live endpoint for one service of the fleet. Bad files raise InputError (one line)."""
+    if service.state == "undeployed":
+        raise InputError(
+            fleet.path,
+            service.line,
+            f'services.{service.name} is state = "undeployed": nothing listens there to check',
+        )
+    config = live_config(fleet, service, overrides, present)
+    contract = derive_contract(config)
+    variable = contract.api_key_env or api_key_env or DEFAULT_API_KEY_ENV
+    client = Client(base_url or default_url(fleet, config), api_key=os.environ.get(variable), timeout=timeout)
+    return LiveEndpoint(
+        name=service.name,
+        url=client.base_url,
+        contract=contract,
+        dialect=dialect_for(service.engine),
+        client=client,
+        config=config,
+        rules=tuple(rule_selectors(fleet.rules)),
+        timeout=timeout,
+    )

@@ -1,0 +1,137 @@
+"""What differs between engines on the wire: surfaces, metric names, error shapes, reasoning knobs.
+
+llama.cpp (tools/server, build 11434), vLLM (vllm/entrypoints/openai, vllm/v1) and the generic
+OpenAI subset every other engine is held to. Each fact names where it comes from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetgate.fleet import Engine
+
+__all__ = ["DIALECTS", "Dialect", "OverWindow", "dialect_for"]
+
+
+@dataclass(frozen=True)
+class OverWindow:
+    """An engine's refusal of a prompt longer than its window, as numbers."""
+
+    prompt_tokens: int | None
+    window: int | None
+
+
+@dataclass(frozen=True)
+class Dialect:
+    engine: Engine
+    namespace: str | None
+    """Prefix of the engine's Prometheus series (``llamacpp``, ``vllm``)."""
+    has_props: bool
+    """llama-server's /props and /slots (tools/server/server-context.cpp)."""
+    health_path: str | None
+    drafts_metric: str | None
+    draft_tokens_metric: str | None
+    accepted_metric: str | None
+    prompt_tokens_metric: str | None
+    prompt_seconds_metric: str | None
+    thinking_on: Mapping[str, Any] = field(default_factory=dict)
+    thinking_off: Mapping[str, Any] = field(default_factory=dict)
+    """Request fields that switch the template's thinking; the generic subset sends none."""
+    decode_rate_fields: Mapping[str, Any] = field(default_factory=dict)
+    """Extra request fields for a decode-rate probe (ignore_eos, C-PF-1)."""
+    prefix_probe_tokens: int = 128
+    """About how long the repeated prompt is: over two vLLM blocks where that matters (INC-43)."""
+    over_window_patterns: tuple[re.Pattern[str], ...] = ()
+
+    def over_window(self, status: int, body: Any, message: str) -> OverWindow | None:
+        """The numbers of an over-window refusal, or None if this answer is not one."""
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            error = body["error"]
+            # tools/server/server-common.cpp: exceed_context_size_error carries both numbers.
+            if error.get("type") == "exceed_context_size_error":
+                return OverWindow(_int(error.get("n_prompt_tokens")), _int(error.get("n_ctx")))
+        for pattern in self.over_window_patterns:
+            match = pattern.search(message)
+            if match:
+                return OverWindow(_int(match.group("prompt")), _int(match.group("window")))
+        return None
+
+
+def _int(value: object) -> int | None:
+    try:
+        return int(str(value).replace(",", ""))
+    except (TypeError, ValueError):
+        return None
+
+
+_LLAMA_OVER = re.compile(
+    r"request \((?P<prompt>[\d,]+) tokens\) exceeds the available context size "
+    r"\((?P<window>[\d,]+) tokens\)"
+)
+# vllm/v1/engine/input_processor.py and the OpenAI-compatible serving layer word it two ways.
+_VLLM_DECODER = re.compile(
+    r"decoder prompt \(length (?P<prompt>[\d,]+)\) is longer than the maximum model "
+    r"length of (?P<window>[\d,]+)"
+)
+_OPENAI_MAX = re.compile(
+    r"maximum context length is (?P<window>[\d,]+) tokens.*?(?P<prompt>[\d,]+) "
+    r"(?:input )?tokens",
+    re.S,
+)
+
+_THINK = {"chat_template_kwargs": {"enable_thinking": True}}
+_NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
+
+DIALECTS: Mapping[str, Dialect] = {
+    "llama.cpp": Dialect(
+        engine="llama.cpp",
+        namespace="llamacpp",
+        has_props=True,
+        health_path="/health",
+        # tools/server/server-task.cpp, to_metrics(): counters with a _total suffix.
+        drafts_metric="llamacpp:spec_decode_num_drafts_total",
+        draft_tokens_metric="llamacpp:spec_decode_num_draft_tokens_total",
+        accepted_metric="llamacpp:spec_decode_num_accepted_tokens_total",
+        prompt_tokens_metric="llamacpp:prompt_tokens_total",
+        prompt_seconds_metric="llamacpp:prompt_seconds_total",
+        thinking_on=_THINK,
+        thinking_off=_NO_THINK,
+        decode_rate_fields={"ignore_eos": True},
+        over_window_patterns=(_LLAMA_OVER,),
+    ),
+    "vllm": Dialect(
+        engine="vllm",
+        namespace="vllm",
+        has_props=False,
+        health_path="/health",
+        drafts_metric="vllm:spec_decode_num_drafts_total",
+        draft_tokens_metric="vllm:spec_decode_num_draft_tokens_total",
+        accepted_metric="vllm:spec_decode_num_accepted_tokens_total",
+        prompt_tokens_metric="vllm:prompt_tokens_total",
+        prompt_seconds_metric=None,
+        thinking_on=_THINK,
+        thinking_off=_NO_THINK,
+        decode_rate_fields={"ignore_eos": True},
+        prefix_probe_tokens=4096,
+        over_window_patterns=(_VLLM_DECODER, _OPENAI_MAX),
+    ),
+    "openai": Dialect(
+        engine="openai",
+        namespace=None,
+        has_props=False,
+        health_path=None,
+        drafts_metric=None,
+        draft_tokens_metric=None,
+        accepted_metric=None,
+        prompt_tokens_metric=None,
+        prompt_seconds_metric=None,
+        over_window_patterns=(_OPENAI_MAX, _LLAMA_OVER, _VLLM_DECODER),
+    ),
+}
+
+
+def dialect_for(engine: Engine) -> Dialect:
+    return DIALECTS[engine]

