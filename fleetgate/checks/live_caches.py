@@ -56,10 +56,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
             **endpoint.thinking(False),
         },
     )
-    if not reply.ok:
-        raise endpoint.fail(
-            DRAFTER, where=reply.url, observed=reply.brief(), expected="200", fix="see live-chat"
-        )
+    endpoint.require_ok(DRAFTER, reply)
     after = endpoint.metrics(DRAFTER)
     timings = timings_of(reply.json)
     drafted = timings.get("draft_n")
@@ -138,10 +135,7 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     first = endpoint.chat(PREFIX, body)
     second = endpoint.chat(PREFIX, body)
     for reply in (first, second):
-        if not reply.ok:
-            raise endpoint.fail(
-                PREFIX, where=reply.url, observed=reply.brief(), expected="200", fix="see live-chat"
-            )
+        endpoint.require_ok(PREFIX, reply)
     prompt = usage_of(second.json).get("prompt_tokens")
     cached = cached_tokens_of(second.json)
     cold_rate = timings_of(first.json).get("prompt_per_second")

@@ -100,15 +100,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
         "its parser recognises as a tool-call format (a template that renders tool_calls); vLLM needs "
         "--enable-auto-tool-choice and the model's --tool-call-parser"
     )
-    if not reply.ok:
-        raise endpoint.fail(
-            TOOLS,
-            where=reply.url,
-            cites=("C-CAP-2",),
-            observed=reply.brief(),
-            expected="200 with a tool call",
-            fix=fix,
-        )
+    endpoint.require_ok(TOOLS, reply, expected="200 with a tool call", fix=fix, cites=("C-CAP-2",))
     message = message_of(reply.json)
     calls = message.get("tool_calls") or []
     finish = finish_reason_of(reply.json)
@@ -302,15 +294,13 @@ def live_vision_colour(endpoint: LiveEndpoint) -> None:
             **endpoint.thinking(False),
         },
     )
-    if not reply.ok:
-        raise endpoint.fail(
-            COLOUR,
-            where=reply.url,
-            cites=("C-CAP-3",),
-            observed=reply.brief(),
-            expected="an answer naming the colour",
-            fix="see live-vision",
-        )
+    endpoint.require_ok(
+        COLOUR,
+        reply,
+        expected="an answer naming the colour",
+        fix="see live-vision",
+        cites=("C-CAP-3",),
+    )
     message = message_of(reply.json)
     text = str(message.get("content") or "") + str(
         message.get(endpoint.contract.reasoning_field or "content") or ""
@@ -356,15 +346,7 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
             **endpoint.thinking(True),
         },
     )
-    if not reply.ok:
-        raise endpoint.fail(
-            REASONING,
-            where=reply.url,
-            cites=("C-CAP-8",),
-            observed=reply.brief(),
-            expected="200",
-            fix="see live-chat",
-        )
+    endpoint.require_ok(REASONING, reply, cites=("C-CAP-8",))
     message = message_of(reply.json)
     trace = message.get(field)
     content = message.get("content") if isinstance(message.get("content"), str) else ""

@@ -46,16 +46,14 @@ def live_chat(endpoint: LiveEndpoint) -> None:
         **endpoint.dialect.decode_rate_fields,
     }
     reply = endpoint.chat(CHAT, body)
-    if not reply.ok:
-        raise endpoint.fail(
-            CHAT,
-            where=reply.url,
-            cites=("C-L-3",),
-            observed=reply.brief(),
-            expected="200 with a completion",
-            fix="the engine is up but cannot generate: read its log for the first request "
+    endpoint.require_ok(
+        CHAT,
+        reply,
+        expected="200 with a completion",
+        fix="the engine is up but cannot generate: read its log for the first request "
             "after startup (missing kernels, out of memory, a template error)",
-        )
+        cites=("C-L-3",),
+    )
     message = message_of(reply.json)
     text = _text(message, endpoint.contract.reasoning_field)
     completion = usage_of(reply.json).get("completion_tokens")
@@ -188,10 +186,7 @@ def live_determinism(endpoint: LiveEndpoint) -> None:
     texts = []
     for _ in range(2):
         reply = endpoint.chat(DETERMINISM, body)
-        if not reply.ok:
-            raise endpoint.fail(
-                DETERMINISM, where=reply.url, observed=reply.brief(), expected="200", fix="see live-chat"
-            )
+        endpoint.require_ok(DETERMINISM, reply)
         texts.append(_text(message_of(reply.json), endpoint.contract.reasoning_field))
     if texts[0] != texts[1]:
         raise endpoint.fail(

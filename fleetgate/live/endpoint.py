@@ -126,6 +126,19 @@ class LiveEndpoint:
             details=details,
         )
 
+    def require_ok(
+        self,
+        check: str,
+        reply: Reply,
+        *,
+        expected: str = "200",
+        fix: str = "see live-chat",
+        cites: tuple[str, ...] = (),
+    ) -> None:
+        """Fail the check with the reply's status and body when the request did not succeed."""
+        if not reply.ok:
+            raise self.fail(check, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix)
+
     def unreachable(self, check: str, error: EndpointError, *, cites: tuple[str, ...] = ()) -> Failure:
         fixes = {
             "down": "is the service running and listening on this address? (systemctl status / journalctl "
