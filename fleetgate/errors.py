@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
-__all__ = ["InputError"]
+__all__ = ["InputError", "parse_toml"]
 
 
 class InputError(Exception):
@@ -23,3 +26,17 @@ class InputError(Exception):
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else f"{self.path}"
         return f"{where}: {self.message}"
+
+
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+def parse_toml(text: str, path: Path) -> dict[str, Any]:
+    """tomllib.loads, with a syntax error as an ``InputError`` on the line tomllib names."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_POSITION.search(message)
+        line = int(match.group(1)) if match else None
+        raise InputError(path, line, f"not valid TOML: {_TOML_POSITION.sub('', message).strip()}") from None

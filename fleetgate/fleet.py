@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,7 +18,7 @@ from typing import Any, Literal
 
 import jsonschema
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, parse_toml
 
 __all__ = [
     "GIB",
@@ -162,9 +161,6 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
-_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
-
-
 def load_fleet(path: Path | str) -> Fleet:
     """Read and validate a fleet manifest; every problem is one ``InputError`` line."""
     path = Path(path).resolve()
@@ -172,14 +168,7 @@ def load_fleet(path: Path | str) -> Fleet:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(path, None, f"cannot read the fleet manifest: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = _TOML_POSITION.search(message)
-        line = int(match.group(1)) if match else None
-        message = _TOML_POSITION.sub("", message).strip()
-        raise InputError(path, line, f"not valid TOML: {message}") from None
+    data = parse_toml(text, path)
 
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))

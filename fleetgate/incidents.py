@@ -8,11 +8,10 @@ run the seams on it.
 from __future__ import annotations
 
 import shutil
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, parse_toml
 
 __all__ = ["Entry", "Expectation", "Mutation", "apply", "load_catalogue"]
 
@@ -46,10 +45,7 @@ class Entry:
 def load_catalogue(directory: Path) -> list[Entry]:
     entries = []
     for path in sorted(directory.glob("*.toml")):
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as exc:
-            raise InputError(path, None, f"not valid TOML: {exc}") from None
+        data = parse_toml(path.read_text(encoding="utf-8"), path)
         try:
             entries.append(Entry(
                 path=path,

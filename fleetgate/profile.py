@@ -22,14 +22,13 @@ Tables (see fleetgate/gguf.py for how a GGUF's keys resolve into them):
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, parse_toml
 from fleetgate.fleet import locate_key
 from fleetgate.gguf import ggml_type_size, profile_data, read_header, tensor_bytes
 
@@ -319,7 +318,6 @@ def profile_from_data(data: dict[str, Any], path: Path, text: str = "") -> Profi
     )
 
 
-_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
 def _is_gguf(path: Path) -> bool:
@@ -342,14 +340,7 @@ def _load(path: Path, stamp: tuple[int, int]) -> Profile:
         raise InputError(path, None, f"cannot read profile: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise InputError(path, None, "not a text file; expected a profile (TOML) or a GGUF") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = _TOML_POSITION.search(message)
-        line = int(match.group(1)) if match else None
-        raise InputError(path, line, f"not valid TOML: {_TOML_POSITION.sub('', message).strip()}") from None
-    return profile_from_data(data, path, text)
+    return profile_from_data(parse_toml(text, path), path, text)
 
 
 def load_profile(path: Path) -> Profile:
