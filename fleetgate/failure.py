@@ -11,7 +11,9 @@ class Failure(AssertionError):
     """A check that did not hold, in the words an operator acts on.
 
     Fields are keyword-only so every raise site names what it fills in. ``where`` is a
-    ``file:line`` or a URL; ``fix`` is the usual remedy, phrased as an instruction.
+    ``file:line`` or a URL; ``fix`` is the usual remedy, phrased as an instruction. ``code`` is the
+    stable name of the branch that fired (``check/what-went-wrong``, one per raise site): what tests
+    assert, users select and silence, and the JUnit report carries.
     """
 
     def __init__(
@@ -23,11 +25,15 @@ class Failure(AssertionError):
         expected: str,
         where: str,
         fix: str,
+        code: str | None = None,
         cites: Sequence[str] = (),
         details: Sequence[str] = (),
     ) -> None:
+        if code is not None and not code.startswith(f"{check}/"):
+            raise ValueError(f"failure code {code!r} must start with its check's name {check!r} and a slash")
         self.service = service
         self.check = check
+        self.code = code or check
         self.observed = observed
         self.expected = expected
         self.where = where
@@ -51,7 +57,7 @@ def _rebuild(fields: dict[str, object]) -> Failure:
 def format_failure(failure: Failure) -> str:
     cites = f" [{', '.join(failure.cites)}]" if failure.cites else ""
     lines = [
-        f"{failure.service}: {failure.check}{cites}",
+        f"{failure.service}: {failure.code}{cites}",
         f"  where:    {failure.where}",
         f"  observed: {failure.observed}",
     ]
