@@ -1,8 +1,8 @@
 """The regression catalogue: past incidents and the edits to the example fleet that reproduce them.
 
-Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every check that must
-fail on the mutated fleet -- and nothing else. ``apply`` writes the mutated copy; the suite's own tests
-run the seams on it.
+Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every failure the mutated
+fleet must show -- as ``"subject: failure code"`` -- and nothing else. ``apply`` writes the mutated copy;
+the suite's own tests run the seams on it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,22 @@ class Mutation:
 
 @dataclass(frozen=True)
 class Expectation:
-    check: str
+    """One failure the mutated fleet must show: its subject and its failure code (``check/branch``)."""
+
     subject: str
-    message: tuple[str, ...]
+    code: str
+
+    @property
+    def check(self) -> str:
+        return self.code.split("/", 1)[0]
+
+
+def _expectation(path: Path, item: object) -> Expectation:
+    subject, _, code = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or "/" not in code or " " in code:
+        raise InputError(path, None, f"expect: {item!r}; expected 'SUBJECT: check/code', e.g. "
+                                     "'frank-medium: speculative-wiring/draft-model-without-type'")
+    return Expectation(subject=subject, code=code)
 
 
 @dataclass(frozen=True)
@@ -55,11 +68,10 @@ def load_catalogue(directory: Path) -> list[Entry]:
                 cites=tuple(data.get("cites", ())),
                 mutations=tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"),
                                          create=m.get("create")) for m in data["mutation"]),
-                expect=tuple(Expectation(check=e["check"], subject=e["subject"], message=tuple(e.get("message", ())))
-                             for e in data["expect"]),
+                expect=tuple(_expectation(path, e) for e in data["expect"]),
             ))
         except KeyError as exc:
-            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, [[mutation]], [[expect]]") from None
+            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, expect, [[mutation]]") from None
     return entries
 
 

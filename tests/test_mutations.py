@@ -23,7 +23,7 @@ def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> pytest.HookRecorde
 
 
 def failure_key(text: str) -> tuple[str, str]:
-    """('frank-medium', 'vision-mmproj') from the first line 'frank-medium: vision-mmproj [B-MM-1, ...]'."""
+    """('frank-medium', 'vision-mmproj/no-mmproj') from the first line 'frank-medium: vision-mmproj/no-mmproj [B-MM-1, ...]'."""
     subject, _, rest = text.splitlines()[0].partition(": ")
     return subject, rest.split(" [")[0]
 
@@ -41,14 +41,11 @@ def test_mutation_fails_exactly_its_checks(entry: Entry, pytester: pytest.Pytest
     fleet_toml = apply(entry, FLEET, tmp_path / "fleet")
     recorder = run_seams(pytester, fleet_toml)
     failures = {failure_key(str(report.longrepr)): str(report.longrepr) for report in recorder.getfailures()}
-    expected = {(e.subject, e.check): e for e in entry.expect}
-    assert set(failures) == set(expected), f"{entry.id}: failed {sorted(failures)}, expected {sorted(expected)}"
-    for key, expectation in expected.items():
-        text = failures[key]
+    expected = {(e.subject, e.code) for e in entry.expect}
+    assert set(failures) == expected, f"{entry.id}: failed {sorted(failures)}, expected {sorted(expected)}"
+    for text in failures.values():
         for label in ("where:", "observed:", "expected:", "fix:"):
             assert f"  {label}" in text, f"{entry.id}: no {label} line in\n{text}"
-        for fragment in expectation.message:
-            assert fragment in text, f"{entry.id}: {fragment!r} not in\n{text}"
         assert "Traceback" not in text
     _, _, errors_free = recorder.countoutcomes()
     assert len(recorder.getreports("pytest_collectreport")) >= 1

@@ -28,6 +28,7 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
     first = llama.problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
     raise Failure(
+        code=f"{NAME}/rejected-flag",
         service=config.name, check=NAME,
         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
         observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",

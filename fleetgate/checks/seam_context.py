@@ -26,6 +26,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     where = config.where_flag(ctx_use)
     if llama.ctx_size == 0:
         raise Failure(
+            code=f"{DIVIDE}/no-ctx-size",
             service=config.name, check=DIVIDE, where=str(config.rendered.script),
             observed="no --ctx-size: the pool is whatever the GGUF's trained context is",
             expected="an explicit --ctx-size, so the pool and the slot window are the fleet's decision",
@@ -35,6 +36,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     assert shape is not None
     if not shape.unified and llama.ctx_size != shape.n_ctx:
         raise Failure(
+            code=f"{DIVIDE}/slot-padding",
             service=config.name, check=DIVIDE, where=where,
             observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
                       f"{shape.n_ctx_seq} and the pool to {shape.n_ctx}"),
@@ -44,6 +46,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     window = config.service.contract.context_window
     if window is not None and shape.n_ctx_seq != window:
         raise Failure(
+            code=f"{DIVIDE}/slot-not-client-window",
             service=config.name, check=DIVIDE, where=where,
             observed=(f"each of {shape.n_seq_max} slots holds {shape.n_ctx_seq} tokens "
                       f"(--ctx-size {llama.ctx_size} / --parallel {llama.n_slots}"
@@ -73,6 +76,7 @@ def slot_within_trained_window(config: ServiceConfig) -> None:
     if shape.n_ctx_seq > limit:
         declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
         raise Failure(
+            code=f"{TRAINED}/past-trained-window",
             service=config.name, check=TRAINED, where=config.where_flag(llama.use("ctx_size")),
             observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
                       f"the trained {profile.n_ctx_train} of {profile.name}"

@@ -64,6 +64,7 @@ def device_visibility(config: ServiceConfig) -> None:
                                                      "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
     if seen.problem or not seen.devices:
         raise Failure(
+            code=f"{NAME}/nothing-visible",
             service=config.name, check=NAME, where=where,
             observed=seen.problem or "no device left visible",
             details=list(seen.steps),
@@ -73,6 +74,7 @@ def device_visibility(config: ServiceConfig) -> None:
     hidden = [d for d in seen.devices if not d.serves]
     if hidden:
         raise Failure(
+            code=f"{NAME}/non-serving-card-visible",
             service=config.name, check=NAME, where=where,
             observed=f"{', '.join(d.name for d in hidden)} is visible to the engine",
             details=list(seen.steps) or [f"no visibility variable: all {len(config.host.devices)} devices enumerate"],
@@ -83,6 +85,7 @@ def device_visibility(config: ServiceConfig) -> None:
     needed = _devices_needed(config)
     if needed > len(seen.devices):
         raise Failure(
+            code=f"{NAME}/too-few-visible",
             service=config.name, check=NAME, where=where,
             observed=f"{len(seen.devices)} visible device(s) for an engine configured for {needed}",
             details=list(seen.steps),
@@ -92,6 +95,7 @@ def device_visibility(config: ServiceConfig) -> None:
     llama = config.llama
     if llama is not None and llama.devices and llama.tensor_split and len(llama.devices) != len(llama.tensor_split):
         raise Failure(
+            code=f"{NAME}/tensor-split-length",
             service=config.name, check=NAME, cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
             observed=f"--device {','.join(llama.devices)} ({len(llama.devices)}) with --tensor-split "
                      f"{','.join(f'{v:g}' for v in llama.tensor_split)} ({len(llama.tensor_split)} entries)",

@@ -51,6 +51,7 @@ def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
         llama = config.llama
         assert llama is not None
         raise Failure(
+            code=f"{check_name}/unknown-device",
             service=config.name, check=check_name, where=config.where_flag(llama.use("device")),
             observed=f"--device names {exc.args[0]!r}, which host {config.host.name} has no card for",
             expected=f"one of: {', '.join(d.name for d in config.host.cards)}",
@@ -60,6 +61,7 @@ def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
         llama = config.llama
         assert llama is not None
         raise Failure(
+            code=f"{check_name}/unknown-cache-type",
             service=config.name, check=check_name,
             where=config.where_flag(llama.use("cache_type_k") or llama.use("cache_type_v")),
             observed=str(exc), expected="a KV cache type the engine accepts",
@@ -119,6 +121,7 @@ def card_floor(config: ServiceConfig) -> None:
         where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
         expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
     raise Failure(
+        code=f"{FLOOR}/below-floor",
         service=config.name, check=FLOOR, where=_lever(config),
         observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
         expected=expected,
@@ -150,6 +153,7 @@ def card_balance(config: ServiceConfig) -> None:
         return
     where_slack = config.fleet.where("hosts", config.host.name, "balance_slack_gib")
     raise Failure(
+        code=f"{BALANCE}/gap-over-slack",
         service=config.name, check=BALANCE, where=_lever(config),
         observed=f"{heaviest.card.name} holds {gib(gap)} more than {lightest.card.name}",
         expected=f"a gap <= {gib(slack)} (the slack of host {config.host.name}, {where_slack})",
@@ -174,6 +178,7 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
              f"(--ctx-checkpoints {llama.ctx_checkpoints})")
     if llama.cache_ram_mib < 0:
         raise Failure(
+            code=f"{CACHE}/unbounded",
             service=config.name, check=CACHE, cites=("B-PC-3",), where=where,
             observed="--cache-ram -1: the prompt cache may grow without bound",
             expected=f"a bounded cap: at least one slot's state ({gib(state.total)}) and at most {ram}",
@@ -181,6 +186,7 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
         )
     if cap < state.total:
         raise Failure(
+            code=f"{CACHE}/below-slot-state",
             service=config.name, check=CACHE, cites=("B-PC-1", "INC-11"), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is "
                      f"{gib(state.total)}",
@@ -193,6 +199,7 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
         )
     if cap > half:
         raise Failure(
+            code=f"{CACHE}/over-half-ram",
             service=config.name, check=CACHE, cites=("B-PC-2",), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
             expected=f"<= {ram}",
@@ -233,6 +240,7 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
         raise Failure(
+            code=f"{DRAFTER}/below-floor",
             service=config.name, check=DRAFTER, where=where,
             observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
             expected=f">= {gib(floor)} free on the card that carries the draft context",

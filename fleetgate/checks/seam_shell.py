@@ -37,6 +37,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
             raise Failure(
+                code=f"{NAME}/feeds-no-flag",
                 service=config.name, check=NAME, where=config.fleet.where("services", config.name, "omittable"),
                 observed=f"{variable} feeds no flag of the rendered argv",
                 expected=f"{variable} (declared omittable) to set a flag's value",
@@ -46,6 +47,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
             empty = render(config.fleet, config.service, overrides={variable: ""})
         except RenderRefused as refused:
             raise Failure(
+                code=f"{NAME}/refuses-empty",
                 service=config.name, check=NAME, where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
                 observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
                 expected=f"an empty {variable} omits {flag}",
@@ -54,6 +56,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
         if flag in empty.argv:
             value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
             raise Failure(
+                code=f"{NAME}/empty-keeps-flag",
                 service=config.name, check=NAME, where=str(config.rendered.script),
                 observed=f"with {variable}= (empty) the engine still gets {flag} {value}",
                 expected=f"an explicitly empty {variable} omits {flag} (that arm is unreachable otherwise)",

@@ -23,6 +23,7 @@ def vision_mmproj(config: ServiceConfig) -> None:
     payload_where = config.fleet.where("services", config.name, "payload")
     if vision and llama.mmproj is None:
         raise Failure(
+            code=f"{NAME}/no-mmproj",
             service=config.name, check=NAME, where=str(config.rendered.script),
             observed="no --mmproj in the rendered argv",
             expected="--mmproj <projector.gguf>: the contract declares vision, and this build does not autoload "
@@ -32,6 +33,7 @@ def vision_mmproj(config: ServiceConfig) -> None:
         )
     if vision and llama.mmproj is not None and llama.mmproj not in config.service.payload:
         raise Failure(
+            code=f"{NAME}/mmproj-not-in-payload",
             service=config.name, check=NAME, where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj}, which the service's payload does not list",
             expected=f"a projector among the payload files ({payload_where})",
@@ -39,6 +41,7 @@ def vision_mmproj(config: ServiceConfig) -> None:
         )
     if vision is False and llama.mmproj is not None:
         raise Failure(
+            code=f"{NAME}/mmproj-on-text-only",
             service=config.name, check=NAME, where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj} on an endpoint whose contract says vision = false",
             expected="no projector on a text-only endpoint",
