@@ -10,11 +10,11 @@ from fleetgate.failure import Failure
 NAME = "engine-accepts-argv"
 
 
-def _is_llama(config: ServiceConfig) -> bool:
-    return config.llama is not None
+def _is_llama(config: ServiceConfig) -> str | None:
+    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(NAME, kind="seam", subject="service", cites=(), applies=_is_llama, engines=("llama.cpp",),
+@check(NAME, kind="seam", subject="service", cites=(), requires=_is_llama, engines=("llama.cpp",),
        summary="every flag is one llama-server accepts, with a value of the type it expects")
 def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.checks import check
+from fleetgate.checks._common import no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.failure import Failure
@@ -11,11 +12,11 @@ DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"
 
 
-def _is_llama(config: ServiceConfig) -> bool:
-    return config.llama is not None
+def _is_llama(config: ServiceConfig) -> str | None:
+    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), applies=_is_llama,
+@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), requires=_is_llama,
        engines=("llama.cpp",),
        summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told")
 def slots_divide_context(config: ServiceConfig) -> None:
@@ -58,11 +59,11 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
 
 
-def _has_profile(config: ServiceConfig) -> bool:
-    return config.llama is not None and config.profile is not None and config.profile.n_ctx_train is not None
+def _no_trained_window(config: ServiceConfig) -> str | None:
+    return _is_llama(config) or no_profile(config, "n_ctx_train")
 
 
-@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), applies=_has_profile,
+@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), requires=_no_trained_window,
        engines=("llama.cpp",),
        summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation")
 def slot_within_trained_window(config: ServiceConfig) -> None:

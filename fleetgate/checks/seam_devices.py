@@ -50,12 +50,15 @@ def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Vis
     return Visibility(devices, tuple(steps))
 
 
-def _multi_device_host(config: ServiceConfig) -> bool:
-    return config.service.engine in ("llama.cpp", "vllm") and len(config.host.devices) > 1
+def _no_devices(config: ServiceConfig) -> str | None:
+    if not config.host.devices:
+        return (f"host {config.host.name} declares no device (CPU only): declare its devices, in "
+                f"enumeration order, in hosts.{config.host.name}.devices")
+    return None
 
 
 @check(NAME, kind="seam", subject="service", cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
-       applies=_multi_device_host, engines=("llama.cpp", "vllm"),
+       requires=_no_devices, engines=("llama.cpp", "vllm"),
        summary="visibility variables leave exactly the serving cards the engine is told to use")
 def device_visibility(config: ServiceConfig) -> None:
     env = dict(config.rendered.env)

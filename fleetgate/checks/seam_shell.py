@@ -14,8 +14,11 @@ from fleetgate.render import RenderRefused, render
 NAME = "empty-means-omit"
 
 
-def _declares_omittable(config: ServiceConfig) -> bool:
-    return bool(config.service.omittable)
+def _no_omittable(config: ServiceConfig) -> str | None:
+    if not config.service.omittable:
+        return (f"{config.name} declares no omittable variable: list in services.{config.name}.omittable "
+                "each variable whose empty value must omit its flag")
+    return None
 
 
 def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
@@ -28,7 +31,7 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), applies=_declares_omittable,
+@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), requires=_no_omittable,
        summary="setting an omittable variable to the empty string omits the flag it feeds")
 def empty_means_omit(config: ServiceConfig) -> None:
     for variable in config.service.omittable:

@@ -16,12 +16,16 @@ NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "
 BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
-def _speculates(config: ServiceConfig) -> bool:
+def _no_speculation(config: ServiceConfig) -> str | None:
     llama = config.llama
-    return llama is not None and (llama.speculative or llama.spec_draft_model is not None)
+    if llama is None:
+        return f"{config.name} renders no llama-server command line"
+    if not (llama.speculative or llama.spec_draft_model is not None):
+        return f"{config.name} passes no --spec-type and no --spec-draft-model: nothing speculative to wire"
+    return None
 
 
-@check(NAME, kind="seam", subject="service", applies=_speculates, engines=("llama.cpp",),
+@check(NAME, kind="seam", subject="service", requires=_no_speculation, engines=("llama.cpp",),
        cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
        summary="one draft context, a draft model only where the type needs one, depth within the drafter's block")
 def speculative_wiring(config: ServiceConfig) -> None:

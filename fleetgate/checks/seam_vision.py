@@ -9,11 +9,15 @@ from fleetgate.failure import Failure
 NAME = "vision-mmproj"
 
 
-def _declares_vision(config: ServiceConfig) -> bool:
-    return config.llama is not None and config.service.contract.vision is not None
+def _no_vision_contract(config: ServiceConfig) -> str | None:
+    if config.llama is None:
+        return f"{config.name} renders no llama-server command line"
+    if config.service.contract.vision is None:
+        return f"{config.name} does not say whether it serves images: set services.{config.name}.contract.vision"
+    return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "INC-08"), applies=_declares_vision,
+@check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "INC-08"), requires=_no_vision_contract,
        engines=("llama.cpp",),
        summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares")
 def vision_mmproj(config: ServiceConfig) -> None:

@@ -11,11 +11,11 @@ from fleetgate.failure import Failure
 NAME = "vllm-memory-knobs"
 
 
-def _is_vllm(config: ServiceConfig) -> bool:
-    return config.vllm is not None
+def _is_vllm(config: ServiceConfig) -> str | None:
+    return None if config.vllm is not None else f"{config.name} renders no vLLM command line"
 
 
-@check(NAME, kind="seam", subject="service", applies=_is_vllm, engines=("vllm",),
+@check(NAME, kind="seam", subject="service", requires=_is_vllm, engines=("vllm",),
        cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-42"),
        summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this CHUNK")
 def vllm_memory_knobs(config: ServiceConfig) -> None:
