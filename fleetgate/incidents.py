@@ -44,6 +44,14 @@ def _expectation(path: Path, item: object) -> Expectation:
     return Expectation(subject=subject, code=code)
 
 
+def _skip(path: Path, item: object) -> tuple[str, str]:
+    subject, _, check = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or not check or "/" in check or " " in check:
+        raise InputError(path, None, f"skip: {item!r}; expected 'SUBJECT: check' or 'SUBJECT: *', "
+                                     "e.g. 'frank-medium: card-floor'")
+    return subject, check
+
+
 @dataclass(frozen=True)
 class Entry:
     path: Path
@@ -53,6 +61,9 @@ class Entry:
     cites: tuple[str, ...]
     mutations: tuple[Mutation, ...]
     expect: tuple[Expectation, ...]
+    skip: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation turns into skips: the check can no longer see the subject.
+    A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
 
 
 def load_catalogue(directory: Path) -> list[Entry]:
@@ -69,6 +80,7 @@ def load_catalogue(directory: Path) -> list[Entry]:
                 mutations=tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"),
                                          create=m.get("create")) for m in data["mutation"]),
                 expect=tuple(_expectation(path, e) for e in data["expect"]),
+                skip=tuple(_skip(path, s) for s in data.get("skip", ())),
             ))
         except KeyError as exc:
             raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, expect, [[mutation]]") from None
