@@ -98,7 +98,7 @@ def test_a_failing_seam_reads_as_an_operator_message_without_a_traceback(pyteste
     env = fleet / "scripts" / "frank-medium.env"
     env.write_text(env.read_text().replace("VISION=on", "VISION=off"))
     result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet / 'fleet.toml'}")
-    assert result.parseoutcomes()["failed"] == 1
+    result.assert_outcomes(passed=2, failed=1)  # frank-medium fails; frank-zealot and reference hold
     result.stdout.fnmatch_lines([
         "frank-medium: vision-mmproj/no-mmproj [[]B-MM-1, B-MM-2, INC-08[]]",
         "  where:    scripts/serve-frank-medium.sh",
