@@ -89,23 +89,40 @@ class Backend:
     kind: str
     alignment: int
     quant_row_padding: int
-    """CUDA/HIP pad the last row of quantized matrices to a multiple of 512 elements."""
+    """CUDA/HIP pad every quantized tensor whose ``ne0 % 512 != 0`` by one row of the missing elements."""
     cite: str
+    host_buffer: str | None = None
+    """The pinned host buffer type the device offers (``CUDA_Host``); host-side output and compute buffers
+    and the host's weights use it when this device comes first (src/llama-context.cpp, ``sched_reserve``;
+    src/llama-model.cpp, ``make_cpu_buft_list``)."""
 
 
 _CUDA = "ggml/src/ggml-cuda/ggml-cuda.cu buffer_type_get_alignment, get_alloc_size"
 BACKENDS: Mapping[str, Backend] = {
     "CPU": Backend("CPU", 32, 0, "ggml/src/ggml-impl.h TENSOR_ALIGNMENT"),
-    # an RPC device allocates on the remote backend (a CPU here), which reports alignment 32
+    # an RPC device allocates on the remote backend (a CPU unless the card says otherwise), which reports
+    # its alignment; it offers no pinned host buffer
     "RPC": Backend("RPC", 32, 0, "ggml/src/ggml-rpc/ggml-rpc.cpp get_alignment (remote CPU)"),
-    "CUDA": Backend("CUDA", 128, 512, _CUDA),
-    "ROCm": Backend("ROCm", 128, 512, _CUDA + " (the HIP build names its devices ROCm)"),
-    "Vulkan": Backend("Vulkan", 256, 0, "ggml/src/ggml-vulkan: device-dependent alignment, 256 assumed"),
+    "CUDA": Backend("CUDA", 128, 512, _CUDA, "CUDA_Host"),
+    "ROCm": Backend("ROCm", 128, 512, _CUDA + " (the HIP build names its devices ROCm)", "ROCm_Host"),
+    "Vulkan": Backend("Vulkan", 256, 0, "ggml/src/ggml-vulkan: device-dependent alignment, 256 assumed",
+                      "Vulkan_Host"),
     "Metal": Backend("Metal", 32, 0, "ggml/src/ggml-metal: 32 assumed"),
 }
+DEVICE_KINDS = tuple(BACKENDS)
 
 
-def backend_for(device: str) -> Backend:
+def backend_for(device: str, kind: str | None = None) -> Backend:
+    """A device's backend from its kind, else from its name as llama.cpp names it (CUDA0, ROCm1, RPC0 ...)."""
+    if kind is not None:
+        if kind not in BACKENDS:
+            raise ValueError(f"unknown device kind {kind!r}: one of {', '.join(DEVICE_KINDS)}")
+        backend = BACKENDS[kind]
+        if device.startswith("RPC") and kind != "RPC":
+            # the remote backend's sizes, but an RPC device offers no pinned host buffer
+            return dataclasses.replace(backend, host_buffer=None,
+                                       cite=backend.cite + " (behind ggml-rpc-server)")
+        return backend
     for prefix, backend in BACKENDS.items():
         if device.startswith(prefix):
             return backend
@@ -122,10 +139,12 @@ class Card:
     buffer_name: str = ""
     """As llama-server names its buffers there (an RPC device: ``RPC0[host:port]``)."""
     endpoint: str | None = None
+    kind: str | None = None
+    """The backend behind the device when its name does not say it (an RPC device serving a CUDA GPU)."""
 
     @property
     def backend(self) -> Backend:
-        return backend_for(self.name)
+        return backend_for(self.name, self.kind)
 
     @property
     def label(self) -> str:
@@ -158,6 +177,12 @@ class Buffer:
     bytes: int
     basis: Basis
     source: str
+    buffer_type: str = ""
+    """The engine's name for the buffer type, as its log prints it: CUDA0, CUDA_Host, CPU_Mapped, CPU_REPACK."""
+
+    @property
+    def device_label(self) -> str:
+        return self.buffer_type or self.device
 
 
 @dataclass(frozen=True)
@@ -283,10 +308,10 @@ class _Acc:
     buffers: dict[str, list[Buffer]] = field(default_factory=dict)
 
     def add(self, card: Card, term: Term, buffer: str, context: str, nbytes: int, basis: Basis,
-            source: str) -> None:
+            source: str, buffer_type: str = "") -> None:
         if nbytes > 0:
             self.buffers.setdefault(card.label, []).append(
-                Buffer(card.name, term, buffer, context, nbytes, basis, source))
+                Buffer(card.name, term, buffer, context, nbytes, basis, source, buffer_type or card.label))
 
 
 @dataclass(frozen=True)
@@ -360,33 +385,88 @@ def _with_tied_output(profile: Profile) -> list[Weight]:
     return weights
 
 
+# CPU_REPACK (ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type): which quantized matrices
+# the CPU backend re-lays out, by the CPU features it runs with, and the row count each layout needs
+_REPACK_X86: Mapping[str, tuple[str, int]] = {"Q4_0": ("avx2", 8), "Q4_K": ("avx2", 8), "IQ4_NL": ("avx2", 8),
+                                              "MXFP4": ("avx2", 8), "Q2_K": ("avx512f", 8)}
+_REPACK_ARM: Mapping[str, tuple[str, int]] = {"Q4_0": ("asimddp", 4), "Q4_K": ("asimddp", 8),
+                                              "Q5_K": ("asimddp", 8), "Q6_K": ("asimddp", 8),
+                                              "IQ4_NL": ("asimddp", 4), "MXFP4": ("asimddp", 4),
+                                              "Q8_0": ("asimddp", 4)}
+
+
+def repacked(weight: Weight, cpu_features: frozenset[str]) -> bool:
+    """Whether the CPU backend moves this weight into a ``CPU_REPACK`` buffer (a matrix of a repackable type
+    whose row count the interleaved layout divides, on a CPU with the features that layout needs)."""
+    kind = weight.ggml_type
+    if kind is None or weight.name.startswith("token_embd") or len(weight.shape) not in (2, 3):
+        return False  # token embeddings are read by GET_ROWS, which the repacked buffer does not serve
+    for table in (_REPACK_X86, _REPACK_ARM):
+        rule = table.get(kind)
+        if rule is not None and rule[0] in cpu_features and weight.shape[1] % rule[1] == 0:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class _Host:
+    """How the host holds what lands on it: mapped weights, pinned buffers, repacking."""
+
+    mapped: bool
+    pinned: str | None
+    """The pinned host buffer type of the first device offering one (CUDA_Host), else None."""
+    compute: str
+    """The buffer type of the host's compute buffer: the first device's pinned type, else CPU."""
+    cpu_features: frozenset[str] | None
+
+
 def _weights(acc: _Acc, model: _Model, *, context: str, term_block: Term, term_output: Term,
-             host_mapped: bool, basis: Basis) -> None:
+             host: _Host, basis: Basis) -> None:
     placed: dict[str, tuple[Card, list[Weight]]] = {}
     for weight in _with_tied_output(model.profile):
         card = _weight_device(model, weight)
         if card is not None:
             placed.setdefault(card.label, (card, []))[1].append(weight)
     for card, weights in placed.values():
-        if card is HOST and host_mapped:
-            # one view of the file: duplicated tensors share it (get_mapping_range spans the ctx's tensors)
-            files = [w for w in weights if not w.duplicate]
-            offsets = [w for w in files if w.offset is not None]
-            if offsets:
-                span = max(w.offset + w.nbytes for w in offsets if w.offset is not None) \
-                    - min(w.offset for w in offsets if w.offset is not None)
-            else:
-                span = sum(w.nbytes for w in files)
-            acc.add(card, term_block, "model", context, span, basis,
-                    "src/llama-model-loader.cpp get_mapping_range (CPU_Mapped: a view of the file)")
-            continue
+        if card is HOST:
+            weights = _host_weights(acc, weights, context=context, term_block=term_block,
+                                    term_output=term_output, host=host, basis=basis)
         by_term: dict[Term, int] = {}
         for weight in weights:
             term = term_output if weight.role == "output" else term_block
             by_term[term] = by_term.get(term, 0) + _alloc(weight, card.backend)
+        buffer_type = (host.pinned or "CPU") if card is HOST else card.label
         for term, nbytes in by_term.items():
             acc.add(card, term, "model", context, nbytes, basis,
-                    "src/llama-model.cpp load_tensors; ggml-backend.cpp alloc_buffer_n_plan")
+                    "src/llama-model.cpp load_tensors; ggml-backend.cpp alloc_buffer_n_plan", buffer_type)
+
+
+def _host_weights(acc: _Acc, weights: list[Weight], *, context: str, term_block: Term, term_output: Term,
+                  host: _Host, basis: Basis) -> list[Weight]:
+    """Book the host's repacked and mapped weights; return those it must copy into a plain buffer."""
+    if host.pinned is None and host.cpu_features:
+        repack = [w for w in weights if repacked(w, host.cpu_features)]
+        weights = [w for w in weights if w not in repack]
+        by_term: dict[Term, int] = {}
+        for weight in repack:
+            term = term_output if weight.role == "output" else term_block
+            by_term[term] = by_term.get(term, 0) + _alloc(weight, BACKENDS["CPU"])
+        for term, nbytes in by_term.items():
+            acc.add(HOST, term, "model", context, nbytes, basis,
+                    "ggml/src/ggml-cpu/repack.cpp: matrices re-laid out for the CPU's features", "CPU_REPACK")
+    if not host.mapped:
+        return weights
+    # one view of the file: duplicated tensors share it (get_mapping_range spans the ctx's tensors)
+    files = [w for w in weights if not w.duplicate]
+    offsets = [w for w in files if w.offset is not None]
+    if offsets:
+        span = max(w.offset + w.nbytes for w in offsets if w.offset is not None) \
+            - min(w.offset for w in offsets if w.offset is not None)
+    else:
+        span = sum(w.nbytes for w in files)
+    acc.add(HOST, term_block, "model", context, span, basis,
+            "src/llama-model-loader.cpp get_mapping_range (CPU_Mapped: a view of the file)", "CPU_Mapped")
+    return []
 
 
 def _kv_layers(profile: Profile, *, mtp: bool) -> list[int]:
@@ -422,6 +502,15 @@ class _Cache:
         return pad(min(self.n_ctx_seq, window), 256)
 
 
+def _row_padding(ggml_type: str, ne0: int, card: Card) -> int:
+    """CUDA/HIP's get_alloc_size: one padding row for a quantized tensor whose ne0 is not a multiple of 512
+    (the KV cache's K and V tensors too: seen on the H200, 384 B per q8_0 tensor of SmolLM2)."""
+    padding = card.backend.quant_row_padding
+    if not padding or ggml_type.upper() in FLOAT_TYPES or ne0 % padding == 0:
+        return 0
+    return row_bytes(ggml_type, padding - ne0 % padding)
+
+
 def _kv(acc: _Acc, profile: Profile, layer_device: Sequence[Card], layers: Iterable[int], cache: _Cache, *,
         context: str, term: Term, basis: Basis) -> None:
     layers = list(layers)
@@ -434,8 +523,8 @@ def _kv(acc: _Acc, profile: Profile, layer_device: Sequence[Card], layers: Itera
         if cache.v_trans and len(widths) > 1:
             v_elems = max(widths)  # [TAG_V_CACHE_VARIABLE]: V padded to the widest layer
         card = layer_device[il] if cache.offload else HOST
-        k = row_bytes(cache.type_k, k_elems) * cells * cache.n_stream
-        v = row_bytes(cache.type_v, v_elems) * cells * cache.n_stream
+        k = row_bytes(cache.type_k, k_elems) * cells * cache.n_stream + _row_padding(cache.type_k, k_elems, card)
+        v = row_bytes(cache.type_v, v_elems) * cells * cache.n_stream + _row_padding(cache.type_v, v_elems, card)
         key = (card.label, "KV (SWA)" if swa else "KV")
         previous = caches.get(key, (card, 0))[1]
         caches[key] = (card, previous + pad(k, card.backend.alignment) + pad(v, card.backend.alignment))
@@ -551,11 +640,14 @@ def build_ledger(
     draft: Profile | None = None,
     projector: Profile | None = None,
     calibrations: Sequence[Calibration] = (),
+    cpu_features: frozenset[str] | None = None,
 ) -> Ledger:
     """The per-device ledger of one llama-server command line.
 
     ``cards`` are the devices the host offers (in enumeration order); ``--device`` picks among them,
-    ``--rpc`` adds RPC devices in front. Raises ``KeyError`` for a ``--device`` name no card has and
+    ``--rpc`` adds RPC devices in front. ``cpu_features`` are the flags of the host's CPU (``avx2``,
+    ``avx512f``, ``asimddp`` ...) that decide which weights the CPU backend repacks; None: not modelled,
+    and said so in the notes when host weights could repack. Raises ``KeyError`` for a ``--device`` name no card has and
     ``ValueError`` for a cache type the engine refuses.
     """
     notes: list[str] = []
@@ -593,6 +685,15 @@ def build_ledger(
     spec = set(config.spec_types)
     ngl = _ngl(config.n_gpu_layers, target.block_count)
     model = _place(target, devices, ngl, config.tensor_split, "draft-mtp" in spec)
+    no_host = _flag(config, "--no-host") is not None
+    pinned = None if no_host else next((d.backend.host_buffer for d in devices if d.backend.host_buffer), None)
+    no_repack = _flag(config, "-nr", "--no-repack") is not None
+    host = _Host(mapped=host_mapped, pinned=pinned,
+                 compute=(devices[0].backend.host_buffer or "CPU") if devices else "CPU",
+                 cpu_features=frozenset() if no_repack else cpu_features)
+    if cpu_features is None and pinned is None and not no_repack and any(c is HOST for c in model.layer_device):
+        notes.append("the host's CPU features are not given: weights the CPU backend would repack "
+                     "(CPU_REPACK) are counted in the mapped file instead")
     cache = _Cache(n_ctx_seq=n_ctx_seq, n_seq=n_seq, unified=unified, n_ubatch=n_ubatch,
                    swa_full=config.swa_full, type_k=config.cache_type_k, type_v=config.cache_type_v,
                    v_trans=not flash_attn, offload=offload)
@@ -600,8 +701,7 @@ def build_ledger(
                                       type_v=_option(config, "spec_draft_type_v", "f16"))
 
     acc = _Acc()
-    _weights(acc, model, context="target", term_block="model", term_output="output", host_mapped=host_mapped,
-             basis=basis)
+    _weights(acc, model, context="target", term_block="model", term_output="output", host=host, basis=basis)
     _kv(acc, target, model.layer_device, _kv_layers(target, mtp=False), cache, context="target", term="kv",
         basis=basis)
     rollback = target.recurrent is not None and target.recurrent.rollback \
@@ -624,7 +724,7 @@ def build_ledger(
             draft_ngl = _ngl(_option(config, "spec_draft_ngl", "-1"), draft.block_count)
             draft_model = _place(draft, draft_devices, draft_ngl, config.tensor_split, False)
             _weights(acc, draft_model, context="draft", term_block="draft", term_output="draft",
-                     host_mapped=host_mapped, basis=draft_basis)
+                     host=host, basis=draft_basis)
             _kv(acc, draft, draft_model.layer_device, _kv_layers(draft, mtp=False), draft_cache,
                 context="draft", term="draft", basis=draft_basis)
             slot_draft = _state_per_slot(draft, _kv_layers(draft, mtp=False), draft_cache)
@@ -648,10 +748,23 @@ def build_ledger(
 
     _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
               devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
-              flash_attn=flash_attn)
-    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
-    acc.add(HOST, "output", "output", "target", n_outputs * target.n_vocab * 4, basis,
-            "src/llama-context.cpp output_reserve: n_outputs_max x n_vocab x 4 B")
+              flash_attn=flash_attn, host_compute=host.compute)
+    out_type = model.output_device.backend.host_buffer or "CPU"
+    boot, grown = output_buffer(target, n_seq=n_seq, n_batch=n_batch,
+                                n_max=config.spec_draft_n_max if config.speculative else 0, mtp=mtp)
+    acc.add(HOST, "output", "output", "target", boot, basis,
+            "src/llama-context.cpp output_reserve: n_seq x n_vocab x 4 B at boot", out_type)
+    acc.add(HOST, "output", "output growth", "target", grown - boot, basis,
+            "output_reserve grows it on the first drafted request: n_seq x (1 + n_max) outputs"
+            + (" + n_embd x n_batch nextn embeddings" if mtp else ""), out_type)
+    if mtp and _kv_layers(target, mtp=True):
+        # the MTP context's own outputs: logits, the backend sampler's probabilities and candidates, embeddings
+        mtp_boot = n_seq * target.n_vocab * 4
+        acc.add(HOST, "draft", "output", "mtp", mtp_boot, basis,
+                "src/llama-context.cpp output_reserve (MTP context): n_seq x n_vocab x 4 B at boot", out_type)
+        acc.add(HOST, "draft", "output growth", "mtp",
+                n_seq * (4 * target.n_vocab + 1 + target.n_embd) * 4 - mtp_boot, basis,
+                "output_reserve once the backend sampler is set: n_seq x (4 n_vocab + 1 + n_embd) x 4 B", out_type)
 
     ledgers = [DeviceLedger(
         card=card,
@@ -681,13 +794,28 @@ def build_ledger(
                   notes=tuple(notes))
 
 
+def output_buffer(profile: Profile, *, n_seq: int, n_batch: int, n_max: int, mtp: bool,
+                  drafting: int | None = None) -> tuple[int, int]:
+    """The target context's output buffer at boot and once ``drafting`` sequences (default: every slot)
+    verify drafts: logits for ``1 + n_max`` outputs each, and with MTP the nextn embeddings of every token
+    of the batch (src/llama-context.cpp, ``output_reserve``: ``embd_nextn`` unmasked is ``n_embd x n_batch``).
+    Measured on the engine (tests/ledger/data/gpu-h200.json, qwen35-mtp-cuda): 2,080 B at boot, 528,448 B
+    during one drafted request."""
+    boot = n_seq * profile.n_vocab * 4
+    if not n_max:
+        return boot, boot
+    active = n_seq if drafting is None else drafting
+    outputs = max(n_seq, min(n_batch, active * (1 + n_max)))
+    return boot, outputs * profile.n_vocab * 4 + (profile.n_embd * n_batch * 4 if mtp else 0)
+
+
 _CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
 
 
 def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Profile, model: _Model,
               draft: Profile | None, draft_model: _Model | None, projector_card: Card | None,
               calibrations: Sequence[Calibration], *, devices: Sequence[Card], n_ubatch: int, n_batch: int,
-              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool) -> None:
+              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool, host_compute: str = "CPU") -> None:
     """Compute buffers per context and device: a calibration for this ubatch, else an estimate."""
     by_key = {(c.device, c.context): c for c in calibrations if c.ubatch == n_ubatch}
     stale = sorted({f"{c.device}/{c.context} (ubatch {c.ubatch})"
@@ -713,12 +841,14 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         term: Term = _CONTEXT_TERMS.get(context, "compute")
         cal = by_key.get((card.name, context)) or by_key.get((card.label, context))
         if cal is not None:
-            acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}")
+            acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}",
+                    host_compute if card is HOST else "")
             return
         estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), holds_layers=layers,
                                      holds_output=output, host=card is HOST)
         acc.add(card, term, "compute", context, estimate, "estimate",
-                "estimate: live activations, logits and split inputs of one ubatch (no boot measured it)")
+                "estimate: live activations, logits and split inputs of one ubatch (no boot measured it)",
+                host_compute if card is HOST else "")
 
     n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
