@@ -42,6 +42,7 @@ import dataclasses
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.engines.llamacpp import ContextShape, LlamaServerConfig, pad
@@ -395,6 +396,18 @@ _REPACK_ARM: Mapping[str, tuple[str, int]] = {"Q4_0": ("asimddp", 4), "Q4_K": ("
                                               "Q8_0": ("asimddp", 4)}
 
 
+def local_cpu_features() -> frozenset[str]:
+    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
 def repacked(weight: Weight, cpu_features: frozenset[str]) -> bool:
     """Whether the CPU backend moves this weight into a ``CPU_REPACK`` buffer (a matrix of a repackable type
     whose row count the interleaved layout divides, on a CPU with the features that layout needs)."""
@@ -557,41 +570,99 @@ def _recurrent(acc: _Acc, profile: Profile, layer_device: Sequence[Card], *, n_s
 class _ComputeShape:
     n_ubatch: int
     n_outputs: int
+    n_seq: int
     mask_cells: tuple[int, ...]
-    """KV cells each attention mask spans (one mask per cache: full, sliding window)."""
+    """KV cells per stream each attention mask spans (one mask per cache: full, sliding window)."""
     copies: int
     """Input copies the scheduler keeps: 4 with pipeline parallelism (GGML_SCHED_MAX_COPIES), else 1."""
     flash_attn: bool
 
 
-def _compute_estimate(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, holds_output: bool,
-                      host: bool) -> int:
-    """An estimate of a device's compute buffer when no boot measured it (always shown as an estimate).
+GATED_Q_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 
-    The graph allocator's peak for one ubatch (src/llama-context.cpp, ``sched_reserve``) is modelled as:
-    the widest layer's live activations (FFN gate and up, residual and norms, Q/K/V), the attention scores
-    when flash attention is off, the logits of the reserved outputs on the output device, and the graph
-    inputs each split receives (token embeddings, f16 attention masks over the KV cells), kept ``copies``
-    times under pipeline parallelism. docs/ledger.md gives its measured error.
-    """
-    raw = profile.raw.get("model", {})
+
+def _dims(profile: Profile) -> tuple[int, int, int, int]:
+    """n_embd, n_ff, the query width (n_head x head) and n_head, read off the weights where the header lacks them."""
     n_embd = max(profile.n_embd, 1)
     head = max(profile.key_length, 1)
-    n_ff = int(raw.get("n_ff", 0) or 4 * n_embd)
-    n_head = int(raw.get("n_head", 0) or max(n_embd // head, 1))
-    kv_dim = max(profile.head_count_kv or (0,)) * head
+    raw = profile.raw.get("model", {})
+    n_ff = int(raw.get("n_ff", 0) or max((w.shape[1] for w in profile.weights
+                                          if w.name.endswith(("ffn_up.weight", "ffn_gate.weight"))
+                                          and len(w.shape) > 1), default=4 * n_embd))
+    q = max((w.shape[1] for w in profile.weights if w.name.endswith("attn_q.weight") and len(w.shape) > 1),
+            default=n_embd)
+    if profile.architecture in GATED_Q_ARCHS:
+        q //= 2  # the query projection also carries the output gate
+    n_head = int(raw.get("n_head", 0) or max(q // head, 1))
+    return n_embd, n_ff, q, n_head
+
+
+# The measured ratio of each buffer kind to its structural peak (below): the largest over the recorded boots
+# (tests/ledger/data/gpu-h200.json and cpu-rpc.json, build 11434), so that the estimate is never under the
+# engine on any of them. ``python -m tests.ledger.gpu_dataset --factors`` recomputes them.
+COMPUTE_FACTORS: Mapping[tuple[str, str], float] = {
+    ("gpu", "layers"): 1.03, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
+    ("cpu", "layers"): 1.01, ("cpu", "pipeline"): 1.10, ("cpu", "host"): 1.24,
+}
+
+
+def compute_role(card: Card, *, layers: bool, pipeline: bool, gpu_host: bool) -> tuple[str, str]:
+    """Which measured factor applies: the device's backend (a GPU, or a CPU / CPU behind RPC) and what it
+    does (runs layers, runs layers in a pipeline-parallel split, or is the host feeding GPUs)."""
+    if card is HOST:
+        return ("gpu" if gpu_host else "cpu", "layers" if layers else "host")
+    gpu = card.backend.quant_row_padding > 0 or card.backend.kind in ("Vulkan", "Metal")
+    return ("gpu" if gpu else "cpu", "pipeline" if pipeline and layers else "layers" if layers else "host")
+
+
+def compute_peak(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, holds_output: bool,
+                 host_layers: bool = False) -> int:
+    """The structural peak of one device's compute buffer for one ubatch (src/llama-context.cpp,
+    ``sched_reserve``: the prompt-processing graph of ``n_ubatch`` tokens, ``n_outputs`` outputs).
+
+    A device that runs layers (or, with a GPU, the host layers' matrix products it takes over) holds the
+    larger of the FFN peak (residual, norm, gate, up and their product: ``4 n_embd + 3 n_ff`` floats per
+    token, seen exact on the H200) and the attention peak (``n_embd + 5 q`` floats per token plus, without
+    flash attention, the f32 scores over the widest cache), the attention masks over every cache (f16 with
+    flash attention, f32 without), the Gated DeltaNet chunk matrices of hybrid models, the output logits
+    where it holds the output layer and the split inputs kept ``copies`` times. The host, when layers run
+    elsewhere, holds the inputs: token embeddings, the f32 masks, the logits it reads back.
+    """
+    n_embd, n_ff, q, n_head = _dims(profile)
     ub = shape.n_ubatch
-    inputs = 4 * ub * n_embd + sum(2 * cells * ub for cells in shape.mask_cells)
-    size = 0
-    if holds_layers:
-        size += 4 * ub * (2 * n_ff + 3 * n_embd + n_head * head + 2 * kv_dim) + shape.copies * inputs
+    cells = sum(shape.mask_cells)
+    inputs = 4 * ub * n_embd + 4 * ub * cells
+    if not holds_layers and holds_output:
+        # a device with the output layer only: its norm and the logits
+        return pad(20 * ub * n_embd + 4 * shape.n_outputs * max(profile.n_vocab, 1) + 65536, 32)
+    if not holds_layers:
+        widest = max(shape.mask_cells or (0,))
+        size = shape.copies * (8 * ub * n_embd + 4 * ub * widest) + 65536
         if not shape.flash_attn:
-            size += 4 * ub * max(shape.mask_cells or (0,)) * n_head
+            size += 4 * ub * max(shape.mask_cells or (0,))  # the f32 mask the scores are built against
+        if host_layers:
+            size += 8 * ub * n_embd  # the norms and residuals of the layers it keeps
+        return pad(size, 32)
+    ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
+    attn = 4 * ub * (n_embd + 5 * q)
+    if not shape.flash_attn:
+        attn += 4 * ub * n_head * max(shape.mask_cells or (0,))
+    masks = (2 if shape.flash_attn else 4) * ub * cells
+    # split inputs: the layer input, and under pipeline parallelism every copy of it and of the f32 masks
+    size = max(ffn, attn) + masks + 4 * ub * n_embd + (shape.copies - 1) * inputs + 65536 + 32 * ub
     if holds_output:
-        size += 4 * shape.n_outputs * max(profile.n_vocab, 1) + 4 * ub * n_embd
-    if host:
-        size += shape.copies * inputs + 4 * ub * n_embd
+        size += 4 * shape.n_outputs * max(profile.n_vocab, 1)
     return pad(size, 32)
+
+
+def _compute_estimate(profile: Profile, shape: _ComputeShape, role: tuple[str, str], *, holds_layers: bool,
+                      holds_output: bool, host_layers: bool = False) -> int:
+    """The compute buffer estimate where no boot measured it: the structural peak times the measured factor
+    for this kind of buffer (always shown as an estimate; docs/ledger.md gives its measured range)."""
+    peak = compute_peak(profile, shape, holds_layers=holds_layers, holds_output=holds_output,
+                        host_layers=host_layers)
+    factor = COMPUTE_FACTORS[role]
+    return pad(int(peak * factor) + 1, 32)
 
 
 def _state_per_slot(profile: Profile, layers: Sequence[int], cache: _Cache) -> int:
@@ -632,6 +703,38 @@ def _projector_card(config: LlamaServerConfig, cards: Sequence[Card], rpc: Seque
     return ordered[0] if ordered else HOST
 
 
+# ggml/src/ggml-cuda/fattn.cu ggml_cuda_get_best_fattn_kernel: the head sizes CUDA/HIP flash attention has
+# kernels for; with ``-fa auto`` any other size turns flash attention off (src/llama-context.cpp,
+# resolve_fused_ops: "Flash Attention not supported, set to disabled"), seen on the H200 with head size 32
+FA_HEAD_SIZES: Mapping[str, frozenset[int]] = {
+    "CUDA": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
+    "ROCm": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
+}
+
+
+def _flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
+                devices: Sequence[Card] = ()) -> bool:
+    """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
+    layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
+    llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
+    mode = config.flash_attn
+    quantized_v = config.cache_type_v.upper() not in FLOAT_TYPES
+    if mode == "off":
+        if quantized_v:
+            notes.append(f"-fa off with a {config.cache_type_v} V cache: llama-server refuses to start "
+                         "(a quantized V cache needs flash attention)")
+        return False
+    if mode == "on" or quantized_v:
+        return True
+    for card in devices:
+        sizes = FA_HEAD_SIZES.get(card.backend.kind)
+        if sizes is not None and (profile.key_length not in sizes or profile.value_length != profile.key_length):
+            notes.append(f"-fa auto: {card.name} has no flash-attention kernel for head size "
+                         f"{profile.key_length}: flash attention is off")
+            return False
+    return True
+
+
 def build_ledger(
     config: LlamaServerConfig,
     target: Profile,
@@ -667,7 +770,6 @@ def build_ledger(
     shape = ContextShape(n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, unified=unified)
     n_batch = min(n_ctx, config.batch_size) if n_ctx else config.batch_size
     n_ubatch = min(n_batch, config.ubatch_size or n_batch)
-    flash_attn = config.flash_attn != "off"
     offload = _flag(config, "-nkvo", "--no-kv-offload") is None
     host_mapped = (_flag(config, "-lm", "--load-mode") or "auto") in ("auto", "mmap", "mmap+mlock")
     if config.fit not in ("off", "0", "false"):
@@ -685,10 +787,11 @@ def build_ledger(
     spec = set(config.spec_types)
     ngl = _ngl(config.n_gpu_layers, target.block_count)
     model = _place(target, devices, ngl, config.tensor_split, "draft-mtp" in spec)
+    flash_attn = _flash_attn(config, target, notes, [c for c in model.cards if c is not HOST])
     no_host = _flag(config, "--no-host") is not None
     pinned = None if no_host else next((d.backend.host_buffer for d in devices if d.backend.host_buffer), None)
     no_repack = _flag(config, "-nr", "--no-repack") is not None
-    host = _Host(mapped=host_mapped, pinned=pinned,
+    holding = _Host(mapped=host_mapped, pinned=pinned,
                  compute=(devices[0].backend.host_buffer or "CPU") if devices else "CPU",
                  cpu_features=frozenset() if no_repack else cpu_features)
     if cpu_features is None and pinned is None and not no_repack and any(c is HOST for c in model.layer_device):
@@ -701,7 +804,8 @@ def build_ledger(
                                       type_v=_option(config, "spec_draft_type_v", "f16"))
 
     acc = _Acc()
-    _weights(acc, model, context="target", term_block="model", term_output="output", host=host, basis=basis)
+    _weights(acc, model, context="target", term_block="model", term_output="output", host=holding,
+             basis=basis)
     _kv(acc, target, model.layer_device, _kv_layers(target, mtp=False), cache, context="target", term="kv",
         basis=basis)
     rollback = target.recurrent is not None and target.recurrent.rollback \
@@ -724,7 +828,7 @@ def build_ledger(
             draft_ngl = _ngl(_option(config, "spec_draft_ngl", "-1"), draft.block_count)
             draft_model = _place(draft, draft_devices, draft_ngl, config.tensor_split, False)
             _weights(acc, draft_model, context="draft", term_block="draft", term_output="draft",
-                     host=host, basis=draft_basis)
+                     host=holding, basis=draft_basis)
             _kv(acc, draft, draft_model.layer_device, _kv_layers(draft, mtp=False), draft_cache,
                 context="draft", term="draft", basis=draft_basis)
             slot_draft = _state_per_slot(draft, _kv_layers(draft, mtp=False), draft_cache)
@@ -748,7 +852,7 @@ def build_ledger(
 
     _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
               devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
-              flash_attn=flash_attn, host_compute=host.compute)
+              flash_attn=flash_attn, host_compute=holding.compute)
     out_type = model.output_device.backend.host_buffer or "CPU"
     boot, grown = output_buffer(target, n_seq=n_seq, n_batch=n_batch,
                                 n_max=config.spec_draft_n_max if config.speculative else 0, mtp=mtp)
@@ -833,7 +937,7 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         cells = [cache.n_ctx_seq] if any(not profile.is_swa(il) for il in layers) else []
         if any(profile.is_swa(il) for il in layers):
             cells.append(cache.swa_cells(profile))
-        return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, mask_cells=tuple(cells),
+        return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, n_seq=n_seq, mask_cells=tuple(cells),
                              copies=4 if parallel else 1, flash_attn=flash_attn)
 
     def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
@@ -844,17 +948,28 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
             acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}",
                     host_compute if card is HOST else "")
             return
-        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), holds_layers=layers,
-                                     holds_output=output, host=card is HOST)
+        host_layers = card is HOST and op_offload and layers
+        if host_layers:
+            layers = False  # the GPU runs the host layers' products: the host keeps inputs, norms, residuals
+        role = compute_role(card, layers=layers, pipeline=parallel, gpu_host=bool(gpus))
+        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), role, holds_layers=layers,
+                                     holds_output=output, host_layers=host_layers)
         acc.add(card, term, "compute", context, estimate, "estimate",
-                "estimate: live activations, logits and split inputs of one ubatch (no boot measured it)",
+                f"estimate ({'/'.join(role)}): the structural peak of one ubatch times its measured factor "
+                "(no boot measured it)",
                 host_compute if card is HOST else "")
 
     n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
+    # ggml-backend.cpp: with a GPU in the schedule, the products of weights left on the host run on the first
+    # GPU for batches of 32 tokens or more (op_offload); that GPU then needs the activations of a layer
+    gpus = [d for d in devices if d.backend.host_buffer]
+    op_offload = bool(gpus) and HOST in trunk and n_ubatch >= 32 and _flag(config, "--no-op-offload") is None
     for card in model.cards:
         compute(card, "target", target, n_outputs, layers=card in trunk, output=card == model.output_device,
                 parallel=pipeline)
+    if op_offload and gpus[0] not in model.cards:
+        compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline)
     if HOST not in model.cards:
         compute(HOST, "target", target, n_outputs, layers=False, output=False, parallel=pipeline)
     if mtp and _kv_layers(target, mtp=True):

@@ -37,12 +37,16 @@ def argv_of(boot: dict[str, Any]) -> list[str]:
 
 def ledger_of(boot: dict[str, Any], machine: dict[str, Any]) -> Ledger:
     config = parse_llama_server(argv_of(boot))
-    total = boot["devices_at_start_mib"].get("CUDA0", {}).get("total_mib", 143155) * MiB
-    cards = [Card(name="CUDA0", vram_bytes=total)]
+    cards = []
+    total = None
+    if machine.get("gpu"):
+        total = boot["devices_at_start_mib"].get("CUDA0", {}).get("total_mib", 143155) * MiB
+        cards.append(Card(name="CUDA0", vram_bytes=total))
     cards += [Card(name=f"RPC{i}", vram_bytes=total, buffer_name=f"RPC{i}", endpoint=f"127.0.0.1:{50052 + i}",
                    kind=boot["rpc_backend"]) for i in range(boot["n_rpc"])]
+    draft = load_profile(DATA / "profiles" / f"{boot['draft']}.toml") if boot.get("draft") else None
     return build_ledger(config, load_profile(DATA / "profiles" / f"{boot['model']}.toml"), cards=cards,
-                        cpu_features=frozenset(machine["cpu_features"]))
+                        draft=draft, cpu_features=frozenset(machine["cpu_features"]))
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,62 @@ def rows(boot: dict[str, Any], ledger: Ledger) -> Iterator[Row]:
             yield Row(boot["id"], *key, nbytes, None, None)
 
 
+CPU_DATASET = DATA / "cpu-rpc.json"
+
+
+def datasets() -> list[dict[str, Any]]:
+    return [json.loads(path.read_text()) for path in (DATASET, CPU_DATASET) if path.exists()]
+
+
+@dataclass(frozen=True)
+class ComputeRow:
+    boot: str
+    device: str
+    context: str
+    role: str
+    estimate: int
+    observed: float
+
+    @property
+    def ratio(self) -> float:
+        return self.estimate / self.observed
+
+
+def compute_rows() -> Iterator[ComputeRow]:
+    """Every compute buffer of every recorded boot next to the ledger's estimate and the kind of buffer."""
+    for data in datasets():
+        for boot in data["boots"]:
+            if not boot["healthy"]:
+                continue
+            ledger = ledger_of(boot, data["machine"])
+            roles = {(b.device_label, b.context): b.source.split("(", 1)[1].split(")", 1)[0]
+                     for d in (*ledger.devices, ledger.host) for b in d.buffers
+                     if b.buffer == "compute" and b.basis == "estimate"}
+            for r in rows(boot, ledger):
+                if r.buffer == "compute" and r.observed and r.predicted is not None:
+                    yield ComputeRow(r.boot, r.device, r.context, roles.get((r.device, r.context), "?"),
+                                     r.predicted, r.observed)
+
+
+def factors() -> None:
+    """The smallest factor per kind of buffer that keeps every estimate at or above the engine."""
+    by_role: dict[str, list[ComputeRow]] = {}
+    for row in compute_rows():
+        by_role.setdefault(row.role, []).append(row)
+    for role, found in sorted(by_role.items()):
+        need = max(1 / r.ratio for r in found)
+        print(f"{role:12s} n={len(found):3d} factor needed {need:.3f}; ratios {min(r.ratio for r in found):.2f}"
+              f"..{max(r.ratio for r in found):.2f}")
+        for r in sorted(found, key=lambda r: r.ratio):
+            print(f"    {r.boot:28s} {r.device:10s} {r.context:6s} est {r.estimate / MiB:8.2f} obs "
+                  f"{r.observed / MiB:8.2f} {r.ratio - 1:+.0%}")
+
+
 def main() -> None:
+    import sys
+    if "--factors" in sys.argv:
+        factors()
+        return
     data = load()
     for boot in data["boots"]:
         if not boot["healthy"]:
