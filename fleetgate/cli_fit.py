@@ -33,7 +33,7 @@ __all__ = ["register"]
 GiB = 1 << 30
 ROWS: tuple[tuple[str, str], ...] = (
     ("model", "model (blocks)"), ("output", "output"), ("kv", "KV"), ("recurrent", "recurrent (RS)"),
-    ("draft", "draft"), ("projector", "projector"), ("compute", "compute"),
+    ("draft", "draft"), ("projector", "projector"), ("compute", "compute"), ("runtime", "runtime"),
 )
 _SIZE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G"), (40, "T"))

@@ -72,8 +72,8 @@ __all__ = [
 
 MiB = 1 << 20
 Basis = Literal["derived", "reconstructed", "calibrated", "estimate"]
-Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute"]
-TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute")
+Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime"]
+TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime")
 
 # Nextn blocks are created with TENSOR_SKIP unless MTP is loaded (src/models/<arch>.cpp, mtp_flags).
 MTP_SKIP_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2", "mimo2", "step35",
@@ -111,6 +111,25 @@ BACKENDS: Mapping[str, Backend] = {
     "Metal": Backend("Metal", 32, 0, "ggml/src/ggml-metal: 32 assumed"),
 }
 DEVICE_KINDS = tuple(BACKENDS)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a GPU process holds outside every buffer: the runtime's context, the BLAS workspace, the memory
+    pool and graphs, read off the engine's own breakdown at exit ("unaccounted") on named boots."""
+
+    first_context: int
+    further_context: int
+    boot: str
+
+
+# tests/ledger/data/gpu-h200.json: 595-598 MiB on the 16 one-GPU boots with one context (526 MiB of it before
+# the first buffer); the MTP boot's second context added 208 MiB
+RUNTIMES: Mapping[str, Runtime] = {
+    "CUDA": Runtime(598 * MiB, 208 * MiB, "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: "
+                    "gpu-h200.json gemma3-cuda-q8 (598 MiB unaccounted, the most of 16 one-context boots) and "
+                    "qwen35-mtp-cuda (805 MiB, two contexts)"),
+}
 
 
 def backend_for(device: str, kind: str | None = None) -> Backend:
@@ -850,6 +869,7 @@ def build_ledger(
                     sum(_alloc(w, projector_card.backend) for w in projector.weights), p_basis,
                     "tools/mtmd/clip.cpp clip_ctx: the first GPU unless --mmproj-device, --no-mmproj-offload")
 
+    _runtime(acc, notes, model, draft_model, calibrations, contexts=1 + (1 if mtp else 0))
     _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
               devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
               flash_attn=flash_attn, host_compute=holding.compute)
@@ -861,6 +881,10 @@ def build_ledger(
     acc.add(HOST, "output", "output growth", "target", grown - boot, basis,
             "output_reserve grows it on the first drafted request: n_seq x (1 + n_max) outputs"
             + (" + n_embd x n_batch nextn embeddings" if mtp else ""), out_type)
+    if draft_model is not None and draft is not None:
+        acc.add(HOST, "draft", "output", "draft", n_seq * draft.n_vocab * 4, basis,
+                "src/llama-context.cpp output_reserve (draft context): n_seq x n_vocab x 4 B at boot; its "
+                "growth while drafting is not measured", draft_model.output_device.backend.host_buffer or "CPU")
     if mtp and _kv_layers(target, mtp=True):
         # the MTP context's own outputs: logits, the backend sampler's probabilities and candidates, embeddings
         mtp_boot = n_seq * target.n_vocab * 4
@@ -896,6 +920,28 @@ def build_ledger(
     )
     return Ledger(shape=shape, n_ubatch=n_ubatch, devices=tuple(ledgers), host=host, slot_state=slot,
                   notes=tuple(notes))
+
+
+def _runtime(acc: _Acc, notes: list[str], model: _Model, draft_model: _Model | None,
+             calibrations: Sequence[Calibration], *, contexts: int) -> None:
+    """Each GPU's memory outside every buffer, where a calibration for its backend exists and no compute
+    calibration of that card (which is read off used VRAM, so already holds it) does."""
+    cards = [c for c in model.devices if c is not HOST]
+    if draft_model is not None:
+        cards += [c for c in draft_model.devices if c not in cards and c is not HOST]
+    calibrated = {c.device for c in calibrations}
+    for card in cards:
+        if card.name in calibrated or card.label in calibrated or card.name.startswith("RPC"):
+            continue
+        runtime = RUNTIMES.get(card.backend.kind)
+        if runtime is None:
+            if card.backend.host_buffer:
+                notes.append(f"{card.name}: the {card.backend.kind} runtime's memory outside the buffers is not "
+                             "calibrated (about 0.6 GiB per GPU on CUDA): not counted")
+            continue
+        n = contexts + (1 if draft_model is not None and card in draft_model.devices else 0)
+        acc.add(card, "runtime", "runtime", "target", runtime.first_context + (n - 1) * runtime.further_context,
+                "calibrated", f"calibration: {runtime.boot}")
 
 
 def output_buffer(profile: Profile, *, n_seq: int, n_batch: int, n_max: int, mtp: bool,

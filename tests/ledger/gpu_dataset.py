@@ -93,7 +93,7 @@ def rows(boot: dict[str, Any], ledger: Ledger) -> Iterator[Row]:
         seen.add(key)
         yield Row(boot["id"], *key, predicted.get(key), b["mib"], b["bytes"])
     for key, nbytes in predicted.items():
-        if key not in seen and key[1] not in ("output growth",):
+        if key not in seen and key[1] not in ("output growth", "runtime"):
             yield Row(boot["id"], *key, nbytes, None, None)
 
 

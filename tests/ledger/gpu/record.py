@@ -94,6 +94,8 @@ def one(d: Path) -> dict[str, Any]:
         "buffers": buffers, "breakdown_mib": breakdown, "devices_at_start_mib": totals,
         "nvidia_smi": {k: rec.get(k) for k in ("smi_before", "smi_healthy", "smi_after_request") if rec.get(k)},
         "request": rec.get("reply"), "pinned_allocations_after_request": growth,
+        "pinned_allocations": [s for c, _, s, t in shim if c == "cudaMallocHost"
+                               and (not rec.get("t_request") or t < rec["t_request"])],
         "fit_params_mib": fit,
     }
 
