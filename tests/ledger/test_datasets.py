@@ -26,6 +26,7 @@ HEALTHY = [(data, boot) for data, boot in BOOTS if boot["healthy"]]
 def test_the_datasets_hold_what_the_issue_asks() -> None:
     gpu, cpu = DATA_SETS
     assert [b["id"] for b in gpu["boots"] if not b["healthy"]] == ["smollm2-cuda-q8-nofa"]
+    assert all(b["healthy"] for b in cpu["boots"]) and len(cpu["boots"]) == 17
     assert len(HEALTHY) == 25 + 17
     ids = {b["id"] for _, b in HEALTHY}
     # a hybrid with recurrent state on the GPU, a two-device GPU split, partial offload, flash attention off
