@@ -1058,7 +1058,8 @@ def summarize(ledger: Ledger) -> dict[str, Any]:
             "blocks": list(d.blocks),
             "output_layer": d.holds_output,
             "terms": {t: d.term(t) for t in TERMS},
-            "buffers": [{"name": f"{d.card.label} {b.buffer} buffer", "buffer": b.buffer, "term": b.term,
+            "buffers": [{"name": f"{b.device_label} {b.buffer} buffer", "buffer_type": b.device_label,
+                         "buffer": b.buffer, "term": b.term,
                          "context": b.context, "bytes": b.bytes, "basis": b.basis, "source": b.source}
                         for b in d.buffers],
         }
