@@ -123,12 +123,12 @@ class Runtime:
     boot: str
 
 
-# tests/ledger/data/gpu-h200.json: 595-598 MiB on the 16 one-GPU boots with one context (526 MiB of it before
-# the first buffer); the MTP boot's second context added 208 MiB
+# tests/ledger/data/gpu-h200.json: 595-599 MiB on the 25 one-GPU boots with one context (526 MiB of it before
+# the first buffer); with MTP's second context 805 and 815 MiB
 RUNTIMES: Mapping[str, Runtime] = {
-    "CUDA": Runtime(598 * MiB, 208 * MiB, "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: "
-                    "gpu-h200.json gemma3-cuda-q8 (598 MiB unaccounted, the most of 16 one-context boots) and "
-                    "qwen35-mtp-cuda (805 MiB, two contexts)"),
+    "CUDA": Runtime(599 * MiB, 216 * MiB, "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: "
+                    "gpu-h200.json smollm2-cuda-q4 (599 MiB unaccounted, the most of 25 one-context boots) and "
+                    "qwen35-mtp-cuda-np1 (815 MiB, two contexts)"),
 }
 
 
@@ -620,7 +620,7 @@ def _dims(profile: Profile) -> tuple[int, int, int, int]:
 # (tests/ledger/data/gpu-h200.json and cpu-rpc.json, build 11434), so that the estimate is never under the
 # engine on any of them. ``python -m tests.ledger.gpu_dataset --factors`` recomputes them.
 COMPUTE_FACTORS: Mapping[tuple[str, str], float] = {
-    ("gpu", "layers"): 1.03, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
+    ("gpu", "layers"): 1.11, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
     ("cpu", "layers"): 1.01, ("cpu", "pipeline"): 1.10, ("cpu", "host"): 1.24,
 }
 

@@ -50,9 +50,25 @@ BOOTS: list[tuple[str, str, str, int, bool]] = [
     ("gemma3-split-ts1,1", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 1,1", 1, False),
     ("qwen35-mtp-split", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -ts 1,1 {MTP}", 1, True),
     ("smollm2-split-ngl20", "smollm2", "-c 2048 -np 2 -ngl 20 -ts 1,1", 1, False),
+    # held out: booted after the compute factors were set from the boots above, to test them
+    ("smollm2-cuda-ub1024", "smollm2", "-c 8192 -np 2 -ngl 999 -fa on -b 2048 -ub 1024", 0, False),
+    ("smollm2-cuda-ub1024-nofa", "smollm2", "-c 8192 -np 2 -ngl 999 -fa off -b 2048 -ub 1024", 0, False),
+    ("smollm2-cuda-np1-c16k", "smollm2", "-c 16384 -np 1 -ngl 999", 0, False),
+    ("smollm2-cuda-ngl20-nofa-ub256", "smollm2", "-c 4096 -np 2 -ngl 20 -fa off -ub 256", 0, False),
+    ("smollm2-cuda-q4", "smollm2", "-c 4096 -np 3 -ngl 999 -fa on -ctk q4_0 -ctv q4_0", 0, False),
+    ("gemma3-cuda-np4-ub1024", "gemma3", "-c 16384 -np 4 -ngl 999 -b 1024 -ub 1024", 0, False),
+    ("gemma3-cuda-nofa-np1", "gemma3", "-c 8192 -np 1 -ngl 999 -fa off", 0, False),
+    ("gemma3-cuda-ngl5-nofa", "gemma3", "-c 4096 -np 2 -ngl 5 -fa off", 0, False),
+    ("gemma3-cpu-only-ub128", "gemma3", "-c 4096 -np 1 --device none -ub 128", 0, False),
+    ("qwen35-cuda-np4", "qwen35", "-c 4096 -np 4 -ngl 999", 0, False),
+    ("qwen35-mtp-cuda-np1", "qwen35-mtp", f"-c 2048 -np 1 -ngl 999 {MTP}", 0, True),
+    ("smollm2-split-ts1,3-ub256", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 1,3 -ub 256", 1, False),
+    ("gemma3-split-ts2,1-nofa", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 2,1 -fa off", 1, False),
 ]
+HOLDOUT_FROM = "smollm2-cuda-ub1024"
 
-FIT_PARAMS = {"smollm2-cuda-fa", "smollm2-cuda-nofa", "smollm2-cuda-q8", "smollm2-cuda-ub2048",
+FIT_PARAMS = {"smollm2-cuda-ub1024", "gemma3-cuda-np4-ub1024", "gemma3-cuda-nofa-np1", "smollm2-cuda-q4",
+              "smollm2-cuda-fa", "smollm2-cuda-nofa", "smollm2-cuda-q8", "smollm2-cuda-ub2048",
               "smollm2-cuda-ngl10", "gemma3-cuda", "gemma3-cuda-nofa", "gemma3-cuda-ngl10", "qwen35-cuda"}
 
 
@@ -174,6 +190,9 @@ def fit_params(bins: Path, models: Path, out: Path, spec: tuple[str, str, str, i
 def main() -> None:
     bins, models, shim, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     only = set(sys.argv[5:])
+    if only == {"holdout"}:
+        ids = [b[0] for b in BOOTS]
+        only = set(ids[ids.index(HOLDOUT_FROM):])
     deadline = float(os.environ.get("BOOTS_DEADLINE", "inf"))
     records = []
     for spec in BOOTS:
