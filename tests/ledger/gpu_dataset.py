@@ -37,11 +37,11 @@ def argv_of(boot: dict[str, Any]) -> list[str]:
 
 def ledger_of(boot: dict[str, Any], machine: dict[str, Any]) -> Ledger:
     config = parse_llama_server(argv_of(boot))
-    cards = []
-    total = None
-    if machine.get("gpu"):
-        total = boot["devices_at_start_mib"].get("CUDA0", {}).get("total_mib", 143155) * MiB
-        cards.append(Card(name="CUDA0", vram_bytes=total))
+    cards: list[Card] = []
+    total: int | None = None
+    for name, seen in sorted(boot.get("devices_at_start_mib", {}).items()):
+        total = seen["total_mib"] * MiB  # the total the engine sees: what a --card gives
+        cards.append(Card(name=name, vram_bytes=total))
     cards += [Card(name=f"RPC{i}", vram_bytes=total, buffer_name=f"RPC{i}", endpoint=f"127.0.0.1:{50052 + i}",
                    kind=boot["rpc_backend"]) for i in range(boot["n_rpc"])]
     draft = load_profile(DATA / "profiles" / f"{boot['draft']}.toml") if boot.get("draft") else None
@@ -98,10 +98,12 @@ def rows(boot: dict[str, Any], ledger: Ledger) -> Iterator[Row]:
 
 
 CPU_DATASET = DATA / "cpu-rpc.json"
+TWO_GPU_DATASET = DATA / "gpu-h200-x2.json"
 
 
 def datasets() -> list[dict[str, Any]]:
-    return [json.loads(path.read_text()) for path in (DATASET, CPU_DATASET) if path.exists()]
+    """The GPU, the CPU/RPC and the two-GPU datasets, in that order."""
+    return [json.loads(path.read_text()) for path in (DATASET, CPU_DATASET, TWO_GPU_DATASET)]
 
 
 @dataclass(frozen=True)
@@ -153,16 +155,15 @@ def main() -> None:
     if "--factors" in sys.argv:
         factors()
         return
-    data = load()
-    for boot in data["boots"]:
-        if not boot["healthy"]:
-            print(f"{boot['id']}: refused by the engine: {boot['error']}")
-            continue
-        ledger = ledger_of(boot, data["machine"])
-        for r in rows(boot, ledger):
-            mark = "=" if r.equal else ("+" if r.error >= 0 else "-")
-            print(f"{r.boot:26s} {r.device:10s} {r.buffer:9s} {r.context:6s} {r.predicted!s:>11s} "
-                  f"{r.exact if r.exact is not None else r.mib!s:>11s} {mark} {r.error:+.1%}")
+    for data in datasets():
+        for boot in data["boots"]:
+            if not boot["healthy"]:
+                print(f"{boot['id']}: refused by the engine: {boot['error']}")
+                continue
+            for r in rows(boot, ledger_of(boot, data["machine"])):
+                mark = "=" if r.equal else ("+" if r.error >= 0 else "-")
+                print(f"{r.boot:26s} {r.device:10s} {r.buffer:9s} {r.context:6s} {r.predicted!s:>11s} "
+                      f"{r.exact if r.exact is not None else r.mib!s:>11s} {mark} {r.error:+.1%}")
 
 
 if __name__ == "__main__":

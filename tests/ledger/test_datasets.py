@@ -24,15 +24,17 @@ HEALTHY = [(data, boot) for data, boot in BOOTS if boot["healthy"]]
 
 
 def test_the_datasets_hold_what_the_issue_asks() -> None:
-    gpu, cpu = DATA_SETS
+    gpu, cpu, two = DATA_SETS
     assert [b["id"] for b in gpu["boots"] if not b["healthy"]] == ["smollm2-cuda-q8-nofa"]
-    assert all(b["healthy"] for b in cpu["boots"]) and len(cpu["boots"]) == 17
-    assert len(HEALTHY) == 25 + 13 + 17
-    assert sum(1 for b in gpu["boots"] if b["held_out"]) == 13
+    assert all(b["healthy"] for b in (*cpu["boots"], *two["boots"]))
+    assert (len(cpu["boots"]), len(two["boots"])) == (17, 8)
+    assert len(HEALTHY) == 25 + 13 + 17 + 8
+    assert sum(1 for b in (*gpu["boots"], *two["boots"]) if b["held_out"]) == 13 + 8
+    assert all(set(b["devices_at_start_mib"]) == {"CUDA0", "CUDA1"} for b in two["boots"])
     ids = {b["id"] for _, b in HEALTHY}
     # a hybrid with recurrent state on the GPU, a two-device GPU split, partial offload, flash attention off
     assert {"qwen35-cuda", "qwen35-mtp-split", "smollm2-split-ts1,1", "gemma3-cuda-ngl10",
-            "gemma3-cuda-nofa"} <= ids
+            "gemma3-cuda-nofa", "smollm2-2gpu-ts1,1", "qwen35-mtp-2gpu", "gemma3-2gpu-ngl10"} <= ids
     assert sorted({b["args"].split("-ub ")[1].split()[0] for _, b in HEALTHY if "-ub " in b["args"]}) == \
         ["1024", "128", "2048", "256"]
 

@@ -66,8 +66,21 @@ BOOTS: list[tuple[str, str, str, int, bool]] = [
     ("gemma3-split-ts2,1-nofa", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 2,1 -fa off", 1, False),
 ]
 HOLDOUT_FROM = "smollm2-cuda-ub1024"
+# two GPUs of one host (nvidia-h200-x2): a real layer split, pipeline-parallel when fully offloaded
+TWO_GPUS: list[tuple[str, str, str, int, bool]] = [
+    ("smollm2-2gpu-ts1,1", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 1,1 -fa on", 0, False),
+    ("smollm2-2gpu-ts3,1-nofa", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 3,1 -fa off", 0, False),
+    ("smollm2-2gpu-ub2048", "smollm2", "-c 8192 -np 4 -ngl 999 -ts 1,1 -b 2048 -ub 2048", 0, False),
+    ("smollm2-2gpu-sm-none", "smollm2", "-c 4096 -np 2 -ngl 999 -sm none -mg 1", 0, False),
+    ("gemma3-2gpu-ts1,1", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 1,1", 0, False),
+    ("gemma3-2gpu-ngl10", "gemma3", "-c 4096 -np 2 -ngl 10 -ts 1,1", 0, False),
+    ("qwen35-2gpu-np3-q8", "qwen35", "-c 3072 -np 3 -ngl 999 -ts 2,1 -ctk q8_0 -ctv q8_0", 0, False),
+    ("qwen35-mtp-2gpu", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -ts 1,1 {MTP}", 0, True),
+]
+BOOTS += TWO_GPUS
 
-FIT_PARAMS = {"smollm2-cuda-ub1024", "gemma3-cuda-np4-ub1024", "gemma3-cuda-nofa-np1", "smollm2-cuda-q4",
+FIT_PARAMS = {"smollm2-2gpu-ts1,1", "gemma3-2gpu-ts1,1", "gemma3-2gpu-ngl10",
+              "smollm2-cuda-ub1024", "gemma3-cuda-np4-ub1024", "gemma3-cuda-nofa-np1", "smollm2-cuda-q4",
               "smollm2-cuda-fa", "smollm2-cuda-nofa", "smollm2-cuda-q8", "smollm2-cuda-ub2048",
               "smollm2-cuda-ngl10", "gemma3-cuda", "gemma3-cuda-nofa", "gemma3-cuda-ngl10", "qwen35-cuda"}
 
@@ -191,8 +204,10 @@ def main() -> None:
     bins, models, shim, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     only = set(sys.argv[5:])
     if only == {"holdout"}:
-        ids = [b[0] for b in BOOTS]
+        ids = [b[0] for b in BOOTS if b not in TWO_GPUS]
         only = set(ids[ids.index(HOLDOUT_FROM):])
+    elif only == {"x2"}:
+        only = {b[0] for b in TWO_GPUS}
     deadline = float(os.environ.get("BOOTS_DEADLINE", "inf"))
     records = []
     for spec in BOOTS:

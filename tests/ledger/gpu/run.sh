@@ -29,7 +29,7 @@ if [ ! -x $LLB/build/bin/llama-server ] || [ ! -x $LLB/build/bin/llama-fit-param
     mkdir -p $LLB && tar xzf $BUNDLE/llama.tar.gz -C $LLB --strip-components=1 && touch $LLB/building
     setsid bash -c "cd $LLB && cmake -S llama.cpp -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DGGML_RPC=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-      -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 && cmake --build build -j16 --target llama-server \
+      -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 && cmake --build build -j$(nproc) --target llama-server \
       ggml-rpc-server llama-fit-params >> build.log 2>&1; echo \$? > build.rc" < /dev/null > /dev/null 2>&1 &
   fi
   while [ ! -f $LLB/build.rc ] && [ $(( $(date +%s) - START )) -lt 540 ]; do sleep 5; done
