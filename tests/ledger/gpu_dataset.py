@@ -150,10 +150,64 @@ def factors() -> None:
                   f"{r.observed / MiB:8.2f} {r.ratio - 1:+.0%}")
 
 
+def markdown() -> None:
+    """The tables of docs/ledger.md's GPU section."""
+    print("| boot | dataset | buffers equal (in bytes) | compute: estimate / engine (MiB) |")
+    print("|---|---|---|---|")
+    names = ("H200", "CPU/RPC", "2xH200")
+    for name, data in zip(names, datasets(), strict=True):
+        for boot in data["boots"]:
+            if not boot["healthy"]:
+                print(f"| {boot['id']} | {name} | refused by the engine (the ledger notes it) | - |")
+                continue
+            found = list(rows(boot, ledger_of(boot, data["machine"])))
+            exact = [r for r in found if r.buffer != "compute"]
+            ok = sum(r.equal for r in exact)
+            in_bytes = sum(r.exact is not None for r in exact)
+            compute = ", ".join(f"{r.device} {(r.predicted or 0) / MiB:.2f}/{(r.observed or 0) / MiB:.2f}"
+                                for r in found if r.buffer == "compute" and r.context == "target")
+            held = " (held out)" if boot.get("held_out") else ""
+            print(f"| {boot['id']}{held} | {name} | {ok}/{len(exact)} ({in_bytes}) | {compute} |")
+    print()
+    print("| kind of buffer | buffers | factor | estimate / engine: min | median | max |")
+    print("|---|---:|---:|---:|---:|---:|")
+    by_role: dict[str, list[float]] = {}
+    for row in compute_rows():
+        by_role.setdefault(row.role, []).append(row.ratio)
+    from fleetgate.fit import COMPUTE_FACTORS
+    for role, ratios in sorted(by_role.items()):
+        ratios.sort()
+        factor = COMPUTE_FACTORS[tuple(role.split("/"))]  # type: ignore[index]
+        print(f"| {role} | {len(ratios)} | {factor:.2f} | {ratios[0] - 1:+.0%} | "
+              f"{ratios[len(ratios) // 2] - 1:+.0%} | {ratios[-1] - 1:+.0%} |")
+    print()
+    print("| boot | device | llama-fit-params model / context / compute | engine (breakdown) model / context "
+          "/ compute | ledger model / context / compute |")
+    print("|---|---|---|---|---|")
+    for name, data in zip(names, datasets(), strict=True):
+        for boot in data["boots"]:
+            fit = boot.get("fit_params_mib")
+            if not fit or not boot["healthy"]:
+                continue
+            ledger = ledger_of(boot, data["machine"])
+            engine = {b["dev"]: b for b in boot["breakdown_mib"]}
+            for device, (model, context, compute) in fit.items():
+                d = ledger.host if device == "Host" else next(x for x in ledger.devices if x.card.name == device)
+                ctx = d.term("kv") + d.term("recurrent")
+                mdl = d.term("model") + (d.term("output") if device != "Host" else 0)
+                e = engine.get(device, {})
+                print(f"| {boot['id']} | {device} | {model} / {context} / {compute} | {e.get('model', '-')} / "
+                      f"{e.get('context', '-')} / {e.get('compute', '-')} | {mdl / MiB:.0f} / {ctx / MiB:.0f} / "
+                      f"{d.term('compute') / MiB:.0f} |")
+
+
 def main() -> None:
     import sys
     if "--factors" in sys.argv:
         factors()
+        return
+    if "--markdown" in sys.argv:
+        markdown()
         return
     for data in datasets():
         for boot in data["boots"]:
