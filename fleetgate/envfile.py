@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, read_text
 
 __all__ = ["Dialect", "EnvEntry", "EnvFile", "parse_env_file", "parse_env_text"]
 
@@ -65,13 +65,7 @@ class EnvFile(Mapping[str, EnvEntry]):
 
 
 def parse_env_file(path: Path, dialect: Dialect) -> EnvFile:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read env file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, text_line_of_offset(path.read_bytes(), exc.start), "not valid UTF-8") from None
-    return parse_env_text(text, path, dialect)
+    return parse_env_text(read_text(path, "the env file"), path, dialect)
 
 
 def text_line_of_offset(data: bytes, offset: int) -> int:
@@ -79,6 +73,13 @@ def text_line_of_offset(data: bytes, offset: int) -> int:
 
 
 def parse_env_text(text: str, path: Path, dialect: Dialect) -> EnvFile:
+    if "\0" in text:
+        raise InputError(path, text.count("\n", 0, text.index("\0")) + 1,
+                         f"a NUL byte; no environment can carry one ({dialect} env file), expected text")
+    if dialect == "bash" and "\r\n" in text:
+        # bash keeps the carriage return in the value: MODEL=/m.gguf\r names another file.
+        raise InputError(path, text.count("\n", 0, text.index("\r\n")) + 1,
+                         "the line ends with CR LF (a DOS line ending); bash keeps the CR in the value, expected LF endings")
     if dialect == "systemd":
         entries = _parse_systemd(text, path)
     elif dialect == "podman":

@@ -23,11 +23,11 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
 from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
-from fleetgate.units import Setting, Unit, parse_unit, split_environment_assignments
+from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
 __all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "map_to_repo", "render", "service_inputs"]
 
@@ -107,20 +107,68 @@ class RenderRefused(InputError):
 
 
 def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
-    """A host path of the deployed repository -> the repository file, or None."""
-    if fleet.deploy_root is None:
+    """A host path of the deployed repository -> the repository file, or None.
+
+    Confined by the real path, as the kernel resolves it on a host where the repository is deployed
+    at ``deploy_root``: ``..`` and symlinks inside the repository are followed (an absolute link into
+    ``deploy_root`` stays in the repository), and a path that leaves the repository is None however it
+    is spelt. Components outside the repository are taken as written (this machine is not the host).
+    """
+    if fleet.deploy_root is None or not host_path.startswith("/") or "\0" in host_path:
         return None
     root = PurePosixPath(fleet.deploy_root)
-    path = PurePosixPath(host_path)
-    try:
-        relative = path.relative_to(root)
-    except ValueError:
+    real_root = fleet.root.resolve()
+    pending = list(PurePosixPath(host_path).parts[1:])
+    current = PurePosixPath("/")
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        current = current / part
+        if current == root or root not in current.parents:
+            continue
+        local = real_root.joinpath(*current.relative_to(root).parts)
+        if local.is_symlink():
+            hops += 1
+            if hops > 40:
+                return None
+            target = PurePosixPath(os.readlink(local))
+            if target.is_absolute():
+                current = PurePosixPath("/")
+                pending[:0] = list(target.parts[1:])
+            else:
+                current = current.parent
+                pending[:0] = list(target.parts)
+    if current != root and root not in current.parents:
         return None
-    return fleet.root / relative
+    return real_root.joinpath(*current.relative_to(root).parts)
+
+
+# Linux refuses any single argument or environment string longer than this at exec (MAX_ARG_STRLEN).
+MAX_ARG_STRLEN = 32 * 4096
 
 
 def service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], Path, Unit | None]:
     """The environment the unit starts the serve script with, and the script it starts."""
+    origins, script, unit = _service_inputs(fleet, service)
+    for origin in origins.values():
+        file, _, line = origin.where.rpartition(":")
+        if "\0" in origin.value:
+            raise InputError(file, int(line) if line.isdigit() else None,
+                             f"{origin.name}: the value holds a NUL byte, which no environment can carry; expected text")
+        size = len(origin.name.encode()) + len(origin.value.encode("utf-8", "surrogateescape")) + 2
+        if size > MAX_ARG_STRLEN:
+            raise InputError(file, int(line) if line.isdigit() else None,
+                             f"{origin.name}: the assignment is {size} bytes; Linux refuses an environment string over "
+                             f"{MAX_ARG_STRLEN} bytes (128 KiB) when it starts the serve script")
+    return origins, script, unit
+
+
+def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], Path, Unit | None]:
     if service.unit is None:
         origins: dict[str, Origin] = {}
         if service.env_file is not None:
@@ -172,7 +220,7 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
     if not starts:
         raise InputError(unit.path, None, "no ExecStart= in [Service]; expected the serve script")
     setting = starts[-1]
-    words = shlex.split(setting.value.lstrip("-@+!:"))
+    words = split_command(Setting(setting.section, setting.key, setting.value.lstrip("-@+!:"), setting.path, setting.line))
     for word in words:
         local = map_to_repo(fleet, word)
         if local is not None:
@@ -202,7 +250,7 @@ def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[st
     exec_setting = unit.last("Container", "Exec")
     if exec_setting is None:
         raise InputError(unit.path, None, "no Exec= in [Container]; expected the serve script to run in the container")
-    for word in shlex.split(exec_setting.value):
+    for word in split_command(exec_setting):
         for host, container in volumes:
             if word == container or word.startswith(container.rstrip("/") + "/"):
                 host_path = host.rstrip("/") + word[len(container.rstrip("/")):]
@@ -386,10 +434,8 @@ def _read_only_tools() -> dict[str, str]:
 
 
 def _require_bash(script: Path) -> None:
-    try:
-        first = script.read_text(encoding="utf-8").split("\n", 1)[0]
-    except OSError as exc:
-        raise InputError(script, None, f"cannot read serve script: {exc.strerror}") from None
+    # bash itself takes any bytes; only the shebang is read here.
+    first = read_bytes(script, "the serve script").split(b"\n", 1)[0].decode("utf-8", "replace")
     if first.startswith("#!") and "bash" not in first:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
     check = subprocess.run(["/bin/bash", "-n", str(script)], capture_output=True, check=False, timeout=10)
