@@ -28,10 +28,19 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
     first = llama.problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
     raise Failure(
-        service=config.name, check=NAME,
+        service=config.name, check=NAME, code=f"{NAME}/{_kind(first.message)}",
         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
         observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",
         details=lines,
         expected="only flags and values this build accepts (llama-server --help)",
-        fix="correct the flag's spelling or value in the serve script or env file; an unknown flag stops the server",
+        fix="correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on either",
     )
+
+
+def _kind(message: str) -> str:
+    """The failure code's branch: a flag the build does not know, a flag without its value, or a value it refuses."""
+    if message == "invalid argument":
+        return "unknown-flag"
+    if message == "expected a value":
+        return "missing-value"
+    return "refused-value"
