@@ -438,7 +438,12 @@ def _require_bash(script: Path) -> None:
     first = read_bytes(script, "the serve script").split(b"\n", 1)[0].decode("utf-8", "replace")
     if first.startswith("#!") and "bash" not in first:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
-    check = subprocess.run(["/bin/bash", "-n", str(script)], capture_output=True, check=False, timeout=10)
+    try:
+        # Parse only (-n runs nothing), with no BASH_ENV or anything else from this process's environment.
+        check = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-n", str(script)], capture_output=True, check=False,
+                               timeout=10, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise InputError(script, None, "bash could not parse the serve script within 10 s; expected a script of a sane size") from None
     if check.returncode != 0:
         # bash -n reports the error first and echoes the offending line after it.
         line, message = _last_error(check.stderr.decode("utf-8", "replace").splitlines()[0], script)
