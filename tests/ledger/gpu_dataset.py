@@ -184,7 +184,7 @@ def markdown() -> None:
     print("| boot | device | llama-fit-params model / context / compute | engine (breakdown) model / context "
           "/ compute | ledger model / context / compute |")
     print("|---|---|---|---|---|")
-    for name, data in zip(names, datasets(), strict=True):
+    for data in datasets():
         for boot in data["boots"]:
             fit = boot.get("fit_params_mib")
             if not fit or not boot["healthy"]:
