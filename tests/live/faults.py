@@ -114,3 +114,123 @@ class FaultServer:
             "usage": {"prompt_tokens": 5000, "completion_tokens": 1, "total_tokens": 5001},
         }
         self._send(handler, 200, json.dumps(reply).encode())
+
+
+PROXY_MODES = (
+    "freeze-metrics",
+    "buffer",
+    "delay",
+    "slow-refusal",
+    "unauthorized",
+    "unauthorized-images",
+    "loading",
+)
+
+
+class FaultProxy:
+    """A forwarding proxy in front of a real endpoint that injects one fault of the network between them.
+
+    ``freeze-metrics`` serves the first /metrics it saw forever (a stale exporter); ``buffer`` holds an
+    event stream until it is complete and sends it at once; ``delay`` holds every POST ``delay`` seconds;
+    ``slow-refusal`` holds every 4xx answer ``delay`` seconds; ``unauthorized`` answers 401 to all but
+    /health; ``unauthorized-images`` answers 401 to a chat request that carries an image; ``loading``
+    answers 503 ``Loading model`` for the first ``delay`` seconds. Listens on 127.0.0.1 only; every
+    upstream call is bounded.
+    """
+
+    def __init__(self, upstream: str, mode: str, *, delay: float = 0.0) -> None:
+        if mode not in PROXY_MODES:
+            raise ValueError(mode)
+        self.upstream = upstream.rstrip("/")
+        self.mode = mode
+        self.delay = delay
+        self.stopping = threading.Event()
+        self.frozen: bytes | None = None
+        self.started = 0.0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy.handle(self, "GET", b"")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                proxy.handle(self, "POST", self.rfile.read(length))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        import time
+
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", kind)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
+        import time
+
+        import httpx
+
+        mode, path = self.mode, handler.path
+        if mode == "loading" and time.monotonic() - self.started < self.delay:
+            # tools/server/server-http.cpp: what llama-server answers while it loads
+            self._send(handler, 503, b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}')
+            return
+        if mode == "unauthorized" and path != "/health":
+            self._send(handler, 401, b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}')
+            return
+        if mode == "unauthorized-images" and method == "POST" and b'"image_url"' in body:
+            self._send(handler, 401, b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}')
+            return
+        if mode == "freeze-metrics" and path == "/metrics" and self.frozen is not None:
+            self._send(handler, 200, self.frozen, "text/plain; version=0.0.4")
+            return
+        if mode == "delay" and method == "POST":
+            self.stopping.wait(self.delay)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() in ("authorization", "content-type")}
+        streaming = method == "POST" and (b'"stream": true' in body or b'"stream":true' in body)
+        with httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0)) as client:
+            request = client.build_request(method, self.upstream + path, content=body or None, headers=headers)
+            response = client.send(request, stream=True)
+            try:
+                kind = response.headers.get("content-type", "application/json")
+                if streaming and response.status_code == 200 and mode != "buffer":
+                    handler.send_response(200)
+                    handler.send_header("Content-Type", kind)
+                    handler.send_header("Transfer-Encoding", "chunked")
+                    handler.end_headers()
+                    for chunk in response.iter_raw():
+                        handler.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        handler.wfile.flush()
+                    handler.wfile.write(b"0\r\n\r\n")
+                    return
+                data = response.read()
+            finally:
+                response.close()
+        if mode == "freeze-metrics" and path == "/metrics" and response.status_code == 200:
+            self.frozen = data
+        if mode == "slow-refusal" and 400 <= response.status_code < 500:
+            self.stopping.wait(self.delay)
+        self._send(handler, response.status_code, data, kind)
