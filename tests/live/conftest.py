@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.checks import REGISTRY, get_check
 from fleetgate.fleet import Fleet, load_fleet
 from fleetgate.reference import (
     ReferenceError,
@@ -41,6 +42,20 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "shipped": (),
     "numerics-b": ("--ubatch-size", "32", "--cache-type-k", "q4_0"),
 }
+
+
+def live_checks() -> set[str]:
+    get_check("live-health")  # imports every check module
+    return {name for name, check in REGISTRY.items() if check.kind == "live"}
+
+
+def expected_outcomes(failing: dict[str, str], *, vision: bool = False) -> dict[str, str]:
+    """Every live check's outcome on the reference, with ``failing`` overriding it."""
+    outcomes = {name: "passed" for name in live_checks()}
+    if not vision:
+        outcomes["live-vision-colour"] = "skipped"  # applies only where vision is declared
+    return {**outcomes, **failing}
+
 
 
 @pytest.fixture(scope="session")

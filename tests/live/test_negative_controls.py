@@ -18,10 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleetgate.checks import REGISTRY, get_check
 from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, model_dir
 
-from .conftest import Gate, drop, set_value
+from .conftest import Gate, drop, expected_outcomes, live_checks, set_value
 from .mmproj import IMAGE_TOKENS, write_random_projector
 from .test_faults import FAULT_CODES
 from .test_proxies import PROXY_CODES
@@ -149,23 +148,10 @@ ON_REFERENCE = {
 }
 
 
-def _live_checks() -> set[str]:
-    get_check("live-health")  # imports every check module
-    return {name for name, check in REGISTRY.items() if check.kind == "live"}
-
-
-def expected_outcomes(failing: dict[str, str], *, vision: bool = False) -> dict[str, str]:
-    """Every live check's outcome on the reference, with ``failing`` overriding it."""
-    outcomes = {name: "passed" for name in _live_checks()}
-    if not vision:
-        outcomes["live-vision-colour"] = "skipped"  # applies only where vision is declared
-    return {**outcomes, **failing}
-
-
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
     shown |= FAULT_CODES | PROXY_CODES
-    assert {code.split("/", 1)[0] for code in shown} == _live_checks()
+    assert {code.split("/", 1)[0] for code in shown} == live_checks()
 
 
 @pytest.fixture(scope="session")

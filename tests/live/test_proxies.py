@@ -14,9 +14,8 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate
+from .conftest import Gate, expected_outcomes
 from .faults import FaultProxy
-from .test_negative_controls import expected_outcomes
 
 NOT_RUN = "skipped"
 

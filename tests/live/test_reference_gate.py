@@ -14,8 +14,7 @@ import pytest
 from fleetgate.live import BUDGET_TOKENS
 from fleetgate.reference import ReferenceServer, llama_bin_dir
 
-from .conftest import Gate
-from .test_negative_controls import expected_outcomes
+from .conftest import Gate, expected_outcomes
 
 
 def test_the_reference_runs_exactly_what_the_seams_render(reference: ReferenceServer) -> None:
