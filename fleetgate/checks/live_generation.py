@@ -4,9 +4,9 @@ A green /health says nothing about the first real request (INC-01 died on it; IN
 a stream that loses its finish chunk or its [DONE] hangs clients that wait for it, and a stream that a
 proxy buffers is no stream at all.
 
-What the model says is never judged beyond what the request forces: ``ignore_eos`` (where the engine
-has it) makes a generation run to ``max_tokens``, so a shorter one was cut by the server; an answer
-with no letter at all is garbage (INC-33: ``'!!!!!!!!'``), whatever words a healthy model picks.
+What the model says is never judged beyond what the request forces: a grammar that admits one answer
+(llama.cpp) makes its length the engine's, so a shorter one was cut by the server; an answer with no
+letter at all is garbage (INC-33: ``'!!!!!!!!'``), whatever words a healthy model picks.
 """
 
 from __future__ import annotations
@@ -52,11 +52,11 @@ def _text(message: Any, field: str | None) -> str:
     kind="live",
     subject="endpoint",
     cites=("C-L-3", "C-H-9", "C-PF-1", "INC-01", "INC-33", "INC-55"),
-    summary="a real chat completion answers 200 with generated text (not garbage) and usage; where the engine "
-    "can be told to ignore EOS, it runs to max_tokens (a server-side cap fails); decode rate from timings",
+    summary="a real chat completion answers 200 with generated text (not garbage) and usage; a request "
+    "without max_tokens whose grammar admits one answer gets all of it (a server-side cap fails); decode rate "
+    "from timings",
 )
 def live_chat(endpoint: LiveEndpoint) -> None:
-    forced = "ignore_eos" in endpoint.dialect.decode_rate_fields
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Write one short sentence about the sea."}],
         "max_tokens": CHAT_TOKENS,
@@ -89,17 +89,36 @@ def live_chat(endpoint: LiveEndpoint) -> None:
             "usage.completion_tokens >= 1",
             fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template",
         )
-    if forced and completion < CHAT_TOKENS:
-        raise endpoint.fail(
+    fixed = endpoint.dialect.fixed_answer
+    if fixed is not None:
+        # No max_tokens: the grammar ends the answer. A server-side cap (which applies only to requests
+        # that do not say max_tokens) cuts it.
+        fields, answer = fixed
+        capped = endpoint.chat(
             CHAT,
-            code="cut-by-server",
-            where=endpoint.where_flag("n_predict"),
-            cites=("C-L-3",),
-            observed=f"{completion} of the {CHAT_TOKENS} tokens asked for (ignore_eos), finish_reason {finish!r}",
-            expected=f"{CHAT_TOKENS} tokens: with ignore_eos only max_tokens ends a generation",
-            fix="the server caps every generation (llama.cpp --n-predict / -n): clients get truncated "
-            "answers; drop the cap or raise it above what clients ask for",
+            {
+                "messages": [{"role": "user", "content": "Write one short sentence about the sea."}],
+                "temperature": 0,
+                **endpoint.thinking(False),
+                **fields,
+            },
+            forced=True,
         )
+        endpoint.require_ok(CHAT, capped, expected="200 with the one answer the grammar admits", cites=("C-L-3",))
+        got = message_of(capped.json).get("content")
+        if finish_reason_of(capped.json) != "stop" or got != answer:
+            raise endpoint.fail(
+                CHAT,
+                code="cut-by-server",
+                where=endpoint.where_flag("n_predict"),
+                cites=("C-L-3",),
+                observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
+                f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
+                f"finish_reason {finish_reason_of(capped.json)!r})",
+                expected=f"{answer!r}, finish_reason 'stop'",
+                fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
+                "-n): their answers are truncated; drop the cap or raise it above any answer",
+            )
     if not _LETTER.search(text):
         raise endpoint.fail(
             CHAT,

@@ -50,6 +50,10 @@ class Dialect:
     dialect cannot tell its own refusal from anyone else's."""
     speculation_fixed_why: str = ""
     """Why a request cannot turn speculation off (so determinism compares two speculative runs)."""
+    fixed_answer: tuple[Mapping[str, Any], str] | None = None
+    """Request fields that force one exact answer (and its end) without max_tokens, and that answer: what
+    a server-side generation cap (llama.cpp --n-predict applies only to requests without max_tokens)
+    cuts. None where the engine has no such constraint."""
     no_think_close: Mapping[str, Any] = field(default_factory=dict)
     """Request fields that keep the model from writing a closing think tag itself (a finite negative
     logit bias: the engine's own forced close still wins, every other token being -inf then)."""
@@ -112,6 +116,9 @@ DIALECTS: Mapping[str, Dialect] = {
         # tools/server/server-common.cpp: "image input is not supported - hint: ... provide the mmproj",
         # a runtime_error the HTTP layer answers 500.
         image_refusal=(500, re.compile(r"^image input is not supported")),
+        # tools/server/server-schema.cpp "grammar": a GBNF that admits one string, after which only an
+        # end-of-generation token is allowed.
+        fixed_answer=({"grammar": 'root ::= "The sea is wide, deep and blue."'}, "The sea is wide, deep and blue."),
         speculation_fixed_why="llama.cpp build 11434 cannot turn speculation off per request (the speculative.* "
         "request fields are compiled out: tools/server/server-schema.cpp), so both runs draft and a lossy "
         "drafter that is lossy the same way twice is not seen here",

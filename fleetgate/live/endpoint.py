@@ -382,9 +382,12 @@ class LiveEndpoint:
             )
         return body
 
-    def chat(self, check: str, body: Mapping[str, Any], *, timeout: float | None = None) -> Reply:
-        """POST /v1/chat/completions; ``max_tokens`` is mandatory (the gate's token budget)."""
-        if "max_tokens" not in body:
+    def chat(
+        self, check: str, body: Mapping[str, Any], *, timeout: float | None = None, forced: bool = False
+    ) -> Reply:
+        """POST /v1/chat/completions; ``max_tokens`` is mandatory (the gate's token budget), unless the
+        request itself forces the answer's length (``forced``: a grammar that admits one string)."""
+        if "max_tokens" not in body and not forced:
             raise ValueError("every generation request carries max_tokens")
         payload = {"model": self.contract.alias or self.name, **body}
         try:

@@ -89,9 +89,10 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
         {"live-reasoning": "live-reasoning/no-answer"},
     ),
     "reasoning-budget-zero": (
+        # build 11434 arms no budget sampler at 0 with thinking requested: the trace never ends
         lambda a: set_value(a, "--reasoning-budget", "0"),
         {},
-        {"live-reasoning": "live-reasoning/no-trace"},
+        {"live-reasoning": "live-reasoning/no-answer"},
     ),
     "no-prompt-cache": (
         lambda a: set_value(a, "--cache-ram", "0"),
@@ -101,13 +102,15 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     "server-cap": (
         lambda a: [*a, "--n-predict", "4"],
         {},
-        {
-            "live-chat": "live-chat/cut-by-server",
-            "live-reasoning": "live-reasoning/no-answer",
-            "live-tool-calls": "live-tool-calls/no-structured-call",
-        },
+        # llama.cpp applies --n-predict only to requests without max_tokens (server-context.cpp,
+        # n_predict_max): what clients that send none get, and what live-chat's grammar-bound request sees
+        {"live-chat": "live-chat/cut-by-server"},
     ),
-    "garbage": (None, {}, {"live-chat": "live-chat/garbage"}),  # argv edit built in the test
+    "garbage": (  # argv edit built in the test: a server-wide +100 bias on '!'
+        None,
+        {},
+        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call"},
+    ),
     "drafter-undeclared": (
         None,
         {"scripts/reference.env": lambda t: t.replace("SPEC_TYPE=draft-simple", "SPEC_TYPE=none")},
@@ -203,7 +206,10 @@ def test_control(
         fleet_edits = {
             "scripts/reference.env": lambda t: t.replace(
                 "MODEL_DIR=${REFERENCE_MODELS:-/opt/fleetgate/models}", f"MODEL_DIR={directory}"
-            )
+            ),
+            "fleet.toml": lambda t: t.replace(
+                'payload = ["/opt/fleetgate/models/SmolLM2-135M-Instruct.Q4_1.gguf"]', f'payload = ["{declared}"]'
+            ),
         }
     if name == "garbage":
         bang = _token_id(reference_in.url, "!")
