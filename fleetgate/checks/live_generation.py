@@ -57,6 +57,10 @@ def _text(message: Any, field: str | None) -> str:
     "from timings",
 )
 def live_chat(endpoint: LiveEndpoint) -> None:
+    # The readiness probe's one-token request: held beyond its bound outside the engine, it stops the run.
+    halt = endpoint.prepare()
+    if halt is not None and halt.check == CHAT:
+        raise halt.failure
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Write one short sentence about the sea."}],
         "max_tokens": CHAT_TOKENS,

@@ -13,7 +13,23 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("hang", "garbage", "truncate", "error", "echo-auth", "nondeterministic", "accept-anything")
+MODES = (
+    "hang",
+    "garbage",
+    "truncate",
+    "error",
+    "echo-auth",
+    "nondeterministic",
+    "accept-anything",
+    "empty-answer",
+    "bad-stream",
+    "stream-refused",
+    "stream-empty",
+    "tools-call-despite-none",
+    "tools-none-refused",
+    "vision-unbilled",
+    "refuse-unexplained",
+)
 
 
 class FaultServer:
@@ -89,8 +105,19 @@ class FaultServer:
         if body is None:
             if handler.path == "/health":
                 self._send(handler, 200, b'{"status":"ok"}')
+            elif handler.path == "/props" and mode == "vision-unbilled":
+                self._send(handler, 200, b'{"modalities":{"vision":true}}')
             else:
                 self._send(handler, 404, b'{"error":{"message":"not found"}}')
+            return
+        if mode == "refuse-unexplained":
+            self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
+            return
+        if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty"):
+            self._stream(handler, mode)
+            return
+        if mode.startswith("tools-") and body.get("tools"):
+            self._tools(handler, mode, body)
             return
         if mode == "truncate" and body.get("stream"):
             handler.send_response(200)
@@ -105,6 +132,8 @@ class FaultServer:
             return
         n = next(self.counter)
         text = f"answer number {n}" if mode == "nondeterministic" else "the same answer"
+        if mode == "empty-answer":
+            text = ""
         reply = {
             "id": f"c{n}",
             "object": "chat.completion",
@@ -112,6 +141,50 @@ class FaultServer:
                 {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
             ],
             "usage": {"prompt_tokens": 5000, "completion_tokens": 1, "total_tokens": 5001},
+        }
+        self._send(handler, 200, json.dumps(reply).encode())
+
+    def _stream(self, handler: BaseHTTPRequestHandler, mode: str) -> None:
+        """A complete event stream whose content is wrong in the way ``mode`` says."""
+        if mode == "stream-refused":
+            self._send(handler, 500, b'{"error":{"code":500,"message":"streaming is broken"}}')
+            return
+        delta: dict[str, Any] = {"role": "assistant", "content": "" if mode == "stream-empty" else "one"}
+        events: list[Any] = [{"id": "a", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
+        if mode == "bad-stream":
+            # another id, no role first, two finish chunks, no usage chunk
+            events = [
+                {"id": "a", "choices": [{"index": 0, "delta": {"content": "one"}, "finish_reason": None}]},
+                {"id": "b", "choices": [{"index": 0, "delta": {"content": " two"}, "finish_reason": "length"}]},
+                {"id": "b", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            ]
+        else:
+            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            events.append({"id": "a", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}})
+        payload = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+        self._send(handler, 200, payload, "text/event-stream")
+
+    def _tools(self, handler: BaseHTTPRequestHandler, mode: str, body: dict[str, Any]) -> None:
+        """A valid call for tool_choice required; for none, a call anyway or a refusal."""
+        if body.get("tool_choice") == "none" and mode == "tools-none-refused":
+            self._send(handler, 400, b'{"error":{"code":400,"message":"tool_choice none is not supported"}}')
+            return
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "celsius"})},
+        }
+        reply = {
+            "id": "t",
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
         }
         self._send(handler, 200, json.dumps(reply).encode())
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,17 @@ FAULTS: dict[str, dict[str, str]] = {
     "error": {"live-health": "live-health/unhealthy", "live-chat": "skipped"},
     "nondeterministic": {"live-determinism": "live-determinism/differs"},
     "accept-anything": {"live-capacity": "live-capacity/accepted"},
+    "refuse-unexplained": {"live-capacity": "live-capacity/unexplained-refusal"},
+    "empty-answer": {"live-chat": "live-chat/empty-answer"},
+    "bad-stream": {"live-stream": "live-stream/malformed"},
+    "stream-refused": {"live-stream": "live-stream/refused"},
+    "stream-empty": {"live-stream": "live-stream/no-tokens"},
+    "tools-call-despite-none": {"live-tool-calls": "live-tool-calls/call-despite-none"},
+    "tools-none-refused": {"live-tool-calls": "live-tool-calls/none-refused"},
+    "vision-unbilled": {
+        "live-vision": "live-vision/image-not-billed",
+        "live-vision-colour": "live-vision-colour/colour-not-named",  # -k test_vision selects both
+    },
 }
 FAULT_CODES = {code for outcomes in FAULTS.values() for code in outcomes.values() if "/" in code}
 _TESTS = {
@@ -34,19 +46,32 @@ _TESTS = {
     "live-alias": "alias",
     "live-determinism": "determinism",
     "live-capacity": "capacity",
+    "live-tool-calls": "tool_calls",
+    "live-vision": "vision",
+}
+# faults that need the contract to declare what they break (a fleet copy)
+DECLARE: dict[str, dict[str, Callable[[str], str]]] = {
+    "vision-unbilled": {
+        "fleet.toml": lambda t: t.replace(
+            "[services.reference.contract]\nvision = false", "[services.reference.contract]\nvision = true"
+        )
+    },
 }
 
 
 @pytest.mark.parametrize("mode", list(FAULTS))
-def test_fault(mode: str, gate: Callable[..., Gate], no_api_key: None) -> None:
+def test_fault(
+    mode: str, gate: Callable[..., Gate], fleet_copy: Callable[..., Path], no_api_key: None
+) -> None:
     expected = FAULTS[mode]
     selection = " or ".join(f"test_{_TESTS[c]}" for c in expected)
+    fleet_toml = fleet_copy(DECLARE[mode]) if mode in DECLARE else None
     start = time.monotonic()
     if mode == "down":
         run = gate(f"http://127.0.0.1:{free_port()}", "-k", selection, "--live-timeout", "2")
     else:
         with FaultServer(mode) as server:
-            run = gate(server.url, "-k", selection, "--live-timeout", "2")
+            run = gate(server.url, "-k", selection, "--live-timeout", "2", fleet_toml=fleet_toml)
     elapsed = time.monotonic() - start
     assert run.outcomes == expected, run.output
     # bounded: each hanging request gives up at the 2 s bound (plus the gate's own start-up)
