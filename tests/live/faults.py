@@ -191,6 +191,9 @@ class FaultServer:
 
 PROXY_MODES = (
     "freeze-metrics",
+    "strip-spec-metrics",
+    "zero-acceptance",
+    "stall-stream",
     "buffer",
     "delay",
     "slow-refusal",
@@ -203,7 +206,11 @@ PROXY_MODES = (
 class FaultProxy:
     """A forwarding proxy in front of a real endpoint that injects one fault of the network between them.
 
-    ``freeze-metrics`` serves the first /metrics it saw forever (a stale exporter); ``buffer`` holds an
+    ``freeze-metrics`` serves the first /metrics it saw forever (a stale exporter); ``strip-spec-metrics``
+    drops the speculative-decoding series from /metrics (an exporter that filters them);
+    ``zero-acceptance`` reports every answer's drafts as rejected (``timings.draft_n_accepted`` 0: what a
+    drafter that never agrees with the target reports); ``stall-stream`` holds an event stream
+    ``delay`` seconds before its first byte; ``buffer`` holds an
     event stream until it is complete and sends it at once; ``delay`` holds every POST ``delay`` seconds;
     ``slow-refusal`` holds every 4xx answer ``delay`` seconds; ``unauthorized`` answers 401 to all but
     /health; ``unauthorized-images`` answers 401 to a chat request that carries an image; ``loading``
@@ -290,6 +297,8 @@ class FaultProxy:
             try:
                 kind = response.headers.get("content-type", "application/json")
                 if streaming and response.status_code == 200 and mode != "buffer":
+                    if mode == "stall-stream":
+                        self.stopping.wait(self.delay)
                     handler.send_response(200)
                     handler.send_header("Content-Type", kind)
                     handler.send_header("Transfer-Encoding", "chunked")
@@ -304,6 +313,13 @@ class FaultProxy:
                 response.close()
         if mode == "freeze-metrics" and path == "/metrics" and response.status_code == 200:
             self.frozen = data
+        if mode == "strip-spec-metrics" and path == "/metrics":
+            data = b"\n".join(line for line in data.split(b"\n") if b"spec_decode" not in line) + b"\n"
+        if mode == "zero-acceptance" and path == "/v1/chat/completions" and response.status_code == 200:
+            reply = json.loads(data)
+            if isinstance(reply.get("timings"), dict) and "draft_n_accepted" in reply["timings"]:
+                reply["timings"]["draft_n_accepted"] = 0
+                data = json.dumps(reply).encode()
         if mode == "slow-refusal" and 400 <= response.status_code < 500:
             self.stopping.wait(self.delay)
         self._send(handler, response.status_code, data, kind)

@@ -43,6 +43,7 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     ),
     "other-model-file": (None, {}, {"live-payload": "live-payload/other-path"}),  # argv edit built in the test
     "payload-replaced": (None, {}, {"live-payload": "live-payload/other-model"}),  # built in the test
+    "payload-removed": (None, {}, {"live-payload": "live-payload/header-unreadable"}),  # built in the test
     "no-metrics": (lambda a: drop(a, "--metrics", 0), {}, {"live-metrics": "live-metrics/not-served"}),
     "no-drafter": (
         lambda a: drop(drop(drop(a, "--spec-type"), "--spec-draft-model"), "--spec-draft-n-max"),
@@ -195,7 +196,7 @@ def test_control(
         other = tmp_path / "another-model.gguf"
         other.symlink_to(model_dir() / MODEL_FILE)
         edit = lambda a: set_value(a, "--model", str(other))  # noqa: E731
-    if name == "payload-replaced":
+    if name in ("payload-replaced", "payload-removed"):
         # The process loads a Q8_0 file at the path the files declare; then the declared (Q4_1) payload is
         # put at that path. The path matches; the header does not (INC-53).
         directory = tmp_path / "models"
@@ -218,10 +219,12 @@ def test_control(
         projector = write_random_projector(tmp_path / "mmproj-random.gguf")
         edit = lambda a: [*a, "--mmproj", str(projector)]  # noqa: E731
     url = reference_in.url if name in ON_REFERENCE else control(edit).url  # type: ignore[arg-type]
-    if declared is not None:
+    if declared is not None and name == "payload-replaced":
         replacement = declared.with_suffix(".new")
         replacement.symlink_to(model_dir() / MODEL_FILE)
         replacement.replace(declared)  # a new inode at the path; the process keeps what it mapped
+    if declared is not None and name == "payload-removed":
+        declared.unlink()  # the process keeps what it mapped; nothing is left to compare it with
     fleet_toml = fleet_copy(fleet_edits) if fleet_edits else None
     run = gate(url, fleet_toml=fleet_toml)
     vision = fleet_edits is VISION_TRUE

@@ -23,6 +23,15 @@ NOT_RUN = "skipped"
 # when every check but the named ones is not run)
 PROXIES: dict[str, tuple[float, tuple[str, ...], dict[str, str], bool]] = {
     "freeze-metrics": (0, (), {"live-drafter": "live-drafter/counters-frozen"}, False),
+    "strip-spec-metrics": (
+        0,
+        (),
+        # the rules name the spec series too: live-metrics sees them missing as well
+        {"live-drafter": "live-drafter/counter-missing", "live-metrics": "live-metrics/rule-series-missing"},
+        False,
+    ),
+    "zero-acceptance": (0, (), {"live-drafter": "live-drafter/acceptance-below-floor"}, False),
+    "stall-stream": (20, (), {"live-stream": "live-stream/too-slow"}, False),
     "buffer": (0, (), {"live-stream": "live-stream/buffered"}, False),
     "slow-refusal": (4, (), {"live-capacity": "live-capacity/slow-refusal"}, False),
     "unauthorized-images": (0, (), {"live-vision": "live-vision/foreign-refusal"}, False),
