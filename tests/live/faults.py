@@ -29,7 +29,15 @@ MODES = (
     "tools-none-refused",
     "vision-unbilled",
     "refuse-unexplained",
+    "vllm-as-declared",
+    "vllm-other-payload",
 )
+# What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
+# max_model_len), for frank-archon as its files declare it, and after another payload was loaded.
+VLLM_MODELS = {
+    "vllm-as-declared": ("/models/Swift-Qwen3.8-27B-PARO-MXFP6", 262144),
+    "vllm-other-payload": ("/models/Qwen3.8-27B-AWQ", 131072),
+}
 
 
 class FaultServer:
@@ -105,6 +113,10 @@ class FaultServer:
         if body is None:
             if handler.path == "/health":
                 self._send(handler, 200, b'{"status":"ok"}')
+            elif handler.path == "/v1/models" and mode in VLLM_MODELS:
+                root, window = VLLM_MODELS[mode]
+                card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
             elif handler.path == "/props" and mode == "vision-unbilled":
                 self._send(handler, 200, b'{"modalities":{"vision":true}}')
             else:

@@ -92,3 +92,34 @@ def test_an_echoed_api_key_never_reaches_the_output(
     }, run.output
     assert "rejected credentials Bearer ***" in run.output
     assert secret not in run.output
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("vllm-as-declared", {"live-payload": "passed", "live-slots": "passed"}),
+        ("vllm-other-payload", {"live-payload": "live-payload/other-path", "live-slots": "live-slots/other-shape"}),
+    ],
+)
+def test_vllm_payload_and_window_are_read_from_v1_models(
+    mode: str, expected: dict[str, str], pytester: pytest.Pytester, no_api_key: None
+) -> None:
+    # INC-53 on vLLM: /v1/models root and max_model_len, compared with frank-archon's rendered config
+    from .conftest import LIVE, junit_outcomes
+
+    with FaultServer(mode) as server:
+        junit = pytester.path / "junit.xml"
+        pytester.runpytest_subprocess(
+            str(LIVE),
+            "--endpoint",
+            "frank-archon",
+            "--base-url",
+            server.url,
+            "-k",
+            "test_payload or test_slots",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            timeout=120,
+        )
+    assert junit_outcomes(junit) == expected
