@@ -64,7 +64,7 @@ def test_fault(
     mode: str, gate: Callable[..., Gate], fleet_copy: Callable[..., Path], no_api_key: None
 ) -> None:
     expected = FAULTS[mode]
-    selection = " or ".join(f"test_{_TESTS[c]}" for c in expected)
+    selection = " or ".join(sorted({f"test_{_TESTS[c]}" for c in expected if c in _TESTS}))
     fleet_toml = fleet_copy(DECLARE[mode]) if mode in DECLARE else None
     start = time.monotonic()
     if mode == "down":

@@ -10,6 +10,7 @@ Together with test_faults.py and test_proxies.py, every registered live check is
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -152,10 +153,25 @@ ON_REFERENCE = {
 }
 
 
+def _raised_codes() -> set[str]:
+    """Every failure code a live check module raises by name (``endpoint.fail(CHECK, code="...")``) and the
+    readiness codes (fleetgate/live/endpoint.py)."""
+    import importlib
+
+    codes = {"live-health/loading", "live-health/unauthorized", "live-chat/slower-than-bound"}
+    for module_name in ("live_caches", "live_capabilities", "live_generation", "live_identity", "live_metrics"):
+        module = importlib.import_module(f"fleetgate.checks.{module_name}")
+        source = Path(str(module.__file__)).read_text(encoding="utf-8")
+        for constant, code in re.findall(r'endpoint\.fail\(\s*([A-Z_]+),\s*code="([a-z-]+)"', source):
+            codes.add(f"{getattr(module, constant)}/{code}")
+    return codes
+
+
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
     shown |= FAULT_CODES | PROXY_CODES
     assert {code.split("/", 1)[0] for code in shown} == live_checks()
+    assert _raised_codes() - shown == set()
 
 
 @pytest.fixture(scope="session")
