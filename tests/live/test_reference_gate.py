@@ -35,10 +35,10 @@ def test_gate_passes_against_the_reference(
     run.result.stdout.fnmatch_lines(
         [
             "*fleetgate live: reference (llama.cpp, http://127.0.0.1:*)*",
-            "*PASS live-drafter*drafting: */* accepted (1.00, floor 0.3)*/slots spec type draft-simple*",
+            "*PASS live-drafter*drafting: */* accepted (*, floor 0.3)*/slots spec type draft-simple*",
             "*PASS live-reasoning-effort*none 200, low 200, medium 200, high 400*",
             '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
-            "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance 1.00, cached * tokens*",
+            "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance *, cached * tokens*",
             "*spent: * generated tokens (budget 300)*",
         ]
     )
