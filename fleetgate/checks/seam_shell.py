@@ -6,7 +6,7 @@ does not read the script: it renders it twice, as bash does, and compares.
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import NotApplicable, check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.render import RenderRefused, render
@@ -14,8 +14,11 @@ from fleetgate.render import RenderRefused, render
 NAME = "empty-means-omit"
 
 
-def _declares_omittable(config: ServiceConfig) -> bool:
-    return bool(config.service.omittable)
+def _no_omittable(config: ServiceConfig) -> str | None:
+    if not config.service.omittable:
+        return (f"{config.name} declares no omittable variable: list in services.{config.name}.omittable "
+                "each variable whose empty value must omit its flag")
+    return None
 
 
 def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
@@ -28,15 +31,21 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), applies=_declares_omittable,
+@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), requires=_no_omittable,
        summary="setting an omittable variable to the empty string omits the flag it feeds")
 def empty_means_omit(config: ServiceConfig) -> None:
     for variable in config.service.omittable:
         sentinel = f"fleetgate-probe-{variable.lower()}"
-        probe = render(config.fleet, config.service, overrides={variable: sentinel})
+        try:
+            probe = render(config.fleet, config.service, overrides={variable: sentinel})
+        except RenderRefused as refused:
+            raise NotApplicable(f"the serve script refuses {variable}={sentinel} ({refused.message}), so which flag "
+                                f"it feeds cannot be seen: is {variable} a flag's value? If not, drop it from "
+                                f"services.{config.name}.omittable") from None
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
             raise Failure(
+                code=f"{NAME}/feeds-no-flag",
                 service=config.name, check=NAME, where=config.fleet.where("services", config.name, "omittable"),
                 observed=f"{variable} feeds no flag of the rendered argv",
                 expected=f"{variable} (declared omittable) to set a flag's value",
@@ -46,6 +55,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
             empty = render(config.fleet, config.service, overrides={variable: ""})
         except RenderRefused as refused:
             raise Failure(
+                code=f"{NAME}/refuses-empty",
                 service=config.name, check=NAME, where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
                 observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
                 expected=f"an empty {variable} omits {flag}",
@@ -54,6 +64,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
         if flag in empty.argv:
             value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
             raise Failure(
+                code=f"{NAME}/empty-keeps-flag",
                 service=config.name, check=NAME, where=str(config.rendered.script),
                 observed=f"with {variable}= (empty) the engine still gets {flag} {value}",
                 expected=f"an explicitly empty {variable} omits {flag} (that arm is unreachable otherwise)",
