@@ -9,11 +9,12 @@
 #   ro HOSTDIR PATH       HOSTDIR read-only at PATH (the fleet repository)
 #   dir PATH              an empty directory
 #   empty PATH            an empty placeholder file (a declared payload)
-#   put SPECFILE PATH     a copy of SPECFILE at PATH, executable; bound over PATH where PATH is read-only
-#   (the spec directory's inside/ becomes /run/fleetgate: the caller's stubs, links and preamble)
+#   put FILE PATH         a copy of FILE at PATH, executable; bound over the file already at PATH
+#   tree DIR              DIR's content becomes /run/fleetgate (the caller's stubs, links and preamble)
+#   stdin FILE            FILE is the command's standard input (copied to /run/fleetgate/stdin)
 #   link TARGET           a symlink at /NAME to TARGET (NAME is TARGET's last part: /bin -> usr/bin)
 #   rodir PATH            this machine's PATH, read-only (/etc/alternatives, a /lib that is no link)
-#   cwd PATH | timeout SECONDS | stdin PATH | limit BYTES
+#   cwd PATH | timeout SECONDS | limit BYTES
 set -u
 __spec=$1
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -22,20 +23,21 @@ __fail() {
     exit 70
 }
 
-__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __limit=$((4 << 20))
+__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __stdin_from= __tree= __limit=$((4 << 20))
 __ro=() __dirs=() __empty=() __put=() __links=() __rodirs=()
 while IFS= read -r -d '' __op; do
     case $__op in
         size) IFS= read -r -d '' __size ;;
         cwd) IFS= read -r -d '' __cwd ;;
         timeout) IFS= read -r -d '' __timeout ;;
-        stdin) IFS= read -r -d '' __stdin ;;
+        stdin) IFS= read -r -d '' __stdin_from; __stdin=/run/fleetgate/stdin ;;
         limit) IFS= read -r -d '' __limit ;;
         ro) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __ro+=("$__a" "$__b") ;;
         dir) IFS= read -r -d '' __a; __dirs+=("$__a") ;;
         empty) IFS= read -r -d '' __a; __empty+=("$__a") ;;
         put) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __put+=("$__a" "$__b") ;;
         link) IFS= read -r -d '' __a; __links+=("$__a") ;;
+        tree) IFS= read -r -d '' __tree ;;
         rodir) IFS= read -r -d '' __a; __rodirs+=("$__a") ;;
         *) __fail "unknown spec record $__op" ;;
     esac
@@ -76,12 +78,17 @@ done
 for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
     mount -o bind,ro -- "${__ro[__i]}" "$__root${__ro[__i + 1]}" || __fail "cannot mount ${__ro[__i + 1]}"
 done
-cp -a -- "$__spec/inside/." "$__root/run/fleetgate/" || __fail "cannot copy the stubs"
+if [[ -n $__tree ]]; then
+    cp -a -- "$__tree/." "$__root/run/fleetgate/" || __fail "cannot copy the stubs"
+fi
+if [[ -n $__stdin_from ]]; then
+    cp -- "$__stdin_from" "$__root/run/fleetgate/stdin" || __fail "cannot copy the input"
+fi
 # Stubs elsewhere (every directory the engine could be started from): written with builtins and
 # made executable in one go; where a file is already there, bound over it.
 __made=()
 for ((__i = 0; __i < ${#__put[@]}; __i += 2)); do
-    __src=$__spec/${__put[__i]} __target=$__root${__put[__i + 1]}
+    __src=${__put[__i]} __target=$__root${__put[__i + 1]}
     if [[ -e $__target ]]; then
         [[ -f $__target ]] && mount --bind -- "$__src" "$__target" 2>/dev/null
         continue
