@@ -10,10 +10,9 @@
 #   dir PATH              an empty directory
 #   empty PATH            an empty placeholder file (a declared payload)
 #   put FILE PATH         a copy of FILE at PATH, executable; bound over the file already at PATH
-#   tree DIR              DIR's content becomes /run/fleetgate (the caller's stubs, links and preamble)
+#   tree DIR              DIR is copied onto the root (links to /usr, /dev/fd, /etc basics, /run/fleetgate)
 #   stdin FILE            FILE is the command's standard input (copied to /run/fleetgate/stdin)
-#   link TARGET           a symlink at /NAME to TARGET (NAME is TARGET's last part: /bin -> usr/bin)
-#   rodir PATH            this machine's PATH, read-only (/etc/alternatives, a /lib that is no link)
+#   rodir PATH            this machine's PATH, read-only (a /lib that is no link to /usr)
 #   cwd PATH | timeout SECONDS | limit BYTES
 set -u
 __spec=$1
@@ -24,7 +23,7 @@ __fail() {
 }
 
 __size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __stdin_from= __tree= __limit=$((4 << 20))
-__ro=() __dirs=() __empty=() __put=() __links=() __rodirs=()
+__ro=() __dirs=() __empty=() __put=() __rodirs=()
 while IFS= read -r -d '' __op; do
     case $__op in
         size) IFS= read -r -d '' __size ;;
@@ -36,7 +35,6 @@ while IFS= read -r -d '' __op; do
         dir) IFS= read -r -d '' __a; __dirs+=("$__a") ;;
         empty) IFS= read -r -d '' __a; __empty+=("$__a") ;;
         put) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __put+=("$__a" "$__b") ;;
-        link) IFS= read -r -d '' __a; __links+=("$__a") ;;
         tree) IFS= read -r -d '' __tree ;;
         rodir) IFS= read -r -d '' __a; __rodirs+=("$__a") ;;
         *) __fail "unknown spec record $__op" ;;
@@ -55,19 +53,11 @@ mkdir -p -- "$__upper/u" "$__upper/w" "$__root/usr" "$__root/etc" "$__root/dev" 
 # This machine's programs, writable only into the tmpfs (an overlay), else read-only.
 mount -t overlay overlay -o "lowerdir=/usr,upperdir=$__upper/u,workdir=$__upper/w" "$__root/usr" 2>/dev/null ||
     mount -o bind,ro /usr "$__root/usr" || __fail "cannot mount /usr"
-((${#__links[@]})) && ln -s -t "$__root" -- "${__links[@]}"
 for __d in "${__rodirs[@]}"; do
     mount -o bind,ro -- "$__d" "$__root$__d" || __fail "cannot mount $__d"
 done
-# Nothing of this machine's /etc but what programs need to start (update-alternatives links, the
-# loader's cache): no passwd, no keys, no hosts.
-if [[ -f /etc/ld.so.cache ]]; then
-    : >"$__root/etc/ld.so.cache" && mount -o bind,ro /etc/ld.so.cache "$__root/etc/ld.so.cache"
-fi
-for __n in null urandom; do
-    : >"$__root/dev/$__n" && mount --bind "/dev/$__n" "$__root/dev/$__n" || __fail "cannot bind /dev/$__n"
-done
-ln -s -t "$__root/dev" /proc/self/fd
+# Of this machine's devices, /dev/null only.
+: >"$__root/dev/null" && mount --bind /dev/null "$__root/dev/null" || __fail "cannot bind /dev/null"
 # A proc of this PID namespace only; where the machine forbids it (a masked /proc), none at all.
 mount -t proc -o nosuid,nodev,noexec proc "$__root/proc" 2>/dev/null || true
 
@@ -78,8 +68,10 @@ done
 for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
     mount -o bind,ro -- "${__ro[__i]}" "$__root${__ro[__i + 1]}" || __fail "cannot mount ${__ro[__i + 1]}"
 done
+# The caller's tree: the links to /usr (/bin, /lib, ...), /dev/fd, what programs need of /etc to start
+# (the update-alternatives links, the loader's cache: no passwd, no keys, no hosts) and /run/fleetgate.
 if [[ -n $__tree ]]; then
-    cp -a -- "$__tree/." "$__root/run/fleetgate/" || __fail "cannot copy the stubs"
+    cp -a -- "$__tree/." "$__root/" || __fail "cannot copy the sandbox tree"
 fi
 if [[ -n $__stdin_from ]]; then
     cp -- "$__stdin_from" "$__root/run/fleetgate/stdin" || __fail "cannot copy the input"

@@ -136,7 +136,7 @@ def _nul(items: Sequence[str]) -> bytes:
 
 @cache
 def _host_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(symlinks to recreate at /, directories to bind read-only): this machine's program directories."""
+    """(links to recreate at /, directories to bind read-only): this machine's program directories."""
     links: list[str] = []
     dirs: list[str] = []
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -149,9 +149,26 @@ def _host_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
             path = os.path.realpath(path)
         if os.path.isdir(path) and not path.startswith("/usr/"):
             dirs.append(path)
-    if os.path.isdir("/etc/alternatives"):
-        dirs.append("/etc/alternatives")
     return tuple(links), tuple(dirs)
+
+
+def _write_host_basics(root: Path, links: tuple[str, ...]) -> None:
+    """What programs need to start, as files of the sandbox's tree: /bin -> usr/bin and the like, /dev/fd,
+    the update-alternatives links and the loader's cache. Nothing else of /etc."""
+    for target in links:
+        (root / posixpath.basename(target.rstrip("/"))).symlink_to(target)
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev" / "fd").symlink_to("/proc/self/fd")
+    (root / "etc").mkdir(exist_ok=True)
+    alternatives = Path("/etc/alternatives")
+    if alternatives.is_dir():
+        (root / "etc" / "alternatives").mkdir()
+        for entry in alternatives.iterdir():
+            if entry.is_symlink():
+                (root / "etc" / "alternatives" / entry.name).symlink_to(os.readlink(entry))
+    cache_file = Path("/etc/ld.so.cache")
+    if cache_file.is_file():
+        shutil.copyfile(cache_file, root / "etc" / "ld.so.cache")
 
 
 def _through_links(path: str, links: tuple[str, ...]) -> str:
@@ -195,11 +212,15 @@ def _blob(content: bytes) -> Path:
 
 
 def _tree(files: list[tuple[str, bytes]], links: list[tuple[str, str]]) -> Path:
-    """The files and links under ``INSIDE``, as a directory the init copies in."""
-    key = hashlib.sha256(repr((files, links)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    """The tree the init copies onto the sandbox's root: the host basics, and the files and links under ``INSIDE``."""
+    host_links = _host_layout()[0]
+    key = hashlib.sha256(repr((files, links, host_links)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
-    def write(path: Path) -> None:
-        path.mkdir()
+    def write(root: Path) -> None:
+        root.mkdir()
+        _write_host_basics(root, host_links)
+        path = root / INSIDE.lstrip("/")
+        path.mkdir(parents=True)
         for where, content in files:
             target = path / where[len(INSIDE) + 1:]
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +239,6 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     dirs = {"/tmp", *(_through_links(d, links) for d in spec.dirs)}
     records: list[str] = ["size", str(_TMPFS_BYTES), "cwd", spec.cwd, "timeout", f"{spec.timeout:g}",
                           "limit", str(_RECORD_LIMIT)]
-    for link in links:
-        records += ["link", link]
     for path in rodirs:
         records += ["rodir", path]
     for host, where in spec.read_only:
