@@ -215,12 +215,14 @@ def render(
     *,
     overrides: Mapping[str, str | None] | None = None,
     payload: tuple[str, ...] | None = None,
+    args: tuple[str, ...] = (),
     timeout: float = _RENDER_TIMEOUT_S,
 ) -> Rendered:
     """Run the serve script and capture what it starts.
 
     ``overrides`` replaces variables (``None`` unsets one) in the script's starting environment and
-    again after every file the script sources; ``payload`` replaces the declared payload files.
+    again after every file the script sources; ``payload`` replaces the declared payload files;
+    ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
     origins, script, unit = service_inputs(fleet, service)
     _require_bash(script)
@@ -258,7 +260,7 @@ def render(
         env["__FG_OVERRIDES"] = _override_script(overrides)
         try:
             done = subprocess.run(
-                ["/bin/bash", str(script)],
+                ["/bin/bash", str(script), *args],
                 cwd=work,
                 env=env,
                 capture_output=True,
