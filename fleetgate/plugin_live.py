@@ -28,6 +28,9 @@ from fleetgate.live.endpoint import fmt_measured
 
 __all__ = ["Live", "endpoint"]
 
+# The host checks (fleetgate.plugin_host) run per chosen endpoint too, and report in the same summary.
+pytest_plugins = ["fleetgate.plugin_host"]
+
 _ENDPOINTS = pytest.StashKey[dict[str, LiveEndpoint]]()
 NO_ENDPOINT = "no endpoint to check: pass --endpoint NAME (repeatable, or --endpoint all)"
 _PROPERTY = "fleetgate-live"

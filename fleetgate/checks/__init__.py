@@ -16,7 +16,7 @@ from fleetgate.failure import Failure, format_failure
 
 __all__ = ["REGISTRY", "Check", "check", "get_check"]
 
-Kind = Literal["seam", "live"]
+Kind = Literal["seam", "live", "host"]
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -25,7 +25,7 @@ class Check:
     name: str
     kind: Kind
     subject: str
-    """``service`` or ``timeout-chain`` for seams; ``endpoint`` for live checks."""
+    """``service`` or ``timeout-chain`` for seams; ``endpoint`` for live checks; ``host`` for host checks."""
     cites: tuple[str, ...]
     summary: str
     func: Callable[[Any], None]
@@ -84,12 +84,12 @@ def get_check(name: str) -> Check:
 
 
 def _load_all() -> None:
-    """Import every check module (``seam_*``, ``live_*``); importing one registers its checks."""
+    """Import every check module (``seam_*``, ``live_*``, ``host_*``); importing one registers its checks."""
     import importlib
     import pkgutil
 
     import fleetgate.checks as package
 
     for module in pkgutil.iter_modules(package.__path__):
-        if module.name.startswith(("seam_", "live_")):
+        if module.name.startswith(("seam_", "live_", "host_")):
             importlib.import_module(f"{package.__name__}.{module.name}")
