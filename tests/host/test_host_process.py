@@ -1,0 +1,90 @@
+"""The process-level host checks on the real reference server, and each failing on a real process started
+wrong: another argv, another environment, libraries loaded from the wrong depth, nothing running."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fleetgate.reference import llama_bin_dir
+from tests.host.conftest import Process, fleet_copy, run_host_gate
+
+UNIT_SKIP = "SKIPPED"
+NO_UNIT = {"host-unit-state": UNIT_SKIP, "host-unit-drop-ins": UNIT_SKIP, "host-unit-limits": UNIT_SKIP,
+           "host-boot-persistence": UNIT_SKIP}
+
+
+def test_the_reference_passes_every_host_check_that_applies(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    for name in NO_UNIT:
+        assert "it has no unit in fleet.toml" in gate.checks[name][1]
+    gate.result.assert_outcomes(passed=3, skipped=4)
+
+
+def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+                                           processes: Callable[..., Process]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+
+    def other_context(argv: list[str]) -> list[str]:
+        index = argv.index("--ctx-size")
+        return [*argv[:index + 1], "2048", *argv[index + 2:]]
+
+    processes(fleet_toml, edit=other_context)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
+                               "host-process-env": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    gate.result.assert_outcomes(passed=2, failed=1, skipped=4)
+
+
+def test_an_undeclared_visibility_variable_fails_the_env_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, env={"CUDA_VISIBLE_DEVICES": "1"})
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/undeclared-visibility",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+
+
+def test_a_declared_visibility_variable_missing_fails_the_env_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The process was started before the env file declared HIP_VISIBLE_DEVICES (a restart is due)."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml)
+    env = fleet_toml.parent / "scripts" / "reference.env"
+    env.write_text(env.read_text(encoding="utf-8") + "HIP_VISIBLE_DEVICES=0\n", encoding="utf-8")
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/visibility-differs",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+
+
+def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The binary copied without its lib directory still runs (LD_LIBRARY_PATH finds the libraries
+    elsewhere): the flattened-copy shape of INC-01, where the loader's fixed depth is broken."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    lonely = tmp_path / "flattened" / "llama-server"
+    lonely.parent.mkdir()
+    shutil.copy2(llama_bin_dir() / "llama-server", lonely)
+    processes(fleet_toml, binary=lonely, env={"LD_LIBRARY_PATH": str(llama_bin_dir())})
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
+                               "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.result.stdout.str()
+
+
+def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+                                                    engine: None) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/no-process",
+                               "host-process-env": "host-process-env/no-process",
+                               "host-runtime-libs": "host-runtime-libs/no-process"}, gate.result.stdout.str()
