@@ -196,8 +196,8 @@ class HostTarget:
         if self.unit is None:
             return None
         if "systemd" not in self._cache:
-            command, result = self.systemctl("show", self.unit, *(f"--property={p}" for p in _PROPERTIES))
-            self._cache["systemd"] = (command, result)
+            command, result = self.systemctl("show", self.unit, "--property=" + ",".join(_PROPERTIES))
+            self._cache["systemd"] = (command.rsplit(" ", 1)[0], result)
         command, result = self._cache["systemd"]
         if result.rc != 0:
             raise HostReadError(f"`{command}` exited {result.rc}: {result.stderr.strip() or result.stdout.strip()}")
