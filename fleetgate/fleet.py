@@ -141,6 +141,8 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    dashboards: tuple[Path, ...] = ()
+    retired_names: tuple[str, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -302,6 +304,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         file for i, rule in enumerate(data.get("rules", []))
         if (file := repo_file(rule, ("rules", str(i)))) is not None
     )
+    dashboards = tuple(
+        file for i, dashboard in enumerate(data.get("dashboards", []))
+        if (file := repo_file(dashboard, ("dashboards", str(i)))) is not None
+    )
     return Fleet(
         path=path,
         name=data["fleet"]["name"],
@@ -311,6 +317,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        dashboards=dashboards,
+        retired_names=tuple(data["fleet"].get("retired_names", ())),
     )
 
 

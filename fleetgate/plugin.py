@@ -103,6 +103,9 @@ class Seam:
 def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
     if check.subject == "timeout-chain":
         return [Seam(check, chain, chain.name) for chain in _chains(config)]
+    if check.subject == "fleet":
+        fleet = _fleet(config)
+        return [Seam(check, fleet, fleet.name)]
     if check.subject != "service":
         raise pytest.UsageError(f"fleetgate: check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
     seams = []

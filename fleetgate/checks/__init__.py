@@ -25,7 +25,8 @@ class Check:
     name: str
     kind: Kind
     subject: str
-    """``service`` or ``timeout-chain`` for seams; ``endpoint`` for live checks; ``host`` for host checks."""
+    """``service``, ``timeout-chain`` or ``fleet`` (the repository as a whole) for seams; ``endpoint`` for live
+    checks; ``host`` for host checks."""
     cites: tuple[str, ...]
     summary: str
     func: Callable[[Any], None]
