@@ -104,6 +104,8 @@ class Service:
     calibration: Mapping[str, Any]
     line: int | None
     """The line of ``[services.NAME]`` in fleet.toml."""
+    payload_manifest: Path | None = None
+    """The fetch script's manifest: one ``SIZE SHA256 PATH`` line per payload file."""
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
             unit=repo_file(raw.get("unit"), (*keys, "unit")),
             payload=tuple(raw.get("payload", ())),
+            payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
             projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),

@@ -140,17 +140,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     hosts = targets(metafunc.config) if chosen else {}
     values = [
         HostCheck(check, target, url=chosen[name].url, engine=chosen[name].engine,
-                  skip_reason=None if check.applies(target)
-                  else f"{check.name} does not apply to {name}: {_why_not(target)}")
+                  skip_reason=check.why_not(target))
         for name, target in hosts.items()
     ] or [HostCheck(None, None)]
     metafunc.parametrize("host_check", values, ids=[v.name for v in values])
-
-
-def _why_not(target: HostTarget) -> str:
-    if target.unit is None:
-        return "it has no unit in fleet.toml, so there is no systemd state to read"
-    return "its unit declares nothing this check holds the host to"
 
 
 @pytest.hookimpl(wrapper=True)

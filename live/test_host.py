@@ -39,3 +39,8 @@ def test_process_env(host_check: HostCheck) -> None:
 @pytest.mark.check("host-runtime-libs")
 def test_runtime_libs(host_check: HostCheck) -> None:
     host_check.run()
+
+
+@pytest.mark.check("host-payload")
+def test_payload(host_check: HostCheck) -> None:
+    host_check.run()

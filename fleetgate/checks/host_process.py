@@ -26,7 +26,7 @@ def _pid(target: HostTarget, name: str) -> int:
     try:
         pid, how = target.main_pid()
     except HostReadError as exc:
-        raise Failure(service=target.name, check=name, code=f"{name}/unreadable", where=target.spec,
+        raise Failure(service=target.name, check=name, code=f"{name}/pid-unreadable", where=target.spec,
                       observed=str(exc), expected="the engine's PID", fix="run the check where systemctl and ss work") from None
     if pid is None:
         raise Failure(service=target.name, check=name, code=f"{name}/no-process", where=f"{target.spec} {how}",
@@ -40,7 +40,7 @@ def _words(target: HostTarget, name: str, pid: int, what: str) -> tuple[str, ...
     __tracebackhide__ = True
     words = target.proc_words(pid, what)
     if words is None:
-        raise Failure(service=target.name, check=name, code=f"{name}/unreadable", where=f"{target.spec} /proc/{pid}/{what}",
+        raise Failure(service=target.name, check=name, code=f"{name}/proc-unreadable", where=f"{target.spec} /proc/{pid}/{what}",
                       observed=f"/proc/{pid}/{what} cannot be read",
                       expected="the process's own record of what it runs",
                       fix="run the check as root or as the service's user (testinfra's --sudo)")
@@ -104,13 +104,13 @@ def host_runtime_libs(target: HostTarget) -> None:
     except Exception:
         binary = None
     if not binary:
-        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/unreadable", where=f"{target.spec} /proc/{pid}/exe",
+        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/exe-unreadable", where=f"{target.spec} /proc/{pid}/exe",
                       observed="the process's executable cannot be resolved", expected="/proc/PID/exe",
                       fix="run the check as root or as the service's user (testinfra's --sudo)")
     result = target.host.run(f"readelf -d {shlex.quote(str(binary))}")
     maps = target.host.file(f"/proc/{pid}/maps")
     if result.rc != 0:
-        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/unreadable", where=f"{target.spec} readelf -d {binary}",
+        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/readelf-failed", where=f"{target.spec} readelf -d {binary}",
                       observed=f"readelf exited {result.rc}: {result.stderr.strip()[:200]}",
                       expected="the binary's dynamic section", fix="install binutils on the host")
     needed, paths = runpath(result.stdout)

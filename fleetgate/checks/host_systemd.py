@@ -21,8 +21,10 @@ LIMITS = "host-unit-limits"
 BOOT = "host-boot-persistence"
 
 
-def _has_unit(target: HostTarget) -> bool:
-    return target.unit is not None
+def _has_unit(target: HostTarget) -> str | None:
+    if target.unit is None:
+        return f"{target.name} has no unit in fleet.toml, so there is no systemd state to read"
+    return None
 
 
 def _read(target: HostTarget, name: str) -> SystemdUnit:
@@ -30,7 +32,7 @@ def _read(target: HostTarget, name: str) -> SystemdUnit:
     try:
         unit = target.systemd()
     except HostReadError as exc:
-        raise Failure(service=target.name, check=name, code=f"{name}/unreadable", where=target.spec,
+        raise Failure(service=target.name, check=name, code=f"{name}/systemctl-failed", where=target.spec,
                       observed=str(exc), expected=f"systemd's view of {target.unit}",
                       fix="run the check where systemctl can reach the manager (root, or the Quadlet's user)") from None
     assert unit is not None
@@ -42,7 +44,7 @@ def _read(target: HostTarget, name: str) -> SystemdUnit:
     return unit
 
 
-@check(STATE, kind="host", subject="host", applies=_has_unit, cites=("INC-88", "INC-75", "INC-09"),
+@check(STATE, kind="host", subject="host", requires=_has_unit, cites=("INC-88", "INC-75", "INC-09"),
        summary="the unit is active and has not restarted (NRestarts=0)")
 def host_unit_state(target: HostTarget) -> None:
     unit = _read(target, STATE)
@@ -60,7 +62,7 @@ def host_unit_state(target: HostTarget) -> None:
                       fix=f"journalctl -u {unit.name}: the restarts' cause (pin gate, boot slack, OOM) is in the log")
 
 
-@check(DROP_INS, kind="host", subject="host", applies=_has_unit, cites=("INC-53", "B-SH-4"),
+@check(DROP_INS, kind="host", subject="host", requires=_has_unit, cites=("INC-53", "B-SH-4"),
        summary="systemd loaded only the repository's drop-ins, and no EnvironmentFile= (optional ones too) outside it")
 def host_unit_drop_ins(target: HostTarget) -> None:
     unit = _read(target, DROP_INS)
@@ -86,12 +88,16 @@ def host_unit_drop_ins(target: HostTarget) -> None:
                           fix="retire the drop-in or line that names it; a bench env file boots while /health stays green")
 
 
-def _declares_limits(target: HostTarget) -> bool:
+def _declares_limits(target: HostTarget) -> str | None:
     unit = target.config.rendered.unit
-    return unit is not None and (unit.last("Service", "LimitMEMLOCK") is not None or unit.last("Service", "User") is not None)
+    if unit is None:
+        return _has_unit(target)
+    if unit.last("Service", "LimitMEMLOCK") is None and unit.last("Service", "User") is None:
+        return f"{target.name}'s unit declares neither LimitMEMLOCK= nor User=: nothing to hold the manager to"
+    return None
 
 
-@check(LIMITS, kind="host", subject="host", applies=_declares_limits, cites=("B-RAM-4", "B-UN-1", "INC-21"),
+@check(LIMITS, kind="host", subject="host", requires=_declares_limits, cites=("B-RAM-4", "B-UN-1", "INC-21"),
        summary="the manager runs the unit with the LimitMEMLOCK= and User= the unit file declares")
 def host_unit_limits(target: HostTarget) -> None:
     unit = _read(target, LIMITS)
@@ -115,7 +121,7 @@ def host_unit_limits(target: HostTarget) -> None:
                       fix="install the repository's unit file and `systemctl daemon-reload`")
 
 
-@check(BOOT, kind="host", subject="host", applies=_has_unit, cites=("B-UN-2", "INC-35", "C-H-6"),
+@check(BOOT, kind="host", subject="host", requires=_has_unit, cites=("B-UN-2", "INC-35", "C-H-6"),
        summary="the unit comes back after a reboot: enabled, and for a rootless Quadlet its user lingers")
 def host_boot_persistence(target: HostTarget) -> None:
     unit = _read(target, BOOT)

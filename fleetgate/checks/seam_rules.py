@@ -216,15 +216,17 @@ def rules_exported(fleet: Fleet) -> None:
             )
 
 
-def _drafts(config: ServiceConfig) -> bool:
+def _drafts(config: ServiceConfig) -> str | None:
     if config.service.state == "undeployed":
-        return False
-    if config.llama is not None:
-        return any(t and t != "none" for t in config.llama.spec_types)
-    return config.vllm is not None and config.vllm.speculative_config is not None
+        return f"{config.name} is not deployed: nothing to alert on"
+    if config.llama is not None and any(t and t != "none" for t in config.llama.spec_types):
+        return None
+    if config.vllm is not None and config.vllm.speculative_config is not None:
+        return None
+    return f"{config.name} decodes without a drafter: there is no drafter to lose"
 
 
-@check(DRAFTER, kind="seam", subject="service", applies=_drafts, engines=("llama.cpp", "vllm"), cites=("B-OB-2", "INC-16"),
+@check(DRAFTER, kind="seam", subject="service", requires=_drafts, engines=("llama.cpp", "vllm"), cites=("B-OB-2", "INC-16"),
        summary="a spec-decoding service has an alert on its drafter going quiet")
 def rules_drafter_alert(config: ServiceConfig) -> None:
     namespace = "llamacpp" if config.llama is not None else "vllm"

@@ -40,29 +40,37 @@ def _unit(config: ServiceConfig) -> Unit | None:
     return config.rendered.unit
 
 
-def _has_unit(config: ServiceConfig) -> bool:
-    return config.rendered.unit is not None
+def _has_unit(config: ServiceConfig) -> str | None:
+    if config.rendered.unit is None:
+        return f"{config.name} has no unit in fleet.toml: declare unit = PATH (the systemd unit or Quadlet that starts it)"
+    return None
 
 
-def _systemd(config: ServiceConfig) -> bool:
+def _systemd(config: ServiceConfig) -> str | None:
     unit = config.rendered.unit
-    return unit is not None and unit.kind == "systemd"
+    if unit is not None and unit.kind == "quadlet":
+        return f"{config.name} is a rootless Quadlet: it runs as the user whose manager starts it, not as User="
+    return _has_unit(config)
 
 
-def _quadlet(config: ServiceConfig) -> bool:
+def _quadlet(config: ServiceConfig) -> str | None:
     unit = config.rendered.unit
-    return unit is not None and unit.kind == "quadlet"
+    if unit is not None and unit.kind == "systemd":
+        return f"{config.name} is a systemd unit, not a Quadlet .container: no image or volumes to hold"
+    return _has_unit(config)
 
 
-def _rocm(config: ServiceConfig) -> bool:
-    return _systemd(config) and any(d.name.startswith("ROCm") for d in config.host.devices if d.serves)
+def _rocm(config: ServiceConfig) -> str | None:
+    if not any(d.name.startswith("ROCm") for d in config.host.devices if d.serves):
+        return f"{config.service.host} has no ROCm card: the unlimited memlock is for ROCm's staging buffers"
+    return _systemd(config)
 
 
 def _service_section(unit: Unit) -> str:
     return "Container" if unit.kind == "quadlet" else "Service"
 
 
-@check(INSTALL, kind="seam", subject="service", applies=_has_unit, engines=_ENGINES,
+@check(INSTALL, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
        cites=("B-UN-1", "B-UN-2", "INC-35"),
        summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)")
 def unit_install(config: ServiceConfig) -> None:
@@ -87,7 +95,7 @@ def unit_install(config: ServiceConfig) -> None:
         )
 
 
-@check(USER, kind="seam", subject="service", applies=_systemd, engines=_ENGINES, cites=("B-UN-1",),
+@check(USER, kind="seam", subject="service", requires=_systemd, engines=_ENGINES, cites=("B-UN-1",),
        summary="a root systemd unit runs the engine as the fleet's user, never as root")
 def unit_user(config: ServiceConfig) -> None:
     unit = _unit(config)
@@ -109,7 +117,7 @@ def unit_user(config: ServiceConfig) -> None:
         )
 
 
-@check(MEMLOCK, kind="seam", subject="service", applies=_rocm, engines=("llama.cpp", "vllm"),
+@check(MEMLOCK, kind="seam", subject="service", requires=_rocm, engines=("llama.cpp", "vllm"),
        cites=("B-RAM-4", "INC-21"),
        summary="a ROCm engine's unit grants unlimited locked memory for the staging buffers")
 def unit_memlock(config: ServiceConfig) -> None:
@@ -132,7 +140,7 @@ def unit_memlock(config: ServiceConfig) -> None:
         )
 
 
-@check(RESTART, kind="seam", subject="service", applies=_has_unit, engines=_ENGINES, cites=("B-UN-2",),
+@check(RESTART, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-UN-2",),
        summary="the unit restarts the engine when it dies (Restart=on-failure or always)")
 def unit_restart(config: ServiceConfig) -> None:
     unit = _unit(config)
@@ -148,7 +156,7 @@ def unit_restart(config: ServiceConfig) -> None:
         )
 
 
-@check(ENV_FILES, kind="seam", subject="service", applies=_has_unit, engines=_ENGINES,
+@check(ENV_FILES, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
        cites=("B-SH-4", "INC-53"),
        summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository")
 def unit_env_files(config: ServiceConfig) -> None:
@@ -188,7 +196,7 @@ def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, .
     return None
 
 
-@check(EXEC_ARGS, kind="seam", subject="service", applies=_has_unit, engines=_ENGINES, cites=("B-SH-3",),
+@check(EXEC_ARGS, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-SH-3",),
        summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes")
 def unit_exec_args(config: ServiceConfig) -> None:
     unit = _unit(config)
@@ -209,11 +217,13 @@ def unit_exec_args(config: ServiceConfig) -> None:
         ) from None
 
 
-def _active(config: ServiceConfig) -> bool:
-    return config.service.state == "active"
+def _active(config: ServiceConfig) -> str | None:
+    if config.service.state != "active":
+        return f"{config.name} is state = {config.service.state!r}: it does not listen"
+    return None
 
 
-@check(PORTS, kind="seam", subject="service", applies=_active, cites=("B-UN-5",),
+@check(PORTS, kind="seam", subject="service", requires=_active, cites=("B-UN-5",),
        summary="no two active services of one host listen on the same port")
 def unit_ports(config: ServiceConfig) -> None:
     others = [s for s in config.fleet.services.values()
@@ -229,7 +239,7 @@ def unit_ports(config: ServiceConfig) -> None:
         )
 
 
-@check(IMAGE, kind="seam", subject="service", applies=_quadlet, engines=_ENGINES, cites=("B-VL-15", "INC-36"),
+@check(IMAGE, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES, cites=("B-VL-15", "INC-36"),
        summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)")
 def quadlet_image(config: ServiceConfig) -> None:
     unit = _unit(config)
@@ -261,7 +271,7 @@ def mounts(unit: Unit) -> list[tuple[str, str, Setting]]:
     return found
 
 
-@check(CACHE, kind="seam", subject="service", applies=_quadlet, engines=("vllm",), cites=("B-VL-13", "INC-79"),
+@check(CACHE, kind="seam", subject="service", requires=_quadlet, engines=("vllm",), cites=("B-VL-13", "INC-79"),
        summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume")
 def quadlet_compile_cache(config: ServiceConfig) -> None:
     unit = _unit(config)
@@ -297,7 +307,7 @@ def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
                         yield f"{flag} {key}", item
 
 
-@check(PATHS, kind="seam", subject="service", applies=_quadlet, engines=_ENGINES,
+@check(PATHS, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES,
        cites=("B-VL-14", "B-VL-16", "INC-85"),
        summary="every path a containerised engine is given is inside a Volume= and exists behind it")
 def quadlet_container_paths(config: ServiceConfig) -> None:

@@ -21,10 +21,10 @@ FORBIDDEN = "forbidden-flags"
 
 
 def fork_of(config: ServiceConfig) -> Fork | None:
-    """The vLLM fork a service runs, from its Quadlet's image name (localhost/radiance-vllm:TAG)."""
+    """The vLLM fork a service runs, from its Quadlet's image reference (localhost/radiance-vllm:TAG)."""
     unit = config.rendered.unit
     image = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
-    if image is not None and RADIANCE.name in image.value.rsplit("/", 1)[-1]:
+    if image is not None and RADIANCE.name in image.value:
         return RADIANCE
     return None
 
@@ -49,7 +49,12 @@ def vllm_argv(config: ServiceConfig) -> None:
     if problems:
         first = problems[0]
         raise Failure(
-            service=config.name, check=ARGV, code=f"{ARGV}/{first.kind}", where=_where(config, first.flag),
+            service=config.name, check=ARGV, where=_where(config, first.flag),
+            code=(f"{ARGV}/unknown-flag" if first.kind == "unknown-flag"
+                  else f"{ARGV}/ambiguous-flag" if first.kind == "ambiguous-flag"
+                  else f"{ARGV}/missing-value" if first.kind == "missing-value"
+                  else f"{ARGV}/bad-value" if first.kind == "bad-value"
+                  else f"{ARGV}/speculative-config"),
             observed=first.message,
             details=[p.message for p in problems[1:]],
             expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the engine refuses "

@@ -14,7 +14,7 @@ from tests.host.conftest import Process, fleet_copy, run_host_gate
 
 UNIT_SKIP = "SKIPPED"
 NO_UNIT = {"host-unit-state": UNIT_SKIP, "host-unit-drop-ins": UNIT_SKIP, "host-unit-limits": UNIT_SKIP,
-           "host-boot-persistence": UNIT_SKIP}
+           "host-boot-persistence": UNIT_SKIP, "host-payload": "PASS"}
 
 
 def test_the_reference_passes_every_host_check_that_applies(
@@ -24,9 +24,9 @@ def test_the_reference_passes_every_host_check_that_applies(
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
                                "host-runtime-libs": "PASS"}, gate.result.stdout.str()
-    for name in NO_UNIT:
-        assert "it has no unit in fleet.toml" in gate.checks[name][1]
-    gate.result.assert_outcomes(passed=3, skipped=4)
+    for name in (n for n, outcome in NO_UNIT.items() if outcome == UNIT_SKIP):
+        assert "reference has no unit in fleet.toml" in gate.checks[name][1]
+    gate.result.assert_outcomes(passed=4, skipped=4)
 
 
 def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -41,7 +41,7 @@ def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: 
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
-    gate.result.assert_outcomes(passed=2, failed=1, skipped=4)
+    gate.result.assert_outcomes(passed=3, failed=1, skipped=4)
 
 
 def test_an_undeclared_visibility_variable_fails_the_env_check(
@@ -88,3 +88,24 @@ def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tm
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/no-process",
                                "host-process-env": "host-process-env/no-process",
                                "host-runtime-libs": "host-runtime-libs/no-process"}, gate.result.stdout.str()
+
+
+def test_the_payload_check_fails_on_each_wrong_declaration(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+    """The reference's real model file against a manifest that declares another sha256, another size, and a
+    file the host does not have."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    manifest = fleet_toml.parent / "scripts" / "reference.payload"
+    clean = manifest.read_text(encoding="utf-8")
+    processes_pass = {"host-process-argv": "PASS", "host-process-env": "PASS", "host-runtime-libs": "PASS"}
+    cases = {
+        "host-payload/sha256-differs": clean.replace("b179c9523d0e6a0f", "0000000000000000"),
+        "host-payload/size-differs": clean.replace("98362432 ", "98362431 "),
+        "host-payload/missing": clean + "4096 - /opt/fleetgate/models/not-fetched.gguf\n",
+    }
+    for code, text in cases.items():
+        assert text != clean
+        manifest.write_text(text, encoding="utf-8")
+        gate = run_host_gate(pytester, fleet_toml)
+        assert gate.outcomes() == {**NO_UNIT, **processes_pass, "host-payload": code}, gate.result.stdout.str()

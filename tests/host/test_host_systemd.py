@@ -25,7 +25,7 @@ UNIT = "reference.service"
 DROP_IN_DIR = f"/etc/systemd/system/{UNIT}.d"
 ALL_PASS = {name: "PASS" for name in (
     "host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence",
-    "host-process-argv", "host-process-env", "host-runtime-libs")}
+    "host-process-argv", "host-process-env", "host-runtime-libs", "host-payload")}
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
 
