@@ -6,11 +6,11 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fleetgate.fleet import load_fleet
@@ -44,6 +44,15 @@ def fleet_copy(target: Path, port: int, edits: Mapping[str, Callable[[str], str]
         assert after != before, f"the edit of {relative} changed nothing"
         path.write_text(after, encoding="utf-8")
     return target / "fleet.toml"
+
+
+def healthy(port: int) -> bool:
+    """GET /health answers 200 (urllib: plain sockets, nothing cached between pytester runs)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 @dataclass
@@ -87,11 +96,8 @@ def _wait_healthy(process: subprocess.Popen[bytes], port: int, log: Path) -> Non
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"llama-server exited {process.returncode}: {log.read_text(errors='replace')[-800:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
+        if healthy(port):
+            return
         time.sleep(0.1)
     raise AssertionError(f"llama-server not healthy in 60 s: {log.read_text(errors='replace')[-800:]}")
 

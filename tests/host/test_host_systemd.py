@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fleetgate.reference import free_port, llama_bin_dir, model_dir
-from tests.host.conftest import _LINE, HOST_TESTS, fleet_copy
+from tests.host.conftest import _LINE, HOST_TESTS, fleet_copy, healthy
 from tests.host.nested_systemd import NestedSystemd, why_not
 
 UNIT = "reference.service"
@@ -40,11 +39,8 @@ class Served:
     def healthy(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if healthy(self.port):
+                return
             time.sleep(0.2)
         status = self.systemd.run("systemctl", "status", "--no-pager", UNIT).stdout
         raise AssertionError(f"the reference unit never became healthy:\n{status}")
