@@ -145,6 +145,7 @@ class Fleet:
     rules: tuple[Path, ...]
     dashboards: tuple[Path, ...] = ()
     retired_names: tuple[str, ...] = ()
+    docs_index: Path | None = None
 
     @property
     def root(self) -> Path:
@@ -322,6 +323,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         rules=rules,
         dashboards=dashboards,
         retired_names=tuple(data["fleet"].get("retired_names", ())),
+        docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
     )
 
 

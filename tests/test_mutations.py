@@ -59,7 +59,7 @@ CLEAN: dict[tuple[str, str], str] = {
                 skipped=["unit-user", "unit-memlock"]),
     **_outcomes("frank-dragoon", (*UNIT_CHECKS, "unit-ports", *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank-tts", (*UNIT_CHECKS, "unit-ports", *QUADLET_CHECKS), skipped=["unit-ports", *QUADLET_CHECKS]),
-    **_outcomes("frank", ("rules-exported", "retired-names")),
+    **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),
