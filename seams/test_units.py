@@ -1,5 +1,5 @@
 """Units and Quadlets: install target, user, memlock, restart, env files, ExecStart= arguments, ports,
-image form, compile cache, container paths (B-UN-1/2/5, B-RAM-4, B-SH-3, B-VL-13..16, INC-35/36/53/79/85)."""
+image form, compile cache, container paths (B-UN-1/2, B-RAM-4, B-SH-3, B-VL-13..16, INC-35/36/53/79/85)."""
 
 import pytest
 
@@ -33,11 +33,6 @@ def test_unit_env_files(seam: Seam) -> None:
 
 @pytest.mark.check("unit-exec-args")
 def test_unit_exec_args(seam: Seam) -> None:
-    seam.run()
-
-
-@pytest.mark.check("unit-ports")
-def test_unit_ports(seam: Seam) -> None:
     seam.run()
 
 

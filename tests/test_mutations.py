@@ -25,10 +25,10 @@ CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fi
 PASSED, SKIPPED = "passed", "skipped"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
-                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit")
+                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches")
 UNIT_CHECKS = ("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args")
 QUADLET_CHECKS = ("quadlet-image", "container-paths")
-HOST_SEAMS = (*UNIT_CHECKS, "unit-memlock", "unit-ports", "forbidden-flags", "rules-drafter-alert")
+HOST_SEAMS = (*UNIT_CHECKS, "unit-memlock", "forbidden-flags", "rules-drafter-alert")
 
 
 def _outcomes(subject: str, checks: Iterable[str], skipped: Iterable[str] = ()) -> dict[tuple[str, str], str]:
@@ -47,18 +47,20 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("reference", LLAMA_CHECKS, skipped=["device-visibility", "card-floor", "card-balance",
                                                     "drafter-kv-fits", "empty-means-omit"]),
     **_outcomes("frank-archon", ("device-visibility", "vllm-memory-knobs", "serve-script-renders",
-                                 "empty-means-omit"), skipped=["empty-means-omit"]),
+                                 "empty-means-omit", "rendered-port-matches"), skipped=["empty-means-omit"]),
+    # The fleet as a whole: no inf/nan, no two active services on one host:port.
+    **_outcomes("frank", ("fleet-numbers-finite", "service-ports-unique")),
     **_outcomes("frank-dragoon", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-tts", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     # The host engineer's seams: units and Quadlets, vLLM argv, forbidden flags, rules (issue 9).
-    **_outcomes("frank-medium", (*HOST_SEAMS, *QUADLET_CHECKS), skipped=["unit-ports", *QUADLET_CHECKS]),
+    **_outcomes("frank-medium", (*HOST_SEAMS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank-zealot", (*HOST_SEAMS, *QUADLET_CHECKS),
                 skipped=["unit-memlock", "rules-drafter-alert", *QUADLET_CHECKS]),
     **_outcomes("reference", (*HOST_SEAMS, *QUADLET_CHECKS), skipped=[*UNIT_CHECKS, "unit-memlock", *QUADLET_CHECKS]),
     **_outcomes("frank-archon", (*HOST_SEAMS, "vllm-argv", "quadlet-compile-cache", *QUADLET_CHECKS),
                 skipped=["unit-user", "unit-memlock"]),
-    **_outcomes("frank-dragoon", (*UNIT_CHECKS, "unit-ports", *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
-    **_outcomes("frank-tts", (*UNIT_CHECKS, "unit-ports", *QUADLET_CHECKS), skipped=["unit-ports", *QUADLET_CHECKS]),
+    **_outcomes("frank-dragoon", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
+    **_outcomes("frank-tts", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),

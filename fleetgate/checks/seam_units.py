@@ -1,4 +1,4 @@
-"""Units and Quadlets as systemd and Quadlet read them (B-UN-1/2/5, B-RAM-4, B-SH-3, B-VL-13..16, INC-35/36/53/79/85).
+"""Units and Quadlets as systemd and Quadlet read them (B-UN-1/2, B-RAM-4, B-SH-3, B-VL-13..16, INC-35/36/53/79/85).
 
 Every check reads the unit the renderer already parsed (``config.rendered.unit``: the unit file and its
 drop-ins, in systemd's order) and the rendered argv; none re-reads a file. A systemd unit is the root unit
@@ -27,7 +27,6 @@ MEMLOCK = "unit-memlock"
 RESTART = "unit-restart"
 ENV_FILES = "unit-env-files"
 EXEC_ARGS = "unit-exec-args"
-PORTS = "unit-ports"
 IMAGE = "quadlet-image"
 CACHE = "quadlet-compile-cache"
 PATHS = "container-paths"
@@ -215,28 +214,6 @@ def unit_exec_args(config: ServiceConfig) -> None:
             details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-2:]],
             fix=f"move the arguments into the env file and drop them from {setting.key}=",
         ) from None
-
-
-def _active(config: ServiceConfig) -> str | None:
-    if config.service.state != "active":
-        return f"{config.name} is state = {config.service.state!r}: it does not listen"
-    return None
-
-
-@check(PORTS, kind="seam", subject="service", requires=_active, cites=("B-UN-5",),
-       summary="no two active services of one host listen on the same port")
-def unit_ports(config: ServiceConfig) -> None:
-    others = [s for s in config.fleet.services.values()
-              if s.name != config.name and s.host == config.service.host and s.state == "active"
-              and s.port == config.service.port]
-    if others:
-        raise Failure(
-            service=config.name, check=PORTS, code=f"{PORTS}/taken",
-            where=config.fleet.where("services", config.name, "port"),
-            observed=f"port {config.service.port} on {config.service.host} is also {', '.join(s.name for s in others)}'s",
-            expected="one active service per port and host",
-            fix="give one of them another port, or mark the superseded one state = \"rollback\"",
-        )
 
 
 @check(IMAGE, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES, cites=("B-VL-15", "INC-36"),
