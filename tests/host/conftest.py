@@ -55,6 +55,45 @@ def healthy(port: int) -> bool:
         return False
 
 
+UNIT = "reference.service"
+
+
+def unit_text(fleet_dir: Path) -> str:
+    return f"""[Unit]
+Description=fleetgate reference under a real systemd
+DefaultDependencies=no
+
+[Service]
+User=nobody
+Environment=PATH={llama_bin_dir()}:/usr/bin:/bin
+Environment=REFERENCE_MODELS={model_dir()}
+ExecStart={fleet_dir}/scripts/serve-reference.sh
+Restart=on-failure
+RestartSec=200ms
+LimitMEMLOCK=infinity
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+
+def unit_fleet_copy(fleet_dir: Path, port: int) -> tuple[Path, str]:
+    """The example fleet with the reference as a systemd unit (scripts/reference.service): deploy_root is the
+    copy itself, so the unit's ExecStart= and the render name the same script. Returns (fleet.toml, unit)."""
+    model = str(model_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+    def manifest(text: str) -> str:
+        text = re.sub(r'deploy_root = ".*"', f'deploy_root = "{fleet_dir}"', text)
+        return text.replace('payload = ["/opt/fleetgate/models/SmolLM2-135M-Instruct.Q4_1.gguf"]',
+                            f'unit = "scripts/{UNIT}"\npayload = ["{model}"]')
+
+    fleet_toml = fleet_copy(fleet_dir, port, {"fleet.toml": manifest})
+    text = unit_text(fleet_dir)
+    (fleet_dir / "scripts" / UNIT).write_text(text, encoding="utf-8")
+    return fleet_toml, text
+
+
 @dataclass
 class HostGate:
     result: pytest.RunResult

@@ -7,7 +7,6 @@ restart, a stopped service.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -16,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.reference import free_port, llama_bin_dir, model_dir
-from tests.host.conftest import _LINE, HOST_TESTS, fleet_copy, healthy
+from fleetgate.reference import free_port
+from tests.host.conftest import _LINE, HOST_TESTS, healthy, unit_fleet_copy
 from tests.host.nested_systemd import NestedSystemd, why_not
 
 UNIT = "reference.service"
@@ -72,40 +71,12 @@ class Served:
         return outcomes
 
 
-def _unit_text(fleet_dir: Path) -> str:
-    return f"""[Unit]
-Description=fleetgate reference under a real systemd
-DefaultDependencies=no
-
-[Service]
-User=nobody
-Environment=PATH={llama_bin_dir()}:/usr/bin:/bin
-Environment=REFERENCE_MODELS={model_dir()}
-ExecStart={fleet_dir}/scripts/serve-reference.sh
-Restart=on-failure
-RestartSec=200ms
-LimitMEMLOCK=infinity
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     work = tmp_path_factory.mktemp("systemd")
     port = free_port()
     fleet_dir = work / "fleet"
-    model = str(model_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-    def manifest(text: str) -> str:
-        text = re.sub(r'deploy_root = ".*"', f'deploy_root = "{fleet_dir}"', text)
-        return text.replace('payload = ["/opt/fleetgate/models/SmolLM2-135M-Instruct.Q4_1.gguf"]',
-                            f'unit = "scripts/reference.service"\npayload = ["{model}"]')
-
-    fleet_toml = fleet_copy(fleet_dir, port, {"fleet.toml": manifest})
-    unit_text = _unit_text(fleet_dir)
-    (fleet_dir / "scripts" / UNIT).write_text(unit_text, encoding="utf-8")
+    fleet_toml, unit_text = unit_fleet_copy(fleet_dir, port)
     fleet_dir.chmod(0o755)
     systemd = NestedSystemd.start(fleet_dir, work)
     try:
@@ -181,3 +152,21 @@ def test_a_stopped_unit_fails_state_and_process_checks(served: Served) -> None:
                              "host-process-argv": "host-process-argv/no-process",
                              "host-process-env": "host-process-env/no-process",
                              "host-runtime-libs": "host-runtime-libs/no-process"}, served.last_output
+
+
+def test_a_unit_the_manager_does_not_have_fails_every_systemd_check(served: Served) -> None:
+    """fleet.toml names a unit that was never installed: systemd shows LoadState=not-found. The process
+    checks find the engine by its port instead (the reference still runs under the installed unit)."""
+    served.reset()
+    manifest = served.fleet_toml
+    clean = manifest.read_text(encoding="utf-8")
+    other = manifest.parent / "scripts" / "reference-other.service"
+    other.write_text((manifest.parent / "scripts" / UNIT).read_text(encoding="utf-8"), encoding="utf-8")
+    manifest.write_text(clean.replace('unit = "scripts/reference.service"', 'unit = "scripts/reference-other.service"'),
+                        encoding="utf-8")
+    try:
+        assert served.gate() == {**ALL_PASS, **{c: f"{c}/not-loaded" for c in (
+            "host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence")}}, served.last_output
+    finally:
+        manifest.write_text(clean, encoding="utf-8")
+        other.unlink()
