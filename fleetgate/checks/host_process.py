@@ -8,6 +8,7 @@ config: the files declare what the process must be, the host says what it is.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 
 from fleetgate.checks import check
 from fleetgate.failure import Failure
@@ -21,37 +22,45 @@ LIBS = "host-runtime-libs"
 _SYSTEM_LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib32", "/usr/lib32")
 
 
-def _pid(target: HostTarget, name: str) -> int:
+@dataclass(frozen=True)
+class _Process:
+    pid: int
+    how: str
+    cmdline: tuple[str, ...] = ()
+    environ: tuple[str, ...] = ()
+    exe: str = ""
+    maps: str = ""
+
+
+def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: bool = False,
+             libraries: bool = False) -> _Process:
+    """The engine's process and what the check reads of it; any read the host refuses is one failure."""
     __tracebackhide__ = True
     try:
         pid, how = target.main_pid()
+        if pid is not None:
+            return _Process(
+                pid, how,
+                cmdline=target.proc_words(pid, "cmdline") if cmdline else (),
+                environ=target.proc_words(pid, "environ") if environ else (),
+                exe=target.executable(pid) if libraries else "",
+                maps=target.proc_text(pid, "maps") if libraries else "",
+            )
     except HostReadError as exc:
-        raise Failure(service=target.name, check=name, code=f"{name}/pid-unreadable", where=target.spec,
-                      observed=str(exc), expected="the engine's PID", fix="run the check where systemctl and ss work") from None
-    if pid is None:
-        raise Failure(service=target.name, check=name, code=f"{name}/no-process", where=f"{target.spec} {how}",
-                      observed=f"no process found as {how}",
-                      expected=f"{target.name}'s engine running on {target.spec}",
-                      fix="start the service (or point --host-url at the host it runs on)")
-    return pid
-
-
-def _words(target: HostTarget, name: str, pid: int, what: str) -> tuple[str, ...]:
-    __tracebackhide__ = True
-    words = target.proc_words(pid, what)
-    if words is None:
-        raise Failure(service=target.name, check=name, code=f"{name}/proc-unreadable", where=f"{target.spec} /proc/{pid}/{what}",
-                      observed=f"/proc/{pid}/{what} cannot be read",
-                      expected="the process's own record of what it runs",
-                      fix="run the check as root or as the service's user (testinfra's --sudo)")
-    return words
+        raise Failure(service=target.name, check=name, code=f"{name}/process-unreadable", where=target.spec,
+                      observed=str(exc), expected=f"{target.name}'s engine process, read through systemctl and /proc",
+                      fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
+    raise Failure(service=target.name, check=name, code=f"{name}/no-process", where=f"{target.spec} {how}",
+                  observed=f"no process found as {how}",
+                  expected=f"{target.name}'s engine running on {target.spec}",
+                  fix="start the service (or point --host-url at the host it runs on)")
 
 
 @check(ARGV, kind="host", subject="host", cites=("INC-53", "C-ID-1", "C-ID-2"),
        summary="/proc/<MainPID>/cmdline is exactly the argv the files render")
 def host_process_argv(target: HostTarget) -> None:
-    pid = _pid(target, ARGV)
-    running = _words(target, ARGV, pid, "cmdline")
+    process = _process(target, ARGV, cmdline=True)
+    pid, running = process.pid, process.cmdline
     rendered = target.config.rendered.argv
     seen = (running[0].rsplit("/", 1)[-1], *running[1:]) if running else ()
     if seen != rendered:
@@ -74,8 +83,9 @@ def _visibility(names: object) -> bool:
 @check(ENV, kind="host", subject="host", cites=("B-DV-1", "B-DV-2", "B-DV-3", "INC-19", "INC-29"),
        summary="the process environment carries exactly the device-visibility variables the files declare")
 def host_process_env(target: HostTarget) -> None:
-    pid = _pid(target, ENV)
-    environ = dict(word.partition("=")[::2] for word in _words(target, ENV, pid, "environ"))
+    process = _process(target, ENV, environ=True)
+    pid = process.pid
+    environ = dict(word.partition("=")[::2] for word in process.environ)
     declared = {k: v for k, v in target.config.rendered.env.items() if _visibility(k)}
     running = {k: v for k, v in environ.items() if _visibility(k)}
     where = f"{target.spec} /proc/{pid}/environ"
@@ -97,18 +107,9 @@ def host_process_env(target: HostTarget) -> None:
 @check(LIBS, kind="host", subject="host", cites=("B-UN-3", "INC-01", "C-H-9"),
        summary="bundled runtime libraries are loaded from the depth the binary's RUNPATH names ($ORIGIN/...)")
 def host_runtime_libs(target: HostTarget) -> None:
-    pid = _pid(target, LIBS)
-    exe = target.host.file(f"/proc/{pid}/exe")
-    try:
-        binary = exe.linked_to
-    except Exception:
-        binary = None
-    if not binary:
-        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/exe-unreadable", where=f"{target.spec} /proc/{pid}/exe",
-                      observed="the process's executable cannot be resolved", expected="/proc/PID/exe",
-                      fix="run the check as root or as the service's user (testinfra's --sudo)")
+    process = _process(target, LIBS, libraries=True)
+    pid, binary = process.pid, process.exe
     result = target.host.run(f"readelf -d {shlex.quote(str(binary))}")
-    maps = target.host.file(f"/proc/{pid}/maps")
     if result.rc != 0:
         raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/readelf-failed", where=f"{target.spec} readelf -d {binary}",
                       observed=f"readelf exited {result.rc}: {result.stderr.strip()[:200]}",
@@ -118,7 +119,7 @@ def host_runtime_libs(target: HostTarget) -> None:
     expected_dirs = {p.replace("$ORIGIN", origin).replace("${ORIGIN}", origin).rstrip("/") for p in paths}
     expected_dirs = {_normal(d) for d in expected_dirs}
     loaded: dict[str, str] = {}
-    for line in maps.content_string.splitlines():
+    for line in process.maps.splitlines():
         words = line.split()
         if len(words) >= 6 and words[5].startswith("/"):
             name = words[5].rsplit("/", 1)[-1]

@@ -213,14 +213,28 @@ class HostTarget:
         pid_found = listening_pid(self.host, self.port)
         return pid_found, f"the process listening on port {self.port} (ss -ltnp)"
 
-    def proc_words(self, pid: int, name: str) -> tuple[str, ...] | None:
-        """``/proc/PID/cmdline`` or ``environ`` as its NUL-separated words; None when unreadable."""
-        target = self.host.file(f"/proc/{pid}/{name}")
+    def proc_words(self, pid: int, name: str) -> tuple[str, ...]:
+        """``/proc/PID/cmdline`` or ``environ`` as its NUL-separated words."""
         try:
-            raw: bytes = target.content
-        except Exception:
-            return None
+            raw: bytes = self.host.file(f"/proc/{pid}/{name}").content
+        except Exception as exc:
+            raise HostReadError(f"/proc/{pid}/{name} cannot be read: {' '.join(str(exc).split())[:200]}") from None
         return tuple(part.decode("utf-8", "replace") for part in raw.split(b"\0") if part)
+
+    def proc_text(self, pid: int, name: str) -> str:
+        try:
+            text: str = self.host.file(f"/proc/{pid}/{name}").content_string
+        except Exception as exc:
+            raise HostReadError(f"/proc/{pid}/{name} cannot be read: {' '.join(str(exc).split())[:200]}") from None
+        return text
+
+    def executable(self, pid: int) -> str:
+        """The process's executable (``/proc/PID/exe`` resolved)."""
+        try:
+            path: str = self.host.file(f"/proc/{pid}/exe").linked_to
+        except Exception as exc:
+            raise HostReadError(f"/proc/{pid}/exe cannot be resolved: {' '.join(str(exc).split())[:200]}") from None
+        return path
 
     def path(self, path: str) -> PurePosixPath:
         return PurePosixPath(path)
