@@ -4,6 +4,9 @@ wrong: another argv, another environment, libraries loaded from the wrong depth,
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,3 +112,55 @@ def test_the_payload_check_fails_on_each_wrong_declaration(
         manifest.write_text(text, encoding="utf-8")
         gate = run_host_gate(pytester, fleet_toml)
         assert gate.outcomes() == {**NO_UNIT, **processes_pass, "host-payload": code}, gate.result.stdout.str()
+
+
+def test_a_bundled_rocblas_without_its_device_code_fails_the_libs_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, engine: None) -> None:
+    """INC-01's layout, built here: a binary whose RUNPATH is $ORIGIN/../lib and which loads a bundled
+    librocblas from there, with no rocblas/library/TensileLibrary.dat beside it. The CPU reference has no
+    rocBLAS, so the process is a small C program compiled for the test (it listens on the service's port);
+    the check reads its real /proc/PID/maps and ELF header."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to build the stand-in for a ROCm build")
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    (build / "lib").mkdir()
+    (build / "rocblas.c").write_text("int rocblas_create_handle(void) { return 0; }\n", encoding="utf-8")
+    (build / "engine.c").write_text("""
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <unistd.h>
+int rocblas_create_handle(void);
+int main(int argc, char **argv) {
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET; a.sin_port = htons(atoi(argv[1])); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) return 1;
+    rocblas_create_handle();
+    pause();
+    return 0;
+}
+""", encoding="utf-8")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(build / "lib" / "librocblas.so.4"),
+                    "-Wl,-soname,librocblas.so.4", str(build / "rocblas.c")], check=True)
+    subprocess.run(["cc", "-o", str(build / "bin" / "llama-server"), str(build / "engine.c"),
+                    str(build / "lib" / "librocblas.so.4"), "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    with subprocess.Popen([str(build / "bin" / "llama-server"), str(port)], stdin=subprocess.DEVNULL,
+                          start_new_session=True) as process:
+        try:
+            deadline = time.monotonic() + 10
+            while not _listening(port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gate = run_host_gate(pytester, fleet_toml)
+        finally:
+            process.terminate()
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
+                               "host-process-env": "PASS",
+                               "host-runtime-libs": "host-runtime-libs/tensile-missing"}, gate.result.stdout.str()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
