@@ -55,12 +55,30 @@ class Mutation:
 
 @dataclass(frozen=True)
 class Expectation:
+    """One failure the mutated fleet must show: its subject and its failure code (``check/branch``)."""
+
     subject: str
     code: str
 
     @property
     def check(self) -> str:
-        return self.code.split("/")[0]
+        return self.code.split("/", 1)[0]
+
+
+def _expectation(path: Path, item: object) -> Expectation:
+    subject, _, code = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or "/" not in code or " " in code:
+        raise InputError(path, None, f"expect: {item!r}; expected 'SUBJECT: check/code', e.g. "
+                                     "'frank-medium: speculative-wiring/draft-model-without-type'")
+    return Expectation(subject=subject, code=code)
+
+
+def _skip(path: Path, item: object) -> tuple[str, str]:
+    subject, _, check = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or not check or "/" in check or " " in check:
+        raise InputError(path, None, f"skip: {item!r}; expected 'SUBJECT: check' or 'SUBJECT: *', "
+                                     "e.g. 'frank-medium: card-floor'")
+    return subject, check
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,9 @@ class Entry:
     reproduction: Reproduction
     mutations: tuple[Mutation, ...]
     expect: tuple[Expectation, ...]
+    skip: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation turns into skips: the check can no longer see the subject.
+    A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
 
     @property
     def is_incident(self) -> bool:
@@ -118,6 +139,8 @@ def _str(data: Mapping[str, Any], key: str, path: Path, default: str | None = No
 def _load_entry(path: Path) -> Entry:
     data = parse_toml(path.read_text(encoding="utf-8"), path)
     incident = str(data.get("id", "")).startswith("INC-")
+    if not incident and "symptom" not in data and "summary" in data:
+        data["symptom"] = data["summary"]  # a rule mutation says in one line what the operator saw
     story = {k: _str(data, k, path, None if incident or k == "name" else "") for k in _STORY}
     repro = data.get("reproduction", {"kind": "mutation"})
     if not isinstance(repro, dict) or repro.get("kind") not in KINDS:
@@ -127,23 +150,24 @@ def _load_entry(path: Path) -> Entry:
     try:
         mutations = tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"), create=m.get("create"))
                           for m in data.get("mutation", ()))
-        expect = tuple(Expectation(subject=e["subject"], code=e["code"]) for e in data.get("expect", ()))
+        expect = tuple(_expectation(path, e) for e in data.get("expect", ()))
+        skip = tuple(_skip(path, s) for s in data.get("skip", ()))
     except KeyError as exc:
-        raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file, [[expect]] needs subject and code") from None
+        raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
     problems = _problems(reproduction, mutations, expect, data)
     if problems:
         raise InputError(path, None, problems)
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
     return Entry(path=path, id=_str(data, "id", path), seed=str(data.get("seed", "")), cites=tuple(data.get("cites", ())),
-                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, **story)
+                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, **story)
 
 
 def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any]) -> str:
     if repro.kind == "mutation":
         if not mutations or not expect:
-            return "a mutation reproduction needs [[mutation]] and [[expect]] (subject, code)"
+            return "a mutation reproduction needs [[mutation]] and expect = ['SUBJECT: check/code', ...]"
     elif mutations or expect:
-        return f"[[mutation]]/[[expect]] belong to a mutation reproduction, not {repro.kind!r}"
+        return f"[[mutation]] and expect belong to a mutation reproduction, not {repro.kind!r}"
     if repro.kind == "server" and not (repro.check and repro.test):
         return "a server reproduction names the live check and the test in tests/live that starts the server"
     if repro.kind in ("host", "pending") and not (repro.check and repro.pending):
@@ -226,11 +250,11 @@ class Outcome:
 def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Outcome]:
     """Every seam on every subject it applies to, in this process -- what ``pytest seams/`` runs.
 
-    Subjects are chosen as the plugin chooses them (``fleetgate.plugin``): the render check on every
-    service, the others on each service that rendered and that they apply to, a skip where the
-    service did not render; timeout checks on every chain.
+    Subjects are chosen as the plugin chooses them (``fleetgate.plugin._seams_for``): every service of
+    the check's engines (a skip with the reason where the check cannot apply or the service did not
+    render), every timeout chain.
     """
-    from fleetgate.checks import REGISTRY, _load_all
+    from fleetgate.checks import REGISTRY, NotApplicable, _load_all
     from fleetgate.config import attempt_service
     from fleetgate.failure import Failure
     from fleetgate.fleet import load_fleet
@@ -252,22 +276,27 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
             continue
         subjects: list[tuple[str, Any, str | None]] = []
         if check.subject == "timeout-chain":
-            subjects = [(chain.name, chain, None) for chain in chains]
+            subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
         else:
             for name, attempt in attempts.items():
+                if check.engines is not None and attempt.service.engine not in check.engines:
+                    continue
                 if check.name == "serve-script-renders":
                     subjects.append((name, attempt, None))
                 elif attempt.config is None:
-                    if check.engines is None or attempt.service.engine in check.engines:
-                        subjects.append((name, None, f"{name} did not render"))
-                elif check.applies(attempt.config):
-                    subjects.append((name, attempt.config, None))
+                    subjects.append((name, None, f"{name} did not render"))
+                else:
+                    subjects.append((name, attempt.config, check.why_not(attempt.config)))
+            if not subjects:
+                subjects.append(("fleet", None, "the fleet declares no service of its engines"))
         for name, subject, skip in subjects:
             if skip:
                 outcomes.append(Outcome(check.name, name, "skipped", text=skip))
                 continue
             try:
                 check(subject)
+            except NotApplicable as reason:
+                outcomes.append(Outcome(check.name, name, "skipped", text=str(reason)))
             except Failure as failure:
                 text = str(failure).replace(f"{fleet.root}/", "")
                 outcomes.append(Outcome(check.name, name, "failed", failure.code, text))
