@@ -80,6 +80,10 @@ class Contract:
     endpoints: tuple[str, ...] = ()
     api_key_env: str | None = None
     alias: str | None = None
+    slots: int | None = None
+    """Conversations clients run at once: each needs its own slot, or it queues (INC-07)."""
+    concurrent_mmproj: str | None = None
+    """The projector type the publisher requires for concurrent image requests (B-MM-3, INC-59)."""
 
 
 @dataclass(frozen=True)
@@ -271,6 +275,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
                 endpoints=tuple(contract_raw.get("endpoints", ())),
                 api_key_env=contract_raw.get("api_key_env"),
                 alias=contract_raw.get("alias"),
+                slots=contract_raw.get("slots"),
+                concurrent_mmproj=contract_raw.get("concurrent_mmproj"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
