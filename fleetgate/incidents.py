@@ -114,6 +114,8 @@ class Entry:
     skip: tuple[tuple[str, str], ...] = ()
     """(subject, check) pairs the mutation turns into skips: the check can no longer see the subject.
     A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
+    passes: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation makes applicable (a skip on the clean fleet) and that pass."""
 
     @property
     def is_incident(self) -> bool:
@@ -152,6 +154,7 @@ def _load_entry(path: Path) -> Entry:
                           for m in data.get("mutation", ()))
         expect = tuple(_expectation(path, e) for e in data.get("expect", ()))
         skip = tuple(_skip(path, s) for s in data.get("skip", ()))
+        passes = tuple(_skip(path, s) for s in data.get("passes", ()))
     except KeyError as exc:
         raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
     problems = _problems(reproduction, mutations, expect, data)
@@ -159,7 +162,7 @@ def _load_entry(path: Path) -> Entry:
         raise InputError(path, None, problems)
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
     return Entry(path=path, id=_str(data, "id", path), seed=str(data.get("seed", "")), cites=tuple(data.get("cites", ())),
-                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, **story)
+                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
 
 
 def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any]) -> str:

@@ -46,6 +46,9 @@ def test_reproduction_fails_exactly_its_codes(entry: Entry, baseline: dict[tuple
             expected.update({k: "skipped" for k, v in baseline.items() if k[0] == subject and k not in failing})
         else:
             expected[(subject, check)] = "skipped"
+    for subject, check in entry.passes:
+        assert baseline.get((subject, check)) == "skipped", f"{entry.id}: passes {subject}: {check}, not a skip when clean"
+        expected[(subject, check)] = "passed"
     for e in entry.expect:
         expected[(e.subject, e.check)] = e.code
     failed = {k: v for k, v in table.items() if v not in ("passed", "skipped")}

@@ -97,7 +97,7 @@ def test_mutation_codes_belong_to_registered_seams() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ('id = "INC-99"\nname = "x"\n', "'date': expected a non-empty string"),
-    ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n', "needs [[mutation]] and [[expect]]"),
+    ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n', "needs [[mutation]] and expect"),
     ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n[reproduction]\nkind = "none"\n',
      "gives the reason"),
     ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n[reproduction]\nkind = "maybe"\n',
