@@ -16,12 +16,12 @@ from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.fit import (
     CONTEXT_DRAFTERS,
-    _ledger_builder,
-    calibrations_of,
     TERMS,
     DeviceLedger,
     Ledger,
     SweepRow,
+    _ledger_builder,
+    calibrations_of,
     service_ledger,
     service_sweep,
 )
