@@ -6,9 +6,10 @@ shape that was never booted has no pool, and the failure names the knob that mov
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 
@@ -40,11 +41,6 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
         )
     if vllm.kv_cache_memory is None or vllm.kv_cache_memory.strip() != "0":
         _kv_memory(config)
-    unknown = [p for p in vllm.problems if p.message != "not modelled"]
-    if unknown:
-        # A flag vLLM cannot read is not a shape change: the argv check names it (not a 'no measured boot').
-        raise NotApplicable(f"the argv has flags vLLM would refuse ({', '.join(p.flag for p in unknown)}): "
-                            "the shape is judged once the argv is one vLLM reads")
     pools: list[dict[str, Any]] = list(config.service.calibration.get("kv_pool", []))
     shape = {key: getattr(vllm, key) for key, _ in SHAPE}
     matching = [p for p in pools if not _differs(p, shape)]
@@ -97,6 +93,20 @@ def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[
     flags = {"tensor_parallel_size": "--tensor-parallel-size", "max_num_seqs": "--max-num-seqs",
              "max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
              "kv_cache_dtype": "--kv-cache-dtype"}
+    for key in moved:
+        if vllm.use(key) is not None:
+            continue
+        # The knob's flag is not in the argv: a misspelling of it is the cause, not a new shape.
+        close = difflib.get_close_matches(flags[key], [p.flag for p in vllm.problems if p.flag.startswith("--")], n=1, cutoff=0.85)
+        if close:
+            raise Failure(
+                code=f"{NAME}/misspelt-shape-flag",
+                service=config.name, check=NAME, cites=("B-VL-3", "B-VL-5"), where=str(config.rendered.script),
+                observed=(f"{close[0]} is not a flag of this model of vLLM's argv, and {flags[key]} is absent: "
+                          f"{labels[key]} falls back to vLLM's default ({shape[key]})"),
+                expected=f"{flags[key]} as the measured boot had it ({nearest.get(key) if nearest else '?'})",
+                fix=f"spell it {flags[key]}: vLLM stops at argument parsing on an unknown flag",
+            )
     observed = ", ".join(f"{flags[key]} {shape[key]}" for key in moved)
     measured = "; ".join(_describe(p) for p in pools) or "none"
     raise Failure(
