@@ -87,6 +87,15 @@ class Contract:
 
 
 @dataclass(frozen=True)
+class Bench:
+    """A bench harness script of a service: run under bash with ``binary`` stubbed, like a serve script."""
+
+    script: Path
+    binary: str
+    """The program the harness runs (llama-bench, vllm, systemd-run): the stub that records each call."""
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -108,6 +117,8 @@ class Service:
     calibration: Mapping[str, Any]
     line: int | None
     """The line of ``[services.NAME]`` in fleet.toml."""
+    benches: tuple[Bench, ...] = ()
+    """Bench harness scripts that measure this service (B.15)."""
 
 
 @dataclass(frozen=True)
@@ -280,6 +291,11 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
+            benches=tuple(
+                Bench(script=bench_script, binary=b["binary"])
+                for i, b in enumerate(raw.get("bench", ()))
+                if (bench_script := repo_file(b["script"], (*keys, "bench", str(i), "script"))) is not None
+            ),
         )
 
     clients: dict[str, Client] = {}

@@ -49,6 +49,10 @@ CLEAN: dict[tuple[str, str], str] = {
                                  "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-dragoon", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-tts", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
+    # Bench harnesses (B.15): declared by frank-medium (llama-bench, systemd-run) and frank-archon (vllm bench).
+    **_outcomes("frank-medium", ("bench-harness",)),
+    **_outcomes("frank-archon", ("bench-harness",)),
+    **{(s, "bench-harness"): SKIPPED for s in ("frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),
