@@ -97,6 +97,8 @@ class Reproduction:
 @dataclass(frozen=True)
 class Entry:
     path: Path
+    incident: bool
+    """An incident of the catalogue (INC-nn.toml at its top level), not a rule or branch mutation."""
     id: str
     name: str
     date: str
@@ -119,7 +121,7 @@ class Entry:
 
     @property
     def is_incident(self) -> bool:
-        return self.id.startswith("INC-")
+        return self.incident
 
     @property
     def caught(self) -> str:
@@ -138,9 +140,10 @@ def _str(data: Mapping[str, Any], key: str, path: Path, default: str | None = No
     return value
 
 
-def _load_entry(path: Path) -> Entry:
+def _load_entry(path: Path, *, catalogue: bool) -> Entry:
     data = parse_toml(path.read_text(encoding="utf-8"), path)
-    incident = str(data.get("id", "")).startswith("INC-")
+    # An incident is an INC-nn entry of the catalogue itself; rules/ and fixtures/branches hold mutations.
+    incident = catalogue and str(data.get("id", "")).startswith("INC-")
     if not incident and "symptom" not in data and "summary" in data:
         data["symptom"] = data["summary"]  # a rule mutation says in one line what the operator saw
     story = {k: _str(data, k, path, None if incident or k == "name" else "") for k in _STORY}
@@ -161,7 +164,8 @@ def _load_entry(path: Path) -> Entry:
     if problems:
         raise InputError(path, None, problems)
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
-    return Entry(path=path, id=_str(data, "id", path), seed=str(data.get("seed", "")), cites=tuple(data.get("cites", ())),
+    return Entry(path=path, incident=incident, id=_str(data, "id", path), seed=str(data.get("seed", "")),
+                 cites=tuple(data.get("cites", ())),
                  codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
 
 
@@ -182,13 +186,21 @@ def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tupl
     return ""
 
 
-def load_catalogue(directory: Path | None = None, *, rules: bool = True) -> list[Entry]:
-    """Every entry under ``directory`` (incidents first, then rule mutations from rules/)."""
+def load_catalogue(directory: Path | None = None, *, rules: bool = True, incidents: bool | None = None) -> list[Entry]:
+    """Every entry under ``directory`` (its own entries first, then rule mutations from rules/).
+
+    The INC-nn entries of a directory named ``incidents`` (or ``incidents=True``) are incidents and tell
+    their story; other directories (fixtures/branches, rules/) hold mutations.
+    """
     directory = directory or default_catalogue()
-    paths = sorted(directory.glob("*.toml")) + (sorted((directory / "rules").glob("*.toml")) if rules else [])
-    entries = [_load_entry(path) for path in paths]
+    catalogue = directory.name == "incidents" if incidents is None else incidents
+    entries = [_load_entry(path, catalogue=catalogue) for path in sorted(directory.glob("*.toml"))]
+    if rules:
+        entries += [_load_entry(path, catalogue=False) for path in sorted((directory / "rules").glob("*.toml"))]
     seen: dict[str, Path] = {}
     for entry in entries:
+        if not entry.incident:
+            continue
         if entry.id in seen:
             raise InputError(entry.path, None, f"id {entry.id} is already the id of {seen[entry.id].name}")
         if entry.path.stem != entry.id:

@@ -107,7 +107,7 @@ def test_mutation_codes_belong_to_registered_seams() -> None:
 def test_a_malformed_entry_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "INC-99.toml").write_text(text, encoding="utf-8")
     with pytest.raises(InputError) as info:
-        load_catalogue(tmp_path)
+        load_catalogue(tmp_path, incidents=True)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
     assert str(info.value).startswith(str(tmp_path / "INC-99.toml"))

@@ -61,46 +61,43 @@ def _values(argv: tuple[str, ...]) -> dict[str, list[str]]:
     return found
 
 
-def _fail(config: ServiceConfig, bench: Bench, code: str, where: str, observed: str, expected: str, fix: str,
-          cites: tuple[str, ...]) -> Failure:
-    return Failure(code=f"{NAME}/{code}", service=config.name, check=NAME, cites=cites, where=where,
-                   observed=f"{bench.script.name}: {observed}", expected=expected, fix=fix)
-
-
 def _llama_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
     if "-c" in argv or "--ctx-size" in argv:
         flag = "-c" if "-c" in argv else "--ctx-size"
-        raise _fail(config, bench, "ctx-not-a-bench-flag", _line(bench, f" {flag} "),
-                    f"llama-bench {flag}: llama-bench has no context flag",
-                    "the context as a consequence of the test: n_ctx = n_prompt + n_gen + n_depth (-p, -n, -d)",
-                    "drop -c; put KV in front of the measurement with -d <depth>", ("B-H-2", "INC-23"))
+        raise Failure(code=f"{NAME}/ctx-not-a-bench-flag", service=config.name, check=NAME, cites=("B-H-2", "INC-23"),
+                      where=_line(bench, f" {flag} "),
+                      observed=f"{bench.script.name}: llama-bench {flag}: llama-bench has no context flag",
+                      expected="the context as a consequence of the test: n_ctx = n_prompt + n_gen + n_depth (-p, -n, -d)",
+                      fix="drop -c; put KV in front of the measurement with -d <depth>")
     values = _values(argv)
     llama = config.llama
     cards = len(llama.devices) if llama is not None and llama.devices else 1
     for param, flag in (("tensor_split", "-ts"), ("device", "-dev")):
         parts = values.get(param, [])
         if cards > 1 and len(parts) > 1 and any("/" not in p for p in parts):
-            raise _fail(config, bench, "comma-splits-devices", _line(bench, f"{flag} "),
-                        f"llama-bench {flag} {','.join(parts)}: ',' separates sweep values, so each value is a "
+            raise Failure(code=f"{NAME}/comma-splits-devices", service=config.name, check=NAME, cites=("B-H-1", "INC-20"),
+                      where=_line(bench, f"{flag} "),
+                      observed=f"{bench.script.name}: llama-bench {flag} {','.join(parts)}: ',' separates sweep values, so each value is a "
                         f"one-device configuration",
-                        f"{flag} with '/' between the {cards} devices of one configuration (e.g. {'/'.join(parts)})",
-                        "write the service's comma list with '/' for llama-bench; the comma form silently benches "
-                        "each card on its own", ("B-H-1", "INC-20"))
+                      expected=f"{flag} with '/' between the {cards} devices of one configuration (e.g. {'/'.join(parts)})",
+                      fix="write the service's comma list with '/' for llama-bench; the comma form silently benches "
+                        "each card on its own")
     swept = {p: v for p, v in values.items() if len(v) > 1}
     if swept:
         what = ", ".join(f"{p} {','.join(v)}" for p, v in sorted(swept.items()))
-        raise _fail(config, bench, "sweep-in-one-invocation", _line(bench, "llama-bench"),
-                    f"one llama-bench call sweeps {what}",
-                    "one llama-bench invocation per cell",
-                    "loop over the cells in the harness: a test that cannot allocate calls exit(1) and takes the rest "
-                    "of the sweep with it", ("B-H-3", "INC-22"))
+        raise Failure(code=f"{NAME}/sweep-in-one-invocation", service=config.name, check=NAME, cites=("B-H-3", "INC-22"),
+                      where=_line(bench, "llama-bench"),
+                      observed=f"{bench.script.name}: one llama-bench call sweeps {what}",
+                      expected="one llama-bench invocation per cell",
+                      fix="loop over the cells in the harness: a test that cannot allocate calls exit(1) and takes the rest "
+                    "of the sweep with it")
     gens = [int(n) for n in values.get("n_gen", ["128"]) if n.isdigit()]
     if any(gens) and not values.get("n_depth"):
-        raise _fail(config, bench, "no-depth", _line(bench, "llama-bench"),
-                    "a decode test (-n) without -d: it runs with n_prompt = 0, at ~zero depth",
-                    "-d <depth>: KV in front of the measurement, like the deployed window",
-                    "add -d; and read llama-bench's decode figure as the drafterless, single-slot baseline it is",
-                    ("B-H-2", "INC-23"))
+        raise Failure(code=f"{NAME}/no-depth", service=config.name, check=NAME, cites=("B-H-2", "INC-23"),
+                      where=_line(bench, "llama-bench"),
+                      observed=f"{bench.script.name}: a decode test (-n) without -d: it runs with n_prompt = 0, at ~zero depth",
+                      expected="-d <depth>: KV in front of the measurement, like the deployed window",
+                      fix="add -d; and read llama-bench's decode figure as the drafterless, single-slot baseline it is")
 
 
 def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
@@ -122,12 +119,13 @@ def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> 
     wanted = {"LimitMEMLOCK": memlock.value if memlock else "infinity", **({"User": user.value} if user else {})}
     missing = {k: v for k, v in wanted.items() if props.get(k) != v}
     if missing:
-        raise _fail(config, bench, "not-the-units-limits", _line(bench, "systemd-run"),
-                    "systemd-run " + " ".join(f"{k}={props.get(k, '(unset)')}" for k in missing),
-                    "the service unit's " + ", ".join(f"{k}={v}" for k, v in missing.items())
+        raise Failure(code=f"{NAME}/not-the-units-limits", service=config.name, check=NAME, cites=("B-H-4", "B-RAM-4", "INC-21"),
+                      where=_line(bench, "systemd-run"),
+                      observed=f"{bench.script.name}: systemd-run " + " ".join(f"{k}={props.get(k, '(unset)')}" for k in missing),
+                      expected="the service unit's " + ", ".join(f"{k}={v}" for k, v in missing.items())
                     + f" ({unit.path if unit is not None else 'its unit'})",
-                    "pass --property=LimitMEMLOCK=infinity --property=User=... : a shell's 8 MiB of memlock fails the "
-                    "load for a reason that has nothing to do with the model", ("B-H-4", "B-RAM-4", "INC-21"))
+                      fix="pass --property=LimitMEMLOCK=infinity --property=User=... : a shell's 8 MiB of memlock fails the "
+                    "load for a reason that has nothing to do with the model")
 
 
 def _vllm_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
@@ -135,16 +133,19 @@ def _vllm_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> N
         return
     args = set(argv) | {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     if "--tokenizer" not in args:
-        raise _fail(config, bench, "no-tokenizer", _line(bench, "vllm bench"),
-                    "vllm bench serve without --tokenizer: the client resolves the served alias on HuggingFace",
-                    "--tokenizer /models/<snapshot> (with /models mounted)",
-                    "pass --tokenizer: without it the run is green-looking and produces no numbers", ("B-H-5", "INC-41"))
+        raise Failure(code=f"{NAME}/no-tokenizer", service=config.name, check=NAME, cites=("B-H-5", "INC-41"),
+                      where=_line(bench, "vllm bench"),
+                      observed=(f"{bench.script.name}: vllm bench serve without --tokenizer: the client resolves the "
+                                "served alias on HuggingFace"),
+                      expected="--tokenizer /models/<snapshot> (with /models mounted)",
+                      fix="pass --tokenizer: without it the run is green-looking and produces no numbers")
     if "--ignore-eos" not in args:
-        raise _fail(config, bench, "no-ignore-eos", _line(bench, "vllm bench"),
-                    "vllm bench serve without --ignore-eos: generations stop on their own, so the decode rate "
-                    "reads low",
-                    "--ignore-eos, so every request generates its --random-output-len",
-                    "add --ignore-eos and read the engine's own timings", ("B-H-8", "INC-55"))
+        raise Failure(code=f"{NAME}/no-ignore-eos", service=config.name, check=NAME, cites=("B-H-8", "INC-55"),
+                      where=_line(bench, "vllm bench"),
+                      observed=(f"{bench.script.name}: vllm bench serve without --ignore-eos: generations stop on "
+                                "their own, so the decode rate reads low"),
+                      expected="--ignore-eos, so every request generates its --random-output-len",
+                      fix="add --ignore-eos and read the engine's own timings")
 
 
 _READERS = {"llama-bench": _llama_bench, "systemd-run": _systemd_run, "vllm": _vllm_bench}
@@ -161,10 +162,11 @@ def bench_harness(config: ServiceConfig) -> None:
         try:
             rendered = render(config.fleet, pseudo)
         except RenderRefused as refused:
-            raise _fail(config, bench, "does-not-run", f"{bench.script}:{refused.line}" if refused.line else str(bench.script),
-                        f"the harness never calls {bench.binary}: {refused.message}",
-                        f"a harness that runs {bench.binary}",
-                        "fix the harness (it runs under bash with the program stubbed, like a serve script)", ("B-H-3",)) from None
+            raise Failure(code=f"{NAME}/does-not-run", service=config.name, check=NAME, cites=("B-H-3",),
+                      where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),
+                      observed=f"{bench.script.name}: the harness never calls {bench.binary}: {refused.message}",
+                      expected=f"a harness that runs {bench.binary}",
+                      fix="fix the harness (it runs under bash with the program stubbed, like a serve script)") from None
         reader = _READERS.get(bench.binary)
         if reader is None:
             continue
