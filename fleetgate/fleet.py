@@ -56,6 +56,8 @@ class Host:
     balance_slack_bytes: int | None
     vllm_max_gpu_memory_utilization: float | None
     address: str | None = None
+    gpu_arch: str | None = None
+    """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
 
     @property
     def cards(self) -> tuple[Device, ...]:
@@ -119,6 +121,8 @@ class Service:
     """The line of ``[services.NAME]`` in fleet.toml."""
     benches: tuple[Bench, ...] = ()
     """Bench harness scripts that measure this service (B.15)."""
+    build: Bench | None = None
+    """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
+            gpu_arch=raw.get("gpu_arch"),
         )
 
     services: dict[str, Service] = {}
@@ -291,6 +296,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
+            build=(Bench(script=build_script, binary=raw["build"]["binary"])
+                   if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
+                   else None),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))

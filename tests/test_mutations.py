@@ -53,6 +53,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-medium", ("bench-harness",)),
     **_outcomes("frank-archon", ("bench-harness",)),
     **{(s, "bench-harness"): SKIPPED for s in ("frank-zealot", "frank-dragoon", "frank-tts", "reference")},
+    # The engine's build script: declared by frank-medium only.
+    **_outcomes("frank-medium", ("build-script",)),
+    **{(s, "build-script"): SKIPPED for s in ("frank-archon", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),
