@@ -160,7 +160,7 @@ def _load_entry(path: Path, *, catalogue: bool) -> Entry:
         passes = tuple(_skip(path, s) for s in data.get("passes", ()))
     except KeyError as exc:
         raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
-    problems = _problems(reproduction, mutations, expect, data)
+    problems = _problems(reproduction, mutations, expect, data, incident=incident)
     if problems:
         raise InputError(path, None, problems)
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
@@ -169,9 +169,11 @@ def _load_entry(path: Path, *, catalogue: bool) -> Entry:
                  codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
 
 
-def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any]) -> str:
+def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any],
+              *, incident: bool) -> str:
     if repro.kind == "mutation":
-        if not mutations or not expect:
+        # An incident is caught: it fails. A branch or rule mutation may only turn a pass into a skip.
+        if not mutations or (incident and not expect) or not (expect or data.get("skip")):
             return "a mutation reproduction needs [[mutation]] and expect = ['SUBJECT: check/code', ...]"
     elif mutations or expect:
         return f"[[mutation]] and expect belong to a mutation reproduction, not {repro.kind!r}"

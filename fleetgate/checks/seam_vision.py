@@ -36,7 +36,7 @@ def _no_vision_contract(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "B-MM-3", "INC-08", "INC-59"), requires=_no_vision_contract,
+@check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "INC-08"), requires=_no_vision_contract,
        engines=("llama.cpp",),
        summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares")
 def vision_mmproj(config: ServiceConfig) -> None:
