@@ -82,6 +82,12 @@ CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
         [(ZS, "    --host 0.0.0.0\n", "    --host=0.0.0.0\n")],
         {("frank-zealot", "engine-accepts-argv"): "engine-accepts-argv/rejected-flag"},
     ),
+    # A split change that starves the drafter's card is the split's doing: card-floor names the nearest
+    # step that clears every floor; the drafter check (advice about the drafter's window) stays quiet.
+    "split-change-is-not-the-drafter": (
+        [(ME, "TENSOR_SPLIT=35,30", "TENSOR_SPLIT=33,32")],
+        {("frank-medium", "card-floor"): "card-floor/below-floor", ("frank-medium", "card-balance"): "card-balance/gap-over-slack"},
+    ),
     # The serve script that drops --kv-cache-memory with KV_MEM=0 set is at fault, not the env file.
     "kv-memory-dropped-by-the-script": (
         [(AS, 'if [ -n "$KV_MEM" ]; then', 'if [ "$KV_MEM" != 0 ]; then')],

@@ -24,6 +24,7 @@ from fleetgate.fit import (
     calibrations_of,
     service_ledger,
     service_sweep,
+    sweep_tensor_split,
 )
 from fleetgate.fleet import locate_key
 
@@ -314,6 +315,18 @@ def _no_draft_context(config: ServiceConfig) -> str | None:
     return _no_card_ledger(config)
 
 
+def _split_is_the_lever(config: ServiceConfig, ledger: Ledger) -> bool:
+    """Whether some -ts step clears every card's floor with the drafter as it is: then the split is what
+    moved, card-floor says so with the nearest such step, and the drafter is not to blame."""
+    llama = config.llama
+    assert llama is not None
+    if len(llama.tensor_split) != 2:
+        return False
+    measured = replace(llama, ubatch_size=ledger.n_ubatch, batch_size=max(llama.batch_size, ledger.n_ubatch))
+    rows = sweep_tensor_split(measured, _ledger_builder(config), floor=config.host.card_floor_bytes, slack=None)
+    return any(all(r.floor_ok) for r in rows)
+
+
 def _at_measured_geometry(config: ServiceConfig, ledger: Ledger) -> Ledger:
     """The ledger with the batch geometry the service's compute buffers were measured at.
 
@@ -342,6 +355,8 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
     for device in (d for d in ledger.devices if d.term("draft")):
         if device.free is None or device.free >= floor:
             continue
+        if _split_is_the_lever(config, ledger):
+            return
         kv = sum(b.bytes for b in device.buffers if b.term == "draft" and b.buffer.startswith("KV"))
         if mtp:
             what = (f"the MTP head caches its nextn block over the whole {ledger.shape.n_ctx}-token pool: "
