@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, parse_toml, read_text
 from fleetgate.fleet import Fleet, load_fleet
 
 __all__ = ["main", "resolve_fleet"]
@@ -25,18 +26,31 @@ DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fl
 
 
 def resolve_fleet(path: str | None) -> Fleet:
-    """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml."""
+    """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml.
+
+    A manifest with inf/nan in it is refused here (the seams report it as ``fleet-numbers-finite``).
+    """
+    fleet = _find_fleet(path)
+    if fleet.non_finite:
+        bad = fleet.non_finite[0]
+        raise InputError(fleet.path, bad.line, f"{bad.key} = {bad.value}; expected a finite number")
+    return fleet
+
+
+def _find_fleet(path: str | None) -> Fleet:
     if path:
         return load_fleet(Path(path))
-    if Path("fleet.toml").is_file():
+    if Path("fleet.toml").exists():
         return load_fleet(Path("fleet.toml"))
     pyproject = Path("pyproject.toml")
-    if pyproject.is_file():
-        import tomllib
-
-        ini = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {}).get("ini_options", {})
-        if "fleetgate_fleet" in ini:
-            return load_fleet(Path(ini["fleetgate_fleet"]))
+    if pyproject.exists():
+        data = parse_toml(read_text(pyproject, "pyproject.toml"), pyproject)
+        ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
+        value = ini.get("fleetgate_fleet") if isinstance(ini, dict) else None
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise InputError(pyproject, None, f"tool.pytest.ini_options.fleetgate_fleet = {value!r}; expected the path of a fleet.toml")
+            return load_fleet(Path(value))
     raise InputError(Path.cwd(), None, f"no fleet manifest: pass --fleet PATH ({DEFAULT_FLEET_HINT})")
 
 
@@ -86,9 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except InputError as exc:
         print(f"fleetgate: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`fleetgate fit X | head -1`): stop quietly, as cat and grep do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+    except KeyboardInterrupt:
+        print("fleetgate: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

@@ -17,7 +17,8 @@ from tests.test_mutations import CLEAN
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 ENTRIES = load_catalogue(REPO / "fixtures" / "incidents")
-MUTATIONS = [e for e in ENTRIES if e.reproduction.kind == "mutation"]
+# The incidents; rules/ and fixtures/branches run through the plugin in tests/test_mutations.py.
+MUTATIONS = [e for e in ENTRIES if e.is_incident and e.reproduction.kind == "mutation"]
 
 
 @pytest.fixture(scope="module")
