@@ -269,7 +269,7 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
 
     Subjects are chosen as the plugin chooses them (``fleetgate.plugin._seams_for``): every service of
     the check's engines (a skip with the reason where the check cannot apply or the service did not
-    render), every timeout chain.
+    render), every timeout chain, the fleet itself for fleet-wide seams.
     """
     from fleetgate.checks import REGISTRY, NotApplicable, _load_all
     from fleetgate.config import attempt_service
@@ -294,6 +294,8 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
         subjects: list[tuple[str, Any, str | None]] = []
         if check.subject == "timeout-chain":
             subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
+        elif check.subject == "fleet":
+            subjects = [(fleet.name, fleet, None)]
         else:
             for name, attempt in attempts.items():
                 if check.engines is not None and attempt.service.engine not in check.engines:
