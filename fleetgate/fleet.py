@@ -88,6 +88,12 @@ class Contract:
     """Conversations clients run at once: each needs its own slot, or it queues (INC-07)."""
     concurrent_mmproj: str | None = None
     """The projector type the publisher requires for concurrent image requests (B-MM-3, INC-59)."""
+    sampler: Mapping[str, float] = field(default_factory=dict)
+    """Sampler defaults clients are promised: temperature, top_p, top_k (B-UN-8)."""
+    reasoning_budget: int | None = None
+    """The reasoning budget clients are promised; -1 unlimited (B-UN-9)."""
+    kv_cache_type: str | None = None
+    """The KV precision the endpoint keeps, K and V (B-UN-10)."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +333,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
                 alias=contract_raw.get("alias"),
                 slots=contract_raw.get("slots"),
                 concurrent_mmproj=contract_raw.get("concurrent_mmproj"),
+                sampler=dict(contract_raw.get("sampler", {})),
+                reasoning_budget=contract_raw.get("reasoning_budget"),
+                kv_cache_type=contract_raw.get("kv_cache_type"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),

@@ -55,6 +55,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-medium", ("bench-harness",)),
     **_outcomes("frank-archon", ("bench-harness",)),
     **{(s, "bench-harness"): SKIPPED for s in ("frank-zealot", "frank-dragoon", "frank-tts", "reference")},
+    # Contract pins (B-UN-8/9/10): only frank-medium's contract declares them.
+    **_outcomes("frank-medium", ("contract-pins",)),
+    **{(s, "contract-pins"): SKIPPED for s in ("frank-zealot", "reference")},
     # The engine's build script: declared by frank-medium only.
     **_outcomes("frank-medium", ("build-script",)),
     **{(s, "build-script"): SKIPPED for s in ("frank-archon", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
