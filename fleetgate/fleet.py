@@ -95,6 +95,13 @@ class Contract:
     kv_cache_type: str | None = None
     """The KV precision the endpoint keeps, K and V (B-UN-10)."""
 
+    draft_acceptance_min: float | None = None
+    """The live gate's floor on draft acceptance (default: the fleet's own alert-rule threshold)."""
+    ttft_s: float | None = None
+    """Bound on the time to the first streamed token (default: derived from the measured rates)."""
+    chunk_gap_s: float | None = None
+    """Bound on the gap between streamed chunks (default: derived from the measured rates)."""
+
 
 @dataclass(frozen=True)
 class Bench:
@@ -336,6 +343,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
                 sampler=dict(contract_raw.get("sampler", {})),
                 reasoning_budget=contract_raw.get("reasoning_budget"),
                 kv_cache_type=contract_raw.get("kv_cache_type"),
+                draft_acceptance_min=contract_raw.get("draft_acceptance_min"),
+                ttft_s=contract_raw.get("ttft_s"),
+                chunk_gap_s=contract_raw.get("chunk_gap_s"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
