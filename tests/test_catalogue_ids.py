@@ -75,6 +75,7 @@ def test_definitions_carry_their_rule_text() -> None:
 
 
 def test_server_reproductions_name_a_live_test_that_exists() -> None:
+    _load_all()
     for entry in INCIDENTS:
         r = entry.reproduction
         if r.kind != "server":
@@ -84,8 +85,13 @@ def test_server_reproductions_name_a_live_test_that_exists() -> None:
         path, _, rest = r.test.partition("::")
         assert (REPO / path).is_file(), f"{entry.id}: {path} does not exist"
         match = re.search(r"\[([^]]+)\]", rest)
-        if match:
-            assert f'"{match.group(1)}"' in (REPO / path).read_text(encoding="utf-8"), f"{entry.id}: no case {match.group(1)} in {path}"
+        assert match, f"{entry.id}: name the case, as in {path}::test_x[case]"
+        text = (REPO / path).read_text(encoding="utf-8")
+        case = re.search(rf'^    "{re.escape(match.group(1))}": .*?(?=^    "[a-z-]+": |^}}$)', text, flags=re.M | re.S)
+        assert case, f"{entry.id}: no case {match.group(1)} in {path}"
+        # The case expects the entry's live codes (tests/live assert them as the check's exact outcome).
+        live = [c for c in entry.codes if c.startswith("live-")]
+        assert live and all(f'"{c}"' in case.group(0) for c in live), f"{entry.id}: {live} not expected by {r.test}"
 
 
 def test_mutation_codes_belong_to_registered_seams() -> None:
