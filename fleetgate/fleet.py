@@ -58,6 +58,8 @@ class Host:
     balance_slack_bytes: int | None
     vllm_max_gpu_memory_utilization: float | None
     address: str | None = None
+    gpu_arch: str | None = None
+    """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
 
     @property
     def cards(self) -> tuple[Device, ...]:
@@ -82,6 +84,32 @@ class Contract:
     endpoints: tuple[str, ...] = ()
     api_key_env: str | None = None
     alias: str | None = None
+    slots: int | None = None
+    """Conversations clients run at once: each needs its own slot, or it queues (INC-07)."""
+    concurrent_mmproj: str | None = None
+    """The projector type the publisher requires for concurrent image requests (B-MM-3, INC-59)."""
+    sampler: Mapping[str, float] = field(default_factory=dict)
+    """Sampler defaults clients are promised: temperature, top_p, top_k (B-UN-8)."""
+    reasoning_budget: int | None = None
+    """The reasoning budget clients are promised; -1 unlimited (B-UN-9)."""
+    kv_cache_type: str | None = None
+    """The KV precision the endpoint keeps, K and V (B-UN-10)."""
+
+    draft_acceptance_min: float | None = None
+    """The live gate's floor on draft acceptance (default: the fleet's own alert-rule threshold)."""
+    ttft_s: float | None = None
+    """Bound on the time to the first streamed token (default: derived from the measured rates)."""
+    chunk_gap_s: float | None = None
+    """Bound on the gap between streamed chunks (default: derived from the measured rates)."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A bench harness script of a service: run under bash with ``binary`` stubbed, like a serve script."""
+
+    script: Path
+    binary: str
+    """The program the harness runs (llama-bench, vllm, systemd-run): the stub that records each call."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +136,10 @@ class Service:
     """The line of ``[services.NAME]`` in fleet.toml."""
     payload_manifest: Path | None = None
     """The fetch script's manifest: one ``SIZE SHA256 PATH`` line per payload file."""
+    benches: tuple[Bench, ...] = ()
+    """Bench harness scripts that measure this service (B.15)."""
+    build: Bench | None = None
+    """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
 
 
 @dataclass(frozen=True)
@@ -267,6 +299,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
+            gpu_arch=raw.get("gpu_arch"),
         )
 
     services: dict[str, Service] = {}
@@ -311,9 +344,25 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
                 endpoints=tuple(contract_raw.get("endpoints", ())),
                 api_key_env=contract_raw.get("api_key_env"),
                 alias=contract_raw.get("alias"),
+                slots=contract_raw.get("slots"),
+                concurrent_mmproj=contract_raw.get("concurrent_mmproj"),
+                sampler=dict(contract_raw.get("sampler", {})),
+                reasoning_budget=contract_raw.get("reasoning_budget"),
+                kv_cache_type=contract_raw.get("kv_cache_type"),
+                draft_acceptance_min=contract_raw.get("draft_acceptance_min"),
+                ttft_s=contract_raw.get("ttft_s"),
+                chunk_gap_s=contract_raw.get("chunk_gap_s"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
+            build=(Bench(script=build_script, binary=raw["build"]["binary"])
+                   if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
+                   else None),
+            benches=tuple(
+                Bench(script=bench_script, binary=b["binary"])
+                for i, b in enumerate(raw.get("bench", ()))
+                if (bench_script := repo_file(b["script"], (*keys, "bench", str(i), "script"))) is not None
+            ),
         )
 
     clients: dict[str, Client] = {}

@@ -19,7 +19,9 @@ from fleetgate.incidents import Entry, apply, load_catalogue
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 SEAMS = REPO / "seams"
-CATALOGUES = ("incidents", "branches")
+# The incidents' own mutations run in-process in tests/test_catalogue.py against the same CLEAN table;
+# here the plugin's path is proven on the rule mutations and the branch reproductions.
+CATALOGUES = ("incidents/rules", "branches")
 CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fixtures" / name)]
 
 PASSED, SKIPPED = "passed", "skipped"
@@ -66,6 +68,16 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),
     **{(s, "payload-consistency"): SKIPPED for s in ("frank-zealot", "frank-archon", "frank-dragoon", "frank-tts")},
+    # Bench harnesses (B.15): declared by frank-medium (llama-bench, systemd-run) and frank-archon (vllm bench).
+    **_outcomes("frank-medium", ("bench-harness",)),
+    **_outcomes("frank-archon", ("bench-harness",)),
+    **{(s, "bench-harness"): SKIPPED for s in ("frank-zealot", "frank-dragoon", "frank-tts", "reference")},
+    # Contract pins (B-UN-8/9/10): only frank-medium's contract declares them.
+    **_outcomes("frank-medium", ("contract-pins",)),
+    **{(s, "contract-pins"): SKIPPED for s in ("frank-zealot", "reference")},
+    # The engine's build script: declared by frank-medium only.
+    **_outcomes("frank-medium", ("build-script",)),
+    **{(s, "build-script"): SKIPPED for s in ("frank-archon", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),

@@ -57,7 +57,11 @@ class Check:
             if not failure.cites:
                 # A failure that names no rule of its own cites the check's rules.
                 failure.cites = self.cites
-                failure.args = (format_failure(failure),)
+            # Every failure names the catalogue's incidents that its code guards.
+            from fleetgate.incidents import guarding
+
+            failure.incidents = guarding(failure.code)
+            failure.args = (format_failure(failure),)
             raise
 
 
