@@ -134,6 +134,8 @@ class Service:
     calibration: Mapping[str, Any]
     line: int | None
     """The line of ``[services.NAME]`` in fleet.toml."""
+    payload_manifest: Path | None = None
+    """The fetch script's manifest: one ``SIZE SHA256 PATH`` line per payload file."""
     benches: tuple[Bench, ...] = ()
     """Bench harness scripts that measure this service (B.15)."""
     build: Bench | None = None
@@ -186,6 +188,9 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    dashboards: tuple[Path, ...] = ()
+    retired_names: tuple[str, ...] = ()
+    docs_index: Path | None = None
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
 
@@ -323,6 +328,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
             env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
             unit=repo_file(raw.get("unit"), (*keys, "unit")),
             payload=tuple(raw.get("payload", ())),
+            payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
             projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),
@@ -385,6 +391,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         file for i, rule in enumerate(data.get("rules", []))
         if (file := repo_file(rule, ("rules", str(i)))) is not None
     )
+    dashboards = tuple(
+        file for i, dashboard in enumerate(data.get("dashboards", []))
+        if (file := repo_file(dashboard, ("dashboards", str(i)))) is not None
+    )
     return Fleet(
         path=path,
         name=data["fleet"]["name"],
@@ -394,6 +404,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        dashboards=dashboards,
+        retired_names=tuple(data["fleet"].get("retired_names", ())),
+        docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         non_finite=nonfinite,
     )
 
