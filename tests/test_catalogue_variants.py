@@ -75,7 +75,8 @@ CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
     # A misspelt shape flag is named as such, not reported as 'no measured boot' on the CHUNK line.
     "vllm-misspelt-flag-is-not-a-shape": (
         [(AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqz "$MAXSEQS"')],
-        {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/misspelt-shape-flag"},
+        {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/misspelt-shape-flag",
+         ("frank-archon", "vllm-argv"): "vllm-argv/unknown-flag"},
     ),
     # llama-server reads no '--flag=value' (common/arg.cpp looks the whole token up): refused, as the engine does.
     "llama-flag-equals-value-is-refused": (
