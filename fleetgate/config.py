@@ -13,6 +13,7 @@ from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
 from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
+from fleetgate.failure import Deferred
 from fleetgate.fleet import Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
@@ -57,16 +58,25 @@ class ServiceConfig:
         origin = self.variables.get(name)
         return origin.where if origin else str(self.rendered.script)
 
-    def where_flag(self, use: FlagUse | None) -> str:
-        """file:line of the variable that produced a flag's value (found by re-rendering), else the script."""
+    def where_flag(self, use: FlagUse | None) -> Deferred:
+        """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
+
+        Deferred: the re-renders run only when a failure (or a caller) formats the value, never for a
+        check that passes.
+        """
         if use is None:
-            return str(self.rendered.script)
+            return Deferred(lambda: str(self.rendered.script))
         if use.index is None:
-            return self.where_variable(use.flag)
+            flag = use.flag
+            return Deferred(lambda: self.where_variable(flag))
         key = f"{use.dest}@{use.index}"
-        if key not in self._where_cache:
-            self._where_cache[key] = self._find_flag_origin(use)
-        return self._where_cache[key]
+
+        def find() -> str:
+            if key not in self._where_cache:
+                self._where_cache[key] = self._find_flag_origin(use)
+            return self._where_cache[key]
+
+        return Deferred(find)
 
     def _find_flag_origin(self, use: FlagUse) -> str:
         assert use.index is not None

@@ -141,6 +141,8 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    key_index: KeyIndex | None = field(default=None, compare=False, repr=False)
+    """Where each key of fleet.toml is, read once with the file (``where`` looks keys up in it)."""
 
     @property
     def root(self) -> Path:
@@ -148,7 +150,8 @@ class Fleet:
 
     def where(self, *keys: str) -> str:
         """``fleet.toml:LINE`` for a key path, for failure messages."""
-        line = locate_key(self.path.read_text(encoding="utf-8"), keys)
+        index = self.key_index or KeyIndex(self.path.read_text(encoding="utf-8"))
+        line = index.line(keys)
         return f"{self.path}:{line}" if line else str(self.path)
 
     def host_of(self, service: Service) -> Host:
@@ -209,6 +212,10 @@ def _explain(error: jsonschema.ValidationError) -> str:
 
 def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
     root = path.parent
+    keys_index = KeyIndex(text)
+
+    def locate_key(_: str, keys: Sequence[str]) -> int | None:
+        return keys_index.line(keys)
 
     def repo_file(value: str | None, keys: tuple[str, ...], *, must_exist: bool = True) -> Path | None:
         if value is None:
@@ -311,6 +318,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        key_index=keys_index,
     )
 
 
@@ -332,42 +340,37 @@ def locate_key(text: str, keys: Sequence[str]) -> int | None:
     Array indices count ``[[table]]`` occurrences. Returns the deepest line that matches: the key's
     own line, else the line of its enclosing table.
     """
-    if not keys:
+    return KeyIndex(text).line(keys)
+
+
+class KeyIndex:
+    """Every table and key path of a TOML document with the first line it appears on: built in one pass,
+    so that locating many keys (one per service, one per failure) is not a rescan of the file each time."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        array_counts: dict[tuple[str, ...], int] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            header = _HEADER.match(line)
+            if header:
+                name = _split_dotted(header.group(2))
+                if header.group(1):
+                    index = array_counts.get(name, -1) + 1
+                    array_counts[name] = index
+                    table = (*name, str(index))
+                else:
+                    table = name
+                self.lines.setdefault(table, number)
+                continue
+            key = _KEY.match(line)
+            if key:
+                self.lines.setdefault((*table, *_split_dotted(key.group(1))), number)
+
+    def line(self, keys: Sequence[str]) -> int | None:
+        """The line of the longest prefix of ``keys`` that the document names (its first occurrence)."""
+        for depth in range(len(keys), 0, -1):
+            found = self.lines.get(tuple(keys[:depth]))
+            if found is not None:
+                return found
         return None
-    best: int | None = None
-    best_depth = 0
-    table: tuple[str, ...] = ()
-    array_counts: dict[tuple[str, ...], int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            name = _split_dotted(header.group(2))
-            if header.group(1):
-                index = array_counts.get(name, -1) + 1
-                array_counts[name] = index
-                table = (*name, str(index))
-            else:
-                table = name
-            depth = _prefix_depth(table, keys)
-            if depth == len(table) and depth > best_depth:
-                best, best_depth = number, depth
-            continue
-        key = _KEY.match(line)
-        if key:
-            full = (*table, *_split_dotted(key.group(1)))
-            depth = _prefix_depth(full, keys)
-            if depth == len(full) and depth > best_depth:
-                best, best_depth = number, depth
-            elif (depth == len(table) < len(keys) and full[: len(table) + 1] == tuple(keys[: len(table) + 1])
-                  and depth + 1 > best_depth):
-                best, best_depth = number, depth + 1
-    return best
-
-
-def _prefix_depth(path: Sequence[str], keys: Sequence[str]) -> int:
-    depth = 0
-    for a, b in zip(path, keys, strict=False):
-        if a != b:
-            break
-        depth += 1
-    return depth

@@ -12,7 +12,7 @@ from pathlib import Path
 from fleetgate.checks import check
 from fleetgate.checks._common import gib
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
+from fleetgate.failure import Deferred, Failure
 from fleetgate.fit import (
     CONTEXT_DRAFTERS,
     TERMS,
@@ -94,7 +94,7 @@ def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
             f"one -ts step moves one block, and blocks are not the same size ({sweep})")
 
 
-def _lever(config: ServiceConfig) -> str:
+def _lever(config: ServiceConfig) -> Deferred:
     llama = config.llama
     assert llama is not None
     return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
@@ -229,7 +229,7 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
                     f"{ledger.shape.n_ctx}-token target context: {gib(kv)} of KV")
         else:
             what = f"the draft context's KV is {gib(kv)} (window {draft.sliding_window if draft else '?'})"
-        where = config.where_flag(llama.use("spec_type"))
+        where: str | Deferred = config.where_flag(llama.use("spec_type"))
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
         raise Failure(
