@@ -8,6 +8,7 @@ Everything else is read from the files themselves by the renderer.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ __all__ = [
     "Service",
     "TimeoutChain",
     "TimeoutRef",
+    "Waiver",
     "load_fleet",
 ]
 
@@ -132,6 +134,28 @@ class TimeoutChain:
 
 
 @dataclass(frozen=True)
+class Waiver:
+    """A known failure accepted until a date (``[[waivers]]`` in fleet.toml)."""
+
+    code: str
+    """A failure code, or a check name (every code of that check)."""
+    service: str
+    reason: str
+    expires: datetime.date
+    """The last day the waiver holds."""
+    line: int | None
+
+    def covers(self, service: str, code: str) -> bool:
+        return service == self.service and (code == self.code or code.split("/", 1)[0] == self.code)
+
+    def expired(self, today: datetime.date) -> bool:
+        return today > self.expires
+
+    def describe(self) -> str:
+        return f"waiver {self.code} for {self.service} until {self.expires.isoformat()}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class Fleet:
     path: Path
     name: str
@@ -141,6 +165,7 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    waivers: tuple[Waiver, ...] = ()
     key_index: KeyIndex | None = field(default=None, compare=False, repr=False)
     """Where each key of fleet.toml is, read once with the file (``where`` looks keys up in it)."""
 
@@ -172,6 +197,10 @@ def load_fleet(path: Path | str) -> Fleet:
     except OSError as exc:
         raise InputError(path, None, f"cannot read the fleet manifest: {exc.strerror}") from None
     data = parse_toml(text, path)
+    for waiver in data.get("waivers", []) if isinstance(data.get("waivers"), list) else []:
+        # A TOML date is the natural way to write the expiry; the schema sees its ISO form.
+        if isinstance(waiver, dict) and type(waiver.get("expires")) is datetime.date:
+            waiver["expires"] = waiver["expires"].isoformat()
 
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
@@ -309,6 +338,21 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         file for i, rule in enumerate(data.get("rules", []))
         if (file := repo_file(rule, ("rules", str(i)))) is not None
     )
+    waivers: list[Waiver] = []
+    for i, raw in enumerate(data.get("waivers", [])):
+        keys = ("waivers", str(i))
+        if raw["service"] not in services and raw["service"] not in {c.name for c in chains}:
+            raise InputError(path, locate_key(text, (*keys, "service")),
+                             f"waivers[{i}].service: {raw['service']!r} names no service or timeout chain; expected one "
+                             f"of: {', '.join([*services, *(c.name for c in chains)])}")
+        try:
+            expires = datetime.date.fromisoformat(raw["expires"])
+        except ValueError:
+            raise InputError(path, locate_key(text, (*keys, "expires")),
+                             f"waivers[{i}].expires: {raw['expires']!r} is not a calendar date; expected YYYY-MM-DD") from None
+        waivers.append(Waiver(code=raw["code"], service=raw["service"], reason=raw["reason"], expires=expires,
+                              line=locate_key(text, keys)))
+
     return Fleet(
         path=path,
         name=data["fleet"]["name"],
@@ -318,6 +362,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        waivers=tuple(waivers),
         key_index=keys_index,
     )
 

@@ -24,7 +24,7 @@ from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = ["Seam", "fleet_path"]
 
-pytest_plugins = ["fleetgate.plugin_live"]
+pytest_plugins = ["fleetgate.plugin_live", "fleetgate.plugin_report"]
 
 _FLEET = pytest.StashKey[Fleet]()
 _ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()

@@ -8,7 +8,7 @@ exactly those, with the subject's name as the test id.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -32,6 +32,8 @@ class Check:
     applies: Callable[[Any], bool]
     engines: tuple[str, ...] | None = None
     """Engines the check can apply to at all (known without rendering); None for any."""
+    figures: Callable[[Any], Mapping[str, Any]] | None = None
+    """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
 
     def __call__(self, subject: Any) -> None:
         __tracebackhide__ = True
@@ -61,6 +63,7 @@ def check(
     summary: str,
     applies: Callable[[Any], bool] = _always,
     engines: tuple[str, ...] | None = None,
+    figures: Callable[[Any], Mapping[str, Any]] | None = None,
 ) -> Callable[[F], F]:
     def register(func: F) -> F:
         existing = REGISTRY.get(name)
@@ -69,7 +72,7 @@ def check(
         if existing is not None and existing.func.__qualname__ != func.__qualname__:
             raise ValueError(f"check {name!r} registered twice: {existing.func.__module__} and {func.__module__}")
         REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
-                               func=func, applies=applies, engines=engines)
+                               func=func, applies=applies, engines=engines, figures=figures)
         return func
 
     return register

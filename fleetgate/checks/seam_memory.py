@@ -100,7 +100,34 @@ def _lever(config: ServiceConfig) -> Deferred:
     return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
 
 
-@check(FLOOR, kind="seam", subject="service", applies=_has_ledger,
+def _headroom(config: ServiceConfig) -> dict[str, object]:
+    ledger = service_ledger(config)
+    floor = config.host.card_floor_bytes or 0
+    return {"free_bytes": {d.card.name: d.free or 0 for d in ledger.cards},
+            "headroom_bytes": {d.card.name: (d.free or 0) - floor for d in ledger.cards}}
+
+
+def _balance_margin(config: ServiceConfig) -> dict[str, object]:
+    cards = service_ledger(config).cards
+    slack = config.host.balance_slack_bytes
+    if slack is None or len(cards) < 2:
+        return {}
+    totals = [d.total for d in cards]
+    return {"balance_margin_bytes": slack - (max(totals) - min(totals))}
+
+
+def _cache_margin(config: ServiceConfig) -> dict[str, object]:
+    llama = config.llama
+    assert llama is not None
+    state = service_ledger(config).slot_state
+    if llama.cache_ram_mib < 0:
+        return {"prompt_cache": {"slot_state_bytes": state.total}}
+    cap = llama.cache_ram_mib * MiB
+    return {"prompt_cache": {"cap_bytes": cap, "slot_state_bytes": state.total, "margin_bytes": cap - state.total,
+                             "ram_margin_bytes": config.host.ram_bytes // 2 - cap}}
+
+
+@check(FLOOR, kind="seam", subject="service", applies=_has_ledger, figures=_headroom,
        cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-17", "INC-03", "INC-04",
               "INC-10"),
        summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
@@ -133,7 +160,7 @@ def _split(config: ServiceConfig) -> bool:
             and len(config.host.cards) > 1 and len(llama.devices) != 1 and llama.split_mode != "none")
 
 
-@check(BALANCE, kind="seam", subject="service", applies=_split,
+@check(BALANCE, kind="seam", subject="service", applies=_split, figures=_balance_margin,
        cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
        summary="the cards of a layer split differ by at most the host's declared slack")
 def card_balance(config: ServiceConfig) -> None:
@@ -158,7 +185,7 @@ def card_balance(config: ServiceConfig) -> None:
     )
 
 
-@check(CACHE, kind="seam", subject="service", applies=_has_ledger,
+@check(CACHE, kind="seam", subject="service", applies=_has_ledger, figures=_cache_margin,
        cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
        summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM")
 def prompt_cache_holds_slot(config: ServiceConfig) -> None:
