@@ -20,6 +20,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -29,11 +31,13 @@ import pytest
 from fleetgate.checks import Check, get_check
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Waiver
-from fleetgate.report import PREFIX, FleetReport, case_properties, redact
+from fleetgate.replay import RequestLog, curl
+from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
 
 __all__: list[str] = []
 
 _LIVE_PROPERTY = "fleetgate-live"
+_REQUESTS = pytest.StashKey[RequestLog]()
 TODAY_ENV = "FLEETGATE_TODAY"
 """An ISO date that stands for today when waivers are judged (for rehearsing an expiry); default: today."""
 
@@ -44,6 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only the tests of this check (a failure code selects its check); repeatable")
     group.addoption("--fleetgate-report", metavar="PATH", default=None,
                     help="write per-service results (outcomes, codes, headroom, margins, live measurements) as JSON")
+    group.addoption("--live-progress", metavar="SECONDS", type=float, default=10.0,
+                    help="while a live check waits, print a progress line this often (0: never); default 10")
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -80,6 +86,80 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# -- live checks: the requests they make (for the replay), progress while they wait --------------
+
+
+def _live_endpoint(item: pytest.Item) -> Any:
+    from fleetgate.plugin_live import Live
+
+    callspec = getattr(item, "callspec", None)
+    live = callspec.params.get("live") if callspec is not None else None
+    return live.endpoint if isinstance(live, Live) and live.check is not None else None
+
+
+class _Progress:
+    """A line every ``interval`` seconds while a live check runs: it is waiting, not stuck."""
+
+    def __init__(self, item: pytest.Item, log: RequestLog, interval: float) -> None:
+        self.item = item
+        self.log = log
+        self.interval = interval
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name="fleetgate-live-progress", daemon=True)
+
+    def _run(self) -> None:
+        config = self.item.config
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        while not self.stop.wait(self.interval):
+            last = self.log.last
+            doing = f" ({last.method} {last.url})" if last else ""
+            line = (f"  ... {self.item.name}: waiting {time.monotonic() - self.start:.0f} s, "
+                    f"{len(self.log.requests)} request(s) so far{doing}")
+            if terminal is None:
+                continue
+            if capture is not None:
+                with capture.global_and_fixture_disabled():
+                    terminal.write_line(line)
+            else:
+                terminal.write_line(line)
+
+    def __enter__(self) -> _Progress:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    endpoint = _live_endpoint(item)
+    if endpoint is None:
+        return (yield)
+    log = RequestLog()
+    item.stash[_REQUESTS] = log
+    interval = float(item.config.getoption("--live-progress") or 0)
+    with log.watching(endpoint.client):
+        if interval > 0 and not _is_worker(item.config):
+            with _Progress(item, log, interval):
+                return (yield)
+        return (yield)
+
+
+def _replay(item: pytest.Item) -> str | None:
+    """The curl that repeats the last request of a live check (the key as $VARIABLE)."""
+    endpoint = _live_endpoint(item)
+    log = item.stash.get(_REQUESTS, None)
+    if endpoint is None or log is None or log.last is None:
+        return None
+    key_env = endpoint.contract.api_key_env or item.config.getoption("--api-key-env", None)
+    command = curl(log.last, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None))
+    return redact(command, _secret_names(item.config))
 
 
 # -- properties and waivers (in the process that runs the test: an xdist worker) -------------------
@@ -170,6 +250,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             waiver_text = f"unused: {unused.describe()} ({_where(fleet, unused)}): the check passes; drop the waiver"
     props = case_properties(service=service, check=check.name, cites=cites, code=code,
                             figures=_figures(check, subject), waiver=waiver_text)
+    record = getattr(getattr(item, "callspec", None), "params", {}).get("live")
+    record = getattr(record, "record", None)
+    if record is not None and call.when == "call":
+        props += live_properties(measured=record.measured, spent_tokens=record.spent_tokens,
+                                 requests=record.requests, elapsed=record.elapsed)
+    if report.failed and call.when == "call":
+        replay = _replay(item)
+        if replay is not None:
+            report.longrepr = f"{report.longrepr}\n  replay:   {replay}"
+            props.append((f"{PREFIX}replay", replay))
     # The call report is already built: it and the teardown report (JUnit reads that one) both carry them.
     item.user_properties.extend(props)
     report.user_properties.extend(props)
@@ -218,7 +308,7 @@ class _Collector:
         value: dict[str, Any] = {}
         for key, raw in ours:
             name = key.removeprefix(PREFIX)
-            value[name] = json.loads(str(raw)) if key == _LIVE_PROPERTY or name == "figures" else str(raw)
+            value[name] = json.loads(str(raw)) if key == _LIVE_PROPERTY or name in JSON_PROPERTIES else str(raw)
         xml.add_global_property(f"fleetgate[{report.nodeid}]", json.dumps(value, sort_keys=True))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -20,18 +20,20 @@ from importlib import resources
 from typing import Any
 
 __all__ = [
+    "JSON_PROPERTIES",
     "PREFIX",
     "FleetReport",
     "ServiceResult",
     "case_properties",
+    "live_properties",
     "redact",
     "report_schema",
 ]
 
 PREFIX = "fleetgate."
 SCHEMA_VERSION = 1
-_LIVE = "fleetgate-live"
-"""The live plugin's own per-test property (a JSON object: measured, spent, requests, note)."""
+JSON_PROPERTIES = frozenset({"figures", "measured"})
+"""Properties whose text is a JSON object; the others are plain text."""
 
 
 def case_properties(
@@ -57,6 +59,16 @@ def case_properties(
     if waiver is not None:
         props.append((f"{PREFIX}waiver", waiver))
     return props
+
+
+def live_properties(*, measured: Mapping[str, float], spent_tokens: int, requests: int, elapsed: float) -> list[tuple[str, str]]:
+    """What a live check measured and spent."""
+    return [
+        (f"{PREFIX}measured", json.dumps(dict(measured), sort_keys=True)),
+        (f"{PREFIX}spent_tokens", str(spent_tokens)),
+        (f"{PREFIX}requests", str(requests)),
+        (f"{PREFIX}elapsed_s", f"{elapsed:.3f}"),
+    ]
 
 
 def redact(text: str, names: Iterable[str]) -> str:
@@ -122,13 +134,12 @@ class FleetReport:
         figures = props.get(f"{PREFIX}figures")
         if isinstance(figures, str):
             self._figures(result, json.loads(figures))
-        live = props.get(_LIVE)
-        if isinstance(live, str):
-            data = json.loads(live)
+        measured = props.get(f"{PREFIX}measured")
+        if isinstance(measured, str):
             result.live = True
-            result.measured.update({k: float(v) for k, v in data.get("measured", {}).items()})
-            result.spent_tokens += int(data.get("spent", 0))
-            result.requests += int(data.get("requests", 0))
+            result.measured.update({k: float(v) for k, v in json.loads(measured).items()})
+            result.spent_tokens += int(str(props.get(f"{PREFIX}spent_tokens", 0)))
+            result.requests += int(str(props.get(f"{PREFIX}requests", 0)))
 
     @staticmethod
     def _figures(result: ServiceResult, figures: Mapping[str, Any]) -> None:

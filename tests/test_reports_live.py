@@ -1,0 +1,88 @@
+"""Live reports: every live failure carries a curl that repeats its request, progress while a check waits.
+
+The faults come from the fault server (a fake, for faults only): one that answers every request with
+the Authorization header it received, and one that hangs. The API key in the environment is a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+import xmlschema
+
+from fleetgate.report import report_schema
+
+from .live.faults import FaultServer
+
+REPO = Path(__file__).resolve().parents[1]
+LIVE = REPO / "live"
+XUNIT2 = REPO / "tests" / "schemas" / "xunit2.xsd"
+FAKE_KEY = "sk-fleetgate-fake-77d1c0ffee"
+REPLAY = re.compile(r"^\s+replay:\s+(curl .*)$")
+
+
+def test_a_live_failure_carries_a_curl_that_repeats_it_without_the_key(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLEETGATE_API_KEY", FAKE_KEY)
+    junit, jsonl, report = (pytester.path / n for n in ("junit.xml", "run.jsonl", "fleetgate.json"))
+    with FaultServer("echo-auth") as server:
+        result = pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "reference", "--base-url", server.url, "-p", "no:cacheprovider",
+            "-k", "test_chat or test_health", "--live-timeout", "5", "-n", "2",
+            f"--junitxml={junit}", f"--report-log={jsonl}", f"--fleetgate-report={report}", timeout=120,
+        )
+        result.assert_outcomes(failed=2)
+        replays = [m.group(1) for line in result.stdout.lines if (m := REPLAY.match(line))]
+        auth = '-H "Authorization: Bearer $FLEETGATE_API_KEY"'
+        health = [c for c in replays if "/health" in c]
+        chat = [c for c in replays if "/v1/chat/completions" in c]
+        assert health == [f"curl -sS --max-time 5 {server.url}/health {auth}"]
+        assert len(chat) == 1 and len(replays) == 2
+        assert chat[0].startswith(f"curl -sS --max-time 5 -X POST {server.url}/v1/chat/completions {auth} "
+                                  "-H 'Content-Type: application/json' -d '{")
+        # Pasted into a shell with the key in the environment, each sends the same request, key included.
+        for command in replays:
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30, check=False,
+                                  env={**os.environ, "FLEETGATE_API_KEY": FAKE_KEY})
+            assert json.loads(done.stdout) == {"error": {"message": f"rejected credentials Bearer {FAKE_KEY}"}}
+        body = json.loads(subprocess.run(["bash", "-c", f"printf %s {chat[0].split(' -d ', 1)[1]}"], capture_output=True,
+                                         text=True, check=True).stdout)
+        assert body["messages"] and isinstance(body["max_tokens"], int)
+
+    xmlschema.XMLSchema(str(XUNIT2)).validate(str(junit))
+    props = {p.get("name"): json.loads(p.get("value", "")) for p in ET.parse(junit).getroot().iter("property")
+             if p.get("name", "").startswith("fleetgate[")}
+    assert {v["check"] for v in props.values()} == {"live-health", "live-chat"}
+    for value in props.values():
+        assert value["service"] == "reference"
+        assert value["replay"].startswith("curl -sS")
+        assert isinstance(value["measured"], dict)
+    document = json.loads(report.read_text())
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    reference = document["services"]["reference"]
+    assert sorted((c["check"], c["outcome"]) for c in reference["checks"]) == [("live-chat", "failed"), ("live-health", "failed")]
+    assert reference["live"]["requests"] == sum(int(v["requests"]) for v in props.values())
+    for text in (junit.read_text(), jsonl.read_text(), report.read_text(), result.stdout.str(), result.stderr.str()):
+        assert FAKE_KEY not in text
+
+
+@pytest.mark.parametrize("capture", [[], ["-s"]], ids=["captured", "-s"])
+def test_a_waiting_live_check_shows_progress(pytester: pytest.Pytester, capture: list[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLEETGATE_API_KEY", raising=False)
+    with FaultServer("hang") as server:
+        result = pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "reference", "--base-url", server.url, "-p", "no:cacheprovider",
+            "-k", "test_health", "--live-timeout", "2", "--live-progress", "0.5", *capture, timeout=60,
+        )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"  ... test_health[[]reference[]]: waiting * s, 1 request(s) so far (GET {server.url}/health)"])
+    result.stdout.fnmatch_lines([f"  replay:   curl -sS --max-time * {server.url}/health"])
