@@ -29,26 +29,29 @@ SUBCOMMANDS: tuple[str, ...] = ("fleetgate.cli_fit", "fleetgate.cli_reference")
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
 
 
-def resolve_fleet(path: str | None) -> Fleet:
-    """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml."""
+def resolve_fleet(path: str | None, *, only: str | None = None) -> Fleet:
+    """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml.
+
+    ``only``: the answer is about that one service; the others are not loaded (see ``load_fleet``).
+    """
     if path:
-        return load_fleet(Path(path))
+        return load_fleet(Path(path), only=only)
     if Path("fleet.toml").is_file():
-        return load_fleet(Path("fleet.toml"))
+        return load_fleet(Path("fleet.toml"), only=only)
     pyproject = Path("pyproject.toml")
     if pyproject.is_file():
         import tomllib
 
         ini = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {}).get("ini_options", {})
         if "fleetgate_fleet" in ini:
-            return load_fleet(Path(ini["fleetgate_fleet"]))
+            return load_fleet(Path(ini["fleetgate_fleet"]), only=only)
     raise InputError(Path.cwd(), None, f"no fleet manifest: pass --fleet PATH ({DEFAULT_FLEET_HINT})")
 
 
 def _render(args: argparse.Namespace) -> int:
     from fleetgate.config import load_service
 
-    fleet = resolve_fleet(args.fleet)
+    fleet = resolve_fleet(args.fleet, only=args.service)
     if args.service not in fleet.services:
         raise InputError(fleet.path, None, f"no service {args.service!r}; expected one of: {', '.join(fleet.services)}")
     config = load_service(fleet, fleet.services[args.service])

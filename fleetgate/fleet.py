@@ -189,8 +189,13 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
-def load_fleet(path: Path | str) -> Fleet:
-    """Read and validate a fleet manifest; every problem is one ``InputError`` line."""
+def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
+    """Read and validate a fleet manifest; every problem is one ``InputError`` line.
+
+    ``only``: a fleet of that one service (hosts, clients and timeouts whole), for answering about
+    one service at the cost of one, whatever the fleet's size; the other services' tables are not
+    validated. An unknown name loads the whole fleet (the caller lists the names).
+    """
     path = Path(path).resolve()
     try:
         text = path.read_text(encoding="utf-8")
@@ -202,6 +207,10 @@ def load_fleet(path: Path | str) -> Fleet:
         if isinstance(waiver, dict) and type(waiver.get("expires")) is datetime.date:
             waiver["expires"] = waiver["expires"].isoformat()
 
+    known = tuple(data["services"]) if isinstance(data.get("services"), dict) else ()
+    if only is not None and only in known:
+        data = {**data, "services": {only: data["services"][only]}}
+
     validator = jsonschema.Draft202012Validator(_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
     if errors:
@@ -209,7 +218,7 @@ def load_fleet(path: Path | str) -> Fleet:
         keys = tuple(str(k) for k in error.absolute_path)
         raise InputError(path, locate_key(text, keys), f"{'.'.join(keys) or '(top level)'}: {_explain(error)}")
 
-    return _build(path, text, data)
+    return _build(path, text, data, known)
 
 
 def _explain(error: jsonschema.ValidationError) -> str:
@@ -239,7 +248,7 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return str(error.message)
 
 
-def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
+def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] = ()) -> Fleet:
     root = path.parent
     keys_index = KeyIndex(text)
 
@@ -324,7 +333,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         for ref in raw["chain"]:
             if isinstance(ref, str):
                 owner, variable = ref.split(":", 1)
-                if owner not in services and owner not in clients:
+                if owner not in services and owner not in known and owner not in clients:
                     raise InputError(path, locate_key(text, ("timeouts", str(i))),
                                      f"timeouts[{i}]: {ref!r} names no service or client; expected one of: "
                                      f"{', '.join([*services, *clients])}")
@@ -341,7 +350,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
     waivers: list[Waiver] = []
     for i, raw in enumerate(data.get("waivers", [])):
         keys = ("waivers", str(i))
-        if raw["service"] not in services and raw["service"] not in {c.name for c in chains}:
+        if raw["service"] not in services and raw["service"] not in known and raw["service"] not in {c.name for c in chains}:
             raise InputError(path, locate_key(text, (*keys, "service")),
                              f"waivers[{i}].service: {raw['service']!r} names no service or timeout chain; expected one "
                              f"of: {', '.join([*services, *(c.name for c in chains)])}")

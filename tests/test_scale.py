@@ -106,3 +106,17 @@ def test_xdist_workers_render_nothing_the_controller_rendered(pytester: pytest.P
     renders = {path.name.split("-", 1)[1]: path.read_text().split() for path in out.iterdir()}
     assert set(renders) == {"controller"}, json.dumps(renders)
     assert sorted(renders["controller"]) == sorted(fleet.services)
+
+
+def test_one_service_loads_alone_with_the_fleet_around_it(tmp_path: Path) -> None:
+    whole = load_fleet(FLEET / "fleet.toml")
+    one = load_fleet(FLEET / "fleet.toml", only="frank-zealot")
+    assert list(one.services) == ["frank-zealot"]
+    assert one.services["frank-zealot"] == whole.services["frank-zealot"]
+    assert (one.hosts, one.timeouts, one.clients) == (whole.hosts, whole.timeouts, whole.clients)
+    assert list(load_fleet(FLEET / "fleet.toml", only="frank-nope").services) == list(whole.services)
+    # Another service's broken table does not stop an answer about this one; it stops the whole load.
+    toml = fleet_copy(tmp_path, {"fleet.toml": ("port = 7773", 'port = "7773"')})
+    assert list(load_fleet(toml, only="frank-zealot").services) == ["frank-zealot"]
+    with pytest.raises(InputError, match=r"services\.frank-dragoon\.port: expected integer"):
+        load_fleet(toml)
