@@ -1,8 +1,8 @@
 """The regression catalogue: past incidents and the edits to the example fleet that reproduce them.
 
-Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every check that must
-fail on the mutated fleet -- and nothing else. ``apply`` writes the mutated copy; the suite's own tests
-run the seams on it.
+Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every failure the mutated
+fleet must show -- as ``"subject: failure code"`` -- and nothing else. ``apply`` writes the mutated copy;
+the suite's own tests run the seams on it.
 """
 
 from __future__ import annotations
@@ -26,9 +26,30 @@ class Mutation:
 
 @dataclass(frozen=True)
 class Expectation:
-    check: str
+    """One failure the mutated fleet must show: its subject and its failure code (``check/branch``)."""
+
     subject: str
-    message: tuple[str, ...]
+    code: str
+
+    @property
+    def check(self) -> str:
+        return self.code.split("/", 1)[0]
+
+
+def _expectation(path: Path, item: object) -> Expectation:
+    subject, _, code = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or "/" not in code or " " in code:
+        raise InputError(path, None, f"expect: {item!r}; expected 'SUBJECT: check/code', e.g. "
+                                     "'frank-medium: speculative-wiring/draft-model-without-type'")
+    return Expectation(subject=subject, code=code)
+
+
+def _skip(path: Path, item: object) -> tuple[str, str]:
+    subject, _, check = item.partition(": ") if isinstance(item, str) else ("", "", "")
+    if not subject or not check or "/" in check or " " in check:
+        raise InputError(path, None, f"skip: {item!r}; expected 'SUBJECT: check' or 'SUBJECT: *', "
+                                     "e.g. 'frank-medium: card-floor'")
+    return subject, check
 
 
 @dataclass(frozen=True)
@@ -40,6 +61,9 @@ class Entry:
     cites: tuple[str, ...]
     mutations: tuple[Mutation, ...]
     expect: tuple[Expectation, ...]
+    skip: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation turns into skips: the check can no longer see the subject.
+    A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
 
 
 def load_catalogue(directory: Path) -> list[Entry]:
@@ -55,11 +79,11 @@ def load_catalogue(directory: Path) -> list[Entry]:
                 cites=tuple(data.get("cites", ())),
                 mutations=tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"),
                                          create=m.get("create")) for m in data["mutation"]),
-                expect=tuple(Expectation(check=e["check"], subject=e["subject"], message=tuple(e.get("message", ())))
-                             for e in data["expect"]),
+                expect=tuple(_expectation(path, e) for e in data["expect"]),
+                skip=tuple(_skip(path, s) for s in data.get("skip", ())),
             ))
         except KeyError as exc:
-            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, [[mutation]], [[expect]]") from None
+            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, expect, [[mutation]]") from None
     return entries
 
 

@@ -1,8 +1,9 @@
 """The pytest plugin: ``--fleet``, the ``check`` marker, parametrisation per subject, operator-facing failures.
 
 This is the only module of fleetgate that imports pytest. A test marked ``@pytest.mark.check(NAME)``
-that takes a ``seam`` argument is parametrised over the subjects the registered check applies to
-(services, timeout chains), with the subject's name as the test id; ``seam.run()`` runs the check.
+that takes a ``seam`` argument is parametrised over every subject the registered check could concern
+(the services of its engines, the timeout chains), with the subject's name as the test id;
+``seam.run()`` runs the check, or skips with the reason it cannot apply (what to declare).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.checks import Check, get_check
+from fleetgate.checks import Check, NotApplicable, get_check
 from fleetgate.config import ServiceAttempt, attempt_services, share_attempts, unshare_attempts
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
@@ -108,7 +109,10 @@ def _chains(config: pytest.Config) -> list[ResolvedChain]:
 
 @dataclass(frozen=True)
 class Seam:
-    """One check on one subject; ``run()`` raises ``Failure`` when the contract does not hold."""
+    """One check on one subject; ``run()`` raises ``Failure`` when the contract does not hold.
+
+    A seam that cannot judge its subject skips with the reason, which names what to declare.
+    """
 
     check: Check
     subject: Any
@@ -118,24 +122,39 @@ class Seam:
     def run(self) -> None:
         __tracebackhide__ = True
         if self.skip_reason:
-            pytest.skip(self.skip_reason)
-        self.check(self.subject)
+            self._skip(self.skip_reason)
+        try:
+            self.check(self.subject)
+        except NotApplicable as reason:
+            self._skip(str(reason))
+
+    def _skip(self, reason: str) -> None:
+        __tracebackhide__ = True
+        # -rs lists reasons by file:line only: each names its subject.
+        pytest.skip(reason if reason.startswith(f"{self.name} ") else f"{self.name}: {reason}")
 
 
 def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
+    """Every subject the check could concern: a seam that cannot apply skips, it never vanishes."""
     if check.subject == "timeout-chain":
-        return [Seam(check, chain, chain.name) for chain in _chains(config)]
+        chains = [Seam(check, chain, chain.name) for chain in _chains(config)]
+        return chains or [Seam(check, None, "fleet", skip_reason=(
+            f"{_fleet(config).path.name} declares no [[timeouts]] chain: declare the budgets that must nest"))]
     if check.subject != "service":
         raise pytest.UsageError(f"fleetgate: check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
     seams = []
     for name, attempt in _attempts(config).items():
+        if check.engines is not None and attempt.service.engine not in check.engines:
+            continue
         if check.name == RENDERS:
             seams.append(Seam(check, attempt, name))
         elif attempt.config is None:
-            if check.engines is None or attempt.service.engine in check.engines:
-                seams.append(Seam(check, None, name, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
-        elif check.applies(attempt.config):
-            seams.append(Seam(check, attempt.config, name))
+            seams.append(Seam(check, None, name, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
+        else:
+            seams.append(Seam(check, attempt.config, name, skip_reason=check.why_not(attempt.config)))
+    if not seams:
+        kind = f"{' or '.join(check.engines)} service" if check.engines else "service"
+        seams.append(Seam(check, None, "fleet", skip_reason=f"the fleet declares no {kind}"))
     return seams
 
 

@@ -97,7 +97,7 @@ def test_a_failing_seam_reads_as_an_operator_message_without_a_traceback(pyteste
     result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet / 'fleet.toml'}")
     assert result.parseoutcomes()["failed"] == 1
     result.stdout.fnmatch_lines([
-        "frank-medium: vision-mmproj [[]B-MM-1, B-MM-2, INC-08[]]",
+        "frank-medium: vision-mmproj/no-mmproj [[]B-MM-1, B-MM-2, INC-08[]]",
         "  where:    scripts/serve-frank-medium.sh",
         "  observed: no --mmproj in the rendered argv",
         "  expected: --mmproj <projector.gguf>*",
@@ -133,4 +133,5 @@ def test_seams_run_under_xdist_and_keep_their_messages(pytester: pytest.Pytester
                                            "-p", "no:cacheprovider")
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == 1 and outcomes.get("passed", 0) >= 20, outcomes
-    result.stdout.fnmatch_lines(["*tts-budgets: timeouts-nest*", "*observed: podcast-app:ESPERANTO_TTS_TIMEOUT = 600 s is equal to*"])
+    result.stdout.fnmatch_lines(["*tts-budgets: timeouts-nest/not-strictly-longer*",
+                                 "*observed: podcast-app:ESPERANTO_TTS_TIMEOUT = 600 s is equal to*"])

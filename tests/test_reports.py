@@ -27,6 +27,8 @@ XUNIT2 = REPO / "tests" / "schemas" / "xunit2.xsd"
 IMPORT_BY_PATH = "--import-mode=importlib"
 FAKE_KEY = "sk-fleetgate-fake-4c9e1f0b7a"
 FAILING = ("frank-medium", "vision-mmproj")
+CODE = "vision-mmproj/no-mmproj"
+"""The failure code of vision-mmproj when the rendered argv has no --mmproj (what VISION=off does)."""
 
 
 @pytest.fixture
@@ -104,10 +106,10 @@ def test_junit_jsonl_and_report_under_xdist_carry_every_case(
         check = get_check(value["check"])
         assert value["cites"] == ",".join(check.cites)
         assert value["incidents"] == ",".join(c for c in check.cites if c.startswith("INC-"))
-    failed = {k for k, outcome in cases.items() if outcome != "passed"}
-    assert failed == {"test_vision.py::test_vision_mmproj[frank-medium]"}
-    assert cases[next(iter(failed))] == "failed"
-    assert props["test_vision.py::test_vision_mmproj[frank-medium]"]["code"] == "vision-mmproj"
+    assert {k for k, outcome in cases.items() if outcome == "failed"} == {"test_vision.py::test_vision_mmproj[frank-medium]"}
+    assert set(cases.values()) <= {"passed", "failed", "skipped"}
+    skipped = {k for k, outcome in cases.items() if outcome == "skipped"}
+    assert props["test_vision.py::test_vision_mmproj[frank-medium]"]["code"] == CODE
     assert [k for k, v in props.items() if "code" in v] == ["test_vision.py::test_vision_mmproj[frank-medium]"]
     assert "INC-08" in props["test_vision.py::test_vision_mmproj[frank-medium]"]["incidents"].split(",")
     figures = props["test_memory.py::test_card_floor[frank-medium]"]["figures"]
@@ -116,22 +118,23 @@ def test_junit_jsonl_and_report_under_xdist_carry_every_case(
     # JSON lines: every call report of a seam carries the properties; the failure its code.
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
     calls = [r for r in lines if r.get("$report_type") == "TestReport" and r["when"] == "call"]
-    assert {short(r["nodeid"]) for r in calls} == set(cases)
+    assert {short(r["nodeid"]): r["outcome"] for r in calls} == cases
     for record in calls:
         found = dict(record["user_properties"])
         assert record["nodeid"].endswith(f"[{found['fleetgate.service']}]")
         assert "fleetgate.check" in found
         assert ("fleetgate.code" in found) == (record["outcome"] == "failed")
     failing = next(r for r in calls if r["outcome"] == "failed")
-    assert dict(failing["user_properties"])["fleetgate.code"] == "vision-mmproj"
+    assert dict(failing["user_properties"])["fleetgate.code"] == CODE
 
     # The fleetgate report: schema-valid, every case once, the ledger's figures per card.
     document = json.loads(report.read_text())
     jsonschema.Draft202012Validator(report_schema()).validate(document)
-    outcomes = {(service, c["check"]): c["outcome"] for service, s in document["services"].items() for c in s["checks"]}
-    assert len(outcomes) == len(cases)
-    assert {k for k, v in outcomes.items() if v != "passed"} == {FAILING}
-    assert outcomes[FAILING] == "failed"
+    outcomes = {short(c["test"]): c["outcome"] for s in document["services"].values() for c in s["checks"]}
+    assert outcomes == cases
+    assert {(service, c["check"]) for service, s in document["services"].items() for c in s["checks"]
+            if c["outcome"] == "failed"} == {FAILING}
+    assert {k for k, v in outcomes.items() if v == "skipped"} == skipped
     medium = document["services"]["frank-medium"]
     fleet = load_fleet(fleet_toml)
     host = fleet.hosts[fleet.services["frank-medium"].host]
@@ -141,7 +144,10 @@ def test_junit_jsonl_and_report_under_xdist_carry_every_case(
     margins = [*medium["headroom_bytes"].values(), medium["balance_margin_bytes"],
                medium["prompt_cache"]["margin_bytes"], medium["prompt_cache"]["ram_margin_bytes"]]
     assert medium["tightest_margin"]["bytes"] == min(margins)
-    assert medium["outcomes"] == {"passed": len(medium["checks"]) - 1, "failed": 1}
+    tally: dict[str, int] = {}
+    for entry in medium["checks"]:
+        tally[entry["outcome"]] = tally.get(entry["outcome"], 0) + 1
+    assert medium["outcomes"] == tally and tally["failed"] == 1
 
     # No secret anywhere.
     for text in (junit.read_text(), jsonl.read_text(), report.read_text(), result.stdout.str(), result.stderr.str()):
@@ -176,14 +182,14 @@ def test_the_seams_end_with_a_summary_per_service(pytester: pytest.Pytester, sea
     tight = medium["tightest_margin"]
     result.stdout.fnmatch_lines([
         "*fleetgate: per service*",
-        f"frank-medium: {counts['passed']} passed, 1 failed, 0 skipped",
+        f"frank-medium: {counts['passed']} passed, 1 failed, {counts.get('skipped', 0)} skipped",
         "  headroom above the floor: ROCm0 * GiB, ROCm1 * GiB",
         f"  tightest margin: {tight['bytes'] / (1 << 30):.2f} GiB ({tight['what']})",
     ])
 
 
 def test_a_waived_failure_is_expected_until_its_date(pytester: pytest.Pytester, seams: Path) -> None:
-    fleet_toml = copy_fleet(pytester, vision_off=True, waivers=waiver("vision-mmproj", "frank-medium", "2999-12-31"))
+    fleet_toml = copy_fleet(pytester, vision_off=True, waivers=waiver(CODE, "frank-medium", "2999-12-31"))
     report = pytester.path / "fleetgate.json"
     result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet_toml}",
                                 "-p", "no:cacheprovider", f"--fleetgate-report={report}")
@@ -191,8 +197,8 @@ def test_a_waived_failure_is_expected_until_its_date(pytester: pytest.Pytester, 
     assert outcomes.get("xfailed") == 1 and "failed" not in outcomes
     checks = json.loads(report.read_text())["services"]["frank-medium"]["checks"]
     assert [(c["check"], c["outcome"]) for c in checks] == [("vision-mmproj", "xfailed")]
-    assert checks[0]["code"] == "vision-mmproj"
-    assert checks[0]["waiver"].startswith("waiver vision-mmproj for frank-medium until 2999-12-31")
+    assert checks[0]["code"] == CODE
+    assert checks[0]["waiver"].startswith(f"waiver {CODE} for frank-medium until 2999-12-31")
     assert result.ret == pytest.ExitCode.OK
 
 
@@ -207,9 +213,9 @@ def test_an_expired_waiver_fails_again_naming_itself(
     outcomes = result.parseoutcomes()
     assert outcomes.get("failed") == 1 and "xfailed" not in outcomes, outcomes
     checks = json.loads(report.read_text())["services"]["frank-medium"]["checks"]
-    assert [(c["check"], c["outcome"], c["code"]) for c in checks] == [("vision-mmproj", "failed", "vision-mmproj")]
+    assert [(c["check"], c["outcome"], c["code"]) for c in checks] == [("vision-mmproj", "failed", CODE)]
     assert checks[0]["waiver"].startswith("expired: waiver vision-mmproj for frank-medium until 2027-03-31")
-    result.stdout.fnmatch_lines(["frank-medium: vision-mmproj: the waiver vision-mmproj for frank-medium until 2027-03-31*"
+    result.stdout.fnmatch_lines([f"frank-medium: {CODE}: the waiver vision-mmproj for frank-medium until 2027-03-31*"
                                  "expired on 2027-03-31 (fleet.toml:*)*"])
     # On its last day the waiver still holds.
     monkeypatch.setenv("FLEETGATE_TODAY", "2027-03-31")
@@ -259,7 +265,7 @@ def test_check_selects_by_name_or_failure_code(pytester: pytest.Pytester, seams:
     vision = {n for n in everything if n.startswith("test_vision.py::test_vision_mmproj[")}
     assert vision and vision != everything
     assert collected(pytester.runpytest(*args, "--check", "vision-mmproj")) == vision
-    assert collected(pytester.runpytest(*args, "--check", "vision-mmproj/no-projector")) == vision
+    assert collected(pytester.runpytest(*args, "--check", CODE)) == vision
     both = {n for n in everything if n.startswith(("test_vision.py::test_vision_mmproj[", "test_timeouts.py::"))}
     assert collected(pytester.runpytest(*args, "--check", "vision-mmproj", "--check", "timeouts-nest")) == both
     result = pytester.runpytest(*args, "--check", "no-such-check")

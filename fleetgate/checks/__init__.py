@@ -2,8 +2,11 @@
 
 A check is a plain typed function of one subject (a service's config, a timeout chain, a live
 endpoint) that returns nothing when the contract holds and raises ``Failure`` when it does not.
-``applies`` says which subjects a check is about; the plugin parametrises each check's test over
-exactly those, with the subject's name as the test id.
+A seam is parametrised over every subject it could concern (every service of the engines it names,
+every timeout chain), with the subject's name as the test id, so a seam never vanishes from a run:
+``requires`` says why a check cannot apply to a subject (naming what to declare), and the test skips
+with that reason; a check that can see only part of its subject raises ``NotApplicable`` for the rest.
+Live checks select their endpoints with ``applies``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from typing import Any, Literal, TypeVar
 
 from fleetgate.failure import Failure, format_failure
 
-__all__ = ["REGISTRY", "Check", "check", "get_check"]
+__all__ = ["REGISTRY", "Check", "NotApplicable", "check", "get_check"]
 
 Kind = Literal["seam", "live"]
 F = TypeVar("F", bound=Callable[..., None])
+
+
+class NotApplicable(Exception):
+    """The check cannot judge this subject; the message names what to declare so that it can."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,14 @@ class Check:
     """Engines the check can apply to at all (known without rendering); None for any."""
     figures: Callable[[Any], Mapping[str, Any]] | None = None
     """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
+    requires: Callable[[Any], str | None] | None = None
+    """Why the check cannot apply to a subject (what to declare so it can), or None when it can."""
+
+    def why_not(self, subject: Any) -> str | None:
+        """None when the check applies to ``subject``; otherwise the reason it cannot."""
+        if self.requires is not None:
+            return self.requires(subject)
+        return None if self.applies(subject) else f"{self.name} does not apply to this subject"
 
     def __call__(self, subject: Any) -> None:
         __tracebackhide__ = True
@@ -64,7 +79,15 @@ def check(
     applies: Callable[[Any], bool] = _always,
     engines: tuple[str, ...] | None = None,
     figures: Callable[[Any], Mapping[str, Any]] | None = None,
+    requires: Callable[[Any], str | None] | None = None,
 ) -> Callable[[F], F]:
+    if requires is not None:
+        if applies is not _always:
+            raise ValueError(f"check {name!r}: give requires or applies, not both")
+
+        def applies(subject: Any) -> bool:
+            return requires(subject) is None
+
     def register(func: F) -> F:
         existing = REGISTRY.get(name)
         # A module imported again (pytester, importlib.reload) re-registers its own checks; two
@@ -72,7 +95,8 @@ def check(
         if existing is not None and existing.func.__qualname__ != func.__qualname__:
             raise ValueError(f"check {name!r} registered twice: {existing.func.__module__} and {func.__module__}")
         REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
-                               func=func, applies=applies, engines=engines, figures=figures)
+                               func=func, applies=applies, engines=engines, figures=figures,
+                               requires=requires)
         return func
 
     return register

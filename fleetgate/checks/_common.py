@@ -1,8 +1,13 @@
-"""Small helpers shared by the check modules (formatting only; no arithmetic, no parsing)."""
+"""Small helpers shared by the check modules: formatting, and the reasons a seam cannot apply."""
 
 from __future__ import annotations
 
-__all__ = ["gib", "mib"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetgate.config import ServiceConfig
+
+__all__ = ["gib", "mib", "no_cards", "no_profile"]
 
 
 def gib(value: float) -> str:
@@ -11,3 +16,21 @@ def gib(value: float) -> str:
 
 def mib(value: float) -> str:
     return f"{value / (1 << 20):,.0f} MiB"
+
+
+def no_profile(config: ServiceConfig, needs: str = "") -> str | None:
+    """Why a seam that reads the model's profile cannot apply (None when the profile is there)."""
+    if config.profile is None:
+        return (f"{config.name} declares no model profile: set services.{config.name}.profile in fleet.toml "
+                "(`fleetgate profile MODEL.gguf` writes one)")
+    if needs and not getattr(config.profile, needs, None):
+        return f"profile {config.profile.name} gives no {needs}: declare it in {config.profile.path.name}"
+    return None
+
+
+def no_cards(config: ServiceConfig) -> str | None:
+    """Why a seam about the host's cards cannot apply (None when the host declares some)."""
+    if not config.host.cards:
+        return (f"host {config.host.name} declares no serving device (CPU only): declare its cards in "
+                f"hosts.{config.host.name}.devices")
+    return None

@@ -10,11 +10,11 @@ from fleetgate.failure import Failure
 NAME = "engine-accepts-argv"
 
 
-def _is_llama(config: ServiceConfig) -> bool:
-    return config.llama is not None
+def _is_llama(config: ServiceConfig) -> str | None:
+    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(NAME, kind="seam", subject="service", cites=(), applies=_is_llama, engines=("llama.cpp",),
+@check(NAME, kind="seam", subject="service", cites=(), requires=_is_llama, engines=("llama.cpp",),
        summary="every flag is one llama-server accepts, with a value of the type it expects")
 def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama
@@ -28,6 +28,7 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
     first = llama.problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
     raise Failure(
+        code=f"{NAME}/rejected-flag",
         service=config.name, check=NAME,
         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
         observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.checks import check
+from fleetgate.checks._common import no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.failure import Failure
@@ -11,11 +12,11 @@ DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"
 
 
-def _is_llama(config: ServiceConfig) -> bool:
-    return config.llama is not None
+def _is_llama(config: ServiceConfig) -> str | None:
+    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), applies=_is_llama,
+@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), requires=_is_llama,
        engines=("llama.cpp",),
        summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told")
 def slots_divide_context(config: ServiceConfig) -> None:
@@ -26,6 +27,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     where = config.where_flag(ctx_use)
     if llama.ctx_size == 0:
         raise Failure(
+            code=f"{DIVIDE}/no-ctx-size",
             service=config.name, check=DIVIDE, where=str(config.rendered.script),
             observed="no --ctx-size: the pool is whatever the GGUF's trained context is",
             expected="an explicit --ctx-size, so the pool and the slot window are the fleet's decision",
@@ -35,6 +37,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     assert shape is not None
     if not shape.unified and llama.ctx_size != shape.n_ctx:
         raise Failure(
+            code=f"{DIVIDE}/slot-padding",
             service=config.name, check=DIVIDE, where=where,
             observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
                       f"{shape.n_ctx_seq} and the pool to {shape.n_ctx}"),
@@ -44,6 +47,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
     window = config.service.contract.context_window
     if window is not None and shape.n_ctx_seq != window:
         raise Failure(
+            code=f"{DIVIDE}/slot-not-client-window",
             service=config.name, check=DIVIDE, where=where,
             observed=(f"each of {shape.n_seq_max} slots holds {shape.n_ctx_seq} tokens "
                       f"(--ctx-size {llama.ctx_size} / --parallel {llama.n_slots}"
@@ -55,11 +59,11 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
 
 
-def _has_profile(config: ServiceConfig) -> bool:
-    return config.llama is not None and config.profile is not None and config.profile.n_ctx_train is not None
+def _no_trained_window(config: ServiceConfig) -> str | None:
+    return _is_llama(config) or no_profile(config, "n_ctx_train")
 
 
-@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), applies=_has_profile,
+@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), requires=_no_trained_window,
        engines=("llama.cpp",),
        summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation")
 def slot_within_trained_window(config: ServiceConfig) -> None:
@@ -73,6 +77,7 @@ def slot_within_trained_window(config: ServiceConfig) -> None:
     if shape.n_ctx_seq > limit:
         declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
         raise Failure(
+            code=f"{TRAINED}/past-trained-window",
             service=config.name, check=TRAINED, where=config.where_flag(llama.use("ctx_size")),
             observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
                       f"the trained {profile.n_ctx_train} of {profile.name}"

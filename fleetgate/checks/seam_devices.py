@@ -50,12 +50,15 @@ def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Vis
     return Visibility(devices, tuple(steps))
 
 
-def _multi_device_host(config: ServiceConfig) -> bool:
-    return config.service.engine in ("llama.cpp", "vllm") and len(config.host.devices) > 1
+def _no_devices(config: ServiceConfig) -> str | None:
+    if not config.host.devices:
+        return (f"host {config.host.name} declares no device (CPU only): declare its devices, in "
+                f"enumeration order, in hosts.{config.host.name}.devices")
+    return None
 
 
 @check(NAME, kind="seam", subject="service", cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
-       applies=_multi_device_host, engines=("llama.cpp", "vllm"),
+       requires=_no_devices, engines=("llama.cpp", "vllm"),
        summary="visibility variables leave exactly the serving cards the engine is told to use")
 def device_visibility(config: ServiceConfig) -> None:
     env = dict(config.rendered.env)
@@ -64,6 +67,7 @@ def device_visibility(config: ServiceConfig) -> None:
                                                      "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
     if seen.problem or not seen.devices:
         raise Failure(
+            code=f"{NAME}/nothing-visible",
             service=config.name, check=NAME, where=where,
             observed=seen.problem or "no device left visible",
             details=list(seen.steps),
@@ -73,6 +77,7 @@ def device_visibility(config: ServiceConfig) -> None:
     hidden = [d for d in seen.devices if not d.serves]
     if hidden:
         raise Failure(
+            code=f"{NAME}/non-serving-card-visible",
             service=config.name, check=NAME, where=where,
             observed=f"{', '.join(d.name for d in hidden)} is visible to the engine",
             details=list(seen.steps) or [f"no visibility variable: all {len(config.host.devices)} devices enumerate"],
@@ -83,6 +88,7 @@ def device_visibility(config: ServiceConfig) -> None:
     needed = _devices_needed(config)
     if needed > len(seen.devices):
         raise Failure(
+            code=f"{NAME}/too-few-visible",
             service=config.name, check=NAME, where=where,
             observed=f"{len(seen.devices)} visible device(s) for an engine configured for {needed}",
             details=list(seen.steps),
@@ -92,6 +98,7 @@ def device_visibility(config: ServiceConfig) -> None:
     llama = config.llama
     if llama is not None and llama.devices and llama.tensor_split and len(llama.devices) != len(llama.tensor_split):
         raise Failure(
+            code=f"{NAME}/tensor-split-length",
             service=config.name, check=NAME, cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
             observed=f"--device {','.join(llama.devices)} ({len(llama.devices)}) with --tensor-split "
                      f"{','.join(f'{v:g}' for v in llama.tensor_split)} ({len(llama.tensor_split)} entries)",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetgate.checks import check
-from fleetgate.checks._common import gib
+from fleetgate.checks import NotApplicable, check
+from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Deferred, Failure
 from fleetgate.fit import (
@@ -40,8 +40,14 @@ def _profile_where(path: Path, table: str) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def _has_ledger(config: ServiceConfig) -> bool:
-    return config.llama is not None and config.profile is not None and bool(config.profile.block_count)
+def _no_ledger(config: ServiceConfig) -> str | None:
+    """Why the ledger cannot be built for this service (it needs the model's profile)."""
+    return no_profile(config, "block_count")
+
+
+def _no_card_ledger(config: ServiceConfig) -> str | None:
+    """Why there is no ledger of cards: no profile, or a host without cards (CPU only)."""
+    return _no_ledger(config) or no_cards(config)
 
 
 def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
@@ -51,6 +57,7 @@ def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
         llama = config.llama
         assert llama is not None
         raise Failure(
+            code=f"{check_name}/unknown-device",
             service=config.name, check=check_name, where=config.where_flag(llama.use("device")),
             observed=f"--device names {exc.args[0]!r}, which host {config.host.name} has no card for",
             expected=f"one of: {', '.join(d.name for d in config.host.cards)}",
@@ -60,6 +67,7 @@ def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
         llama = config.llama
         assert llama is not None
         raise Failure(
+            code=f"{check_name}/unknown-cache-type",
             service=config.name, check=check_name,
             where=config.where_flag(llama.use("cache_type_k") or llama.use("cache_type_v")),
             observed=str(exc), expected="a KV cache type the engine accepts",
@@ -127,7 +135,7 @@ def _cache_margin(config: ServiceConfig) -> dict[str, object]:
                              "ram_margin_bytes": config.host.ram_bytes // 2 - cap}}
 
 
-@check(FLOOR, kind="seam", subject="service", applies=_has_ledger, figures=_headroom,
+@check(FLOOR, kind="seam", subject="service", requires=_no_card_ledger, engines=("llama.cpp",), figures=_headroom,
        cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-17", "INC-03", "INC-04",
               "INC-10"),
        summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
@@ -146,6 +154,7 @@ def card_floor(config: ServiceConfig) -> None:
         where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
         expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
     raise Failure(
+        code=f"{FLOOR}/below-floor",
         service=config.name, check=FLOOR, where=_lever(config),
         observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
         expected=expected,
@@ -154,13 +163,23 @@ def card_floor(config: ServiceConfig) -> None:
     )
 
 
-def _split(config: ServiceConfig) -> bool:
+def _no_split(config: ServiceConfig) -> str | None:
+    """Why there is no layer split across cards to balance."""
     llama = config.llama
-    return (_has_ledger(config) and config.host.balance_slack_bytes is not None and llama is not None
-            and len(config.host.cards) > 1 and len(llama.devices) != 1 and llama.split_mode != "none")
+    assert llama is not None
+    host = config.host.name
+    if reason := _no_card_ledger(config):
+        return reason
+    if len(config.host.cards) < 2:
+        return f"host {host} has one serving card: nothing to balance"
+    if len(llama.devices) == 1 or llama.split_mode == "none":
+        return f"{config.name} runs on one card (--device {','.join(llama.devices) or '-'}, --split-mode {llama.split_mode})"
+    if config.host.balance_slack_bytes is None:
+        return f"host {host} declares no balance slack: set hosts.{host}.balance_slack_gib in fleet.toml"
+    return None
 
 
-@check(BALANCE, kind="seam", subject="service", applies=_split, figures=_balance_margin,
+@check(BALANCE, kind="seam", subject="service", requires=_no_split, engines=("llama.cpp",), figures=_balance_margin,
        cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
        summary="the cards of a layer split differ by at most the host's declared slack")
 def card_balance(config: ServiceConfig) -> None:
@@ -177,6 +196,7 @@ def card_balance(config: ServiceConfig) -> None:
         return
     where_slack = config.fleet.where("hosts", config.host.name, "balance_slack_gib")
     raise Failure(
+        code=f"{BALANCE}/gap-over-slack",
         service=config.name, check=BALANCE, where=_lever(config),
         observed=f"{heaviest.card.name} holds {gib(gap)} more than {lightest.card.name}",
         expected=f"a gap <= {gib(slack)} (the slack of host {config.host.name}, {where_slack})",
@@ -185,29 +205,46 @@ def card_balance(config: ServiceConfig) -> None:
     )
 
 
-@check(CACHE, kind="seam", subject="service", applies=_has_ledger, figures=_cache_margin,
+def _is_llama(config: ServiceConfig) -> str | None:
+    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
+
+
+@check(CACHE, kind="seam", subject="service", requires=_is_llama, engines=("llama.cpp",), figures=_cache_margin,
        cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
        summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM")
 def prompt_cache_holds_slot(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
-    state = _ledger(config, CACHE).slot_state
     where = config.where_flag(llama.use("cache_ram"))
     cap = llama.cache_ram_mib * MiB
     half = config.host.ram_bytes // 2
     ram = f"half the host RAM: {gib(half)}, {config.fleet.where('hosts', config.host.name, 'ram_gib')}"
+    # The bounds of the cache need no ledger: they hold whether or not the model is known.
+    if llama.cache_ram_mib < 0:
+        raise Failure(
+            code=f"{CACHE}/unbounded",
+            service=config.name, check=CACHE, cites=("B-PC-3",), where=where,
+            observed="--cache-ram -1: the prompt cache may grow without bound",
+            expected=f"a bounded cap: at least one slot's state and at most {ram}",
+            fix="on a shared host the cache is bounded: set --cache-ram to one slot's state rounded up",
+        )
+    if cap > half:
+        raise Failure(
+            code=f"{CACHE}/over-half-ram",
+            service=config.name, check=CACHE, cites=("B-PC-2",), where=where,
+            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
+            expected=f"<= {ram}",
+            fix="the cache is host RAM beside the co-tenants: cap it at one slot's state rounded up",
+        )
+    if reason := _no_ledger(config):
+        raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
+    state = _ledger(config, CACHE).slot_state
     parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
              f"{gib(state.recurrent)}, draft state {gib(state.draft)}, checkpoints {gib(state.checkpoints)} "
              f"(--ctx-checkpoints {llama.ctx_checkpoints})")
-    if llama.cache_ram_mib < 0:
-        raise Failure(
-            service=config.name, check=CACHE, cites=("B-PC-3",), where=where,
-            observed="--cache-ram -1: the prompt cache may grow without bound",
-            expected=f"a bounded cap: at least one slot's state ({gib(state.total)}) and at most {ram}",
-            fix="on a shared host the cache is bounded: set --cache-ram to one slot's state rounded up",
-        )
     if cap < state.total:
         raise Failure(
+            code=f"{CACHE}/below-slot-state",
             service=config.name, check=CACHE, cites=("B-PC-1", "INC-11"), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is "
                      f"{gib(state.total)}",
@@ -218,24 +255,19 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
             fix=f"raise --cache-ram to at least {-(-state.total // MiB)} MiB: a hybrid model at "
                 "--ctx-checkpoints 0 has no other way to carry a state across slots",
         )
-    if cap > half:
-        raise Failure(
-            service=config.name, check=CACHE, cites=("B-PC-2",), where=where,
-            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
-            expected=f"<= {ram}",
-            fix="the cache is host RAM beside the co-tenants: cap it at one slot's state rounded up",
-        )
 
 
-def _drafts(config: ServiceConfig) -> bool:
+def _no_draft_context(config: ServiceConfig) -> str | None:
+    """Why there is no draft context on a card to account for."""
     llama = config.llama
-    if not _has_ledger(config) or llama is None:
-        return False
+    assert llama is not None
     types = set(llama.spec_types)
-    return "draft-mtp" in types or bool(types & CONTEXT_DRAFTERS and llama.spec_draft_model is not None)
+    if not ("draft-mtp" in types or (types & CONTEXT_DRAFTERS and llama.spec_draft_model is not None)):
+        return f"{config.name} runs no draft context (no draft-mtp, no drafter type with --spec-draft-model)"
+    return _no_card_ledger(config)
 
 
-@check(DRAFTER, kind="seam", subject="service", applies=_drafts, cites=("B-FIT-7", "INC-03", "INC-58"),
+@check(DRAFTER, kind="seam", subject="service", requires=_no_draft_context, engines=("llama.cpp",), cites=("B-FIT-7", "INC-03", "INC-58"),
        summary="the draft context's KV (the target's whole context unless the drafter has a window) fits")
 def drafter_kv_fits(config: ServiceConfig) -> None:
     llama = config.llama
@@ -260,6 +292,7 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
         raise Failure(
+            code=f"{DRAFTER}/below-floor",
             service=config.name, check=DRAFTER, where=where,
             observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
             expected=f">= {gib(floor)} free on the card that carries the draft context",

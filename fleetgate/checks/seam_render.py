@@ -24,6 +24,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
         if outside is not None:
             _outside_repo(service.name, fleet.deploy_root, outside.target, outside.caller, refused.inputs, refused.message)
         raise Failure(
+            code=f"{NAME}/refused",
             service=service.name, check=NAME, where=where,
             observed=refused.message,
             expected=f"it execs {service.binary} with the unit's environment and the declared payload present",
@@ -43,6 +44,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
         names = [s.target.rsplit("/", 1)[-1] for s in read]
         if declared.name not in names:
             raise Failure(
+                code=f"{NAME}/undeclared-env-file",
                 service=service.name, check=NAME, where=read[-1].caller,
                 observed=f"the serve script reads {', '.join(s.target for s in read)}",
                 expected=f"it reads the declared env file {declared.relative_to(fleet.root)}",
@@ -54,6 +56,7 @@ def _outside_repo(service: str, deploy_root: str | None, target: str, caller: st
                   inputs: Mapping[str, Origin], outcome: str | None) -> NoReturn:
     setter = next((o for o in inputs.values() if o.value == target), None)
     raise Failure(
+        code=f"{NAME}/sources-outside-repo",
         service=service, check=NAME, where=setter.where if setter else caller,
         observed=(f"the serve script ({caller}) sources {target}, outside this repository"
                   + (f", because {setter.name} is set by {setter.via}" if setter else "")),

@@ -14,8 +14,11 @@ from fleetgate.render import RenderRefused, render
 NAME = "empty-means-omit"
 
 
-def _declares_omittable(config: ServiceConfig) -> bool:
-    return bool(config.service.omittable)
+def _no_omittable(config: ServiceConfig) -> str | None:
+    if not config.service.omittable:
+        return (f"{config.name} declares no omittable variable: list in services.{config.name}.omittable "
+                "each variable whose empty value must omit its flag")
+    return None
 
 
 def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
@@ -28,7 +31,7 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), applies=_declares_omittable,
+@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), requires=_no_omittable,
        summary="setting an omittable variable to the empty string omits the flag it feeds")
 def empty_means_omit(config: ServiceConfig) -> None:
     for variable in config.service.omittable:
@@ -37,6 +40,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
             raise Failure(
+                code=f"{NAME}/feeds-no-flag",
                 service=config.name, check=NAME, where=config.fleet.where("services", config.name, "omittable"),
                 observed=f"{variable} feeds no flag of the rendered argv",
                 expected=f"{variable} (declared omittable) to set a flag's value",
@@ -46,6 +50,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
             empty = render(config.fleet, config.service, overrides={variable: ""})
         except RenderRefused as refused:
             raise Failure(
+                code=f"{NAME}/refuses-empty",
                 service=config.name, check=NAME, where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
                 observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
                 expected=f"an empty {variable} omits {flag}",
@@ -54,6 +59,7 @@ def empty_means_omit(config: ServiceConfig) -> None:
         if flag in empty.argv:
             value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
             raise Failure(
+                code=f"{NAME}/empty-keeps-flag",
                 service=config.name, check=NAME, where=str(config.rendered.script),
                 observed=f"with {variable}= (empty) the engine still gets {flag} {value}",
                 expected=f"an explicitly empty {variable} omits {flag} (that arm is unreachable otherwise)",

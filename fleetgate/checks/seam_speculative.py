@@ -16,12 +16,16 @@ NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "
 BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
-def _speculates(config: ServiceConfig) -> bool:
+def _no_speculation(config: ServiceConfig) -> str | None:
     llama = config.llama
-    return llama is not None and (llama.speculative or llama.spec_draft_model is not None)
+    if llama is None:
+        return f"{config.name} renders no llama-server command line"
+    if not (llama.speculative or llama.spec_draft_model is not None):
+        return f"{config.name} passes no --spec-type and no --spec-draft-model: nothing speculative to wire"
+    return None
 
 
-@check(NAME, kind="seam", subject="service", applies=_speculates, engines=("llama.cpp",),
+@check(NAME, kind="seam", subject="service", requires=_no_speculation, engines=("llama.cpp",),
        cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
        summary="one draft context, a draft model only where the type needs one, depth within the drafter's block")
 def speculative_wiring(config: ServiceConfig) -> None:
@@ -34,6 +38,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
 
     if llama.spec_draft_model is not None and not types:
         raise Failure(
+            code=f"{NAME}/draft-model-without-type",
             service=config.name, check=NAME, cites=("INC-16",), where=config.where_flag(model_use),
             observed=f"--spec-draft-model {llama.spec_draft_model} with no --spec-type",
             expected="a --spec-type naming the drafter: speculation is off unless a type is named (default: none)",
@@ -42,6 +47,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
     chained = [t for t in types if t in CONTEXT_TYPES]
     if len(chained) > 1:
         raise Failure(
+            code=f"{NAME}/chained-draft-contexts",
             service=config.name, check=NAME, cites=("B-SP-2", "INC-13"), where=where_types,
             observed=f"--spec-type {','.join(types)} chains {len(chained)} context-backed drafters ({', '.join(chained)})",
             expected="at most one of draft-simple/eagle3/mtp/dflash/dspark: a chain has ONE draft context",
@@ -51,6 +57,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
     needs_model = [t for t in types if t in NEEDS_DRAFT_MODEL]
     if needs_model and llama.spec_draft_model is None:
         raise Failure(
+            code=f"{NAME}/type-without-draft-model",
             service=config.name, check=NAME, cites=("B-SP-3",), where=where_types,
             observed=f"--spec-type {','.join(types)} without --spec-draft-model",
             expected=f"{needs_model[0]} loads its drafter from --spec-draft-model",
@@ -58,6 +65,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
         )
     if "draft-mtp" in types and llama.spec_draft_model is not None:
         raise Failure(
+            code=f"{NAME}/draft-model-under-mtp",
             service=config.name, check=NAME, cites=("B-SP-3", "INC-13"), where=config.where_flag(model_use),
             observed=f"--spec-type draft-mtp with --spec-draft-model {llama.spec_draft_model}",
             expected="no --spec-draft-model under draft-mtp: the MTP context runs on the target's own nextn layers",
@@ -67,6 +75,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
         nextn = config.profile.raw.get("model", {}).get("nextn_layers")
         if nextn == 0:
             raise Failure(
+                code=f"{NAME}/mtp-without-nextn",
                 service=config.name, check=NAME, cites=("B-SP-2",), where=where_types,
                 observed=f"--spec-type draft-mtp on {config.profile.name}, which has no nextn (MTP) layers",
                 expected="a target GGUF that carries its MTP head",
@@ -82,6 +91,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
             limit = drafter.block_size if (blocks[0] == "draft-dspark" and anchor) else drafter.block_size - 1
             if llama.spec_draft_n_max > limit:
                 raise Failure(
+                    code=f"{NAME}/depth-past-block",
                     service=config.name, check=NAME, cites=("B-SP-1", "B-SP-8"),
                     where=config.where_flag(llama.use("spec_draft_n_max")),
                     observed=(f"--spec-draft-n-max {llama.spec_draft_n_max} with {config.draft_profile.name} "
@@ -94,6 +104,7 @@ def speculative_wiring(config: ServiceConfig) -> None:
         have = (llama.spec_ngram_mod_n_min, llama.spec_ngram_mod_n_max)
         if have != want:
             raise Failure(
+                code=f"{NAME}/ngram-window",
                 service=config.name, check=NAME, cites=("B-SP-6", "INC-15"),
                 where=config.where_flag(llama.use("spec_ngram_mod_n_min") or llama.use("spec_ngram_mod_n_max")),
                 observed=f"ngram-mod window {have[0]}/{have[1]}",

@@ -16,6 +16,7 @@ def timeouts_nest(resolved: ResolvedChain) -> None:
     for budget in resolved.budgets:
         if budget.problem is not None:
             raise Failure(
+                code=f"{NAME}/budget-not-seconds",
                 service=resolved.name, check=NAME, where=budget.where, cites=cites,
                 observed=budget.problem,
                 expected=f"{budget.name} set to a number of seconds",
@@ -26,6 +27,7 @@ def timeouts_nest(resolved: ResolvedChain) -> None:
         if not outer.seconds > inner.seconds:
             relation = "equal to" if outer.seconds == inner.seconds else "shorter than"
             raise Failure(
+                code=f"{NAME}/not-strictly-longer",
                 service=resolved.name, check=NAME, cites=cites,
                 where=outer.where if outer.raw is not None else inner.where,
                 observed=f"{outer.name} = {outer.seconds:g} s is {relation} {inner.name} = {inner.seconds:g} s",

@@ -11,11 +11,11 @@ from fleetgate.failure import Failure
 NAME = "vllm-memory-knobs"
 
 
-def _is_vllm(config: ServiceConfig) -> bool:
-    return config.vllm is not None
+def _is_vllm(config: ServiceConfig) -> str | None:
+    return None if config.vllm is not None else f"{config.name} renders no vLLM command line"
 
 
-@check(NAME, kind="seam", subject="service", applies=_is_vllm, engines=("vllm",),
+@check(NAME, kind="seam", subject="service", requires=_is_vllm, engines=("vllm",),
        cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-42"),
        summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this CHUNK")
 def vllm_memory_knobs(config: ServiceConfig) -> None:
@@ -25,6 +25,7 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
     if ceiling is not None and vllm.gpu_memory_utilization > ceiling:
         card = config.host.cards[0]
         raise Failure(
+            code=f"{NAME}/over-ceiling",
             service=config.name, check=NAME, cites=("B-VL-1", "INC-42"),
             where=config.where_flag(vllm.use("gpu_memory_utilization")),
             observed=(f"--gpu-memory-utilization {vllm.gpu_memory_utilization:g} asks "
@@ -36,6 +37,7 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
         observed = ("no --kv-cache-memory: the KV cache is sized from gpu_memory_utilization alone"
                     if vllm.kv_cache_memory is None else f"--kv-cache-memory {vllm.kv_cache_memory!r}")
         raise Failure(
+            code=f"{NAME}/kv-memory-not-zero",
             service=config.name, check=NAME, cites=("B-VL-2", "INC-30"),
             where=config.where_variable("KV_MEM") if "KV_MEM" in config.variables else str(config.rendered.script),
             observed=observed,
@@ -53,6 +55,7 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
         measured = ", ".join(f"{p.get('max_num_batched_tokens')} @ {p.get('gpu_memory_utilization')} "
                              f"({p.get('kv_cache_dtype', 'auto')})" for p in pools) or "none"
         raise Failure(
+            code=f"{NAME}/unmeasured-chunk",
             service=config.name, check=NAME, cites=("B-VL-3", "INC-31"), where=where_chunk,
             observed=(f"--max-num-batched-tokens {chunk} at fill {vllm.gpu_memory_utilization:g}, "
                       f"KV {vllm.kv_cache_dtype}: no measured boot"),
@@ -63,6 +66,7 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
     pool = int(matching[0]["tokens"])
     if vllm.max_model_len is not None and pool < vllm.max_model_len:
         raise Failure(
+            code=f"{NAME}/pool-below-max-model-len",
             service=config.name, check=NAME, cites=("B-VL-4", "B-VL-5"),
             where=config.where_flag(vllm.use("max_model_len")),
             observed=(f"--max-model-len {vllm.max_model_len} against a measured pool of {pool} tokens "
