@@ -22,6 +22,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,8 @@ def generate(size: int, target: Path) -> Path:
 @dataclass
 class Run:
     wall: float
+    cpu: float
+    """User + system seconds of the process and every process it waited for (bash renders, workers)."""
     peak_rss_mib: float
     returncode: int
     output: str
@@ -103,7 +106,7 @@ def timed(argv: list[str]) -> Run:
     _, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - start
     process.returncode = os.waitstatus_to_exitcode(status)
-    return Run(wall, usage.ru_maxrss / 1024, process.returncode, output)
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode, output)
 
 
 def median_run(argv: list[str], repeat: int) -> Run:
@@ -111,6 +114,7 @@ def median_run(argv: list[str], repeat: int) -> Run:
     runs = [timed(argv) for _ in range(repeat)]
     middle = sorted(runs, key=lambda r: r.wall)[len(runs) // 2]
     middle.peak_rss_mib = max(r.peak_rss_mib for r in runs)
+    middle.cpu = statistics.median(r.cpu for r in runs)
     return middle
 
 
@@ -123,30 +127,38 @@ def main() -> int:
     args = parser.parse_args()
     python = sys.executable
     seams = [python, "-m", "pytest", str(SEAMS), "-q", "-p", "no:cacheprovider"]
-    print(f"# {os.cpu_count()} CPUs; median of {args.repeat} after one warm-up; TMPDIR={tempfile.gettempdir()}")
-    print("| services | tests | `pytest seams/` | per service | peak RSS | "
-          f"`-n {args.workers}` | per service | peak RSS (largest process) | `fleetgate render` one service |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; median of {args.repeat} "
+          f"after one warm-up; TMPDIR={tempfile.gettempdir()}")
+    print("# wall: elapsed seconds; CPU: user+system seconds of the run's processes (renders and workers "
+          "included); +/service: CPU per service added since the previous size")
+    print(f"| services | tests | wall | CPU | CPU/service | +/service | peak RSS | -n {args.workers} wall | "
+          f"-n {args.workers} CPU | -n peak RSS (largest process) | render one: wall | render one: CPU |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    previous: tuple[int, float] | None = None
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
             fleet = generate(size, Path(tmp) / "fleet")
             one = median_run([*seams, f"--fleet={fleet}"], args.repeat)
-            if one.returncode != 0:
+            outcome = one.output.strip().splitlines()[-1] if one.output.strip() else ""
+            if one.returncode != 0 or "failed" in outcome or "error" in outcome:
                 print(one.output[-3000:], file=sys.stderr)
                 raise SystemExit(f"the generated fleet of {size} services does not pass every seam")
-            tests = re.search(r"(\d+) passed in", one.output)
+            tests = re.search(r"(\d+) passed", outcome)
             count = tests.group(1) if tests else "?"
+            marginal = f"{(one.cpu - previous[1]) / (size - previous[0]) * 1000:.1f} ms" if previous else "-"
+            previous = (size, one.cpu)
             if args.no_xdist:
-                many_cells = "| - | - | - "
+                many_cells = "- | - | -"
             else:
                 many = median_run([*seams, f"--fleet={fleet}", "-n", args.workers], args.repeat)
                 if many.returncode != 0:
                     print(many.output[-3000:], file=sys.stderr)
                     raise SystemExit(f"-n {args.workers}: the fleet of {size} services does not pass every seam")
-                many_cells = (f"| {many.wall:.2f} s | {many.wall / size * 1000:.1f} ms | {many.peak_rss_mib:.0f} MiB ")
+                many_cells = f"{many.wall:.2f} s | {many.cpu:.2f} s | {many.peak_rss_mib:.0f} MiB"
             render = median_run([python, "-m", "fleetgate.cli", "render", "frank-zealot", "--fleet", str(fleet)], args.repeat)
-            print(f"| {size} | {count} | {one.wall:.2f} s | {one.wall / size * 1000:.1f} ms | {one.peak_rss_mib:.0f} MiB "
-                  f"{many_cells}| {render.wall * 1000:.0f} ms |", flush=True)
+            print(f"| {size} | {count} | {one.wall:.2f} s | {one.cpu:.2f} s | {one.cpu / size * 1000:.1f} ms | {marginal} | "
+                  f"{one.peak_rss_mib:.0f} MiB | {many_cells} | {render.wall * 1000:.0f} ms | {render.cpu * 1000:.0f} ms |",
+                  flush=True)
     return 0
 
 

@@ -290,6 +290,8 @@ class _Collector:
             outcome: str = report.outcome
             if hasattr(report, "wasxfail"):
                 outcome = "xfailed" if report.skipped else "xpassed"
+            elif report.when == "setup" and report.failed:
+                outcome = "error"
             self.report.add(report.nodeid, outcome, report.user_properties)
         if report.when == "teardown":
             self._junit_xunit2(report)
@@ -338,9 +340,12 @@ class _Collector:
         from fleetgate.plugin import fleet_path
 
         try:
-            fleet = os.path.relpath(fleet_path(self.config), self.config.invocation_params.dir)
+            manifest = fleet_path(self.config)
         except pytest.UsageError:
             fleet = ""
+        else:
+            here = self.config.invocation_params.dir
+            fleet = str(manifest.relative_to(here) if manifest.is_relative_to(here) else manifest)
         document = self.report.document(fleet=fleet, exit_status=int(exitstatus))
         text = json.dumps(document, indent=2) + "\n"
         target = Path(path)
