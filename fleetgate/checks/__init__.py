@@ -81,12 +81,26 @@ def check(
     figures: Callable[[Any], Mapping[str, Any]] | None = None,
     requires: Callable[[Any], str | None] | None = None,
 ) -> Callable[[F], F]:
+    if kind == "seam" and engines is not None:
+        # A seam is about its engines' services only: another engine's service is a reason, like any other.
+        selects = applies
+        needs = requires if requires is not None or applies is _always else (
+            lambda s: None if selects(s) else f"{name} does not apply to {getattr(s, 'name', 'this subject')}")
+        applies = _always
+
+        def requires(subject: Any) -> str | None:
+            engine = getattr(getattr(subject, "service", None), "engine", None)
+            if engine is not None and engine not in engines:
+                return f"{getattr(subject, 'name', 'this service')} runs {engine}; {name} is about {', '.join(engines)}"
+            return needs(subject) if needs is not None else None
+
     if requires is not None:
         if applies is not _always:
             raise ValueError(f"check {name!r}: give requires or applies, not both")
+        reason = requires
 
         def applies(subject: Any) -> bool:
-            return requires(subject) is None
+            return reason(subject) is None
 
     def register(func: F) -> F:
         existing = REGISTRY.get(name)

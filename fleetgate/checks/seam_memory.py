@@ -166,7 +166,8 @@ def card_floor(config: ServiceConfig) -> None:
 def _no_split(config: ServiceConfig) -> str | None:
     """Why there is no layer split across cards to balance."""
     llama = config.llama
-    assert llama is not None
+    if llama is None:
+        return f"{config.name} renders no llama-server command line"
     host = config.host.name
     if reason := _no_card_ledger(config):
         return reason
@@ -260,7 +261,8 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
 def _no_draft_context(config: ServiceConfig) -> str | None:
     """Why there is no draft context on a card to account for."""
     llama = config.llama
-    assert llama is not None
+    if llama is None:
+        return f"{config.name} renders no llama-server command line"
     types = set(llama.spec_types)
     if not ("draft-mtp" in types or (types & CONTEXT_DRAFTERS and llama.spec_draft_model is not None)):
         return f"{config.name} runs no draft context (no draft-mtp, no drafter type with --spec-draft-model)"

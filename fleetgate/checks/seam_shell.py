@@ -6,7 +6,7 @@ does not read the script: it renders it twice, as bash does, and compares.
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import NotApplicable, check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.render import RenderRefused, render
@@ -36,7 +36,12 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
 def empty_means_omit(config: ServiceConfig) -> None:
     for variable in config.service.omittable:
         sentinel = f"fleetgate-probe-{variable.lower()}"
-        probe = render(config.fleet, config.service, overrides={variable: sentinel})
+        try:
+            probe = render(config.fleet, config.service, overrides={variable: sentinel})
+        except RenderRefused as refused:
+            raise NotApplicable(f"the serve script refuses {variable}={sentinel} ({refused.message}), so which flag "
+                                f"it feeds cannot be seen: is {variable} a flag's value? If not, drop it from "
+                                f"services.{config.name}.omittable") from None
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
             raise Failure(

@@ -151,7 +151,7 @@ def test_seams_fail_through_pytest_on_the_split_mutation(pytester: pytest.Pytest
     fleet = _copy(tmp_path, MUTATIONS[0].edits)
     seams = Path(__file__).resolve().parents[2] / "seams" / "test_memory.py"
     result = pytester.runpytest_subprocess(str(seams), "--fleet", str(fleet), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=4, failed=2, skipped=5)
+    result.assert_outcomes(passed=5, failed=2, skipped=5)
     result.stdout.fnmatch_lines([
         "*frank-medium: card-floor*",
         "*where:*frank-medium.env:34 (TENSOR_SPLIT)*",

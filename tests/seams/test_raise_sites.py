@@ -94,3 +94,10 @@ def test_the_finder_reads_every_shape_of_raise_site(tmp_path: Path) -> None:
 
 def test_the_finder_sees_the_checks_package() -> None:
     assert {p.name for p in CHECKS.glob("seam_*.py")} <= set(MODULES)
+
+
+def test_the_seams_page_lists_exactly_the_seam_codes() -> None:
+    page = (REPO / "docs" / "seams.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([A-Za-z-]+/[a-z-]+)` \|", page, flags=re.MULTILINE))
+    codes = {code.replace("{check_name}", "CHECK") for site in SITES if site.kind == "seam" for code in site.codes}
+    assert listed == codes
