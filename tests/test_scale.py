@@ -94,7 +94,11 @@ fleetgate.config.render = _counting
 '''
 
 
-def test_xdist_workers_render_nothing_the_controller_rendered(pytester: pytest.Pytester) -> None:
+def test_xdist_workers_render_nothing_the_controller_rendered(pytester: pytest.Pytester,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under an outer xdist run the inner controller would inherit the outer worker's name.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     out = pytester.mkdir("renders")
     shutil.copytree(REPO / "seams", pytester.path / "seams", ignore=shutil.ignore_patterns("__pycache__"))
     conftest = pytester.path / "seams" / "conftest.py"
