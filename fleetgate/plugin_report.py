@@ -144,7 +144,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     log = RequestLog()
     item.stash[_REQUESTS] = log
     interval = float(item.config.getoption("--live-progress") or 0)
-    with log.watching(endpoint.client):
+    with log.watching(getattr(endpoint, "client", None)):
         if interval > 0 and not _is_worker(item.config):
             with _Progress(item, log, interval):
                 return (yield)
@@ -157,7 +157,8 @@ def _replay(item: pytest.Item) -> str | None:
     log = item.stash.get(_REQUESTS, None)
     if endpoint is None or log is None or log.last is None:
         return None
-    key_env = endpoint.contract.api_key_env or item.config.getoption("--api-key-env", None)
+    contract = getattr(endpoint, "contract", None)
+    key_env = getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
     command = curl(log.last, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None))
     return redact(command, _secret_names(item.config))
 

@@ -38,23 +38,32 @@ class RequestLog:
 
     @contextmanager
     def watching(self, client: Any) -> Iterator[RequestLog]:
-        """Record every request ``client`` makes until the block ends (its methods are restored then)."""
-        originals = {name: getattr(client, name) for name in ("get", "post", "stream")}
+        """Record every request ``client`` makes until the block ends (its methods are restored then).
 
-        def get(path: str, *args: Any, **kwargs: Any) -> Any:
-            self.requests.append(Request("GET", client.url(path), None, False, kwargs.get("timeout")))
-            return originals["get"](path, *args, **kwargs)
+        Only the methods the client has are watched (``get``, ``post``, ``stream``); a client with none
+        of them is left alone and nothing is recorded.
+        """
+        kinds = {"get": ("GET", False), "post": ("POST", False), "stream": ("POST", True)}
+        originals = {name: getattr(client, name) for name in kinds if callable(getattr(client, name, None))}
 
-        def post(path: str, body: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
-            self.requests.append(Request("POST", client.url(path), dict(body), False, kwargs.get("timeout")))
-            return originals["post"](path, body, *args, **kwargs)
+        def url_of(path: str) -> str:
+            url = getattr(client, "url", None)
+            return str(url(path)) if callable(url) else path
 
-        def stream(path: str, body: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
-            self.requests.append(Request("POST", client.url(path), dict(body), True, kwargs.get("timeout")))
-            return originals["stream"](path, body, *args, **kwargs)
+        def watch(name: str) -> Any:
+            method, stream = kinds[name]
+            original = originals[name]
 
-        for name, wrapper in (("get", get), ("post", post), ("stream", stream)):
-            setattr(client, name, wrapper)
+            def wrapper(path: str, *args: Any, **kwargs: Any) -> Any:
+                body = args[0] if args else kwargs.get("body")
+                self.requests.append(Request(method, url_of(path), dict(body) if isinstance(body, Mapping) else None,
+                                             stream, kwargs.get("timeout")))
+                return original(path, *args, **kwargs)
+
+            return wrapper
+
+        for name in originals:
+            setattr(client, name, watch(name))
         try:
             yield self
         finally:

@@ -86,3 +86,46 @@ def test_a_waiting_live_check_shows_progress(pytester: pytest.Pytester, capture:
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"  ... test_health[[]reference[]]: waiting * s, 1 request(s) so far (GET {server.url}/health)"])
     result.stdout.fnmatch_lines([f"  replay:   curl -sS --max-time * {server.url}/health"])
+
+
+class _Client:
+    """A client with the live client's public surface, answering without a network."""
+
+    base_url = "http://127.0.0.1:9"
+
+    def url(self, path: str) -> str:
+        return self.base_url + path
+
+    def get(self, path: str, *, timeout: float | None = None) -> str:
+        return f"GET {path}"
+
+    def post(self, path: str, body: dict[str, object], *, timeout: float | None = None) -> str:
+        return f"POST {path}"
+
+    def stream(self, path: str, body: dict[str, object], *, timeout: float | None = None) -> str:
+        return f"STREAM {path}"
+
+
+def test_the_request_log_records_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgate.replay import RequestLog, curl
+
+    client = _Client()
+    log = RequestLog()
+    with log.watching(client):
+        assert client.get("/health", timeout=3) == "GET /health"
+        assert client.stream("/v1/chat/completions", {"stream": True, "messages": ["it's"]}) == "STREAM /v1/chat/completions"
+    assert "get" not in vars(client) and client.post("/x", {}) == "POST /x"
+    assert len(log.requests) == 2  # the post after the block is not recorded
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    assert curl(log.requests[0], key_env="NO_SUCH_KEY_VAR") == "curl -sS --max-time 3 http://127.0.0.1:9/health"
+    monkeypatch.setenv("MY_KEY", "k-123456")
+    streamed = curl(log.requests[1], key_env="MY_KEY", timeout=60)
+    assert streamed == ("curl -sS -N --max-time 60 -X POST http://127.0.0.1:9/v1/chat/completions "
+                        "-H \"Authorization: Bearer $MY_KEY\" -H 'Content-Type: application/json' "
+                        "-d '{\"stream\":true,\"messages\":[\"it'\"'\"'s\"]}'")
+    # The shell gives the body back exactly.
+    done = subprocess.run(["bash", "-c", f"printf %s {streamed.split(' -d ', 1)[1]}"], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {"stream": True, "messages": ["it's"]}
+    with RequestLog().watching(None) as empty:
+        pass
+    assert empty.requests == []
