@@ -1,18 +1,29 @@
-# fleetgate render preamble: bash reads this (BASH_ENV) before the serve script.
-# It answers the script's questions about the host from the fleet's declaration, never from
-# this machine: repository files are read from the repository, declared payload files exist,
-# anything else does not. It records what the script sourced and tested.
+# fleetgate render preamble: bash reads this (BASH_ENV) before the serve script, inside the render's
+# sandbox. It answers the script's questions about the host from the fleet's declaration: repository
+# files are read from the repository (confined by their real path, after `..` and symlinks), declared
+# payload files exist, the engine exists wherever the script looks for it. It records what the
+# script sourced and tested, NUL-separated (a path may hold a tab or a newline).
 __fg_out=$FLEETGATE_RENDER_OUT
+__fg_readlink=${__fg_out%/out}/tools/readlink
 unset FLEETGATE_RENDER_OUT BASH_ENV
 
+# The repository file a host path names, by its real path; fails for anything outside the repository.
 __fg_map() {
-    local p=$1
+    local p=$1 local_path real
     if [[ -n $__FG_DEPLOY_ROOT && ( $p == "$__FG_DEPLOY_ROOT" || $p == "$__FG_DEPLOY_ROOT"/* ) ]]; then
-        printf '%s' "$__FG_REPO${p#"$__FG_DEPLOY_ROOT"}"
+        local_path=$__FG_REPO${p#"$__FG_DEPLOY_ROOT"}
+    elif [[ $p == "$__FG_REPO" || $p == "$__FG_REPO"/* ]]; then
+        local_path=$p
+    else
+        return 1
+    fi
+    real=$(command "$__fg_readlink" -m -- "$local_path") || return 1
+    if [[ $real == "$__FG_REPO" || $real == "$__FG_REPO"/* ]]; then
+        printf '%s' "$real"
         return 0
     fi
-    if [[ $p == "$__FG_REPO"/* ]]; then
-        printf '%s' "$p"
+    if [[ -n $__FG_DEPLOY_ROOT && ( $real == "$__FG_DEPLOY_ROOT" || $real == "$__FG_DEPLOY_ROOT"/* ) ]]; then
+        printf '%s' "$__FG_REPO${real#"$__FG_DEPLOY_ROOT"}"
         return 0
     fi
     return 1
@@ -45,20 +56,14 @@ __fg_source() {
         target="$PWD/$target"
     fi
     if ! local_path=$(__fg_map "$target"); then
-        printf 'outside\t%s\t%s\n' "$target" "$caller" >>"$__fg_out/sources"
+        printf 'outside\0%s\0%s\0' "$target" "$caller" >>"$__fg_out/sources"
         printf '%s: fleetgate: %s is not a file of this fleet repository, so the render cannot read it\n' "$caller" "$target" >&2
         return 1
     fi
-    printf 'repo\t%s\t%s\n' "$target" "$caller" >>"$__fg_out/sources"
+    printf 'repo\0%s\0%s\0' "$target" "$caller" >>"$__fg_out/sources"
     builtin source "$local_path" "$@"
     local rc=$?
     __fg_apply_overrides
-
-# Trace the script's own lines to a file, so a refusal can name the line the script exited on.
-exec {__fg_trace_fd}>>"$__fg_out/trace"
-BASH_XTRACEFD=$__fg_trace_fd
-PS4='+${BASH_SOURCE[0]}:${LINENO}: '
-set -x
     return $rc
 }
 source() { __fg_source "$@"; }
@@ -66,7 +71,10 @@ source() { __fg_source "$@"; }
 
 __fg_file_test() {
     local op=$1 path=$2 caller=$3 mapped answer
-    if mapped=$(__fg_map "$path"); then
+    if [[ ${path##*/} == "$__FG_BINARY" ]]; then
+        # The engine is wherever the script looks for it; the render stubs it at that path.
+        case $op in -e|-f|-r|-s|-x) answer=0 ;; *) answer=1 ;; esac
+    elif mapped=$(__fg_map "$path"); then
         builtin test "$op" "$mapped"
         answer=$?
     elif __fg_is_payload "$path"; then
@@ -76,7 +84,7 @@ __fg_file_test() {
     else
         answer=1
     fi
-    printf '%s\t%s\t%s\t%s\n' "$op" "$path" "$answer" "$caller" >>"$__fg_out/tests"
+    printf '%s\0%s\0%s\0%s\0' "$op" "$path" "$answer" "$caller" >>"$__fg_out/tests"
     return $answer
 }
 

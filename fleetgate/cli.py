@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import re
 import shlex
 import sys
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, parse_toml, read_text
 from fleetgate.fleet import Fleet, load_fleet
 
 if TYPE_CHECKING:
@@ -32,19 +33,30 @@ DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fl
 def resolve_fleet(path: str | None, *, only: str | None = None) -> Fleet:
     """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml.
 
+    A manifest with inf/nan in it is refused here (the seams report it as ``fleet-numbers-finite``).
     ``only``: the answer is about that one service; the others are not loaded (see ``load_fleet``).
     """
+    fleet = _find_fleet(path, only)
+    if fleet.non_finite:
+        bad = fleet.non_finite[0]
+        raise InputError(fleet.path, bad.line, f"{bad.key} = {bad.value}; expected a finite number")
+    return fleet
+
+
+def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
     if path:
         return load_fleet(Path(path), only=only)
-    if Path("fleet.toml").is_file():
+    if Path("fleet.toml").exists():
         return load_fleet(Path("fleet.toml"), only=only)
     pyproject = Path("pyproject.toml")
-    if pyproject.is_file():
-        import tomllib
-
-        ini = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("tool", {}).get("pytest", {}).get("ini_options", {})
-        if "fleetgate_fleet" in ini:
-            return load_fleet(Path(ini["fleetgate_fleet"]), only=only)
+    if pyproject.exists():
+        data = parse_toml(read_text(pyproject, "pyproject.toml"), pyproject)
+        ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
+        value = ini.get("fleetgate_fleet") if isinstance(ini, dict) else None
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise InputError(pyproject, None, f"tool.pytest.ini_options.fleetgate_fleet = {value!r}; expected the path of a fleet.toml")
+            return load_fleet(Path(value), only=only)
     raise InputError(Path.cwd(), None, f"no fleet manifest: pass --fleet PATH ({DEFAULT_FLEET_HINT})")
 
 
@@ -118,9 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()
     except InputError as exc:
         print(f"fleetgate: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`fleetgate fit X | head -1`): stop quietly, as cat and grep do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+    except KeyboardInterrupt:
+        print("fleetgate: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

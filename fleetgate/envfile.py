@@ -15,13 +15,12 @@ Every variable keeps the file and line it came from, so a failure can point at i
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, read_text
 
 __all__ = ["Dialect", "EnvEntry", "EnvFile", "parse_env_file", "parse_env_text"]
 
@@ -66,13 +65,7 @@ class EnvFile(Mapping[str, EnvEntry]):
 
 
 def parse_env_file(path: Path, dialect: Dialect) -> EnvFile:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read env file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(path, text_line_of_offset(path.read_bytes(), exc.start), "not valid UTF-8") from None
-    return parse_env_text(text, path, dialect)
+    return parse_env_text(read_text(path, "the env file"), path, dialect)
 
 
 def text_line_of_offset(data: bytes, offset: int) -> int:
@@ -80,6 +73,13 @@ def text_line_of_offset(data: bytes, offset: int) -> int:
 
 
 def parse_env_text(text: str, path: Path, dialect: Dialect) -> EnvFile:
+    if "\0" in text:
+        raise InputError(path, text.count("\n", 0, text.index("\0")) + 1,
+                         f"a NUL byte; no environment can carry one ({dialect} env file), expected text")
+    if dialect == "bash" and "\r\n" in text:
+        # bash keeps the carriage return in the value: MODEL=/m.gguf\r names another file.
+        raise InputError(path, text.count("\n", 0, text.index("\r\n")) + 1,
+                         "the line ends with CR LF (a DOS line ending); bash keeps the CR in the value, expected LF endings")
     if dialect == "systemd":
         entries = _parse_systemd(text, path)
     elif dialect == "podman":
@@ -214,30 +214,27 @@ _XTRACE_ASSIGN = re.compile(r"^\++(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-
 
 
 def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
-    """Let bash read it: source the file in an empty environment and collect what it set."""
-    script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /dev/stdin; set +x; env -0'
-    try:
-        done = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile"],
-            input=text.encode("utf-8"),
-            capture_output=True,
-            env={"PATH": "/usr/bin:/bin"},
-            timeout=10,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise InputError(path, None, "sourcing this file under bash did not finish in 10 s") from None
-    stderr = done.stderr.decode("utf-8", "replace")
+    """Let bash read it, in the render's sandbox: source the file in an empty environment and collect what it set."""
+    from fleetgate.sandbox import INSIDE, SandboxSpec, run
+
+    script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /run/fleetgate/stdin; set +x; env -0'
+    result = run(SandboxSpec(command=["/bin/bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile"],
+                             env={"PATH": "/usr/bin:/bin"}, cwd=f"{INSIDE}/cwd", dirs=[f"{INSIDE}/cwd"],
+                             stdin=text.encode("utf-8", "surrogateescape"), timeout=10),
+                 what=path)
+    if result.timed_out:
+        raise InputError(path, None, "sourcing this file under bash did not finish in 10 s")
+    stderr = result.stderr
     error = _bash_error(stderr, path)
-    if error is not None or done.returncode != 0:
-        raise error or InputError(path, None, f"bash exited {done.returncode} while sourcing it")
+    if error is not None or result.returncode != 0:
+        raise error or InputError(path, None, f"bash exited {result.returncode} while sourcing it")
     lines: dict[str, int] = {}
     for trace in stderr.splitlines():
         match = _XTRACE_ASSIGN.match(trace)
         if match:
             lines[match.group(2)] = int(match.group(1))
     entries: list[EnvEntry] = []
-    for item in done.stdout.split(b"\0"):
+    for item in result.files.get("stdout", b"").split(b"\0"):
         if not item:
             continue
         name, _, value = item.decode("utf-8", "replace").partition("=")
@@ -255,6 +252,6 @@ def _bash_error(stderr: str, path: Path) -> InputError | None:
         if line.startswith("+"):
             continue
         match = _BASH_ERROR.match(line)
-        if match and match.group("file") == "/dev/stdin":
+        if match and match.group("file") in ("/dev/stdin", "/run/fleetgate/stdin"):
             return InputError(path, int(match.group("line")), f"bash: {match.group('message')}")
     return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 import jsonschema
 
-from fleetgate.errors import InputError, parse_toml
+from fleetgate.errors import InputError, non_finite, parse_toml, read_text
 
 __all__ = [
     "GIB",
@@ -29,6 +30,7 @@ __all__ = [
     "Extrapolation",
     "Fleet",
     "Host",
+    "NonFinite",
     "Service",
     "TimeoutChain",
     "TimeoutRef",
@@ -156,6 +158,17 @@ class Waiver:
 
 
 @dataclass(frozen=True)
+class NonFinite:
+    keys: tuple[str, ...]
+    value: float
+    line: int | None
+
+    @property
+    def key(self) -> str:
+        return ".".join(self.keys)
+
+
+@dataclass(frozen=True)
 class Fleet:
     path: Path
     name: str
@@ -165,6 +178,8 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    non_finite: tuple[NonFinite, ...] = ()
+    """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
     key_index: KeyIndex | None = field(default=None, compare=False, repr=False)
     """Where each key of fleet.toml is, read once with the file (``where`` looks keys up in it)."""
@@ -175,7 +190,7 @@ class Fleet:
 
     def where(self, *keys: str) -> str:
         """``fleet.toml:LINE`` for a key path, for failure messages."""
-        index = self.key_index or KeyIndex(self.path.read_text(encoding="utf-8"))
+        index = self.key_index or KeyIndex(read_text(self.path, "the fleet manifest"))
         line = index.line(keys)
         return f"{self.path}:{line}" if line else str(self.path)
 
@@ -197,10 +212,7 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
     validated. An unknown name loads the whole fleet (the caller lists the names).
     """
     path = Path(path).resolve()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read the fleet manifest: {exc.strerror}") from None
+    text = read_text(path, "the fleet manifest")
     data = parse_toml(text, path)
     for waiver in data.get("waivers", []) if isinstance(data.get("waivers"), list) else []:
         # A TOML date is the natural way to write the expiry; the schema sees its ISO form.
@@ -212,7 +224,10 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
         data = {**data, "services": {only: data["services"][only]}}
 
     validator = jsonschema.Draft202012Validator(_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
+    try:
+        errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
+    except RecursionError:
+        raise InputError(path, None, "arrays or tables nested too deeply to validate; expected a flat manifest") from None
     if errors:
         error = jsonschema.exceptions.best_match(errors) or errors[0]
         keys = tuple(str(k) for k in error.absolute_path)
@@ -255,13 +270,28 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
     def locate_key(_: str, keys: Sequence[str]) -> int | None:
         return keys_index.line(keys)
 
+    real_root = root.resolve()
+
     def repo_file(value: str | None, keys: tuple[str, ...], *, must_exist: bool = True) -> Path | None:
+        """A repository file named relative to fleet.toml, confined by its real path (after ``..`` and symlinks)."""
         if value is None:
             return None
-        file = (root / value).resolve()
+        where = locate_key(text, keys)
+        if any(c in value for c in "\0\n\r\t"):
+            raise InputError(path, where, f"{'.'.join(keys)}: {value!r} holds a control character; expected a plain relative path")
+        try:
+            file = (root / value).resolve()
+        except (OSError, RuntimeError) as exc:
+            raise InputError(path, where, f"{'.'.join(keys)}: cannot resolve {value!r} ({exc}); expected a repository file") from None
+        if file != real_root and real_root not in file.parents:
+            raise InputError(path, where, f"{'.'.join(keys)}: {value!r} resolves to {file}, outside the fleet repository "
+                             f"{real_root} (after '..' and symlinks); expected a file of the repository")
         if must_exist and not file.is_file():
-            raise InputError(path, locate_key(text, keys), f"{'.'.join(keys)}: no such file {value!r} (paths are relative to fleet.toml)")
+            kind = "is not a regular file" if file.exists() else "no such file"
+            raise InputError(path, where, f"{'.'.join(keys)}: {kind} {value!r} (paths are relative to fleet.toml)")
         return file
+
+    nonfinite = tuple(NonFinite(keys, value, locate_key(text, keys)) for keys, value in non_finite(data))
 
     hosts: dict[str, Host] = {}
     for name, raw in data["hosts"].items():
@@ -271,7 +301,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         )
         hosts[name] = Host(
             name=name,
-            ram_bytes=round(raw["ram_gib"] * GIB),
+            ram_bytes=_gib_or_none(raw["ram_gib"]) or 0,
             devices=devices,
             card_floor_bytes=_gib_or_none(raw.get("card_floor_gib")),
             balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
@@ -290,6 +320,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         extrapolation = raw.get("extrapolation")
         serve_script = repo_file(raw["serve_script"], (*keys, "serve_script"))
         assert serve_script is not None
+        for i, item in enumerate(raw.get("payload", ())):
+            if not item.startswith("/") or any(c in item for c in "\0\n\r"):
+                raise InputError(path, locate_key(text, (*keys, "payload")),
+                                 f"services.{name}.payload[{i}]: {item!r}; expected an absolute host path on one line")
         services[name] = Service(
             name=name,
             host=raw["host"],
@@ -371,13 +405,17 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,
     )
 
 
 def _gib_or_none(value: float | None) -> int | None:
-    return None if value is None else round(value * GIB)
+    """Bytes of a GiB figure; None for inf/nan (reported by the fleet-numbers-finite seam, never rounded)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value * GIB)
 
 
 _HEADER = re.compile(r"^\s*\[(\[)?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")

@@ -140,6 +140,9 @@ def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
         chains = [Seam(check, chain, chain.name) for chain in _chains(config)]
         return chains or [Seam(check, None, "fleet", skip_reason=(
             f"{_fleet(config).path.name} declares no [[timeouts]] chain: declare the budgets that must nest"))]
+    if check.subject == "fleet":
+        fleet = _fleet(config)
+        return [Seam(check, fleet, fleet.name)]
     if check.subject != "service":
         raise pytest.UsageError(f"fleetgate: check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
     seams = []

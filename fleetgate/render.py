@@ -11,20 +11,23 @@ stubbed too, so a render never changes anything.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
-from fleetgate.units import Setting, Unit, parse_unit, split_environment_assignments
+from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec
+from fleetgate.sandbox import run as run_sandboxed
+from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
 __all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "map_to_repo", "render", "service_inputs"]
 
@@ -40,6 +43,8 @@ _WRITING_TOOLS = (
     "truncate",
 )
 _RENDER_TIMEOUT_S = 10.0
+# The shell's own default PATH (confstr _CS_PATH, bash's `command -p`) and the usual install places.
+_DEFAULT_PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
 @dataclass(frozen=True)
@@ -102,20 +107,68 @@ class RenderRefused(InputError):
 
 
 def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
-    """A host path of the deployed repository -> the repository file, or None."""
-    if fleet.deploy_root is None:
+    """A host path of the deployed repository -> the repository file, or None.
+
+    Confined by the real path, as the kernel resolves it on a host where the repository is deployed
+    at ``deploy_root``: ``..`` and symlinks inside the repository are followed (an absolute link into
+    ``deploy_root`` stays in the repository), and a path that leaves the repository is None however it
+    is spelt. Components outside the repository are taken as written (this machine is not the host).
+    """
+    if fleet.deploy_root is None or not host_path.startswith("/") or "\0" in host_path:
         return None
     root = PurePosixPath(fleet.deploy_root)
-    path = PurePosixPath(host_path)
-    try:
-        relative = path.relative_to(root)
-    except ValueError:
+    real_root = fleet.root.resolve()
+    pending = list(PurePosixPath(host_path).parts[1:])
+    current = PurePosixPath("/")
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        current = current / part
+        if current == root or root not in current.parents:
+            continue
+        local = real_root.joinpath(*current.relative_to(root).parts)
+        if local.is_symlink():
+            hops += 1
+            if hops > 40:
+                return None
+            target = PurePosixPath(os.readlink(local))
+            if target.is_absolute():
+                current = PurePosixPath("/")
+                pending[:0] = list(target.parts[1:])
+            else:
+                current = current.parent
+                pending[:0] = list(target.parts)
+    if current != root and root not in current.parents:
         return None
-    return fleet.root / relative
+    return real_root.joinpath(*current.relative_to(root).parts)
+
+
+# Linux refuses any single argument or environment string longer than this at exec (MAX_ARG_STRLEN).
+MAX_ARG_STRLEN = 32 * 4096
 
 
 def service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], Path, Unit | None]:
     """The environment the unit starts the serve script with, and the script it starts."""
+    origins, script, unit = _service_inputs(fleet, service)
+    for origin in origins.values():
+        file, _, line = origin.where.rpartition(":")
+        if "\0" in origin.value:
+            raise InputError(file, int(line) if line.isdigit() else None,
+                             f"{origin.name}: the value holds a NUL byte, which no environment can carry; expected text")
+        size = len(origin.name.encode()) + len(origin.value.encode("utf-8", "surrogateescape")) + 2
+        if size > MAX_ARG_STRLEN:
+            raise InputError(file, int(line) if line.isdigit() else None,
+                             f"{origin.name}: the assignment is {size} bytes; Linux refuses an environment string over "
+                             f"{MAX_ARG_STRLEN} bytes (128 KiB) when it starts the serve script")
+    return origins, script, unit
+
+
+def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], Path, Unit | None]:
     if service.unit is None:
         origins: dict[str, Origin] = {}
         if service.env_file is not None:
@@ -167,7 +220,7 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
     if not starts:
         raise InputError(unit.path, None, "no ExecStart= in [Service]; expected the serve script")
     setting = starts[-1]
-    words = shlex.split(setting.value.lstrip("-@+!:"))
+    words = split_command(Setting(setting.section, setting.key, setting.value.lstrip("-@+!:"), setting.path, setting.line))
     for word in words:
         local = map_to_repo(fleet, word)
         if local is not None:
@@ -197,7 +250,7 @@ def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[st
     exec_setting = unit.last("Container", "Exec")
     if exec_setting is None:
         raise InputError(unit.path, None, "no Exec= in [Container]; expected the serve script to run in the container")
-    for word in shlex.split(exec_setting.value):
+    for word in split_command(exec_setting):
         for host, container in volumes:
             if word == container or word.startswith(container.rstrip("/") + "/"):
                 host_path = host.rstrip("/") + word[len(container.rstrip("/")):]
@@ -217,91 +270,180 @@ def render(
     payload: tuple[str, ...] | None = None,
     timeout: float = _RENDER_TIMEOUT_S,
 ) -> Rendered:
-    """Run the serve script and capture what it starts.
+    """Run the serve script in the sandbox and capture what it starts.
 
     ``overrides`` replaces variables (``None`` unsets one) in the script's starting environment and
     again after every file the script sources; ``payload`` replaces the declared payload files.
     """
     origins, script, unit = service_inputs(fleet, service)
     _require_bash(script)
-    overrides = dict(overrides or {})
-    with tempfile.TemporaryDirectory(prefix="fleetgate-render-") as tmp:
-        tmp_path = Path(tmp)
-        out = tmp_path / "out"
-        out.mkdir()
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        _write_stub(bin_dir / service.binary, out, kind="engine")
-        for tool in _WRITING_TOOLS:
-            _write_stub(bin_dir / tool, out, kind="writer")
-        tools = tmp_path / "tools"
-        tools.mkdir()
-        for tool in _READ_ONLY_TOOLS:
-            found = shutil.which(tool, path="/usr/bin:/bin")
-            if found:
-                (tools / tool).symlink_to(found)
-        preamble = resources.files("fleetgate").joinpath("_render_preamble.bash").read_text(encoding="utf-8")
-        (tmp_path / "preamble.bash").write_text(preamble, encoding="utf-8")
-        work = tmp_path / "cwd"
-        work.mkdir()
-
-        env = {name: origin.value for name, origin in origins.items()}
-        env.setdefault("PATH", SYSTEMD_DEFAULT_PATH)
-        env.setdefault("HOME", "/root")
-        env.setdefault("LANG", "C.UTF-8")
-        env["PATH"] = f"{bin_dir}:{tools}:{env['PATH']}"
-        env["BASH_ENV"] = str(tmp_path / "preamble.bash")
-        env["FLEETGATE_RENDER_OUT"] = str(out)
-        env["__FG_REPO"] = str(fleet.root)
-        env["__FG_DEPLOY_ROOT"] = fleet.deploy_root or ""
-        env["__FG_PAYLOAD"] = "\n".join(service.payload if payload is None else payload)
-        env["__FG_OVERRIDES"] = _override_script(overrides)
-        try:
-            done = subprocess.run(
-                ["/bin/bash", str(script)],
-                cwd=work,
-                env=env,
-                capture_output=True,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise RenderRefused(script, None, f"the serve script did not exec {service.binary} within "
-                                f"{timeout:g} s (a wait loop or a prompt?)", "") from None
-        stderr = done.stderr.decode("utf-8", "replace")
-        invocations = _read_invocations(out)
-        if not invocations:
-            line, message = _last_error(stderr, script)
-            line = line or _last_traced_line(out / "trace", script)
-            raise RenderRefused(
-                script, line,
-                f"the serve script exited {done.returncode} without starting {service.binary}"
-                + (f": {message}" if message else ""),
-                stderr, origins, tuple(_read_sourced(out)),
-            )
-        argv, engine_env = invocations[-1]
-        return Rendered(
-            service=service.name,
-            argv=argv,
-            env={k: v for k, v in engine_env.items() if not k.startswith("__FG_") and k != "BASH_ENV"},
-            inputs=origins,
-            sourced=tuple(_read_sourced(out)),
-            tests=tuple(_read_tests(out)),
-            writes=tuple(_read_writes(out)),
-            script=script,
-            unit=unit,
-            extra_invocations=tuple(a for a, _ in invocations[:-1]),
+    payload = service.payload if payload is None else payload
+    engine_paths: list[str] = []
+    # An engine started by an absolute path the sandbox does not have yet: stub it there and run again.
+    for _ in range(3):
+        result = _run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths)
+        invocations = _read_invocations(result.files)
+        missing = [p for p in _missing_engine_paths(result.stderr, service.binary) if p not in engine_paths]
+        if invocations or not missing:
+            break
+        engine_paths += missing
+    sourced = tuple(_read_sourced(result.files))
+    if result.timed_out:
+        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), script),
+                            f"the serve script did not exec {service.binary} within {timeout:g} s (a wait loop or a prompt?)",
+                            "", origins, sourced)
+    if not invocations:
+        stderr = result.stderr
+        line, message = _last_error(stderr, script)
+        line = line or _last_traced_line(result.files.get("trace", b""), script)
+        raise RenderRefused(
+            script, line,
+            f"the serve script exited {result.returncode} without starting {service.binary}"
+            + (f": {message}" if message else ""),
+            stderr, origins, sourced,
         )
+    argv, engine_env = invocations[-1]
+    return Rendered(
+        service=service.name,
+        argv=argv,
+        env=_engine_env(engine_env),
+        inputs=origins,
+        sourced=sourced,
+        tests=tuple(_read_tests(result.files)),
+        writes=tuple(_read_writes(result.files)),
+        script=script,
+        unit=unit,
+        extra_invocations=tuple(a for a, _ in invocations[:-1]),
+    )
+
+
+def _engine_env(recorded: Mapping[str, str]) -> dict[str, str]:
+    """The engine's environment without the render's own variables and stub directories."""
+    env = {k: v for k, v in recorded.items() if not k.startswith("__FG_") and k != "BASH_ENV"}
+    if "PATH" in env:
+        env["PATH"] = ":".join(d for d in env["PATH"].split(":") if not d.startswith(INSIDE + "/"))
+    return env
+
+
+def _repo_mounts(fleet: Fleet) -> list[tuple[Path, str]]:
+    """The repository, read-only, at its own path and where the hosts deploy it."""
+    local = str(fleet.root)
+    mounts = [(fleet.root, local)]
+    root = fleet.deploy_root.rstrip("/") if fleet.deploy_root else None
+    if root and root != local:
+        if root.startswith(local + "/") or local.startswith(root + "/") or root in ("", "/"):
+            raise InputError(fleet.path, None, f"fleet.deploy_root {fleet.deploy_root} and the repository's own path {local} "
+                             "nest; expected two separate places (check the repository out elsewhere)")
+        mounts.append((fleet.root, root))
+    return mounts
+
+
+def _engine_stub_paths(fleet: Fleet, service: Service, env_path: str, extra: list[str]) -> list[str]:
+    """Every path the engine could be started by: each directory of the script's PATH and the
+    shell's default PATH, copies of the engine inside the repository, and paths a previous run named."""
+    paths: list[str] = []
+    for directory in (*env_path.split(":"), *_DEFAULT_PATH_DIRS):
+        if directory.startswith("/") and not directory.startswith(INSIDE):
+            paths.append(posixpath.join(posixpath.normpath(directory), service.binary))
+    for found in _engines_in_repo(fleet.root, service.binary):
+        relative = found.relative_to(fleet.root).as_posix()
+        paths += [f"{where}/{relative}" for _, where in _repo_mounts(fleet)]
+    paths += extra
+    return list(dict.fromkeys(paths))
+
+
+def _engines_in_repo(root: Path, binary: str, limit: int = 20000) -> list[Path]:
+    found: list[Path] = []
+    seen = 0
+    for directory, dirnames, filenames in os.walk(root):
+        seen += len(dirnames) + len(filenames)
+        if binary in filenames:
+            found.append(Path(directory) / binary)
+        if seen > limit:
+            break
+    return found
+
+
+_MISSING = re.compile(r"(?P<path>/[^:'\n]*): (?:No such file or directory|not found|Permission denied|cannot execute)")
+
+
+def _missing_engine_paths(stderr: str, binary: str) -> list[str]:
+    """Absolute paths of the engine that bash (or env, nohup, ...) could not start."""
+    found = []
+    for match in _MISSING.finditer(stderr):
+        path = match.group("path").strip().strip("'\"")
+        if posixpath.basename(path) == binary and path.startswith("/"):
+            found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
+                overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
+                engine_paths: list[str]) -> SandboxResult:
+    out = f"{INSIDE}/out"
+    files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
+    for tool in _WRITING_TOOLS:
+        files[f"{INSIDE}/bin/{tool}"] = _stub(out, kind="writer")
+    files[f"{INSIDE}/preamble.bash"] = _PREAMBLE()
+    links = {f"{INSIDE}/tools/{tool}": found for tool, found in _read_only_tools().items()}
+
+    env = {name: origin.value for name, origin in origins.items()}
+    env.setdefault("PATH", SYSTEMD_DEFAULT_PATH)
+    env.setdefault("HOME", "/root")
+    env.setdefault("LANG", "C.UTF-8")
+    script_path = env["PATH"]
+    stub = _stub(out, kind="engine")
+    for path in _engine_stub_paths(fleet, service, script_path, engine_paths):
+        files.setdefault(path, stub)
+    env["PATH"] = f"{INSIDE}/bin:{INSIDE}/tools:{env['PATH']}"
+    env["BASH_ENV"] = f"{INSIDE}/preamble.bash"
+    env["FLEETGATE_RENDER_OUT"] = out
+    env["__FG_REPO"] = str(fleet.root)
+    env["__FG_DEPLOY_ROOT"] = (fleet.deploy_root or "").rstrip("/")
+    env["__FG_PAYLOAD"] = "\n".join(payload)
+    env["__FG_BINARY"] = service.binary
+    env["__FG_OVERRIDES"] = _override_script(overrides)
+    home = env["HOME"]
+    spec = SandboxSpec(
+        command=["/bin/bash", str(script)],
+        env=env,
+        cwd=f"{INSIDE}/cwd",
+        timeout=timeout,
+        read_only=_repo_mounts(fleet),
+        placeholders=[p for p in payload if p.startswith("/")],
+        dirs=[f"{INSIDE}/cwd", *([home] if home.startswith("/") else [])],
+        files=files,
+        links=links,
+    )
+    return run_sandboxed(spec, what=script)
+
+
+@cache
+def _PREAMBLE() -> bytes:
+    return resources.files("fleetgate").joinpath("_render_preamble.bash").read_bytes()
+
+
+@cache
+def _read_only_tools() -> dict[str, str]:
+    found = {}
+    for tool in _READ_ONLY_TOOLS:
+        path = shutil.which(tool, path="/usr/bin:/bin")
+        if path:
+            found[tool] = path
+    return found
 
 
 def _require_bash(script: Path) -> None:
-    try:
-        first = script.read_text(encoding="utf-8").split("\n", 1)[0]
-    except OSError as exc:
-        raise InputError(script, None, f"cannot read serve script: {exc.strerror}") from None
+    # bash itself takes any bytes; only the shebang is read here.
+    first = read_bytes(script, "the serve script").split(b"\n", 1)[0].decode("utf-8", "replace")
     if first.startswith("#!") and "bash" not in first:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
-    check = subprocess.run(["/bin/bash", "-n", str(script)], capture_output=True, check=False, timeout=10)
+    try:
+        # Parse only (-n runs nothing), with no BASH_ENV or anything else from this process's environment.
+        check = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-n", str(script)], capture_output=True, check=False,
+                               timeout=10, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise InputError(script, None, "bash could not parse the serve script within 10 s; expected a script of a sane size") from None
     if check.returncode != 0:
         # bash -n reports the error first and echoes the offending line after it.
         line, message = _last_error(check.stderr.decode("utf-8", "replace").splitlines()[0], script)
@@ -318,11 +460,11 @@ def _override_script(overrides: Mapping[str, str | None]) -> str:
     return "; ".join(statements) or ":"
 
 
-def _write_stub(path: Path, out: Path, *, kind: str) -> None:
+def _stub(out: str, *, kind: str) -> bytes:
     if kind == "engine":
         # Builtins only: the PATH the script sees holds no writing tool but the stubs.
         body = f"""#!/bin/bash
-out={shlex.quote(str(out))}
+out={shlex.quote(out)}
 i=0
 while [[ -e $out/$i.argv ]]; do i=$((i + 1)); done
 for __v in $(compgen -e); do printf '%s=%s\\0' "$__v" "${{!__v}}"; done >"$out/$i.env"
@@ -331,70 +473,58 @@ exit 0
 """
     else:
         body = f"""#!/bin/bash
-printf '%s\\0' "${{0##*/}}" "$@" >>{shlex.quote(str(out / 'writes'))}
-printf '\\n' >>{shlex.quote(str(out / 'writes'))}
+printf '%s\\0' "${{0##*/}}" "$@" >>{shlex.quote(out + '/writes')}
+printf '\\n' >>{shlex.quote(out + '/writes')}
 if [[ ${{0##*/}} == tee ]]; then while IFS= read -r __l; do printf '%s\\n' "$__l"; done; fi
 exit 0
 """
-    path.write_text(body, encoding="utf-8")
-    path.chmod(0o755)
+    return body.encode("utf-8")
 
 
-def _read_invocations(out: Path) -> list[tuple[tuple[str, ...], dict[str, str]]]:
+def _read_invocations(files: Mapping[str, bytes]) -> list[tuple[tuple[str, ...], dict[str, str]]]:
     found = []
     i = 0
-    while (out / f"{i}.argv").exists():
-        argv = tuple(part.decode("utf-8", "replace") for part in (out / f"{i}.argv").read_bytes().split(b"\0")[:-1])
+    while f"{i}.argv" in files:
+        argv = tuple(part.decode("utf-8", "replace") for part in files[f"{i}.argv"].split(b"\0")[:-1])
         env: dict[str, str] = {}
-        for item in (out / f"{i}.env").read_bytes().split(b"\0"):
+        for item in files.get(f"{i}.env", b"").split(b"\0"):
             if item:
                 name, _, value = item.decode("utf-8", "replace").partition("=")
                 env[name] = value
-        argv = (os.path.basename(argv[0]), *argv[1:])
-        found.append((argv, env))
+        if argv:
+            found.append(((os.path.basename(argv[0]), *argv[1:]), env))
         i += 1
     return found
 
 
-def _read_sourced(out: Path) -> list[SourcedFile]:
-    path = out / "sources"
-    if not path.exists():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        kind, target, caller = line.split("\t")
-        found.append(SourcedFile(target=target, inside_repo=kind == "repo", caller=caller))
-    return found
+def _records(data: bytes, fields: int) -> list[list[str]]:
+    """NUL-separated fields, ``fields`` per record (paths may hold tabs and newlines)."""
+    parts = [p.decode("utf-8", "replace") for p in data.split(b"\0")]
+    return [parts[i:i + fields] for i in range(0, len(parts) - fields + 1, fields)]
 
 
-def _read_tests(out: Path) -> list[FileTest]:
-    path = out / "tests"
-    if not path.exists():
-        return []
-    found = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        op, target, answer, caller = line.split("\t")
-        found.append(FileTest(op=op, path=target, answer=answer == "0", caller=caller))
-    return found
+def _read_sourced(files: Mapping[str, bytes]) -> list[SourcedFile]:
+    return [SourcedFile(target=target, inside_repo=kind == "repo", caller=caller)
+            for kind, target, caller in _records(files.get("sources", b""), 3)]
 
 
-def _read_writes(out: Path) -> list[tuple[str, ...]]:
-    path = out / "writes"
-    if not path.exists():
-        return []
-    records = path.read_bytes().split(b"\0\n")
+def _read_tests(files: Mapping[str, bytes]) -> list[FileTest]:
+    return [FileTest(op=op, path=target, answer=answer == "0", caller=caller)
+            for op, target, answer, caller in _records(files.get("tests", b""), 4)]
+
+
+def _read_writes(files: Mapping[str, bytes]) -> list[tuple[str, ...]]:
+    records = files.get("writes", b"").split(b"\0\n")
     return [tuple(p.decode("utf-8", "replace") for p in rec.split(b"\0") if p) for rec in records if rec.strip(b"\n")]
 
 
 _TRACE = re.compile(r"^\++(?P<file>[^:]+):(?P<line>\d+): ")
 
 
-def _last_traced_line(trace: Path, script: Path) -> int | None:
+def _last_traced_line(trace: bytes, script: Path) -> int | None:
     """The last line of the script that bash traced before the script gave up."""
-    if not trace.exists():
-        return None
     last = None
-    for line in trace.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in trace.decode("utf-8", "replace").splitlines():
         match = _TRACE.match(line)
         if match and match.group("file") == str(script):
             last = int(match.group("line"))

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fleetgate.errors import InputError
+from fleetgate.errors import InputError, read_text
 
-__all__ = ["Setting", "Unit", "UnitKind", "parse_unit", "split_environment_assignments"]
+__all__ = ["Setting", "Unit", "UnitKind", "parse_unit", "resolve_specifiers", "split_command", "split_environment_assignments"]
 
 UnitKind = Literal["systemd", "quadlet"]
 
@@ -61,6 +61,92 @@ class Unit:
         return iter(self.settings)
 
 
+# Settings whose values systemd (and Quadlet, which passes them on) runs through specifier expansion.
+_SPECIFIED = {"Environment", "EnvironmentFile", "ExecStart", "Exec", "Volume", "User", "WorkingDirectory"}
+# Specifiers that are fixed for the system manager (systemd.unit(5), "Specifiers").
+_SYSTEM_DIRS = {"t": "/run", "S": "/var/lib", "C": "/var/cache", "L": "/var/log", "E": "/etc", "T": "/tmp",
+                "V": "/var/tmp", "g": "root", "G": "0"}
+# Specifiers that name the host itself (its hostname, boot, machine, kernel, OS): unknown offline.
+_HOST_ONLY = {"a": "the host's architecture", "A": "the OS image version", "b": "the boot ID", "B": "the OS build ID",
+              "H": "the host name", "l": "the short host name", "q": "the pretty host name", "m": "the machine ID",
+              "M": "the OS image ID", "o": "the OS ID", "w": "the OS version ID", "W": "the OS variant ID",
+              "v": "the kernel release", "s": "the user's shell", "U": "the user's UID"}
+
+
+def _unescape_unit(text: str) -> str:
+    """systemd's unit_name_unescape: ``-`` is ``/``, ``\\xNN`` a byte."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text.startswith("\\x", i) and i + 4 <= len(text):
+            try:
+                out.append(int(text[i + 2:i + 4], 16))
+                i += 4
+                continue
+            except ValueError:
+                pass
+        out += b"/" if text[i] == "-" else text[i].encode("utf-8")
+        i += 1
+    return out.decode("utf-8", "replace")
+
+
+def resolve_specifiers(setting: Setting, unit_name: str, user: str | None) -> str:
+    """A unit value with its ``%`` specifiers resolved as systemd resolves them for a system unit.
+
+    What depends on the host itself (%H, %m, %b, %v, ...) cannot be known offline: that is one line
+    saying so. ``%h`` of a ``User=`` other than root is that user's home from the host's user database;
+    offline it is taken as /home/USER, the same assumption the render makes for HOME.
+    """
+    value = setting.value
+    if "%" not in value:
+        return value
+    stem = unit_name.rpartition(".")[0] if "." in unit_name else unit_name
+    prefix, at, instance = stem.partition("@")
+    system_user = user or "root"
+    home = "/root" if system_user == "root" else f"/home/{system_user}"
+    table = {
+        "n": unit_name, "N": stem, "p": prefix, "P": _unescape_unit(prefix), "i": instance, "I": _unescape_unit(instance),
+        "j": prefix.rsplit("-", 1)[-1], "J": _unescape_unit(prefix.rsplit("-", 1)[-1]),
+        "f": "/" + (_unescape_unit(instance) if at else _unescape_unit(prefix)).lstrip("/"),
+        "u": system_user, "h": home, "y": f"/etc/systemd/system/{unit_name}", "Y": "/etc/systemd/system",
+        "d": f"/run/credentials/{unit_name}", **_SYSTEM_DIRS,
+    }
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        c = value[i]
+        if c != "%":
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= len(value):
+            raise InputError(setting.path, setting.line, f"{setting.key}=: a lone '%' at the end; systemd expects a specifier "
+                             "after it (write %% for a percent sign)")
+        letter = value[i + 1]
+        i += 2
+        if letter == "%":
+            out.append("%")
+        elif letter in table:
+            out.append(table[letter])
+        elif letter in _HOST_ONLY:
+            raise InputError(setting.path, setting.line, f"{setting.key}=: %{letter} ({_HOST_ONLY[letter]}) is a systemd "
+                             "specifier that cannot be resolved offline; fleetgate renders without the host. Write the value "
+                             "itself in the unit, or set it in the env file")
+        else:
+            raise InputError(setting.path, setting.line, f"{setting.key}=: %{letter} is not a systemd specifier "
+                             "(systemd refuses the setting); write %% for a percent sign")
+    return "".join(out)
+
+
+def split_command(setting: Setting) -> list[str]:
+    """An ``ExecStart=``/``Exec=`` command line, split on quotes the way systemd splits it; one line when it cannot be."""
+    try:
+        return shlex.split(setting.value, posix=True)
+    except ValueError as exc:
+        raise InputError(setting.path, setting.line, f"{setting.key}=: {exc} (unbalanced quotes); "
+                         "expected a command line with every quote closed") from None
+
+
 def parse_unit(path: Path) -> Unit:
     kind: UnitKind = "quadlet" if path.suffix in {".container", ".kube", ".pod"} else "systemd"
     settings = list(_parse_file(path))
@@ -70,14 +156,18 @@ def parse_unit(path: Path) -> Unit:
         for conf in sorted(drop_in_dir.glob("*.conf"), key=lambda p: p.name):
             drop_ins.append(conf)
             settings.extend(_parse_file(conf))
-    return Unit(path=path, kind=kind, settings=tuple(settings), drop_ins=tuple(drop_ins))
+    users = [s.value for s in settings if s.key == "User" and "%" not in s.value]
+    user = users[-1] if users else None
+    unit_name = path.name if kind == "systemd" else path.stem + ".service"
+    resolved = [
+        Setting(s.section, s.key, resolve_specifiers(s, unit_name, user), s.path, s.line) if s.key in _SPECIFIED else s
+        for s in settings
+    ]
+    return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins))
 
 
 def _parse_file(path: Path) -> Iterator[Setting]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(path, None, f"cannot read unit file: {exc.strerror}") from None
+    text = read_text(path, "the unit file")
     section: str | None = None
     lines = text.split("\n")
     number = 0
@@ -87,6 +177,8 @@ def _parse_file(path: Path) -> Iterator[Setting]:
         number += 1
         if not line or line[0] in "#;":
             continue
+        if "\0" in line:
+            raise InputError(path, start, "a NUL byte in the line; systemd refuses the file, expected text")
         while line.endswith("\\"):
             # systemd joins a backslash-continued line with a space
             line = line[:-1] + " "
@@ -115,7 +207,7 @@ def _parse_file(path: Path) -> Iterator[Setting]:
 def split_environment_assignments(setting: Setting) -> list[tuple[str, str]]:
     """``Environment=`` holds space-separated ``NAME=value`` words; double quotes group words (systemd.exec(5))."""
     try:
-        words = shlex.split(setting.value.replace("%%", "%"), posix=True)
+        words = shlex.split(setting.value, posix=True)
     except ValueError as exc:
         raise InputError(setting.path, setting.line, f"{setting.key}=: {exc}; expected NAME=value words") from None
     pairs: list[tuple[str, str]] = []

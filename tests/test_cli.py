@@ -61,3 +61,23 @@ def test_argv_lines_without_an_option_table_treat_negative_numbers_as_values() -
 
     argv = ["engine", "--budget", "-1", "--scale", "-0.5", "-v", "--pair", "a", "b", "--exp", "-1e3"]
     assert argv_lines(argv) == ["engine", "--budget -1", "--scale -0.5", "-v", "--pair a b", "--exp -1e3"]
+
+
+def test_a_broken_pyproject_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options\nfleetgate_fleet = 'x'\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["render", "frank-medium"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fleetgate: pyproject.toml:1: not valid TOML") and err.count("\n") == 1
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # `fleetgate render X | head -1`: the reader goes away after one line.
+    command = (f"{sys.executable} -c 'from fleetgate.cli import main; raise SystemExit(main())' render frank-medium "
+               f"--fleet {FLEET / 'fleet.toml'} --json | head -1")
+    done = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", command], capture_output=True, timeout=120, check=False)
+    assert done.stdout == b"{\n"
+    assert done.stderr == b""

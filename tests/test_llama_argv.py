@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.engines.llama_help import parse_help
-from fleetgate.engines.llamacpp import OPTIONS, context_shape, parse_llama_server
+from fleetgate.engines.llamacpp import OPTIONS, _table, context_shape, parse_llama_server
 from tests.engine import llama_server_binary
 
 
@@ -119,3 +119,116 @@ def test_parse_agrees_with_the_real_binary(args: list[str], tmp_path: Path) -> N
     # Past its argument parser the server starts up (and then fails on the absent model or the port).
     assert engine_rejects or "llama_server: initializing" in output, output[-400:]
     assert bool(parse_llama_server(argv).problems) == engine_rejects, output[-400:]
+
+
+# --- values: the seam refuses a value exactly when the real llama-server refuses it at start -----------
+
+def _engine_refuses(args: list[str], env: dict[str, str] | None = None) -> bool:
+    """Start the real llama-server of build 11434 with a model path that does not exist: it either refuses
+    the arguments and exits before loading anything, or gets as far as loading the (absent) model. It runs
+    in a network namespace of its own, so nothing it does can listen or connect."""
+    binary = llama_server_binary()
+    command = ["unshare", "--user", "--map-root-user", "--net", "--", str(binary),
+               "-m", "/nonexistent/fleetgate-probe.gguf", "--host", "127.0.0.1", *args]
+    done = subprocess.run(command, env={"PATH": "/usr/bin:/bin", **(env or {})}, capture_output=True, timeout=60, check=False)
+    output = (done.stdout + done.stderr).decode("utf-8", "replace")
+    reached_the_model = "failed to load model" in output
+    assert done.returncode != 0, output[-2000:]  # the model does not exist: it never serves
+    return not reached_the_model
+
+
+def _seam_refuses(args: list[str], env: dict[str, str] | None = None) -> bool:
+    config = parse_llama_server(["llama-server", "-m", "/nonexistent/fleetgate-probe.gguf", "--host", "127.0.0.1", *args], env)
+    return bool(config.problems)
+
+
+def _example_fleet_pairs() -> list[tuple[str, str]]:
+    """Every (flag, value) the example fleet's llama.cpp services pass, as rendered."""
+    from fleetgate.config import load_service
+    from fleetgate.fleet import load_fleet
+
+    fleet = load_fleet(Path(__file__).resolve().parents[1] / "fixtures" / "fleet" / "fleet.toml")
+    pairs: list[tuple[str, str]] = []
+    for service in fleet.services.values():
+        if service.engine != "llama.cpp":
+            continue
+        config = load_service(fleet, service)
+        assert config.llama is not None
+        for dest, uses in config.llama.parsed.uses.items():
+            if not _table().by_dest[dest].takes_value:
+                continue
+            for use in uses:
+                # Device names depend on the backends of the machine that runs the binary, not on the build.
+                if use.index is not None and use.value is not None and use.flag not in DEVICE_FLAGS:
+                    pairs.append((use.flag, use.value))
+    return sorted(set(pairs))
+
+
+DEVICE_FLAGS = {"-dev", "--device", "--spec-draft-device", "-devd", "--device-draft"}
+# Values that a careless edit produces, for every flag the example fleet uses.
+BAD_VALUES = ["abc", "", "99999999999", "-2147483649", "maybe", "1e39", " 7", "7x", "-5", "2.5", "yes", "none,bogus", "bogus,none"]
+
+
+def _value_cases() -> list[tuple[str, str]]:
+    cases = _example_fleet_pairs()
+    flags = sorted({flag for flag, _ in cases} - {"-m", "--model", "--mmproj", "--chat-template-file", "--spec-draft-model"})
+    cases += [(flag, value) for flag in flags if flag != "--host" for value in BAD_VALUES]
+    # Whether a host name resolves is the host's resolver's business; addresses and the empty name are the build's.
+    cases += [("--host", value) for value in ("", "127.0.0.1", "0.0.0.0")]
+    # A sample of the build's other integer flags (every tenth), with a non-number and an out-of-range number.
+    ints = json.loads(resources.files("fleetgate.engines").joinpath("llama_server_values.json").read_text())["int"]
+    sample = [f for f in ints if f.startswith("--")][::10]
+    cases += [(flag, value) for flag in sample for value in ("abc", "99999999999", "3")]
+    cases += [("--draft", "4"), ("--spec-ngram-mod-n-min", "1025"), ("--spec-ngram-mod-n-max", "-1"), ("-np", "0"),
+              ("--reasoning-budget", "-2"), ("--spec-draft-n-max", "-1"), ("-ts", ",".join(["1"] * 16)), ("-ts", "1/2/3"),
+              ("--temp", "inf"), ("--temp", "nan"), ("--top-p", "0x1p3"), ("-ngl", "all"), ("-ngl", "auto"), ("-ngl", "al")]
+    return cases
+
+
+@pytest.mark.parametrize(("flag", "value"), _value_cases())
+def test_the_seam_refuses_a_value_exactly_when_llama_server_does(flag: str, value: str) -> None:
+    assert _seam_refuses([flag, value]) == _engine_refuses([flag, value])
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("LLAMA_ARG_FLASH_ATTN", "yes"), ("LLAMA_ARG_FLASH_ATTN", "auto"), ("LLAMA_ARG_THREADS", "abc"), ("LLAMA_ARG_THREADS", "4"),
+     ("LLAMA_ARG_TOP_K", "20000000000"), ("LLAMA_ARG_JINJA", "maybe"), ("LLAMA_ARG_JINJA", "off"), ("LLAMA_ARG_CACHE_TYPE_K", ""),
+     ("LLAMA_ARG_N_PARALLEL", "0"), ("LLAMA_ARG_SPEC_TYPE", "draft-mtp"), ("LLAMA_ARG_SPEC_TYPE", "mtp")],
+)
+def test_environment_values_are_refused_exactly_when_llama_server_does(variable: str, value: str) -> None:
+    assert _seam_refuses([], {variable: value}) == _engine_refuses([], {variable: value})
+
+
+@pytest.mark.parametrize(
+    ("edits", "code", "details"),
+    [
+        ([("FLASH_ATTN=on", "FLASH_ATTN=yes"), ("TOP_K=20", "TOP_K=20000000000")], "engine-accepts-argv/refused-value",
+         ["--flash-attn: unknown value for --flash-attn: 'yes'", "--top-k: '20000000000' is out of the range of an int"]),
+        ([("CACHE_TYPE_K=f16", "CACHE_TYPE_K=")], "engine-accepts-argv/refused-value",
+         ["--cache-type-k: unknown value for --cache-type-k: ''"]),
+    ],
+)
+def test_a_value_the_engine_refuses_fails_the_argv_seam_with_its_code(
+        tmp_path: Path, edits: list[tuple[str, str]], code: str, details: list[str]) -> None:
+    import shutil
+
+    from fleetgate.checks.seam_argv import engine_accepts_argv
+    from fleetgate.config import load_service
+    from fleetgate.failure import Failure
+    from fleetgate.fleet import load_fleet
+
+    fleet_dir = tmp_path / "fleet"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleet", fleet_dir)
+    env = fleet_dir / "scripts" / "frank-medium.env"
+    text = env.read_text(encoding="utf-8")
+    for old, new in edits:
+        assert f"\n{old}\n" in text, old
+        text = text.replace(f"\n{old}\n", f"\n{new}\n")
+    env.write_text(text, encoding="utf-8")
+    fleet = load_fleet(fleet_dir / "fleet.toml")
+    config = load_service(fleet, fleet.services["frank-medium"])
+    with pytest.raises(Failure) as failure:
+        engine_accepts_argv(config)
+    assert failure.value.code == code
+    assert [d.split("] ", 1)[-1][: len(expected)] for d, expected in zip(failure.value.details, details, strict=True)] == details

@@ -25,7 +25,7 @@ CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fi
 PASSED, SKIPPED = "passed", "skipped"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
-                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit")
+                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches")
 
 
 def _outcomes(subject: str, checks: Iterable[str], skipped: Iterable[str] = ()) -> dict[tuple[str, str], str]:
@@ -44,7 +44,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("reference", LLAMA_CHECKS, skipped=["device-visibility", "card-floor", "card-balance",
                                                     "drafter-kv-fits", "empty-means-omit"]),
     **_outcomes("frank-archon", ("device-visibility", "vllm-memory-knobs", "serve-script-renders",
-                                 "empty-means-omit"), skipped=["empty-means-omit"]),
+                                 "empty-means-omit", "rendered-port-matches"), skipped=["empty-means-omit"]),
+    # The fleet as a whole: no inf/nan, no two active services on one host:port.
+    **_outcomes("frank", ("fleet-numbers-finite", "service-ports-unique")),
     **_outcomes("frank-dragoon", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-tts", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("tts-budgets", ("timeouts-nest",)),

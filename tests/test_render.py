@@ -154,3 +154,24 @@ def test_malformed_scripts_and_units_are_one_line_errors(tmp_path: Path, script:
     message = str(raised.value)
     assert fragment in message
     assert "\n" not in message
+
+
+def test_double_bracket_tests_see_the_sandbox_the_fleet_declares(tmp_path: Path) -> None:
+    script = """
+    [[ -f /models/m.gguf ]] || exit 3
+    [[ -d /models ]] || exit 4
+    [[ -f /srv/repo/s.env && -r /srv/repo/s.env ]] || exit 5
+    [[ -e /etc/passwd || -e /etc/hostname || -e /home || -n $(ls -A "$HOME") ]] && exit 6
+    exec llama-server ok
+    """
+    assert rendered(make_fleet(tmp_path, script)).args == ("ok",)
+
+
+def test_the_engine_is_stubbed_in_every_directory_of_the_units_path(tmp_path: Path) -> None:
+    script = 'for d in /opt/llama/bin /usr/bin /usr/local/bin; do [[ -x $d/llama-server ]] || exit 9; done\n' \
+             'exec /opt/llama/bin/llama-server from-the-unit-path\n'
+    assert rendered(make_fleet(tmp_path, script)).args == ("from-the-unit-path",)
+
+
+def test_the_engines_path_is_the_units_not_the_renders(tmp_path: Path) -> None:
+    assert rendered(make_fleet(tmp_path, "exec llama-server\n")).env["PATH"] == "/opt/llama/bin:/usr/bin"

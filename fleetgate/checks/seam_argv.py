@@ -27,12 +27,15 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
         lines.append(f"{position}{problem.flag}: {problem.message}")
     first = llama.problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
+    # An unknown flag (or one without its value) is the flag's fault; a known flag with a value the
+    # build's handler refuses (std::stoi, an enum, a range) is the value's.
+    refused_value = all(p.message not in ("invalid argument", "expected a value") for p in llama.problems)
     raise Failure(
-        code=f"{NAME}/rejected-flag",
+        code=f"{NAME}/refused-value" if refused_value else f"{NAME}/rejected-flag",
         service=config.name, check=NAME,
         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
         observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",
         details=lines,
         expected="only flags and values this build accepts (llama-server --help)",
-        fix="correct the flag's spelling or value in the serve script or env file; an unknown flag stops the server",
+        fix="correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on either",
     )

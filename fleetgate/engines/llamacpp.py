@@ -10,8 +10,9 @@ whose values accumulate; an unknown flag stops the server at startup ("error: in
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -27,6 +28,9 @@ __all__ = [
     "context_shape",
     "pad",
     "parse_llama_server",
+    "stof",
+    "stoi",
+    "value_problems",
 ]
 
 BUILD = 11434
@@ -128,7 +132,7 @@ def _table() -> OptionTable:
         negs = [n for n in entry.get("neg_names", ()) if n not in known]
         if names or negs:
             others.append(Option(dest=f"_other_{i}", names=tuple(names), neg_names=tuple(negs),
-                                 takes_value=entry["takes_value"], env=None))
+                                 takes_value=entry["takes_value"], env=entry.get("env")))
     return OptionTable((*OPTIONS, *others))
 
 
@@ -205,30 +209,185 @@ class LlamaServerConfig:
         return any(t != "none" for t in self.spec_types)
 
 
-_STOI = re.compile(r"^\s*[+-]?\d+")
+_STOI = re.compile(r"^[ \t\n\v\f\r]*[+-]?\d+")
 _STOF = re.compile(r"^\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE)
 
 
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+FLT_MAX = 3.4028234663852886e38
+
+
 def stoi(text: str) -> int:
-    """C++ std::stoi, as the engine converts integer flags: the leading integer, the rest ignored."""
+    """C++ std::stoi, as the engine converts integer flags: the leading integer, the rest ignored;
+    no digits is ``invalid_argument``, a value outside a 32-bit int is ``out_of_range`` (both refused)."""
     match = _STOI.match(text)
     if match is None:
-        raise ValueError(text)
-    return int(match.group(0))
+        raise ValueError(f"expected an integer, got {text!r}")
+    value = int(match.group(0))
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"{text!r} is out of the range of an int ({INT_MIN}..{INT_MAX})")
+    return value
 
 
 def stof(text: str) -> float:
-    """C++ std::stof: the leading floating-point number, the rest ignored."""
+    """C++ std::stof: the leading floating-point number, the rest ignored; a value beyond a float's
+    range is ``out_of_range`` (refused)."""
     match = _STOF.match(text)
     if match is None:
-        raise ValueError(text)
-    return float(match.group(0))
+        raise ValueError(f"expected a number, got {text!r}")
+    value = float(match.group(0))
+    if math.isfinite(value) and abs(value) > FLT_MAX:
+        raise ValueError(f"{text!r} is out of the range of a float")
+    return value
+
+
+@cache
+def _values() -> tuple[frozenset[str], dict[str, str]]:
+    text = resources.files("fleetgate.engines").joinpath("llama_server_values.json").read_text(encoding="utf-8")
+    data = json.loads(text)
+    return frozenset(data["int"]), dict(data["removed"])
+
+
+# common/arg.cpp: is_truthy / is_falsey / is_autoy, and the value sets string handlers accept.
+TRUTHY = ("on", "enabled", "true", "1")
+FALSEY = ("off", "disabled", "false", "0")
+AUTOY = ("auto", "-1")
+KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
+              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+LLAMA_MAX_DEVICES = 16
+
+
+def _one_of(allowed: tuple[str, ...], what: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if value not in allowed:
+            raise ValueError(f"unknown value for {what}: {value!r}; expected one of {', '.join(allowed)}")
+    return check
+
+
+def _int_at_least(low: int, message: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if stoi(value) < low:
+            raise ValueError(message)
+    return check
+
+
+def _int_between(low: int, high: int, message: str) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if not low <= stoi(value) <= high:
+            raise ValueError(message)
+    return check
+
+
+def _parallel(value: str) -> None:
+    if stoi(value) == 0:
+        raise ValueError("invalid value for n_parallel (0)")
+
+
+def _gpu_layers(value: str) -> None:
+    if value not in ("auto", "all"):
+        stoi(value)
+
+
+def _tensor_split(value: str) -> None:
+    parts = re.split(r"[,/]+", value)
+    if len(parts) >= LLAMA_MAX_DEVICES:
+        raise ValueError(f"got {len(parts)} input configs, but system only has {LLAMA_MAX_DEVICES} devices")
+    for part in parts:
+        stof(part)
+
+
+def _spec_types(value: str) -> None:
+    # common/speculative.cpp common_speculative_types_from_names: split on ',', stop at "none".
+    for name in value.split(","):
+        if name == "none":
+            return
+        if name not in SPEC_TYPES:
+            raise ValueError(f"unknown speculative type: {name!r}")
+
+
+def _host(value: str) -> None:
+    if not value:
+        raise ValueError("couldn't bind HTTP server socket: an empty host name")
+
+
+def _real(value: str) -> None:
+    stof(value)
+
+
+# String handlers that refuse values (common/arg.cpp, common/chat.cpp, common/speculative.cpp), by dest.
+_STRING_CHECKS: dict[str, Callable[[str], None]] = {
+    "flash_attn": _one_of((*TRUTHY, *FALSEY, *AUTOY), "--flash-attn"),
+    "fit": _one_of((*TRUTHY, *FALSEY), "--fit"),
+    "split_mode": _one_of(("none", "layer", "row", "tensor"), "--split-mode"),
+    "cache_type_k": _one_of(KV_CACHE_TYPES, "--cache-type-k"),
+    "cache_type_v": _one_of(KV_CACHE_TYPES, "--cache-type-v"),
+    "spec_draft_type_k": _one_of(KV_CACHE_TYPES, "--spec-draft-type-k"),
+    "spec_draft_type_v": _one_of(KV_CACHE_TYPES, "--spec-draft-type-v"),
+    "reasoning_format": _one_of(("none", "auto", "deepseek", "deepseek-legacy"), "--reasoning-format"),
+    "spec_type": _spec_types,
+    "n_gpu_layers": _gpu_layers,
+    "tensor_split": _tensor_split,
+    # An empty host name resolves nowhere: the HTTP socket cannot be bound. Whether any other name
+    # resolves is a question for the host's resolver, not for the build.
+    "host": _host,
+    "temp": _real, "top_p": _real, "min_p": _real, "presence_penalty": _real, "repeat_penalty": _real,
+}
+# Integer handlers that refuse some integers.
+_INT_CHECKS: dict[str, Callable[[str], None]] = {
+    "parallel": _parallel,
+    # tools/server: the HTTP socket is bound before the model loads; a negative port cannot be bound.
+    "port": _int_at_least(0, "couldn't bind HTTP server socket: a negative port"),
+    "reasoning_budget": _int_at_least(-1, "invalid value (the reasoning budget is -1 or more)"),
+    "spec_draft_n_max": _int_at_least(0, "invalid value (negative)"),
+    "spec_ngram_mod_n_min": _int_between(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
+    "spec_ngram_mod_n_max": _int_between(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
+}
+
+
+def value_problems(table: OptionTable, parsed: ParsedArgv) -> list[ArgvProblem]:
+    """Every value llama-server build 11434 refuses at start: it prints "error while handling argument"
+    (or "... environment variable") and exits before it loads anything."""
+    ints, removed = _values()
+    problems: list[ArgvProblem] = []
+    for dest, uses in parsed.uses.items():
+        option = table.by_dest[dest]
+        names = set(option.names) | set(option.neg_names)
+        for use in uses:
+            value = use.value
+            try:
+                if names & set(removed):
+                    raise ValueError(f"the argument has been removed; {removed[sorted(names & set(removed))[0]]}")
+                if value is None:
+                    continue
+                if not option.takes_value:
+                    if option.neg_names and use.index is None and value not in (*TRUTHY, *FALSEY):
+                        # A boolean switch from the environment goes through parse_bool_value.
+                        raise ValueError(f"invalid boolean value {value!r}; expected one of {', '.join((*TRUTHY, *FALSEY))}")
+                    continue
+                if names & ints:
+                    stoi(value)
+                    if dest in _INT_CHECKS:
+                        _INT_CHECKS[dest](value)
+                elif dest in _STRING_CHECKS:
+                    _STRING_CHECKS[dest](value)
+            except ValueError as exc:
+                problems.append(ArgvProblem(use.flag, use.index, str(exc)))
+    return problems
 
 
 def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaServerConfig:
     """Read llama-server's argv (``argv[0]`` is the binary) and environment as build 11434 does."""
-    parsed = _table().parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
+    table = _table()
+    parsed = table.parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
     problems = list(parsed.problems)
+    problems += value_problems(table, parsed)
+    reported = {(p.flag, p.index) for p in problems}
+
+    def note(problem: ArgvProblem) -> None:
+        if (problem.flag, problem.index) not in reported:
+            reported.add((problem.flag, problem.index))
+            problems.append(problem)
 
     def text(dest: str, default: str | None = None) -> str | None:
         use = parsed.last(dest)
@@ -240,8 +399,8 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
             return default
         try:
             return stoi(use.value)
-        except ValueError:
-            problems.append(ArgvProblem(use.flag, use.index, f"expected an integer, got {use.value!r}"))
+        except ValueError as exc:
+            note(ArgvProblem(use.flag, use.index, str(exc)))
             return default
 
     def real(dest: str) -> float | None:
@@ -250,8 +409,8 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
             return None
         try:
             return stof(use.value)
-        except ValueError:
-            problems.append(ArgvProblem(use.flag, use.index, f"expected a number, got {use.value!r}"))
+        except ValueError as exc:
+            note(ArgvProblem(use.flag, use.index, str(exc)))
             return None
 
     def switch(dest: str, default: bool) -> bool:
@@ -272,8 +431,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
             try:
                 tensor_split.append(stof(part))
             except ValueError:
-                problems.append(ArgvProblem(split_use.flag, split_use.index,
-                                            f"expected proportions N0,N1,..., got {split_use.value!r}"))
+                note(ArgvProblem(split_use.flag, split_use.index, f"expected proportions N0,N1,..., got {split_use.value!r}"))
                 tensor_split = []
                 break
 
@@ -284,7 +442,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
     parallel = number("parallel", -1)
     parallel_use = parsed.last("parallel")
     if parallel == 0 and parallel_use is not None:
-        problems.append(ArgvProblem(parallel_use.flag, parallel_use.index, "invalid value for n_parallel (0)"))
+        note(ArgvProblem(parallel_use.flag, parallel_use.index, "invalid value for n_parallel (0)"))
 
     return LlamaServerConfig(
         argv=tuple(argv),

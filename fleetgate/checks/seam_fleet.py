@@ -1,0 +1,80 @@
+"""Fleet-level findings: what no single file shows (duplicate host:port, a rendered port that is not the
+declared one, inf/nan in the manifest)."""
+
+from __future__ import annotations
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.fleet import Fleet
+
+FINITE = "fleet-numbers-finite"
+UNIQUE = "service-ports-unique"
+PORT = "rendered-port-matches"
+
+
+@check(FINITE, kind="seam", subject="fleet", cites=(),
+       summary="every number in fleet.toml is finite (TOML allows inf and nan; no fleet value means them)")
+def fleet_numbers_finite(fleet: Fleet) -> None:
+    if not fleet.non_finite:
+        return
+    first = fleet.non_finite[0]
+    raise Failure(
+        service=fleet.name, check=FINITE, code=f"{FINITE}/non-finite",
+        where=f"{fleet.path}:{first.line}" if first.line else str(fleet.path),
+        observed=f"{len(fleet.non_finite)} value(s) that are not finite numbers",
+        details=[f"{bad.key} = {bad.value} (line {bad.line})" for bad in fleet.non_finite],
+        expected="finite numbers: an inf RAM or a nan utilisation ceiling silently turns the checks that read it off",
+        fix="write the measured figure, or remove the key to take the default",
+    )
+
+
+@check(UNIQUE, kind="seam", subject="fleet", cites=(),
+       summary="no two active services of a host declare the same port")
+def service_ports_unique(fleet: Fleet) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    clashes: list[str] = []
+    for service in fleet.services.values():
+        if service.state != "active":
+            # A rollback shares the port of the service it replaces; an undeployed one runs nowhere.
+            continue
+        key = (service.host, service.port)
+        if key in seen:
+            clashes.append(f"{seen[key]} and {service.name} both on {service.host}:{service.port}")
+        else:
+            seen[key] = service.name
+    if clashes:
+        raise Failure(
+            service=fleet.name, check=UNIQUE, code=f"{UNIQUE}/duplicate",
+            where=fleet.where("services", clashes[0].split(" and ")[1].split(" both")[0], "port"),
+            observed=f"{len(clashes)} host:port pair(s) declared by two active services",
+            details=clashes,
+            expected="one active service per host:port (the second one fails to bind, or the first one is shadowed)",
+            fix="give one of them another port, or mark the one that is a fallback state = \"rollback\"",
+        )
+
+
+def _has_port(config: ServiceConfig) -> bool:
+    return config.llama is not None or config.vllm is not None
+
+
+@check(PORT, kind="seam", subject="service", cites=(), applies=_has_port, engines=("llama.cpp", "vllm"),
+       summary="the port the serve script passes the engine is the port fleet.toml declares")
+def rendered_port_matches(config: ServiceConfig) -> None:
+    if config.llama is not None:
+        port, use = config.llama.port, config.llama.use("port")
+        default = "llama-server's default 8080"
+    else:
+        assert config.vllm is not None
+        port, use = config.vllm.port, config.vllm.use("port")
+        default = "vllm's default 8000"
+    declared = config.service.port
+    if port == declared:
+        return
+    raise Failure(
+        service=config.name, check=PORT, code=f"{PORT}/differs",
+        where=config.where_flag(use) if use is not None else str(config.rendered.script),
+        observed=(f"the engine listens on {port}" + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")),
+        expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
+        fix="make the env file's port and fleet.toml's agree; a client pointed at the declared port reaches nothing or another service",
+    )

@@ -1,0 +1,56 @@
+"""Env files in every dialect: arbitrary bytes read as a value or one line; systemd quoting round-trips."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fleetgate.envfile import parse_env_file, parse_env_text
+from fleetgate.errors import InputError
+from tests.fuzz._oneline import assert_reads_or_one_line
+
+PATH = Path("fuzz.env")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Characters that matter to the three dialects, plus anything at all.
+SHELLISH = st.sampled_from(list("AZaz09_=#;'\"\\$`{}()[]<>|&* \t\n\r\0é-./:%!~"))
+TEXT = st.one_of(st.text(SHELLISH, max_size=200), st.text(max_size=200))
+
+
+@given(TEXT, st.sampled_from(["systemd", "podman"]))
+def test_systemd_and_podman_read_anything_as_values_or_one_line(text: str, dialect: str) -> None:
+    result = assert_reads_or_one_line(lambda: parse_env_text(text, PATH, dialect))  # type: ignore[arg-type]
+    if not isinstance(result, InputError):
+        for name, entry in result.items():
+            assert NAME.match(name) and entry.line >= 1
+
+
+@given(st.binary(max_size=300), st.sampled_from(["systemd", "podman"]))
+def test_any_bytes_in_a_file_are_read_or_one_line(data: bytes, dialect: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x.env"
+        path.write_bytes(data)
+        assert_reads_or_one_line(lambda: parse_env_file(path, dialect))  # type: ignore[arg-type]
+
+
+VALUE = st.text(st.characters(blacklist_characters="\0\r", blacklist_categories=("Cs",)), max_size=60)
+
+
+@given(st.from_regex(NAME, fullmatch=True).filter(lambda n: len(n) < 40), VALUE)
+def test_a_double_quoted_systemd_value_reads_back_as_written(name: str, value: str) -> None:
+    quoted = "".join("\\" + c if c in '"\\`$' else c for c in value)
+    assert parse_env_text(f'{name}="{quoted}"\n', PATH, "systemd")[name].value == value
+
+
+@given(st.from_regex(NAME, fullmatch=True).filter(lambda n: len(n) < 40), st.text(st.characters(blacklist_characters="\0\r\n",
+                                                                                             blacklist_categories=("Cs",)), max_size=60))
+def test_podman_keeps_the_value_literally(name: str, value: str) -> None:
+    assert parse_env_text(f"{name}={value}\n", PATH, "podman")[name].value == value
+
+
+@given(st.text(SHELLISH, max_size=80))
+def test_bash_reads_anything_in_its_sandbox_as_values_or_one_line(text: str) -> None:
+    assert_reads_or_one_line(lambda: parse_env_text(text, PATH, "bash"))
