@@ -124,3 +124,20 @@ def test_one_service_loads_alone_with_the_fleet_around_it(tmp_path: Path) -> Non
     assert list(load_fleet(toml, only="frank-zealot").services) == ["frank-zealot"]
     with pytest.raises(InputError, match=r"services\.frank-dragoon\.port: expected integer"):
         load_fleet(toml)
+
+
+def test_render_scratch_files_stay_off_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgate import sandbox
+
+    mounts = Path("/proc/mounts").read_text().split("\n")
+    shm = [line.split() for line in mounts if len(line.split()) >= 4 and line.split()[1] == "/dev/shm"]
+    expected = "/dev/shm" if shm and shm[0][2] == "tmpfs" and "noexec" not in shm[0][3].split(",") else None
+    monkeypatch.delenv("TMPDIR", raising=False)
+    sandbox.scratch_dir.cache_clear()
+    try:
+        assert sandbox.scratch_dir() == expected
+        monkeypatch.setenv("TMPDIR", "/somewhere/else")
+        sandbox.scratch_dir.cache_clear()
+        assert sandbox.scratch_dir() is None  # an explicit TMPDIR wins
+    finally:
+        sandbox.scratch_dir.cache_clear()
