@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from fleetgate.fit import (
     Ledger,
     SweepRow,
     build_ledger,
+    local_cpu_features,
     service_ledger,
     service_sweep,
     summarize,
@@ -33,7 +35,7 @@ __all__ = ["register"]
 GiB = 1 << 30
 ROWS: tuple[tuple[str, str], ...] = (
     ("model", "model (blocks)"), ("output", "output"), ("kv", "KV"), ("recurrent", "recurrent (RS)"),
-    ("draft", "draft"), ("projector", "projector"), ("compute", "compute"),
+    ("draft", "draft"), ("projector", "projector"), ("compute", "compute"), ("runtime", "runtime"),
 )
 _SIZE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
 _UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G"), (40, "T"))
@@ -43,16 +45,29 @@ _UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G")
 def register(subparsers: Any) -> None:
     fit = subparsers.add_parser(
         "fit", help="the per-device memory ledger of a llama.cpp service or of a llama-server command line",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Print what each device will hold: weights, output layer, KV, recurrent state, drafter, "
-                    "projector and compute buffers, named as llama-server names its buffers.")
+                    "projector, compute buffers and the GPU runtime, named as llama-server names its buffers.",
+        epilog="A bare command line's devices: --device names them (CUDA0, ROCm1, Vulkan0, Metal, as llama.cpp\n"
+               "names them; the name's prefix is the device's kind: CUDA, ROCm, Vulkan, Metal, RPC), and RPC\n"
+               "devices come from llama-server's own --rpc after --, named RPC0, RPC1 ... in its order:\n"
+               "  fleetgate fit --card RPC0=24G --card RPC1=24G -- llama-server -m M.gguf --rpc h1:50052,h2:50052\n"
+               "An RPC device serving a GPU takes its kind after a colon: --card RPC0=80G:CUDA. --card sizes\n"
+               "are the total the engine sees (the breakdown's 'total'; on an NVIDIA H200 143,155 MiB where\n"
+               "nvidia-smi says 143,771). The host's RAM is --host-ram, never a --card.")
     fit.add_argument("args", nargs="*", metavar="SERVICE | -- llama-server ...",
                      help="a service of the fleet, or (after --) a llama-server command line")
     fit.add_argument("--fleet", metavar="PATH", help="fleet manifest (default: ./fleet.toml, else the ini)")
     fit.add_argument("--json", action="store_true", help="every figure in bytes, per device and per term")
     fit.add_argument("--sweep-ts", action="store_true",
                      help="free VRAM per card and the gap for each -ts step of a two-card split")
-    fit.add_argument("--card", action="append", default=[], metavar="NAME=SIZE",
-                     help="a device and its memory for a bare command line (ROCm0=31.86GiB, RPC0=24G, ...)")
+    fit.add_argument("--card", action="append", default=[], metavar="NAME=SIZE[:KIND]",
+                     help="a device of the command line and its memory (ROCm0=31.86GiB, CUDA0=143155MiB, "
+                          "RPC0=24G, RPC0=80G:CUDA); naming no device of the command line is an error")
+    fit.add_argument("--host-ram", metavar="SIZE", help="the host's RAM for a bare command line (64G)")
+    fit.add_argument("--cpu-features", metavar="LIST",
+                     help="the host CPU's flags that decide CPU_REPACK (avx2,avx512f,asimddp ...; 'none'); "
+                          "default: this machine's")
     fit.add_argument("--profile", metavar="FILE", help="the target's profile, when -m's GGUF is not at hand")
     fit.add_argument("--draft-profile", metavar="FILE", help="the drafter's profile (--spec-draft-model)")
     fit.add_argument("--projector-profile", metavar="FILE", help="the --mmproj's profile")
@@ -72,9 +87,25 @@ def _profile(args: argparse.Namespace) -> int:
                         comment=f"written by `fleetgate profile {Path(args.gguf).name}` from the GGUF header "
                                 "(tensor data is never read)")
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
-    else:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(Path(args.output), None, f"cannot write the profile: {exc.strerror or exc}; "
+                                                      "expected a writable file path") from None
+        return 0
+    return _write(text)
+
+
+def _write(text: str) -> int:
+    """Write to standard output; a reader that stops early (``| head -1``) is not an error."""
+    try:
         sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the interpreter flushes stdout again at exit: point it at /dev/null so that flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
     return 0
 
 
@@ -130,9 +161,7 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
             data["sweep"] = [{"tensor_split": list(r.tensor_split), "free_bytes": list(r.free),
                               "gap_bytes": r.gap, "floor_ok": list(r.floor_ok), "slack_ok": r.slack_ok}
                              for r in rows]
-        json.dump(data, sys.stdout, indent=2)
-        print()
-        return 0
+        return _write(json.dumps(data, indent=2) + "\n")
     llama = config.llama
     split = ",".join(f"{x:g}" for x in llama.tensor_split) or "by free memory"
     title = (f"{name} on {host.name}: {ledger.shape.n_ctx} tokens = {ledger.shape.n_seq_max} slots x "
@@ -140,22 +169,67 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
              f"{llama.cache_type_k}/{llama.cache_type_v}, ubatch {ledger.n_ubatch}, -ts {split}")
     if rows:
         names = [d.card.name for d in ledger.cards]
-        print(_sweep_table(title, rows, llama.tensor_split, host.card_floor_bytes, host.balance_slack_bytes,
-                           names))
-        return 0
+        return _write(_sweep_table(title, rows, llama.tensor_split, host.card_floor_bytes,
+                                   host.balance_slack_bytes, names) + "\n")
     used = (config.profile, config.draft_profile if llama.spec_draft_model else None)
-    print(_table(title, ledger, floor=host.card_floor_bytes, slack=host.balance_slack_bytes,
-                 cache_ram_mib=llama.cache_ram_mib, ram=host.ram_bytes,
-                 reconstructed=[p.name for p in used if p and p.reconstructed]))
-    return 0
+    return _write(_table(title, ledger, floor=host.card_floor_bytes, slack=host.balance_slack_bytes,
+                         cache_ram_mib=llama.cache_ram_mib, ram=host.ram_bytes,
+                         reconstructed=[p.name for p in used if p and p.reconstructed]) + "\n")
 
 
 def _size(text: str, where: str) -> int:
     match = _SIZE.match(text)
     unit = (match.group(2) or "").upper() if match else ""
-    if not match or unit not in _UNITS:
+    try:
+        value = float(match.group(1)) if match else -1.0
+    except ValueError:
+        value = -1.0
+    if not match or unit not in _UNITS or value <= 0:
         raise InputError(Path.cwd(), None, f"{where}: {text!r} is not a size; expected bytes, 31.86GiB, 24G")
-    return int(float(match.group(1)) * _UNITS[unit])
+    return int(value * _UNITS[unit])
+
+
+def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> list[Card]:
+    """The --card options of a bare command line, each naming a device the command line has."""
+    from fleetgate.fit import DEVICE_KINDS
+
+    sizes: dict[str, tuple[int, str | None]] = {}
+    for spec in specs:
+        name, sep, value = spec.partition("=")
+        name = name.strip()
+        size, _, kind = value.partition(":")
+        if not sep or not name:
+            raise InputError(Path.cwd(), None, f"--card {spec!r}; expected NAME=SIZE, e.g. ROCm0=31.86GiB")
+        if name.upper() in ("CPU", "HOST"):
+            raise InputError(Path.cwd(), None, f"--card {spec!r}: the host is not a card; expected "
+                                               f"--host-ram {size or 'SIZE'}")
+        if kind and kind not in DEVICE_KINDS:
+            raise InputError(Path.cwd(), None, f"--card {spec!r}: unknown kind {kind!r}; expected one of "
+                                               f"{', '.join(DEVICE_KINDS)}")
+        kinds = [k for k in DEVICE_KINDS if k != "CPU"]
+        if not any(name.startswith(k) for k in kinds):
+            raise InputError(Path.cwd(), None, f"--card {spec!r}: {name!r} is no llama.cpp device name; "
+                                               f"expected a kind and an index: {', '.join(kinds)}")
+        sizes[name] = (_size(size, f"--card {spec}"), kind or None)
+    local = [n for n in devices if n.lower() != "none"]
+    rpc_names = [f"RPC{i}" for i in range(len(rpc))]
+    for name in sizes:
+        if name.startswith("RPC") and name not in rpc_names:
+            raise InputError(Path.cwd(), None, f"--card {name}: the command line has "
+                                               f"{len(rpc)} RPC device(s); expected llama-server's own "
+                                               "--rpc HOST:PORT,... after --")
+        if local and not name.startswith("RPC") and name not in local:
+            raise InputError(Path.cwd(), None, f"--card {name}: --device names {', '.join(local)}; "
+                                               f"expected a --card for one of them")
+    cards = [Card(name=n, vram_bytes=sizes[n][0] if n in sizes else None, kind=sizes.get(n, (0, None))[1])
+             for n in local]
+    cards += [Card(name=n, vram_bytes=size, kind=kind) for n, (size, kind) in sizes.items()
+              if n not in local and not n.startswith("RPC")]
+    for i, endpoint in enumerate(rpc):
+        given = sizes.get(f"RPC{i}")
+        cards.append(Card(name=f"RPC{i}", vram_bytes=given[0] if given else None, buffer_name=f"RPC0[{endpoint}]",
+                          endpoint=endpoint, kind=given[1] if given else None))
+    return cards
 
 
 def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
@@ -188,35 +262,30 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
     draft = profile_of(args.draft_profile, config.spec_draft_model, "draft") \
         if config.spec_draft_model else None
     projector = profile_of(args.projector_profile, config.mmproj, "projector") if config.mmproj else None
-    sizes: dict[str, int] = {}
-    for spec in args.card:
-        name, sep, size = spec.partition("=")
-        if not sep or not name:
-            raise InputError(Path.cwd(), None, f"--card {spec!r}; expected NAME=SIZE, e.g. ROCm0=31.86GiB")
-        sizes[name.strip()] = _size(size, f"--card {spec}")
-    names = [n for n in config.devices if n.lower() != "none"]
-    cards = [Card(name=n, vram_bytes=sizes.get(n)) for n in names]
-    cards += [Card(name=n, vram_bytes=s) for n, s in sizes.items()
-              if n not in names and not n.startswith("RPC")]
-    for i, endpoint in enumerate(config.rpc):
-        cards.append(Card(name=f"RPC{i}", vram_bytes=sizes.get(f"RPC{i}"), buffer_name=f"RPC0[{endpoint}]",
-                          endpoint=endpoint))
+    cards = _cards(args.card, config.devices, config.rpc)
+    ram = _size(args.host_ram, "--host-ram") if args.host_ram else None
+    if args.cpu_features is None:
+        features: frozenset[str] | None = local_cpu_features()
+    elif args.cpu_features.strip().lower() == "none":
+        features = frozenset()
+    else:
+        features = frozenset(f.strip().lower() for f in args.cpu_features.split(",") if f.strip())
     try:
-        ledger = build_ledger(config, target, cards=cards, draft=draft, projector=projector)
+        ledger = build_ledger(config, target, cards=cards, draft=draft, projector=projector,
+                              cpu_features=features)
     except KeyError as exc:
         raise InputError(where, None,
                          f"--device names {exc.args[0]!r}; expected a --card NAME=SIZE for it") from None
     except ValueError as exc:
         raise InputError(where, None, str(exc)) from None
     if args.json:
-        json.dump(summarize(ledger), sys.stdout, indent=2)
-        print()
-        return 0
+        data = summarize(ledger)
+        data["host"]["ram_bytes"] = ram
+        return _write(json.dumps(data, indent=2) + "\n")
     title = (f"{Path(config.model or target.name).name}: {ledger.shape.n_ctx} tokens = "
              f"{ledger.shape.n_seq_max} slots x {ledger.shape.n_ctx_seq}, ubatch {ledger.n_ubatch}")
-    print(_table(title, ledger, floor=None, slack=None, cache_ram_mib=config.cache_ram_mib, ram=None,
-                 reconstructed=[p.name for p in (target, draft) if p and p.reconstructed]))
-    return 0
+    return _write(_table(title, ledger, floor=None, slack=None, cache_ram_mib=config.cache_ram_mib, ram=ram,
+                         reconstructed=[p.name for p in (target, draft) if p and p.reconstructed]) + "\n")
 
 
 def _cell(device: DeviceLedger, term: str, unit: int) -> str:

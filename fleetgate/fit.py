@@ -42,6 +42,7 @@ import dataclasses
 import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.engines.llamacpp import ContextShape, LlamaServerConfig, pad
@@ -71,8 +72,8 @@ __all__ = [
 
 MiB = 1 << 20
 Basis = Literal["derived", "reconstructed", "calibrated", "estimate"]
-Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute"]
-TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute")
+Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime"]
+TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime")
 
 # Nextn blocks are created with TENSOR_SKIP unless MTP is loaded (src/models/<arch>.cpp, mtp_flags).
 MTP_SKIP_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next", "glm4moe", "deepseek2", "mimo2", "step35",
@@ -89,23 +90,59 @@ class Backend:
     kind: str
     alignment: int
     quant_row_padding: int
-    """CUDA/HIP pad the last row of quantized matrices to a multiple of 512 elements."""
+    """CUDA/HIP pad every quantized tensor whose ``ne0 % 512 != 0`` by one row of the missing elements."""
     cite: str
+    host_buffer: str | None = None
+    """The pinned host buffer type the device offers (``CUDA_Host``); host-side output and compute buffers
+    and the host's weights use it when this device comes first (src/llama-context.cpp, ``sched_reserve``;
+    src/llama-model.cpp, ``make_cpu_buft_list``)."""
 
 
 _CUDA = "ggml/src/ggml-cuda/ggml-cuda.cu buffer_type_get_alignment, get_alloc_size"
 BACKENDS: Mapping[str, Backend] = {
     "CPU": Backend("CPU", 32, 0, "ggml/src/ggml-impl.h TENSOR_ALIGNMENT"),
-    # an RPC device allocates on the remote backend (a CPU here), which reports alignment 32
+    # an RPC device allocates on the remote backend (a CPU unless the card says otherwise), which reports
+    # its alignment; it offers no pinned host buffer
     "RPC": Backend("RPC", 32, 0, "ggml/src/ggml-rpc/ggml-rpc.cpp get_alignment (remote CPU)"),
-    "CUDA": Backend("CUDA", 128, 512, _CUDA),
-    "ROCm": Backend("ROCm", 128, 512, _CUDA + " (the HIP build names its devices ROCm)"),
-    "Vulkan": Backend("Vulkan", 256, 0, "ggml/src/ggml-vulkan: device-dependent alignment, 256 assumed"),
+    "CUDA": Backend("CUDA", 128, 512, _CUDA, "CUDA_Host"),
+    "ROCm": Backend("ROCm", 128, 512, _CUDA + " (the HIP build names its devices ROCm)", "ROCm_Host"),
+    "Vulkan": Backend("Vulkan", 256, 0, "ggml/src/ggml-vulkan: device-dependent alignment, 256 assumed",
+                      "Vulkan_Host"),
     "Metal": Backend("Metal", 32, 0, "ggml/src/ggml-metal: 32 assumed"),
+}
+DEVICE_KINDS = tuple(BACKENDS)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a GPU process holds outside every buffer: the runtime's context, the BLAS workspace, the memory
+    pool and graphs, read off the engine's own breakdown at exit ("unaccounted") on named boots."""
+
+    first_context: int
+    further_context: int
+    boot: str
+
+
+# tests/ledger/data/gpu-h200.json: 595-599 MiB on the 25 one-GPU boots with one context (526 MiB of it before
+# the first buffer); with MTP's second context 805 and 815 MiB
+RUNTIMES: Mapping[str, Runtime] = {
+    "CUDA": Runtime(599 * MiB, 216 * MiB, "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: "
+                    "gpu-h200.json smollm2-cuda-q4 (599 MiB unaccounted, the most of 25 one-context boots) and "
+                    "qwen35-mtp-cuda-np1 (815 MiB, two contexts)"),
 }
 
 
-def backend_for(device: str) -> Backend:
+def backend_for(device: str, kind: str | None = None) -> Backend:
+    """A device's backend from its kind, else from its name as llama.cpp names it (CUDA0, ROCm1, RPC0 ...)."""
+    if kind is not None:
+        if kind not in BACKENDS:
+            raise ValueError(f"unknown device kind {kind!r}: one of {', '.join(DEVICE_KINDS)}")
+        backend = BACKENDS[kind]
+        if device.startswith("RPC") and kind != "RPC":
+            # the remote backend's sizes, but an RPC device offers no pinned host buffer
+            return dataclasses.replace(backend, host_buffer=None,
+                                       cite=backend.cite + " (behind ggml-rpc-server)")
+        return backend
     for prefix, backend in BACKENDS.items():
         if device.startswith(prefix):
             return backend
@@ -122,10 +159,12 @@ class Card:
     buffer_name: str = ""
     """As llama-server names its buffers there (an RPC device: ``RPC0[host:port]``)."""
     endpoint: str | None = None
+    kind: str | None = None
+    """The backend behind the device when its name does not say it (an RPC device serving a CUDA GPU)."""
 
     @property
     def backend(self) -> Backend:
-        return backend_for(self.name)
+        return backend_for(self.name, self.kind)
 
     @property
     def label(self) -> str:
@@ -158,6 +197,12 @@ class Buffer:
     bytes: int
     basis: Basis
     source: str
+    buffer_type: str = ""
+    """The engine's name for the buffer type, as its log prints it: CUDA0, CUDA_Host, CPU_Mapped, CPU_REPACK."""
+
+    @property
+    def device_label(self) -> str:
+        return self.buffer_type or self.device
 
 
 @dataclass(frozen=True)
@@ -283,10 +328,10 @@ class _Acc:
     buffers: dict[str, list[Buffer]] = field(default_factory=dict)
 
     def add(self, card: Card, term: Term, buffer: str, context: str, nbytes: int, basis: Basis,
-            source: str) -> None:
+            source: str, buffer_type: str = "") -> None:
         if nbytes > 0:
             self.buffers.setdefault(card.label, []).append(
-                Buffer(card.name, term, buffer, context, nbytes, basis, source))
+                Buffer(card.name, term, buffer, context, nbytes, basis, source, buffer_type or card.label))
 
 
 @dataclass(frozen=True)
@@ -360,33 +405,100 @@ def _with_tied_output(profile: Profile) -> list[Weight]:
     return weights
 
 
+# CPU_REPACK (ggml/src/ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type): which quantized matrices
+# the CPU backend re-lays out, by the CPU features it runs with, and the row count each layout needs
+_REPACK_X86: Mapping[str, tuple[str, int]] = {"Q4_0": ("avx2", 8), "Q4_K": ("avx2", 8), "IQ4_NL": ("avx2", 8),
+                                              "MXFP4": ("avx2", 8), "Q2_K": ("avx512f", 8)}
+_REPACK_ARM: Mapping[str, tuple[str, int]] = {"Q4_0": ("asimddp", 4), "Q4_K": ("asimddp", 8),
+                                              "Q5_K": ("asimddp", 8), "Q6_K": ("asimddp", 8),
+                                              "IQ4_NL": ("asimddp", 4), "MXFP4": ("asimddp", 4),
+                                              "Q8_0": ("asimddp", 4)}
+
+
+def local_cpu_features() -> frozenset[str]:
+    """This machine's CPU feature flags (Linux /proc/cpuinfo; empty where it cannot be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def repacked(weight: Weight, cpu_features: frozenset[str]) -> bool:
+    """Whether the CPU backend moves this weight into a ``CPU_REPACK`` buffer (a matrix of a repackable type
+    whose row count the interleaved layout divides, on a CPU with the features that layout needs)."""
+    kind = weight.ggml_type
+    if kind is None or weight.name.startswith("token_embd") or len(weight.shape) not in (2, 3):
+        return False  # token embeddings are read by GET_ROWS, which the repacked buffer does not serve
+    for table in (_REPACK_X86, _REPACK_ARM):
+        rule = table.get(kind)
+        if rule is not None and rule[0] in cpu_features and weight.shape[1] % rule[1] == 0:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class _Host:
+    """How the host holds what lands on it: mapped weights, pinned buffers, repacking."""
+
+    mapped: bool
+    pinned: str | None
+    """The pinned host buffer type of the first device offering one (CUDA_Host), else None."""
+    compute: str
+    """The buffer type of the host's compute buffer: the first device's pinned type, else CPU."""
+    cpu_features: frozenset[str] | None
+
+
 def _weights(acc: _Acc, model: _Model, *, context: str, term_block: Term, term_output: Term,
-             host_mapped: bool, basis: Basis) -> None:
+             host: _Host, basis: Basis) -> None:
     placed: dict[str, tuple[Card, list[Weight]]] = {}
     for weight in _with_tied_output(model.profile):
         card = _weight_device(model, weight)
         if card is not None:
             placed.setdefault(card.label, (card, []))[1].append(weight)
     for card, weights in placed.values():
-        if card is HOST and host_mapped:
-            # one view of the file: duplicated tensors share it (get_mapping_range spans the ctx's tensors)
-            files = [w for w in weights if not w.duplicate]
-            offsets = [w for w in files if w.offset is not None]
-            if offsets:
-                span = max(w.offset + w.nbytes for w in offsets if w.offset is not None) \
-                    - min(w.offset for w in offsets if w.offset is not None)
-            else:
-                span = sum(w.nbytes for w in files)
-            acc.add(card, term_block, "model", context, span, basis,
-                    "src/llama-model-loader.cpp get_mapping_range (CPU_Mapped: a view of the file)")
-            continue
+        if card is HOST:
+            weights = _host_weights(acc, weights, context=context, term_block=term_block,
+                                    term_output=term_output, host=host, basis=basis)
         by_term: dict[Term, int] = {}
         for weight in weights:
             term = term_output if weight.role == "output" else term_block
             by_term[term] = by_term.get(term, 0) + _alloc(weight, card.backend)
+        buffer_type = (host.pinned or "CPU") if card is HOST else card.label
         for term, nbytes in by_term.items():
             acc.add(card, term, "model", context, nbytes, basis,
-                    "src/llama-model.cpp load_tensors; ggml-backend.cpp alloc_buffer_n_plan")
+                    "src/llama-model.cpp load_tensors; ggml-backend.cpp alloc_buffer_n_plan", buffer_type)
+
+
+def _host_weights(acc: _Acc, weights: list[Weight], *, context: str, term_block: Term, term_output: Term,
+                  host: _Host, basis: Basis) -> list[Weight]:
+    """Book the host's repacked and mapped weights; return those it must copy into a plain buffer."""
+    if host.pinned is None and host.cpu_features:
+        repack = [w for w in weights if repacked(w, host.cpu_features)]
+        weights = [w for w in weights if w not in repack]
+        by_term: dict[Term, int] = {}
+        for weight in repack:
+            term = term_output if weight.role == "output" else term_block
+            by_term[term] = by_term.get(term, 0) + _alloc(weight, BACKENDS["CPU"])
+        for term, nbytes in by_term.items():
+            acc.add(HOST, term, "model", context, nbytes, basis,
+                    "ggml/src/ggml-cpu/repack.cpp: matrices re-laid out for the CPU's features", "CPU_REPACK")
+    if not host.mapped:
+        return weights
+    # one view of the file: duplicated tensors share it (get_mapping_range spans the ctx's tensors)
+    files = [w for w in weights if not w.duplicate]
+    offsets = [w for w in files if w.offset is not None]
+    if offsets:
+        span = max(w.offset + w.nbytes for w in offsets if w.offset is not None) \
+            - min(w.offset for w in offsets if w.offset is not None)
+    else:
+        span = sum(w.nbytes for w in files)
+    acc.add(HOST, term_block, "model", context, span, basis,
+            "src/llama-model-loader.cpp get_mapping_range (CPU_Mapped: a view of the file)", "CPU_Mapped")
+    return []
 
 
 def _kv_layers(profile: Profile, *, mtp: bool) -> list[int]:
@@ -422,6 +534,15 @@ class _Cache:
         return pad(min(self.n_ctx_seq, window), 256)
 
 
+def _row_padding(ggml_type: str, ne0: int, card: Card) -> int:
+    """CUDA/HIP's get_alloc_size: one padding row for a quantized tensor whose ne0 is not a multiple of 512
+    (the KV cache's K and V tensors too: seen on the H200, 384 B per q8_0 tensor of SmolLM2)."""
+    padding = card.backend.quant_row_padding
+    if not padding or ggml_type.upper() in FLOAT_TYPES or ne0 % padding == 0:
+        return 0
+    return row_bytes(ggml_type, padding - ne0 % padding)
+
+
 def _kv(acc: _Acc, profile: Profile, layer_device: Sequence[Card], layers: Iterable[int], cache: _Cache, *,
         context: str, term: Term, basis: Basis) -> None:
     layers = list(layers)
@@ -434,8 +555,8 @@ def _kv(acc: _Acc, profile: Profile, layer_device: Sequence[Card], layers: Itera
         if cache.v_trans and len(widths) > 1:
             v_elems = max(widths)  # [TAG_V_CACHE_VARIABLE]: V padded to the widest layer
         card = layer_device[il] if cache.offload else HOST
-        k = row_bytes(cache.type_k, k_elems) * cells * cache.n_stream
-        v = row_bytes(cache.type_v, v_elems) * cells * cache.n_stream
+        k = row_bytes(cache.type_k, k_elems) * cells * cache.n_stream + _row_padding(cache.type_k, k_elems, card)
+        v = row_bytes(cache.type_v, v_elems) * cells * cache.n_stream + _row_padding(cache.type_v, v_elems, card)
         key = (card.label, "KV (SWA)" if swa else "KV")
         previous = caches.get(key, (card, 0))[1]
         caches[key] = (card, previous + pad(k, card.backend.alignment) + pad(v, card.backend.alignment))
@@ -468,41 +589,99 @@ def _recurrent(acc: _Acc, profile: Profile, layer_device: Sequence[Card], *, n_s
 class _ComputeShape:
     n_ubatch: int
     n_outputs: int
+    n_seq: int
     mask_cells: tuple[int, ...]
-    """KV cells each attention mask spans (one mask per cache: full, sliding window)."""
+    """KV cells per stream each attention mask spans (one mask per cache: full, sliding window)."""
     copies: int
     """Input copies the scheduler keeps: 4 with pipeline parallelism (GGML_SCHED_MAX_COPIES), else 1."""
     flash_attn: bool
 
 
-def _compute_estimate(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, holds_output: bool,
-                      host: bool) -> int:
-    """An estimate of a device's compute buffer when no boot measured it (always shown as an estimate).
+GATED_Q_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 
-    The graph allocator's peak for one ubatch (src/llama-context.cpp, ``sched_reserve``) is modelled as:
-    the widest layer's live activations (FFN gate and up, residual and norms, Q/K/V), the attention scores
-    when flash attention is off, the logits of the reserved outputs on the output device, and the graph
-    inputs each split receives (token embeddings, f16 attention masks over the KV cells), kept ``copies``
-    times under pipeline parallelism. docs/ledger.md gives its measured error.
-    """
-    raw = profile.raw.get("model", {})
+
+def _dims(profile: Profile) -> tuple[int, int, int, int]:
+    """n_embd, n_ff, the query width (n_head x head) and n_head, read off the weights where the header lacks them."""
     n_embd = max(profile.n_embd, 1)
     head = max(profile.key_length, 1)
-    n_ff = int(raw.get("n_ff", 0) or 4 * n_embd)
-    n_head = int(raw.get("n_head", 0) or max(n_embd // head, 1))
-    kv_dim = max(profile.head_count_kv or (0,)) * head
+    raw = profile.raw.get("model", {})
+    n_ff = int(raw.get("n_ff", 0) or max((w.shape[1] for w in profile.weights
+                                          if w.name.endswith(("ffn_up.weight", "ffn_gate.weight"))
+                                          and len(w.shape) > 1), default=4 * n_embd))
+    q = max((w.shape[1] for w in profile.weights if w.name.endswith("attn_q.weight") and len(w.shape) > 1),
+            default=n_embd)
+    if profile.architecture in GATED_Q_ARCHS:
+        q //= 2  # the query projection also carries the output gate
+    n_head = int(raw.get("n_head", 0) or max(q // head, 1))
+    return n_embd, n_ff, q, n_head
+
+
+# The measured ratio of each buffer kind to its structural peak (below): the largest over the recorded boots
+# (tests/ledger/data/gpu-h200.json and cpu-rpc.json, build 11434), so that the estimate is never under the
+# engine on any of them. ``python -m tests.ledger.gpu_dataset --factors`` recomputes them.
+COMPUTE_FACTORS: Mapping[tuple[str, str], float] = {
+    ("gpu", "layers"): 1.11, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
+    ("cpu", "layers"): 1.01, ("cpu", "pipeline"): 1.10, ("cpu", "host"): 1.24,
+}
+
+
+def compute_role(card: Card, *, layers: bool, pipeline: bool, gpu_host: bool) -> tuple[str, str]:
+    """Which measured factor applies: the device's backend (a GPU, or a CPU / CPU behind RPC) and what it
+    does (runs layers, runs layers in a pipeline-parallel split, or is the host feeding GPUs)."""
+    if card is HOST:
+        return ("gpu" if gpu_host else "cpu", "layers" if layers else "host")
+    gpu = card.backend.quant_row_padding > 0 or card.backend.kind in ("Vulkan", "Metal")
+    return ("gpu" if gpu else "cpu", "pipeline" if pipeline and layers else "layers" if layers else "host")
+
+
+def compute_peak(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, holds_output: bool,
+                 host_layers: bool = False) -> int:
+    """The structural peak of one device's compute buffer for one ubatch (src/llama-context.cpp,
+    ``sched_reserve``: the prompt-processing graph of ``n_ubatch`` tokens, ``n_outputs`` outputs).
+
+    A device that runs layers (or, with a GPU, the host layers' matrix products it takes over) holds the
+    larger of the FFN peak (residual, norm, gate, up and their product: ``4 n_embd + 3 n_ff`` floats per
+    token, seen exact on the H200) and the attention peak (``n_embd + 5 q`` floats per token plus, without
+    flash attention, the f32 scores over the widest cache), the attention masks over every cache (f16 with
+    flash attention, f32 without), the Gated DeltaNet chunk matrices of hybrid models, the output logits
+    where it holds the output layer and the split inputs kept ``copies`` times. The host, when layers run
+    elsewhere, holds the inputs: token embeddings, the f32 masks, the logits it reads back.
+    """
+    n_embd, n_ff, q, n_head = _dims(profile)
     ub = shape.n_ubatch
-    inputs = 4 * ub * n_embd + sum(2 * cells * ub for cells in shape.mask_cells)
-    size = 0
-    if holds_layers:
-        size += 4 * ub * (2 * n_ff + 3 * n_embd + n_head * head + 2 * kv_dim) + shape.copies * inputs
+    cells = sum(shape.mask_cells)
+    inputs = 4 * ub * n_embd + 4 * ub * cells
+    if not holds_layers and holds_output:
+        # a device with the output layer only: its norm and the logits
+        return pad(20 * ub * n_embd + 4 * shape.n_outputs * max(profile.n_vocab, 1) + 65536, 32)
+    if not holds_layers:
+        widest = max(shape.mask_cells or (0,))
+        size = shape.copies * (8 * ub * n_embd + 4 * ub * widest) + 65536
         if not shape.flash_attn:
-            size += 4 * ub * max(shape.mask_cells or (0,)) * n_head
+            size += 4 * ub * max(shape.mask_cells or (0,))  # the f32 mask the scores are built against
+        if host_layers:
+            size += 8 * ub * n_embd  # the norms and residuals of the layers it keeps
+        return pad(size, 32)
+    ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
+    attn = 4 * ub * (n_embd + 5 * q)
+    if not shape.flash_attn:
+        attn += 4 * ub * n_head * max(shape.mask_cells or (0,))
+    masks = (2 if shape.flash_attn else 4) * ub * cells
+    # split inputs: the layer input, and under pipeline parallelism every copy of it and of the f32 masks
+    size = max(ffn, attn) + masks + 4 * ub * n_embd + (shape.copies - 1) * inputs + 65536 + 32 * ub
     if holds_output:
-        size += 4 * shape.n_outputs * max(profile.n_vocab, 1) + 4 * ub * n_embd
-    if host:
-        size += shape.copies * inputs + 4 * ub * n_embd
+        size += 4 * shape.n_outputs * max(profile.n_vocab, 1)
     return pad(size, 32)
+
+
+def _compute_estimate(profile: Profile, shape: _ComputeShape, role: tuple[str, str], *, holds_layers: bool,
+                      holds_output: bool, host_layers: bool = False) -> int:
+    """The compute buffer estimate where no boot measured it: the structural peak times the measured factor
+    for this kind of buffer (always shown as an estimate; docs/ledger.md gives its measured range)."""
+    peak = compute_peak(profile, shape, holds_layers=holds_layers, holds_output=holds_output,
+                        host_layers=host_layers)
+    factor = COMPUTE_FACTORS[role]
+    return pad(int(peak * factor) + 1, 32)
 
 
 def _state_per_slot(profile: Profile, layers: Sequence[int], cache: _Cache) -> int:
@@ -543,6 +722,38 @@ def _projector_card(config: LlamaServerConfig, cards: Sequence[Card], rpc: Seque
     return ordered[0] if ordered else HOST
 
 
+# ggml/src/ggml-cuda/fattn.cu ggml_cuda_get_best_fattn_kernel: the head sizes CUDA/HIP flash attention has
+# kernels for; with ``-fa auto`` any other size turns flash attention off (src/llama-context.cpp,
+# resolve_fused_ops: "Flash Attention not supported, set to disabled"), seen on the H200 with head size 32
+FA_HEAD_SIZES: Mapping[str, frozenset[int]] = {
+    "CUDA": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
+    "ROCm": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
+}
+
+
+def _flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
+                devices: Sequence[Card] = ()) -> bool:
+    """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
+    layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
+    llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
+    mode = config.flash_attn
+    quantized_v = config.cache_type_v.upper() not in FLOAT_TYPES
+    if mode == "off":
+        if quantized_v:
+            notes.append(f"-fa off with a {config.cache_type_v} V cache: llama-server refuses to start "
+                         "(a quantized V cache needs flash attention)")
+        return False
+    if mode == "on" or quantized_v:
+        return True
+    for card in devices:
+        sizes = FA_HEAD_SIZES.get(card.backend.kind)
+        if sizes is not None and (profile.key_length not in sizes or profile.value_length != profile.key_length):
+            notes.append(f"-fa auto: {card.name} has no flash-attention kernel for head size "
+                         f"{profile.key_length}: flash attention is off")
+            return False
+    return True
+
+
 def build_ledger(
     config: LlamaServerConfig,
     target: Profile,
@@ -551,11 +762,14 @@ def build_ledger(
     draft: Profile | None = None,
     projector: Profile | None = None,
     calibrations: Sequence[Calibration] = (),
+    cpu_features: frozenset[str] | None = None,
 ) -> Ledger:
     """The per-device ledger of one llama-server command line.
 
     ``cards`` are the devices the host offers (in enumeration order); ``--device`` picks among them,
-    ``--rpc`` adds RPC devices in front. Raises ``KeyError`` for a ``--device`` name no card has and
+    ``--rpc`` adds RPC devices in front. ``cpu_features`` are the flags of the host's CPU (``avx2``,
+    ``avx512f``, ``asimddp`` ...) that decide which weights the CPU backend repacks; None: not modelled,
+    and said so in the notes when host weights could repack. Raises ``KeyError`` for a ``--device`` name no card has and
     ``ValueError`` for a cache type the engine refuses.
     """
     notes: list[str] = []
@@ -575,7 +789,6 @@ def build_ledger(
     shape = ContextShape(n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, unified=unified)
     n_batch = min(n_ctx, config.batch_size) if n_ctx else config.batch_size
     n_ubatch = min(n_batch, config.ubatch_size or n_batch)
-    flash_attn = config.flash_attn != "off"
     offload = _flag(config, "-nkvo", "--no-kv-offload") is None
     host_mapped = (_flag(config, "-lm", "--load-mode") or "auto") in ("auto", "mmap", "mmap+mlock")
     if config.fit not in ("off", "0", "false"):
@@ -593,6 +806,16 @@ def build_ledger(
     spec = set(config.spec_types)
     ngl = _ngl(config.n_gpu_layers, target.block_count)
     model = _place(target, devices, ngl, config.tensor_split, "draft-mtp" in spec)
+    flash_attn = _flash_attn(config, target, notes, [c for c in model.cards if c is not HOST])
+    no_host = _flag(config, "--no-host") is not None
+    pinned = None if no_host else next((d.backend.host_buffer for d in devices if d.backend.host_buffer), None)
+    no_repack = _flag(config, "-nr", "--no-repack") is not None
+    holding = _Host(mapped=host_mapped, pinned=pinned,
+                 compute=(devices[0].backend.host_buffer or "CPU") if devices else "CPU",
+                 cpu_features=frozenset() if no_repack else cpu_features)
+    if cpu_features is None and pinned is None and not no_repack and any(c is HOST for c in model.layer_device):
+        notes.append("the host's CPU features are not given: weights the CPU backend would repack "
+                     "(CPU_REPACK) are counted in the mapped file instead")
     cache = _Cache(n_ctx_seq=n_ctx_seq, n_seq=n_seq, unified=unified, n_ubatch=n_ubatch,
                    swa_full=config.swa_full, type_k=config.cache_type_k, type_v=config.cache_type_v,
                    v_trans=not flash_attn, offload=offload)
@@ -600,7 +823,7 @@ def build_ledger(
                                       type_v=_option(config, "spec_draft_type_v", "f16"))
 
     acc = _Acc()
-    _weights(acc, model, context="target", term_block="model", term_output="output", host_mapped=host_mapped,
+    _weights(acc, model, context="target", term_block="model", term_output="output", host=holding,
              basis=basis)
     _kv(acc, target, model.layer_device, _kv_layers(target, mtp=False), cache, context="target", term="kv",
         basis=basis)
@@ -624,7 +847,7 @@ def build_ledger(
             draft_ngl = _ngl(_option(config, "spec_draft_ngl", "-1"), draft.block_count)
             draft_model = _place(draft, draft_devices, draft_ngl, config.tensor_split, False)
             _weights(acc, draft_model, context="draft", term_block="draft", term_output="draft",
-                     host_mapped=host_mapped, basis=draft_basis)
+                     host=holding, basis=draft_basis)
             _kv(acc, draft, draft_model.layer_device, _kv_layers(draft, mtp=False), draft_cache,
                 context="draft", term="draft", basis=draft_basis)
             slot_draft = _state_per_slot(draft, _kv_layers(draft, mtp=False), draft_cache)
@@ -646,12 +869,30 @@ def build_ledger(
                     sum(_alloc(w, projector_card.backend) for w in projector.weights), p_basis,
                     "tools/mtmd/clip.cpp clip_ctx: the first GPU unless --mmproj-device, --no-mmproj-offload")
 
+    _runtime(acc, notes, model, draft_model, calibrations, contexts=1 + (1 if mtp else 0))
     _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
               devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
-              flash_attn=flash_attn)
-    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
-    acc.add(HOST, "output", "output", "target", n_outputs * target.n_vocab * 4, basis,
-            "src/llama-context.cpp output_reserve: n_outputs_max x n_vocab x 4 B")
+              flash_attn=flash_attn, host_compute=holding.compute)
+    out_type = model.output_device.backend.host_buffer or "CPU"
+    boot, grown = output_buffer(target, n_seq=n_seq, n_batch=n_batch,
+                                n_max=config.spec_draft_n_max if config.speculative else 0, mtp=mtp)
+    acc.add(HOST, "output", "output", "target", boot, basis,
+            "src/llama-context.cpp output_reserve: n_seq x n_vocab x 4 B at boot", out_type)
+    acc.add(HOST, "output", "output growth", "target", grown - boot, basis,
+            "output_reserve grows it on the first drafted request: n_seq x (1 + n_max) outputs"
+            + (" + n_embd x n_batch nextn embeddings" if mtp else ""), out_type)
+    if draft_model is not None and draft is not None:
+        acc.add(HOST, "draft", "output", "draft", n_seq * draft.n_vocab * 4, basis,
+                "src/llama-context.cpp output_reserve (draft context): n_seq x n_vocab x 4 B at boot; its "
+                "growth while drafting is not measured", draft_model.output_device.backend.host_buffer or "CPU")
+    if mtp and _kv_layers(target, mtp=True):
+        # the MTP context's own outputs: logits, the backend sampler's probabilities and candidates, embeddings
+        mtp_boot = n_seq * target.n_vocab * 4
+        acc.add(HOST, "draft", "output", "mtp", mtp_boot, basis,
+                "src/llama-context.cpp output_reserve (MTP context): n_seq x n_vocab x 4 B at boot", out_type)
+        acc.add(HOST, "draft", "output growth", "mtp",
+                n_seq * (4 * target.n_vocab + 1 + target.n_embd) * 4 - mtp_boot, basis,
+                "output_reserve once the backend sampler is set: n_seq x (4 n_vocab + 1 + n_embd) x 4 B", out_type)
 
     ledgers = [DeviceLedger(
         card=card,
@@ -681,13 +922,50 @@ def build_ledger(
                   notes=tuple(notes))
 
 
+def _runtime(acc: _Acc, notes: list[str], model: _Model, draft_model: _Model | None,
+             calibrations: Sequence[Calibration], *, contexts: int) -> None:
+    """Each GPU's memory outside every buffer, where a calibration for its backend exists and no compute
+    calibration of that card (which is read off used VRAM, so already holds it) does."""
+    cards = [c for c in model.devices if c is not HOST]
+    if draft_model is not None:
+        cards += [c for c in draft_model.devices if c not in cards and c is not HOST]
+    calibrated = {c.device for c in calibrations}
+    for card in cards:
+        if card.name in calibrated or card.label in calibrated or card.name.startswith("RPC"):
+            continue
+        runtime = RUNTIMES.get(card.backend.kind)
+        if runtime is None:
+            if card.backend.host_buffer:
+                notes.append(f"{card.name}: the {card.backend.kind} runtime's memory outside the buffers is not "
+                             "calibrated (about 0.6 GiB per GPU on CUDA): not counted")
+            continue
+        n = contexts + (1 if draft_model is not None and card in draft_model.devices else 0)
+        acc.add(card, "runtime", "runtime", "target", runtime.first_context + (n - 1) * runtime.further_context,
+                "calibrated", f"calibration: {runtime.boot}")
+
+
+def output_buffer(profile: Profile, *, n_seq: int, n_batch: int, n_max: int, mtp: bool,
+                  drafting: int | None = None) -> tuple[int, int]:
+    """The target context's output buffer at boot and once ``drafting`` sequences (default: every slot)
+    verify drafts: logits for ``1 + n_max`` outputs each, and with MTP the nextn embeddings of every token
+    of the batch (src/llama-context.cpp, ``output_reserve``: ``embd_nextn`` unmasked is ``n_embd x n_batch``).
+    Measured on the engine (tests/ledger/data/gpu-h200.json, qwen35-mtp-cuda): 2,080 B at boot, 528,448 B
+    during one drafted request."""
+    boot = n_seq * profile.n_vocab * 4
+    if not n_max:
+        return boot, boot
+    active = n_seq if drafting is None else drafting
+    outputs = max(n_seq, min(n_batch, active * (1 + n_max)))
+    return boot, outputs * profile.n_vocab * 4 + (profile.n_embd * n_batch * 4 if mtp else 0)
+
+
 _CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
 
 
 def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Profile, model: _Model,
               draft: Profile | None, draft_model: _Model | None, projector_card: Card | None,
               calibrations: Sequence[Calibration], *, devices: Sequence[Card], n_ubatch: int, n_batch: int,
-              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool) -> None:
+              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool, host_compute: str = "CPU") -> None:
     """Compute buffers per context and device: a calibration for this ubatch, else an estimate."""
     by_key = {(c.device, c.context): c for c in calibrations if c.ubatch == n_ubatch}
     stale = sorted({f"{c.device}/{c.context} (ubatch {c.ubatch})"
@@ -705,7 +983,7 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         cells = [cache.n_ctx_seq] if any(not profile.is_swa(il) for il in layers) else []
         if any(profile.is_swa(il) for il in layers):
             cells.append(cache.swa_cells(profile))
-        return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, mask_cells=tuple(cells),
+        return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, n_seq=n_seq, mask_cells=tuple(cells),
                              copies=4 if parallel else 1, flash_attn=flash_attn)
 
     def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
@@ -713,18 +991,31 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         term: Term = _CONTEXT_TERMS.get(context, "compute")
         cal = by_key.get((card.name, context)) or by_key.get((card.label, context))
         if cal is not None:
-            acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}")
+            acc.add(card, term, "compute", context, cal.bytes, "calibrated", f"calibration: {cal.boot}",
+                    host_compute if card is HOST else "")
             return
-        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), holds_layers=layers,
-                                     holds_output=output, host=card is HOST)
+        host_layers = card is HOST and op_offload and layers
+        if host_layers:
+            layers = False  # the GPU runs the host layers' products: the host keeps inputs, norms, residuals
+        role = compute_role(card, layers=layers, pipeline=parallel, gpu_host=bool(gpus))
+        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), role, holds_layers=layers,
+                                     holds_output=output, host_layers=host_layers)
         acc.add(card, term, "compute", context, estimate, "estimate",
-                "estimate: live activations, logits and split inputs of one ubatch (no boot measured it)")
+                f"estimate ({'/'.join(role)}): the structural peak of one ubatch times its measured factor "
+                "(no boot measured it)",
+                host_compute if card is HOST else "")
 
     n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
+    # ggml-backend.cpp: with a GPU in the schedule, the products of weights left on the host run on the first
+    # GPU for batches of 32 tokens or more (op_offload); that GPU then needs the activations of a layer
+    gpus = [d for d in devices if d.backend.host_buffer]
+    op_offload = bool(gpus) and HOST in trunk and n_ubatch >= 32 and _flag(config, "--no-op-offload") is None
     for card in model.cards:
         compute(card, "target", target, n_outputs, layers=card in trunk, output=card == model.output_device,
                 parallel=pipeline)
+    if op_offload and gpus[0] not in model.cards:
+        compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline)
     if HOST not in model.cards:
         compute(HOST, "target", target, n_outputs, layers=False, output=False, parallel=pipeline)
     if mtp and _kv_layers(target, mtp=True):
@@ -767,7 +1058,8 @@ def summarize(ledger: Ledger) -> dict[str, Any]:
             "blocks": list(d.blocks),
             "output_layer": d.holds_output,
             "terms": {t: d.term(t) for t in TERMS},
-            "buffers": [{"name": f"{d.card.label} {b.buffer} buffer", "buffer": b.buffer, "term": b.term,
+            "buffers": [{"name": f"{b.device_label} {b.buffer} buffer", "buffer_type": b.device_label,
+                         "buffer": b.buffer, "term": b.term,
                          "context": b.context, "bytes": b.bytes, "basis": b.basis, "source": b.source}
                         for b in d.buffers],
         }

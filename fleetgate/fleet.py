@@ -84,6 +84,12 @@ class Contract:
     endpoints: tuple[str, ...] = ()
     api_key_env: str | None = None
     alias: str | None = None
+    draft_acceptance_min: float | None = None
+    """The live gate's floor on draft acceptance (default: the fleet's own alert-rule threshold)."""
+    ttft_s: float | None = None
+    """Bound on the time to the first streamed token (default: derived from the measured rates)."""
+    chunk_gap_s: float | None = None
+    """Bound on the gap between streamed chunks (default: derived from the measured rates)."""
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
                 endpoints=tuple(contract_raw.get("endpoints", ())),
                 api_key_env=contract_raw.get("api_key_env"),
                 alias=contract_raw.get("alias"),
+                draft_acceptance_min=contract_raw.get("draft_acceptance_min"),
+                ttft_s=contract_raw.get("ttft_s"),
+                chunk_gap_s=contract_raw.get("chunk_gap_s"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),

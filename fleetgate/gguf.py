@@ -92,6 +92,18 @@ class Header:
     def arch_key(self, key: str, default: Any = None) -> Any:
         return self.fields.get(f"{self.architecture}.{key}", default)
 
+    def number(self, key: str, default: int | None = None) -> int:
+        """An architecture key that must be a non-negative integer below 2**32: one ``InputError`` line naming
+        the file and the field otherwise (a flipped byte must not become a 4-billion-block model)."""
+        name = f"{self.architecture}.{key}"
+        value = self.fields.get(name, default)
+        if value is None:
+            raise InputError(self.path, None, f"no {name} key; expected an unsigned integer")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 32:
+            shown = repr(value) if not isinstance(value, (list, dict)) else type(value).__name__
+            raise InputError(self.path, None, f"{name} is {shown}; expected an unsigned integer")
+        return value
+
 
 @cache
 def _type_sizes() -> dict[str, tuple[int, int]]:
@@ -171,6 +183,8 @@ def _reader_class() -> type[Any]:
                 return super()._get_field_parts(orig_offs, raw_type)
             itype = GGUFValueType(int(raw_itype[0]))
             offs = orig_offs + 12
+            if count > len(self.data) - offs:
+                raise ValueError(f"an array of {count} entries at byte {orig_offs} runs past the file's end")
             scalar = self.gguf_scalar_to_np.get(itype)
             if scalar is not None:
                 offs += count * np.dtype(scalar).itemsize
@@ -186,6 +200,27 @@ def _reader_class() -> type[Any]:
     return _Reader
 
 
+# the fewest bytes one key/value and one tensor description take in a GGUF v2/v3 header
+# (ggml/src/gguf.cpp: a key is a u64 length and its bytes, a u32 type and a value; a tensor's name, n_dims,
+# at least one u64 dimension, a u32 type and a u64 offset)
+_MIN_KV_BYTES = 8 + 1 + 4 + 1
+_MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
+
+
+def _check_counts(path: Path, start: bytes, size: int) -> None:
+    """The header's tensor and key counts against the file's size, before anything is sized by them."""
+    import struct
+
+    if len(start) < 24:
+        raise InputError(path, None, f"truncated GGUF header: {len(start)} bytes; expected at least 24")
+    version, n_tensors, n_kv = struct.unpack_from("<IQQ", start, 4)
+    if version not in (2, 3):
+        raise InputError(path, None, f"GGUF version {version}; expected 2 or 3 (little-endian)")
+    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+        raise InputError(path, None, f"the header claims {n_tensors} tensors and {n_kv} keys, more than the "
+                                     f"file's {size} bytes can hold; expected a whole, unaltered GGUF")
+
+
 def read_header(path: Path | str) -> Header:
     """Read a GGUF header; a file that is not a whole GGUF is one ``InputError`` line."""
     path = Path(path)
@@ -196,9 +231,11 @@ def read_header(path: Path | str) -> Header:
     if not path.is_file():
         raise InputError(path, None, "not a file; expected a GGUF model")
     with path.open("rb") as handle:
-        magic = handle.read(4)
+        start = handle.read(24)
+    magic = start[:4]
     if magic != b"GGUF":
         raise InputError(path, None, f"not a GGUF file: starts with {magic!r}, expected b'GGUF'")
+    _check_counts(path, start, size)
     try:
         reader = _reader_class()(path)
     except Exception as exc:
@@ -230,22 +267,42 @@ def read_header(path: Path | str) -> Header:
                   tensors=tuple(tensors))
 
 
+MAX_BLOCKS = 1 << 16
+
+
+def _block_count(header: Header) -> int:
+    """block_count, checked against the tensors the file holds before anything is sized by it."""
+    n_all = header.number("block_count")
+    blocks = [int(t.name.split(".")[1]) for t in header.tensors
+              if t.name.startswith("blk.") and t.name.split(".")[1].isdigit()]
+    top = max(blocks, default=-1) + 1
+    if n_all > MAX_BLOCKS or (blocks and n_all > top):
+        raise InputError(header.path, None, f"{header.architecture}.block_count is {n_all} but the file's "
+                                            f"tensors stop at blk.{top - 1}; expected at most {top}")
+    return n_all
+
+
 def _per_block(value: Any, n: int, what: str, path: Path) -> list[int]:
+    def one(v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(path, None, f"{what} holds {v!r}; expected unsigned integers")
+        return v
+
     if value is None:
         return [0] * n
     if isinstance(value, list):
         if len(value) != n:
             raise InputError(path, None, f"{what} has {len(value)} entries, expected one per block ({n})")
-        return [int(v) for v in value]
-    return [int(value)] * n
+        return [one(v) for v in value]
+    return [one(value)] * n
 
 
 def layer_pattern(header: Header) -> str:
     """One letter per block (A attention, S sliding window, R recurrent, N nextn), as build 11434 reads it."""
     arch = header.architecture
     path = header.path
-    n_all = int(header.arch_key("block_count", 0))
-    nextn = int(header.arch_key("nextn_predict_layers", 0) or 0)
+    n_all = header.number("block_count", 0)
+    nextn = header.number("nextn_predict_layers", 0)
     n_layer = n_all - nextn
     if arch in UNMODELLED_MEMORY:
         raise InputError(path, None, f"architecture {arch!r}: fleetgate does not model this architecture's "
@@ -257,10 +314,10 @@ def layer_pattern(header: Header) -> str:
         if isinstance(explicit, list):
             flags = [bool(v) for v in explicit][:n_layer]
         else:
-            interval = int(header.arch_key("full_attention_interval", 4) or 4)
+            interval = header.number("full_attention_interval", 4) or 4
             flags = [(il + 1) % interval != 0 for il in range(n_layer)]
         kinds = ["R" if flag else "A" for flag in flags]
-    window = int(header.arch_key("attention.sliding_window", 0) or 0)
+    window = header.number("attention.sliding_window", 0)
     if window > 0 and arch not in HYBRID_ARCHS:
         pattern = header.arch_key("attention.sliding_window_pattern")
         if isinstance(pattern, list):
@@ -302,18 +359,18 @@ def profile_data(header: Header) -> dict[str, Any]:
     if not is_projector:
         if n_all is None:
             raise InputError(header.path, None, f"no {arch}.block_count key; expected a llama.cpp model GGUF")
-        n_all = int(n_all)
-        nextn = int(header.arch_key("nextn_predict_layers", 0) or 0)
-        vocab = header.arch_key("vocab_size")
+        n_all = _block_count(header)
+        nextn = header.number("nextn_predict_layers", 0)
+        vocab = header.number("vocab_size") if header.arch_key("vocab_size") is not None else None
         if vocab is None:
             tokens = header.fields.get("tokenizer.ggml.tokens")
             vocab = tokens["array_length"] if isinstance(tokens, dict) else (len(tokens) if tokens else None)
-        ctx_train = header.arch_key("context_length")
+        ctx_train = header.number("context_length") if header.arch_key("context_length") is not None else None
         scaling = header.arch_key("rope.scaling.type")
         model.update({
             "block_count": n_all,
             "nextn_layers": nextn,
-            "n_embd": int(header.arch_key("embedding_length", 0) or 0),
+            "n_embd": header.number("embedding_length", 0),
         })
         if vocab is not None:
             model["n_vocab"] = int(vocab)
@@ -329,20 +386,18 @@ def profile_data(header: Header) -> dict[str, Any]:
         kv = _per_block(head_kv, n_all, "head_count_kv", header.path) if head_kv is not None else head_count
         n_embd = model["n_embd"]
         default_head = n_embd // head_count[0] if head_count and head_count[0] else 0
-        key_length = int(header.arch_key("attention.key_length", default_head) or 0)
-        value_length = int(header.arch_key("attention.value_length", default_head) or 0)
+        key_length = header.number("attention.key_length", default_head)
+        value_length = header.number("attention.value_length", default_head)
         attention: dict[str, Any] = {
             "head_count_kv": kv[0] if len(set(kv)) == 1 else kv,
             "key_length": key_length,
             "value_length": value_length,
         }
-        window = int(header.arch_key("attention.sliding_window", 0) or 0)
+        window = header.number("attention.sliding_window", 0)
         if window:
             attention["sliding_window"] = window
-            key_swa = header.arch_key("attention.key_length_swa", key_length)
-            value_swa = header.arch_key("attention.value_length_swa", value_length)
-            attention["key_length_swa"] = int(key_swa or key_length)
-            attention["value_length_swa"] = int(value_swa or value_length)
+            attention["key_length_swa"] = header.number("attention.key_length_swa", key_length) or key_length
+            attention["value_length_swa"] = header.number("attention.value_length_swa", value_length) or value_length
         causal = header.arch_key("attention.causal")
         if causal is not None:
             attention["causal"] = bool(causal)
@@ -350,15 +405,14 @@ def profile_data(header: Header) -> dict[str, Any]:
         data["layers"] = {"pattern": layer_pattern(header)}
         if arch in HYBRID_ARCHS:
             data["recurrent"] = {
-                "conv_kernel": int(header.arch_key("ssm.conv_kernel")),
-                "inner_size": int(header.arch_key("ssm.inner_size")),
-                "state_size": int(header.arch_key("ssm.state_size")),
-                "group_count": int(header.arch_key("ssm.group_count")),
+                "conv_kernel": header.number("ssm.conv_kernel"),
+                "inner_size": header.number("ssm.inner_size"),
+                "state_size": header.number("ssm.state_size"),
+                "group_count": header.number("ssm.group_count"),
                 "rollback": arch in RS_ROLLBACK_ARCHS,
             }
         if arch == "dflash":
-            block = header.arch_key("block_size")
-            drafter: dict[str, Any] = {"block_size": int(block) if block is not None else 16}
+            drafter: dict[str, Any] = {"block_size": header.number("block_size", 16)}
             if window:
                 drafter["sliding_window"] = window
             targets = header.arch_key("target_layers")

@@ -2,14 +2,18 @@
 
 ``--endpoint NAME`` works like testinfra's ``--hosts``: repeat it (or pass ``all``) to choose the
 services to check; every test marked ``@pytest.mark.check(NAME)`` that takes a ``live`` argument runs
-once per chosen service the check applies to, with the service's name as the test id. Without
-``--endpoint`` the live tests skip with a reason naming the flag. A test that takes ``endpoint``
-(the public fixture: a ``LiveEndpoint``) runs once per chosen service.
+once per chosen service the check applies to, with the service's name as the test id. Collecting live
+tests without ``--endpoint`` is a usage error (exit 4: a CI step that lost its argument must not go
+green) unless ``--skip-live`` says so explicitly; then they skip with a reason naming the flag. A test
+that takes ``endpoint`` (the public fixture: a ``LiveEndpoint``) runs once per chosen service.
 
-The service's address is where its rendered config listens (``--base-url [NAME=]URL`` overrides
-it, to reach a service from elsewhere); an API key is read from the environment variable the
-contract names (``api_key_env``), else from ``--api-key-env`` (default ``FLEETGATE_API_KEY``), and is
-never printed. Registered by ``fleetgate.plugin``.
+The service's address is its host's ``address`` (``--base-url [NAME=]URL`` overrides it, to reach a
+service from elsewhere; a host without an address needs it); an API key is read from the environment
+variable the contract names (``api_key_env``), else from ``--api-key-env`` (default
+``FLEETGATE_API_KEY``), and is never printed. Before the first check, a readiness probe (bounded by
+``--wait-ready SECONDS``) makes sure health holds, the credentials are accepted and a request is not
+held beyond its bound; when one of these fails, the check it concerns says so once and every other check
+is not run. Registered by ``fleetgate.plugin``.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ import pytest
 from fleetgate.checks import Check, get_check
 from fleetgate.errors import InputError
 from fleetgate.live import BUDGET_TOKENS, CheckRecord, LiveEndpoint, connect
-from fleetgate.live.endpoint import fmt_measured
+from fleetgate.live.endpoint import HEALTH, fmt_measured
 
 __all__ = ["Live", "endpoint"]
 
 _ENDPOINTS = pytest.StashKey[dict[str, LiveEndpoint]]()
-NO_ENDPOINT = "no endpoint to check: pass --endpoint NAME (repeatable, or --endpoint all)"
+SKIPPED_EXPLICITLY = "live tests skipped: --skip-live was given (pass --endpoint NAME to check an endpoint)"
 _PROPERTY = "fleetgate-live"
 
 
@@ -56,6 +60,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="FLEETGATE_API_KEY",
         metavar="VAR",
         help="environment variable holding the API key (a contract's api_key_env wins); never printed",
+    )
+    group.addoption(
+        "--wait-ready",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for each endpoint's health to hold before any check runs (default 0: one "
+        "try); a service still loading then fails live-health once and nothing else runs",
+    )
+    group.addoption(
+        "--skip-live",
+        action="store_true",
+        default=False,
+        help="skip the live tests when no --endpoint is given (without it that is a usage error)",
     )
     group.addoption(
         "--live-timeout",
@@ -125,6 +143,7 @@ def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
                     base_url=urls.get(name),
                     api_key_env=config.getoption("--api-key-env"),
                     timeout=config.getoption("--live-timeout"),
+                    wait_ready=config.getoption("--wait-ready"),
                     overrides=local.overrides,
                     present=local.payload,
                 )
@@ -150,12 +169,16 @@ class Live:
     def run(self) -> None:
         __tracebackhide__ = True
         if self.endpoint is None or self.check is None:
-            pytest.skip(NO_ENDPOINT)
+            pytest.skip(SKIPPED_EXPLICITLY)
         if self.skip_reason:
             pytest.skip(self.skip_reason)
+        halt = self.endpoint.prepare()
+        if halt is not None and halt.check != self.check.name and self.check.name != HEALTH:
+            pytest.skip(halt.reason)
         with self.endpoint.recording(self.check.name) as record:
             self.record = record
-            self.check(self.endpoint)
+            self.endpoint.bill_preflight(record)
+            self.check(self.endpoint)  # the check that a halt concerns raises it itself
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -198,7 +221,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def _fleetgate_endpoint(request: pytest.FixtureRequest) -> LiveEndpoint:
     value: LiveEndpoint | None = request.param
     if value is None:
-        pytest.skip(NO_ENDPOINT)
+        pytest.skip(SKIPPED_EXPLICITLY)
+    value.prepare()
     return value
 
 
@@ -292,6 +316,17 @@ class _Summary:
                 f"  spent: {spent} generated tokens (budget {BUDGET_TOKENS}) in {requests} "
                 f"requests; checks took {elapsed:.1f} s{over}"
             )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--endpoint") or config.getoption("--skip-live"):
+        return
+    live = [item for item in items if {"live", "endpoint"} & set(getattr(item, "fixturenames", ()))]
+    if live:
+        raise pytest.UsageError(
+            f"{len(live)} live test(s) collected but no endpoint to check: pass --endpoint NAME (repeatable, "
+            "or --endpoint all), or --skip-live to skip them on purpose"
+        )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ clients are told only shows when a long prompt is refused (INC-83).
 from __future__ import annotations
 
 import secrets
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fleetgate.checks import check
@@ -18,19 +19,40 @@ PREFIX = "live-prefix-cache"
 CAPACITY = "live-capacity"
 
 DRAFT_TOKENS = 24
+REFUSAL_FLOOR_S = 1.0
+"""A refusal before prefill is a tokenizer pass: milliseconds. A refusal slower than this (plus the
+request overhead the readiness probe measured) did work it should not have, whatever the prefill rate."""
 
 
 def _knows_drafter(endpoint: LiveEndpoint) -> bool:
     return endpoint.contract.speculative is not None and endpoint.dialect.drafts_metric is not None
 
 
-def _slots_speculative(endpoint: LiveEndpoint) -> list[bool] | None:
+def _slot_types(endpoint: LiveEndpoint) -> set[str] | None:
+    """The speculative types the slots' last tasks ran with (/slots params, llama.cpp), None if not served."""
     if not endpoint.dialect.has_props:
         return None
     reply = endpoint.get("/slots")
     if not reply.ok or not isinstance(reply.json, list):
         return None
-    return [bool(slot.get("speculative")) for slot in reply.json if isinstance(slot, dict)]
+    types: set[str] = set()
+    for slot in reply.json:
+        params = slot.get("params") if isinstance(slot, dict) else None
+        value = params.get("speculative.types") if isinstance(params, dict) else None
+        if isinstance(value, str):
+            types |= {t.strip() for t in value.split(",") if t.strip() and t.strip() != "none"}
+    return types
+
+
+def _acceptance_floor(endpoint: LiveEndpoint) -> tuple[float | None, str]:
+    """The contract's draft_acceptance_min, else the threshold of the fleet's own acceptance alert rule."""
+    if endpoint.contract.draft_acceptance_min is not None:
+        return endpoint.contract.draft_acceptance_min, "contract draft_acceptance_min"
+    dialect = endpoint.dialect
+    for rule in endpoint.rule_thresholds:
+        if rule.numerator == dialect.accepted_metric and rule.denominator == dialect.draft_tokens_metric:
+            return rule.threshold, f"alert {rule.alert} ({rule.where})"
+    return None, "no floor declared (contract draft_acceptance_min) and no acceptance alert rule"
 
 
 @check(
@@ -39,13 +61,14 @@ def _slots_speculative(endpoint: LiveEndpoint) -> list[bool] | None:
     subject="endpoint",
     cites=("C-SP-1", "C-SP-5", "B-OB-2", "INC-16"),
     applies=_knows_drafter,
-    summary="spec_decode_num_drafts_total moves across a request built to draft where a drafter is declared "
-    "(acceptance reported), and does not move where none is",
+    summary="where a drafter is declared: the declared spec type runs (/slots), it drafts on a request built "
+    "to draft, acceptance clears the floor (contract, else the fleet's alert rule), and every spec counter "
+    "exists and moves by what the response reports; where none is declared, nothing drafts",
 )
 def live_drafter(endpoint: LiveEndpoint) -> None:
     dialect, contract = endpoint.dialect, endpoint.contract
     assert dialect.drafts_metric is not None
-    before = endpoint.metrics(DRAFTER)
+    before = endpoint.metrics(DRAFTER) if contract.metrics else None
     # Counting is the most predictable continuation there is: every drafter proposes on it.
     reply = endpoint.chat(
         DRAFTER,
@@ -54,35 +77,56 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
             "max_tokens": DRAFT_TOKENS,
             "temperature": 0,
             **endpoint.thinking(False),
+            **dialect.decode_rate_fields,
         },
     )
     endpoint.require_ok(DRAFTER, reply)
-    after = endpoint.metrics(DRAFTER)
+    after = endpoint.metrics(DRAFTER) if contract.metrics else None
     timings = timings_of(reply.json)
-    drafted = timings.get("draft_n")
-    accepted = timings.get("draft_n_accepted")
-    moved: float | None = None
+    drafted = timings.get("draft_n") if isinstance(timings.get("draft_n"), int) else None
+    accepted = timings.get("draft_n_accepted") if isinstance(timings.get("draft_n_accepted"), int) else None
+    running = _slot_types(endpoint) if contract.speculative else None
+    counters = [m for m in (dialect.drafts_metric, dialect.draft_tokens_metric, dialect.accepted_metric) if m]
+    moved: dict[str, float] = {}
     if before is not None and after is not None:
-        moved = after.get(dialect.drafts_metric, 0.0) - before.get(dialect.drafts_metric, 0.0)
-        if dialect.draft_tokens_metric and dialect.accepted_metric and not isinstance(drafted, int):
-            drafted = int(
-                after.get(dialect.draft_tokens_metric, 0.0) - before.get(dialect.draft_tokens_metric, 0.0)
+        missing = [m for m in counters if m not in after]
+        if contract.speculative and missing:
+            raise endpoint.fail(
+                DRAFTER,
+                code="counter-missing",
+                where=endpoint.url + "/metrics",
+                cites=("B-OB-2", "INC-16"),
+                observed=f"/metrics has no {', '.join(missing)}",
+                expected="the engine's speculative-decoding counters, which the drafter alert rules watch",
+                fix="a counter that is not exported cannot move: the drafter-off alert can never fire; check the "
+                "engine build and whatever serves /metrics",
             )
-            accepted = int(after.get(dialect.accepted_metric, 0.0) - before.get(dialect.accepted_metric, 0.0))
-    slots = _slots_speculative(endpoint)
+        moved = {m: after.get(m, 0.0) - before.get(m, 0.0) for m in counters}
     evidence = []
-    if moved is not None:
-        evidence.append(f"{dialect.drafts_metric} moved by {moved:g}")
+    if moved:
+        evidence.append(f"{dialect.drafts_metric} moved by {moved[dialect.drafts_metric]:g}")
     else:
-        evidence.append("/metrics not served")
-    if isinstance(drafted, int):
+        evidence.append("/metrics not read")
+    if drafted is not None:
         evidence.append(f"{drafted} draft tokens, {accepted} accepted in this answer")
-    if slots is not None:
-        evidence.append(f"/slots speculative {slots}")
-    drafting = (moved is not None and moved > 0) or (isinstance(drafted, int) and drafted > 0)
+    if running is not None:
+        evidence.append(f"/slots spec type {', '.join(sorted(running)) or 'none'}")
+    if contract.speculative and running and running != set(contract.spec_types):
+        raise endpoint.fail(
+            DRAFTER,
+            code="other-type",
+            where=endpoint.where_flag("spec_type"),
+            cites=("C-SP-1",),
+            observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
+            expected=f"--spec-type {','.join(contract.spec_types)}, as rendered",
+            fix="the process was started with another drafter than the files declare: restart it from the env "
+            "file",
+        )
+    drafting = moved.get(dialect.drafts_metric, 0.0) > 0 or (drafted or 0) > 0
     if contract.speculative and not drafting:
         raise endpoint.fail(
             DRAFTER,
+            code="not-drafting",
             where=endpoint.where_flag("spec_type"),
             cites=("C-SP-1", "INC-16"),
             observed="no drafting across a counting request: " + "; ".join(evidence),
@@ -94,16 +138,53 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if not contract.speculative and drafting:
         raise endpoint.fail(
             DRAFTER,
+            code="undeclared-drafter",
             where=endpoint.where_flag("spec_type"),
             cites=("C-SP-1",),
             observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
             expected="no speculative decoding (no --spec-type in the rendered config)",
             fix="the process was started with flags the files do not have: restart it from the env file",
         )
-    if contract.speculative and isinstance(drafted, int) and isinstance(accepted, int) and drafted > 0:
-        endpoint.measure("draft_acceptance", accepted / drafted)
+    if not contract.speculative:
+        endpoint.note("; ".join(evidence))
+        return
+    if moved and drafted is not None and accepted is not None and dialect.draft_tokens_metric and dialect.accepted_metric:
+        counted = (moved[dialect.draft_tokens_metric], moved[dialect.accepted_metric])
+        if counted[0] < drafted or counted[1] < accepted:
+            raise endpoint.fail(
+                DRAFTER,
+                code="counters-frozen",
+                where=endpoint.url + "/metrics",
+                cites=("B-OB-2", "INC-16"),
+                observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
+                f"{dialect.draft_tokens_metric} moved by {counted[0]:g} and {dialect.accepted_metric} by "
+                f"{counted[1]:g}",
+                expected="the counters move at least by what the answer reports",
+                fix="what Prometheus scrapes is not what the engine counts (a caching proxy, a stale exporter): "
+                "the drafter alerts watch frozen numbers",
+            )
+    if drafted is None and moved and dialect.draft_tokens_metric and dialect.accepted_metric:
+        drafted = int(moved[dialect.draft_tokens_metric])
+        accepted = int(moved[dialect.accepted_metric])
+    floor, floor_why = _acceptance_floor(endpoint)
+    if drafted and accepted is not None:
+        acceptance = accepted / drafted
+        endpoint.measure("draft_acceptance", acceptance)
+        if floor is not None and acceptance < floor:
+            raise endpoint.fail(
+                DRAFTER,
+                code="acceptance-below-floor",
+                where=endpoint.where_flag("spec_type"),
+                cites=("C-SP-5", "B-OB-2"),
+                observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
+                f"request: " + "; ".join(evidence),
+                expected=f"acceptance at least {floor:g} ({floor_why})",
+                fix="the drafter costs more than it saves: check that it is the declared draft model and type, "
+                "and that its vocabulary matches the target's",
+            )
         endpoint.note(
-            f"drafting: {accepted}/{drafted} accepted ({accepted / drafted:.2f}); " + "; ".join(evidence[:1])
+            f"drafting: {accepted}/{drafted} accepted ({acceptance:.2f}, floor "
+            f"{floor if floor is not None else 'none'}); " + "; ".join(evidence)
         )
     else:
         endpoint.note("; ".join(evidence))
@@ -113,16 +194,43 @@ def _caches(endpoint: LiveEndpoint) -> bool:
     return endpoint.contract.prefix_caching is True
 
 
+def _move_slots_on(endpoint: LiveEndpoint, salt: str) -> int:
+    """Give every slot another conversation at once (busy slots are never reused), so that a returning
+    prompt can only come back from the host-RAM prompt cache. Returns how many were sent."""
+    n_slots = endpoint.contract.n_slots
+    if not endpoint.dialect.has_props or not n_slots or n_slots > 16:
+        return 0
+
+    def other(index: int) -> Any:
+        return endpoint.chat(
+            PREFIX,
+            {
+                "messages": [
+                    {"role": "user", "content": f"Unrelated {salt}-{index}: " + "one two three four five " * 8}
+                ],
+                "max_tokens": 1,
+                "temperature": 0,
+                **endpoint.thinking(False),
+            },
+        )
+
+    with ThreadPoolExecutor(max_workers=n_slots) as pool:
+        for reply in pool.map(other, range(n_slots)):
+            endpoint.require_ok(PREFIX, reply)
+    return n_slots
+
+
 @check(
     PREFIX,
     kind="live",
     subject="endpoint",
     cites=("C-CA-1", "C-CA-5", "INC-11", "INC-43"),
     applies=_caches,
-    summary="the same prompt sent twice is served from cache the second time (cached tokens reported)",
+    summary="a conversation that returns after every slot has moved on is served from the prompt cache "
+    "(cached tokens reported)",
 )
 def live_prefix_cache(endpoint: LiveEndpoint) -> None:
-    # A salt makes the prompt new to this server; the repeat must then come from the cache.
+    # A salt makes the prompt new to this server; the return must then come from the cache.
     salt = secrets.token_hex(4)
     # A pangram is ten tokens in the vocabularies of this fleet.
     words = "The quick brown fox jumps over the lazy dog. " * (endpoint.dialect.prefix_probe_tokens // 10)
@@ -133,29 +241,32 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
         **endpoint.thinking(False),
     }
     first = endpoint.chat(PREFIX, body)
+    endpoint.require_ok(PREFIX, first)
+    moved = _move_slots_on(endpoint, salt)
     second = endpoint.chat(PREFIX, body)
-    for reply in (first, second):
-        endpoint.require_ok(PREFIX, reply)
+    endpoint.require_ok(PREFIX, second)
     prompt = usage_of(second.json).get("prompt_tokens")
     cached = cached_tokens_of(second.json)
     cold_rate = timings_of(first.json).get("prompt_per_second")
     if isinstance(cold_rate, int | float):
         endpoint.measure("prefill_tok_s", float(cold_rate))
+    away = f"after {moved} other conversations took every slot" if moved else "repeated at once"
     if not isinstance(prompt, int) or cached is None or cached < prompt // 2:
         raise endpoint.fail(
             PREFIX,
-            where=second.url,
+            code="not-reused",
+            where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
             cites=("C-CA-1",),
-            observed=f"the repeat of a {prompt}-token prompt reused {cached} cached tokens "
-            f"(first request {first.elapsed:.2f} s, repeat {second.elapsed:.2f} s)",
-            expected="at least half the prompt served from cache on the repeat",
+            observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
+            f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
+            expected="at least half the prompt served from cache when the conversation returns",
             fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
-            "survives its slot "
-            "moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)",
+            "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)",
         )
     endpoint.measure("cached_tokens", cached)
     endpoint.note(
-        f"repeat reused {cached}/{prompt} tokens ({first.elapsed:.2f} s cold, {second.elapsed:.2f} s warm)"
+        f"returned {away}: reused {cached}/{prompt} tokens ({first.elapsed:.2f} s cold, "
+        f"{second.elapsed:.2f} s warm)"
     )
 
 
@@ -201,6 +312,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         prompt = usage_of(reply.json).get("prompt_tokens")
         raise endpoint.fail(
             CAPACITY,
+            code="accepted",
             where=where,
             cites=("C-CAP-13",),
             observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
@@ -212,6 +324,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     if refusal is None or refusal.prompt_tokens is None:
         raise endpoint.fail(
             CAPACITY,
+            code="unexplained-refusal",
             where=reply.url,
             cites=("C-CA-8",),
             observed=reply.brief(),
@@ -226,25 +339,37 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         )
     if refusal.window is not None and refusal.window != window:
         problems.append(f"the engine's window is {refusal.window} tokens, not {window}")
-    bound = refusal.prompt_tokens / rate if rate else None
-    if bound is not None and reply.elapsed > bound / 2:
-        problems.append(
-            f"the refusal took {reply.elapsed:.2f} s, as long as prefilling it would "
-            f"({bound:.1f} s at {rate:.0f} tok/s)"
-        )
     if problems:
         raise endpoint.fail(
             CAPACITY,
+            code="other-window",
             where=where,
             cites=("C-CAP-13", "C-CA-8", "INC-83"),
             observed="; ".join(problems),
-            expected=f"a refusal before prefill at the {window}-token window clients are told "
+            expected=f"a refusal at the {window}-token window clients are told "
             f"(fleet.toml context_window {contract.context_window})",
             fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
             "declare",
         )
+    prefill = refusal.prompt_tokens / rate if rate else None
+    overhead = endpoint.baseline.overhead_s if endpoint.baseline else None
+    bound = REFUSAL_FLOOR_S + max(overhead or 0.0, 0.0)
+    bound_why = f"{REFUSAL_FLOOR_S:g} s" + (f" + {overhead:.2f} s request overhead measured" if overhead else "")
+    if prefill is not None and prefill / 2 < bound:
+        bound, bound_why = prefill / 2, f"half the {prefill:.1f} s prefilling it would take at {rate:.0f} tok/s"
+    if reply.elapsed > bound:
+        raise endpoint.fail(
+            CAPACITY,
+            code="slow-refusal",
+            where=reply.url,
+            cites=("C-CAP-13", "C-CA-8"),
+            observed=f"the {refusal.prompt_tokens}-token prompt was refused after {reply.elapsed:.2f} s",
+            expected=f"a refusal before prefill: within {bound:.2f} s ({bound_why})",
+            fix="the refusal comes after work it should not need (prefill, a queue, a proxy that holds "
+            "errors): clients wait that long for every oversized prompt",
+        )
+    before = f"; prefilling it would take {prefill:.1f} s" if prefill else ""
     endpoint.measure("refusal_ms", reply.elapsed * 1000)
-    before = f"; prefilling it would take {bound:.1f} s" if bound else ""
     endpoint.note(
         f"{refusal.prompt_tokens} tokens refused at the {refusal.window or window} window "
         f"in {reply.elapsed * 1000:.0f} ms{before}"

@@ -134,6 +134,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
     if problems:
         raise endpoint.fail(
             TOOLS,
+            code="no-structured-call",
             where=reply.url,
             cites=("C-CAP-2",),
             observed="tool_choice required: " + "; ".join(problems),
@@ -146,6 +147,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
     if not reply.ok:
         raise endpoint.fail(
             TOOLS,
+            code="none-refused",
             where=reply.url,
             observed=f"tool_choice none: {reply.brief()}",
             expected="200 without a tool call",
@@ -155,6 +157,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
     if none_calls or finish_reason_of(reply.json) == "tool_calls":
         raise endpoint.fail(
             TOOLS,
+            code="call-despite-none",
             where=reply.url,
             cites=("C-CAP-2",),
             observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
@@ -208,6 +211,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
         if with_image.ok or modality:
             raise endpoint.fail(
                 VISION,
+                code="image-accepted",
                 where=where,
                 cites=("C-CAP-6",),
                 observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
@@ -217,14 +221,21 @@ def live_vision(endpoint: LiveEndpoint) -> None:
                 "so clients send images",
             )
         message = with_image.error_message()
-        if with_image.status >= 500 and "image" not in message.lower():
+        own = endpoint.dialect.image_refusal
+        if own is None or with_image.status != own[0] or not own[1].search(message):
             raise endpoint.fail(
                 VISION,
+                code="foreign-refusal",
                 where=with_image.url,
                 cites=("C-CAP-6",),
                 observed=with_image.brief(),
-                expected="a refusal that says images are not supported",
-                fix="the engine failed on the image instead of refusing it: read its log",
+                expected=(
+                    f"the engine's own refusal of image input (HTTP {own[0]} matching {own[1].pattern!r})"
+                    if own
+                    else "the engine's own refusal of image input"
+                ),
+                fix="something other than the engine's image check answered (an auth layer, a proxy, a crash): "
+                "the gate cannot tell that images are refused; read the status and fix what answered",
             )
         endpoint.note(f"text-only: image refused ({with_image.brief()[:60]})")
         return
@@ -236,6 +247,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if problems:
         raise endpoint.fail(
             VISION,
+            code="not-accepted",
             where=endpoint.where_flag("mmproj"),
             cites=("C-CAP-1", "C-CAP-6", "INC-08"),
             observed="; ".join(problems),
@@ -260,6 +272,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     ):
         raise endpoint.fail(
             VISION,
+            code="image-not-billed",
             where=with_image.url,
             cites=("C-CAP-5", "INC-84"),
             observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
@@ -308,6 +321,7 @@ def live_vision_colour(endpoint: LiveEndpoint) -> None:
     if not re.search(r"\bred\b", text, re.I):
         raise endpoint.fail(
             COLOUR,
+            code="colour-not-named",
             where=reply.url,
             cites=("C-CAP-3",),
             observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
@@ -324,6 +338,8 @@ def _declares_reasoning(endpoint: LiveEndpoint) -> bool:
 
 
 _TAGS = re.compile(r"</?think>|<\|channel\|>|</?reasoning>", re.I)
+ANSWER_TOKENS = 16
+"""Tokens of answer the reasoning probe leaves after the trace budget."""
 
 
 @check(
@@ -332,18 +348,27 @@ _TAGS = re.compile(r"</?think>|<\|channel\|>|</?reasoning>", re.I)
     subject="endpoint",
     cites=("C-CAP-8", "C-CAP-9", "INC-72"),
     applies=_declares_reasoning,
-    summary="with thinking on, the trace arrives in the declared field and the content carries no think tags",
+    summary="with thinking on, a client gets the trace in the declared field and a non-empty answer in content "
+    "within the reasoning budget, and no think tag in the content (the model is kept from writing tags itself, "
+    "so any tag there is the engine's)",
 )
 def live_reasoning(endpoint: LiveEndpoint) -> None:
     field = endpoint.contract.reasoning_field
     assert field is not None
+    budget = endpoint.contract.reasoning_budget
+    bounded = budget is not None and budget >= 0
+    max_tokens = (budget + ANSWER_TOKENS) if bounded and budget is not None else REASONING_TOKENS
     reply = endpoint.chat(
         REASONING,
         {
             "messages": [{"role": "user", "content": "Is seven a prime number? Answer yes or no."}],
-            "max_tokens": REASONING_TOKENS,
+            "max_tokens": max_tokens,
             "temperature": 0,
             **endpoint.thinking(True),
+            # the generation runs to max_tokens and the model cannot close the trace itself: what ends
+            # the trace is the engine's budget, whatever words the model picks
+            **endpoint.dialect.decode_rate_fields,
+            **endpoint.dialect.no_think_close,
         },
     )
     endpoint.require_ok(REASONING, reply, cites=("C-CAP-8",))
@@ -352,30 +377,51 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
     content = message.get("content") if isinstance(message.get("content"), str) else ""
     other = {"reasoning_content", "reasoning"} - {field}
     elsewhere = [f for f in other if message.get(f)]
-    problems = []
-    if not isinstance(trace, str) or not trace.strip():
-        problems.append(
-            f"message.{field} is {shorten(repr(trace), 40)}"
-            + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
-        )
+    budget_words = (
+        f"--reasoning-budget {budget}" if budget is not None else "the engine's reasoning budget (not in the files)"
+    )
+    where = endpoint.where_flag("reasoning_budget") if budget is not None else endpoint.where_contract("reasoning_field")
     tags = _TAGS.findall(content or "")
     if tags:
-        problems.append(f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}")
-    if problems:
         raise endpoint.fail(
             REASONING,
-            where=endpoint.where_contract("reasoning_field"),
+            code="tags-in-content",
+            where=endpoint.where_flag("reasoning_format"),
             cites=("C-CAP-8", "INC-72"),
-            observed="; ".join(problems),
-            expected=f"the trace in message.{field} (fleet.toml reasoning_field) and no think tags in the "
-            "content",
-            fix=(
-                "llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves "
-                "it in the "
-                "content); vLLM: --reasoning-parser. Clients reading the wrong field see an empty answer"
-            ),
+            observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
+            expected=f"the trace parsed out of the content into message.{field}",
+            fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
+            "the content); vLLM: --reasoning-parser",
         )
-    endpoint.note(f"trace in {field} ({len(trace or '')} chars), clean content")
+    if not isinstance(trace, str) or not trace.strip():
+        raise endpoint.fail(
+            REASONING,
+            code="no-trace",
+            where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
+            cites=("C-CAP-8", "INC-72"),
+            observed=f"message.{field} is {shorten(repr(trace), 40)}"
+            + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
+            + f"; content {shorten(content or '', 60)!r}",
+            expected=f"the trace in message.{field} (fleet.toml reasoning_field), within {budget_words}",
+            fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
+            "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)",
+        )
+    if not (content or "").strip():
+        raise endpoint.fail(
+            REASONING,
+            code="no-answer",
+            where=where,
+            cites=("C-CAP-9",),
+            observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
+            f"({len(trace)} chars); content {content!r}",
+            expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
+            fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
+            "max_tokens gets an empty answer; set a budget below what clients ask for",
+        )
+    endpoint.note(
+        f"trace in {field} ({len(trace)} chars), answer in content ({len(content or '')} chars) "
+        f"within {max_tokens} tokens ({budget_words})"
+    )
 
 
 def _declares_efforts(endpoint: LiveEndpoint) -> bool:
@@ -412,6 +458,7 @@ def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
     if wrong:
         raise endpoint.fail(
             EFFORT,
+            code="other-status",
             where=endpoint.where_contract("reasoning_effort"),
             cites=("C-CAP-10", "INC-26"),
             observed="; ".join(wrong),

@@ -1,16 +1,30 @@
 """Generation: a real completion, a well-formed stream, greedy determinism (C-L-3, C-PF-1, C-SP-6).
 
 A green /health says nothing about the first real request (INC-01 died on it; INC-33 answered NaNs);
-a stream that loses its finish chunk or its [DONE] hangs clients that wait for it.
+a stream that loses its finish chunk or its [DONE] hangs clients that wait for it, and a stream that a
+proxy buffers is no stream at all.
+
+What the model says is never judged beyond what the request forces: a grammar that admits one answer
+(llama.cpp) makes its length the engine's, so a shorter one was cut by the server; an answer with no
+letter at all is garbage (INC-33: ``'!!!!!!!!'``), whatever words a healthy model picks.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
 from fleetgate.checks import check
-from fleetgate.live.client import shorten
-from fleetgate.live.endpoint import LiveEndpoint, finish_reason_of, message_of, timings_of, usage_of
+from fleetgate.live.client import StreamReply, shorten
+from fleetgate.live.endpoint import (
+    OVERHEAD_FLOOR_S,
+    LiveEndpoint,
+    finish_reason_of,
+    message_of,
+    timings_of,
+    usage_of,
+)
 
 CHAT = "live-chat"
 STREAM = "live-stream"
@@ -19,6 +33,10 @@ DETERMINISM = "live-determinism"
 CHAT_TOKENS = 16
 STREAM_TOKENS = 12
 DETERMINISM_TOKENS = 16
+BUFFERED_FRACTION = 0.25
+"""A stream whose tokens arrive within this fraction of the time the engine spent generating them was
+held back and released at once (a buffering proxy: about 0; a healthy stream: about 1)."""
+_LETTER = re.compile(r"[^\W\d_]")
 
 
 def _text(message: Any, field: str | None) -> str:
@@ -34,10 +52,15 @@ def _text(message: Any, field: str | None) -> str:
     kind="live",
     subject="endpoint",
     cites=("C-L-3", "C-H-9", "C-PF-1", "INC-01", "INC-33", "INC-55"),
-    summary="a real chat completion answers 200 with generated text and usage; decode rate from engine "
-    "timings",
+    summary="a real chat completion answers 200 with generated text (not garbage) and usage; a request "
+    "without max_tokens whose grammar admits one answer gets all of it (a server-side cap fails); decode rate "
+    "from timings",
 )
 def live_chat(endpoint: LiveEndpoint) -> None:
+    # The readiness probe's one-token request: held beyond its bound outside the engine, it stops the run.
+    halt = endpoint.prepare()
+    if halt is not None and halt.check == CHAT:
+        raise halt.failure
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Write one short sentence about the sea."}],
         "max_tokens": CHAT_TOKENS,
@@ -51,22 +74,65 @@ def live_chat(endpoint: LiveEndpoint) -> None:
         reply,
         expected="200 with a completion",
         fix="the engine is up but cannot generate: read its log for the first request "
-            "after startup (missing kernels, out of memory, a template error)",
+        "after startup (missing kernels, out of memory, a template error)",
         cites=("C-L-3",),
     )
     message = message_of(reply.json)
     text = _text(message, endpoint.contract.reasoning_field)
     completion = usage_of(reply.json).get("completion_tokens")
+    finish = finish_reason_of(reply.json)
     if not text.strip() or not isinstance(completion, int) or completion < 1:
         raise endpoint.fail(
             CHAT,
+            code="empty-answer",
             where=reply.url,
             cites=("C-L-3", "INC-33"),
-            observed=f"finish_reason {finish_reason_of(reply.json)!r}, text {shorten(text, 80)!r}, "
+            observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
             f"usage.completion_tokens {completion!r}",
             expected="generated text (content, or the declared reasoning field) and "
             "usage.completion_tokens >= 1",
             fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template",
+        )
+    fixed = endpoint.dialect.fixed_answer
+    if fixed is not None:
+        # No max_tokens: the grammar ends the answer. A server-side cap (which applies only to requests
+        # that do not say max_tokens) cuts it.
+        fields, answer = fixed
+        capped = endpoint.chat(
+            CHAT,
+            {
+                "messages": [{"role": "user", "content": "Write one short sentence about the sea."}],
+                "temperature": 0,
+                **endpoint.thinking(False),
+                **fields,
+            },
+            forced=True,
+        )
+        endpoint.require_ok(CHAT, capped, expected="200 with the one answer the grammar admits", cites=("C-L-3",))
+        got = message_of(capped.json).get("content")
+        if finish_reason_of(capped.json) != "stop" or got != answer:
+            raise endpoint.fail(
+                CHAT,
+                code="cut-by-server",
+                where=endpoint.where_flag("n_predict"),
+                cites=("C-L-3",),
+                observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
+                f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
+                f"finish_reason {finish_reason_of(capped.json)!r})",
+                expected=f"{answer!r}, finish_reason 'stop'",
+                fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
+                "-n): their answers are truncated; drop the cap or raise it above any answer",
+            )
+    if not _LETTER.search(text):
+        raise endpoint.fail(
+            CHAT,
+            code="garbage",
+            where=reply.url,
+            cites=("INC-33",),
+            observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
+            expected="text: an answer to 'Write one short sentence about the sea' has letters in any language",
+            fix="the model computes garbage (INC-33: NaNs from a broken payload, a kernel or a sampler "
+            "setting such as a server-wide logit bias): check the payload and the engine's flags",
         )
     timings = timings_of(reply.json)
     decode = timings.get("predicted_per_second")
@@ -79,13 +145,29 @@ def live_chat(endpoint: LiveEndpoint) -> None:
     endpoint.note(f"{completion} tokens in {reply.elapsed:.2f} s{rate}")
 
 
+def _token_times(stream: StreamReply) -> list[float]:
+    """Arrival time of every chunk that carries generated text."""
+    return [
+        t
+        for c, t in zip(stream.events, stream.times, strict=True)
+        if isinstance(c, dict)
+        and any(
+            isinstance(ch, dict)
+            and isinstance(ch.get("delta"), dict)
+            and (ch["delta"].get("content") or ch["delta"].get("reasoning_content") or ch["delta"].get("reasoning"))
+            for ch in c.get("choices") or []
+        )
+    ]
+
+
 @check(
     STREAM,
     kind="live",
     subject="endpoint",
     cites=("C-L-3", "C-PF-1"),
     summary="a stream keeps one id, opens with the assistant role, has exactly one finish chunk, usage when "
-    "asked, and ends with [DONE]",
+    "asked, and ends with [DONE]; its first token comes within the TTFT bound, no gap exceeds the chunk bound, "
+    "and its tokens arrive as the engine makes them, not all at once",
 )
 def live_stream(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
@@ -94,11 +176,13 @@ def live_stream(endpoint: LiveEndpoint) -> None:
         "temperature": 0,
         "stream_options": {"include_usage": True},
         **endpoint.thinking(False),
+        **endpoint.dialect.decode_rate_fields,
     }
     stream = endpoint.stream_chat(STREAM, body)
     if stream.status != 200:
         raise endpoint.fail(
             STREAM,
+            code="refused",
             where=stream.url,
             observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
             expected="200 and an event stream",
@@ -136,36 +220,91 @@ def live_stream(endpoint: LiveEndpoint) -> None:
     if problems:
         raise endpoint.fail(
             STREAM,
+            code="malformed",
             where=stream.url,
             cites=("C-L-3",),
             observed="; ".join(problems),
             expected="one id, role=assistant first, exactly one finish_reason, a usage chunk, then [DONE]",
             fix="clients (and proxies) wait for the finish chunk and [DONE]: check the engine build and "
-            "any proxy "
-            "between the client and the engine",
+            "any proxy between the client and the engine",
         )
-    first_token = next(
-        (
-            t
-            for c, t in zip(stream.events, stream.times, strict=True)
-            if isinstance(c, dict)
-            and any(
-                isinstance(ch, dict)
-                and isinstance(ch.get("delta"), dict)
-                and (
-                    ch["delta"].get("content")
-                    or ch["delta"].get("reasoning_content")
-                    or ch["delta"].get("reasoning")
-                )
-                for ch in c.get("choices") or []
-            )
-        ),
-        None,
+    times = _token_times(stream)
+    if not times:
+        raise endpoint.fail(
+            STREAM,
+            code="no-tokens",
+            where=stream.url,
+            observed=f"{len(chunks)} chunks, none carrying generated text",
+            expected="the generated tokens as deltas",
+            fix="read the engine log: the stream finished without generating",
+        )
+    timings: dict[str, Any] = next(
+        (c["timings"] for c in reversed(chunks) if isinstance(c.get("timings"), dict)), {}
     )
-    if first_token is not None:
-        endpoint.measure("ttft_ms", first_token * 1000)
-    ttft = f", TTFT {first_token * 1000:.0f} ms" if first_token is not None else ""
-    endpoint.note(f"{len(chunks)} chunks, one finish, usage, [DONE]{ttft}")
+    prompt_tokens = usage[-1].get("prompt_tokens")
+    ttft_bound, ttft_why = _ttft_bound(endpoint, prompt_tokens)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    gap_bound, gap_why = _gap_bound(endpoint, timings)
+    slow = []
+    if times[0] > ttft_bound:
+        slow.append(f"the first token came after {times[0]:.2f} s (bound {ttft_bound:.1f} s: {ttft_why})")
+    if gaps and max(gaps) > gap_bound:
+        slow.append(f"a gap of {max(gaps):.2f} s between chunks (bound {gap_bound:.1f} s: {gap_why})")
+    if slow:
+        raise endpoint.fail(
+            STREAM,
+            code="too-slow",
+            where=stream.url,
+            cites=("C-PF-1",),
+            observed="; ".join(slow),
+            expected="the first token and every next chunk within the contract's bounds (ttft_s, chunk_gap_s)",
+            fix="something holds the stream between the engine and the client (a proxy, a saturated host), or "
+            "the engine is slower than the contract promises",
+        )
+    engine_ms = timings.get("predicted_ms")
+    span = times[-1] - times[0]
+    if isinstance(engine_ms, int | float) and len(times) >= 3 and span < BUFFERED_FRACTION * engine_ms / 1000:
+        raise endpoint.fail(
+            STREAM,
+            code="buffered",
+            where=stream.url,
+            cites=("C-L-3", "C-PF-1"),
+            observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
+            f"the engine reports {engine_ms:.0f} ms generating them (timings.predicted_ms)",
+            expected=f"tokens as they are generated: spread over at least {BUFFERED_FRACTION:.0%} of the "
+            "engine's generation time",
+            fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
+            "clients see nothing until the answer is complete",
+        )
+    endpoint.measure("ttft_ms", times[0] * 1000)
+    spread = f", spread over {span * 1000:.0f} ms" if len(times) > 1 else ""
+    endpoint.note(
+        f"{len(chunks)} chunks, one finish, usage, [DONE], TTFT {times[0] * 1000:.0f} ms{spread} "
+        f"(bounds {ttft_bound:.1f} s / {gap_bound:.1f} s)"
+    )
+
+
+def _ttft_bound(endpoint: LiveEndpoint, prompt_tokens: Any) -> tuple[float, str]:
+    """The contract's ttft_s, else the floor plus three times the prefill at the measured rate."""
+    if endpoint.contract.ttft_s is not None:
+        return endpoint.contract.ttft_s, "contract ttft_s"
+    base = endpoint.baseline
+    if base is not None and base.prefill_tok_s and isinstance(prompt_tokens, int):
+        prefill = prompt_tokens / base.prefill_tok_s
+        return OVERHEAD_FLOOR_S + 3 * prefill, f"{OVERHEAD_FLOOR_S:g} s + 3 x {prefill:.2f} s of prefill measured"
+    if base is not None:
+        return OVERHEAD_FLOOR_S + 3 * base.request_s, f"{OVERHEAD_FLOOR_S:g} s + 3 x a one-token request"
+    return 2 * OVERHEAD_FLOOR_S, "no rate measured"
+
+
+def _gap_bound(endpoint: LiveEndpoint, timings: Any) -> tuple[float, str]:
+    """The contract's chunk_gap_s, else the floor plus three engine decode steps at the measured rate."""
+    if endpoint.contract.chunk_gap_s is not None:
+        return endpoint.contract.chunk_gap_s, "contract chunk_gap_s"
+    rate = timings.get("predicted_per_second") if isinstance(timings, dict) else None
+    if isinstance(rate, int | float) and rate > 0:
+        return OVERHEAD_FLOOR_S + 3 / rate, f"{OVERHEAD_FLOOR_S:g} s + 3 tokens at {rate:.0f} tok/s"
+    return OVERHEAD_FLOOR_S, "no decode rate reported"
 
 
 @check(
@@ -191,12 +330,13 @@ def live_determinism(endpoint: LiveEndpoint) -> None:
     if texts[0] != texts[1]:
         raise endpoint.fail(
             DETERMINISM,
+            code="differs",
             where=endpoint.url,
             cites=("C-SP-6", "B-H-7"),
             observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",
             expected="identical text at temperature 0",
             fix="greedy decoding must not depend on the drafter or on batching: compare with speculation "
-            "off; "
-            "a kernel or drafter that changes greedy text is a correctness bug",
+            "off; a kernel or drafter that changes greedy text is a correctness bug",
         )
-    endpoint.note(f"identical twice: {shorten(texts[0], 48)!r}")
+    why = endpoint.dialect.speculation_fixed_why if endpoint.contract.speculative else ""
+    endpoint.note(f"identical twice: {shorten(texts[0], 48)!r}" + (f"; {why}" if why else ""))

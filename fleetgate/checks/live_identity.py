@@ -8,10 +8,12 @@ per-slot window and the sampler defaults, all compared with the rendered config.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from fleetgate.checks import check
-from fleetgate.live.client import EndpointError
+from fleetgate.errors import InputError
 from fleetgate.live.endpoint import LiveEndpoint
 
 HEALTH = "live-health"
@@ -19,10 +21,6 @@ ALIAS = "live-alias"
 PAYLOAD = "live-payload"
 SLOTS = "live-slots"
 SAMPLER = "live-sampler-defaults"
-
-
-def _has_props(endpoint: LiveEndpoint) -> bool:
-    return endpoint.dialect.has_props
 
 
 @check(
@@ -33,29 +31,17 @@ def _has_props(endpoint: LiveEndpoint) -> bool:
     summary="the endpoint answers its health probe with 200 within the bound",
 )
 def live_health(endpoint: LiveEndpoint) -> None:
-    path = endpoint.dialect.health_path
-    if path is None:
-        path = "/health" if "/health" in endpoint.contract.endpoints else "/v1/models"
-    try:
-        reply = endpoint.get(path, timeout=min(endpoint.timeout, 10.0))
-    except EndpointError as error:
-        raise endpoint.unreachable(HEALTH, error, cites=("C-L-1", "INC-48")) from None
-    if reply.status != 200:
-        loading = reply.status == 503
-        raise endpoint.fail(
-            HEALTH,
-            where=reply.url,
-            cites=("C-L-1",),
-            observed=reply.brief(),
-            expected=f"GET {path} answers 200",
-            fix=(
-                "the model is still loading: wait for 'model loaded' in the log and run the gate again"
-                if loading
-                else "read the engine's log: a 5xx health answer means the engine is up but not serving"
-            ),
-        )
-    endpoint.note(f"200 in {reply.elapsed * 1000:.0f} ms")
-    endpoint.measure("health_ms", reply.elapsed * 1000)
+    # The readiness probe (LiveEndpoint.prepare: health within --wait-ready, credentials accepted) ran
+    # before any check; what it found is this check's verdict, said once.
+    halt = endpoint.prepare()
+    if halt is not None and halt.check == HEALTH:
+        raise halt.failure
+    base = endpoint.baseline
+    if base is not None:
+        endpoint.note(f"200 in {base.health_s * 1000:.0f} ms")
+        endpoint.measure("health_ms", base.health_s * 1000)
+    else:
+        endpoint.note("200 (the one-token readiness request was refused: see the generating checks)")
 
 
 @check(
@@ -83,6 +69,7 @@ def live_alias(endpoint: LiveEndpoint) -> None:
     if alias not in served:
         raise endpoint.fail(
             ALIAS,
+            code="not-listed",
             where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
             cites=("C-L-2", "INC-53"),
             observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
@@ -96,14 +83,58 @@ def live_alias(endpoint: LiveEndpoint) -> None:
 
 def _props(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
     body = endpoint.get_json(check_name, "/props", cites=("C-CAP-1",))
-    if not isinstance(body, dict):
-        raise endpoint.fail(
-            check_name,
-            observed=f"/props answered {type(body).__name__}, not an object",
-            expected="llama-server's /props document",
-            fix="is this llama-server?",
-        )
-    return body
+    return body if isinstance(body, dict) else {}
+
+
+def _reports_payload(endpoint: LiveEndpoint) -> bool:
+    return endpoint.dialect.has_props or endpoint.engine == "vllm"
+
+
+def _model_entry(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
+    """The /v1/models entry of the served model (by the declared alias, else the only one)."""
+    body = endpoint.get_json(check_name, "/v1/models", cites=("C-L-2",))
+    data = body.get("data") if isinstance(body, dict) else None
+    entries = [e for e in data if isinstance(e, dict)] if isinstance(data, list) else []
+    alias = endpoint.contract.alias
+    chosen = [e for e in entries if e.get("id") == alias] or (entries if len(entries) == 1 else [])
+    return chosen[0] if chosen else {}  # no entry: nothing reported, which the comparison then shows
+
+
+@lru_cache(maxsize=8)
+def _declared_header(path: str) -> dict[str, Any] | str:
+    """What the GGUF at the declared path says about itself, or why it cannot be read here."""
+    from fleetgate.gguf import read_header
+
+    try:
+        header = read_header(Path(path))
+    except InputError as exc:
+        return str(exc)
+    tokens = header.fields.get("tokenizer.ggml.tokens")
+    n_vocab = tokens.get("array_length") if isinstance(tokens, dict) else len(tokens) if tokens else None
+    file_type = header.fields.get("general.file_type")
+    return {
+        "n_params": sum(math.prod(t.shape) for t in header.tensors),
+        "size": sum(t.nbytes for t in header.tensors),
+        "n_vocab": n_vocab,
+        "ftype": _ftype_name(file_type) if isinstance(file_type, int) else None,
+    }
+
+
+def _ftype_name(value: int) -> str | None:
+    from gguf import LlamaFileType
+
+    try:
+        return _norm_ftype(LlamaFileType(value).name)
+    except ValueError:
+        return None
+
+
+def _norm_ftype(name: str) -> str:
+    """gguf's MOSTLY_Q4_K_M and llama.cpp's 'Q4_K - Medium' (src/llama-model-loader.cpp) as one spelling."""
+    name = name.upper().removeprefix("(GUESSED) ").removeprefix("MOSTLY_").removeprefix("ALL_")
+    for word, letter in (("SMALL", "S"), ("MEDIUM", "M"), ("LARGE", "L")):
+        name = name.replace(f" - {word}", f"_{letter}")
+    return name.replace(" ", "_")
 
 
 @check(
@@ -111,28 +142,77 @@ def _props(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
     kind="live",
     subject="endpoint",
     cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
-    applies=_has_props,
-    summary="/props model_path is the payload the rendered config loads (health cannot see the payload)",
+    applies=_reports_payload,
+    summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
+    "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "
+    "quantisation) against the declared file's header",
 )
 def live_payload(endpoint: LiveEndpoint) -> None:
-    props = _props(endpoint, PAYLOAD)
-    loaded = props.get("model_path")
     expected = endpoint.contract.model_path
+    if endpoint.dialect.has_props:
+        loaded = _props(endpoint, PAYLOAD).get("model_path")
+        source = "/props model_path"
+    else:
+        loaded = _model_entry(endpoint, PAYLOAD).get("root")
+        source = "/v1/models root"
     if expected is None:
-        endpoint.note(f"loaded {loaded} (no --model rendered)")
+        endpoint.note(f"loaded {loaded} (the rendered config names no model to compare)")
         return
     if loaded != expected:
         raise endpoint.fail(
             PAYLOAD,
+            code="other-path",
             where=endpoint.where_flag("model"),
             cites=("C-ID-2", "INC-53"),
-            observed=f"/props model_path = {loaded!r}",
-            expected=f"{expected!r}, the --model the serve script renders",
+            observed=f"{source} = {loaded!r}",
+            expected=f"{expected!r}, the model the serve script renders",
             fix="the process serves another payload than the files say: check DropInPaths, "
             "/proc/<MainPID>/cmdline, "
             "then restart the unit from the repository's env file",
         )
-    endpoint.note(f"loaded {loaded}")
+    if not endpoint.dialect.has_props or not expected.endswith(".gguf"):
+        endpoint.note(f"loaded {loaded} ({source}; no GGUF header to compare)")
+        return
+    declared = _declared_header(expected)
+    if isinstance(declared, str):
+        raise endpoint.fail(
+            PAYLOAD,
+            code="header-unreadable",
+            where=endpoint.where_flag("model"),
+            cites=("INC-53",),
+            observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
+            expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
+            fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)",
+        )
+    meta = _model_entry(endpoint, PAYLOAD).get("meta")
+    meta = meta if isinstance(meta, dict) else {}  # no meta: every value below reads None, and fails
+    served = {
+        "n_params": meta.get("n_params"),
+        "size": meta.get("size"),
+        "n_vocab": meta.get("n_vocab"),
+        "ftype": _norm_ftype(meta["ftype"]) if isinstance(meta.get("ftype"), str) else None,
+    }
+    wrong = [
+        f"{key} {served[key]!r}, the file's header says {declared[key]!r}"
+        for key in ("n_params", "n_vocab", "size", "ftype")
+        if declared[key] is not None and served[key] != declared[key]
+    ]
+    if wrong:
+        raise endpoint.fail(
+            PAYLOAD,
+            code="other-model",
+            where=endpoint.where_flag("model"),
+            cites=("C-ID-2", "INC-53"),
+            observed=f"the engine loaded another model than the file now at {expected}: " + "; ".join(wrong),
+            expected="the loaded model's parameters, vocabulary, size and quantisation equal the declared "
+            "file's header",
+            fix="the file at the declared path changed after the process loaded it, or the process loaded "
+            "another file: restart the unit, then check which payload was deployed",
+        )
+    endpoint.note(
+        f"loaded {Path(str(loaded)).name}: {declared['n_params']:,} parameters, {declared['ftype']}, "
+        f"vocabulary {declared['n_vocab']}, as its header says"
+    )
 
 
 @check(
@@ -140,23 +220,29 @@ def live_payload(endpoint: LiveEndpoint) -> None:
     kind="live",
     subject="endpoint",
     cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
-    applies=_has_props,
-    summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel",
+    applies=_reports_payload,
+    summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
+    "(vLLM: /v1/models max_model_len equals --max-model-len)",
 )
 def live_slots(endpoint: LiveEndpoint) -> None:
-    props = _props(endpoint, SLOTS)
     contract = endpoint.contract
-    slots = props.get("total_slots")
-    settings = props.get("default_generation_settings")
-    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    if endpoint.dialect.has_props:
+        props = _props(endpoint, SLOTS)
+        slots = props.get("total_slots")
+        settings = props.get("default_generation_settings")
+        n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    else:
+        slots = None  # vLLM does not report max_num_seqs
+        n_ctx = _model_entry(endpoint, SLOTS).get("max_model_len")
     problems = []
-    if contract.n_slots is not None and slots != contract.n_slots:
+    if contract.n_slots is not None and slots is not None and slots != contract.n_slots:
         problems.append(f"{slots} slots, not {contract.n_slots}")
     if contract.slot_ctx is not None and n_ctx != contract.slot_ctx:
         problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}")
     if problems:
         raise endpoint.fail(
             SLOTS,
+            code="other-shape",
             where=endpoint.where_flag("ctx_size"),
             cites=("C-ID-6", "C-CAP-13"),
             observed=f"/props: {'; '.join(problems)}",
@@ -169,7 +255,7 @@ def live_slots(endpoint: LiveEndpoint) -> None:
             "fits is "
             "refused with a hard 400; restart from the env file, or fix the env file and tell clients",
         )
-    endpoint.note(f"{slots} slots x {n_ctx} tokens")
+    endpoint.note(f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens")
 
 
 def _has_sampler(endpoint: LiveEndpoint) -> bool:
@@ -206,6 +292,7 @@ def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
     if wrong:
         raise endpoint.fail(
             SAMPLER,
+            code="other-defaults",
             where=endpoint.where_flag(first_dest),
             cites=("C-CAP-1", "B-UN-8"),
             observed="/props default_generation_settings: " + "; ".join(wrong),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fleetgate.checks import check
 from fleetgate.live.endpoint import LiveEndpoint
+from fleetgate.live.metrics import PROMETHEUS_SERIES, RuleSelector
 
 METRICS = "live-metrics"
 
@@ -22,8 +23,8 @@ def _declares_metrics(endpoint: LiveEndpoint) -> bool:
     subject="endpoint",
     cites=("B-OB-1", "B-OB-2", "B-OB-3", "INC-24"),
     applies=_declares_metrics,
-    summary="/metrics is served where the files turn it on, and exports every series the fleet's rules name "
-    "for this engine",
+    summary="/metrics is served where the files turn it on, and exports every series of every rule that names "
+    "this service (a job matcher), whatever its namespace, and of every unscoped rule in the engine's namespace",
 )
 def live_metrics(endpoint: LiveEndpoint) -> None:
     values = endpoint.metrics(METRICS)
@@ -31,6 +32,7 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
         reply = endpoint.get("/metrics")
         raise endpoint.fail(
             METRICS,
+            code="not-served",
             where=endpoint.where_flag("metrics"),
             cites=("B-OB-1",),
             observed=f"GET /metrics: {reply.brief()}",
@@ -40,11 +42,7 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
             "every alert on this endpoint is blind until then",
         )
     namespace = endpoint.dialect.namespace
-    watched = [
-        s
-        for s in endpoint.rules
-        if s.namespace is not None and s.namespace == namespace and s.job in (None, endpoint.name)
-    ]
+    watched = _watched(endpoint)
     missing = []
     for selector in watched:
         if selector.series not in values and f"{selector.alert}: {selector.series}" not in missing:
@@ -52,14 +50,34 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
     if missing:
         raise endpoint.fail(
             METRICS,
+            code="rule-series-missing",
             where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
             cites=("B-OB-1", "INC-24"),
             observed=f"{len(missing)} series named by the rules are not exported",
             details=tuple(missing),
-            expected=f"every {namespace}: series the rules name is in /metrics ({len(values)} series "
-            "exported)",
+            expected=f"every series of the rules that name {endpoint.name} (and of the unscoped {namespace}: "
+            f"rules) is in /metrics ({len(values)} series exported)",
             fix="rewrite the rule on a series this engine exports, or retire it: a rule on a missing "
             "series never fires",
         )
     names = sorted({s.series for s in watched})
     endpoint.note(f"{len(values)} series exported; all {len(names)} the rules name are there")
+
+
+def _watched(endpoint: LiveEndpoint) -> list[RuleSelector]:
+    """The selectors this endpoint must satisfy: every selector of a rule that names this service through
+    a job matcher (any namespace: INC-24 was vllm: series watching a llama.cpp job), and the selectors
+    of the engine's own namespace in rules that name no job at all."""
+    by_rule: dict[str, list[RuleSelector]] = {}
+    for selector in endpoint.rules:
+        by_rule.setdefault(selector.rule or selector.where, []).append(selector)
+    watched: list[RuleSelector] = []
+    for selectors in by_rule.values():
+        names_us = any(s.names_job(endpoint.name) for s in selectors)
+        scoped = any(s.job is not None or s.job_pattern is not None for s in selectors)
+        for s in selectors:
+            if s.series in PROMETHEUS_SERIES:
+                continue
+            if names_us or (not scoped and s.namespace is not None and s.namespace == endpoint.dialect.namespace):
+                watched.append(s)
+    return watched

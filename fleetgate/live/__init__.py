@@ -19,7 +19,7 @@ from fleetgate.live.client import Client, EndpointError, Reply, StreamReply
 from fleetgate.live.contract import LiveContract, derive_contract
 from fleetgate.live.dialects import Dialect, dialect_for
 from fleetgate.live.endpoint import BUDGET_TOKENS, CheckRecord, LiveEndpoint
-from fleetgate.live.metrics import RuleSelector, rule_selectors
+from fleetgate.live.metrics import RuleSelector, RuleThreshold, rule_selectors, rule_thresholds
 from fleetgate.render import render
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "LiveEndpoint",
     "Reply",
     "RuleSelector",
+    "RuleThreshold",
     "StreamReply",
     "connect",
     "default_url",
@@ -60,17 +61,25 @@ def live_config(
 
 
 def default_url(fleet: Fleet, config: ServiceConfig) -> str:
-    """Where the service listens: loopback if it binds loopback only, else its host's address."""
+    """Where the service listens: its host's ``address`` (loopback when it binds loopback only: the gate
+    then runs on that host). A host without an address is an error: the gate never guesses 127.0.0.1."""
     service = config.service
     listen, port = None, service.port
     if config.llama is not None:
         listen, port = config.llama.host, config.llama.port
     elif config.vllm is not None:
         port = config.vllm.port or service.port
+    address = fleet.host_of(service).address
+    if address is None:
+        raise InputError(
+            fleet.path,
+            service.line,
+            f"services.{service.name}: host {service.host!r} has no address, so the gate cannot tell where "
+            f"{service.name} listens; declare hosts.{service.host}.address, or pass --base-url "
+            f"{service.name}=URL",
+        )
     if listen in ("127.0.0.1", "localhost", "::1"):
         address = "127.0.0.1"
-    else:
-        address = fleet.host_of(service).address or "127.0.0.1"
     return f"http://{address}:{port}"
 
 
@@ -81,6 +90,7 @@ def connect(
     base_url: str | None = None,
     api_key_env: str | None = None,
     timeout: float = 60.0,
+    wait_ready: float = 0.0,
     overrides: Mapping[str, str] | None = None,
     present: tuple[str, ...] = (),
 ) -> LiveEndpoint:
@@ -103,5 +113,8 @@ def connect(
         client=client,
         config=config,
         rules=tuple(rule_selectors(fleet.rules)),
+        rule_thresholds=tuple(rule_thresholds(fleet.rules)),
         timeout=timeout,
+        api_key_variable=variable,
+        wait_ready=wait_ready,
     )

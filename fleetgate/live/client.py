@@ -114,6 +114,10 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self.base_url!r}, api_key={'set' if self._api_key else 'unset'})"
 
+    @property
+    def has_api_key(self) -> bool:
+        return self._api_key is not None
+
     def close(self) -> None:
         self._http.close()
 

@@ -46,6 +46,12 @@ class LiveContract:
     endpoints: tuple[str, ...] = ()
     api_key_env: str | None = None
     prefix_caching: bool | None = None
+    reasoning_budget: int | None = None
+    """Tokens of trace the engine allows before it forces the answer (llama.cpp --reasoning-budget; -1
+    unlimited); None when the files cannot say."""
+    draft_acceptance_min: float | None = None
+    ttft_s: float | None = None
+    chunk_gap_s: float | None = None
 
     @property
     def window(self) -> int | None:
@@ -74,6 +80,9 @@ def derive_contract(config: ServiceConfig) -> LiveContract:
         endpoints=declared.endpoints,
         api_key_env=declared.api_key_env,
         metrics="/metrics" in declared.endpoints,
+        draft_acceptance_min=declared.draft_acceptance_min,
+        ttft_s=declared.ttft_s,
+        chunk_gap_s=declared.chunk_gap_s,
     )
     llama, vllm = config.llama, config.vllm
     if llama is not None:
@@ -97,6 +106,7 @@ def derive_contract(config: ServiceConfig) -> LiveContract:
             mmproj=llama.mmproj,
             metrics=llama.metrics,
             prefix_caching=True,
+            reasoning_budget=llama.reasoning_budget,
         )
     if vllm is not None:
         spec = vllm.speculative_config

@@ -45,6 +45,18 @@ class Dialect:
     prefix_probe_tokens: int = 128
     """About how long the repeated prompt is: over two vLLM blocks where that matters (INC-43)."""
     over_window_patterns: tuple[re.Pattern[str], ...] = ()
+    image_refusal: tuple[int, re.Pattern[str]] | None = None
+    """The status and message with which the engine itself refuses an image it cannot see; None when the
+    dialect cannot tell its own refusal from anyone else's."""
+    speculation_fixed_why: str = ""
+    """Why a request cannot turn speculation off (so determinism compares two speculative runs)."""
+    fixed_answer: tuple[Mapping[str, Any], str] | None = None
+    """Request fields that force one exact answer (and its end) without max_tokens, and that answer: what
+    a server-side generation cap (llama.cpp --n-predict applies only to requests without max_tokens)
+    cuts. None where the engine has no such constraint."""
+    no_think_close: Mapping[str, Any] = field(default_factory=dict)
+    """Request fields that keep the model from writing a closing think tag itself (a finite negative
+    logit bias: the engine's own forced close still wins, every other token being -inf then)."""
 
     def over_window(self, status: int, body: Any, message: str) -> OverWindow | None:
         """The numbers of an over-window refusal, or None if this answer is not one."""
@@ -101,6 +113,19 @@ DIALECTS: Mapping[str, Dialect] = {
         thinking_off=_NO_THINK,
         decode_rate_fields={"ignore_eos": True},
         over_window_patterns=(_LLAMA_OVER,),
+        # tools/server/server-common.cpp: "image input is not supported - hint: ... provide the mmproj",
+        # a runtime_error the HTTP layer answers 500.
+        image_refusal=(500, re.compile(r"^image input is not supported")),
+        # tools/server/server-schema.cpp "grammar": a GBNF that admits one string, after which only an
+        # end-of-generation token is allowed.
+        fixed_answer=({"grammar": 'root ::= "The sea is wide, deep and blue."'}, "The sea is wide, deep and blue."),
+        speculation_fixed_why="llama.cpp build 11434 cannot turn speculation off per request (the speculative.* "
+        "request fields are compiled out: tools/server/server-schema.cpp), so both runs draft and a lossy "
+        "drafter that is lossy the same way twice is not seen here",
+        # common/sampling.cpp applies the reasoning budget first (forcing sets every other logit to -inf),
+        # then the logit bias: -100 keeps the model from opening a tag, never the engine's forced close.
+        # String keys are tokenized by the server (tools/server/server-schema.cpp, logit_bias).
+        no_think_close={"logit_bias": {"<": -100, " <": -100, "</": -100, " </": -100, "\n</": -100}},
     ),
     "vllm": Dialect(
         engine="vllm",
@@ -117,6 +142,11 @@ DIALECTS: Mapping[str, Dialect] = {
         decode_rate_fields={"ignore_eos": True},
         prefix_probe_tokens=4096,
         over_window_patterns=(_VLLM_DECODER, _OPENAI_MAX),
+        # A text-only model refuses image parts with a 400 that names images or multimodality (the exact
+        # wording varies across vLLM releases: not verified against one build, unlike llama.cpp's).
+        image_refusal=(400, re.compile(r"image|multimodal|multi-modal|modalit", re.I)),
+        speculation_fixed_why="vLLM fixes the speculative config at start-up (no per-request switch), so both "
+        "runs draft",
     ),
     "openai": Dialect(
         engine="openai",
@@ -129,6 +159,7 @@ DIALECTS: Mapping[str, Dialect] = {
         prompt_tokens_metric=None,
         prompt_seconds_metric=None,
         over_window_patterns=(_OPENAI_MAX, _LLAMA_OVER, _VLLM_DECODER),
+        image_refusal=(400, re.compile(r"image|multimodal|multi-modal|modalit", re.I)),
     ),
 }
 

@@ -17,12 +17,22 @@ from fleetgate.failure import Failure
 from fleetgate.live.client import Client, EndpointError, Reply, StreamReply, shorten
 from fleetgate.live.contract import LiveContract
 from fleetgate.live.dialects import Dialect
-from fleetgate.live.metrics import RuleSelector, parse_metrics
+from fleetgate.live.metrics import RuleSelector, RuleThreshold, parse_metrics
 
-__all__ = ["BUDGET_TOKENS", "CheckRecord", "LiveEndpoint", "fmt_measured"]
+__all__ = ["BUDGET_TOKENS", "Baseline", "CheckRecord", "Halt", "LiveEndpoint", "fmt_measured"]
 
 BUDGET_TOKENS = 300
 """Generated tokens the whole gate may spend on one service."""
+
+HEALTH = "live-health"
+CHAT = "live-chat"
+
+OVERHEAD_FLOOR_S = 5.0
+"""Seconds a request may spend outside the engine (network, proxy, queue) before the gate stops: far
+above a healthy endpoint's milliseconds even on a loaded two-core machine, far below the 20 s of a
+proxy that holds every request."""
+NO_TIMINGS_BOUND_S = 15.0
+"""Bound on a one-token request to an engine that does not report its own timings."""
 
 
 _MEASURES = (
@@ -53,6 +63,31 @@ class CheckRecord:
     measured: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What the readiness probe measured before any check ran."""
+
+    health_s: float
+    request_s: float
+    """Wall time of a one-token chat request."""
+    engine_s: float | None
+    """The part of it the engine reports it computed (timings), when it reports it."""
+    prefill_tok_s: float | None
+
+    @property
+    def overhead_s(self) -> float | None:
+        return self.request_s - self.engine_s if self.engine_s is not None else None
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Why no (further) check runs on an endpoint: one check carries the failure, the others skip."""
+
+    check: str
+    failure: Failure
+    reason: str
+
+
 @dataclass
 class LiveEndpoint:
     """The subject of every live check."""
@@ -64,13 +99,172 @@ class LiveEndpoint:
     client: Client
     config: ServiceConfig | None
     rules: tuple[RuleSelector, ...] = ()
+    rule_thresholds: tuple[RuleThreshold, ...] = ()
     timeout: float = 60.0
+    api_key_variable: str = "FLEETGATE_API_KEY"
+    wait_ready: float = 0.0
+    """Seconds the readiness probe waits for health to hold (0: one try)."""
     records: list[CheckRecord] = field(default_factory=list)
+    halt: Halt | None = None
+    baseline: Baseline | None = None
     _current: CheckRecord | None = None
+    _prepared: bool = False
+    _unbilled: int = 0
 
     @property
     def engine(self) -> str:
         return self.contract.engine
+
+    # -- readiness --------------------------------------------------------------------------------------
+
+    def prepare(self) -> Halt | None:
+        """Once per process, before any check: health holds (within --wait-ready), the gate's credentials
+        are accepted, and a one-token request is not held outside the engine beyond its bound. Whatever
+        fails here is said once, by the check it concerns; every other check is not run."""
+        if not self._prepared:
+            self._prepared = True
+            self.halt = self._readiness()
+        return self.halt
+
+    def bill_preflight(self, record: CheckRecord) -> None:
+        """The readiness probe's generated tokens, billed to the first check that runs after it."""
+        record.spent_tokens += self._unbilled
+        self._unbilled = 0
+
+    def _health_path(self) -> str:
+        path = self.dialect.health_path
+        if path is None:
+            path = "/health" if "/health" in self.contract.endpoints else "/v1/models"
+        return path
+
+    def _unauthorized(self, reply: Reply) -> Halt:
+        key = "set" if self.client.has_api_key else "not set"
+        failure = Failure(
+            service=self.name,
+            check=HEALTH,
+            code=f"{HEALTH}/unauthorized",
+            where=reply.url,
+            observed=reply.brief(),
+            expected="the gate's requests accepted with the API key",
+            fix=f"put the endpoint's API key in ${self.api_key_variable} (now {key}): the contract's "
+            "api_key_env names the variable, else --api-key-env VAR (default FLEETGATE_API_KEY)",
+        )
+        return Halt(HEALTH, failure, f"not run: {self.name} refused the gate's credentials (see {HEALTH})")
+
+    def _readiness(self) -> Halt | None:
+        path = self._health_path()
+        deadline = time.monotonic() + max(self.wait_ready, 0.0)
+        waited = time.monotonic()
+        while True:
+            try:
+                reply: Reply | EndpointError = self.client.get(path, timeout=min(self.timeout, 10.0))
+            except EndpointError as error:
+                reply = error
+            if isinstance(reply, Reply) and reply.status == 200:
+                break
+            if time.monotonic() >= deadline:
+                return self._not_ready(path, reply, time.monotonic() - waited)
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+        health_s = reply.elapsed
+        try:
+            models = self.client.get("/v1/models", timeout=min(self.timeout, 15.0))
+        except EndpointError:
+            models = None
+        if models is not None and models.status in (401, 403):
+            return self._unauthorized(models)
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": "Say yes."}],
+            "max_tokens": 1,
+            "temperature": 0,
+            **self.thinking(False),
+        }
+        try:
+            probe = self.client.post(
+                "/v1/chat/completions", {"model": self.contract.alias or self.name, **body}
+            )
+        except EndpointError as error:
+            return Halt(
+                CHAT,
+                self.unreachable(CHAT, error),
+                f"not run: a one-token request to {self.name} got no answer (see {CHAT})",
+            )
+        if probe.status in (401, 403):
+            return self._unauthorized(probe)
+        if not probe.ok:
+            return None  # every generating check shows the refusal in its own words
+        usage = usage_of(probe.json)
+        if isinstance(usage.get("completion_tokens"), int):
+            self._unbilled += usage["completion_tokens"]
+        timings = timings_of(probe.json)
+        engine_ms = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
+        engine_s = (
+            sum(float(v) for v in engine_ms if isinstance(v, int | float)) / 1000
+            if any(isinstance(v, int | float) for v in engine_ms)
+            else None
+        )
+        rate = timings.get("prompt_per_second")
+        self.baseline = Baseline(
+            health_s=health_s,
+            request_s=probe.elapsed,
+            engine_s=engine_s,
+            prefill_tok_s=float(rate) if isinstance(rate, int | float) and rate > 0 else None,
+        )
+        if engine_s is not None:
+            bound = OVERHEAD_FLOOR_S + 2 * engine_s
+            outside = probe.elapsed - engine_s
+            slow = outside > bound
+            observed = (
+                f"a one-token request took {probe.elapsed:.1f} s, of which the engine reports "
+                f"{engine_s * 1000:.0f} ms (timings): {outside:.1f} s were spent outside the engine"
+            )
+            expected = f"at most {bound:.1f} s outside the engine ({OVERHEAD_FLOOR_S:g} s + twice its own time)"
+        else:
+            bound = self.contract.ttft_s or NO_TIMINGS_BOUND_S
+            slow = probe.elapsed > bound
+            observed = f"a one-token request took {probe.elapsed:.1f} s"
+            expected = f"at most {bound:.1f} s (contract ttft_s, else {NO_TIMINGS_BOUND_S:g} s)"
+        if slow:
+            failure = Failure(
+                service=self.name,
+                check=CHAT,
+                code=f"{CHAT}/slower-than-bound",
+                where=probe.url,
+                observed=observed,
+                expected=expected,
+                fix="something between the gate and the engine holds every request (a proxy, a queue, "
+                "a saturated host): fix that first; the gate stops here instead of blaming each check",
+            )
+            return Halt(CHAT, failure, f"not run: {self.name} is slower than its bound (see {CHAT})")
+        return None
+
+    def _not_ready(self, path: str, last: Reply | EndpointError, waited: float) -> Halt:
+        if isinstance(last, EndpointError):
+            return Halt(
+                HEALTH,
+                self.unreachable(HEALTH, last, cites=("C-L-1", "INC-48")),
+                f"not run before health holds: {self.name} is unreachable (see {HEALTH})",
+            )
+        if last.status in (401, 403):
+            return self._unauthorized(last)
+        loading = last.status == 503
+        waiting = f"after waiting {waited:.0f} s (--wait-ready)" if self.wait_ready > 0 else "on the first try"
+        failure = Failure(
+            service=self.name,
+            check=HEALTH,
+            code=f"{HEALTH}/loading" if loading else f"{HEALTH}/unhealthy",
+            where=last.url,
+            cites=("C-L-1",),
+            observed=f"{last.brief()} {waiting}",
+            expected=f"GET {path} answers 200 before any check runs",
+            fix=(
+                "the engine is still loading its model: pass --wait-ready SECONDS to wait for it "
+                "(bounded), or run the gate after 'model loaded' in its log"
+                if loading
+                else "read the engine's log: a health answer other than 200 means it is up but not serving"
+            ),
+        )
+        return Halt(HEALTH, failure, f"not run before health holds: {self.name} answered HTTP {last.status} "
+                    f"(see {HEALTH})")
 
     # -- bookkeeping -------------------------------------------------------------------------------
 
@@ -108,6 +302,7 @@ class LiveEndpoint:
         self,
         check: str,
         *,
+        code: str,
         observed: str,
         expected: str,
         fix: str,
@@ -118,6 +313,7 @@ class LiveEndpoint:
         return Failure(
             service=self.name,
             check=check,
+            code=f"{check}/{code}",
             where=where or self.url,
             observed=observed,
             expected=expected,
@@ -134,10 +330,13 @@ class LiveEndpoint:
         expected: str = "200",
         fix: str = "see live-chat",
         cites: tuple[str, ...] = (),
+        code: str = "refused",
     ) -> None:
         """Fail the check with the reply's status and body when the request did not succeed."""
         if not reply.ok:
-            raise self.fail(check, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix)
+            raise self.fail(
+                check, code=code, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix
+            )
 
     def unreachable(self, check: str, error: EndpointError, *, cites: tuple[str, ...] = ()) -> Failure:
         fixes = {
@@ -153,6 +352,7 @@ class LiveEndpoint:
         return Failure(
             service=self.name,
             check=check,
+            code=f"{check}/{error.kind}",
             where=error.url,
             observed=f"{error.kind}: {error.message} (after {error.elapsed:.1f} s)",
             expected="an HTTP JSON answer within the bound",
@@ -173,6 +373,7 @@ class LiveEndpoint:
         if not reply.ok:
             raise self.fail(
                 check,
+                code="not-served",
                 where=reply.url,
                 cites=cites,
                 observed=reply.brief(),
@@ -181,9 +382,12 @@ class LiveEndpoint:
             )
         return body
 
-    def chat(self, check: str, body: Mapping[str, Any], *, timeout: float | None = None) -> Reply:
-        """POST /v1/chat/completions; ``max_tokens`` is mandatory (the gate's token budget)."""
-        if "max_tokens" not in body:
+    def chat(
+        self, check: str, body: Mapping[str, Any], *, timeout: float | None = None, forced: bool = False
+    ) -> Reply:
+        """POST /v1/chat/completions; ``max_tokens`` is mandatory (the gate's token budget), unless the
+        request itself forces the answer's length (``forced``: a grammar that admits one string)."""
+        if "max_tokens" not in body and not forced:
             raise ValueError("every generation request carries max_tokens")
         payload = {"model": self.contract.alias or self.name, **body}
         try:
@@ -232,6 +436,7 @@ class LiveEndpoint:
         except ValueError as exc:
             raise self.fail(
                 check,
+                code="metrics-unparsable",
                 where=reply.url,
                 observed=f"/metrics does not parse as Prometheus text: {exc}",
                 expected="the Prometheus text exposition format",

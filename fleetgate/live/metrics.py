@@ -6,6 +6,7 @@ parser (promql-parser), never with regular expressions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetgate.errors import InputError
 
-__all__ = ["RuleSelector", "parse_metrics", "rule_selectors"]
+__all__ = ["PROMETHEUS_SERIES", "RuleSelector", "RuleThreshold", "parse_metrics", "rule_selectors", "rule_thresholds"]
+
+PROMETHEUS_SERIES = frozenset(
+    {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
+     "scrape_series_added"}
+)
+"""Series Prometheus writes itself for every target: no endpoint exports them."""
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -36,10 +43,36 @@ class RuleSelector:
     """rules-file:line of the rule."""
     job: str | None
     """The value of an equality ``job`` matcher, if the selector has one."""
+    job_pattern: str | None = None
+    """The regular expression of a ``job=~`` matcher, if the selector has one."""
+    rule: str = ""
+    """Which rule the selector belongs to (rules-file:line of its expression)."""
 
     @property
     def namespace(self) -> str | None:
         return self.series.split(":", 1)[0] if ":" in self.series else None
+
+    def names_job(self, job: str) -> bool:
+        """Whether this selector's job matcher selects ``job`` (PromQL regexes are fully anchored)."""
+        if self.job is not None and self.job == job:
+            return True
+        if self.job_pattern is not None:
+            try:
+                return re.fullmatch(self.job_pattern, job) is not None
+            except re.error:
+                return False
+        return False
+
+
+@dataclass(frozen=True)
+class RuleThreshold:
+    """A rule that alerts when ``rate(numerator) / rate(denominator)`` falls under a number."""
+
+    alert: str
+    where: str
+    numerator: str
+    denominator: str
+    threshold: float
 
 
 def rule_selectors(paths: Iterable[Path]) -> list[RuleSelector]:
@@ -62,9 +95,52 @@ def rule_selectors(paths: Iterable[Path]) -> list[RuleSelector]:
                     path, line, f"rule {name}: not valid PromQL: {' '.join(str(exc).split())}"
                 ) from None
             for selector in _selectors(ast):
-                series, job = _name_and_job(selector)
+                series, job, pattern = _name_and_job(selector)
                 if series:
-                    found.append(RuleSelector(series=series, alert=name, where=f"{path}:{line}", job=job))
+                    found.append(
+                        RuleSelector(
+                            series=series,
+                            alert=name,
+                            where=f"{path}:{line}",
+                            job=job,
+                            job_pattern=pattern,
+                            rule=f"{path}:{line}",
+                        )
+                    )
+    return found
+
+
+def rule_thresholds(paths: Iterable[Path]) -> list[RuleThreshold]:
+    """Every ``A / B < number`` (or ``<=``) comparison in the rules, with the series A and B name."""
+    found: list[RuleThreshold] = []
+    for path in paths:
+        try:
+            root = yaml.compose(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue  # rule_selectors reports it, with its line
+        for name, expr, line in _rules(root, path):
+            try:
+                ast = promql_parser.parse(expr)
+            except Exception:
+                continue
+
+            def visit(node: promql_parser.Expr, name: str = name, where: str = f"{path}:{line}") -> bool:
+                if (
+                    isinstance(node, promql_parser.BinaryExpr)
+                    and str(node.op) in ("<", "<=")
+                    and isinstance(node.rhs, promql_parser.NumberLiteral)
+                    and isinstance(node.lhs, promql_parser.BinaryExpr)
+                    and str(node.lhs.op) == "/"
+                ):
+                    top = [_name_and_job(s)[0] for s in _selectors(node.lhs.lhs)]
+                    bottom = [_name_and_job(s)[0] for s in _selectors(node.lhs.rhs)]
+                    if len(top) == 1 and len(bottom) == 1 and top[0] and bottom[0]:
+                        found.append(
+                            RuleThreshold(name, where, top[0], bottom[0], float(node.rhs.val))
+                        )
+                return True
+
+            promql_parser.walk(ast, visit)
     return found
 
 
@@ -108,13 +184,16 @@ def _selectors(ast: promql_parser.Expr) -> list[promql_parser.VectorSelector]:
     return found
 
 
-def _name_and_job(selector: promql_parser.VectorSelector) -> tuple[str | None, str | None]:
+def _name_and_job(selector: promql_parser.VectorSelector) -> tuple[str | None, str | None, str | None]:
     name = selector.name
     job: str | None = None
+    pattern: str | None = None
     for matcher in selector.matchers.matchers:
         equal = matcher.op == promql_parser.MatchOp.Equal
         if matcher.name == "__name__" and equal and name is None:
             name = matcher.value
         elif matcher.name == "job" and equal:
             job = matcher.value
-    return name, job
+        elif matcher.name == "job" and matcher.op == promql_parser.MatchOp.Re:
+            pattern = matcher.value
+    return name, job, pattern

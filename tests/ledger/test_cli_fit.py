@@ -123,3 +123,62 @@ def test_profile_writes_what_load_profile_reads(capsys: pytest.CaptureFixture[st
     assert written.pattern == direct.pattern == "RRRARRRAN"
     assert written.weight_bytes == direct.weight_bytes and len(written.weights) == len(direct.weights)
     assert out.read_text(encoding="utf-8").startswith("# written by `fleetgate profile tiny.gguf`")
+
+
+@pytest.mark.parametrize(("cards", "extra", "message"), [
+    (("RPC0=24G",), (), "--card RPC0: the command line has 0 RPC device(s)"),
+    (("CPU=24G",), (), "the host is not a card; expected --host-ram 24G"),
+    (("CUDA0=10G",), ("--device", "ROCm0"), "--card CUDA0: --device names ROCm0"),
+    (("Foo0=1G",), (), "'Foo0' is no llama.cpp device name"),
+    (("CUDA0=..G",), (), "'..G' is not a size"),
+    (("RPC0=1G:TPU",), ("--rpc", "127.0.0.1:1"), "unknown kind 'TPU'"),
+])
+def test_a_card_naming_no_device_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                            cards: tuple[str, ...], extra: tuple[str, ...], message: str) -> None:
+    model = write_qwen35(tmp_path / "tiny.gguf")
+    argv = [a for c in cards for a in ("--card", c)]
+    code, out, err = run(capsys, "fit", *argv, "--", "llama-server", "-m", str(model), *extra)
+    assert (code, out) == (2, "")
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_host_ram_kinds_and_cpu_features_on_a_bare_command_line(capsys: pytest.CaptureFixture[str],
+                                                                tmp_path: Path) -> None:
+    model = write_qwen35(tmp_path / "tiny.gguf", Qwen35Shape(matrix_type="Q4_0"))
+    code, out, _ = run(capsys, "fit", "--json", "--host-ram", "64G", "--card", "RPC0=80G:CUDA",
+                       "--cpu-features", "avx2", "--", "llama-server", "-m", str(model), "--rpc", "127.0.0.1:1",
+                       "-ngl", "2", "-c", "2048", "-np", "1")
+    assert code == 0
+    data = json.loads(out)
+    assert data["host"]["ram_bytes"] == 64 * GiB
+    (rpc,) = data["devices"]
+    assert rpc["vram_bytes"] == 80 * GiB
+    # an RPC device serving a GPU gets the GPU's padding but no pinned host buffer: host layers repack
+    names = {b["name"] for b in data["host"]["buffers"]}
+    assert "CPU_REPACK model buffer" in names and "CPU_Mapped model buffer" in names, names
+    code, out, _ = run(capsys, "fit", "--json", "--cpu-features", "none", "--", "llama-server", "-m",
+                       str(model), "--rpc", "127.0.0.1:1", "-ngl", "2", "-c", "2048", "-np", "1")
+    assert not any("CPU_REPACK" in b["name"] for b in json.loads(out)["host"]["buffers"])
+
+
+def test_profile_to_a_bad_path_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = write_qwen35(tmp_path / "tiny.gguf")
+    code, out, err = run(capsys, "profile", str(model), "-o", str(tmp_path / "no" / "such" / "dir.toml"))
+    assert (code, out) == (2, "")
+    assert "cannot write the profile" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
+    """`fleetgate fit X | head -1`: the pipe closes after one line; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "fleetgate.cli", "fit", "frank-medium", "--fleet", FLEET],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0
+    assert first.startswith(b"frank-medium on dankserver") and err == b""

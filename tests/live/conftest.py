@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from fleetgate.checks import REGISTRY, get_check
 from fleetgate.fleet import Fleet, load_fleet
 from fleetgate.reference import (
     ReferenceError,
@@ -31,6 +33,29 @@ REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "fleet"
 LIVE = REPO / "live"
 _LINE = re.compile(r"^\s+(PASS|FAIL)\s+(live-[a-z-]+)\s+(.*)$")
+_CODE = re.compile(r"\b(live-[a-z-]+/[a-z-]+)\b")
+
+# Two numerically different runs of the same configuration: another micro-batch (prefill is cut
+# into other matrix shapes) and a q4_0 K cache. Greedy text differs between them (and between CPUs);
+# every verdict must not.
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "shipped": (),
+    "numerics-b": ("--ubatch-size", "32", "--cache-type-k", "q4_0"),
+}
+
+
+def live_checks() -> set[str]:
+    get_check("live-health")  # imports every check module
+    return {name for name, check in REGISTRY.items() if check.kind == "live"}
+
+
+def expected_outcomes(failing: dict[str, str], *, vision: bool = False) -> dict[str, str]:
+    """Every live check's outcome on the reference, with ``failing`` overriding it."""
+    outcomes = {name: "passed" for name in live_checks()}
+    if not vision:
+        outcomes["live-vision-colour"] = "skipped"  # applies only where vision is declared
+    return {**outcomes, **failing}
+
 
 
 @pytest.fixture(scope="session")
@@ -61,12 +86,37 @@ def reference(
         yield server
 
 
+@pytest.fixture(scope="session", params=list(VARIANTS))
+def variant(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def reference_b(engine: None, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
+    """The reference's rendered argv under the second numerics (started only when a test needs it)."""
+    port = free_port()
+    argv = [*render_reference(fleet, port=port).argv, *VARIANTS["numerics-b"]]
+    server = launch(argv, log=tmp_path_factory.mktemp("reference-b") / "llama-server.log", port=port)
+    with server:
+        yield server
+
+
+@pytest.fixture
+def reference_in(variant: str, request: pytest.FixtureRequest) -> ReferenceServer:
+    """The shared reference server of this test's numerics variant."""
+    name = "reference" if variant == "shipped" else "reference_b"
+    server: ReferenceServer = request.getfixturevalue(name)
+    return server
+
+
 @dataclass
 class Gate:
-    """One run of ``pytest live/ --endpoint reference`` and what its summary said per check."""
+    """One run of ``pytest live/ --endpoint reference``: each check's outcome (from JUnit) and summary note."""
 
     result: pytest.RunResult
     checks: dict[str, tuple[str, str]]
+    outcomes: dict[str, str]
+    """check -> ``passed``, ``skipped``, or the failure code that fired."""
 
     @property
     def failed(self) -> set[str]:
@@ -91,6 +141,7 @@ class Gate:
 
 def run_gate(pytester: pytest.Pytester, url: str, *args: str, fleet_toml: Path | None = None) -> Gate:
     fleet_args = ("--fleet", str(fleet_toml)) if fleet_toml else ()
+    junit = pytester.path / f"junit-{len(list(pytester.path.glob('junit-*.xml')))}.xml"
     result = pytester.runpytest_subprocess(
         str(LIVE),
         "--endpoint",
@@ -99,6 +150,7 @@ def run_gate(pytester: pytest.Pytester, url: str, *args: str, fleet_toml: Path |
         url,
         "-p",
         "no:cacheprovider",
+        f"--junitxml={junit}",
         *fleet_args,
         *args,
         timeout=300,
@@ -108,7 +160,26 @@ def run_gate(pytester: pytest.Pytester, url: str, *args: str, fleet_toml: Path |
         match = _LINE.match(line)
         if match:
             checks[match.group(2)] = (match.group(1), match.group(3))
-    return Gate(result, checks)
+    return Gate(result, checks, junit_outcomes(junit) if junit.exists() else {})
+
+
+def junit_outcomes(path: Path) -> dict[str, str]:
+    """check -> passed / skipped / the failure code, from the gate's JUnit report."""
+    outcomes: dict[str, str] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = case.get("name", "").split("[", 1)[0]
+        check = "live-" + name.removeprefix("test_").replace("_", "-")
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        if failure is not None:
+            match = _CODE.search(failure.get("message", "") + (failure.text or ""))
+            outcomes[check] = match.group(1) if match else "failed-without-code"
+        elif case.find("skipped") is not None:
+            outcomes[check] = "skipped"
+        else:
+            outcomes[check] = "passed"
+    return outcomes
 
 
 @pytest.fixture
@@ -134,14 +205,15 @@ def drop(argv: list[str], flag: str, values: int = 1) -> list[str]:
 
 @pytest.fixture
 def control(
-    engine: None, fleet: Fleet, tmp_path: Path
+    engine: None, fleet: Fleet, tmp_path: Path, variant: str
 ) -> Iterator[Callable[[Callable[[list[str]], list[str]]], ReferenceServer]]:
-    """Start llama-server from the reference's rendered argv after one edit; stopped after the test."""
+    """Start llama-server from the reference's rendered argv (in this test's numerics variant) after one
+    edit; stopped after the test."""
     servers: list[ReferenceServer] = []
 
     def launch_edited(edit: Callable[[list[str]], list[str]]) -> ReferenceServer:
         port = free_port()
-        argv = edit(list(render_reference(fleet, port=port).argv))
+        argv = edit([*render_reference(fleet, port=port).argv, *VARIANTS[variant]])
         server = launch(argv, log=tmp_path / f"control-{len(servers)}.log", port=port)
         servers.append(server)
         return server

@@ -13,7 +13,31 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("hang", "garbage", "truncate", "error", "echo-auth", "nondeterministic", "accept-anything")
+MODES = (
+    "hang",
+    "garbage",
+    "truncate",
+    "error",
+    "echo-auth",
+    "nondeterministic",
+    "accept-anything",
+    "empty-answer",
+    "bad-stream",
+    "stream-refused",
+    "stream-empty",
+    "tools-call-despite-none",
+    "tools-none-refused",
+    "vision-unbilled",
+    "refuse-unexplained",
+    "vllm-as-declared",
+    "vllm-other-payload",
+)
+# What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
+# max_model_len), for frank-archon as its files declare it, and after another payload was loaded.
+VLLM_MODELS = {
+    "vllm-as-declared": ("/models/Swift-Qwen3.8-27B-PARO-MXFP6", 262144),
+    "vllm-other-payload": ("/models/Qwen3.8-27B-AWQ", 131072),
+}
 
 
 class FaultServer:
@@ -89,8 +113,23 @@ class FaultServer:
         if body is None:
             if handler.path == "/health":
                 self._send(handler, 200, b'{"status":"ok"}')
+            elif handler.path == "/v1/models" and mode in VLLM_MODELS:
+                root, window = VLLM_MODELS[mode]
+                card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            elif handler.path == "/props" and mode == "vision-unbilled":
+                self._send(handler, 200, b'{"modalities":{"vision":true}}')
             else:
                 self._send(handler, 404, b'{"error":{"message":"not found"}}')
+            return
+        if mode == "refuse-unexplained":
+            self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
+            return
+        if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty"):
+            self._stream(handler, mode)
+            return
+        if mode.startswith("tools-") and body.get("tools"):
+            self._tools(handler, mode, body)
             return
         if mode == "truncate" and body.get("stream"):
             handler.send_response(200)
@@ -105,6 +144,8 @@ class FaultServer:
             return
         n = next(self.counter)
         text = f"answer number {n}" if mode == "nondeterministic" else "the same answer"
+        if mode == "empty-answer":
+            text = ""
         reply = {
             "id": f"c{n}",
             "object": "chat.completion",
@@ -114,3 +155,183 @@ class FaultServer:
             "usage": {"prompt_tokens": 5000, "completion_tokens": 1, "total_tokens": 5001},
         }
         self._send(handler, 200, json.dumps(reply).encode())
+
+    def _stream(self, handler: BaseHTTPRequestHandler, mode: str) -> None:
+        """A complete event stream whose content is wrong in the way ``mode`` says."""
+        if mode == "stream-refused":
+            self._send(handler, 500, b'{"error":{"code":500,"message":"streaming is broken"}}')
+            return
+        delta: dict[str, Any] = {"role": "assistant", "content": "" if mode == "stream-empty" else "one"}
+        events: list[Any] = [{"id": "a", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
+        if mode == "bad-stream":
+            # another id, no role first, two finish chunks, no usage chunk
+            events = [
+                {"id": "a", "choices": [{"index": 0, "delta": {"content": "one"}, "finish_reason": None}]},
+                {"id": "b", "choices": [{"index": 0, "delta": {"content": " two"}, "finish_reason": "length"}]},
+                {"id": "b", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            ]
+        else:
+            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            events.append({"id": "a", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 1}})
+        payload = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+        self._send(handler, 200, payload, "text/event-stream")
+
+    def _tools(self, handler: BaseHTTPRequestHandler, mode: str, body: dict[str, Any]) -> None:
+        """A valid call for tool_choice required; for none, a call anyway or a refusal."""
+        if body.get("tool_choice") == "none" and mode == "tools-none-refused":
+            self._send(handler, 400, b'{"error":{"code":400,"message":"tool_choice none is not supported"}}')
+            return
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "celsius"})},
+        }
+        reply = {
+            "id": "t",
+            "object": "chat.completion",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+        }
+        self._send(handler, 200, json.dumps(reply).encode())
+
+
+PROXY_MODES = (
+    "freeze-metrics",
+    "strip-spec-metrics",
+    "zero-acceptance",
+    "stall-stream",
+    "buffer",
+    "delay",
+    "slow-refusal",
+    "unauthorized",
+    "unauthorized-images",
+    "loading",
+)
+
+
+class FaultProxy:
+    """A forwarding proxy in front of a real endpoint that injects one fault of the network between them.
+
+    ``freeze-metrics`` serves the first /metrics it saw forever (a stale exporter); ``strip-spec-metrics``
+    drops the speculative-decoding series from /metrics (an exporter that filters them);
+    ``zero-acceptance`` reports every answer's drafts as rejected (``timings.draft_n_accepted`` 0: what a
+    drafter that never agrees with the target reports); ``stall-stream`` holds an event stream
+    ``delay`` seconds before its first byte; ``buffer`` holds an
+    event stream until it is complete and sends it at once; ``delay`` holds every POST ``delay`` seconds;
+    ``slow-refusal`` holds every 4xx answer ``delay`` seconds; ``unauthorized`` answers 401 to all but
+    /health; ``unauthorized-images`` answers 401 to a chat request that carries an image; ``loading``
+    answers 503 ``Loading model`` for the first ``delay`` seconds. Listens on 127.0.0.1 only; every
+    upstream call is bounded.
+    """
+
+    def __init__(self, upstream: str, mode: str, *, delay: float = 0.0) -> None:
+        if mode not in PROXY_MODES:
+            raise ValueError(mode)
+        self.upstream = upstream.rstrip("/")
+        self.mode = mode
+        self.delay = delay
+        self.stopping = threading.Event()
+        self.frozen: bytes | None = None
+        self.started = 0.0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                proxy.handle(self, "GET", b"")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                proxy.handle(self, "POST", self.rfile.read(length))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        import time
+
+        self.started = time.monotonic()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(10)
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", kind)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def handle(self, handler: BaseHTTPRequestHandler, method: str, body: bytes) -> None:
+        import time
+
+        import httpx
+
+        mode, path = self.mode, handler.path
+        if mode == "loading" and time.monotonic() - self.started < self.delay:
+            # tools/server/server-http.cpp: what llama-server answers while it loads
+            self._send(handler, 503, b'{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}')
+            return
+        if mode == "unauthorized" and path != "/health":
+            self._send(handler, 401, b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}')
+            return
+        if mode == "unauthorized-images" and method == "POST" and b'"image_url"' in body:
+            self._send(handler, 401, b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}')
+            return
+        if mode == "freeze-metrics" and path == "/metrics" and self.frozen is not None:
+            self._send(handler, 200, self.frozen, "text/plain; version=0.0.4")
+            return
+        if mode == "delay" and method == "POST":
+            self.stopping.wait(self.delay)
+        headers = {k: v for k, v in handler.headers.items() if k.lower() in ("authorization", "content-type")}
+        streaming = method == "POST" and (b'"stream": true' in body or b'"stream":true' in body)
+        with httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0)) as client:
+            request = client.build_request(method, self.upstream + path, content=body or None, headers=headers)
+            response = client.send(request, stream=True)
+            try:
+                kind = response.headers.get("content-type", "application/json")
+                if streaming and response.status_code == 200 and mode != "buffer":
+                    if mode == "stall-stream":
+                        self.stopping.wait(self.delay)
+                    handler.send_response(200)
+                    handler.send_header("Content-Type", kind)
+                    handler.send_header("Transfer-Encoding", "chunked")
+                    handler.end_headers()
+                    for chunk in response.iter_raw():
+                        handler.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        handler.wfile.flush()
+                    handler.wfile.write(b"0\r\n\r\n")
+                    return
+                data = response.read()
+            finally:
+                response.close()
+        if mode == "freeze-metrics" and path == "/metrics" and response.status_code == 200:
+            self.frozen = data
+        if mode == "strip-spec-metrics" and path == "/metrics":
+            data = b"\n".join(line for line in data.split(b"\n") if b"spec_decode" not in line) + b"\n"
+        if mode == "zero-acceptance" and path == "/v1/chat/completions" and response.status_code == 200:
+            reply = json.loads(data)
+            if isinstance(reply.get("timings"), dict) and "draft_n_accepted" in reply["timings"]:
+                reply["timings"]["draft_n_accepted"] = 0
+                data = json.dumps(reply).encode()
+        if mode == "slow-refusal" and 400 <= response.status_code < 500:
+            self.stopping.wait(self.delay)
+        self._send(handler, response.status_code, data, kind)

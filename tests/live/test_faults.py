@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -16,17 +17,28 @@ from fleetgate.reference import free_port
 from .conftest import Gate
 from .faults import FaultServer
 
-# mode -> (checks run, the message every one of them must carry)
-FAULTS: dict[str, tuple[tuple[str, ...], str]] = {
-    "down": (("live-health", "live-chat"), "down: cannot connect"),
-    "hang": (("live-health", "live-chat", "live-stream"), "within the 2 s bound"),
-    "garbage": (("live-alias", "live-chat"), "not JSON"),
-    "truncate": (("live-stream",), "without [DONE]"),
-    "error": (("live-health", "live-chat"), "HTTP 500: backend exploded"),
-    "nondeterministic": (("live-determinism",), "first 'answer number"),
-    "accept-anything": (("live-capacity",), "was accepted and prefilled"),
+# mode -> the outcome of each check run (the failure code, or skipped: not run before health holds)
+FAULTS: dict[str, dict[str, str]] = {
+    "down": {"live-health": "live-health/down", "live-chat": "skipped"},
+    "hang": {"live-health": "live-health/timeout", "live-chat": "skipped", "live-stream": "skipped"},
+    "garbage": {"live-alias": "live-alias/not-json", "live-chat": "live-chat/not-json"},
+    "truncate": {"live-stream": "live-stream/truncated"},
+    "error": {"live-health": "live-health/unhealthy", "live-chat": "skipped"},
+    "nondeterministic": {"live-determinism": "live-determinism/differs"},
+    "accept-anything": {"live-capacity": "live-capacity/accepted"},
+    "refuse-unexplained": {"live-capacity": "live-capacity/unexplained-refusal"},
+    "empty-answer": {"live-chat": "live-chat/empty-answer"},
+    "bad-stream": {"live-stream": "live-stream/malformed"},
+    "stream-refused": {"live-stream": "live-stream/refused"},
+    "stream-empty": {"live-stream": "live-stream/no-tokens"},
+    "tools-call-despite-none": {"live-tool-calls": "live-tool-calls/call-despite-none"},
+    "tools-none-refused": {"live-tool-calls": "live-tool-calls/none-refused"},
+    "vision-unbilled": {
+        "live-vision": "live-vision/image-not-billed",
+        "live-vision-colour": "live-vision-colour/colour-not-named",  # -k test_vision selects both
+    },
 }
-FAULT_CHECKS = {check for checks, _ in FAULTS.values() for check in checks}
+FAULT_CODES = {code for outcomes in FAULTS.values() for code in outcomes.values() if "/" in code}
 _TESTS = {
     "live-health": "health",
     "live-chat": "chat",
@@ -34,25 +46,36 @@ _TESTS = {
     "live-alias": "alias",
     "live-determinism": "determinism",
     "live-capacity": "capacity",
+    "live-tool-calls": "tool_calls",
+    "live-vision": "vision",
+}
+# faults that need the contract to declare what they break (a fleet copy)
+DECLARE: dict[str, dict[str, Callable[[str], str]]] = {
+    "vision-unbilled": {
+        "fleet.toml": lambda t: t.replace(
+            "[services.reference.contract]\nvision = false", "[services.reference.contract]\nvision = true"
+        )
+    },
 }
 
 
 @pytest.mark.parametrize("mode", list(FAULTS))
-def test_fault(mode: str, gate: Callable[..., Gate], no_api_key: None) -> None:
-    checks, message = FAULTS[mode]
-    selection = " or ".join(f"test_{_TESTS[c]}" for c in checks)
+def test_fault(
+    mode: str, gate: Callable[..., Gate], fleet_copy: Callable[..., Path], no_api_key: None
+) -> None:
+    expected = FAULTS[mode]
+    selection = " or ".join(sorted({f"test_{_TESTS[c]}" for c in expected if c in _TESTS}))
+    fleet_toml = fleet_copy(DECLARE[mode]) if mode in DECLARE else None
     start = time.monotonic()
     if mode == "down":
         run = gate(f"http://127.0.0.1:{free_port()}", "-k", selection, "--live-timeout", "2")
     else:
         with FaultServer(mode) as server:
-            run = gate(server.url, "-k", selection, "--live-timeout", "2")
+            run = gate(server.url, "-k", selection, "--live-timeout", "2", fleet_toml=fleet_toml)
     elapsed = time.monotonic() - start
-    assert run.failed == set(checks), run.output
-    for check in checks:
-        assert message in run.note(check), (check, run.note(check))
+    assert run.outcomes == expected, run.output
     # bounded: each hanging request gives up at the 2 s bound (plus the gate's own start-up)
-    assert elapsed < 10 + 3 * len(checks), elapsed
+    assert elapsed < 10 + 3 * len(expected), elapsed
 
 
 def test_an_echoed_api_key_never_reaches_the_output(
@@ -61,7 +84,42 @@ def test_an_echoed_api_key_never_reaches_the_output(
     secret = "sk-fleetgate-test-0123456789"
     monkeypatch.setenv("FLEETGATE_API_KEY", secret)
     with FaultServer("echo-auth") as server:
-        run = gate(server.url, "-k", "test_chat or test_alias")
-    assert run.failed == {"live-chat", "live-alias"}
+        run = gate(server.url, "-k", "test_health or test_chat or test_alias")
+    assert run.outcomes == {
+        "live-health": "live-health/unhealthy",
+        "live-chat": "skipped",
+        "live-alias": "skipped",
+    }, run.output
     assert "rejected credentials Bearer ***" in run.output
     assert secret not in run.output
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("vllm-as-declared", {"live-payload": "passed", "live-slots": "passed"}),
+        ("vllm-other-payload", {"live-payload": "live-payload/other-path", "live-slots": "live-slots/other-shape"}),
+    ],
+)
+def test_vllm_payload_and_window_are_read_from_v1_models(
+    mode: str, expected: dict[str, str], pytester: pytest.Pytester, no_api_key: None
+) -> None:
+    # INC-53 on vLLM: /v1/models root and max_model_len, compared with frank-archon's rendered config
+    from .conftest import LIVE, junit_outcomes
+
+    with FaultServer(mode) as server:
+        junit = pytester.path / "junit.xml"
+        pytester.runpytest_subprocess(
+            str(LIVE),
+            "--endpoint",
+            "frank-archon",
+            "--base-url",
+            server.url,
+            "-k",
+            "test_payload or test_slots",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            timeout=120,
+        )
+    assert junit_outcomes(junit) == expected

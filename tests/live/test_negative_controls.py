@@ -1,94 +1,122 @@
-"""Misconfigured reference servers: each makes exactly the expected live checks fail, with their messages.
+"""Misconfigured reference servers: each fails exactly the expected checks, with their failure codes.
 
 Every server here is the real llama-server started from the reference's rendered argv with one edit
 -- the files still declare what the process no longer does, which is how INC-53 happened -- or the
-real reference checked against a fleet copy whose contract says something else. Together with
-test_faults.py, every registered live check is shown failing.
+real reference checked against a fleet copy whose contract says something else. Each control asserts
+the exact outcome of every check (pass, skip, or the failure code that fired), and runs under both
+numerics variants (conftest.VARIANTS): the verdicts must be the same whatever words the model picks.
+Together with test_faults.py and test_proxies.py, every registered live check is shown failing.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
-from fleetgate.checks import REGISTRY, get_check
-from fleetgate.reference import ReferenceServer, model_dir
+from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, model_dir
 
-from .conftest import Gate, drop, set_value
+from .conftest import Gate, drop, expected_outcomes, live_checks, set_value
 from .mmproj import IMAGE_TOKENS, write_random_projector
-from .test_faults import FAULT_CHECKS
+from .test_faults import FAULT_CODES
+from .test_proxies import PROXY_CODES
 
 Edit = Callable[[list[str]], list[str]]
+FleetEdits = dict[str, Callable[[str], str]]
 
-# control -> (argv edit, fleet edits, the checks that must fail, a message each must carry)
-CONTROLS: dict[str, tuple[Edit | None, dict[str, Callable[[str], str]], dict[str, str]]] = {
+VISION_TRUE: FleetEdits = {
+    "fleet.toml": lambda t: t.replace(
+        "[services.reference.contract]\nvision = false", "[services.reference.contract]\nvision = true"
+    )
+}
+
+# control -> (argv edit, fleet edits, the outcome of every check that does not pass)
+CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     "wrong-alias": (
         lambda a: set_value(a, "--alias", "somebody-else"),
         {},
-        {"live-alias": "/v1/models lists 'somebody-else'"},
+        {"live-alias": "live-alias/not-listed"},
     ),
-    "other-model-file": (
-        None,
-        {},  # argv edit needs tmp_path: built in the test
-        {"live-payload": "/props model_path = "},
-    ),
-    "no-metrics": (lambda a: drop(a, "--metrics", 0), {}, {"live-metrics": "GET /metrics: HTTP 501"}),
+    "other-model-file": (None, {}, {"live-payload": "live-payload/other-path"}),  # argv edit built in the test
+    "payload-replaced": (None, {}, {"live-payload": "live-payload/other-model"}),  # built in the test
+    "payload-removed": (None, {}, {"live-payload": "live-payload/header-unreadable"}),  # built in the test
+    "no-metrics": (lambda a: drop(a, "--metrics", 0), {}, {"live-metrics": "live-metrics/not-served"}),
     "no-drafter": (
         lambda a: drop(drop(drop(a, "--spec-type"), "--spec-draft-model"), "--spec-draft-n-max"),
         {},
-        {"live-drafter": "no drafting across a counting request"},
+        {"live-drafter": "live-drafter/not-drafting"},
+    ),
+    "drafter-other-type": (
+        lambda a: set_value(a, "--spec-type", "ngram-cache"),
+        {},
+        {"live-drafter": "live-drafter/other-type"},
     ),
     "window-other": (
         lambda a: set_value(a, "--ctx-size", "2048"),
         {},
-        {
-            "live-slots": "1024 tokens per slot, not 2048",
-            "live-capacity": "the engine's window is 1024 tokens, not 2048",
-        },
+        {"live-slots": "live-slots/other-shape", "live-capacity": "live-capacity/other-window"},
     ),
     "vision-without-mmproj": (
         None,
-        {
-            "fleet.toml": lambda t: t.replace(
-                "[services.reference.contract]\nvision = false",
-                "[services.reference.contract]\nvision = true",
-            )
-        },
-        {
-            "live-vision": "/props modalities.vision is False; the image request answered HTTP 500",
-            "live-vision-colour": "HTTP 500",
-        },
+        VISION_TRUE,
+        {"live-vision": "live-vision/not-accepted", "live-vision-colour": "live-vision-colour/refused"},
     ),
     "sampler-other": (
         lambda a: set_value(a, "--temp", "0.7"),
         {},
-        {"live-sampler-defaults": "temperature = 0.7"},
+        {"live-sampler-defaults": "live-sampler-defaults/other-defaults"},
     ),
     "builtin-template": (
         lambda a: drop(a, "--chat-template-file"),
         {},
         {
-            "live-tool-calls": "tool_choice required: ",
-            "live-reasoning": "message.reasoning_content is",
-            "live-reasoning-effort": "'high' answered 200, not 400",
+            "live-tool-calls": "live-tool-calls/no-structured-call",
+            "live-reasoning": "live-reasoning/no-trace",
+            "live-reasoning-effort": "live-reasoning-effort/other-status",
         },
     ),
     "reasoning-in-content": (
         lambda a: set_value(a, "--reasoning-format", "none"),
         {},
-        {"live-reasoning": "the content carries"},
+        {"live-reasoning": "live-reasoning/tags-in-content"},
+    ),
+    "reasoning-budget-unlimited": (
+        lambda a: set_value(a, "--reasoning-budget", "-1"),
+        {},
+        {"live-reasoning": "live-reasoning/no-answer"},
+    ),
+    "reasoning-budget-zero": (
+        # build 11434 arms no budget sampler at 0 with thinking requested: the trace never ends
+        lambda a: set_value(a, "--reasoning-budget", "0"),
+        {},
+        {"live-reasoning": "live-reasoning/no-answer"},
     ),
     "no-prompt-cache": (
-        lambda a: [*set_value(a, "--cache-ram", "0"), "--slot-prompt-similarity", "0"],
+        lambda a: set_value(a, "--cache-ram", "0"),
         {},
-        {"live-prefix-cache": "-token prompt reused"},
+        {"live-prefix-cache": "live-prefix-cache/not-reused"},
+    ),
+    "server-cap": (
+        lambda a: [*a, "--n-predict", "4"],
+        {},
+        # llama.cpp applies --n-predict only to requests without max_tokens (server-context.cpp,
+        # n_predict_max): what clients that send none get, and what live-chat's grammar-bound request sees
+        {"live-chat": "live-chat/cut-by-server"},
+    ),
+    "garbage": (  # argv edit built in the test: a server-wide +100 bias on '!'
+        None,
+        {},
+        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call"},
     ),
     "drafter-undeclared": (
         None,
         {"scripts/reference.env": lambda t: t.replace("SPEC_TYPE=draft-simple", "SPEC_TYPE=none")},
-        {"live-drafter": "drafting on an endpoint whose files declare no drafter"},
+        {"live-drafter": "live-drafter/undeclared-drafter"},
     ),
     "rule-on-unexported-series": (
         None,
@@ -99,57 +127,124 @@ CONTROLS: dict[str, tuple[Edit | None, dict[str, Callable[[str], str]], dict[str
                 "  - name: llm-vllm\n",
             )
         },
-        {"live-metrics": "1 series named by the rules are not exported"},
+        {"live-metrics": "live-metrics/rule-series-missing"},
     ),
-    "projector-undeclared": (None, {}, {"live-vision": "an image was accepted"}),
-    "projector-random": (
+    "rule-names-service-in-other-namespace": (
         None,
         {
-            "fleet.toml": lambda t: t.replace(
-                "[services.reference.contract]\nvision = false",
-                "[services.reference.contract]\nvision = true",
+            "prometheus/llm-fleet.yml": lambda t: t.replace(
+                "  - name: llm-vllm\n",
+                "      - alert: ReferenceQueueing\n"
+                '        expr: vllm:num_requests_waiting{job="reference"} > 0\n'
+                "  - name: llm-vllm\n",
             )
         },
-        {"live-vision-colour": "for a solid red 256x256 PNG"},
+        {"live-metrics": "live-metrics/rule-series-missing"},
     ),
+    "projector-undeclared": (None, {}, {"live-vision": "live-vision/image-accepted"}),
+    "projector-random": (None, VISION_TRUE, {"live-vision-colour": "live-vision-colour/colour-not-named"}),
 }
-# Controls that run against the shared reference process (only the declaration differs).
-ON_REFERENCE = {"vision-without-mmproj", "drafter-undeclared", "rule-on-unexported-series"}
+# Controls that run against the shared reference process of the variant (only the declaration differs).
+ON_REFERENCE = {
+    "vision-without-mmproj",
+    "drafter-undeclared",
+    "rule-on-unexported-series",
+    "rule-names-service-in-other-namespace",
+}
 
 
-def test_every_live_check_has_a_failing_case() -> None:
-    get_check("live-health")
-    live = {name for name, check in REGISTRY.items() if check.kind == "live"}
-    shown = {check for _, _, expected in CONTROLS.values() for check in expected} | FAULT_CHECKS
-    assert live - shown == set()
+def _raised_codes() -> set[str]:
+    """Every failure code a live check module raises by name (``endpoint.fail(CHECK, code="...")``) and the
+    readiness codes (fleetgate/live/endpoint.py)."""
+    import importlib
+
+    codes = {"live-health/loading", "live-health/unauthorized", "live-chat/slower-than-bound"}
+    for module_name in ("live_caches", "live_capabilities", "live_generation", "live_identity", "live_metrics"):
+        module = importlib.import_module(f"fleetgate.checks.{module_name}")
+        source = Path(str(module.__file__)).read_text(encoding="utf-8")
+        for constant, code in re.findall(r'endpoint\.fail\(\s*([A-Z_]+),\s*code="([a-z-]+)"', source):
+            codes.add(f"{getattr(module, constant)}/{code}")
+    return codes
+
+
+def test_every_live_failure_code_has_a_reproduction() -> None:
+    shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
+    shown |= FAULT_CODES | PROXY_CODES
+    assert {code.split("/", 1)[0] for code in shown} == live_checks()
+    assert _raised_codes() - shown == set()
+
+
+@pytest.fixture(scope="session")
+def requantized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference model requantized to Q8_0: the same architecture and vocabulary, another payload."""
+    out = tmp_path_factory.mktemp("requantized") / "SmolLM2-135M-Instruct.Q8_0.gguf"
+    subprocess.run(
+        [str(llama_bin_dir() / "llama-quantize"), "--allow-requantize", str(model_dir() / MODEL_FILE), str(out),
+         "Q8_0", "1"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def _token_id(url: str, text: str) -> int:
+    tokens = httpx.post(url + "/tokenize", json={"content": text}, timeout=10).json()["tokens"]
+    assert len(tokens) == 1, tokens
+    return int(tokens[0])
 
 
 @pytest.mark.parametrize("name", list(CONTROLS))
 def test_control(
     name: str,
-    reference: ReferenceServer,
+    variant: str,
+    reference_in: ReferenceServer,
     control: Callable[[Edit], ReferenceServer],
-    fleet_copy: Callable[[dict[str, Callable[[str], str]]], Path],
+    fleet_copy: Callable[[FleetEdits], Path],
     gate: Callable[..., Gate],
     tmp_path: Path,
+    request: pytest.FixtureRequest,
     no_api_key: None,
 ) -> None:
-    edit, fleet_edits, expected = CONTROLS[name]
+    edit, fleet_edits, failing = CONTROLS[name]
+    declared: Path | None = None
     if name == "other-model-file":
         other = tmp_path / "another-model.gguf"
-        other.symlink_to(model_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        other.symlink_to(model_dir() / MODEL_FILE)
         edit = lambda a: set_value(a, "--model", str(other))  # noqa: E731
+    if name in ("payload-replaced", "payload-removed"):
+        # The process loads a Q8_0 file at the path the files declare; then the declared (Q4_1) payload is
+        # put at that path. The path matches; the header does not (INC-53).
+        directory = tmp_path / "models"
+        directory.mkdir()
+        declared = directory / MODEL_FILE
+        shutil.copyfile(request.getfixturevalue("requantized"), declared)
+        edit = lambda a: set_value(a, "--model", str(declared))  # noqa: E731
+        fleet_edits = {
+            "scripts/reference.env": lambda t: t.replace(
+                "MODEL_DIR=${REFERENCE_MODELS:-/opt/fleetgate/models}", f"MODEL_DIR={directory}"
+            ),
+            "fleet.toml": lambda t: t.replace(
+                'payload = ["/opt/fleetgate/models/SmolLM2-135M-Instruct.Q4_1.gguf"]', f'payload = ["{declared}"]'
+            ),
+        }
+    if name == "garbage":
+        bang = _token_id(reference_in.url, "!")
+        edit = lambda a: [*a, "--logit-bias", f"{bang}+100"]  # noqa: E731
     if name.startswith("projector-"):
         projector = write_random_projector(tmp_path / "mmproj-random.gguf")
         edit = lambda a: [*a, "--mmproj", str(projector)]  # noqa: E731
-    url = reference.url if name in ON_REFERENCE else control(edit).url  # type: ignore[arg-type]
+    url = reference_in.url if name in ON_REFERENCE else control(edit).url  # type: ignore[arg-type]
+    if declared is not None and name == "payload-replaced":
+        replacement = declared.with_suffix(".new")
+        replacement.symlink_to(model_dir() / MODEL_FILE)
+        replacement.replace(declared)  # a new inode at the path; the process keeps what it mapped
+    if declared is not None and name == "payload-removed":
+        declared.unlink()  # the process keeps what it mapped; nothing is left to compare it with
     fleet_toml = fleet_copy(fleet_edits) if fleet_edits else None
     run = gate(url, fleet_toml=fleet_toml)
-    assert run.failed == set(expected), run.output
-    for check, message in expected.items():
-        assert message in run.note(check), (check, run.note(check))
-    # every other check that applies passed: nothing else broke
-    assert run.passed | run.failed == set(run.checks)
+    vision = fleet_edits is VISION_TRUE
+    assert run.outcomes == expected_outcomes(failing, vision=vision), run.output
     if name == "projector-random":
         # the mechanics are proven: the image is accepted and billed as the projector's patches
         assert run.note("live-vision") == f"image accepted, {IMAGE_TOKENS} image tokens billed"

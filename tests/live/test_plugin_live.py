@@ -13,17 +13,41 @@ from fleetgate.live.metrics import rule_selectors
 from .conftest import LIVE
 
 
-def test_live_skips_naming_the_flag_without_an_endpoint(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest_subprocess(str(LIVE), "-p", "no:cacheprovider", "-rs")
+def test_live_without_an_endpoint_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    # a CI step that lost its --endpoint must not go green with everything skipped
+    result = pytester.runpytest_subprocess(str(LIVE), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*17 live test(s) collected but no endpoint to check*--skip-live*"])
+
+
+def test_skip_live_skips_on_purpose(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(str(LIVE), "--skip-live", "-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(skipped=17)
-    result.stdout.fnmatch_lines(
-        ["*no endpoint to check: pass --endpoint NAME (repeatable, or --endpoint all)*"]
+    result.stdout.fnmatch_lines(["*live tests skipped: --skip-live was given*"])
+
+
+def test_a_host_without_an_address_needs_a_base_url(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess(str(LIVE), "--endpoint", "frank-zealot", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*services.frank-zealot: host 'rtx3090' has no address*declare hosts.rtx3090.address, or pass "
+         "--base-url frank-zealot=URL*"]
     )
 
 
 def test_all_means_every_active_service(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(
-        str(LIVE), "--endpoint", "all", "--collect-only", "-q", "-p", "no:cacheprovider"
+        str(LIVE),
+        "--endpoint",
+        "all",
+        "--base-url",
+        "frank-zealot=http://192.0.2.1:8080",
+        "--base-url",
+        "frank-dragoon=http://192.0.2.2:8080",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
     )
     ids = {line.rsplit("[", 1)[-1].rstrip("]") for line in result.stdout.lines if "::" in line}
     # frank-medium is a rollback (explicit only) and frank-tts is undeployed (nothing listens)

@@ -1,0 +1,235 @@
+"""Boot the CUDA build of llama-server on every configuration of BOOTS and record what it allocated.
+
+Runs on the GPU machine (stdlib only), from tests/ledger/gpu/run.sh. For each boot: optional
+ggml-rpc-server devices (the same CUDA build, so an RPC device is a second CUDA context on the GPU, and
+GGML_RPC_DEBUG gives its allocations in bytes), llama-server with ``-lv 4`` and the cudaMalloc shim
+(cudalog.c) preloaded, ``nvidia-smi`` before the boot, once healthy and after an optional request, then
+SIGINT so the server prints its memory breakdown at exit. Writes one JSON record per boot and every log.
+Usage: ``python3 boots.py BIN_DIR MODELS_DIR SHIM OUT_DIR [ID ...]``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+MTP = "--spec-type draft-mtp --spec-draft-n-max 3"
+
+# id, model, llama-server arguments, RPC devices (CUDA behind ggml-rpc-server), live request
+BOOTS: list[tuple[str, str, str, int, bool]] = [
+    ("smollm2-cuda-fa", "smollm2", "-c 4096 -np 2 -ngl 999 -fa on", 0, False),
+    ("smollm2-cuda-nofa", "smollm2", "-c 4096 -np 2 -ngl 999 -fa off", 0, False),
+    ("smollm2-cuda-q8", "smollm2", "-c 4096 -np 1 -ngl 999 -fa on -ctk q8_0 -ctv q8_0", 0, False),
+    ("smollm2-cuda-q8-nofa", "smollm2", "-c 4096 -np 1 -ngl 999 -fa off -ctk q8_0 -ctv q8_0", 0, False),
+    ("smollm2-cuda-ub128", "smollm2", "-c 4096 -np 2 -ngl 999 -fa on -b 512 -ub 128", 0, False),
+    ("smollm2-cuda-ub2048", "smollm2", "-c 8192 -np 4 -ngl 999 -fa on -b 2048 -ub 2048", 0, False),
+    ("smollm2-cuda-ub2048-nofa", "smollm2", "-c 8192 -np 4 -ngl 999 -fa off -b 2048 -ub 2048", 0, False),
+    ("smollm2-cuda-unified", "smollm2", "-c 4096 -np -1 -ngl 999", 0, False),
+    ("smollm2-cuda-ngl10", "smollm2", "-c 2048 -np 2 -ngl 10 -fa on", 0, False),
+    ("smollm2-cuda-ngl10-nofa", "smollm2", "-c 2048 -np 2 -ngl 10 -fa off", 0, False),
+    ("smollm2-cuda-ngl0", "smollm2", "-c 2048 -np 2 -ngl 0", 0, False),
+    ("smollm2-cpu-only", "smollm2", "-c 2048 -np 2 --device none", 0, False),
+    ("gemma3-cuda", "gemma3", "-c 8192 -np 2 -ngl 999", 0, False),
+    ("gemma3-cuda-nofa", "gemma3", "-c 8192 -np 2 -ngl 999 -fa off", 0, False),
+    ("gemma3-cuda-swa-full-ub256", "gemma3", "-c 4096 -np 1 -ngl 999 --swa-full -ub 256", 0, False),
+    ("gemma3-cuda-ngl10", "gemma3", "-c 4096 -np 2 -ngl 10", 0, False),
+    ("gemma3-cuda-q8", "gemma3", "-c 4096 -np 2 -ngl 999 -fa on -ctk q8_0 -ctv q8_0", 0, False),
+    ("gemma3-cpu-only", "gemma3", "-c 4096 -np 2 --device none", 0, False),
+    ("qwen35-cuda", "qwen35", "-c 2048 -np 2 -ngl 999", 0, False),
+    ("qwen35-cuda-np3-q8", "qwen35", "-c 3072 -np 3 -ngl 999 -ctk q8_0 -ctv q8_0", 0, False),
+    ("qwen35-mtp-cuda", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 {MTP}", 0, True),
+    ("smollm2-split-ts1,1", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 1,1 -fa on", 1, False),
+    ("smollm2-split-ts3,1-nofa", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 3,1 -fa off", 1, False),
+    ("gemma3-split-ts1,1", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 1,1", 1, False),
+    ("qwen35-mtp-split", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -ts 1,1 {MTP}", 1, True),
+    ("smollm2-split-ngl20", "smollm2", "-c 2048 -np 2 -ngl 20 -ts 1,1", 1, False),
+    # held out: booted after the compute factors were set from the boots above, to test them
+    ("smollm2-cuda-ub1024", "smollm2", "-c 8192 -np 2 -ngl 999 -fa on -b 2048 -ub 1024", 0, False),
+    ("smollm2-cuda-ub1024-nofa", "smollm2", "-c 8192 -np 2 -ngl 999 -fa off -b 2048 -ub 1024", 0, False),
+    ("smollm2-cuda-np1-c16k", "smollm2", "-c 16384 -np 1 -ngl 999", 0, False),
+    ("smollm2-cuda-ngl20-nofa-ub256", "smollm2", "-c 4096 -np 2 -ngl 20 -fa off -ub 256", 0, False),
+    ("smollm2-cuda-q4", "smollm2", "-c 4096 -np 3 -ngl 999 -fa on -ctk q4_0 -ctv q4_0", 0, False),
+    ("gemma3-cuda-np4-ub1024", "gemma3", "-c 16384 -np 4 -ngl 999 -b 1024 -ub 1024", 0, False),
+    ("gemma3-cuda-nofa-np1", "gemma3", "-c 8192 -np 1 -ngl 999 -fa off", 0, False),
+    ("gemma3-cuda-ngl5-nofa", "gemma3", "-c 4096 -np 2 -ngl 5 -fa off", 0, False),
+    ("gemma3-cpu-only-ub128", "gemma3", "-c 4096 -np 1 --device none -ub 128", 0, False),
+    ("qwen35-cuda-np4", "qwen35", "-c 4096 -np 4 -ngl 999", 0, False),
+    ("qwen35-mtp-cuda-np1", "qwen35-mtp", f"-c 2048 -np 1 -ngl 999 {MTP}", 0, True),
+    ("smollm2-split-ts1,3-ub256", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 1,3 -ub 256", 1, False),
+    ("gemma3-split-ts2,1-nofa", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 2,1 -fa off", 1, False),
+]
+HOLDOUT_FROM = "smollm2-cuda-ub1024"
+# two GPUs of one host (nvidia-h200-x2): a real layer split, pipeline-parallel when fully offloaded
+TWO_GPUS: list[tuple[str, str, str, int, bool]] = [
+    ("smollm2-2gpu-ts1,1", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 1,1 -fa on", 0, False),
+    ("smollm2-2gpu-ts3,1-nofa", "smollm2", "-c 4096 -np 2 -ngl 999 -ts 3,1 -fa off", 0, False),
+    ("smollm2-2gpu-ub2048", "smollm2", "-c 8192 -np 4 -ngl 999 -ts 1,1 -b 2048 -ub 2048", 0, False),
+    ("smollm2-2gpu-sm-none", "smollm2", "-c 4096 -np 2 -ngl 999 -sm none -mg 1", 0, False),
+    ("gemma3-2gpu-ts1,1", "gemma3", "-c 8192 -np 2 -ngl 999 -ts 1,1", 0, False),
+    ("gemma3-2gpu-ngl10", "gemma3", "-c 4096 -np 2 -ngl 10 -ts 1,1", 0, False),
+    ("qwen35-2gpu-np3-q8", "qwen35", "-c 3072 -np 3 -ngl 999 -ts 2,1 -ctk q8_0 -ctv q8_0", 0, False),
+    ("qwen35-mtp-2gpu", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -ts 1,1 {MTP}", 0, True),
+]
+BOOTS += TWO_GPUS
+
+FIT_PARAMS = {"smollm2-2gpu-ts1,1", "gemma3-2gpu-ts1,1", "gemma3-2gpu-ngl10",
+              "smollm2-cuda-ub1024", "gemma3-cuda-np4-ub1024", "gemma3-cuda-nofa-np1", "smollm2-cuda-q4",
+              "smollm2-cuda-fa", "smollm2-cuda-nofa", "smollm2-cuda-q8", "smollm2-cuda-ub2048",
+              "smollm2-cuda-ngl10", "gemma3-cuda", "gemma3-cuda-nofa", "gemma3-cuda-ngl10", "qwen35-cuda"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def smi() -> dict[str, object]:
+    def q(args: list[str]) -> str:
+        try:
+            return subprocess.run(["nvidia-smi", *args, "--format=csv,noheader,nounits"], capture_output=True,
+                                  text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"error: {exc}"
+    return {"gpus": q(["--query-gpu=index,memory.used,memory.total"]),
+            "apps": q(["--query-compute-apps=pid,used_memory"]), "t": time.time()}
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, timeout: float = 20) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
+
+
+def boot(bins: Path, models: Path, shim: str, out: Path, spec: tuple[str, str, str, int, bool]) -> dict[str, object]:
+    ident, model, args, n_rpc, request = spec
+    d = out / ident
+    d.mkdir(parents=True, exist_ok=True)
+    rec: dict[str, object] = {"id": ident, "model": model, "args": args, "n_rpc": n_rpc, "request": request}
+    env = dict(os.environ, LD_PRELOAD=shim)
+    rpcs: list[subprocess.Popen[bytes]] = []
+    endpoints = []
+    rec["smi_before"] = smi()
+    try:
+        for i in range(n_rpc):
+            port = free_port()
+            with (d / f"rpc{i}.log").open("wb") as log:
+                rpcs.append(subprocess.Popen([str(bins / "ggml-rpc-server"), "-H", "127.0.0.1", "-p", str(port)],
+                                             stdout=log, stderr=subprocess.STDOUT,
+                                             env=dict(env, GGML_RPC_DEBUG="1", CUDALOG=str(d / f"rpc{i}.cuda"))))
+            if not wait_port(port, rpcs[-1], 30):
+                rec["error"] = f"rpc server {i} did not listen"
+                return rec
+            endpoints.append(f"127.0.0.1:{port}")
+        port = free_port()
+        argv = [str(bins / "llama-server"), "-m", str(models / f"{model}.gguf"), "--host", "127.0.0.1",
+                "--port", str(port), "-lv", "4", "--fit", "off", "--no-webui"]
+        if endpoints:
+            argv += ["--rpc", ",".join(endpoints)]
+        argv += args.split()
+        rec["argv"] = argv
+        t0 = time.time()
+        with (d / "server.log").open("wb") as log:
+            server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                      env=dict(env, CUDALOG=str(d / "server.cuda")))
+        healthy = False
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        healthy = True
+                        break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        rec["healthy"] = healthy
+        rec["load_s"] = round(time.time() - t0, 2)
+        rec["smi_healthy"] = smi()
+        if healthy and request:
+            body = json.dumps({"prompt": "The quick brown fox", "n_predict": 24, "temperature": 0}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
+                                         headers={"Content-Type": "application/json"})
+            rec["t_request"] = time.time()
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    reply = json.loads(r.read())
+                rec["reply"] = {k: reply.get(k) for k in ("tokens_predicted", "timings", "stop_type")}
+            except OSError as exc:
+                rec["reply"] = {"error": str(exc)}
+            rec["smi_after_request"] = smi()
+        rec["t_stop"] = time.time()
+        rec["exit"] = stop(server)
+    finally:
+        for p in rpcs:
+            stop(p, signal.SIGTERM, 10)
+    return rec
+
+
+def fit_params(bins: Path, models: Path, out: Path, spec: tuple[str, str, str, int, bool]) -> None:
+    ident, model, args, _, _ = spec
+    argv = [str(bins / "llama-fit-params"), "-m", str(models / f"{model}.gguf"), "-fitp", "on", *args.split()]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        (out / ident / "fit-params.log").write_text(f"$ {' '.join(argv)}\nrc={r.returncode}\n--stdout--\n{r.stdout}"
+                                                    f"\n--stderr--\n{r.stderr}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        (out / ident / "fit-params.log").write_text(f"$ {' '.join(argv)}\nerror: {exc}\n")
+
+
+def main() -> None:
+    bins, models, shim, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+    only = set(sys.argv[5:])
+    if only == {"holdout"}:
+        ids = [b[0] for b in BOOTS if b not in TWO_GPUS]
+        only = set(ids[ids.index(HOLDOUT_FROM):])
+    elif only == {"x2"}:
+        only = {b[0] for b in TWO_GPUS}
+    deadline = float(os.environ.get("BOOTS_DEADLINE", "inf"))
+    records = []
+    for spec in BOOTS:
+        if only and spec[0] not in only:
+            continue
+        done = out / spec[0] / "record.json"
+        if done.exists():  # a previous call on the same machine booted it
+            records.append(json.loads(done.read_text()))
+            continue
+        if time.time() > deadline - 30:
+            print(f"{spec[0]:32s} not started: the call's deadline is near", flush=True)
+            continue
+        t = time.time()
+        rec = boot(bins, models, shim, out, spec)
+        if spec[0] in FIT_PARAMS and (bins / "llama-fit-params").exists():
+            fit_params(bins, models, out, spec)
+        done.write_text(json.dumps(rec))
+        records.append(rec)
+        (out / "boots.json").write_text(json.dumps(records, indent=1))
+        print(f"{spec[0]:32s} healthy={rec.get('healthy')} exit={rec.get('exit')} {time.time() - t:5.1f}s",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Pack what the GPU boots need into one folder that travels to the GPU machine.
+
+The real GGUFs travel as their headers only (everything before the tensor data) plus their size: the
+GPU machine restores each file's size with zeros, and zero weights allocate exactly what the real ones
+do. The tiny models travel whole. Usage: ``python -m tests.ledger.gpu.prepare DIR SDIST.tar.gz``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from gguf import GGUFReader
+
+from tests.ledger.engine import model_paths
+from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
+
+
+def header_only(model: Path, dest: Path) -> dict[str, int]:
+    offset = GGUFReader(model).data_offset
+    with model.open("rb") as src:
+        dest.write_bytes(src.read(offset))
+    return {"size": model.stat().st_size, "data_offset": offset}
+
+
+def main(out: Path, sdist: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    models = out / "models"
+    models.mkdir(exist_ok=True)
+    cache = out.parent / "model-cache"
+    cache.mkdir(exist_ok=True)
+    manifest: dict[str, dict[str, int | str]] = {}
+    for name, path in model_paths(cache).items():
+        manifest[name] = {"file": f"{name}.gguf", **header_only(path, models / f"{name}.hdr")}
+    write_qwen35(models / "qwen35.gguf")
+    write_qwen35(models / "qwen35-mtp.gguf", Qwen35Shape(nextn=1))
+    manifest["qwen35"] = {"file": "qwen35.gguf"}
+    manifest["qwen35-mtp"] = {"file": "qwen35-mtp.gguf"}
+    (models / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    shutil.copy(sdist, out / "llama.tar.gz")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))

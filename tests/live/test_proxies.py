@@ -1,0 +1,81 @@
+"""Faults of the network between the gate and a real endpoint: a fault proxy in front of the reference.
+
+Each case asserts every check's exact outcome. The readiness cases (401, a server still loading, a
+proxy that holds every request) stop the run with their cause: one check says it, every other check is
+not run -- not fifteen remedies, not five minutes of blame elsewhere.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from fleetgate.reference import ReferenceServer
+
+from .conftest import Gate, expected_outcomes
+from .faults import FaultProxy
+
+NOT_RUN = "skipped"
+
+# mode -> (proxy delay, extra gate arguments, the outcome of every check that does not pass, or None
+# when every check but the named ones is not run)
+PROXIES: dict[str, tuple[float, tuple[str, ...], dict[str, str], bool]] = {
+    "freeze-metrics": (0, (), {"live-drafter": "live-drafter/counters-frozen"}, False),
+    "strip-spec-metrics": (
+        0,
+        (),
+        # the rules name the spec series too: live-metrics sees them missing as well
+        {"live-drafter": "live-drafter/counter-missing", "live-metrics": "live-metrics/rule-series-missing"},
+        False,
+    ),
+    "zero-acceptance": (0, (), {"live-drafter": "live-drafter/acceptance-below-floor"}, False),
+    "stall-stream": (20, (), {"live-stream": "live-stream/too-slow"}, False),
+    "buffer": (0, (), {"live-stream": "live-stream/buffered"}, False),
+    "slow-refusal": (4, (), {"live-capacity": "live-capacity/slow-refusal"}, False),
+    "unauthorized-images": (0, (), {"live-vision": "live-vision/foreign-refusal"}, False),
+    "unauthorized": (0, (), {"live-health": "live-health/unauthorized"}, True),
+    "loading": (60, (), {"live-health": "live-health/loading"}, True),
+    "delay": (20, (), {"live-health": "passed", "live-chat": "live-chat/slower-than-bound"}, True),
+}
+PROXY_CODES = {code for _, _, failing, _ in PROXIES.values() for code in failing.values() if "/" in code}
+
+
+def _halted(failing: dict[str, str]) -> dict[str, str]:
+    outcomes = {check: NOT_RUN for check in expected_outcomes({})}
+    outcomes.update(failing)
+    return outcomes
+
+
+@pytest.mark.parametrize("mode", list(PROXIES))
+def test_proxy(
+    mode: str,
+    variant: str,
+    reference_in: ReferenceServer,
+    gate: Callable[..., Gate],
+    no_api_key: None,
+) -> None:
+    delay, args, failing, halted = PROXIES[mode]
+    if halted and variant != "shipped":
+        pytest.skip("the run stops before any generation: the numerics cannot matter")
+    start = time.monotonic()
+    with FaultProxy(reference_in.url, mode, delay=delay) as proxy:
+        run = gate(proxy.url, *args)
+    elapsed = time.monotonic() - start
+    expected = _halted(failing) if halted else expected_outcomes(failing)
+    assert run.outcomes == expected, run.output
+    if mode == "unauthorized":
+        # said once, naming where the key comes from
+        assert run.output.count("--api-key-env") == 1, run.output
+    if halted:
+        # stopped with the cause: the one held request, not a run of the whole gate at that pace
+        assert elapsed < delay + 30 if mode == "delay" else elapsed < 30, elapsed
+
+
+def test_wait_ready_waits_for_a_loading_server(
+    reference: ReferenceServer, gate: Callable[..., Gate], no_api_key: None
+) -> None:
+    with FaultProxy(reference.url, "loading", delay=3) as proxy:
+        run = gate(proxy.url, "--wait-ready", "30", "-k", "test_health or test_alias or test_slots")
+    assert run.outcomes == {"live-health": "passed", "live-alias": "passed", "live-slots": "passed"}, run.output
