@@ -33,26 +33,24 @@ def test_a_live_failure_carries_a_curl_that_repeats_it_without_the_key(
 ) -> None:
     monkeypatch.setenv("FLEETGATE_API_KEY", FAKE_KEY)
     junit, jsonl, report = (pytester.path / n for n in ("junit.xml", "run.jsonl", "fleetgate.json"))
-    with FaultServer("echo-auth") as server:
+    with FaultServer("garbage") as server:
         result = pytester.runpytest_subprocess(
             str(LIVE), "--endpoint", "reference", "--base-url", server.url, "-p", "no:cacheprovider",
-            "-k", "test_chat or test_health", "--live-timeout", "5", "-n", "2",
+            "-k", "test_chat or test_alias", "--live-timeout", "5", "-n", "2",
             f"--junitxml={junit}", f"--report-log={jsonl}", f"--fleetgate-report={report}", timeout=120,
         )
         result.assert_outcomes(failed=2)
         replays = [m.group(1) for line in result.stdout.lines if (m := REPLAY.match(line))]
         auth = '-H "Authorization: Bearer $FLEETGATE_API_KEY"'
-        health = [c for c in replays if "/health" in c]
         chat = [c for c in replays if "/v1/chat/completions" in c]
-        assert health == [f"curl -sS --max-time 5 {server.url}/health {auth}"]
-        assert len(chat) == 1 and len(replays) == 2
+        assert len(replays) == 2 and len(chat) == 1, replays
         assert chat[0].startswith(f"curl -sS --max-time 5 -X POST {server.url}/v1/chat/completions {auth} "
                                   "-H 'Content-Type: application/json' -d '{")
-        # Pasted into a shell with the key in the environment, each sends the same request, key included.
+        # Pasted into a shell, each asks the same question and gets the same answer (the garbage).
         for command in replays:
             done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30, check=False,
                                   env={**os.environ, "FLEETGATE_API_KEY": FAKE_KEY})
-            assert json.loads(done.stdout) == {"error": {"message": f"rejected credentials Bearer {FAKE_KEY}"}}
+            assert done.stdout == "<html>this is not JSON{", (command, done.stdout, done.stderr)
         body = json.loads(subprocess.run(["bash", "-c", f"printf %s {chat[0].split(' -d ', 1)[1]}"], capture_output=True,
                                          text=True, check=True).stdout)
         assert body["messages"] and isinstance(body["max_tokens"], int)
@@ -60,18 +58,36 @@ def test_a_live_failure_carries_a_curl_that_repeats_it_without_the_key(
     xmlschema.XMLSchema(str(XUNIT2)).validate(str(junit))
     props = {p.get("name"): json.loads(p.get("value", "")) for p in ET.parse(junit).getroot().iter("property")
              if p.get("name", "").startswith("fleetgate[")}
-    assert {v["check"] for v in props.values()} == {"live-health", "live-chat"}
+    assert {(v["check"], v["code"]) for v in props.values()} == {("live-alias", "live-alias/not-json"),
+                                                                  ("live-chat", "live-chat/not-json")}
     for value in props.values():
         assert value["service"] == "reference"
-        assert value["replay"].startswith("curl -sS")
+        assert value["replay"] in replays
         assert isinstance(value["measured"], dict)
     document = json.loads(report.read_text())
     jsonschema.Draft202012Validator(report_schema()).validate(document)
     reference = document["services"]["reference"]
-    assert sorted((c["check"], c["outcome"]) for c in reference["checks"]) == [("live-chat", "failed"), ("live-health", "failed")]
+    assert sorted((c["check"], c["outcome"], c["code"]) for c in reference["checks"]) == [
+        ("live-alias", "failed", "live-alias/not-json"), ("live-chat", "failed", "live-chat/not-json")]
     assert reference["live"]["requests"] == sum(int(v["requests"]) for v in props.values())
     for text in (junit.read_text(), jsonl.read_text(), report.read_text(), result.stdout.str(), result.stderr.str()):
         assert FAKE_KEY not in text
+
+
+def test_the_replay_sends_the_key_from_the_environment(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLEETGATE_API_KEY", FAKE_KEY)
+    with FaultServer("echo-auth") as server:
+        result = pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "reference", "--base-url", server.url, "-p", "no:cacheprovider",
+            "-k", "test_health", "--live-timeout", "5", timeout=120,
+        )
+        result.assert_outcomes(failed=1)
+        replays = [m.group(1) for line in result.stdout.lines if (m := REPLAY.match(line))]
+        assert replays == [f'curl -sS --max-time 5 {server.url}/health -H "Authorization: Bearer $FLEETGATE_API_KEY"']
+        done = subprocess.run(["bash", "-c", replays[0]], capture_output=True, text=True, timeout=30, check=False,
+                              env={**os.environ, "FLEETGATE_API_KEY": FAKE_KEY})
+        assert json.loads(done.stdout) == {"error": {"message": f"rejected credentials Bearer {FAKE_KEY}"}}
+    assert FAKE_KEY not in result.stdout.str() + result.stderr.str()
 
 
 @pytest.mark.parametrize("capture", [[], ["-s"]], ids=["captured", "-s"])
