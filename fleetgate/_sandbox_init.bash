@@ -9,11 +9,11 @@
 #   ro HOSTDIR PATH       HOSTDIR read-only at PATH (the fleet repository)
 #   dir PATH              an empty directory
 #   empty PATH            an empty placeholder file (a declared payload)
-#   put SPECFILE PATH     a copy of SPECFILE at PATH, executable; bound over PATH where PATH is read-only
-#   (the spec directory's inside/ becomes /run/fleetgate: the caller's stubs, links and preamble)
-#   link TARGET           a symlink at /NAME to TARGET (NAME is TARGET's last part: /bin -> usr/bin)
-#   rodir PATH            this machine's PATH, read-only (/etc/alternatives, a /lib that is no link)
-#   cwd PATH | timeout SECONDS | stdin PATH | limit BYTES
+#   put FILE PATH         a copy of FILE at PATH, executable; bound over the file already at PATH
+#   tree DIR              DIR is copied onto the root (links to /usr, /dev/fd, /etc basics, /run/fleetgate)
+#   stdin FILE            FILE is the command's standard input (copied to /run/fleetgate/stdin)
+#   rodir PATH            this machine's PATH, read-only (a /lib that is no link to /usr)
+#   cwd PATH | timeout SECONDS | limit BYTES
 set -u
 __spec=$1
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -22,20 +22,20 @@ __fail() {
     exit 70
 }
 
-__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __limit=$((4 << 20))
-__ro=() __dirs=() __empty=() __put=() __links=() __rodirs=()
+__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __stdin_from= __tree= __limit=$((4 << 20))
+__ro=() __dirs=() __empty=() __put=() __rodirs=()
 while IFS= read -r -d '' __op; do
     case $__op in
         size) IFS= read -r -d '' __size ;;
         cwd) IFS= read -r -d '' __cwd ;;
         timeout) IFS= read -r -d '' __timeout ;;
-        stdin) IFS= read -r -d '' __stdin ;;
+        stdin) IFS= read -r -d '' __stdin_from; __stdin=/run/fleetgate/stdin ;;
         limit) IFS= read -r -d '' __limit ;;
         ro) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __ro+=("$__a" "$__b") ;;
         dir) IFS= read -r -d '' __a; __dirs+=("$__a") ;;
         empty) IFS= read -r -d '' __a; __empty+=("$__a") ;;
         put) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __put+=("$__a" "$__b") ;;
-        link) IFS= read -r -d '' __a; __links+=("$__a") ;;
+        tree) IFS= read -r -d '' __tree ;;
         rodir) IFS= read -r -d '' __a; __rodirs+=("$__a") ;;
         *) __fail "unknown spec record $__op" ;;
     esac
@@ -53,19 +53,11 @@ mkdir -p -- "$__upper/u" "$__upper/w" "$__root/usr" "$__root/etc" "$__root/dev" 
 # This machine's programs, writable only into the tmpfs (an overlay), else read-only.
 mount -t overlay overlay -o "lowerdir=/usr,upperdir=$__upper/u,workdir=$__upper/w" "$__root/usr" 2>/dev/null ||
     mount -o bind,ro /usr "$__root/usr" || __fail "cannot mount /usr"
-((${#__links[@]})) && ln -s -t "$__root" -- "${__links[@]}"
 for __d in "${__rodirs[@]}"; do
     mount -o bind,ro -- "$__d" "$__root$__d" || __fail "cannot mount $__d"
 done
-# Nothing of this machine's /etc but what programs need to start (update-alternatives links, the
-# loader's cache): no passwd, no keys, no hosts.
-if [[ -f /etc/ld.so.cache ]]; then
-    : >"$__root/etc/ld.so.cache" && mount -o bind,ro /etc/ld.so.cache "$__root/etc/ld.so.cache"
-fi
-for __n in null urandom; do
-    : >"$__root/dev/$__n" && mount --bind "/dev/$__n" "$__root/dev/$__n" || __fail "cannot bind /dev/$__n"
-done
-ln -s -t "$__root/dev" /proc/self/fd
+# Of this machine's devices, /dev/null only.
+: >"$__root/dev/null" && mount --bind /dev/null "$__root/dev/null" || __fail "cannot bind /dev/null"
 # A proc of this PID namespace only; where the machine forbids it (a masked /proc), none at all.
 mount -t proc -o nosuid,nodev,noexec proc "$__root/proc" 2>/dev/null || true
 
@@ -76,12 +68,19 @@ done
 for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
     mount -o bind,ro -- "${__ro[__i]}" "$__root${__ro[__i + 1]}" || __fail "cannot mount ${__ro[__i + 1]}"
 done
-cp -a -- "$__spec/inside/." "$__root/run/fleetgate/" || __fail "cannot copy the stubs"
+# The caller's tree: the links to /usr (/bin, /lib, ...), /dev/fd, what programs need of /etc to start
+# (the update-alternatives links, the loader's cache: no passwd, no keys, no hosts) and /run/fleetgate.
+if [[ -n $__tree ]]; then
+    cp -a -- "$__tree/." "$__root/" || __fail "cannot copy the sandbox tree"
+fi
+if [[ -n $__stdin_from ]]; then
+    cp -- "$__stdin_from" "$__root/run/fleetgate/stdin" || __fail "cannot copy the input"
+fi
 # Stubs elsewhere (every directory the engine could be started from): written with builtins and
 # made executable in one go; where a file is already there, bound over it.
 __made=()
 for ((__i = 0; __i < ${#__put[@]}; __i += 2)); do
-    __src=$__spec/${__put[__i]} __target=$__root${__put[__i + 1]}
+    __src=${__put[__i]} __target=$__root${__put[__i + 1]}
     if [[ -e $__target ]]; then
         [[ -f $__target ]] && mount --bind -- "$__src" "$__target" 2>/dev/null
         continue

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["argv_lines", "main", "resolve_fleet"]
 
 # Modules that add subcommands; a module that is absent is skipped.
-SUBCOMMANDS: tuple[str, ...] = ("fleetgate.cli_fit", "fleetgate.cli_reference")
+SUBCOMMANDS: tuple[str, ...] = ("fleetgate.cli_fit", "fleetgate.cli_reference", "fleetgate.cli_incidents")
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
 
 

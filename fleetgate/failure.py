@@ -66,6 +66,8 @@ class Failure(AssertionError):
         self.fix = fix
         self.cites = tuple(cites)
         self.details = tuple(details)
+        self.incidents: tuple[str, ...] = ()
+        """The catalogue's incidents this failure code guards (set by the registry when the check raises)."""
         super().__init__(format_failure(self))
 
     def __reduce__(self) -> tuple[object, ...]:
@@ -90,4 +92,7 @@ def format_failure(failure: Failure) -> str:
     lines += [f"            {detail}" for detail in failure.details]
     lines.append(f"  expected: {failure.expected}")
     lines.append(f"  fix:      {failure.fix}")
+    incidents = getattr(failure, "incidents", ())
+    if incidents:
+        lines.append(f"  guards:   {', '.join(incidents)} (fleetgate incidents --id {incidents[0]})")
     return "\n".join(lines)

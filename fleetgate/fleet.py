@@ -60,6 +60,8 @@ class Host:
     balance_slack_bytes: int | None
     vllm_max_gpu_memory_utilization: float | None
     address: str | None = None
+    gpu_arch: str | None = None
+    """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
 
     @property
     def cards(self) -> tuple[Device, ...]:
@@ -84,12 +86,32 @@ class Contract:
     endpoints: tuple[str, ...] = ()
     api_key_env: str | None = None
     alias: str | None = None
+    slots: int | None = None
+    """Conversations clients run at once: each needs its own slot, or it queues (INC-07)."""
+    concurrent_mmproj: str | None = None
+    """The projector type the publisher requires for concurrent image requests (B-MM-3, INC-59)."""
+    sampler: Mapping[str, float] = field(default_factory=dict)
+    """Sampler defaults clients are promised: temperature, top_p, top_k (B-UN-8)."""
+    reasoning_budget: int | None = None
+    """The reasoning budget clients are promised; -1 unlimited (B-UN-9)."""
+    kv_cache_type: str | None = None
+    """The KV precision the endpoint keeps, K and V (B-UN-10)."""
+
     draft_acceptance_min: float | None = None
     """The live gate's floor on draft acceptance (default: the fleet's own alert-rule threshold)."""
     ttft_s: float | None = None
     """Bound on the time to the first streamed token (default: derived from the measured rates)."""
     chunk_gap_s: float | None = None
     """Bound on the gap between streamed chunks (default: derived from the measured rates)."""
+
+
+@dataclass(frozen=True)
+class Bench:
+    """A bench harness script of a service: run under bash with ``binary`` stubbed, like a serve script."""
+
+    script: Path
+    binary: str
+    """The program the harness runs (llama-bench, vllm, systemd-run): the stub that records each call."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,12 @@ class Service:
     calibration: Mapping[str, Any]
     line: int | None
     """The line of ``[services.NAME]`` in fleet.toml."""
+    payload_manifest: Path | None = None
+    """The fetch script's manifest: one ``SIZE SHA256 PATH`` line per payload file."""
+    benches: tuple[Bench, ...] = ()
+    """Bench harness scripts that measure this service (B.15)."""
+    build: Bench | None = None
+    """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +212,9 @@ class Fleet:
     clients: Mapping[str, Client]
     timeouts: tuple[TimeoutChain, ...]
     rules: tuple[Path, ...]
+    dashboards: tuple[Path, ...] = ()
+    retired_names: tuple[str, ...] = ()
+    docs_index: Path | None = None
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
@@ -313,6 +344,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
+            gpu_arch=raw.get("gpu_arch"),
         )
 
     services: dict[str, Service] = {}
@@ -341,6 +373,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
             unit=repo_file(raw.get("unit"), (*keys, "unit")),
             payload=tuple(raw.get("payload", ())),
+            payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
             projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),
@@ -356,12 +389,25 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
                 endpoints=tuple(contract_raw.get("endpoints", ())),
                 api_key_env=contract_raw.get("api_key_env"),
                 alias=contract_raw.get("alias"),
+                slots=contract_raw.get("slots"),
+                concurrent_mmproj=contract_raw.get("concurrent_mmproj"),
+                sampler=dict(contract_raw.get("sampler", {})),
+                reasoning_budget=contract_raw.get("reasoning_budget"),
+                kv_cache_type=contract_raw.get("kv_cache_type"),
                 draft_acceptance_min=contract_raw.get("draft_acceptance_min"),
                 ttft_s=contract_raw.get("ttft_s"),
                 chunk_gap_s=contract_raw.get("chunk_gap_s"),
             ),
             calibration=raw.get("calibration", {}),
             line=locate_key(text, keys),
+            build=(Bench(script=build_script, binary=raw["build"]["binary"])
+                   if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
+                   else None),
+            benches=tuple(
+                Bench(script=bench_script, binary=b["binary"])
+                for i, b in enumerate(raw.get("bench", ()))
+                if (bench_script := repo_file(b["script"], (*keys, "bench", str(i), "script"))) is not None
+            ),
         )
 
     clients: dict[str, Client] = {}
@@ -390,6 +436,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         file for i, rule in enumerate(data.get("rules", []))
         if (file := repo_file(rule, ("rules", str(i)))) is not None
     )
+    dashboards = tuple(
+        file for i, dashboard in enumerate(data.get("dashboards", []))
+        if (file := repo_file(dashboard, ("dashboards", str(i)))) is not None
+    )
     waivers: list[Waiver] = []
     for i, raw in enumerate(data.get("waivers", [])):
         keys = ("waivers", str(i))
@@ -414,6 +464,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         clients=clients,
         timeouts=tuple(chains),
         rules=rules,
+        dashboards=dashboards,
+        retired_names=tuple(data["fleet"].get("retired_names", ())),
+        docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,

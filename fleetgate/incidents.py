@@ -1,19 +1,48 @@
-"""The regression catalogue: past incidents and the edits to the example fleet that reproduce them.
+"""The regression catalogue: past incidents, the failure codes that catch them, and their reproductions.
 
-Each entry (fixtures/incidents/ID.toml) names the incident, the mutation, and every failure the mutated
-fleet must show -- as ``"subject: failure code"`` -- and nothing else. ``apply`` writes the mutated copy;
-the suite's own tests run the seams on it.
+Each entry (``fixtures/incidents/INC-nn.toml``) tells one incident's story (date, service, symptom,
+root cause, fix) and how it is reproduced:
+
+- ``mutation``: an edit to the example fleet; the seams on the edited copy fail with exactly the
+  entry's failure codes (``reproduce`` runs them in this process, ``tests/test_catalogue.py`` in CI);
+- ``server``: a misconfigured real llama-server in ``tests/live`` that fails the named live check;
+- ``host``: a host fault, caught by a host check against the running machine;
+- ``pending``: an offline check another branch is building; the entry names it;
+- ``none``: why it cannot be checked, and the closest guard.
+
+Entries whose id is a rule (``B-*``, ``FG-*``) rather than an incident live in ``rules/``: mutations that
+show a rule failing where no single incident does.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from fleetgate.errors import InputError, parse_toml
 
-__all__ = ["Entry", "Expectation", "Mutation", "apply", "load_catalogue"]
+__all__ = [
+    "KINDS",
+    "Entry",
+    "Expectation",
+    "Mutation",
+    "Outcome",
+    "Reproduction",
+    "apply",
+    "default_catalogue",
+    "guarding",
+    "load_catalogue",
+    "reproduce",
+    "run_seams",
+]
+
+KINDS = ("mutation", "server", "host", "pending", "none")
+CAUGHT = {"mutation": "offline", "server": "live", "host": "host", "pending": "offline (pending)", "none": "not checkable"}
+_STORY = ("name", "date", "service", "symptom", "cause", "fix")
 
 
 @dataclass(frozen=True)
@@ -53,38 +82,153 @@ def _skip(path: Path, item: object) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
+class Reproduction:
+    kind: str
+    check: str | None = None
+    """The check that catches it (server, host, pending), or the closest guard (none)."""
+    test: str | None = None
+    """server: the test in tests/live whose misconfigured server reproduces it."""
+    pending: str | None = None
+    """pending/host: the check being built, and where."""
+    reason: str | None = None
+    """none: why no check can see it."""
+
+
+@dataclass(frozen=True)
 class Entry:
     path: Path
+    incident: bool
+    """An incident of the catalogue (INC-nn.toml at its top level), not a rule or branch mutation."""
     id: str
     name: str
-    summary: str
+    date: str
+    service: str
+    seed: str
+    symptom: str
+    cause: str
+    fix: str
     cites: tuple[str, ...]
+    codes: tuple[str, ...]
+    """The failure codes that catch it: the expectations' codes, or those of the live/host check."""
+    reproduction: Reproduction
     mutations: tuple[Mutation, ...]
     expect: tuple[Expectation, ...]
     skip: tuple[tuple[str, str], ...] = ()
     """(subject, check) pairs the mutation turns into skips: the check can no longer see the subject.
     A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
+    passes: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation makes applicable (a skip on the clean fleet) and that pass."""
+
+    @property
+    def is_incident(self) -> bool:
+        return self.incident
+
+    @property
+    def caught(self) -> str:
+        return CAUGHT[self.reproduction.kind]
 
 
-def load_catalogue(directory: Path) -> list[Entry]:
-    entries = []
-    for path in sorted(directory.glob("*.toml")):
-        data = parse_toml(path.read_text(encoding="utf-8"), path)
-        try:
-            entries.append(Entry(
-                path=path,
-                id=data["id"],
-                name=data["name"],
-                summary=data["summary"],
-                cites=tuple(data.get("cites", ())),
-                mutations=tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"),
-                                         create=m.get("create")) for m in data["mutation"]),
-                expect=tuple(_expectation(path, e) for e in data["expect"]),
-                skip=tuple(_skip(path, s) for s in data.get("skip", ())),
-            ))
-        except KeyError as exc:
-            raise InputError(path, None, f"missing key {exc.args[0]!r}; expected id, name, summary, expect, [[mutation]]") from None
+def default_catalogue() -> Path:
+    """The catalogue of the example fleet, next to the package in a checkout."""
+    return Path(__file__).resolve().parents[1] / "fixtures" / "incidents"
+
+
+def _str(data: Mapping[str, Any], key: str, path: Path, default: str | None = None) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or (default is None and not value.strip()):
+        raise InputError(path, None, f"{key!r}: expected a non-empty string")
+    return value
+
+
+def _load_entry(path: Path, *, catalogue: bool) -> Entry:
+    data = parse_toml(path.read_text(encoding="utf-8"), path)
+    # An incident is an INC-nn entry of the catalogue itself; rules/ and fixtures/branches hold mutations.
+    incident = catalogue and str(data.get("id", "")).startswith("INC-")
+    if not incident and "symptom" not in data and "summary" in data:
+        data["symptom"] = data["summary"]  # a rule mutation says in one line what the operator saw
+    story = {k: _str(data, k, path, None if incident or k == "name" else "") for k in _STORY}
+    repro = data.get("reproduction", {"kind": "mutation"})
+    if not isinstance(repro, dict) or repro.get("kind") not in KINDS:
+        raise InputError(path, None, f"[reproduction] kind: expected one of {', '.join(KINDS)}")
+    reproduction = Reproduction(kind=repro["kind"], check=repro.get("check"), test=repro.get("test"),
+                                pending=repro.get("pending"), reason=repro.get("reason"))
+    try:
+        mutations = tuple(Mutation(file=m["file"], replace=m.get("replace"), with_=m.get("with"), create=m.get("create"))
+                          for m in data.get("mutation", ()))
+        expect = tuple(_expectation(path, e) for e in data.get("expect", ()))
+        skip = tuple(_skip(path, s) for s in data.get("skip", ()))
+        passes = tuple(_skip(path, s) for s in data.get("passes", ()))
+    except KeyError as exc:
+        raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
+    problems = _problems(reproduction, mutations, expect, data, incident=incident)
+    if problems:
+        raise InputError(path, None, problems)
+    codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
+    return Entry(path=path, incident=incident, id=_str(data, "id", path), seed=str(data.get("seed", "")),
+                 cites=tuple(data.get("cites", ())),
+                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
+
+
+def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any],
+              *, incident: bool) -> str:
+    if repro.kind == "mutation":
+        # An incident is caught: it fails. A branch or rule mutation may only turn a pass into a skip.
+        if not mutations or (incident and not expect) or not (expect or data.get("skip")):
+            return "a mutation reproduction needs [[mutation]] and expect = ['SUBJECT: check/code', ...]"
+    elif mutations or expect:
+        return f"[[mutation]] and expect belong to a mutation reproduction, not {repro.kind!r}"
+    if repro.kind == "server" and not (repro.check and repro.test):
+        return "a server reproduction names the live check and the test in tests/live that starts the server"
+    if repro.kind in ("host", "pending") and not (repro.check and repro.pending):
+        return f"a {repro.kind} reproduction names the check and what it is pending on"
+    if repro.kind == "none" and not (repro.reason and repro.check):
+        return "a 'none' reproduction gives the reason it cannot be checked and the closest guard (check)"
+    if repro.kind in ("server", "host") and not data.get("codes"):
+        return f"a {repro.kind} reproduction lists the failure codes that catch it (codes)"
+    return ""
+
+
+def load_catalogue(directory: Path | None = None, *, rules: bool = True, incidents: bool | None = None) -> list[Entry]:
+    """Every entry under ``directory`` (its own entries first, then rule mutations from rules/).
+
+    The INC-nn entries of a directory named ``incidents`` (or ``incidents=True``) are incidents and tell
+    their story; other directories (fixtures/branches, rules/) hold mutations.
+    """
+    directory = directory or default_catalogue()
+    catalogue = directory.name == "incidents" if incidents is None else incidents
+    entries = [_load_entry(path, catalogue=catalogue) for path in sorted(directory.glob("*.toml"))]
+    if rules:
+        entries += [_load_entry(path, catalogue=False) for path in sorted((directory / "rules").glob("*.toml"))]
+    seen: dict[str, Path] = {}
+    for entry in entries:
+        if not entry.incident:
+            continue
+        if entry.id in seen:
+            raise InputError(entry.path, None, f"id {entry.id} is already the id of {seen[entry.id].name}")
+        if entry.path.stem != entry.id:
+            raise InputError(entry.path, None, f"id {entry.id!r}: expected the file's name, {entry.path.stem!r}")
+        seen[entry.id] = entry.path
     return entries
+
+
+@cache
+def _guards(directory: Path) -> Mapping[str, tuple[str, ...]]:
+    by_code: dict[str, list[str]] = {}
+    for entry in load_catalogue(directory, rules=False):
+        for code in entry.codes:
+            by_code.setdefault(code, []).append(entry.id)
+    return {code: tuple(ids) for code, ids in by_code.items()}
+
+
+def guarding(code: str, directory: Path | None = None) -> tuple[str, ...]:
+    """The incidents a failure code guards: the entries caught by exactly that code."""
+    directory = directory or default_catalogue()
+    if not directory.is_dir():
+        return ()
+    try:
+        return _guards(directory).get(code, ())
+    except InputError:
+        return ()  # a broken entry is reported by `fleetgate incidents` and the catalogue's tests
 
 
 def apply(entry: Entry, fleet_dir: Path, target: Path) -> Path:
@@ -96,6 +240,8 @@ def apply(entry: Entry, fleet_dir: Path, target: Path) -> Path:
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(mutation.create.lstrip("\n"), encoding="utf-8")
             continue
+        if not file.is_file():
+            raise InputError(entry.path, None, f"mutation of {mutation.file}: no such file in the fleet")
         text = file.read_text(encoding="utf-8")
         if mutation.replace is None or mutation.with_ is None:
             raise InputError(entry.path, None, f"mutation of {mutation.file}: expected replace/with or create")
@@ -105,3 +251,79 @@ def apply(entry: Entry, fleet_dir: Path, target: Path) -> Path:
                                                "expected exactly once")
         file.write_text(text.replace(mutation.replace, mutation.with_), encoding="utf-8")
     return target / "fleet.toml"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One check on one subject: ``passed``, ``skipped`` (with its reason) or ``failed`` (with its failure)."""
+
+    check: str
+    subject: str
+    outcome: str
+    code: str | None = None
+    text: str = ""
+
+
+def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Outcome]:
+    """Every seam on every subject it applies to, in this process -- what ``pytest seams/`` runs.
+
+    Subjects are chosen as the plugin chooses them (``fleetgate.plugin._seams_for``): every service of
+    the check's engines (a skip with the reason where the check cannot apply or the service did not
+    render), every timeout chain, the fleet itself for fleet-wide seams.
+    """
+    from fleetgate.checks import REGISTRY, NotApplicable, _load_all
+    from fleetgate.config import attempt_service
+    from fleetgate.failure import Failure
+    from fleetgate.fleet import load_fleet
+    from fleetgate.timeouts import resolve_chains
+
+    _load_all()
+    fleet = load_fleet(fleet_toml)
+    attempts = {s.name: attempt_service(fleet, s) for s in fleet.services.values()}
+
+    def variables(name: str) -> dict[str, Any]:
+        attempt = attempts[name]
+        return dict(attempt.config.variables) if attempt.config else {}
+
+    chains = resolve_chains(fleet, variables)
+    wanted = set(checks) if checks is not None else None
+    outcomes: list[Outcome] = []
+    for check in sorted(REGISTRY.values(), key=lambda c: c.name):
+        if check.kind != "seam" or (wanted is not None and check.name not in wanted):
+            continue
+        subjects: list[tuple[str, Any, str | None]] = []
+        if check.subject == "timeout-chain":
+            subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
+        elif check.subject == "fleet":
+            subjects = [(fleet.name, fleet, None)]
+        else:
+            for name, attempt in attempts.items():
+                if check.engines is not None and attempt.service.engine not in check.engines:
+                    continue
+                if check.name == "serve-script-renders":
+                    subjects.append((name, attempt, None))
+                elif attempt.config is None:
+                    subjects.append((name, None, f"{name} did not render"))
+                else:
+                    subjects.append((name, attempt.config, check.why_not(attempt.config)))
+            if not subjects:
+                subjects.append(("fleet", None, "the fleet declares no service of its engines"))
+        for name, subject, skip in subjects:
+            if skip:
+                outcomes.append(Outcome(check.name, name, "skipped", text=skip))
+                continue
+            try:
+                check(subject)
+            except NotApplicable as reason:
+                outcomes.append(Outcome(check.name, name, "skipped", text=str(reason)))
+            except Failure as failure:
+                text = str(failure).replace(f"{fleet.root}/", "")
+                outcomes.append(Outcome(check.name, name, "failed", failure.code, text))
+            else:
+                outcomes.append(Outcome(check.name, name, "passed"))
+    return outcomes
+
+
+def reproduce(entry: Entry, fleet_dir: Path, workdir: Path) -> list[Outcome]:
+    """Apply a mutation entry to a copy of the fleet and run every seam on it."""
+    return run_seams(apply(entry, fleet_dir, workdir / "fleet"))

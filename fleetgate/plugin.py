@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fleet", action="store", metavar="PATH", default=None,
                     help="the fleet manifest (fleet.toml) to check; default: the fleetgate_fleet ini option")
     parser.addini("fleetgate_fleet", "path of the fleet manifest, relative to the ini file", type="string", default="")
+    group.addoption("--incident", action="store", metavar="ID", default=None,
+                    help="run only the checks that guard this catalogue incident (fleetgate incidents --id ID)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -178,10 +180,41 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("seam", seams, ids=[s.name for s in seams])
 
 
-def pytest_collection_modifyitems(config: pytest.Config) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     error = config.stash.get(_SETUP_ERROR, None)
     if error is not None:
         raise pytest.UsageError(f"fleetgate: {error}")
+    incident = config.getoption("--incident")
+    if incident:
+        _select_incident(config, items, incident)
+
+
+def _select_incident(config: pytest.Config, items: list[pytest.Item], incident: str) -> None:
+    """Keep the tests of the checks whose failure codes catch the incident; deselect the rest."""
+    from fleetgate.checks import REGISTRY, _load_all
+    from fleetgate.incidents import load_catalogue
+
+    _load_all()
+    entries = {e.id: e for e in load_catalogue()}
+    entry = entries.get(incident)
+    if entry is None:
+        raise pytest.UsageError(f"fleetgate: --incident {incident}: no such entry in the catalogue (fleetgate incidents lists them)")
+    guards = {code.split("/", 1)[0] for code in entry.codes}
+    if entry.reproduction.check in REGISTRY:
+        guards.add(entry.reproduction.check)
+    guards &= set(REGISTRY)
+    if not guards:
+        r = entry.reproduction
+        why = r.reason if r.kind == "none" else f"pending {r.check}: {r.pending}"
+        raise pytest.UsageError(f"fleetgate: --incident {incident}: no registered check guards it ({why})")
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("check")
+        (keep if marker is not None and marker.args and marker.args[0] in guards else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.hookimpl(wrapper=True)

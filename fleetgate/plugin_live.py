@@ -32,6 +32,9 @@ from fleetgate.live.endpoint import HEALTH, fmt_measured
 
 __all__ = ["Live", "endpoint"]
 
+# The host checks (fleetgate.plugin_host) run per chosen endpoint too, and report in the same summary.
+pytest_plugins = ["fleetgate.plugin_host"]
+
 _ENDPOINTS = pytest.StashKey[dict[str, LiveEndpoint]]()
 SKIPPED_EXPLICITLY = "live tests skipped: --skip-live was given (pass --endpoint NAME to check an endpoint)"
 _PROPERTY = "fleetgate-live"

@@ -268,12 +268,14 @@ def render(
     *,
     overrides: Mapping[str, str | None] | None = None,
     payload: tuple[str, ...] | None = None,
+    args: tuple[str, ...] = (),
     timeout: float = _RENDER_TIMEOUT_S,
 ) -> Rendered:
     """Run the serve script in the sandbox and capture what it starts.
 
     ``overrides`` replaces variables (``None`` unsets one) in the script's starting environment and
-    again after every file the script sources; ``payload`` replaces the declared payload files.
+    again after every file the script sources; ``payload`` replaces the declared payload files;
+    ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
     origins, script, unit = service_inputs(fleet, service)
     _require_bash(script)
@@ -281,7 +283,8 @@ def render(
     engine_paths: list[str] = []
     # An engine started by an absolute path the sandbox does not have yet: stub it there and run again.
     for _ in range(3):
-        result = _run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths)
+        result = _run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths,
+                             args)
         invocations = _read_invocations(result.files)
         missing = [p for p in _missing_engine_paths(result.stderr, service.binary) if p not in engine_paths]
         if invocations or not missing:
@@ -379,7 +382,7 @@ def _missing_engine_paths(stderr: str, binary: str) -> list[str]:
 
 def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
                 overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
-                engine_paths: list[str]) -> SandboxResult:
+                engine_paths: list[str], args: tuple[str, ...] = ()) -> SandboxResult:
     out = f"{INSIDE}/out"
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
     for tool in _WRITING_TOOLS:
@@ -405,7 +408,7 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     env["__FG_OVERRIDES"] = _override_script(overrides)
     home = env["HOME"]
     spec = SandboxSpec(
-        command=["/bin/bash", str(script)],
+        command=["/bin/bash", str(script), *args],
         env=env,
         cwd=f"{INSIDE}/cwd",
         timeout=timeout,

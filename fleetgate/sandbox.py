@@ -17,7 +17,9 @@ contain it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
 import io
 import os
 import posixpath
@@ -26,7 +28,7 @@ import signal
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -153,7 +155,7 @@ def _nul(items: Sequence[str]) -> bytes:
 
 @cache
 def _host_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(symlinks to recreate at /, directories to bind read-only): this machine's program directories."""
+    """(links to recreate at /, directories to bind read-only): this machine's program directories."""
     links: list[str] = []
     dirs: list[str] = []
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -166,9 +168,26 @@ def _host_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
             path = os.path.realpath(path)
         if os.path.isdir(path) and not path.startswith("/usr/"):
             dirs.append(path)
-    if os.path.isdir("/etc/alternatives"):
-        dirs.append("/etc/alternatives")
     return tuple(links), tuple(dirs)
+
+
+def _write_host_basics(root: Path, links: tuple[str, ...]) -> None:
+    """What programs need to start, as files of the sandbox's tree: /bin -> usr/bin and the like, /dev/fd,
+    the update-alternatives links and the loader's cache. Nothing else of /etc."""
+    for target in links:
+        (root / posixpath.basename(target.rstrip("/"))).symlink_to(target)
+    (root / "dev").mkdir(exist_ok=True)
+    (root / "dev" / "fd").symlink_to("/proc/self/fd")
+    (root / "etc").mkdir(exist_ok=True)
+    alternatives = Path("/etc/alternatives")
+    if alternatives.is_dir():
+        (root / "etc" / "alternatives").mkdir()
+        for entry in alternatives.iterdir():
+            if entry.is_symlink():
+                (root / "etc" / "alternatives" / entry.name).symlink_to(os.readlink(entry))
+    cache_file = Path("/etc/ld.so.cache")
+    if cache_file.is_file():
+        shutil.copyfile(cache_file, root / "etc" / "ld.so.cache")
 
 
 def _through_links(path: str, links: tuple[str, ...]) -> str:
@@ -180,16 +199,65 @@ def _through_links(path: str, links: tuple[str, ...]) -> str:
     return path
 
 
+_CACHE: Path | None = None
+
+
+def _cache_root() -> Path:
+    """A directory of this process for what every sandboxed run shares (the init, stub trees)."""
+    global _CACHE
+    if _CACHE is None or not _CACHE.is_dir():
+        _CACHE = Path(tempfile.mkdtemp(prefix="fleetgate-sandbox-cache-"))
+        atexit.register(shutil.rmtree, _CACHE, True)
+    return _CACHE
+
+
+def _cached(name: str, write: Callable[[Path], None]) -> Path:
+    """``name`` under the cache, written once (into a staging path, then renamed into place)."""
+    target = _cache_root() / name
+    if not target.exists():
+        staging = Path(tempfile.mkdtemp(dir=_cache_root(), prefix=".staging-"))
+        write(staging / "item")
+        with contextlib.suppress(OSError):  # another thread was first: the same content
+            os.rename(staging / "item", target)
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _blob(content: bytes) -> Path:
+    def write(path: Path) -> None:
+        path.write_bytes(content)
+        path.chmod(0o755)
+    return _cached(f"blob-{hashlib.sha256(content).hexdigest()[:24]}", write)
+
+
+def _tree(files: list[tuple[str, bytes]], links: list[tuple[str, str]]) -> Path:
+    """The tree the init copies onto the sandbox's root: the host basics, and the files and links under ``INSIDE``."""
+    host_links = _host_layout()[0]
+    key = hashlib.sha256(repr((files, links, host_links)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+
+    def write(root: Path) -> None:
+        root.mkdir()
+        _write_host_basics(root, host_links)
+        path = root / INSIDE.lstrip("/")
+        path.mkdir(parents=True)
+        for where, content in files:
+            target = path / where[len(INSIDE) + 1:]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            target.chmod(0o755)
+        for where, link_target in links:
+            link_path = path / where[len(INSIDE) + 1:]
+            link_path.parent.mkdir(parents=True, exist_ok=True)
+            link_path.symlink_to(link_target)
+    return _cached(f"tree-{key}", write)
+
+
 def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     (tmp / "mnt").mkdir()
-    inside = tmp / "inside"
-    inside.mkdir()
     links, rodirs = _host_layout()
     dirs = {"/tmp", *(_through_links(d, links) for d in spec.dirs)}
     records: list[str] = ["size", str(_TMPFS_BYTES), "cwd", spec.cwd, "timeout", f"{spec.timeout:g}",
                           "limit", str(_RECORD_LIMIT)]
-    for link in links:
-        records += ["link", link]
     for path in rodirs:
         records += ["rodir", path]
     for host, where in spec.read_only:
@@ -198,34 +266,23 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     for path in (_through_links(p, links) for p in spec.placeholders):
         dirs.add(posixpath.dirname(path))
         records += ["empty", path]
-    for i, (where, content) in enumerate(spec.files.items()):
-        if where.startswith(INSIDE + "/"):
-            target = inside / where[len(INSIDE) + 1:]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(0o755)
-        else:
+    inside_files = sorted((w, c) for w, c in spec.files.items() if w.startswith(INSIDE + "/"))
+    records += ["tree", str(_tree(inside_files, sorted(spec.links.items())))]
+    for where, content in spec.files.items():
+        if not where.startswith(INSIDE + "/"):
             where = _through_links(where, links)
-            name = f"file{i}"
-            (tmp / name).write_bytes(content)
-            (tmp / name).chmod(0o755)
             dirs.add(posixpath.dirname(where))
-            records += ["put", name, where]
-    for where, target_path in spec.links.items():
-        link_path = inside / where[len(INSIDE) + 1:]
-        link_path.parent.mkdir(parents=True, exist_ok=True)
-        link_path.symlink_to(target_path)
+            records += ["put", str(_blob(content)), where]
     if spec.stdin is not None:
-        (inside / "stdin").write_bytes(spec.stdin)
-        records += ["stdin", f"{INSIDE}/stdin"]
+        (tmp / "stdin").write_bytes(spec.stdin)
+        records += ["stdin", str(tmp / "stdin")]
     for path in sorted(dirs):
         records += ["dir", path]
     (tmp / "spec.nul").write_bytes(_nul(records))
     (tmp / "env.nul").write_bytes(_nul([f"{k}={v}" for k, v in spec.env.items()]))
     (tmp / "command.nul").write_bytes(_nul(list(spec.command)))
-    init = resources.files("fleetgate").joinpath("_sandbox_init.bash").read_text(encoding="utf-8")
-    (tmp / "init.bash").write_text(init, encoding="utf-8")
-    argv = [*_UNSHARE, "--", "/bin/bash", "--noprofile", "--norc", str(tmp / "init.bash"), str(tmp)]
+    init = _blob(resources.files("fleetgate").joinpath("_sandbox_init.bash").read_bytes())
+    argv = [*_UNSHARE, "--", "/bin/bash", "--noprofile", "--norc", str(init), str(tmp)]
     stdout, stderr, code = _communicate(argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"},
                                         spec.timeout + _GRACE_S)
     if code is None:

@@ -19,13 +19,18 @@ from fleetgate.incidents import Entry, apply, load_catalogue
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 SEAMS = REPO / "seams"
-CATALOGUES = ("incidents", "branches")
+# The incidents' own mutations run in-process in tests/test_catalogue.py against the same CLEAN table;
+# here the plugin's path is proven on the rule mutations and the branch reproductions.
+CATALOGUES = ("incidents/rules", "branches")
 CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fixtures" / name)]
 
 PASSED, SKIPPED = "passed", "skipped"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
                 "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches")
+UNIT_CHECKS = ("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args")
+QUADLET_CHECKS = ("quadlet-image", "container-paths")
+HOST_SEAMS = (*UNIT_CHECKS, "unit-memlock", "forbidden-flags", "rules-drafter-alert")
 
 
 def _outcomes(subject: str, checks: Iterable[str], skipped: Iterable[str] = ()) -> dict[tuple[str, str], str]:
@@ -49,6 +54,30 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank", ("fleet-numbers-finite", "service-ports-unique")),
     **_outcomes("frank-dragoon", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-tts", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
+    # The host engineer's seams: units and Quadlets, vLLM argv, forbidden flags, rules (issue 9).
+    **_outcomes("frank-medium", (*HOST_SEAMS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
+    **_outcomes("frank-zealot", (*HOST_SEAMS, *QUADLET_CHECKS),
+                skipped=["unit-memlock", "rules-drafter-alert", *QUADLET_CHECKS]),
+    **_outcomes("reference", (*HOST_SEAMS, *QUADLET_CHECKS), skipped=[*UNIT_CHECKS, "unit-memlock", *QUADLET_CHECKS]),
+    **_outcomes("frank-archon", (*HOST_SEAMS, "vllm-argv", "quadlet-compile-cache", *QUADLET_CHECKS),
+                skipped=["unit-user", "unit-memlock"]),
+    **_outcomes("frank-dragoon", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
+    **_outcomes("frank-tts", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
+    **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
+    # Only frank-medium and the reference name their fetch manifest.
+    **_outcomes("frank-medium", ("payload-consistency",)),
+    **_outcomes("reference", ("payload-consistency",)),
+    **{(s, "payload-consistency"): SKIPPED for s in ("frank-zealot", "frank-archon", "frank-dragoon", "frank-tts")},
+    # Bench harnesses (B.15): declared by frank-medium (llama-bench, systemd-run) and frank-archon (vllm bench).
+    **_outcomes("frank-medium", ("bench-harness",)),
+    **_outcomes("frank-archon", ("bench-harness",)),
+    **{(s, "bench-harness"): SKIPPED for s in ("frank-zealot", "frank-dragoon", "frank-tts", "reference")},
+    # Contract pins (B-UN-8/9/10): only frank-medium's contract declares them.
+    **_outcomes("frank-medium", ("contract-pins",)),
+    **{(s, "contract-pins"): SKIPPED for s in ("frank-zealot", "reference")},
+    # The engine's build script: declared by frank-medium only.
+    **_outcomes("frank-medium", ("build-script",)),
+    **{(s, "build-script"): SKIPPED for s in ("frank-archon", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),

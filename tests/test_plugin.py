@@ -139,3 +139,23 @@ def test_seams_run_under_xdist_and_keep_their_messages(pytester: pytest.Pytester
     result.assert_outcomes(passed=clean[PASSED] - 1, failed=1, skipped=clean[SKIPPED])
     result.stdout.fnmatch_lines(["*tts-budgets: timeouts-nest/not-strictly-longer*",
                                  "*observed: podcast-app:ESPERANTO_TTS_TIMEOUT = 600 s is equal to*"])
+
+
+def test_a_seam_with_no_subject_in_the_fleet_still_shows_one_skip(pytester: pytest.Pytester, seams: Path) -> None:
+    """No [[timeouts]] chain and no vLLM service: each seam shows one skip named 'fleet', never an empty set."""
+    fleet = copy_fleet(pytester)
+    manifest = fleet / "fleet.toml"
+    text = manifest.read_text()
+    archon = text.index("[services.frank-archon]")
+    text = text[:archon] + text[text.index("[services.frank-zealot]"):]
+    manifest.write_text(text[:text.index("[[timeouts]]")])
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"), str(seams / "test_vllm.py"),
+                                f"--fleet={manifest}", "-v", "-rs")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines([
+        "*test_timeouts_nest[[]fleet[]] SKIPPED*",
+        "*test_vllm_memory_knobs[[]fleet[]] SKIPPED*",
+        "*fleet: fleet.toml declares no [[][[]timeouts[]][]] chain: declare the budgets that must nest",
+        "*fleet: the fleet declares no vllm service",
+    ])
+    assert "empty parameter set" not in result.stdout.str()

@@ -19,7 +19,7 @@ from fleetgate.failure import Failure, format_failure
 
 __all__ = ["REGISTRY", "Check", "NotApplicable", "check", "get_check"]
 
-Kind = Literal["seam", "live"]
+Kind = Literal["seam", "live", "host"]
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -32,7 +32,8 @@ class Check:
     name: str
     kind: Kind
     subject: str
-    """``service`` or ``timeout-chain`` for seams; ``endpoint`` for live checks."""
+    """``service``, ``timeout-chain`` or ``fleet`` (the repository as a whole) for seams; ``endpoint`` for live
+    checks; ``host`` for host checks."""
     cites: tuple[str, ...]
     summary: str
     func: Callable[[Any], None]
@@ -58,7 +59,11 @@ class Check:
             if not failure.cites:
                 # A failure that names no rule of its own cites the check's rules.
                 failure.cites = self.cites
-                failure.args = (format_failure(failure),)
+            # Every failure names the catalogue's incidents that its code guards.
+            from fleetgate.incidents import guarding
+
+            failure.incidents = guarding(failure.code)
+            failure.args = (format_failure(failure),)
             raise
 
 
@@ -125,12 +130,12 @@ def get_check(name: str) -> Check:
 
 
 def _load_all() -> None:
-    """Import every check module (``seam_*``, ``live_*``); importing one registers its checks."""
+    """Import every check module (``seam_*``, ``live_*``, ``host_*``); importing one registers its checks."""
     import importlib
     import pkgutil
 
     import fleetgate.checks as package
 
     for module in pkgutil.iter_modules(package.__path__):
-        if module.name.startswith(("seam_", "live_")):
+        if module.name.startswith(("seam_", "live_", "host_")):
             importlib.import_module(f"{package.__name__}.{module.name}")

@@ -44,6 +44,19 @@ def slots_divide_context(config: ServiceConfig) -> None:
             expected="--ctx-size = slots x per-slot window, each slot a multiple of 256",
             fix=f"set the context to {shape.n_ctx_seq * shape.n_seq_max} (or a per-slot window that is a multiple of 256)",
         )
+    slots = config.service.contract.slots
+    if slots is not None and shape.n_seq_max < slots:
+        raise Failure(
+            code=f"{DIVIDE}/fewer-slots-than-clients",
+            service=config.name, check=DIVIDE, cites=("B-CTX-1", "INC-07"),
+            where=config.where_flag(llama.use("parallel") or llama.use("ctx_size")),
+            observed=(f"--parallel {llama.n_slots}: {shape.n_seq_max} slot(s) for the {slots} conversations clients "
+                      "run at once"),
+            expected=f"at least {slots} slots (fleet.toml contract slots): every further conversation queues "
+                     "behind a running one (51 s for the second agent loop's first turn)",
+            fix=f"--parallel divides the context, trading window for concurrency: --parallel {slots} with "
+                f"--ctx-size {slots} x the per-slot window",
+        )
     window = config.service.contract.context_window
     if window is not None and shape.n_ctx_seq != window:
         raise Failure(

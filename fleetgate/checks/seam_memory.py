@@ -7,6 +7,7 @@ naming the boot it was measured on) or from an estimate, marked as such in every
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from fleetgate.checks import NotApplicable, check
@@ -19,8 +20,11 @@ from fleetgate.fit import (
     DeviceLedger,
     Ledger,
     SweepRow,
+    _ledger_builder,
+    calibrations_of,
     service_ledger,
     service_sweep,
+    sweep_tensor_split,
 )
 from fleetgate.fleet import locate_key
 
@@ -136,15 +140,20 @@ def _cache_margin(config: ServiceConfig) -> dict[str, object]:
 
 
 @check(FLOOR, kind="seam", subject="service", requires=_no_card_ledger, engines=("llama.cpp",), figures=_headroom,
-       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-17", "INC-03", "INC-04",
-              "INC-10"),
+       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-11", "B-FIT-16", "B-FIT-17", "B-FIT-19",
+              "INC-03", "INC-04", "INC-05", "INC-10", "INC-58", "INC-74"),
        summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
 def card_floor(config: ServiceConfig) -> None:
     ledger = _ledger(config, FLOOR)
     declared = config.host.card_floor_bytes
     floor = declared or 0
+    # Weights, KV and state that already break the floor are the split's or the context's doing; a card
+    # they leave room on that cannot then take its compute buffer is the ubatch's (B-FIT-11).
+    if not any(_before_compute(d) < floor for d in ledger.cards):
+        _contiguity(config, ledger)
     short = [d for d in ledger.cards if (d.free or 0) < floor]
     if not short:
+        _measured_compute(config, ledger)
         return
     worst = min(short, key=lambda d: d.free or 0)
     if declared is None:
@@ -160,6 +169,70 @@ def card_floor(config: ServiceConfig) -> None:
         expected=expected,
         details=[_card(d) for d in ledger.cards],
         fix=_split_fix(config, service_sweep(config)),
+    )
+
+
+def _before_compute(d: DeviceLedger) -> int:
+    """What a card has left once weights, KV and state are placed (its compute buffers come last)."""
+    return (d.card.vram_bytes or 0) - sum(b.bytes for b in d.buffers if b.buffer != "compute")
+
+
+def _contiguity(config: ServiceConfig, ledger: Ledger) -> None:
+    """The largest compute buffer must be placeable in what its card has left after weights, KV and state.
+
+    Compute buffers are reserved last (src/llama-context.cpp, after the model and the memory module), each
+    in one allocation: a card whose free bytes cannot take its largest one fails on that buffer, whatever
+    the total says (B-FIT-11, INC-05).
+    """
+    for d in ledger.cards:
+        computes = [b for b in d.buffers if b.buffer == "compute"]
+        if not computes or d.card.vram_bytes is None:
+            continue
+        placed = sorted(computes, key=lambda b: b.bytes)
+        room = _before_compute(d)
+        for buffer in placed[:-1]:
+            room -= buffer.bytes
+        largest = placed[-1]
+        if largest.bytes <= room:
+            continue
+        llama = config.llama
+        assert llama is not None
+        raise Failure(
+            code=f"{FLOOR}/buffer-unplaceable",
+            service=config.name, check=FLOOR, cites=("B-FIT-11", "B-FIT-10", "INC-05"),
+            where=config.where_flag(llama.use("ubatch_size") or llama.use("batch_size")),
+            observed=(f"{d.card.name} cannot place its {largest.context} compute buffer of {largest.bytes / MiB:.0f} MiB "
+                      f"at ubatch {ledger.n_ubatch} ({largest.basis}): {gib(max(room, 0))} is left after weights, KV, "
+                      "state and the smaller compute buffers"),
+            expected=f"the largest compute buffer fits in what {d.card.name} has left",
+            details=[_card(x) for x in ledger.cards],
+            fix=("a compute buffer is one allocation: lower --ubatch-size (the buffers scale with it) or move a block "
+                 "off this card; free bytes elsewhere do not help"),
+        )
+
+
+def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
+    """A service whose compute buffers were measured must not be priced by estimate at a new ubatch (B-FIT-19)."""
+    measured = sorted({c.ubatch for c in calibrations_of(config.service)})
+    if not measured or ledger.n_ubatch in measured:
+        return
+    estimated = [(d.card.name, b) for d in ledger.cards for b in d.buffers if b.buffer == "compute" and b.basis == "estimate"]
+    if not estimated:
+        return
+    llama = config.llama
+    assert llama is not None
+    raise Failure(
+        code=f"{FLOOR}/unmeasured-compute",
+        service=config.name, check=FLOOR, cites=("B-FIT-19", "B-FIT-10", "INC-74"),
+        where=config.where_flag(llama.use("ubatch_size")),
+        observed=(f"--ubatch-size {ledger.n_ubatch}: no boot measured this rung; "
+                  + ", ".join(f"{card} {b.context} {b.bytes / MiB:.0f} MiB" for card, b in estimated)
+                  + " are estimates"),
+        expected=f"compute buffers measured at this ubatch (calibrated at ubatch {', '.join(map(str, measured))})",
+        details=[_card(d) for d in ledger.cards],
+        fix=("a rung's cost is measured per shape, not transferred (the 2048 rung cost 746 MiB, not the predicted "
+             "616): boot the shape once and record its compute buffers under calibration.compute, or keep the "
+             "measured ubatch"),
     )
 
 
@@ -269,18 +342,48 @@ def _no_draft_context(config: ServiceConfig) -> str | None:
     return _no_card_ledger(config)
 
 
+def _split_is_the_lever(config: ServiceConfig, ledger: Ledger) -> bool:
+    """Whether some -ts step clears every card's floor with the drafter as it is: then the split is what
+    moved, card-floor says so with the nearest such step, and the drafter is not to blame."""
+    llama = config.llama
+    assert llama is not None
+    if len(llama.tensor_split) != 2:
+        return False
+    measured = replace(llama, ubatch_size=ledger.n_ubatch, batch_size=max(llama.batch_size, ledger.n_ubatch))
+    rows = sweep_tensor_split(measured, _ledger_builder(config), floor=config.host.card_floor_bytes, slack=None)
+    return any(all(r.floor_ok) for r in rows)
+
+
+def _at_measured_geometry(config: ServiceConfig, ledger: Ledger) -> Ledger:
+    """The ledger with the batch geometry the service's compute buffers were measured at.
+
+    The drafter check judges the drafter: a ubatch or batch change moves the compute buffers, which
+    card-floor reports (INC-04, INC-05); here they are priced as measured, so only the draft context's
+    own cost can fail this check.
+    """
+    llama = config.llama
+    assert llama is not None
+    measured = sorted({c.ubatch for c in calibrations_of(config.service)})
+    if not measured or ledger.n_ubatch in measured:
+        return ledger
+    ubatch = min(measured, key=lambda u: abs(u - ledger.n_ubatch))
+    return _ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
+
+
 @check(DRAFTER, kind="seam", subject="service", requires=_no_draft_context, engines=("llama.cpp",), cites=("B-FIT-7", "INC-03", "INC-58"),
        summary="the draft context's KV (the target's whole context unless the drafter has a window) fits")
 def drafter_kv_fits(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
-    ledger = _ledger(config, DRAFTER)
+    ledger = _at_measured_geometry(config, _ledger(config, DRAFTER))
     floor = config.host.card_floor_bytes or 0
     draft = config.draft_profile
     mtp = "draft-mtp" in llama.spec_types and llama.spec_draft_model is None
     for device in (d for d in ledger.devices if d.term("draft")):
         if device.free is None or device.free >= floor:
             continue
+        if _split_is_the_lever(config, ledger):
+            return
         kv = sum(b.bytes for b in device.buffers if b.term == "draft" and b.buffer.startswith("KV"))
         if mtp:
             what = (f"the MTP head caches its nextn block over the whole {ledger.shape.n_ctx}-token pool: "

@@ -20,5 +20,5 @@ def profile_declared(config: ServiceConfig) -> None:
                      "prompt-cache seams and the trained-window seam cannot see this service",
             expected="profile = \"profiles/MODEL.toml\" (or the GGUF itself), so the ledger can place the model",
             fix="write one from the GGUF header with `fleetgate profile MODEL.gguf -o profiles/MODEL.toml` and "
-                "point services.NAME.profile at it",
+                f"point services.{config.name}.profile at it",
         )

@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+import re
+
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 
 NAME = "vision-mmproj"
+# Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
+_TYPE = re.compile(r"(?:^|[-_.])(F32|F16|BF16|Q8_0|Q6_K|Q5_K_M|Q4_K_M|Q4_0|Q4_1)(?=[-_.]|$)", re.IGNORECASE)
+
+
+def _where_mmproj(config: ServiceConfig) -> str:
+    """The variable that holds the projector's path (a serve script that tests the file defeats re-rendering)."""
+    llama = config.llama
+    assert llama is not None
+    for origin in config.variables.values():
+        if origin.value == llama.mmproj:
+            return f"{origin.where} ({origin.name})"
+    return config.where_flag(llama.use("mmproj"))
+
+
+def _projector_type(path: str) -> str | None:
+    match = _TYPE.search(path.rsplit("/", 1)[-1].removesuffix(".gguf"))
+    return match.group(1) if match else None
 
 
 def _no_vision_contract(config: ServiceConfig) -> str | None:
@@ -43,6 +62,19 @@ def vision_mmproj(config: ServiceConfig) -> None:
             expected=f"a projector among the payload files ({payload_where})",
             fix="declare the projector file in fleet.toml's payload (the deploy preflight checks those) or fix the path",
         )
+    wanted = config.service.contract.concurrent_mmproj
+    if vision and llama.mmproj is not None and wanted and llama.n_slots > 1:
+        found = _projector_type(llama.mmproj)
+        if found is None or found.upper() != wanted.upper():
+            raise Failure(
+                code=f"{NAME}/not-concurrent-projector",
+                service=config.name, check=NAME, cites=("B-MM-3", "INC-59"), where=_where_mmproj(config),
+                observed=(f"--mmproj {llama.mmproj} ({found or 'type not in the file name'}) at --parallel "
+                          f"{llama.n_slots}"),
+                expected=(f"the publisher's {wanted} projector for concurrent image requests "
+                          f"({config.fleet.where('services', config.name, 'contract', 'concurrent_mmproj')})"),
+                fix=f"serve the {wanted} mmproj (and list it in the payload), or run one slot",
+            )
     if vision is False and llama.mmproj is not None:
         raise Failure(
             code=f"{NAME}/mmproj-on-text-only",

@@ -1,7 +1,12 @@
-"""vLLM memory knobs on this fleet's cards (B.4): fill ceiling, KV_MEM as a literal 0, CHUNK coupled to MAXLEN."""
+"""vLLM memory knobs on this fleet's cards (B.4): fill ceiling, KV_MEM as a literal 0, a measured pool for the shape.
+
+The KV pool is measured per shape (tensor parallelism, max sequences, prefill chunk, fill, KV dtype): a
+shape that was never booted has no pool, and the failure names the knob that moved, at its own line.
+"""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from fleetgate.checks import check
@@ -16,8 +21,9 @@ def _is_vllm(config: ServiceConfig) -> str | None:
 
 
 @check(NAME, kind="seam", subject="service", requires=_is_vllm, engines=("vllm",),
-       cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-42"),
-       summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this CHUNK")
+       cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-32", "INC-42", "INC-78",
+              "INC-87"),
+       summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this shape")
 def vllm_memory_knobs(config: ServiceConfig) -> None:
     vllm = config.vllm
     assert vllm is not None
@@ -26,7 +32,7 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
         card = config.host.cards[0]
         raise Failure(
             code=f"{NAME}/over-ceiling",
-            service=config.name, check=NAME, cites=("B-VL-1", "INC-42"),
+            service=config.name, check=NAME, cites=("B-VL-1", "INC-42", "INC-78"),
             where=config.where_flag(vllm.use("gpu_memory_utilization")),
             observed=(f"--gpu-memory-utilization {vllm.gpu_memory_utilization:g} asks "
                       f"{vllm.gpu_memory_utilization * card.vram_bytes / (1 << 30):.2f} GiB of {card.name}"),
@@ -34,35 +40,12 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
             fix="the startup check refuses a budget above the free memory at device init, before any weight loads",
         )
     if vllm.kv_cache_memory is None or vllm.kv_cache_memory.strip() != "0":
-        observed = ("no --kv-cache-memory: the KV cache is sized from gpu_memory_utilization alone"
-                    if vllm.kv_cache_memory is None else f"--kv-cache-memory {vllm.kv_cache_memory!r}")
-        raise Failure(
-            code=f"{NAME}/kv-memory-not-zero",
-            service=config.name, check=NAME, cites=("B-VL-2", "INC-30"),
-            where=config.where_variable("KV_MEM") if "KV_MEM" in config.variables else str(config.rendered.script),
-            observed=observed,
-            expected="--kv-cache-memory 0 (profile this shape), passed literally",
-            fix="set KV_MEM=0; never blank it -- with the flag omitted the KV allocation dies with torch.OutOfMemoryError",
-        )
+        _kv_memory(config)
     pools: list[dict[str, Any]] = list(config.service.calibration.get("kv_pool", []))
-    chunk = vllm.max_num_batched_tokens
-    matching = [p for p in pools
-                if p.get("max_num_batched_tokens") == chunk
-                and abs(float(p.get("gpu_memory_utilization", -1)) - vllm.gpu_memory_utilization) < 1e-9
-                and p.get("kv_cache_dtype", "auto") == vllm.kv_cache_dtype]
-    where_chunk = config.where_flag(vllm.use("max_num_batched_tokens"))
+    shape = {key: getattr(vllm, key) for key, _ in SHAPE}
+    matching = [p for p in pools if not _differs(p, shape)]
     if not matching:
-        measured = ", ".join(f"{p.get('max_num_batched_tokens')} @ {p.get('gpu_memory_utilization')} "
-                             f"({p.get('kv_cache_dtype', 'auto')})" for p in pools) or "none"
-        raise Failure(
-            code=f"{NAME}/unmeasured-chunk",
-            service=config.name, check=NAME, cites=("B-VL-3", "INC-31"), where=where_chunk,
-            observed=(f"--max-num-batched-tokens {chunk} at fill {vllm.gpu_memory_utilization:g}, "
-                      f"KV {vllm.kv_cache_dtype}: no measured boot"),
-            expected=f"a shape whose KV pool was measured (calibrated: {measured})",
-            fix=("the prefill arena grows with CHUNK and shares the card with the KV, non-monotonically: boot the new "
-                 "shape once, record its pool under calibration.kv_pool, or keep the measured CHUNK"),
-        )
+        _unmeasured(config, pools, shape)
     pool = int(matching[0]["tokens"])
     if vllm.max_model_len is not None and pool < vllm.max_model_len:
         raise Failure(
@@ -74,3 +57,94 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
             expected=f"a pool of at least one full request (>= 1.0x): max-model-len <= {pool}",
             fix="the engine refuses to start when one max-length request cannot fit: cut MAXLEN or free KV",
         )
+
+
+# The keys a measured boot is matched on: every knob that moves the KV pool (B-VL-3..6, INC-32, INC-87).
+SHAPE = (("tensor_parallel_size", "TP"), ("max_num_seqs", "seqs"), ("max_num_batched_tokens", "chunk"),
+         ("gpu_memory_utilization", "fill"), ("kv_cache_dtype", "KV"))
+DEFAULTS: dict[str, Any] = {"kv_cache_dtype": "auto"}
+
+
+def _differs(pool: dict[str, Any], shape: dict[str, Any]) -> list[str]:
+    """The shape's keys whose value is not the measured boot's (a key the boot does not record differs)."""
+    out = []
+    for key, value in shape.items():
+        measured = pool.get(key, DEFAULTS.get(key))
+        if isinstance(value, float) and isinstance(measured, (int, float)):
+            same = abs(float(measured) - value) < 1e-9
+        else:
+            same = measured == value
+        if not same:
+            out.append(key)
+    return out
+
+
+def _describe(pool: dict[str, Any]) -> str:
+    return ", ".join(f"{label} {pool.get(key, DEFAULTS.get(key, '?'))}" for key, label in SHAPE)
+
+
+def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[str, Any]) -> None:
+    """No measured boot at this shape: name the knobs that moved from the nearest one, at their own line."""
+    vllm = config.vllm
+    assert vllm is not None
+    nearest = min(pools, key=lambda p: len(_differs(p, shape))) if pools else None
+    moved = _differs(nearest, shape) if nearest is not None else [key for key, _ in SHAPE]
+    labels = dict(SHAPE)
+    flags = {"tensor_parallel_size": "--tensor-parallel-size", "max_num_seqs": "--max-num-seqs",
+             "max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",
+             "kv_cache_dtype": "--kv-cache-dtype"}
+    for key in moved:
+        if vllm.use(key) is not None:
+            continue
+        # The knob's flag is not in the argv: a misspelling of it is the cause, not a new shape.
+        close = difflib.get_close_matches(flags[key], [p.flag for p in vllm.problems if p.flag.startswith("--")], n=1, cutoff=0.85)
+        if close:
+            raise Failure(
+                code=f"{NAME}/misspelt-shape-flag",
+                service=config.name, check=NAME, cites=("B-VL-3", "B-VL-5"), where=str(config.rendered.script),
+                observed=(f"{close[0]} is not a flag of this model of vLLM's argv, and {flags[key]} is absent: "
+                          f"{labels[key]} falls back to vLLM's default ({shape[key]})"),
+                expected=f"{flags[key]} as the measured boot had it ({nearest.get(key) if nearest else '?'})",
+                fix=f"spell it {flags[key]}: vLLM stops at argument parsing on an unknown flag",
+            )
+    observed = ", ".join(f"{flags[key]} {shape[key]}" for key in moved)
+    measured = "; ".join(_describe(p) for p in pools) or "none"
+    raise Failure(
+        code=f"{NAME}/unmeasured-shape",
+        service=config.name, check=NAME, cites=("B-VL-3", "B-VL-4", "B-VL-5", "INC-31", "INC-32", "INC-87"),
+        where=config.where_flag(vllm.use(moved[0])),
+        observed=f"{observed}: no boot measured at this shape ({', '.join(labels[k] for k in moved)} moved)",
+        expected=f"a shape whose KV pool was measured (calibration.kv_pool: {measured})",
+        fix=("the KV pool moves with tensor parallelism, max sequences, the prefill chunk (non-monotonically), the fill "
+             "and the KV dtype: boot the new shape once and record its pool under calibration.kv_pool with all five "
+             "keys, or restore the measured shape"),
+    )
+
+
+def _kv_memory(config: ServiceConfig) -> None:
+    """--kv-cache-memory is not a literal 0: blame the file that made it so (B-VL-2, INC-30)."""
+    vllm = config.vllm
+    assert vllm is not None
+    origin = config.variables.get("KV_MEM")
+    if vllm.kv_cache_memory is not None:
+        raise Failure(
+            code=f"{NAME}/kv-memory-not-zero",
+            service=config.name, check=NAME, cites=("B-VL-2", "INC-30"),
+            where=config.where_flag(vllm.use("kv_cache_memory")),
+            observed=f"--kv-cache-memory {vllm.kv_cache_memory!r}",
+            expected="--kv-cache-memory 0 (profile this shape), passed literally",
+            fix="set KV_MEM=0: a pinned pool from another shape (a TP=2 pin on one card) is invalid here",
+        )
+    blank = origin is not None and not origin.value.strip()
+    details = [f"KV_MEM is {'blank' if blank else repr(origin.value)} at {origin.where}" if origin else "KV_MEM is not set"]
+    raise Failure(
+        code=f"{NAME}/kv-memory-omitted",
+        service=config.name, check=NAME, cites=("B-VL-2", "B-SH-2", "INC-30"),
+        where=str(config.rendered.script),
+        observed="no --kv-cache-memory in the rendered argv: the serve script drops the flag, and the KV cache is "
+                 "sized from gpu_memory_utilization alone",
+        details=details,
+        expected="--kv-cache-memory 0 (profile this shape), always passed",
+        fix="pass --kv-cache-memory \"$KV_MEM\" unconditionally (a blank value then stops vLLM at argument parsing "
+            "instead of an OutOfMemoryError at KV allocation) and set KV_MEM=0; never blank it",
+    )

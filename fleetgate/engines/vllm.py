@@ -15,7 +15,10 @@ from typing import Any
 
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
 
-__all__ = ["OPTIONS", "VllmConfig", "parse_vllm"]
+__all__ = [
+    "OPTIONS", "RADIANCE", "ArgvFinding", "Fork", "Release", "ReleaseOption", "VllmConfig", "load_release", "parse_value",
+    "parse_vllm", "read_as_vllm",
+]
 
 
 def _o(dest: str, *names: str, value: bool = True) -> Option:
@@ -153,3 +156,244 @@ def parse_vllm(argv: Sequence[str]) -> VllmConfig:
         limit_mm_per_prompt=mapping("limit_mm_per_prompt"),
         problems=tuple(problems),
     )
+
+
+# -- the pinned release's own argument definitions (vllm_release.json, read from its wheel) ---------------------
+
+
+@dataclass(frozen=True)
+class ReleaseOption:
+    names: tuple[str, ...]
+    kind: str
+    """bool (--x/--no-x), flag, int, float, str, json, choice, list."""
+    choices: tuple[str, ...] = ()
+    human_readable: bool = False
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Fork:
+    """A vLLM fork's additions to the release it is built on (flags and speculative methods)."""
+
+    name: str
+    options: tuple[ReleaseOption, ...]
+    speculative_methods: tuple[str, ...]
+    source: str
+
+
+# The radiance fork (Image=localhost/radiance-vllm:0.13.0-e060895) adds these to 0.13.0; the seeds name them
+# (S002 deployed flags, S003's --expert-precise-memory incident, the dflash drafter).
+RADIANCE = Fork(
+    name="radiance",
+    options=(
+        ReleaseOption(("--override-sampling-effects",), "flag"),
+        ReleaseOption(("--kv-cache-memory",), "int", human_readable=True),
+        ReleaseOption(("--expert-precise-memory",), "flag"),
+    ),
+    speculative_methods=("dflash",),
+    source="seed-extract A (S002 deployed flags), INC-88/B-VL-8 (S003)",
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    options: tuple[ReleaseOption, ...]
+    speculative_fields: Mapping[str, ReleaseOption]
+    speculative_methods: tuple[str, ...]
+    metrics: Mapping[str, str]
+    """metric name -> counter / gauge / histogram."""
+    generated_from: str
+
+    def with_fork(self, fork: Fork | None) -> Release:
+        if fork is None:
+            return self
+        return Release(self.version, (*self.options, *fork.options), self.speculative_fields,
+                       (*self.speculative_methods, *fork.speculative_methods), self.metrics,
+                       f"{self.generated_from} + the {fork.name} fork ({fork.source})")
+
+    def exported_series(self) -> frozenset[str]:
+        """The series names Prometheus scrapes: counters end in _total, histograms add _bucket/_sum/_count."""
+        found: set[str] = set()
+        for name, kind in self.metrics.items():
+            if kind == "counter":
+                found.add(name if name.endswith("_total") else f"{name}_total")
+            elif kind == "histogram":
+                found.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+            else:
+                found.add(name)
+        return frozenset(found)
+
+
+def _option(data: Mapping[str, Any]) -> ReleaseOption:
+    return ReleaseOption(tuple(data.get("names", ())), data["kind"], tuple(data.get("choices", ())),
+                         bool(data.get("human_readable")), bool(data.get("optional")))
+
+
+def load_release() -> Release:
+    """The pinned vLLM release's options, speculative-config schema and metrics (vllm_release.json)."""
+    from importlib import resources
+
+    data = json.loads(resources.files("fleetgate.engines").joinpath("vllm_release.json").read_text(encoding="utf-8"))
+    spec = data["speculative_config"]
+    return Release(
+        version=data["release"],
+        options=tuple(_option(o) for o in data["options"]),
+        speculative_fields={name: _option({"names": (), **kind}) for name, kind in spec["fields"].items()},
+        speculative_methods=tuple(spec["methods"]),
+        metrics={m["name"]: m["type"] for m in data["metrics"]},
+        generated_from=data["generated_from"],
+    )
+
+
+_HUMAN = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_value(option: ReleaseOption, value: str) -> str | None:
+    """None when vLLM's argparse accepts ``value`` for ``option``, else what it expected."""
+    if option.optional and value == "None":
+        return None
+    if option.kind == "int":
+        try:
+            int(value)
+            return None
+        except ValueError:
+            if option.human_readable and value[-1:] in _HUMAN:
+                try:
+                    float(value[:-1])
+                    return None
+                except ValueError:
+                    pass
+            return "an integer" + (" (or 25.6k, 1M, 2Gi-style)" if option.human_readable else "")
+    if option.kind == "float":
+        try:
+            float(value)
+            return None
+        except ValueError:
+            return "a number"
+    if option.kind == "choice":
+        return None if value in option.choices else f"one of {', '.join(option.choices)}"
+    if option.kind == "json":
+        try:
+            json.loads(value)
+            return None
+        except json.JSONDecodeError as exc:
+            return f"JSON ({exc.msg} at column {exc.colno})"
+    return None
+
+
+@dataclass(frozen=True)
+class ArgvFinding:
+    index: int
+    flag: str
+    kind: str
+    """unknown-flag, ambiguous-flag, missing-value, bad-value, speculative-config."""
+    message: str
+
+
+def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple[int, str | None]], list[ArgvFinding]]:
+    """Read ``vllm serve [MODEL] ...`` the way the release's argparse reads it (FlexibleArgumentParser:
+    ``_`` in names is ``-``; ``--flag=value``; a unique prefix of a long option is that option).
+
+    Returns canonical option name -> (argv index, value) and what argparse would refuse."""
+    table = {name: option for option in release.options for name in option.names}
+    long_names = sorted(n for n in table if n.startswith("--"))
+    found: dict[str, tuple[int, str | None]] = {}
+    problems: list[ArgvFinding] = []
+    args = list(argv)
+    i = 1
+    if i < len(args) and args[i] == "serve":
+        i += 1
+        if i < len(args) and not args[i].startswith("-"):
+            i += 1
+    while i < len(args):
+        word, start = args[i], i
+        if not word.startswith("-"):
+            problems.append(ArgvFinding(i, word, "unknown-flag", f"unexpected argument {word!r}"))
+            i += 1
+            continue
+        name, eq, inline = word.partition("=")
+        if name.startswith("--"):
+            name = "--" + name[2:].replace("_", "-")
+        option = table.get(name)
+        if option is None and name.startswith("--"):
+            matches = [n for n in long_names if n.startswith(name)]
+            if len({id(table[n]) for n in matches}) == 1:
+                option, name = table[matches[0]], matches[0]
+            elif matches:
+                problems.append(ArgvFinding(i, word, "ambiguous-flag", f"{name} could be {', '.join(matches[:4])}"))
+                i = _past_values(args, i)
+                continue
+        if option is None:
+            problems.append(ArgvFinding(i, word, "unknown-flag", f"{name} is not an option of vLLM {release.version}"))
+            i = _past_values(args, i)
+            continue
+        canonical = option.names[0]
+        if option.kind in ("bool", "flag"):
+            found[canonical] = (start, None if not name.startswith("--no-") else "false")
+            i += 1
+            continue
+        if option.kind == "list":
+            j = i + 1
+            while j < len(args) and not args[j].startswith("-"):
+                j += 1
+            found[canonical] = (start, " ".join(args[i + 1:j]) if not eq else inline)
+            i = j if not eq else i + 1
+            continue
+        if eq:
+            value = inline
+            i += 1
+        elif i + 1 < len(args):
+            value = args[i + 1]
+            i += 2
+        else:
+            problems.append(ArgvFinding(i, word, "missing-value", f"{name} expects a value"))
+            i += 1
+            continue
+        expected = parse_value(option, value)
+        if expected is not None:
+            problems.append(ArgvFinding(start, name, "bad-value", f"{name} {value!r}: vLLM expects {expected}"))
+        found[canonical] = (start, value)
+    spec = found.get("--speculative-config")
+    if spec is not None and spec[1] is not None:
+        problems += _speculative(spec[0], spec[1], release)
+    return found, problems
+
+
+def _past_values(args: list[str], i: int) -> int:
+    """Past a flag argparse does not know and the words after it (argparse reports them together)."""
+    i += 1
+    while i < len(args) and not args[i].startswith("-"):
+        i += 1
+    return i
+
+
+def _speculative(index: int, text: str, release: Release) -> list[ArgvFinding]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []  # already a bad-value finding
+    if not isinstance(value, dict):
+        return [ArgvFinding(index, "--speculative-config", "speculative-config", f"expected a JSON object, got {text!r}")]
+    problems = []
+    for key, item in value.items():
+        field = release.speculative_fields.get(key)
+        if field is None:
+            problems.append(ArgvFinding(index, "--speculative-config", "speculative-config",
+                                        f"{key!r} is not a field of SpeculativeConfig in vLLM {release.version}"))
+            continue
+        if key == "method":
+            if item not in release.speculative_methods:
+                problems.append(ArgvFinding(index, "--speculative-config", "speculative-config",
+                                            f"method {item!r} is not one of {', '.join(release.speculative_methods)}"))
+            continue
+        if field.kind == "int" and not (isinstance(item, int) and not isinstance(item, bool)):
+            problems.append(ArgvFinding(index, "--speculative-config", "speculative-config",
+                                        f"{key} {item!r}: expected an integer"))
+        elif field.kind == "float" and not isinstance(item, (int, float)):
+            problems.append(ArgvFinding(index, "--speculative-config", "speculative-config",
+                                        f"{key} {item!r}: expected a number"))
+        elif field.kind == "bool" and not isinstance(item, bool):
+            problems.append(ArgvFinding(index, "--speculative-config", "speculative-config",
+                                        f"{key} {item!r}: expected true or false"))
+    return problems

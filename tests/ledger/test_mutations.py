@@ -82,7 +82,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (Edit("scripts/frank-zealot.env", "CACHE_TYPE_K=q8_0\nCACHE_TYPE_V=q8_0",
                    "CACHE_TYPE_K=f16\nCACHE_TYPE_V=f16"),),
              _fails("card-floor", "prompt-cache-holds-slot", service="frank-zealot"),
-             ("declares no floor", "CUDA0 keeps -4.71 GiB free"),
+             ("the floor of host rtx3090", "CUDA0 keeps -4.71 GiB free"),
              # frank-zealot's serve script sources its env file; this branch's renderer does not resolve
              # the lines of variables set there (an xtrace prefix fixed on main), so where is the script
              line=False),

@@ -105,7 +105,7 @@ def _callee(call: ast.Call) -> str | None:
 
 def _site(path: Path, line: int, call: ast.Call, constants: dict[str, str], factories: dict[str, str]) -> Site | None:
     name = _callee(call)
-    kind = "live" if path.name.startswith("live_") else "seam"
+    kind = "live" if path.name.startswith("live_") else "host" if path.name.startswith("host_") else "seam"
     if name != "Failure" and name not in factories:
         return None
     code_arg = next((k.value for k in call.keywords if k.arg == "code"), None)

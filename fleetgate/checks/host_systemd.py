@@ -1,0 +1,146 @@
+"""Host checks on systemd's own view of a service's unit (INC-53, INC-88, INC-35, B-UN-1/2, B-RAM-4, C-H-6).
+
+Each reads ``systemctl show`` through testinfra (``HostTarget.systemd``): what the manager really loaded,
+drop-ins and environment files included -- the files in the repository cannot say what else is on the host.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from fleetgate.checks import check
+from fleetgate.failure import Failure
+from fleetgate.host import HostReadError, HostTarget, SystemdUnit, environment_files, limit_bytes
+from fleetgate.render import map_to_repo
+
+__all__: list[str] = []
+
+STATE = "host-unit-state"
+DROP_INS = "host-unit-drop-ins"
+LIMITS = "host-unit-limits"
+BOOT = "host-boot-persistence"
+
+
+def _has_unit(target: HostTarget) -> str | None:
+    if target.unit is None:
+        return f"{target.name} has no unit in fleet.toml, so there is no systemd state to read"
+    return None
+
+
+def _read(target: HostTarget, name: str) -> SystemdUnit:
+    __tracebackhide__ = True
+    try:
+        unit = target.systemd()
+    except HostReadError as exc:
+        raise Failure(service=target.name, check=name, code=f"{name}/systemctl-failed", where=target.spec,
+                      observed=str(exc), expected=f"systemd's view of {target.unit}",
+                      fix="run the check where systemctl can reach the manager (root, or the Quadlet's user)") from None
+    assert unit is not None
+    if unit.get("LoadState") != "loaded":
+        raise Failure(service=target.name, check=name, code=f"{name}/not-loaded", where=f"{target.spec} {unit.command}",
+                      observed=f"LoadState={unit.get('LoadState') or '(none)'}",
+                      expected=f"{unit.name} loaded by the {'user' if unit.user_manager else 'system'} manager",
+                      fix="install the unit from this repository and `systemctl daemon-reload`")
+    return unit
+
+
+@check(STATE, kind="host", subject="host", requires=_has_unit, cites=("INC-88", "INC-75", "INC-09"),
+       summary="the unit is active and has not restarted (NRestarts=0)")
+def host_unit_state(target: HostTarget) -> None:
+    unit = _read(target, STATE)
+    where = f"{target.spec} {unit.command}"
+    if unit.get("ActiveState") != "active":
+        raise Failure(service=target.name, check=STATE, code=f"{STATE}/inactive", where=where,
+                      observed=f"ActiveState={unit.get('ActiveState')} SubState={unit.get('SubState')}",
+                      expected="ActiveState=active",
+                      fix=f"journalctl -u {unit.name}: find why the engine is not running before anything else")
+    restarts = unit.get("NRestarts")
+    if restarts not in ("", "0"):
+        raise Failure(service=target.name, check=STATE, code=f"{STATE}/restarted", where=where,
+                      observed=f"NRestarts={restarts}: the engine died and systemd started it again",
+                      expected="NRestarts=0 (a healthy endpoint can be a crash loop between two probes)",
+                      fix=f"journalctl -u {unit.name}: the restarts' cause (pin gate, boot slack, OOM) is in the log")
+
+
+@check(DROP_INS, kind="host", subject="host", requires=_has_unit, cites=("INC-53", "B-SH-4"),
+       summary="systemd loaded only the repository's drop-ins, and no EnvironmentFile= (optional ones too) outside it")
+def host_unit_drop_ins(target: HostTarget) -> None:
+    unit = _read(target, DROP_INS)
+    where = f"{target.spec} {unit.command}"
+    rendered = target.config.rendered.unit
+    assert rendered is not None
+    ours = {path.name for path in rendered.drop_ins}
+    for path in " ".join(unit.properties.get("DropInPaths", [])).split():
+        drop_in = PurePosixPath(path)
+        if drop_in.parent.name != f"{unit.name}.d" or drop_in.name not in ours:
+            raise Failure(service=target.name, check=DROP_INS, code=f"{DROP_INS}/foreign-drop-in", where=where,
+                          observed=f"DropInPaths has {path}, which is not a drop-in of this repository",
+                          expected=("only " + ", ".join(sorted(ours))) if ours else "no drop-ins (the repository has none)",
+                          details=[f"DropInPaths={' '.join(unit.properties.get('DropInPaths', []))}"],
+                          fix=f"retire {path} (move it out of the unit's drop-in directory) and restart {unit.name}")
+    for path, optional in environment_files(unit.properties.get("EnvironmentFiles", [])):
+        local = map_to_repo(target.config.fleet, path)
+        if local is None or not local.is_file():
+            raise Failure(service=target.name, check=DROP_INS, code=f"{DROP_INS}/env-file-outside", where=where,
+                          observed=(f"EnvironmentFiles={path}" + (" (optional: loaded whenever it exists)" if optional else "")
+                                    + ", outside this repository"),
+                          expected=f"env files of this repository only (deployed under {target.config.fleet.deploy_root})",
+                          fix="retire the drop-in or line that names it; a bench env file boots while /health stays green")
+
+
+def _declares_limits(target: HostTarget) -> str | None:
+    unit = target.config.rendered.unit
+    if unit is None:
+        return _has_unit(target)
+    if unit.last("Service", "LimitMEMLOCK") is None and unit.last("Service", "User") is None:
+        return f"{target.name}'s unit declares neither LimitMEMLOCK= nor User=: nothing to hold the manager to"
+    return None
+
+
+@check(LIMITS, kind="host", subject="host", requires=_declares_limits, cites=("B-RAM-4", "B-UN-1", "INC-21"),
+       summary="the manager runs the unit with the LimitMEMLOCK= and User= the unit file declares")
+def host_unit_limits(target: HostTarget) -> None:
+    unit = _read(target, LIMITS)
+    where = f"{target.spec} {unit.command}"
+    rendered = target.config.rendered.unit
+    assert rendered is not None
+    memlock = rendered.last("Service", "LimitMEMLOCK")
+    if memlock is not None:
+        declared = limit_bytes(memlock.value)
+        shown = limit_bytes(unit.get("LimitMEMLOCK") or "0")
+        if declared != shown:
+            raise Failure(service=target.name, check=LIMITS, code=f"{LIMITS}/memlock-differs", where=where,
+                          observed=f"LimitMEMLOCK={unit.get('LimitMEMLOCK')}",
+                          expected=f"LimitMEMLOCK={memlock.value} ({memlock.where})",
+                          fix="a drop-in or an older unit file overrides the limit: `systemctl cat` it, retire the override")
+    user = rendered.last("Service", "User")
+    if user is not None and unit.get("User") != user.value:
+        raise Failure(service=target.name, check=LIMITS, code=f"{LIMITS}/user-differs", where=where,
+                      observed=f"User={unit.get('User') or '(none: root)'}",
+                      expected=f"User={user.value} ({user.where})",
+                      fix="install the repository's unit file and `systemctl daemon-reload`")
+
+
+@check(BOOT, kind="host", subject="host", requires=_has_unit, cites=("B-UN-2", "INC-35", "C-H-6"),
+       summary="the unit comes back after a reboot: enabled, and for a rootless Quadlet its user lingers")
+def host_boot_persistence(target: HostTarget) -> None:
+    if target.quadlet:
+        # A Quadlet's unit is generated from the .container file on every daemon-reload, enabled by its
+        # [Install] section (the unit-install seam); what a reboot needs besides is the user manager itself.
+        user = target.quadlet_user()
+        linger = f"/var/lib/systemd/linger/{user}"
+        if user is None or not target.host.file(linger).exists:
+            raise Failure(service=target.name, check=BOOT, code=f"{BOOT}/no-linger", where=f"{target.spec} {linger}",
+                          observed=f"{user or 'the owner of ' + str(target.config.fleet.deploy_root)} does not linger: "
+                                   "the user manager, and the Quadlet with it, starts only at that user's login",
+                          expected="Linger=yes for the Quadlet's user",
+                          fix=f"loginctl enable-linger {user or 'USER'}")
+        _read(target, BOOT)
+        return
+    unit = _read(target, BOOT)
+    state = unit.get("UnitFileState")
+    if state != "enabled":
+        raise Failure(service=target.name, check=BOOT, code=f"{BOOT}/not-enabled", where=f"{target.spec} {unit.command}",
+                      observed=f"UnitFileState={state or '(none)'}",
+                      expected="enabled: the unit starts at boot",
+                      fix=f"systemctl enable {unit.name}")

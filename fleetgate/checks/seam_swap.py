@@ -1,0 +1,87 @@
+"""After a payload swap every consumer names the same files, at the size the fetch script declares
+(B-SW-1, B-SW-2, B-SW-3, INC-02, INC-68, INC-76).
+
+Consumers: fleet.toml's ``payload`` (what the host must hold) and the fetch script's manifest
+(``payload_manifest``: what is fetched and verified). What the engine loads is already held to the declared
+payload by the render (a serve script's file test answers "exists" only for declared payload). Sizes are
+held to the payload's profile (``file_bytes``: the GGUF header's file, or the seeds' figure for a
+reconstructed profile), matched through the rendered argv or, for a file the argv does not name (a sidecar
+kept for a rollback), the profile's model name. Not yet covered: serve-script defaults (B-SW-2) and deploy
+scripts.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.payload import read_manifest
+from fleetgate.profile import Profile, load_profile
+
+__all__: list[str] = []
+
+NAME = "payload-consistency"
+_PAYLOAD_FLAGS = {"--model", "-m", "--mmproj", "-mm", "--spec-draft-model", "-md", "--model-draft"}
+
+
+def _has_manifest(config: ServiceConfig) -> str | None:
+    if config.service.payload_manifest is None:
+        return (f"{config.name} declares no payload_manifest in fleet.toml: name the fetch script's manifest "
+                "('SIZE SHA256 PATH' per file) to hold the payload's consumers together")
+    return None
+
+
+def _argv_payload(config: ServiceConfig) -> dict[str, str]:
+    """flag -> path for every payload file the rendered argv names."""
+    argv = config.rendered.argv
+    return {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i] in _PAYLOAD_FLAGS}
+
+
+def _profiles(config: ServiceConfig) -> list[tuple[str, Profile]]:
+    found = []
+    for flag, path in (("--model", config.service.profile), ("--spec-draft-model", config.service.draft_profile),
+                       ("--mmproj", config.service.projector_profile)):
+        if path is not None:
+            found.append((flag, load_profile(path)))
+    return found
+
+
+@check(NAME, kind="seam", subject="service", requires=_has_manifest, cites=("B-SW-1", "B-SW-3", "INC-02", "INC-76"),
+       summary="fleet.toml and the fetch manifest name one payload, at the profiled size")
+def payload_consistency(config: ServiceConfig) -> None:
+    manifest_path = config.service.payload_manifest
+    assert manifest_path is not None
+    manifest = {entry.path: entry for entry in read_manifest(manifest_path)}
+    declared = set(config.service.payload)
+    where_payload = config.fleet.where("services", config.name, "payload")
+    for path in sorted(declared - set(manifest)):
+        raise Failure(
+            service=config.name, check=NAME, code=f"{NAME}/not-in-manifest", where=str(manifest_path),
+            observed=f"{path} is declared payload ({where_payload}) but the fetch manifest does not fetch or verify it",
+            expected="every payload file in the manifest, with its size",
+            fix="add the file to the manifest (size from the Hub, sha256 from its LFS oid), or drop it from payload",
+        )
+    for path in sorted(set(manifest) - declared):
+        raise Failure(
+            service=config.name, check=NAME, code=f"{NAME}/not-declared", where=manifest[path].where,
+            observed=f"the fetch manifest fetches {path}, which fleet.toml's payload does not declare",
+            expected=f"the manifest and payload ({where_payload}) name the same files",
+            fix="a swap updates every consumer in one pass: fleet.toml, env file, serve script, fetch and deploy scripts",
+        )
+    by_stem = {PurePosixPath(path).stem: entry for path, entry in manifest.items()}
+    argv = _argv_payload(config)
+    for flag, profile in _profiles(config):
+        if profile.file_bytes is None:
+            continue
+        given = next((p for f, p in argv.items() if f == flag or (flag == "--model" and f == "-m")), None)
+        entry = manifest.get(given) if given else by_stem.get(profile.name)
+        if entry is not None and entry.size != profile.file_bytes:
+            raise Failure(
+                service=config.name, check=NAME, code=f"{NAME}/size-differs", where=entry.where,
+                observed=f"{PurePosixPath(entry.path).name}: the manifest declares {entry.size:,} B",
+                expected=f"{profile.file_bytes:,} B, the file's size ({profile.name} profile)",
+                fix="take the size from the Hub's file listing, not from a partial download (INC-02: --verify-only "
+                    "then fails on a byte-correct payload)",
+            )

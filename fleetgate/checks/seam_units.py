@@ -1,0 +1,321 @@
+"""Units and Quadlets as systemd and Quadlet read them (B-UN-1/2, B-RAM-4, B-SH-3, B-VL-13..16, INC-35/36/53/79/85).
+
+Every check reads the unit the renderer already parsed (``config.rendered.unit``: the unit file and its
+drop-ins, in systemd's order) and the rendered argv; none re-reads a file. A systemd unit is the root unit
+shape (``User=``, ``WantedBy=multi-user.target``); a Quadlet is a rootless container unit
+(``WantedBy=default.target``, a local image tag, volumes for everything the engine reads).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.failure import Failure
+from fleetgate.render import RenderRefused, map_to_repo, render
+from fleetgate.units import Setting, Unit
+
+__all__ = ["container_paths", "mounts"]
+
+INSTALL = "unit-install"
+USER = "unit-user"
+MEMLOCK = "unit-memlock"
+RESTART = "unit-restart"
+ENV_FILES = "unit-env-files"
+EXEC_ARGS = "unit-exec-args"
+IMAGE = "quadlet-image"
+CACHE = "quadlet-compile-cache"
+PATHS = "container-paths"
+
+_ENGINES = ("llama.cpp", "vllm", "openai")
+_STARTS = {"quadlet": "a rootless Quadlet starts with the user manager", "systemd": "a root unit starts with the system"}
+
+
+def _unit(config: ServiceConfig) -> Unit | None:
+    return config.rendered.unit
+
+
+def _has_unit(config: ServiceConfig) -> str | None:
+    if config.rendered.unit is None:
+        return f"{config.name} has no unit in fleet.toml: declare unit = PATH (the systemd unit or Quadlet that starts it)"
+    return None
+
+
+def _systemd(config: ServiceConfig) -> str | None:
+    unit = config.rendered.unit
+    if unit is not None and unit.kind == "quadlet":
+        return f"{config.name} is a rootless Quadlet: it runs as the user whose manager starts it, not as User="
+    return _has_unit(config)
+
+
+def _quadlet(config: ServiceConfig) -> str | None:
+    unit = config.rendered.unit
+    if unit is not None and unit.kind == "systemd":
+        return f"{config.name} is a systemd unit, not a Quadlet .container: no image or volumes to hold"
+    return _has_unit(config)
+
+
+def _rocm(config: ServiceConfig) -> str | None:
+    if not any(d.name.startswith("ROCm") for d in config.host.devices if d.serves):
+        return f"{config.service.host} has no ROCm card: the unlimited memlock is for ROCm's staging buffers"
+    return _systemd(config)
+
+
+def _service_section(unit: Unit) -> str:
+    return "Container" if unit.kind == "quadlet" else "Service"
+
+
+@check(INSTALL, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
+       cites=("B-UN-1", "B-UN-2", "INC-35"),
+       summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)")
+def unit_install(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    target = "default.target" if unit.kind == "quadlet" else "multi-user.target"
+    wanted = unit.all("Install", "WantedBy")
+    targets = [t for s in wanted for t in s.value.split()]
+    if not wanted:
+        raise Failure(
+            service=config.name, check=INSTALL, code=f"{INSTALL}/no-wanted-by", where=str(unit.path),
+            observed="no [Install] WantedBy=: `systemctl enable` has nothing to link, the service stays dark after a reboot",
+            expected=f"[Install] WantedBy={target}",
+            fix=f"add [Install] WantedBy={target}" + (" (and Linger=yes for the user)" if unit.kind == "quadlet" else ""),
+        )
+    if target not in targets:
+        raise Failure(
+            service=config.name, check=INSTALL, code=f"{INSTALL}/wrong-target", where=wanted[-1].where,
+            observed=f"WantedBy={' '.join(targets)}",
+            expected=f"WantedBy={target} ({_STARTS[unit.kind]})",
+            fix=f"install the unit into {target}",
+        )
+
+
+@check(USER, kind="seam", subject="service", requires=_systemd, engines=_ENGINES, cites=("B-UN-1",),
+       summary="a root systemd unit runs the engine as the fleet's user, never as root")
+def unit_user(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    user = unit.last("Service", "User")
+    if user is None:
+        raise Failure(
+            service=config.name, check=USER, code=f"{USER}/missing", where=str(unit.path),
+            observed="no User=: systemd runs the engine as root",
+            expected="User= naming the fleet's unprivileged user (B-UN-1: User=dank)",
+            fix="add User= to [Service]",
+        )
+    if user.value in ("root", "0"):
+        raise Failure(
+            service=config.name, check=USER, code=f"{USER}/root", where=user.where,
+            observed=f"User={user.value}",
+            expected="an unprivileged user (B-UN-1: User=dank)",
+            fix="run the engine as the fleet's user; only the unit itself is root's",
+        )
+
+
+@check(MEMLOCK, kind="seam", subject="service", requires=_rocm, engines=("llama.cpp", "vllm"),
+       cites=("B-RAM-4", "INC-21"),
+       summary="a ROCm engine's unit grants unlimited locked memory for the staging buffers")
+def unit_memlock(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    limit = unit.last("Service", "LimitMEMLOCK")
+    if limit is None:
+        raise Failure(
+            service=config.name, check=MEMLOCK, code=f"{MEMLOCK}/missing", where=str(unit.path),
+            observed="no LimitMEMLOCK=: the engine gets the default 8 MiB of locked memory and the load fails",
+            expected="LimitMEMLOCK=infinity",
+            fix="add LimitMEMLOCK=infinity to [Service] (ROCm pins its staging buffers)",
+        )
+    if limit.value.strip().lower() != "infinity":
+        raise Failure(
+            service=config.name, check=MEMLOCK, code=f"{MEMLOCK}/limited", where=limit.where,
+            observed=f"LimitMEMLOCK={limit.value}",
+            expected="LimitMEMLOCK=infinity (an SSH shell's 8 MiB is what failed the load, INC-21)",
+            fix="set LimitMEMLOCK=infinity",
+        )
+
+
+@check(RESTART, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-UN-2",),
+       summary="the unit restarts the engine when it dies (Restart=on-failure or always)")
+def unit_restart(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    restart = unit.last("Service", "Restart")
+    if restart is None or restart.value in ("no", ""):
+        raise Failure(
+            service=config.name, check=RESTART, code=f"{RESTART}/no-restart",
+            where=restart.where if restart else str(unit.path),
+            observed=f"Restart={restart.value}" if restart else "no Restart=: systemd leaves a dead engine dead",
+            expected="Restart=on-failure (or always)",
+            fix="add Restart=on-failure to [Service]",
+        )
+
+
+@check(ENV_FILES, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
+       cites=("B-SH-4", "INC-53"),
+       summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository")
+def unit_env_files(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    for setting in unit.all(_service_section(unit), "EnvironmentFile"):
+        optional = setting.value.startswith("-")
+        path = setting.value.lstrip("-")
+        local = map_to_repo(config.fleet, path)
+        if local is None or not local.is_file():
+            raise Failure(
+                service=config.name, check=ENV_FILES, code=f"{ENV_FILES}/outside-repo", where=setting.where,
+                observed=(f"EnvironmentFile={setting.value}: "
+                          + ("optional, so systemd loads it whenever it exists on the host -- a render cannot see it"
+                             if optional else "not a file of this repository")),
+                expected=f"env files of this repository only (deployed under {config.fleet.deploy_root})",
+                fix="retire the drop-in or line; a bench arm's env file in /tmp boots while /health stays green",
+            )
+
+
+def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, ...]] | None:
+    if unit.kind == "quadlet":
+        setting = unit.last("Container", "Exec")
+        if setting is None:
+            return None
+        words = shlex.split(setting.value)
+        return setting, tuple(words[1:])
+    starts = unit.all("Service", "ExecStart")
+    if not starts:
+        return None
+    setting = starts[-1]
+    words = shlex.split(setting.value.lstrip("-@+!:"))
+    for i, word in enumerate(words):
+        local = map_to_repo(config.fleet, word)
+        if local is not None and local.resolve() == config.service.serve_script:
+            return setting, tuple(words[i + 1:])
+    return None
+
+
+@check(EXEC_ARGS, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-SH-3",),
+       summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes")
+def unit_exec_args(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    found = _exec_args(config, unit)
+    if found is None or not found[1]:
+        return
+    setting, args = found
+    try:
+        render(config.fleet, config.service, args=args)
+    except RenderRefused as refused:
+        raise Failure(
+            service=config.name, check=EXEC_ARGS, code=f"{EXEC_ARGS}/refused", where=setting.where,
+            observed=f"{setting.key}= passes {shlex.join(args)}; with them the serve script {refused.message}",
+            expected="only arguments the serve script takes (this fleet's scripts take none: every tunable is in the env file)",
+            details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-2:]],
+            fix=f"move the arguments into the env file and drop them from {setting.key}=",
+        ) from None
+
+
+@check(IMAGE, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES, cites=("B-VL-15", "INC-36"),
+       summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)")
+def quadlet_image(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    image = unit.last("Container", "Image")
+    if image is None:
+        raise Failure(
+            service=config.name, check=IMAGE, code=f"{IMAGE}/missing", where=str(unit.path),
+            observed="no Image= in [Container]", expected="Image=localhost/NAME:TAG",
+            fix="name the locally built image",
+        )
+    name = image.value
+    if not name.startswith("localhost/") or ":" not in name.split("/", 1)[1]:
+        raise Failure(
+            service=config.name, check=IMAGE, code=f"{IMAGE}/not-local-tag", where=image.where,
+            observed=f"Image={name}",
+            expected="Image=localhost/NAME:TAG: this host's Quadlet cannot create from a registry-prefixed ref in local storage",
+            fix="re-tag the image as localhost/NAME:TAG (podman tag) and name that",
+        )
+
+
+def mounts(unit: Unit) -> list[tuple[str, str, Setting]]:
+    """(host path, container path, setting) of every bind ``Volume=`` of a Quadlet."""
+    found = []
+    for setting in unit.all("Container", "Volume"):
+        parts = setting.value.split(":")
+        if len(parts) >= 2:
+            found.append((parts[0], parts[1], setting))
+    return found
+
+
+@check(CACHE, kind="seam", subject="service", requires=_quadlet, engines=("vllm",), cites=("B-VL-13", "INC-79"),
+       summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume")
+def quadlet_compile_cache(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    if config.vllm is None:
+        return
+    for host, container, _ in mounts(unit):
+        if PurePosixPath(container) == PurePosixPath("/root/.cache") and host.startswith("/"):
+            return
+    raise Failure(
+        service=config.name, check=CACHE, code=f"{CACHE}/not-persisted", where=str(unit.path),
+        observed="no Volume= at /root/.cache: torch.compile's cache lands in the container's ephemeral layer",
+        expected="Volume=HOST_DIR:/root/.cache (every recreate re-pays torch.compile, 181 s)",
+        fix="add Volume=/home/USER/.cache/SERVICE:/root/.cache",
+    )
+
+
+def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
+    """(what, path) for every absolute path the rendered argv hands the engine, JSON values included."""
+    argv = config.rendered.argv
+    for i, arg in enumerate(argv[1:], start=1):
+        flag = argv[i - 1] if argv[i - 1].startswith("-") else "argument"
+        if arg.startswith("/"):
+            yield flag, arg
+        elif arg.startswith("{"):
+            try:
+                value = json.loads(arg)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, str) and item.startswith("/"):
+                        yield f"{flag} {key}", item
+
+
+@check(PATHS, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES,
+       cites=("B-VL-14", "B-VL-16", "INC-85"),
+       summary="every path a containerised engine is given is inside a Volume= and exists behind it")
+def quadlet_container_paths(config: ServiceConfig) -> None:
+    unit = _unit(config)
+    assert unit is not None
+    volumes = mounts(unit)
+    for what, path in container_paths(config):
+        inside = PurePosixPath(path)
+        hit = None
+        for host, container, setting in volumes:
+            try:
+                rest = inside.relative_to(PurePosixPath(container))
+            except ValueError:
+                continue
+            hit = (PurePosixPath(host) / rest, setting)
+            break
+        if hit is None:
+            raise Failure(
+                service=config.name, check=PATHS, code=f"{PATHS}/not-mounted", where=config.where_flag(
+                    config.vllm.use(what.split()[0].lstrip("-").replace("-", "_")) if config.vllm else None),
+                observed=f"{what} {path}: no Volume= mounts it, so the container cannot see it",
+                expected=f"a path inside one of: {', '.join(c for _, c, _ in volumes) or 'no volumes'}",
+                details=[f"{s.where}: Volume={s.value}" for _, _, s in volumes],
+                fix="hand the engine the container path (the same conversion every other path gets), not the host path",
+            )
+        host_path, setting = hit
+        local = map_to_repo(config.fleet, str(host_path))
+        if local is not None and not local.exists():
+            raise Failure(
+                service=config.name, check=PATHS, code=f"{PATHS}/missing-in-repo", where=setting.where,
+                observed=f"{what} {path} is {host_path} on the host, which is not in this repository",
+                expected=f"{local.relative_to(config.fleet.root)} committed, since the volume mounts the repository",
+                fix="commit the file, or point the variable at the one that is committed",
+            )

@@ -1,0 +1,97 @@
+"""vLLM's argv as the pinned release reads it, and flags the fleet's rules forbid (INC-88, B-VL-8, B-FIT-12).
+
+The release's options, value parsers and ``--speculative-config`` schema come from its wheel
+(fleetgate/engines/vllm_release.json, read by ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is
+the radiance fork adds that fork's flags and drafter method.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from fleetgate.checks import check
+from fleetgate.config import ServiceConfig
+from fleetgate.engines.vllm import RADIANCE, Fork, load_release, read_as_vllm
+from fleetgate.failure import Failure
+
+__all__ = ["fork_of"]
+
+ARGV = "vllm-argv"
+FORBIDDEN = "forbidden-flags"
+
+
+def fork_of(config: ServiceConfig) -> Fork | None:
+    """The vLLM fork a service runs, from its Quadlet's image reference (localhost/radiance-vllm:TAG)."""
+    unit = config.rendered.unit
+    image = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
+    if image is not None and RADIANCE.name in image.value:
+        return RADIANCE
+    return None
+
+
+def _is_vllm(config: ServiceConfig) -> bool:
+    return config.vllm is not None
+
+
+def _where(config: ServiceConfig, flag: str) -> str:
+    assert config.vllm is not None
+    dest = flag.lstrip("-").replace("-", "_")
+    return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)
+
+
+@check(ARGV, kind="seam", subject="service", applies=_is_vllm, engines=("vllm",), cites=("B-VL-8", "B-VL-11"),
+       summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
+               "--speculative-config fits SpeculativeConfig")
+def vllm_argv(config: ServiceConfig) -> None:
+    fork = fork_of(config)
+    release = load_release().with_fork(fork)
+    _, problems = read_as_vllm(config.rendered.argv, release)
+    if problems:
+        first = problems[0]
+        raise Failure(
+            service=config.name, check=ARGV, where=_where(config, first.flag),
+            code=(f"{ARGV}/unknown-flag" if first.kind == "unknown-flag"
+                  else f"{ARGV}/ambiguous-flag" if first.kind == "ambiguous-flag"
+                  else f"{ARGV}/missing-value" if first.kind == "missing-value"
+                  else f"{ARGV}/bad-value" if first.kind == "bad-value"
+                  else f"{ARGV}/speculative-config"),
+            observed=first.message,
+            details=[p.message for p in problems[1:]],
+            expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the engine refuses "
+                     "this at start, after the container is up",
+            fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file",
+        )
+
+
+def _llama_or_vllm(config: ServiceConfig) -> bool:
+    return config.vllm is not None or config.llama is not None
+
+
+@check(FORBIDDEN, kind="seam", subject="service", applies=_llama_or_vllm, engines=("llama.cpp", "vllm"),
+       cites=("INC-88", "B-VL-8", "B-FIT-12"),
+       summary="no --expert-precise-memory on vLLM (INC-88), no --fit on for llama.cpp (B-FIT-12)")
+def forbidden_flags(config: ServiceConfig) -> None:
+    argv = config.rendered.argv
+    if config.vllm is not None:
+        found, _ = read_as_vllm(argv, load_release().with_fork(RADIANCE))
+        if "--expert-precise-memory" in found:
+            raise Failure(
+                service=config.name, check=FORBIDDEN, code=f"{FORBIDDEN}/expert-precise-memory",
+                where=str(config.rendered.script), cites=("INC-88", "B-VL-8"),
+                observed="--expert-precise-memory is deployed: 31.73 of 31.86 GiB planned, ~0.13 GiB left at boot",
+                expected="the flag absent (the serve script may keep it as an opt-in, off)",
+                fix="drop --expert-precise-memory: graph capture allocates transiently and the engine dies in a restart loop",
+            )
+        return
+    for i, word in enumerate(argv[1:], start=1):
+        name, eq, inline = word.partition("=")
+        if name in ("--fit", "-fit"):
+            value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value == "on":
+                raise Failure(
+                    service=config.name, check=FORBIDDEN, code=f"{FORBIDDEN}/fit-on", cites=("B-FIT-12",),
+                    where=config.where_variable("FIT") if "FIT" in config.variables else str(config.rendered.script),
+                    observed=f"{shlex.join(argv[i:i + (1 if eq else 2)])}: llama-server shrinks unset context and layers to fit",
+                    expected="--fit off with --gpu-layers 999: everything on the cards, nothing resized behind the seams' back",
+                    fix="set FIT=off; the fit is fleetgate's ledger, checked before the deploy",
+                )

@@ -1,0 +1,46 @@
+"""The service's host, read through testinfra: systemd's view of the unit, the engine's process, its
+libraries (INC-53, INC-88, B-DV, B-RAM-4, B-UN-1/2/3)."""
+
+import pytest
+
+from fleetgate.plugin_host import HostCheck
+
+
+@pytest.mark.check("host-unit-state")
+def test_unit_state(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-unit-drop-ins")
+def test_unit_drop_ins(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-unit-limits")
+def test_unit_limits(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-boot-persistence")
+def test_boot_persistence(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-process-argv")
+def test_process_argv(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-process-env")
+def test_process_env(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-runtime-libs")
+def test_runtime_libs(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-payload")
+def test_payload(host_check: HostCheck) -> None:
+    host_check.run()

@@ -1,0 +1,166 @@
+"""The process-level host checks on the real reference server, and each failing on a real process started
+wrong: another argv, another environment, libraries loaded from the wrong depth, nothing running."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fleetgate.reference import llama_bin_dir
+from tests.host.conftest import Process, fleet_copy, run_host_gate
+
+UNIT_SKIP = "SKIPPED"
+NO_UNIT = {"host-unit-state": UNIT_SKIP, "host-unit-drop-ins": UNIT_SKIP, "host-unit-limits": UNIT_SKIP,
+           "host-boot-persistence": UNIT_SKIP, "host-payload": "PASS"}
+
+
+def test_the_reference_passes_every_host_check_that_applies(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    for name in (n for n, outcome in NO_UNIT.items() if outcome == UNIT_SKIP):
+        assert "reference has no unit in fleet.toml" in gate.checks[name][1]
+    gate.result.assert_outcomes(passed=4, skipped=4)
+
+
+def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+                                           processes: Callable[..., Process]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+
+    def other_context(argv: list[str]) -> list[str]:
+        index = argv.index("--ctx-size")
+        return [*argv[:index + 1], "2048", *argv[index + 2:]]
+
+    processes(fleet_toml, edit=other_context)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
+                               "host-process-env": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    gate.result.assert_outcomes(passed=3, failed=1, skipped=4)
+
+
+def test_an_undeclared_visibility_variable_fails_the_env_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, env={"CUDA_VISIBLE_DEVICES": "1"})
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/undeclared-visibility",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+
+
+def test_a_declared_visibility_variable_missing_fails_the_env_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The process was started before the env file declared HIP_VISIBLE_DEVICES (a restart is due)."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml)
+    env = fleet_toml.parent / "scripts" / "reference.env"
+    env.write_text(env.read_text(encoding="utf-8") + "HIP_VISIBLE_DEVICES=0\n", encoding="utf-8")
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/visibility-differs",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+
+
+def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The binary copied without its lib directory still runs (LD_LIBRARY_PATH finds the libraries
+    elsewhere): the flattened-copy shape of INC-01, where the loader's fixed depth is broken."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    lonely = tmp_path / "flattened" / "llama-server"
+    lonely.parent.mkdir()
+    shutil.copy2(llama_bin_dir() / "llama-server", lonely)
+    processes(fleet_toml, binary=lonely, env={"LD_LIBRARY_PATH": str(llama_bin_dir())})
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
+                               "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.result.stdout.str()
+
+
+def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+                                                    engine: None) -> None:
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/no-process",
+                               "host-process-env": "host-process-env/no-process",
+                               "host-runtime-libs": "host-runtime-libs/no-process"}, gate.result.stdout.str()
+
+
+def test_the_payload_check_fails_on_each_wrong_declaration(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+    """The reference's real model file against a manifest that declares another sha256, another size, and a
+    file the host does not have."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    manifest = fleet_toml.parent / "scripts" / "reference.payload"
+    clean = manifest.read_text(encoding="utf-8")
+    processes_pass = {"host-process-argv": "PASS", "host-process-env": "PASS", "host-runtime-libs": "PASS"}
+    cases = {
+        "host-payload/sha256-differs": clean.replace("b179c9523d0e6a0f", "0000000000000000"),
+        "host-payload/size-differs": clean.replace("98362432 ", "98362431 "),
+        "host-payload/missing": clean + "4096 - /opt/fleetgate/models/not-fetched.gguf\n",
+    }
+    for code, text in cases.items():
+        assert text != clean
+        manifest.write_text(text, encoding="utf-8")
+        gate = run_host_gate(pytester, fleet_toml)
+        assert gate.outcomes() == {**NO_UNIT, **processes_pass, "host-payload": code}, gate.result.stdout.str()
+
+
+def test_a_bundled_rocblas_without_its_device_code_fails_the_libs_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, engine: None) -> None:
+    """INC-01's layout, built here: a binary whose RUNPATH is $ORIGIN/../lib and which loads a bundled
+    librocblas from there, with no rocblas/library/TensileLibrary.dat beside it. The CPU reference has no
+    rocBLAS, so the process is a small C program compiled for the test (it listens on the service's port);
+    the check reads its real /proc/PID/maps and ELF header."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler to build the stand-in for a ROCm build")
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    (build / "lib").mkdir()
+    (build / "rocblas.c").write_text("int rocblas_create_handle(void) { return 0; }\n", encoding="utf-8")
+    (build / "engine.c").write_text("""
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <unistd.h>
+int rocblas_create_handle(void);
+int main(int argc, char **argv) {
+    int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET; a.sin_port = htons(atoi(argv[1])); a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || listen(s, 1)) return 1;
+    rocblas_create_handle();
+    pause();
+    return 0;
+}
+""", encoding="utf-8")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(build / "lib" / "librocblas.so.4"),
+                    "-Wl,-soname,librocblas.so.4", str(build / "rocblas.c")], check=True)
+    subprocess.run(["cc", "-o", str(build / "bin" / "llama-server"), str(build / "engine.c"),
+                    str(build / "lib" / "librocblas.so.4"), "-Wl,-rpath,$ORIGIN/../lib"], check=True)
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    with subprocess.Popen([str(build / "bin" / "llama-server"), str(port)], stdin=subprocess.DEVNULL,
+                          start_new_session=True) as process:
+        try:
+            deadline = time.monotonic() + 10
+            while not _listening(port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gate = run_host_gate(pytester, fleet_toml)
+        finally:
+            process.terminate()
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
+                               "host-process-env": "PASS",
+                               "host-runtime-libs": "host-runtime-libs/tensile-missing"}, gate.result.stdout.str()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0

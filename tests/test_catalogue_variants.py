@@ -1,0 +1,102 @@
+"""Harmless variants pass: spellings the engine and the file's reader treat alike give the clean fleet's verdicts.
+
+Each variant is an edit to a copy of the example fleet that changes nothing the engine or the unit sees
+(quoting, comments, flag order, long and short spellings, ``--flag=value`` where the engine reads it:
+vLLM's argparse does, llama-server 11434 does not); every seam must keep its
+clean outcome (tests/test_mutations.py's CLEAN). ``[[ -f ]]`` file tests and an engine exec'd by absolute
+path belong to the render's sandbox (branch sandbox). The last cases are misattributions fixed here:
+they must fail, or skip, on the right check.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleetgate.incidents import run_seams
+from tests.test_mutations import CLEAN
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "fixtures" / "fleet"
+ME, ZE, MS = "scripts/frank-medium.env", "scripts/frank-zealot.env", "scripts/serve-frank-medium.sh"
+ZS, AS = "scripts/serve-frank-zealot.sh", "dankserver/frank-archon/serve-frank-archon.sh"
+
+Edit = tuple[str, str, str]
+
+VARIANTS: dict[str, list[Edit]] = {
+    # systemd's EnvironmentFile strips one level of double or single quotes.
+    "systemd-env-double-quotes": [(ME, "CTX_SIZE=393216", 'CTX_SIZE="393216"')],
+    "systemd-env-single-quotes": [(ME, "PARALLEL=2", "PARALLEL='2'")],
+    # bash sources zealot's env file: quotes and trailing comments are bash's.
+    "bash-env-quotes": [(ZE, "PARALLEL=3", 'PARALLEL="3"')],
+    "bash-env-trailing-comment": [(ZE, "CTX_SIZE=786432", "CTX_SIZE=786432  # 3 x 262144")],
+    "env-full-line-comments": [(ME, "CACHE_RAM=16384", "# the cap: one slot's state, rounded up\n\n   # indented\nCACHE_RAM=16384")],
+    "flag-order": [(MS, '    --ctx-size "$CTX_SIZE"\n    --parallel "${PARALLEL:-2}"\n',
+                    '    --parallel "${PARALLEL:-2}"\n    --metrics\n    --ctx-size "$CTX_SIZE"\n')],
+    "short-spellings": [(MS, '--ctx-size "$CTX_SIZE"', '-c "$CTX_SIZE"'),
+                        (MS, '--parallel "${PARALLEL:-2}"', '-np "${PARALLEL:-2}"'),
+                        (MS, '--ubatch-size "$UBATCH_SIZE"', '-ub "$UBATCH_SIZE"'),
+                        (MS, '--tensor-split "$TENSOR_SPLIT"', '-ts "$TENSOR_SPLIT"'),
+                        (MS, '--cache-type-k "$CACHE_TYPE_K"', '-ctk "$CACHE_TYPE_K"'),
+                        (MS, '--gpu-layers "$GPU_LAYERS"', '-ngl "$GPU_LAYERS"')],
+    # llama-server turns '_' into '-' in a long flag's name (common/arg.cpp, common_params_parse_ex).
+    "underscore-spellings": [(MS, '--ctx-size "$CTX_SIZE"', '--ctx_size "$CTX_SIZE"'),
+                             (MS, '--cache-ram "$CACHE_RAM"', '--cache_ram "$CACHE_RAM"')],
+    "vllm-short-and-equals": [(AS, '--tensor-parallel-size "$TP"', '-tp "$TP"'),
+                              (AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqs="$MAXSEQS"')],
+    "zealot-flag-order": [(ZS, '    --ctx-size "$CTX_SIZE"\n    --parallel "$PARALLEL"\n',
+                           '    --parallel "$PARALLEL"\n    --ctx-size "$CTX_SIZE"\n')],
+}
+
+
+def _mutated(tmp_path: Path, edits: list[Edit]) -> Path:
+    target = tmp_path / "fleet"
+    shutil.copytree(FLEET, target, symlinks=True)
+    for file, old, new in edits:
+        text = (target / file).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"
+        (target / file).write_text(text.replace(old, new), encoding="utf-8")
+    return target / "fleet.toml"
+
+
+def _table(fleet_toml: Path) -> dict[tuple[str, str], str]:
+    return {(o.subject, o.check): o.code if o.outcome == "failed" and o.code else o.outcome for o in run_seams(fleet_toml)}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_harmless_variant_gives_the_clean_verdicts(name: str, tmp_path: Path) -> None:
+    assert _table(_mutated(tmp_path, VARIANTS[name])) == CLEAN
+
+
+# Misattributions the catalogue fixed: the right check and code, nothing else.
+CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
+    # A misspelt shape flag is named as such, not reported as 'no measured boot' on the CHUNK line.
+    "vllm-misspelt-flag-is-not-a-shape": (
+        [(AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqz "$MAXSEQS"')],
+        {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/misspelt-shape-flag"},
+    ),
+    # llama-server reads no '--flag=value' (common/arg.cpp looks the whole token up): refused, as the engine does.
+    "llama-flag-equals-value-is-refused": (
+        [(ZS, "    --host 0.0.0.0\n", "    --host=0.0.0.0\n")],
+        {("frank-zealot", "engine-accepts-argv"): "engine-accepts-argv/rejected-flag"},
+    ),
+    # A split change that starves the drafter's card is the split's doing: card-floor names the nearest
+    # step that clears every floor; the drafter check (advice about the drafter's window) stays quiet.
+    "split-change-is-not-the-drafter": (
+        [(ME, "TENSOR_SPLIT=35,30", "TENSOR_SPLIT=33,32")],
+        {("frank-medium", "card-floor"): "card-floor/below-floor", ("frank-medium", "card-balance"): "card-balance/gap-over-slack"},
+    ),
+    # The serve script that drops --kv-cache-memory with KV_MEM=0 set is at fault, not the env file.
+    "kv-memory-dropped-by-the-script": (
+        [(AS, 'if [ -n "$KV_MEM" ]; then', 'if [ "$KV_MEM" != 0 ]; then')],
+        {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/kv-memory-omitted"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", CAUSES)
+def test_cause_named_right(name: str, tmp_path: Path) -> None:
+    edits, changes = CAUSES[name]
+    assert _table(_mutated(tmp_path, edits)) == {**CLEAN, **changes}
