@@ -10,38 +10,44 @@ import argparse
 import importlib
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError, parse_toml, read_text
 from fleetgate.fleet import Fleet, load_fleet
 
-__all__ = ["main", "resolve_fleet"]
+if TYPE_CHECKING:
+    from fleetgate.config import ServiceConfig
+
+__all__ = ["argv_lines", "main", "resolve_fleet"]
 
 # Modules that add subcommands; a module that is absent is skipped.
 SUBCOMMANDS: tuple[str, ...] = ("fleetgate.cli_fit", "fleetgate.cli_reference", "fleetgate.cli_incidents")
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
 
 
-def resolve_fleet(path: str | None) -> Fleet:
+def resolve_fleet(path: str | None, *, only: str | None = None) -> Fleet:
     """--fleet PATH, else ./fleet.toml, else the fleetgate_fleet ini option of ./pyproject.toml.
 
     A manifest with inf/nan in it is refused here (the seams report it as ``fleet-numbers-finite``).
+    ``only``: the answer is about that one service; the others are not loaded (see ``load_fleet``).
     """
-    fleet = _find_fleet(path)
+    fleet = _find_fleet(path, only)
     if fleet.non_finite:
         bad = fleet.non_finite[0]
         raise InputError(fleet.path, bad.line, f"{bad.key} = {bad.value}; expected a finite number")
     return fleet
 
 
-def _find_fleet(path: str | None) -> Fleet:
+def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
     if path:
-        return load_fleet(Path(path))
+        return load_fleet(Path(path), only=only)
     if Path("fleet.toml").exists():
-        return load_fleet(Path("fleet.toml"))
+        return load_fleet(Path("fleet.toml"), only=only)
     pyproject = Path("pyproject.toml")
     if pyproject.exists():
         data = parse_toml(read_text(pyproject, "pyproject.toml"), pyproject)
@@ -50,14 +56,14 @@ def _find_fleet(path: str | None) -> Fleet:
         if value is not None:
             if not isinstance(value, str) or not value:
                 raise InputError(pyproject, None, f"tool.pytest.ini_options.fleetgate_fleet = {value!r}; expected the path of a fleet.toml")
-            return load_fleet(Path(value))
+            return load_fleet(Path(value), only=only)
     raise InputError(Path.cwd(), None, f"no fleet manifest: pass --fleet PATH ({DEFAULT_FLEET_HINT})")
 
 
 def _render(args: argparse.Namespace) -> int:
     from fleetgate.config import load_service
 
-    fleet = resolve_fleet(args.fleet)
+    fleet = resolve_fleet(args.fleet, only=args.service)
     if args.service not in fleet.services:
         raise InputError(fleet.path, None, f"no service {args.service!r}; expected one of: {', '.join(fleet.services)}")
     config = load_service(fleet, fleet.services[args.service])
@@ -69,17 +75,41 @@ def _render(args: argparse.Namespace) -> int:
         print()
         return 0
     print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} as {config.service.unit and config.service.unit.name}")
-    lines: list[str] = [shlex.quote(rendered.argv[0])]
-    for arg in rendered.argv[1:]:
-        if arg.startswith("-") or len(lines) == 1 or not lines[-1].lstrip().startswith("-") or " " in lines[-1].strip():
-            lines.append(shlex.quote(arg))
-        else:
-            lines[-1] += " " + shlex.quote(arg)
+    lines = argv_lines(rendered.argv, _flag_indices(config))
     print(" \\\n    ".join(lines))
     problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())
     for problem in problems:
         print(f"# {problem.flag}: {problem.message}")
     return 0
+
+
+_NUMBER = re.compile(r"^-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+def _flag_indices(config: ServiceConfig) -> set[int] | None:
+    """argv positions the engine's own option table reads as flags (None when it has none)."""
+    parsed = config.llama.parsed if config.llama else config.vllm.parsed if config.vllm else None
+    if parsed is None:
+        return None
+    found = {use.index for uses in parsed.uses.values() for use in uses if use.index is not None}
+    found |= {problem.index for problem in parsed.problems if problem.index is not None}
+    return found
+
+
+def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
+    """The binary, then one line per flag with its values beside it (``--reasoning-budget -1``).
+
+    ``flags`` are the positions the engine reads as options; without them a word that starts with a
+    dash and is not a number is a flag.
+    """
+    lines = [shlex.quote(argv[0])]
+    for index, arg in enumerate(argv[1:], start=1):
+        is_flag = index in flags if flags is not None else arg.startswith("-") and not _NUMBER.match(arg)
+        if is_flag or len(lines) == 1:
+            lines.append(shlex.quote(arg))
+        else:
+            lines[-1] += " " + shlex.quote(arg)
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:

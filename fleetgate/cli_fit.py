@@ -125,7 +125,7 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
     from fleetgate.cli import resolve_fleet
     from fleetgate.config import load_service
 
-    fleet = resolve_fleet(args.fleet)
+    fleet = resolve_fleet(args.fleet, only=name)
     service = fleet.services.get(name)
     if service is None:
         known = ", ".join(fleet.services)

@@ -5,19 +5,34 @@ Seams and the contract read this; nothing here re-parses a file the renderer alr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copyreg
+import io
+import os
+import pickle
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
 from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
+from fleetgate.failure import Deferred
 from fleetgate.fleet import Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
 
-__all__ = ["ServiceAttempt", "ServiceConfig", "attempt_service", "load_service"]
+__all__ = [
+    "ServiceAttempt",
+    "ServiceConfig",
+    "attempt_service",
+    "attempt_services",
+    "load_service",
+    "share_attempts",
+    "unshare_attempts",
+]
 
 
 @dataclass(frozen=True)
@@ -57,16 +72,25 @@ class ServiceConfig:
         origin = self.variables.get(name)
         return origin.where if origin else str(self.rendered.script)
 
-    def where_flag(self, use: FlagUse | None) -> str:
-        """file:line of the variable that produced a flag's value (found by re-rendering), else the script."""
+    def where_flag(self, use: FlagUse | None) -> Deferred:
+        """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
+
+        Deferred: the re-renders run only when a failure (or a caller) formats the value, never for a
+        check that passes.
+        """
         if use is None:
-            return str(self.rendered.script)
+            return Deferred(lambda: str(self.rendered.script))
         if use.index is None:
-            return self.where_variable(use.flag)
+            flag = use.flag
+            return Deferred(lambda: self.where_variable(flag))
         key = f"{use.dest}@{use.index}"
-        if key not in self._where_cache:
-            self._where_cache[key] = self._find_flag_origin(use)
-        return self._where_cache[key]
+
+        def find() -> str:
+            if key not in self._where_cache:
+                self._where_cache[key] = self._find_flag_origin(use)
+            return self._where_cache[key]
+
+        return Deferred(find)
 
     def _find_flag_origin(self, use: FlagUse) -> str:
         assert use.index is not None
@@ -131,3 +155,48 @@ def attempt_service(fleet: Fleet, service: Service) -> ServiceAttempt:
         return ServiceAttempt(fleet, service, load_service(fleet, service), None)
     except RenderRefused as refused:
         return ServiceAttempt(fleet, service, None, refused)
+
+
+def attempt_services(fleet: Fleet, *, jobs: int | None = None) -> dict[str, ServiceAttempt]:
+    """Every service of the fleet rendered, several at a time (a render mostly waits for its bash).
+
+    The result is in the fleet's order; a malformed file raises the ``InputError`` of the first
+    service (in that order) that has one, as rendering one after the other would.
+    """
+    services = list(fleet.services.values())
+    workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(services)))
+    if workers == 1:
+        return {service.name: attempt_service(fleet, service) for service in services}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleetgate-render") as pool:
+        futures = [pool.submit(attempt_service, fleet, service) for service in services]
+        try:
+            return {service.name: future.result() for service, future in zip(services, futures, strict=True)}
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _reduce_refused(refused: RenderRefused) -> tuple[Callable[..., RenderRefused], tuple[Any, ...]]:
+    return (_rebuild_refused, (refused.path, refused.line, refused.message, refused.stderr, refused.inputs,
+                               refused.sourced))
+
+
+def _rebuild_refused(*args: Any) -> RenderRefused:
+    return RenderRefused(*args)
+
+
+def share_attempts(attempts: Mapping[str, ServiceAttempt]) -> bytes:
+    """The rendered fleet as bytes, for another process of the same run (an xdist worker)."""
+    pickler_table = copyreg.dispatch_table.copy()
+    pickler_table[RenderRefused] = _reduce_refused
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = pickler_table
+    pickler.dump(dict(attempts))
+    return buffer.getvalue()
+
+
+def unshare_attempts(data: bytes) -> dict[str, ServiceAttempt]:
+    attempts: dict[str, ServiceAttempt] = pickle.loads(data)
+    return attempts

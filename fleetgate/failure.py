@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["Failure", "format_failure"]
+__all__ = ["Deferred", "Failure", "format_failure"]
+
+
+class Deferred:
+    """A ``where`` that is costly to find (re-rendering a script), found only if a failure shows it.
+
+    Checks name their ``where`` before they know whether they fail; most do not, so the search runs
+    at most once, when a ``Failure`` is built or the value is formatted.
+    """
+
+    __slots__ = ("_compute", "_value")
+
+    def __init__(self, compute: Callable[[], str]) -> None:
+        self._compute: Callable[[], str] | None = compute
+        self._value = ""
+
+    def __str__(self) -> str:
+        if self._compute is not None:
+            self._value = self._compute()
+            self._compute = None
+        return self._value
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __repr__(self) -> str:
+        return f"Deferred({str(self)!r})"
 
 
 class Failure(AssertionError):
@@ -23,7 +49,7 @@ class Failure(AssertionError):
         check: str,
         observed: str,
         expected: str,
-        where: str,
+        where: str | Deferred,
         fix: str,
         code: str | None = None,
         cites: Sequence[str] = (),
@@ -36,7 +62,7 @@ class Failure(AssertionError):
         self.code = code or check
         self.observed = observed
         self.expected = expected
-        self.where = where
+        self.where = str(where)
         self.fix = fix
         self.cites = tuple(cites)
         self.details = tuple(details)

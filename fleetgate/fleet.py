@@ -8,6 +8,7 @@ Everything else is read from the files themselves by the renderer.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
@@ -33,6 +34,7 @@ __all__ = [
     "Service",
     "TimeoutChain",
     "TimeoutRef",
+    "Waiver",
     "load_fleet",
 ]
 
@@ -168,6 +170,28 @@ class TimeoutChain:
 
 
 @dataclass(frozen=True)
+class Waiver:
+    """A known failure accepted until a date (``[[waivers]]`` in fleet.toml)."""
+
+    code: str
+    """A failure code, or a check name (every code of that check)."""
+    service: str
+    reason: str
+    expires: datetime.date
+    """The last day the waiver holds."""
+    line: int | None
+
+    def covers(self, service: str, code: str) -> bool:
+        return service == self.service and (code == self.code or code.split("/", 1)[0] == self.code)
+
+    def expired(self, today: datetime.date) -> bool:
+        return today > self.expires
+
+    def describe(self) -> str:
+        return f"waiver {self.code} for {self.service} until {self.expires.isoformat()}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class NonFinite:
     keys: tuple[str, ...]
     value: float
@@ -193,6 +217,9 @@ class Fleet:
     docs_index: Path | None = None
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
+    waivers: tuple[Waiver, ...] = ()
+    key_index: KeyIndex | None = field(default=None, compare=False, repr=False)
+    """Where each key of fleet.toml is, read once with the file (``where`` looks keys up in it)."""
 
     @property
     def root(self) -> Path:
@@ -200,7 +227,8 @@ class Fleet:
 
     def where(self, *keys: str) -> str:
         """``fleet.toml:LINE`` for a key path, for failure messages."""
-        line = locate_key(read_text(self.path, "the fleet manifest"), keys)
+        index = self.key_index or KeyIndex(read_text(self.path, "the fleet manifest"))
+        line = index.line(keys)
         return f"{self.path}:{line}" if line else str(self.path)
 
     def host_of(self, service: Service) -> Host:
@@ -213,11 +241,24 @@ def _schema() -> dict[str, Any]:
     return schema
 
 
-def load_fleet(path: Path | str) -> Fleet:
-    """Read and validate a fleet manifest; every problem is one ``InputError`` line."""
+def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
+    """Read and validate a fleet manifest; every problem is one ``InputError`` line.
+
+    ``only``: a fleet of that one service (hosts, clients and timeouts whole), for answering about
+    one service at the cost of one, whatever the fleet's size; the other services' tables are not
+    validated. An unknown name loads the whole fleet (the caller lists the names).
+    """
     path = Path(path).resolve()
     text = read_text(path, "the fleet manifest")
     data = parse_toml(text, path)
+    for waiver in data.get("waivers", []) if isinstance(data.get("waivers"), list) else []:
+        # A TOML date is the natural way to write the expiry; the schema sees its ISO form.
+        if isinstance(waiver, dict) and type(waiver.get("expires")) is datetime.date:
+            waiver["expires"] = waiver["expires"].isoformat()
+
+    known = tuple(data["services"]) if isinstance(data.get("services"), dict) else ()
+    if only is not None and only in known:
+        data = {**data, "services": {only: data["services"][only]}}
 
     validator = jsonschema.Draft202012Validator(_schema())
     try:
@@ -229,7 +270,7 @@ def load_fleet(path: Path | str) -> Fleet:
         keys = tuple(str(k) for k in error.absolute_path)
         raise InputError(path, locate_key(text, keys), f"{'.'.join(keys) or '(top level)'}: {_explain(error)}")
 
-    return _build(path, text, data)
+    return _build(path, text, data, known)
 
 
 def _explain(error: jsonschema.ValidationError) -> str:
@@ -259,8 +300,12 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return str(error.message)
 
 
-def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
+def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] = ()) -> Fleet:
     root = path.parent
+    keys_index = KeyIndex(text)
+
+    def locate_key(_: str, keys: Sequence[str]) -> int | None:
+        return keys_index.line(keys)
 
     real_root = root.resolve()
 
@@ -377,7 +422,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         for ref in raw["chain"]:
             if isinstance(ref, str):
                 owner, variable = ref.split(":", 1)
-                if owner not in services and owner not in clients:
+                if owner not in services and owner not in known and owner not in clients:
                     raise InputError(path, locate_key(text, ("timeouts", str(i))),
                                      f"timeouts[{i}]: {ref!r} names no service or client; expected one of: "
                                      f"{', '.join([*services, *clients])}")
@@ -395,6 +440,21 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         file for i, dashboard in enumerate(data.get("dashboards", []))
         if (file := repo_file(dashboard, ("dashboards", str(i)))) is not None
     )
+    waivers: list[Waiver] = []
+    for i, raw in enumerate(data.get("waivers", [])):
+        keys = ("waivers", str(i))
+        if raw["service"] not in services and raw["service"] not in known and raw["service"] not in {c.name for c in chains}:
+            raise InputError(path, locate_key(text, (*keys, "service")),
+                             f"waivers[{i}].service: {raw['service']!r} names no service or timeout chain; expected one "
+                             f"of: {', '.join([*services, *(c.name for c in chains)])}")
+        try:
+            expires = datetime.date.fromisoformat(raw["expires"])
+        except ValueError:
+            raise InputError(path, locate_key(text, (*keys, "expires")),
+                             f"waivers[{i}].expires: {raw['expires']!r} is not a calendar date; expected YYYY-MM-DD") from None
+        waivers.append(Waiver(code=raw["code"], service=raw["service"], reason=raw["reason"], expires=expires,
+                              line=locate_key(text, keys)))
+
     return Fleet(
         path=path,
         name=data["fleet"]["name"],
@@ -408,6 +468,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any]) -> Fleet:
         retired_names=tuple(data["fleet"].get("retired_names", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         non_finite=nonfinite,
+        waivers=tuple(waivers),
+        key_index=keys_index,
     )
 
 
@@ -432,42 +494,37 @@ def locate_key(text: str, keys: Sequence[str]) -> int | None:
     Array indices count ``[[table]]`` occurrences. Returns the deepest line that matches: the key's
     own line, else the line of its enclosing table.
     """
-    if not keys:
+    return KeyIndex(text).line(keys)
+
+
+class KeyIndex:
+    """Every table and key path of a TOML document with the first line it appears on: built in one pass,
+    so that locating many keys (one per service, one per failure) is not a rescan of the file each time."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        array_counts: dict[tuple[str, ...], int] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            header = _HEADER.match(line)
+            if header:
+                name = _split_dotted(header.group(2))
+                if header.group(1):
+                    index = array_counts.get(name, -1) + 1
+                    array_counts[name] = index
+                    table = (*name, str(index))
+                else:
+                    table = name
+                self.lines.setdefault(table, number)
+                continue
+            key = _KEY.match(line)
+            if key:
+                self.lines.setdefault((*table, *_split_dotted(key.group(1))), number)
+
+    def line(self, keys: Sequence[str]) -> int | None:
+        """The line of the longest prefix of ``keys`` that the document names (its first occurrence)."""
+        for depth in range(len(keys), 0, -1):
+            found = self.lines.get(tuple(keys[:depth]))
+            if found is not None:
+                return found
         return None
-    best: int | None = None
-    best_depth = 0
-    table: tuple[str, ...] = ()
-    array_counts: dict[tuple[str, ...], int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            name = _split_dotted(header.group(2))
-            if header.group(1):
-                index = array_counts.get(name, -1) + 1
-                array_counts[name] = index
-                table = (*name, str(index))
-            else:
-                table = name
-            depth = _prefix_depth(table, keys)
-            if depth == len(table) and depth > best_depth:
-                best, best_depth = number, depth
-            continue
-        key = _KEY.match(line)
-        if key:
-            full = (*table, *_split_dotted(key.group(1)))
-            depth = _prefix_depth(full, keys)
-            if depth == len(full) and depth > best_depth:
-                best, best_depth = number, depth
-            elif (depth == len(table) < len(keys) and full[: len(table) + 1] == tuple(keys[: len(table) + 1])
-                  and depth + 1 > best_depth):
-                best, best_depth = number, depth + 1
-    return best
-
-
-def _prefix_depth(path: Sequence[str], keys: Sequence[str]) -> int:
-    depth = 0
-    for a, b in zip(path, keys, strict=False):
-        if a != b:
-            break
-        depth += 1
-    return depth

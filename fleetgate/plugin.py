@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from fleetgate.checks import Check, NotApplicable, get_check
-from fleetgate.config import ServiceAttempt, attempt_service
+from fleetgate.config import ServiceAttempt, attempt_services, share_attempts, unshare_attempts
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, load_fleet
@@ -25,7 +25,7 @@ from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = ["Seam", "fleet_path"]
 
-pytest_plugins = ["fleetgate.plugin_live"]
+pytest_plugins = ["fleetgate.plugin_live", "fleetgate.plugin_report"]
 
 _FLEET = pytest.StashKey[Fleet]()
 _ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()
@@ -46,6 +46,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "check(name): run the registered fleetgate check NAME once per subject it applies to")
     config.addinivalue_line("markers", "seam: an offline check over the fleet's files (no network)")
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_ShareRenders(), "fleetgate-share-renders")
 
 
 def fleet_path(config: pytest.Config) -> Path:
@@ -66,13 +68,33 @@ def _fleet(config: pytest.Config) -> Fleet:
 
 
 def _attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
+    """Every service rendered once per run: by the xdist controller for all its workers, else here."""
     if _ATTEMPTS not in config.stash:
-        fleet = _fleet(config)
-        attempts = {}
-        for service in fleet.services.values():
-            attempts[service.name] = attempt_service(fleet, service)
+        shared = getattr(config, "workerinput", {}).get(_SHARED)
+        if shared is not None:
+            attempts = unshare_attempts(shared)
+            config.stash[_FLEET] = next(iter(attempts.values())).fleet if attempts else _fleet(config)
+        else:
+            attempts = attempt_services(_fleet(config))
         config.stash[_ATTEMPTS] = attempts
     return config.stash[_ATTEMPTS]
+
+
+_SHARED = "fleetgate_attempts"
+
+
+class _ShareRenders:
+    """xdist: the controller renders every service once and hands the results to each worker, instead
+    of every worker rendering the whole fleet again while it collects."""
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        config: pytest.Config = node.config
+        try:
+            attempts = _attempts(config)
+        except (InputError, pytest.UsageError):
+            return  # each worker meets the error while it collects, and reports it as one line
+        node.workerinput[_SHARED] = share_attempts(attempts)
 
 
 def _chains(config: pytest.Config) -> list[ResolvedChain]:

@@ -121,10 +121,29 @@ def run(spec: SandboxSpec, *, what: Path | str) -> SandboxResult:
     if problem is not None and not _opted_out():
         raise SandboxUnavailable(what, None, f"cannot run it in a sandbox: {problem}; fleetgate will not run a "
                                  f"fleet's bash unconfined unless {OPT_OUT}=1 is set")
-    with tempfile.TemporaryDirectory(prefix="fleetgate-sandbox-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleetgate-sandbox-", dir=scratch_dir()) as tmp:
         if problem is not None:
             return _run_unconfined(spec, Path(tmp))
         return _run_sandboxed(spec, Path(tmp))
+
+
+@cache
+def scratch_dir() -> str | None:
+    """Where a run's scratch files go: /dev/shm when it is a writable tmpfs that allows programs (the
+    stubs are run from there), so that a render's files never touch a disk; else tempfile's default.
+    An explicit TMPDIR wins."""
+    if os.environ.get("TMPDIR"):
+        return None
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if (len(fields) >= 4 and fields[1] == "/dev/shm" and fields[2] == "tmpfs"
+                        and "noexec" not in fields[3].split(",") and os.access("/dev/shm", os.W_OK | os.X_OK)):
+                    return "/dev/shm"
+    except OSError:
+        pass
+    return None
 
 
 def _nul(items: Sequence[str]) -> bytes:

@@ -47,6 +47,22 @@ def test_a_malformed_env_file_is_one_line(tmp_path: Path, capsys: pytest.Capture
     assert "unterminated quote" in err and err.count("\n") == 1
 
 
+def test_render_prints_every_value_beside_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "frank-medium", "--fleet", str(FLEET / "fleet.toml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "    --reasoning-budget -1 \\" in lines
+    assert not any(line.strip() in ("-1", "-1 \\") for line in lines)
+    # Every line after the binary is one flag and its values, as the engine reads them.
+    assert all(line.lstrip().startswith("-") for line in lines[2:])
+
+
+def test_argv_lines_without_an_option_table_treat_negative_numbers_as_values() -> None:
+    from fleetgate.cli import argv_lines
+
+    argv = ["engine", "--budget", "-1", "--scale", "-0.5", "-v", "--pair", "a", "b", "--exp", "-1e3"]
+    assert argv_lines(argv) == ["engine", "--budget -1", "--scale -0.5", "-v", "--pair a b", "--exp -1e3"]
+
+
 def test_a_broken_pyproject_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options\nfleetgate_fleet = 'x'\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)

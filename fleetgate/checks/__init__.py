@@ -11,7 +11,7 @@ Live checks select their endpoints with ``applies``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -40,6 +40,8 @@ class Check:
     applies: Callable[[Any], bool]
     engines: tuple[str, ...] | None = None
     """Engines the check can apply to at all (known without rendering); None for any."""
+    figures: Callable[[Any], Mapping[str, Any]] | None = None
+    """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
     requires: Callable[[Any], str | None] | None = None
     """Why the check cannot apply to a subject (what to declare so it can), or None when it can."""
 
@@ -81,6 +83,7 @@ def check(
     summary: str,
     applies: Callable[[Any], bool] = _always,
     engines: tuple[str, ...] | None = None,
+    figures: Callable[[Any], Mapping[str, Any]] | None = None,
     requires: Callable[[Any], str | None] | None = None,
 ) -> Callable[[F], F]:
     if kind == "seam" and engines is not None:
@@ -111,7 +114,8 @@ def check(
         if existing is not None and existing.func.__qualname__ != func.__qualname__:
             raise ValueError(f"check {name!r} registered twice: {existing.func.__module__} and {func.__module__}")
         REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
-                               func=func, applies=applies, engines=engines, requires=requires)
+                               func=func, applies=applies, engines=engines, figures=figures,
+                               requires=requires)
         return func
 
     return register

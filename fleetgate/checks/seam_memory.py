@@ -13,7 +13,7 @@ from pathlib import Path
 from fleetgate.checks import NotApplicable, check
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
+from fleetgate.failure import Deferred, Failure
 from fleetgate.fit import (
     CONTEXT_DRAFTERS,
     TERMS,
@@ -106,13 +106,40 @@ def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
             f"one -ts step moves one block, and blocks are not the same size ({sweep})")
 
 
-def _lever(config: ServiceConfig) -> str:
+def _lever(config: ServiceConfig) -> Deferred:
     llama = config.llama
     assert llama is not None
     return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
 
 
-@check(FLOOR, kind="seam", subject="service", requires=_no_card_ledger, engines=("llama.cpp",),
+def _headroom(config: ServiceConfig) -> dict[str, object]:
+    ledger = service_ledger(config)
+    floor = config.host.card_floor_bytes or 0
+    return {"free_bytes": {d.card.name: d.free or 0 for d in ledger.cards},
+            "headroom_bytes": {d.card.name: (d.free or 0) - floor for d in ledger.cards}}
+
+
+def _balance_margin(config: ServiceConfig) -> dict[str, object]:
+    cards = service_ledger(config).cards
+    slack = config.host.balance_slack_bytes
+    if slack is None or len(cards) < 2:
+        return {}
+    totals = [d.total for d in cards]
+    return {"balance_margin_bytes": slack - (max(totals) - min(totals))}
+
+
+def _cache_margin(config: ServiceConfig) -> dict[str, object]:
+    llama = config.llama
+    assert llama is not None
+    state = service_ledger(config).slot_state
+    if llama.cache_ram_mib < 0:
+        return {"prompt_cache": {"slot_state_bytes": state.total}}
+    cap = llama.cache_ram_mib * MiB
+    return {"prompt_cache": {"cap_bytes": cap, "slot_state_bytes": state.total, "margin_bytes": cap - state.total,
+                             "ram_margin_bytes": config.host.ram_bytes // 2 - cap}}
+
+
+@check(FLOOR, kind="seam", subject="service", requires=_no_card_ledger, engines=("llama.cpp",), figures=_headroom,
        cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-11", "B-FIT-16", "B-FIT-17", "B-FIT-19",
               "INC-03", "INC-04", "INC-05", "INC-10", "INC-58", "INC-74"),
        summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
@@ -226,7 +253,7 @@ def _no_split(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(BALANCE, kind="seam", subject="service", requires=_no_split, engines=("llama.cpp",),
+@check(BALANCE, kind="seam", subject="service", requires=_no_split, engines=("llama.cpp",), figures=_balance_margin,
        cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
        summary="the cards of a layer split differ by at most the host's declared slack")
 def card_balance(config: ServiceConfig) -> None:
@@ -256,7 +283,7 @@ def _is_llama(config: ServiceConfig) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(CACHE, kind="seam", subject="service", requires=_is_llama, engines=("llama.cpp",),
+@check(CACHE, kind="seam", subject="service", requires=_is_llama, engines=("llama.cpp",), figures=_cache_margin,
        cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
        summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM")
 def prompt_cache_holds_slot(config: ServiceConfig) -> None:
@@ -366,7 +393,7 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
                     f"{ledger.shape.n_ctx}-token target context: {gib(kv)} of KV")
         else:
             what = f"the draft context's KV is {gib(kv)} (window {draft.sliding_window if draft else '?'})"
-        where = config.where_flag(llama.use("spec_type"))
+        where: str | Deferred = config.where_flag(llama.use("spec_type"))
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
         raise Failure(

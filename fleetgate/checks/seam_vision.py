@@ -6,14 +6,14 @@ import re
 
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
+from fleetgate.failure import Deferred, Failure
 
 NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
 _TYPE = re.compile(r"(?:^|[-_.])(F32|F16|BF16|Q8_0|Q6_K|Q5_K_M|Q4_K_M|Q4_0|Q4_1)(?=[-_.]|$)", re.IGNORECASE)
 
 
-def _where_mmproj(config: ServiceConfig) -> str:
+def _where_mmproj(config: ServiceConfig) -> str | Deferred:
     """The variable that holds the projector's path (a serve script that tests the file defeats re-rendering)."""
     llama = config.llama
     assert llama is not None

@@ -12,7 +12,7 @@ import shlex
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.vllm import RADIANCE, Fork, load_release, read_as_vllm
-from fleetgate.failure import Failure
+from fleetgate.failure import Deferred, Failure
 
 __all__ = ["fork_of"]
 
@@ -33,7 +33,7 @@ def _is_vllm(config: ServiceConfig) -> bool:
     return config.vllm is not None
 
 
-def _where(config: ServiceConfig, flag: str) -> str:
+def _where(config: ServiceConfig, flag: str) -> str | Deferred:
     assert config.vllm is not None
     dest = flag.lstrip("-").replace("-", "_")
     return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)

@@ -453,9 +453,9 @@ class LiveEndpoint:
         if config is None:
             return self.url
         if config.llama is not None:
-            return config.where_flag(config.llama.use(dest))
+            return str(config.where_flag(config.llama.use(dest)))
         if config.vllm is not None:
-            return config.where_flag(config.vllm.use(dest))
+            return str(config.where_flag(config.vllm.use(dest)))
         return str(config.rendered.script)
 
     def where_contract(self, *keys: str) -> str:

@@ -1,0 +1,362 @@
+"""The reporting side of the pytest plugin: properties per test, waivers, selection, summaries, the report.
+
+- Every test of a check (seam or live) carries ``fleetgate.*`` properties (``fleetgate.report``) in
+  its ``user_properties``: they travel through xdist and land in JUnit and pytest-reportlog's JSON lines.
+  pytest's default JUnit family, xunit2, has no properties inside a test case: under it the
+  properties of each test case are written to its test suite's ``<properties>``, as one property
+  ``fleetgate[NODEID]`` holding a JSON object, and the file stays valid. Under ``junit_family = xunit1``
+  (or legacy) they stay on the test case, where Jenkins and GitLab show them.
+- ``--check NAME`` (repeatable) runs only the tests of that check; a failure code selects its check.
+- ``[[waivers]]`` in fleet.toml turn a failure with that code on that service into an expected one
+  (xfail) until the waiver's date; after it the failure fails again and names the expired waiver.
+- ``--fleetgate-report PATH`` writes the per-service document of ``schema/report.schema.json``.
+- The seams end with one block per service: outcomes, headroom per card, the tightest margin.
+
+Registered by ``fleetgate.plugin``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+import time
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetgate.checks import Check, get_check
+from fleetgate.failure import Failure
+from fleetgate.fleet import Fleet, Waiver
+from fleetgate.replay import RequestLog, curl
+from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
+
+__all__: list[str] = []
+
+_LIVE_PROPERTY = "fleetgate-live"
+_REQUESTS = pytest.StashKey[RequestLog]()
+TODAY_ENV = "FLEETGATE_TODAY"
+"""An ISO date that stands for today when waivers are judged (for rehearsing an expiry); default: today."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fleetgate")
+    group.addoption("--check", action="append", default=[], metavar="NAME|CODE", dest="fleetgate_checks",
+                    help="run only the tests of this check (a failure code selects its check); repeatable")
+    group.addoption("--fleetgate-report", metavar="PATH", default=None,
+                    help="write per-service results (outcomes, codes, headroom, margins, live measurements) as JSON")
+    group.addoption("--live-progress", metavar="SECONDS", type=float, default=10.0,
+                    help="while a live check waits, print a progress line this often (0: never); default 10")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not _is_worker(config):
+        config.pluginmanager.register(_Collector(config), "fleetgate-report-collector")
+    for name in config.getoption("fleetgate_checks") or []:
+        try:
+            get_check(name.split("/", 1)[0])
+        except KeyError as exc:
+            raise pytest.UsageError(f"--check {name}: {exc.args[0]}") from None
+
+
+# -- selection -------------------------------------------------------------------------------------
+
+
+def _check_of(item: pytest.Item) -> str | None:
+    marker = item.get_closest_marker("check")
+    return str(marker.args[0]) if marker is not None and marker.args else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = {name.split("/", 1)[0] for name in config.getoption("fleetgate_checks") or []}
+    if not wanted:
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        (keep if _check_of(item) in wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+# -- live checks: the requests they make (for the replay), progress while they wait --------------
+
+
+def _live_endpoint(item: pytest.Item) -> Any:
+    from fleetgate.plugin_live import Live
+
+    callspec = getattr(item, "callspec", None)
+    live = callspec.params.get("live") if callspec is not None else None
+    return live.endpoint if isinstance(live, Live) and live.check is not None else None
+
+
+class _Progress:
+    """A line every ``interval`` seconds while a live check runs: it is waiting, not stuck."""
+
+    def __init__(self, item: pytest.Item, log: RequestLog, interval: float) -> None:
+        self.item = item
+        self.log = log
+        self.interval = interval
+        self.stop = threading.Event()
+        self.start = time.monotonic()
+        self.thread = threading.Thread(target=self._run, name="fleetgate-live-progress", daemon=True)
+
+    def _run(self) -> None:
+        config = self.item.config
+        terminal = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        while not self.stop.wait(self.interval):
+            last = self.log.last
+            doing = f" ({last.method} {last.url})" if last else ""
+            line = (f"  ... {self.item.name}: waiting {time.monotonic() - self.start:.0f} s, "
+                    f"{len(self.log.requests)} request(s) so far{doing}")
+            if terminal is None:
+                continue
+            if capture is not None:
+                with capture.global_and_fixture_disabled():
+                    terminal.write_line(line)
+            else:
+                terminal.write_line(line)
+
+    def __enter__(self) -> _Progress:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    endpoint = _live_endpoint(item)
+    if endpoint is None:
+        return (yield)
+    log = RequestLog()
+    item.stash[_REQUESTS] = log
+    interval = float(item.config.getoption("--live-progress") or 0)
+    with log.watching(getattr(endpoint, "client", None)):
+        if interval > 0 and not _is_worker(item.config):
+            with _Progress(item, log, interval):
+                return (yield)
+        return (yield)
+
+
+def _replay(item: pytest.Item) -> str | None:
+    """The curl that repeats the last request of a live check (the key as $VARIABLE)."""
+    endpoint = _live_endpoint(item)
+    log = item.stash.get(_REQUESTS, None)
+    if endpoint is None or log is None or log.last is None:
+        return None
+    contract = getattr(endpoint, "contract", None)
+    key_env = getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
+    command = curl(log.last, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None))
+    return redact(command, _secret_names(item.config))
+
+
+# -- properties and waivers (in the process that runs the test: an xdist worker) -------------------
+
+
+def _subject(item: pytest.Item) -> tuple[Check, str, Any] | None:
+    """(check, service, subject) of a test parametrised by the plugin, else None."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    from fleetgate.plugin import Seam
+    from fleetgate.plugin_live import Live
+
+    seam = callspec.params.get("seam")
+    if isinstance(seam, Seam):
+        return seam.check, seam.name, seam.subject
+    live = callspec.params.get("live")
+    if isinstance(live, Live) and live.check is not None and live.endpoint is not None:
+        return live.check, live.endpoint.name, live.endpoint
+    return None
+
+
+def _figures(check: Check, subject: Any) -> dict[str, Any] | None:
+    from fleetgate.config import ServiceConfig
+
+    if check.figures is None or not isinstance(subject, ServiceConfig) or not check.applies(subject):
+        return None
+    try:
+        return dict(check.figures(subject))
+    except (KeyError, ValueError, AssertionError):
+        return None  # the check itself reports why its figures cannot be derived
+
+
+def _today() -> datetime.date:
+    value = os.environ.get(TODAY_ENV)
+    if value:
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            raise pytest.UsageError(f"{TODAY_ENV}={value!r}: expected a date YYYY-MM-DD") from None
+    return datetime.date.today()
+
+
+def _waiver(fleet: Fleet | None, service: str, code: str) -> Waiver | None:
+    if fleet is None:
+        return None
+    return next((w for w in fleet.waivers if w.covers(service, code)), None)
+
+
+def _where(fleet: Fleet, waiver: Waiver) -> str:
+    return f"fleet.toml:{waiver.line}" if waiver.line else "fleet.toml"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    decisive = call.when == "call" or (call.when == "setup" and not report.passed)
+    if not decisive:
+        return report
+    found = _subject(item)
+    if found is None:
+        return report
+    check, service, subject = found
+    from fleetgate.plugin import _FLEET
+
+    fleet = item.config.stash.get(_FLEET, None)
+    failure = call.excinfo.value if call.excinfo is not None and isinstance(call.excinfo.value, Failure) else None
+    code = failure.code if failure is not None and report.failed else None
+    cites = tuple(dict.fromkeys([*check.cites, *(failure.cites if failure is not None else ())]))
+    waiver_text: str | None = None
+    if code is not None:
+        waiver = _waiver(fleet, service, code)
+        if waiver is not None and fleet is not None:
+            where = _where(fleet, waiver)
+            if waiver.expired(_today()):
+                waiver_text = f"expired: {waiver.describe()} ({where})"
+                report.longrepr = (f"{service}: {code}: the {waiver.describe()} expired on "
+                                   f"{waiver.expires.isoformat()} ({where}): the failure counts again\n"
+                                   f"{report.longrepr}")
+            else:
+                waiver_text = f"{waiver.describe()} ({where})"
+                report.outcome = "skipped"
+                report.wasxfail = f"{code} waived until {waiver.expires.isoformat()} ({where}): {waiver.reason}"
+    elif report.passed:
+        unused = next((w for w in (fleet.waivers if fleet else ()) if w.covers(service, check.name)
+                       or (w.service == service and w.code.split("/", 1)[0] == check.name)), None)
+        if unused is not None and fleet is not None:
+            waiver_text = f"unused: {unused.describe()} ({_where(fleet, unused)}): the check passes; drop the waiver"
+    props = case_properties(service=service, check=check.name, cites=cites, code=code,
+                            figures=_figures(check, subject), waiver=waiver_text)
+    record = getattr(getattr(item, "callspec", None), "params", {}).get("live")
+    record = getattr(record, "record", None)
+    if record is not None and call.when == "call":
+        props += live_properties(measured=record.measured, spent_tokens=record.spent_tokens,
+                                 requests=record.requests, elapsed=record.elapsed)
+    if report.failed and call.when == "call":
+        replay = _replay(item)
+        if replay is not None:
+            report.longrepr = f"{report.longrepr}\n  replay:   {replay}"
+            props.append((f"{PREFIX}replay", replay))
+    # The call report is already built: it and the teardown report (JUnit reads that one) both carry them.
+    item.user_properties.extend(props)
+    report.user_properties.extend(props)
+    return report
+
+
+# -- the controller: JUnit under xunit2, the summary, the report -----------------------------------
+
+
+def _fleetgate_property(name: str) -> bool:
+    return name.startswith(PREFIX) or name == _LIVE_PROPERTY
+
+
+def _gib(value: int) -> str:
+    return f"{value / (1 << 30):.2f} GiB"
+
+
+class _Collector:
+    """Gathers every test's fleetgate properties where the reports arrive (the xdist controller)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.report = FleetReport()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            outcome: str = report.outcome
+            if hasattr(report, "wasxfail"):
+                outcome = "xfailed" if report.skipped else "xpassed"
+            elif report.when == "setup" and report.failed:
+                outcome = "error"
+            self.report.add(report.nodeid, outcome, report.user_properties)
+        if report.when == "teardown":
+            self._junit_xunit2(report)
+
+    def _junit_xunit2(self, report: pytest.TestReport) -> None:
+        """xunit2 has no <properties> in a test case: move fleetgate's to the suite, one JSON per case."""
+        from _pytest.junitxml import xml_key
+
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None or xml.family != "xunit2":
+            return
+        ours = [(str(k), v) for k, v in report.user_properties if _fleetgate_property(str(k))]
+        if not ours:
+            return
+        report.user_properties = [(k, v) for k, v in report.user_properties if not _fleetgate_property(str(k))]
+        value: dict[str, Any] = {}
+        for key, raw in ours:
+            name = key.removeprefix(PREFIX)
+            value[name] = json.loads(str(raw)) if key == _LIVE_PROPERTY or name in JSON_PROPERTIES else str(raw)
+        xml.add_global_property(f"fleetgate[{report.nodeid}]", json.dumps(value, sort_keys=True))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        services = self.report.services
+        if not services:
+            return
+        terminalreporter.section("fleetgate: per service", sep="-")
+        for name in sorted(services):
+            result = services[name]
+            counts = ", ".join(f"{result.outcomes.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
+            extra = "".join(f", {result.outcomes[k]} {k}" for k in ("xfailed", "xpassed", "error") if k in result.outcomes)
+            terminalreporter.write_line(f"{name}: {counts}{extra}")
+            if result.headroom:
+                cards = ", ".join(f"{card} {_gib(value)}" for card, value in sorted(result.headroom.items()))
+                terminalreporter.write_line(f"  headroom above the floor: {cards}")
+            tightest = result.tightest()
+            if tightest is not None:
+                terminalreporter.write_line(f"  tightest margin: {_gib(tightest[1])} ({tightest[0]})")
+            for entry in result.checks:
+                if "waiver" in entry:
+                    terminalreporter.write_line(f"  {entry['check']}: {entry['waiver']}")
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        path = self.config.getoption("--fleetgate-report")
+        if not path:
+            return
+        from fleetgate.plugin import fleet_path
+
+        try:
+            manifest = fleet_path(self.config)
+        except pytest.UsageError:
+            fleet = ""
+        else:
+            here = self.config.invocation_params.dir
+            fleet = str(manifest.relative_to(here) if manifest.is_relative_to(here) else manifest)
+        document = self.report.document(fleet=fleet, exit_status=int(exitstatus))
+        text = json.dumps(document, indent=2) + "\n"
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(redact(text, _secret_names(self.config)), encoding="utf-8")
+
+
+def _secret_names(config: pytest.Config) -> list[str]:
+    names = {"FLEETGATE_API_KEY"}
+    option = config.getoption("--api-key-env", None)
+    if option:
+        names.add(str(option))
+    return sorted(names)
