@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +31,29 @@ _MASKED = (
 )
 _BOOT = """#!/bin/bash
 set -euo pipefail
-keep=$1
+# $1: the directories to keep, NUL-free and colon-separated; $2: the private directories (no o+x) among
+# their ancestors, which get a traversable tmpfs so that the unit's user (nobody) reaches what is kept.
+IFS=: read -r -a keeps <<< "$1"
+IFS=: read -r -a opens <<< "${{2:-}}"
 mount --make-rprivate /
 mount -t tmpfs tmpfs /run
-mkdir /run/fleetgate-keep
-mount --bind "$keep" /run/fleetgate-keep
+for i in "${{!keeps[@]}}"; do
+    mkdir "/run/fleetgate-keep-$i"
+    mount --bind "${{keeps[$i]}}" "/run/fleetgate-keep-$i"
+done
 for d in /tmp /var/tmp /var/log /var/lib/systemd /etc/systemd/system; do mount -t tmpfs tmpfs "$d"; done
-mkdir -p "$keep"
-mount --bind /run/fleetgate-keep "$keep"
+# shallow first: a kept checkout, then a tmpfs over its private .tox, then the tox env inside it
+while IFS= read -r entry; do
+    path=${{entry#* }}
+    case $entry in
+        "open "*) mkdir -p "$path"; mount -t tmpfs -o mode=0755 tmpfs "$path" ;;
+        keep*) i=${{entry%% *}}; i=${{i#keep}}; mkdir -p "$path"; mount --bind "/run/fleetgate-keep-$i" "$path" ;;
+    esac
+done < <({{
+    for i in "${{!keeps[@]}}"; do printf '%s keep%s %s\n' "$(tr -cd / <<< "${{keeps[$i]}}" | wc -c)" "$i" "${{keeps[$i]}}"; done
+    for o in "${{opens[@]}}"; do [ -n "$o" ] && printf '%s open %s\n' "$(tr -cd / <<< "$o" | wc -c)" "$o"; done
+    }} | sort -n -s -k1,1 | cut -d' ' -f2-
+)
 mkdir -p /run/systemd/system
 for unit in {masked}; do ln -s /dev/null "/run/systemd/system/$unit"; done
 printf '[Unit]\\nDescription=fleetgate: nothing but what the test starts\\n' > /run/systemd/system/fleetgate-empty.target
@@ -66,12 +82,17 @@ class NestedSystemd:
 
     @classmethod
     def start(cls, keep: Path, work: Path, timeout: float = 20.0) -> NestedSystemd:
+        # The fleet, this checkout and the Python environment that holds the engine and the model: any may lie under
+        # a directory the boot shadows with a tmpfs (a checkout or a tox env under /tmp).
+        keeps = [str(keep), os.path.realpath(sys.prefix), str(Path(__file__).resolve().parents[2])]
+        opens = sorted({str(a) for k in keeps for a in Path(k).parents if a != Path("/") and not os.stat(a).st_mode & 0o001
+                        and any(Path(k2) in a.parents for k2 in keeps)})
         boot = work / "boot.sh"
         boot.write_text(_BOOT.format(masked=" ".join(_MASKED), systemd=SYSTEMD), encoding="utf-8")
         boot.chmod(0o755)
         with (work / "systemd.log").open("wb") as log:
             launcher = subprocess.Popen(
-                ["unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--mount-proc", str(boot), str(keep)],
+                ["unshare", "--fork", "--pid", "--mount", "--uts", "--ipc", "--mount-proc", str(boot), ":".join(keeps), ":".join(opens)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
