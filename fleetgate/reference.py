@@ -10,6 +10,7 @@ edit, so the files still declare what the process no longer does.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -151,6 +152,28 @@ def _engine_env(base: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on ``port`` (Linux /proc; True where unreadable)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as rows:
+                for row in list(rows)[1:]:
+                    fields = row.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except OSError:  # no IPv6 table on this machine
+            continue
+    try:
+        held = set()
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # an fd closed while we read
+                held.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    except OSError:
+        return True
+    return bool(inodes & held)
+
+
 def _wait_healthy(server: ReferenceServer, wait: float) -> None:
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
@@ -160,7 +183,10 @@ def _wait_healthy(server: ReferenceServer, wait: float) -> None:
                 f"llama-server exited {code} before it was healthy; log {server.log}:\n{server.log_tail()}"
             )
         try:
-            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200:
+            # Another test's server may have taken the free port first: healthy means ours answers.
+            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200 and _listens(
+                server.process.pid, int(server.url.rsplit(":", 1)[1])
+            ):
                 return
         except httpx.HTTPError:
             pass
