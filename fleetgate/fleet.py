@@ -63,6 +63,8 @@ class Host:
     address: str | None = None
     gpu_arch: str | None = None
     """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
+    ledger_tolerance_bytes: int | None = None
+    """How much more a card may use than the ledger predicts (host-vram-vs-ledger, C-H-3, INC-10)."""
 
     @property
     def cards(self) -> tuple[Device, ...]:
@@ -374,6 +376,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
             gpu_arch=raw.get("gpu_arch"),
+            ledger_tolerance_bytes=_gib_or_none(raw.get("ledger_tolerance_gib")),
         )
 
     services: dict[str, Service] = {}

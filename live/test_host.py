@@ -1,5 +1,5 @@
 """The service's host, read through testinfra: systemd's view of the unit, the engine's process, its
-libraries, its memory (INC-53, INC-88, INC-75, B-DV, B-RAM-1, B-RAM-4, B-UN-1/2/3)."""
+libraries, its memory and cards (INC-53, INC-88, INC-75, INC-10, B-DV, B-RAM-1, B-RAM-4, B-UN-1/2/3, C-H-3)."""
 
 import pytest
 
@@ -48,4 +48,9 @@ def test_payload(host_check: HostCheck) -> None:
 
 @pytest.mark.check("host-memavailable")
 def test_memavailable(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-vram-vs-ledger")
+def test_vram_vs_ledger(host_check: HostCheck) -> None:
     host_check.run()
