@@ -142,7 +142,7 @@ def _smi(target: HostTarget) -> tuple[str, list[SmiCard]]:
 
 
 @check(VRAM, kind="host", subject="host", requires=_has_ledger, cites=("C-H-3", "C-H-5", "INC-10", "B-FIT-1"),
-       summary="each card's used VRAM (nvidia-smi / rocm-smi) is within the declared tolerance of the ledger and keeps the floor")
+       summary="each card's used VRAM (nvidia-smi, rocm-smi) is within the declared tolerance of the ledger and keeps the floor")
 def host_vram_vs_ledger(target: HostTarget) -> None:
     config = target.config
     host = config.host
@@ -172,6 +172,16 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
                                    for x in ledger.cards],
                           fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
                                "calibrate the service's compute from this boot, and keep the floor with the real figure"))
+        if d.total - seen.used > tolerance:
+            under = d.total - seen.used
+            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/colder", where=where,
+                          observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
+                          expected=(f"at least {_gib(d.total)} - {_gib(tolerance)} (the ledger of the rendered config, "
+                                    f"fleetgate fit {target.name}; tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')})"),
+                          details=[f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
+                                   for x in ledger.cards],
+                          fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
+                               "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
     floor = host.card_floor_bytes
     if floor is None:
         return

@@ -129,6 +129,13 @@ def test_inc_10_hotter_than_the_ledger(pytester: pytest.Pytester, tmp_path: Path
     assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/hotter"
 
 
+def test_an_idle_card_is_colder_than_the_ledger(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+    """The H200's real idle output (nothing loaded) for frank-zealot, whose ledger places 17.46 GiB on CUDA0: the
+    engine is not on the card. The card count matches (one), the floor holds: only colder can say it."""
+    smi("nvidia-smi", (RECORDED / "nvidia-smi-h200-idle.txt").read_text())
+    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "host-vram-vs-ledger/colder"
+
+
 def test_the_floor_before_inc_10s_fix_is_broken(pytester: pytest.Pytester, tmp_path: Path,
                                                 smi: Callable[..., None]) -> None:
     """C-H-3's boot against the 1.5 GiB floor INC-10's fix lowered to 1.0: ROCm0 keeps 1.02 GiB."""
