@@ -146,6 +146,9 @@ def test_mutation_changes_exactly_its_outcomes(entry: Entry, pytester: pytest.Py
             continue
         assert expected.get((subject, check)) == PASSED, f"{entry.id}: skip of {subject}: {check}, which is not a pass"
         expected[(subject, check)] = SKIPPED
+    for subject, check in entry.passes:  # a seam the mutation makes applicable (a skip on the clean fleet)
+        assert CLEAN.get((subject, check)) == SKIPPED, f"{entry.id}: passes {subject}: {check}, which is not a skip when clean"
+        expected[(subject, check)] = PASSED
     for expectation in entry.expect:
         assert (expectation.subject, expectation.check) in expected, f"{entry.id}: no seam {expectation}"
         expected[(expectation.subject, expectation.check)] = expectation.code
