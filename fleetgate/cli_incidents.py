@@ -98,6 +98,8 @@ def _reproduction_lines(entry: Entry) -> list[str]:
     if r.kind == "server":
         return [f"a misconfigured real llama-server: {r.test}", f"fails the live check {r.check}"]
     if r.kind == "host":
+        if r.test:
+            return [f"a host fault, reproduced on a real host read through testinfra: {r.test}", f"fails the host check {r.check}"]
         return [f"a host fault, caught by {r.check}: {r.pending}"]
     if r.kind == "pending":
         return [f"offline, pending {r.check}: {r.pending}"]

@@ -31,6 +31,7 @@ __all__ = [
     "Fleet",
     "Host",
     "NonFinite",
+    "PinGate",
     "Service",
     "TimeoutChain",
     "TimeoutRef",
@@ -62,6 +63,8 @@ class Host:
     address: str | None = None
     gpu_arch: str | None = None
     """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
+    ledger_tolerance_bytes: int | None = None
+    """How much more a card may use than the ledger predicts (host-vram-vs-ledger, C-H-3, INC-10)."""
 
     @property
     def cards(self) -> tuple[Device, ...]:
@@ -115,6 +118,23 @@ class Bench:
 
 
 @dataclass(frozen=True)
+class PinGate:
+    """The engine's pin gate (B-RAM-1, B-RAM-2): it starts only while the host's MemAvailable is at least
+    ``pinned_bytes + floor_bytes``."""
+
+    pinned_bytes: int
+    floor_bytes: int
+    meminfo: str
+    """The host file MemAvailable is read from: /proc/meminfo, or the serve script's seam (B-SH-5)."""
+    where: str
+    """fleet.toml and the line of ``[services.NAME.pin_gate]``."""
+
+    @property
+    def gate_bytes(self) -> int:
+        return self.pinned_bytes + self.floor_bytes
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -142,6 +162,8 @@ class Service:
     """Bench harness scripts that measure this service (B.15)."""
     build: Bench | None = None
     """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
+    pin_gate: PinGate | None = None
+    """The MemAvailable the engine needs before a start (``[services.NAME.pin_gate]``)."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +322,15 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return str(error.message)
 
 
+def _pin_gate(raw: Mapping[str, Any] | None, path: Path, line: int | None) -> PinGate | None:
+    pinned = _gib_or_none(raw["pinned_gib"]) if raw is not None else None
+    floor = _gib_or_none(raw["floor_gib"]) if raw is not None else None
+    if raw is None or pinned is None or floor is None:
+        return None  # inf/nan are the fleet-numbers-finite seam's to report
+    return PinGate(pinned_bytes=pinned, floor_bytes=floor,
+                   meminfo=raw.get("meminfo", "/proc/meminfo"), where=f"{path}:{line}" if line else str(path))
+
+
 def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] = ()) -> Fleet:
     root = path.parent
     keys_index = KeyIndex(text)
@@ -345,6 +376,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
             gpu_arch=raw.get("gpu_arch"),
+            ledger_tolerance_bytes=_gib_or_none(raw.get("ledger_tolerance_gib")),
         )
 
     services: dict[str, Service] = {}
@@ -374,6 +406,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             unit=repo_file(raw.get("unit"), (*keys, "unit")),
             payload=tuple(raw.get("payload", ())),
             payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
+            pin_gate=_pin_gate(raw.get("pin_gate"), path, locate_key(text, (*keys, "pin_gate"))),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
             projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),

@@ -6,7 +6,9 @@ root cause, fix) and how it is reproduced:
 - ``mutation``: an edit to the example fleet; the seams on the edited copy fail with exactly the
   entry's failure codes (``reproduce`` runs them in this process, ``tests/test_catalogue.py`` in CI);
 - ``server``: a misconfigured real llama-server in ``tests/live`` that fails the named live check;
-- ``host``: a host fault, caught by a host check against the running machine;
+- ``host``: a host fault, caught by a host check against the running machine; ``test`` names the test in
+  tests/host that reproduces it (``tests/test_catalogue_ids.py`` holds the test to the entry's codes and
+  ``tests/test_catalogue.py`` runs it);
 - ``pending``: an offline check another branch is building; the entry names it;
 - ``none``: why it cannot be checked, and the closest guard.
 
@@ -87,7 +89,7 @@ class Reproduction:
     check: str | None = None
     """The check that catches it (server, host, pending), or the closest guard (none)."""
     test: str | None = None
-    """server: the test in tests/live whose misconfigured server reproduces it."""
+    """server: the test in tests/live whose misconfigured server reproduces it; host: the test in tests/host."""
     pending: str | None = None
     """pending/host: the check being built, and where."""
     reason: str | None = None
@@ -179,8 +181,10 @@ def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tupl
         return f"[[mutation]] and expect belong to a mutation reproduction, not {repro.kind!r}"
     if repro.kind == "server" and not (repro.check and repro.test):
         return "a server reproduction names the live check and the test in tests/live that starts the server"
-    if repro.kind in ("host", "pending") and not (repro.check and repro.pending):
-        return f"a {repro.kind} reproduction names the check and what it is pending on"
+    if repro.kind == "pending" and not (repro.check and repro.pending):
+        return "a pending reproduction names the check and what it is pending on"
+    if repro.kind == "host" and not (repro.check and (repro.test or repro.pending)):
+        return "a host reproduction names the host check and the test in tests/host that reproduces it (test)"
     if repro.kind == "none" and not (repro.reason and repro.check):
         return "a 'none' reproduction gives the reason it cannot be checked and the closest guard (check)"
     if repro.kind in ("server", "host") and not data.get("codes"):

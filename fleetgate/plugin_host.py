@@ -115,9 +115,15 @@ class HostCheck:
             pytest.skip(NO_ENDPOINT)
         if self.skip_reason:
             pytest.skip(self.skip_reason)
+        from fleetgate.checks import NotApplicable
+
         started = time.monotonic()
         try:
             self.check(self.target)
+        except NotApplicable as reason:
+            # The host itself says the check cannot see its subject (no SMI tool): a skip that names why.
+            self.skip_reason = str(reason)
+            pytest.skip(str(reason))
         finally:
             self.elapsed = time.monotonic() - started
 

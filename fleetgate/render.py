@@ -99,11 +99,14 @@ class RenderRefused(InputError):
     """The serve script exited without starting the engine."""
 
     def __init__(self, path: Path, line: int | None, message: str, stderr: str,
-                 inputs: Mapping[str, Origin] | None = None, sourced: tuple[SourcedFile, ...] = ()) -> None:
+                 inputs: Mapping[str, Origin] | None = None, sourced: tuple[SourcedFile, ...] = (),
+                 tests: tuple[FileTest, ...] = ()) -> None:
         super().__init__(path, line, message)
         self.stderr = stderr
         self.inputs = dict(inputs or {})
         self.sourced = sourced
+        self.tests = tests
+        """The file tests the script ran before it refused (``[ -f "$MODEL" ]`` answered no)."""
 
 
 def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
@@ -303,7 +306,7 @@ def render(
             script, line,
             f"the serve script exited {result.returncode} without starting {service.binary}"
             + (f": {message}" if message else ""),
-            stderr, origins, sourced,
+            stderr, origins, sourced, tuple(_read_tests(result.files)),
         )
     argv, engine_env = invocations[-1]
     return Rendered(

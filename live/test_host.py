@@ -1,5 +1,5 @@
 """The service's host, read through testinfra: systemd's view of the unit, the engine's process, its
-libraries (INC-53, INC-88, B-DV, B-RAM-4, B-UN-1/2/3)."""
+libraries, its memory and cards (INC-53, INC-88, INC-75, INC-10, B-DV, B-RAM-1, B-RAM-4, B-UN-1/2/3, C-H-3)."""
 
 import pytest
 
@@ -43,4 +43,14 @@ def test_runtime_libs(host_check: HostCheck) -> None:
 
 @pytest.mark.check("host-payload")
 def test_payload(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-memavailable")
+def test_memavailable(host_check: HostCheck) -> None:
+    host_check.run()
+
+
+@pytest.mark.check("host-vram-vs-ledger")
+def test_vram_vs_ledger(host_check: HostCheck) -> None:
     host_check.run()

@@ -8,3 +8,8 @@ from fleetgate.plugin import Seam
 @pytest.mark.check("payload-consistency")
 def test_payload_consistency(seam: Seam) -> None:
     seam.run()
+
+
+@pytest.mark.check("payload-defaults")
+def test_payload_defaults(seam: Seam) -> None:
+    seam.run()

@@ -19,6 +19,8 @@ FLEET = REPO / "fixtures" / "fleet"
 ENTRIES = load_catalogue(REPO / "fixtures" / "incidents")
 # The incidents; rules/ and fixtures/branches run through the plugin in tests/test_mutations.py.
 MUTATIONS = [e for e in ENTRIES if e.is_incident and e.reproduction.kind == "mutation"]
+# Host faults reproduced by a named test in tests/host (tests/test_catalogue_ids.py holds it to the codes).
+HOSTS = [e for e in ENTRIES if e.is_incident and e.reproduction.kind == "host" and e.reproduction.test]
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +71,12 @@ def test_reproduction_fails_exactly_its_codes(entry: Entry, baseline: dict[tuple
         if entry.is_incident:
             assert entry.id in guarding(o.code)
             assert any(line.startswith("  guards:") and entry.id in line for line in lines)
+
+
+@pytest.mark.parametrize("entry", HOSTS, ids=[e.id for e in HOSTS])
+def test_host_reproduction_runs(entry: Entry, pytester: pytest.Pytester) -> None:
+    """The named host test runs and passes: the host check fails with the entry's code on the reproduced host."""
+    assert entry.reproduction.test is not None
+    result = pytester.runpytest_subprocess(str(REPO / entry.reproduction.test), "-p", "no:cacheprovider",
+                                           "--rootdir", str(REPO), timeout=300)
+    result.assert_outcomes(passed=1)

@@ -94,6 +94,34 @@ def test_server_reproductions_name_a_live_test_that_exists() -> None:
         assert live and all(f'"{c}"' in case.group(0) for c in live), f"{entry.id}: {live} not expected by {r.test}"
 
 
+def test_host_reproductions_name_a_host_test_that_asserts_their_codes() -> None:
+    """A host entry names the test in tests/host that reproduces it, and that test asserts each of the entry's
+    failure codes as an exact outcome (tests/test_catalogue.py runs it). An entry without one says what it is
+    pending on."""
+    import ast
+
+    _load_all()
+    named = 0
+    for entry in INCIDENTS:
+        r = entry.reproduction
+        if r.kind != "host":
+            continue
+        assert r.check in REGISTRY and REGISTRY[r.check].kind == "host", f"{entry.id}: {r.check} is not a host check"
+        assert all(code.split("/", 1)[0] == r.check for code in entry.codes), f"{entry.id}: {entry.codes} not {r.check}'s"
+        if r.test is None:
+            assert r.pending, f"{entry.id}: a host entry names its test, or what it is pending on"
+            continue
+        named += 1
+        path, _, name = r.test.partition("::")
+        assert path.startswith("tests/host/") and (REPO / path).is_file(), f"{entry.id}: {path} is not a test in tests/host"
+        tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+        found = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == name]
+        assert found, f"{entry.id}: no test {name} in {path}"
+        literals = {n.value for n in ast.walk(found[0]) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert set(entry.codes) <= literals, f"{entry.id}: {r.test} does not assert {sorted(set(entry.codes) - literals)}"
+    assert named == 2  # INC-10, INC-75
+
+
 def test_mutation_codes_belong_to_registered_seams() -> None:
     _load_all()
     for entry in ENTRIES:

@@ -68,6 +68,13 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),
     **{(s, "payload-consistency"): SKIPPED for s in ("frank-zealot", "frank-archon", "frank-dragoon", "frank-tts")},
+    # Serve-script defaults against the env file's payload (B-SW-2): every service whose env file names a declared
+    # payload file; frank-archon's env names container paths (/models/...) of the host directories its payload declares; frank-tts has none.
+    **_outcomes("frank-medium", ("payload-defaults",)),
+    **_outcomes("frank-zealot", ("payload-defaults",)),
+    **_outcomes("frank-dragoon", ("payload-defaults",)),
+    **_outcomes("reference", ("payload-defaults",)),
+    **{(s, "payload-defaults"): SKIPPED for s in ("frank-archon", "frank-tts")},
     # Bench harnesses (B.15): declared by frank-medium (llama-bench, systemd-run) and frank-archon (vllm bench).
     **_outcomes("frank-medium", ("bench-harness",)),
     **_outcomes("frank-archon", ("bench-harness",)),
@@ -139,6 +146,9 @@ def test_mutation_changes_exactly_its_outcomes(entry: Entry, pytester: pytest.Py
             continue
         assert expected.get((subject, check)) == PASSED, f"{entry.id}: skip of {subject}: {check}, which is not a pass"
         expected[(subject, check)] = SKIPPED
+    for subject, check in entry.passes:  # a seam the mutation makes applicable (a skip on the clean fleet)
+        assert CLEAN.get((subject, check)) == SKIPPED, f"{entry.id}: passes {subject}: {check}, which is not a skip when clean"
+        expected[(subject, check)] = PASSED
     for expectation in entry.expect:
         assert (expectation.subject, expectation.check) in expected, f"{entry.id}: no seam {expectation}"
         expected[(expectation.subject, expectation.check)] = expectation.code

@@ -6,12 +6,17 @@ Consumers: fleet.toml's ``payload`` (what the host must hold) and the fetch scri
 payload by the render (a serve script's file test answers "exists" only for declared payload). Sizes are
 held to the payload's profile (``file_bytes``: the GGUF header's file, or the seeds' figure for a
 reconstructed profile), matched through the rendered argv or, for a file the argv does not name (a sidecar
-kept for a rollback), the profile's model name. Not yet covered: serve-script defaults (B-SW-2) and deploy
-scripts.
+kept for a rollback), the profile's model name.
+
+``payload-defaults`` holds the serve script's own defaults (``${MODEL:-/path}``) to the env file's payload
+(B-SW-2, INC-68): the script is rendered again with each payload variable of the env file unset, as bash
+would run it if the env file lost the line, and what it then loads (or tests for and refuses) must be the
+file the env file names. Deploy scripts are not covered: the example fleet has none (INC-76).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
 from fleetgate.checks import check
@@ -19,10 +24,12 @@ from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
+from fleetgate.render import Origin, Rendered, RenderRefused, render
 
 __all__: list[str] = []
 
 NAME = "payload-consistency"
+DEFAULTS = "payload-defaults"
 _PAYLOAD_FLAGS = {"--model", "-m", "--mmproj", "-mm", "--spec-draft-model", "-md", "--model-draft"}
 
 
@@ -85,3 +92,58 @@ def payload_consistency(config: ServiceConfig) -> None:
                 fix="take the size from the Hub's file listing, not from a partial download (INC-02: --verify-only "
                     "then fails on a byte-correct payload)",
             )
+
+
+def _payload_variables(config: ServiceConfig) -> list[Origin]:
+    """The env file's variables whose value is a declared payload file (MODEL=, MMPROJ=, CHECKPOINT=)."""
+    declared = set(config.service.payload)
+    return [origin for origin in config.variables.values() if origin.value in declared]
+
+
+def _names_payload(config: ServiceConfig) -> str | None:
+    if not _payload_variables(config):
+        return (f"no variable of {config.name}'s env files names a declared payload file: nothing whose serve-script "
+                "default could name another (declare the payload in fleet.toml and set it in the env file)")
+    return None
+
+
+@check(DEFAULTS, kind="seam", subject="service", requires=_names_payload, cites=("B-SW-2", "B-SW-1", "INC-68"),
+       summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one")
+def payload_defaults(config: ServiceConfig) -> None:
+    declared = set(config.service.payload)
+    variables = _payload_variables(config)
+
+    def unset_one(origin: Origin) -> Rendered | RenderRefused:
+        try:
+            return render(config.fleet, config.service, overrides={origin.name: None})
+        except RenderRefused as refused:
+            return refused
+
+    # One render per variable, side by side: each is its own sandboxed bash.
+    with ThreadPoolExecutor(max_workers=len(variables)) as pool:
+        results = list(pool.map(unset_one, variables))
+    for origin, unset in zip(variables, results, strict=True):
+        if isinstance(unset, RenderRefused):
+            refused = unset
+            # The default names a file the host is not declared to hold: the script tested it and refused.
+            # (A test the script runs with the env file intact too is not the default's doing.)
+            usual = {(t.op, t.path) for t in config.rendered.tests}
+            others = [t for t in refused.tests if not t.answer and t.path.startswith("/") and t.path not in declared
+                      and (t.op, t.path) not in usual]
+            if others:
+                _other(config, origin, others[0].path, others[0].caller)
+            continue  # no default at all (an unbound variable under set -u, or a refusal): nothing retired
+        loaded = [a for a in unset.args if a.startswith("/") and a not in config.rendered.args]
+        if loaded:
+            _other(config, origin, loaded[0], "the rendered argv with the variable unset")
+
+
+def _other(config: ServiceConfig, origin: Origin, path: str, how: str) -> None:
+    __tracebackhide__ = True
+    raise Failure(
+        service=config.name, check=DEFAULTS, code=f"{DEFAULTS}/other-payload", where=str(config.rendered.script),
+        observed=f"with {origin.name} unset the serve script uses {path} ({how})",
+        expected=f"its default to name the env file's payload: {origin.value} ({origin.where})",
+        fix=("a swap re-keys every consumer in one pass (INC-68): point the script's ${" + origin.name + ":-...} default "
+             "at the new payload, or drop the default so a missing env line refuses"),
+    )

@@ -11,6 +11,7 @@ Nothing here imports pytest.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,12 +23,15 @@ from fleetgate.config import ServiceConfig
 __all__ = [
     "LOOPBACK",
     "HostTarget",
+    "SmiCard",
     "SystemdUnit",
     "default_spec",
     "environment_files",
     "limit_bytes",
     "listening_pid",
     "meminfo",
+    "parse_nvidia_smi",
+    "parse_rocm_smi",
     "parse_show",
     "parse_ss_pid",
     "runpath",
@@ -102,6 +106,66 @@ def meminfo(text: str) -> dict[str, int]:
         if words and words[0].isdigit():
             found[name.strip()] = int(words[0]) * (1024 if len(words) > 1 and words[1] == "kB" else 1)
     return found
+
+
+@dataclass(frozen=True)
+class SmiCard:
+    """One card as the vendor's SMI tool reports it: bytes used, total and free."""
+
+    index: int
+    used: int
+    total: int
+    free: int
+    """The tool's own free figure where it has one (nvidia-smi's ``memory.free`` leaves out reserved memory),
+    else total - used."""
+
+
+NVIDIA_SMI = "nvidia-smi --query-gpu=index,memory.used,memory.total,memory.free --format=csv,noheader,nounits"
+ROCM_SMI = "rocm-smi --showmeminfo vram --json"
+_MIB = 1 << 20
+
+
+def parse_nvidia_smi(text: str) -> list[SmiCard]:
+    """``nvidia-smi --query-gpu=index,memory.used,memory.total[,memory.free] --format=csv,noheader,nounits``
+    (MiB) -> cards. Raises ValueError naming the line and what was expected."""
+    cards = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) not in (3, 4) or not all(f.isdigit() for f in fields):
+            raise ValueError(f"line {number}: {line.strip()[:80]!r}; expected 'INDEX, USED_MIB, TOTAL_MIB[, FREE_MIB]'")
+        index, used, total = (int(f) for f in fields[:3])
+        free = int(fields[3]) * _MIB if len(fields) == 4 else (total - used) * _MIB
+        cards.append(SmiCard(index, used * _MIB, total * _MIB, free))
+    if not cards:
+        raise ValueError("no line; expected one 'INDEX, USED_MIB, TOTAL_MIB, FREE_MIB' line per card")
+    return cards
+
+
+def parse_rocm_smi(text: str) -> list[SmiCard]:
+    """``rocm-smi --showmeminfo vram --json`` -> cards, in the order of their ``cardN`` keys. Raises ValueError."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc}); expected rocm-smi's --json object") from None
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object of cardN entries")
+    cards = []
+    for key, value in data.items():
+        if not key.startswith("card"):
+            continue  # rocm-smi adds "system" entries for some queries
+        try:
+            total = int(value["VRAM Total Memory (B)"])
+            used = int(value["VRAM Total Used Memory (B)"])
+            index = int(key[4:])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{key}: {json.dumps(value)[:80]}; expected 'VRAM Total Memory (B)' and "
+                             "'VRAM Total Used Memory (B)' in bytes") from None
+        cards.append(SmiCard(index, used, total, total - used))
+    if not cards:
+        raise ValueError("no cardN entry; expected one per card")
+    return sorted(cards, key=lambda c: c.index)
 
 
 def parse_ss_pid(text: str) -> int | None:

@@ -104,8 +104,8 @@ class HostGate:
         return {name: (note.split(":", 1)[0] if word == "FAIL" else word) for name, (word, note) in self.checks.items()}
 
 
-def run_host_gate(pytester: pytest.Pytester, fleet_toml: Path, *args: str) -> HostGate:
-    result = pytester.runpytest_subprocess(str(HOST_TESTS), "--endpoint", "reference", "--fleet", str(fleet_toml),
+def run_host_gate(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpoint: str = "reference") -> HostGate:
+    result = pytester.runpytest_subprocess(str(HOST_TESTS), "--endpoint", endpoint, "--fleet", str(fleet_toml),
                                            "-p", "no:cacheprovider", *args, timeout=120)
     checks = {}
     for line in result.stdout.lines:

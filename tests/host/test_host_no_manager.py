@@ -25,7 +25,8 @@ def test_a_unit_no_manager_shows(pytester: pytest.Pytester, tmp_path: Path, port
     else:
         expected = {**{c: f"{c}/systemctl-failed" for c in SYSTEMD_CHECKS},
                     **{c: f"{c}/process-unreadable" for c in PROCESS_CHECKS}}
-    assert gate.outcomes() == {**expected, "host-payload": "PASS"}, gate.result.stdout.str()
+    assert gate.outcomes() == {**expected, "host-payload": "PASS", "host-memavailable": "SKIPPED",
+                               "host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
 
 
 def test_no_readelf_on_the_host_fails_the_libs_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -44,7 +45,8 @@ def test_no_readelf_on_the_host_fails_the_libs_check(pytester: pytest.Pytester, 
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**{c: "SKIPPED" for c in SYSTEMD_CHECKS}, "host-process-argv": "PASS",
                                "host-process-env": "PASS", "host-runtime-libs": "host-runtime-libs/readelf-failed",
-                               "host-payload": "PASS"}, gate.result.stdout.str()
+                               "host-payload": "PASS", "host-memavailable": "SKIPPED",
+                               "host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
 
 
 def test_a_rootless_quadlet_whose_user_does_not_linger(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -80,4 +82,6 @@ WantedBy=default.target
         "host-boot-persistence": "host-boot-persistence/no-linger",
         **{c: f"{c}/process-unreadable" for c in PROCESS_CHECKS},
         "host-payload": "PASS",
+        "host-memavailable": "SKIPPED",
+        "host-vram-vs-ledger": "SKIPPED",
     }, gate.result.stdout.str()

@@ -24,6 +24,8 @@ DROP_IN_DIR = f"/etc/systemd/system/{UNIT}.d"
 ALL_PASS = {name: "PASS" for name in (
     "host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence",
     "host-process-argv", "host-process-env", "host-runtime-libs", "host-payload")}
+ALL_PASS["host-memavailable"] = "SKIPPED"  # the reference declares no pin gate (tests/host/test_host_memory.py)
+ALL_PASS["host-vram-vs-ledger"] = "SKIPPED"  # and its host no cards (tests/host/test_host_vram.py)
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
 
@@ -170,3 +172,20 @@ def test_a_unit_the_manager_does_not_have_fails_every_systemd_check(served: Serv
     finally:
         manifest.write_text(clean, encoding="utf-8")
         other.unlink()
+
+
+def test_the_pin_gate_credits_the_units_main_pid(served: Served) -> None:
+    """host-memavailable on a real manager: the engine is systemd's MainPID, and its RssAnon is credited. A gate
+    of the model plus 1 GiB clears on this machine; one of 4096 GiB is short."""
+    served.reset()
+    manifest = served.fleet_toml
+    clean = manifest.read_text(encoding="utf-8")
+    try:
+        for floor, expected in ((1, "PASS"), (4096, "host-memavailable/short")):
+            manifest.write_text(clean + f"\n[services.reference.pin_gate]\npinned_gib = 0.0916\nfloor_gib = {floor}\n",
+                                encoding="utf-8")
+            assert served.gate() == {**ALL_PASS, "host-memavailable": expected}, served.last_output
+        main_pid = served.systemctl("show", "--property=MainPID", "--value", UNIT).strip()
+        assert f"RssAnon of PID {main_pid} released by the restart (MainPID of reference.service" in served.last_output
+    finally:
+        manifest.write_text(clean, encoding="utf-8")

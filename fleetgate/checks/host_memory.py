@@ -1,0 +1,199 @@
+"""Host checks on memory: host RAM against the engine's pin gate (B-RAM-1, C-H-1, INC-75), and each card's
+used VRAM against the ledger and the host's floor (C-H-3, C-H-5, INC-10).
+
+``host-memavailable`` answers the operator's question before a (re)start: would the engine's pin gate clear
+now? The gate is declared in fleet.toml (``[services.NAME.pin_gate]``: what the engine pins plus its own
+floor); MemAvailable is read from the host's ``/proc/meminfo`` (or the file the gate names, the serve
+script's seam, B-SH-5). A running engine's anonymous resident memory (``RssAnon`` of
+``/proc/<MainPID>/status``) is released when it stops, so a restart has that much more: it is added.
+Its file-backed pages (an mmapped model) are not: they stay in the page cache after exit, and MemAvailable
+already counts the part of it the kernel can reclaim. Locked file pages (``VmLck``) would become reclaimable
+too and are not credited, so for an engine that mlocks its checkpoint the verdict errs towards "short".
+"""
+
+from __future__ import annotations
+
+from fleetgate.checks import NotApplicable, check
+from fleetgate.checks._common import no_cards, no_profile
+from fleetgate.failure import Failure
+from fleetgate.fit import service_ledger
+from fleetgate.fleet import GIB
+from fleetgate.host import (
+    NVIDIA_SMI,
+    ROCM_SMI,
+    HostReadError,
+    HostTarget,
+    SmiCard,
+    meminfo,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+)
+
+__all__: list[str] = []
+
+MEM = "host-memavailable"
+VRAM = "host-vram-vs-ledger"
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def _declares_gate(target: HostTarget) -> str | None:
+    if target.config.service.pin_gate is None:
+        return (f"{target.name} declares no pin gate: add [services.{target.name}.pin_gate] with pinned_gib (what the "
+                "engine pins in RAM) and floor_gib (its own floor) to fleet.toml to hold the host's MemAvailable to it")
+    return None
+
+
+@check(MEM, kind="host", subject="host", requires=_declares_gate,
+       cites=("B-RAM-1", "B-RAM-2", "B-SH-5", "C-H-1", "INC-75"),
+       summary="MemAvailable (plus what the running engine would release) clears the declared pin gate")
+def host_memavailable(target: HostTarget) -> None:
+    gate = target.config.service.pin_gate
+    assert gate is not None
+    path = gate.meminfo
+    where = f"{target.spec} {path}"
+    try:
+        text: str = target.host.file(path).content_string
+    except Exception as exc:  # testinfra raises its own errors (or a plain one from the backend) for an unreadable file
+        raise Failure(service=target.name, check=MEM, code=f"{MEM}/meminfo-unreadable", where=where,
+                      observed=f"{path} cannot be read: {' '.join(str(exc).split())[:200]}",
+                      expected="the host's /proc/meminfo (or the file the pin gate names)",
+                      fix=f"correct meminfo in {gate.where}, or run the check where {path} is readable") from None
+    available = meminfo(text).get("MemAvailable")
+    if available is None:
+        first = text.strip().splitlines()[0][:120] if text.strip() else "(empty)"
+        raise Failure(service=target.name, check=MEM, code=f"{MEM}/meminfo-unparseable", where=where,
+                      observed=f"no 'MemAvailable: N kB' line in {path} (it begins: {first!r})",
+                      expected="a /proc/meminfo with MemAvailable (Linux 3.14 or later)",
+                      fix=f"point meminfo in {gate.where} at the host's /proc/meminfo")
+    released, how = _released(target)
+    after = available + released
+    if after < gate.gate_bytes:
+        short = gate.gate_bytes - after
+        raise Failure(service=target.name, check=MEM, code=f"{MEM}/short", where=where,
+                      observed=(f"MemAvailable {_gib(available)} + {how} = {_gib(after)}: "
+                                f"{_gib(short)} short of the pin gate"),
+                      expected=(f"at least {_gib(gate.gate_bytes)} (pinned {_gib(gate.pinned_bytes)} + the engine's floor "
+                                f"{_gib(gate.floor_bytes)}, {gate.where})"),
+                      details=["RssAnon is what the engine's exit releases; its file-backed and locked pages are not "
+                               "counted, so an engine that mlocks its checkpoint may clear with less"],
+                      fix=("a (re)start now would be refused by the pin gate (a crash loop under Restart=, INC-75): "
+                           "find what holds the RAM (a dying engine, page cache of another pool) and wait for it, "
+                           "or start with the serve script's bounded wait"))
+
+
+def _released(target: HostTarget) -> tuple[int, str]:
+    """What stopping the running engine releases (its RssAnon), and how it was found; 0 when nothing runs."""
+    __tracebackhide__ = True
+    try:
+        pid, how = target.main_pid()
+        if pid is None:
+            return 0, f"0 B released ({target.name} is not running: {how} found none)"
+        status = meminfo(target.proc_text(pid, "status"))
+    except HostReadError as exc:
+        raise Failure(service=target.name, check=MEM, code=f"{MEM}/process-unreadable", where=target.spec,
+                      observed=str(exc),
+                      expected=f"{target.name}'s engine (or its absence), read through systemctl and /proc",
+                      fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
+    anon = status.get("RssAnon")
+    if anon is None:  # a kernel before 4.5: nothing credited, which errs towards "short", never towards a pass
+        return 0, f"0 B credited (no RssAnon in /proc/{pid}/status of {how})"
+    return anon, f"{_gib(anon)} RssAnon of PID {pid} released by the restart ({how})"
+
+
+def _has_ledger(target: HostTarget) -> str | None:
+    config = target.config
+    if config.service.engine != "llama.cpp":
+        return (f"{target.name} runs {config.service.engine}; the ledger is llama.cpp's (fleetgate fit), "
+                "so there is no prediction to hold the cards to")
+    why = no_profile(config, "block_count") or no_cards(config)
+    if why:
+        return why
+    if config.host.ledger_tolerance_bytes is None:
+        return (f"host {config.host.name} declares no ledger_tolerance_gib: declare how much more a card may use than "
+                f"the ledger predicts in hosts.{config.host.name} (fleet.toml) to hold its cards to the ledger")
+    return None
+
+
+def _smi(target: HostTarget) -> tuple[str, list[SmiCard]]:
+    """The tool the host has (the cards' vendor's first), its command and its cards."""
+    __tracebackhide__ = True
+    names = [d.name for d in target.config.host.cards]
+    order = (ROCM_SMI, NVIDIA_SMI) if any(n.startswith("ROCm") for n in names) else (NVIDIA_SMI, ROCM_SMI)
+    command = next((c for c in order if target.host.exists(c.split()[0])), None)
+    if command is None:
+        raise NotApplicable(f"neither nvidia-smi nor rocm-smi is on {target.spec}'s PATH: no per-card VRAM to read "
+                            "(install the vendor's SMI tool, or run the check where it is)")
+    result = target.host.run(command)
+    where = f"{target.spec} {command}"
+    if result.rc != 0:
+        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/smi-failed", where=where,
+                      observed=f"exited {result.rc}: {' '.join((result.stderr or result.stdout).split())[:200]}",
+                      expected="the cards' memory figures", fix="run the tool by hand on the host: the driver may be down")
+    try:
+        cards = (parse_rocm_smi if command == ROCM_SMI else parse_nvidia_smi)(result.stdout)
+    except ValueError as exc:
+        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/unparseable", where=where,
+                      observed=str(exc), expected="the tool's documented output for this query",
+                      fix="a tool version whose output fleetgate does not read: report it with the output") from None
+    return command, cards
+
+
+@check(VRAM, kind="host", subject="host", requires=_has_ledger, cites=("C-H-3", "C-H-5", "INC-10", "B-FIT-1"),
+       summary="each card's used VRAM (nvidia-smi, rocm-smi) is within the declared tolerance of the ledger and keeps the floor")
+def host_vram_vs_ledger(target: HostTarget) -> None:
+    config = target.config
+    host = config.host
+    command, cards = _smi(target)
+    where = f"{target.spec} {command}"
+    declared = host.devices
+    fleet_where = config.fleet.where
+    if len(cards) != len(declared):
+        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/card-count", where=where,
+                      observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {_gib(c.total)}" for c in cards),
+                      expected=f"{len(declared)}, as hosts.{host.name}.devices declares ({fleet_where('hosts', host.name, 'devices')}): "
+                               + ", ".join(d.name for d in declared),
+                      fix="a card is missing from the driver (reseat, link, driver) or fleet.toml's devices are stale")
+    tolerance = host.ledger_tolerance_bytes
+    assert tolerance is not None
+    by_name = {d.name: i for i, d in enumerate(declared)}
+    ledger = service_ledger(config)
+    for d in ledger.cards:
+        seen = cards[by_name[d.card.name]]
+        if seen.used - d.total > tolerance:
+            over = seen.used - d.total
+            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/hotter", where=where,
+                          observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(over)} more than the ledger",
+                          expected=(f"at most {_gib(d.total)} + {_gib(tolerance)} (the ledger of the rendered config, "
+                                    f"fleetgate fit {target.name}; tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')})"),
+                          details=[f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
+                                   for x in ledger.cards],
+                          fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
+                               "calibrate the service's compute from this boot, and keep the floor with the real figure"))
+        if d.total - seen.used > tolerance:
+            under = d.total - seen.used
+            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/colder", where=where,
+                          observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
+                          expected=(f"at least {_gib(d.total)} - {_gib(tolerance)} (the ledger of the rendered config, "
+                                    f"fleetgate fit {target.name}; tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')})"),
+                          details=[f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
+                                   for x in ledger.cards],
+                          fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
+                               "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
+    floor = host.card_floor_bytes
+    if floor is None:
+        return
+    for index, device in enumerate(declared):
+        if not device.serves:
+            continue
+        seen = cards[index]
+        if seen.free < floor:
+            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/below-floor", where=where,
+                          observed=(f"{device.name} (#{seen.index}) has {_gib(seen.free)} free "
+                                    f"({_gib(seen.used)} used of {_gib(seen.total)})"),
+                          expected=(f">= {_gib(floor)} free (the floor of host {host.name}, "
+                                    f"{fleet_where('hosts', host.name, 'card_floor_gib')})"),
+                          fix="the card runs without its floor: a vision request or a longer prompt can OOM it; "
+                              "shrink the context or move a layer (fleetgate fit)")
