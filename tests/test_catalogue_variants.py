@@ -46,6 +46,12 @@ VARIANTS: dict[str, list[Edit]] = {
                              (MS, '--cache-ram "$CACHE_RAM"', '--cache_ram "$CACHE_RAM"')],
     "vllm-short-and-equals": [(AS, '--tensor-parallel-size "$TP"', '-tp "$TP"'),
                               (AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqs="$MAXSEQS"')],
+    # The docs' shapes (B-DOC-4): the multiplication sign or 'x', with or without thousands separators; a line that names two
+    # services (history, a comparison) is about neither.
+    "docs-shape-spellings": [("docs/index.md", "frank-zealot serves 3 x 262,144", "frank-zealot serves 3\u00d7262144"),
+                             ("docs/index.md", "llama.cpp, 2 x 196,608", "llama.cpp, 2 \u00d7 196608")],
+    "docs-line-naming-two-services": [("docs/index.md", "## Topology", "frank-zealot took the compaction hub over from "
+                                       "frank-medium's 1 x 262,144 llama.cpp era.\n\n## Topology")],
     "zealot-flag-order": [(ZS, '    --ctx-size "$CTX_SIZE"\n    --parallel "$PARALLEL"\n',
                            '    --parallel "$PARALLEL"\n    --ctx-size "$CTX_SIZE"\n')],
 }
@@ -76,7 +82,9 @@ CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
     "vllm-misspelt-flag-is-not-a-shape": (
         [(AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqz "$MAXSEQS"')],
         {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/misspelt-shape-flag",
-         ("frank-archon", "vllm-argv"): "vllm-argv/unknown-flag"},
+         ("frank-archon", "vllm-argv"): "vllm-argv/unknown-flag",
+         # vLLM is left at its default sequence count: no shape for the docs to be held to.
+         ("frank-archon", "docs-shapes"): "skipped"},
     ),
     # llama-server reads no '--flag=value' (common/arg.cpp looks the whole token up): refused, as the engine does.
     "llama-flag-equals-value-is-refused": (
