@@ -215,6 +215,8 @@ class Fleet:
     dashboards: tuple[Path, ...] = ()
     retired_names: tuple[str, ...] = ()
     docs_index: Path | None = None
+    deploy_probes: Path | None = None
+    """The deploy script's readiness probes, one 'SERVICE URL BUDGET_SECONDS' line per service (B-TO-6)."""
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
@@ -467,6 +469,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         dashboards=dashboards,
         retired_names=tuple(data["fleet"].get("retired_names", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
+        deploy_probes=repo_file(data.get("deploy_probes"), ("deploy_probes",)),
         non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,

@@ -52,6 +52,9 @@ VARIANTS: dict[str, list[Edit]] = {
                              ("docs/index.md", "llama.cpp, 2 x 196,608", "llama.cpp, 2 \u00d7 196608")],
     "docs-line-naming-two-services": [("docs/index.md", "## Topology", "frank-zealot took the compaction hub over from "
                                        "frank-medium's 1 x 262,144 llama.cpp era.\n\n## Topology")],
+    # A deploy probe by name or by the host's own address reaches an engine that binds every interface.
+    "deploy-probe-spellings": [("scripts/deploy.probes", "frank-zealot http://127.0.0.1:7771/health", "frank-zealot http://localhost:7771/health"),
+                               ("scripts/deploy.probes", "frank-archon http://127.0.0.1:7770/health", "frank-archon http://192.168.0.235:7770/health")],
     "zealot-flag-order": [(ZS, '    --ctx-size "$CTX_SIZE"\n    --parallel "$PARALLEL"\n',
                            '    --parallel "$PARALLEL"\n    --ctx-size "$CTX_SIZE"\n')],
 }

@@ -70,6 +70,13 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-archon", ("docs-shapes",)),
     **_outcomes("reference", ("docs-shapes",)),
     **{(s, "docs-shapes"): SKIPPED for s in ("frank-dragoon", "frank-tts")},
+    # Deploy probes (B-TO-6): every service with a unit; the reference is run by `fleetgate reference`, not deployed.
+    **_outcomes("frank-medium", ("deploy-probes",)),
+    **_outcomes("frank-zealot", ("deploy-probes",)),
+    **_outcomes("frank-archon", ("deploy-probes",)),
+    **_outcomes("frank-dragoon", ("deploy-probes",)),
+    **_outcomes("frank-tts", ("deploy-probes",)),
+    ("reference", "deploy-probes"): SKIPPED,
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),
