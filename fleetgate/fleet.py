@@ -27,6 +27,7 @@ __all__ = [
     "Client",
     "Contract",
     "Device",
+    "EngineBuild",
     "Extrapolation",
     "Fleet",
     "Host",
@@ -115,6 +116,15 @@ class Bench:
 
 
 @dataclass(frozen=True)
+class EngineBuild:
+    """Which build of its engine a service runs: the fork and its build number (B-SP-10)."""
+
+    fork: str
+    """``mainline`` or the fork's name (``vendor``: the llama.cpp vendor fork)."""
+    number: int
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -142,6 +152,8 @@ class Service:
     """Bench harness scripts that measure this service (B.15)."""
     build: Bench | None = None
     """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
+    engine_build: EngineBuild | None = None
+    """The engine build the service runs, where the fleet declares it (``engine_build = { fork, number }``)."""
 
 
 @dataclass(frozen=True)
@@ -405,6 +417,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             build=(Bench(script=build_script, binary=raw["build"]["binary"])
                    if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
                    else None),
+            engine_build=(EngineBuild(fork=raw["engine_build"]["fork"], number=raw["engine_build"]["number"])
+                          if "engine_build" in raw else None),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))

@@ -70,6 +70,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-archon", ("docs-shapes",)),
     **_outcomes("reference", ("docs-shapes",)),
     **{(s, "docs-shapes"): SKIPPED for s in ("frank-dragoon", "frank-tts")},
+    # Engine build minimums (B-SP-10): only frank-zealot declares its build (vendor 10777).
+    **_outcomes("frank-zealot", ("engine-build-minimum",)),
+    **{(s, "engine-build-minimum"): SKIPPED for s in ("frank-medium", "reference")},
     # Deploy probes (B-TO-6): every service with a unit; the reference is run by `fleetgate reference`, not deployed.
     **_outcomes("frank-medium", ("deploy-probes",)),
     **_outcomes("frank-zealot", ("deploy-probes",)),
@@ -152,6 +155,9 @@ def test_mutation_changes_exactly_its_outcomes(entry: Entry, pytester: pytest.Py
             continue
         assert expected.get((subject, check)) == PASSED, f"{entry.id}: skip of {subject}: {check}, which is not a pass"
         expected[(subject, check)] = SKIPPED
+    for subject, check in entry.passes:
+        assert expected.get((subject, check)) == SKIPPED, f"{entry.id}: passes {subject}: {check}, not a skip when clean"
+        expected[(subject, check)] = PASSED
     for expectation in entry.expect:
         assert (expectation.subject, expectation.check) in expected, f"{entry.id}: no seam {expectation}"
         expected[(expectation.subject, expectation.check)] = expectation.code
