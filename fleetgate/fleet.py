@@ -33,6 +33,7 @@ __all__ = [
     "Host",
     "NonFinite",
     "Service",
+    "ShapeFlags",
     "TimeoutChain",
     "TimeoutRef",
     "Waiver",
@@ -125,6 +126,15 @@ class EngineBuild:
 
 
 @dataclass(frozen=True)
+class ShapeFlags:
+    """The flags by which an engine fleetgate has no argv model for takes its slots and its KV pool."""
+
+    slots: str
+    pool: str
+    """The flag giving the whole pool of positions, divided over the slots."""
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -153,6 +163,8 @@ class Service:
     build: Bench | None = None
     """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
     engine_build: EngineBuild | None = None
+    shape_flags: ShapeFlags | None = None
+    """For an openai engine: the flags that set its slots and pool (``shape_flags = { slots, pool }``)."""
     """The engine build the service runs, where the fleet declares it (``engine_build = { fork, number }``)."""
 
 
@@ -417,6 +429,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             build=(Bench(script=build_script, binary=raw["build"]["binary"])
                    if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
                    else None),
+            shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
+                         if "shape_flags" in raw else None),
             engine_build=(EngineBuild(fork=raw["engine_build"]["fork"], number=raw["engine_build"]["number"])
                           if "engine_build" in raw else None),
             benches=tuple(

@@ -55,6 +55,9 @@ VARIANTS: dict[str, list[Edit]] = {
     # A deploy probe by name or by the host's own address reaches an engine that binds every interface.
     "deploy-probe-spellings": [("scripts/deploy.probes", "frank-zealot http://127.0.0.1:7771/health", "frank-zealot http://localhost:7771/health"),
                                ("scripts/deploy.probes", "frank-archon http://127.0.0.1:7770/health", "frank-archon http://192.168.0.235:7770/health")],
+    # halogen's shape is read through fleet.toml's shape_flags wherever the flags stand.
+    "dragoon-flag-order": [("scripts/serve-frank-dragoon.sh", '    --kv-positions "$KV_POSITIONS" \\\n    --slots "$SLOTS"',
+                            '    --slots "$SLOTS" \\\n    --kv-positions "$KV_POSITIONS"')],
     "zealot-flag-order": [(ZS, '    --ctx-size "$CTX_SIZE"\n    --parallel "$PARALLEL"\n',
                            '    --parallel "$PARALLEL"\n    --ctx-size "$CTX_SIZE"\n')],
 }

@@ -11,7 +11,8 @@ mermaid topology, list) that names the service and no other, and from the servic
 (or the multiplication sign) is slots by per-slot window, ``WINDOW ctx`` a per-slot window, and an engine named there
 (llama.cpp, vLLM, SGLang) must be the service's. The expected shape is the engine's own: llama.cpp's
 ``--ctx-size`` divided over ``--parallel`` slots (padded as llama_context pads it), vLLM's
-``--max-num-seqs`` by ``--max-model-len``.
+``--max-num-seqs`` by ``--max-model-len``, an engine without an argv model its ``shape_flags`` (pool over
+slots).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.checks import check
+from fleetgate.checks.seam_context import declared_shape
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.failure import Failure
@@ -153,6 +155,9 @@ def _shape(config: ServiceConfig) -> Shape | None:
     if config.vllm is not None and config.vllm.max_num_seqs and config.vllm.max_model_len:
         return Shape(config.vllm.max_num_seqs, config.vllm.max_model_len,
                      f"--max-num-seqs {config.vllm.max_num_seqs}, --max-model-len {config.vllm.max_model_len}")
+    if config.llama is None and config.vllm is None and (pool := declared_shape(config)) is not None:
+        return Shape(pool.slots, pool.per_slot,
+                     f"{pool.pool_where} {pool.pool} / {pool.slots_where} {pool.slots}, fleet.toml shape_flags")
     return None
 
 
