@@ -27,12 +27,14 @@ __all__ = [
     "Client",
     "Contract",
     "Device",
+    "EngineBuild",
     "Extrapolation",
     "Fleet",
     "Host",
     "NonFinite",
     "PinGate",
     "Service",
+    "ShapeFlags",
     "TimeoutChain",
     "TimeoutRef",
     "Waiver",
@@ -135,6 +137,24 @@ class PinGate:
 
 
 @dataclass(frozen=True)
+class EngineBuild:
+    """Which build of its engine a service runs: the fork and its build number (B-SP-10)."""
+
+    fork: str
+    """``mainline`` or the fork's name (``vendor``: the llama.cpp vendor fork)."""
+    number: int
+
+
+@dataclass(frozen=True)
+class ShapeFlags:
+    """The flags by which an engine fleetgate has no argv model for takes its slots and its KV pool."""
+
+    slots: str
+    pool: str
+    """The flag giving the whole pool of positions, divided over the slots."""
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -164,6 +184,10 @@ class Service:
     """The script that builds and installs the service's engine, with the build tool it runs (cmake)."""
     pin_gate: PinGate | None = None
     """The MemAvailable the engine needs before a start (``[services.NAME.pin_gate]``)."""
+    engine_build: EngineBuild | None = None
+    """The engine build the service runs, where the fleet declares it (``engine_build = { fork, number }``)."""
+    shape_flags: ShapeFlags | None = None
+    """For an openai engine: the flags that set its slots and pool (``shape_flags = { slots, pool }``)."""
 
 
 @dataclass(frozen=True)
@@ -237,6 +261,8 @@ class Fleet:
     dashboards: tuple[Path, ...] = ()
     retired_names: tuple[str, ...] = ()
     docs_index: Path | None = None
+    deploy_probes: Path | None = None
+    """The deploy script's readiness probes, one 'SERVICE URL BUDGET_SECONDS' line per service (B-TO-6)."""
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
@@ -436,6 +462,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             build=(Bench(script=build_script, binary=raw["build"]["binary"])
                    if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
                    else None),
+            shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
+                         if "shape_flags" in raw else None),
+            engine_build=(EngineBuild(fork=raw["engine_build"]["fork"], number=raw["engine_build"]["number"])
+                          if "engine_build" in raw else None),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))
@@ -500,6 +530,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         dashboards=dashboards,
         retired_names=tuple(data["fleet"].get("retired_names", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
+        deploy_probes=repo_file(data.get("deploy_probes"), ("deploy_probes",)),
         non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,

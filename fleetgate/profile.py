@@ -105,6 +105,8 @@ class Profile:
     n_embd: int = 0
     n_vocab: int = 0
     file_bytes: int | None = None
+    file: str | None = None
+    """The model file's name (``fleetgate profile`` writes the GGUF's; a reconstructed profile names the Hub's)."""
     data_offset: int | None = None
     pattern: str = ""
     head_count_kv: tuple[int, ...] = ()
@@ -305,6 +307,7 @@ def profile_from_data(data: dict[str, Any], path: Path, text: str = "") -> Profi
         n_embd=_int(model, "n_embd", path, text, "model", 0),
         n_vocab=_int(model, "n_vocab", path, text, "model", 0),
         file_bytes=model.get("file_bytes"),
+        file=str(model["file"]) if model.get("file") else None,
         data_offset=model.get("data_offset"),
         pattern=pattern,
         head_count_kv=heads,

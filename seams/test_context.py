@@ -13,3 +13,8 @@ def test_slots_divide_context(seam: Seam) -> None:
 @pytest.mark.check("slot-within-trained-window")
 def test_slot_within_trained_window(seam: Seam) -> None:
     seam.run()
+
+
+@pytest.mark.check("slots-divide-pool")
+def test_slots_divide_pool(seam: Seam) -> None:
+    seam.run()

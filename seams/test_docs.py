@@ -8,3 +8,8 @@ from fleetgate.plugin import Seam
 @pytest.mark.check("docs-index")
 def test_docs_index(seam: Seam) -> None:
     seam.run()
+
+
+@pytest.mark.check("docs-shapes")
+def test_docs_shapes(seam: Seam) -> None:
+    seam.run()

@@ -8,3 +8,8 @@ from fleetgate.plugin import Seam
 @pytest.mark.check("speculative-wiring")
 def test_speculative_wiring(seam: Seam) -> None:
     seam.run()
+
+
+@pytest.mark.check("engine-build-minimum")
+def test_engine_build_minimum(seam: Seam) -> None:
+    seam.run()

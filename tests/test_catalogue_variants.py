@@ -46,6 +46,18 @@ VARIANTS: dict[str, list[Edit]] = {
                              (MS, '--cache-ram "$CACHE_RAM"', '--cache_ram "$CACHE_RAM"')],
     "vllm-short-and-equals": [(AS, '--tensor-parallel-size "$TP"', '-tp "$TP"'),
                               (AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqs="$MAXSEQS"')],
+    # The docs' shapes (B-DOC-4): the multiplication sign or 'x', with or without thousands separators; a line that names two
+    # services (history, a comparison) is about neither.
+    "docs-shape-spellings": [("docs/index.md", "frank-zealot serves 3 x 262,144", "frank-zealot serves 3\u00d7262144"),
+                             ("docs/index.md", "llama.cpp, 2 x 196,608", "llama.cpp, 2 \u00d7 196608")],
+    "docs-line-naming-two-services": [("docs/index.md", "## Topology", "frank-zealot took the compaction hub over from "
+                                       "frank-medium's 1 x 262,144 llama.cpp era.\n\n## Topology")],
+    # A deploy probe by name or by the host's own address reaches an engine that binds every interface.
+    "deploy-probe-spellings": [("scripts/deploy.probes", "frank-zealot http://127.0.0.1:7771/health", "frank-zealot http://localhost:7771/health"),
+                               ("scripts/deploy.probes", "frank-archon http://127.0.0.1:7770/health", "frank-archon http://192.168.0.235:7770/health")],
+    # halogen's shape is read through fleet.toml's shape_flags wherever the flags stand.
+    "dragoon-flag-order": [("scripts/serve-frank-dragoon.sh", '    --kv-positions "$KV_POSITIONS" \\\n    --slots "$SLOTS"',
+                            '    --slots "$SLOTS" \\\n    --kv-positions "$KV_POSITIONS"')],
     "zealot-flag-order": [(ZS, '    --ctx-size "$CTX_SIZE"\n    --parallel "$PARALLEL"\n',
                            '    --parallel "$PARALLEL"\n    --ctx-size "$CTX_SIZE"\n')],
 }
@@ -76,7 +88,9 @@ CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
     "vllm-misspelt-flag-is-not-a-shape": (
         [(AS, '--max-num-seqs "$MAXSEQS"', '--max-num-seqz "$MAXSEQS"')],
         {("frank-archon", "vllm-memory-knobs"): "vllm-memory-knobs/misspelt-shape-flag",
-         ("frank-archon", "vllm-argv"): "vllm-argv/unknown-flag"},
+         ("frank-archon", "vllm-argv"): "vllm-argv/unknown-flag",
+         # vLLM is left at its default sequence count: no shape for the docs to be held to.
+         ("frank-archon", "docs-shapes"): "skipped"},
     ),
     # llama-server reads no '--flag=value' (common/arg.cpp looks the whole token up): refused, as the engine does.
     "llama-flag-equals-value-is-refused": (

@@ -64,6 +64,27 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-dragoon", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank-tts", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
+    # Docs shapes (B-DOC-4): held where the rendered argv gives slots x window (halogen: its shape_flags);
+    # the speech shim has no shape.
+    **_outcomes("frank-medium", ("docs-shapes",)),
+    **_outcomes("frank-zealot", ("docs-shapes",)),
+    **_outcomes("frank-archon", ("docs-shapes",)),
+    **_outcomes("reference", ("docs-shapes",)),
+    **_outcomes("frank-dragoon", ("docs-shapes",)),
+    ("frank-tts", "docs-shapes"): SKIPPED,
+    # An engine without an argv model holds its slots x window through fleet.toml's shape_flags (halogen).
+    ("frank-dragoon", "slots-divide-pool"): PASSED,
+    ("frank-tts", "slots-divide-pool"): SKIPPED,
+    # Engine build minimums (B-SP-10): only frank-zealot declares its build (vendor 10777).
+    **_outcomes("frank-zealot", ("engine-build-minimum",)),
+    **{(s, "engine-build-minimum"): SKIPPED for s in ("frank-medium", "reference")},
+    # Deploy probes (B-TO-6): every service with a unit; the reference is run by `fleetgate reference`, not deployed.
+    **_outcomes("frank-medium", ("deploy-probes",)),
+    **_outcomes("frank-zealot", ("deploy-probes",)),
+    **_outcomes("frank-archon", ("deploy-probes",)),
+    **_outcomes("frank-dragoon", ("deploy-probes",)),
+    **_outcomes("frank-tts", ("deploy-probes",)),
+    ("reference", "deploy-probes"): SKIPPED,
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),

@@ -1,6 +1,12 @@
-"""--parallel divides the context; the per-slot window stays inside the trained window (B.5)."""
+"""--parallel divides the context; the per-slot window stays inside the trained window (B.5).
+
+An engine fleetgate has no argv model for (halogen, as frank-dragoon runs it) names in fleet.toml the flags that
+give its slots and pool (``shape_flags``); ``slots-divide-pool`` holds that shape to the contract the same way.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from fleetgate.checks import check
 from fleetgate.checks._common import no_profile
@@ -98,4 +104,87 @@ def slot_within_trained_window(config: ServiceConfig) -> None:
             expected=f"at most {limit} per slot: the trained window{declared}",
             fix=("positions past the trained window extrapolate on the base rope: lower --ctx-size or raise "
                  "--parallel, or declare [services.NAME.extrapolation] with the ratio and why it is acceptable"),
+        )
+
+
+POOL = "slots-divide-pool"
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    slots: int
+    pool: int
+    slots_where: str
+    pool_where: str
+
+    @property
+    def per_slot(self) -> int:
+        return self.pool // self.slots
+
+
+def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
+    value = None
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"{flag}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def declared_shape(config: ServiceConfig) -> PoolShape | None:
+    """Slots and pool of an engine read through the flags fleet.toml names (``shape_flags``); None when the
+    argv does not give both as positive integers."""
+    flags = config.service.shape_flags
+    if flags is None:
+        return None
+    slots, pool = _flag_value(config.rendered.argv, flags.slots), _flag_value(config.rendered.argv, flags.pool)
+    if not (slots and pool and slots.isdigit() and pool.isdigit() and int(slots) > 0):
+        return None
+    return PoolShape(int(slots), int(pool), flags.slots, flags.pool)
+
+
+def _no_shape_flags(config: ServiceConfig) -> str | None:
+    if config.llama is not None or config.vllm is not None:
+        return f"{config.name}'s engine has its own argv model: slots-divide-context and the memory seams hold its shape"
+    if config.service.shape_flags is None:
+        return (f"{config.name} declares no shape_flags in fleet.toml: name the flags that give its slots and pool "
+                "({ slots = \"--slots\", pool = \"--kv-positions\" }) to hold its window to the contract")
+    return None
+
+
+@check(POOL, kind="seam", subject="service", requires=_no_shape_flags, engines=("openai",),
+       cites=("B-CTX-8", "B-CTX-1", "B-CTX-5"),
+       summary="an engine without an argv model (halogen): the slots divide its pool exactly, and each slot is the "
+               "window clients are told")
+def slots_divide_pool(config: ServiceConfig) -> None:
+    flags = config.service.shape_flags
+    assert flags is not None
+    shape = declared_shape(config)
+    if shape is None:
+        given = {f: _flag_value(config.rendered.argv, f) for f in (flags.slots, flags.pool)}
+        raise Failure(
+            code=f"{POOL}/flag-missing", service=config.name, check=POOL, where=str(config.rendered.script),
+            observed="the rendered argv gives " + ", ".join(f"{f} {v if v is not None else '(absent)'}" for f, v in given.items()),
+            expected=f"{flags.slots} and {flags.pool} as positive integers (fleet.toml shape_flags): the engine's "
+                     "defaults are not the fleet's decision",
+            fix=f"pass {flags.slots} and {flags.pool} from the env file",
+        )
+    if shape.pool % shape.slots:
+        raise Failure(
+            code=f"{POOL}/uneven", service=config.name, check=POOL, where=str(config.rendered.script),
+            observed=f"{shape.pool_where} {shape.pool} over {shape.slots_where} {shape.slots}: "
+                     f"{shape.pool / shape.slots:,.1f} positions per slot",
+            expected=f"a pool of slots x per-slot window ({shape.slots} x {shape.per_slot} = {shape.slots * shape.per_slot})",
+            fix="set the pool to slots x the window clients are told",
+        )
+    window = config.service.contract.context_window
+    if window is not None and shape.per_slot != window:
+        raise Failure(
+            code=f"{POOL}/slot-not-client-window", service=config.name, check=POOL, where=str(config.rendered.script),
+            observed=(f"each of {shape.slots} slots holds {shape.per_slot} positions ({shape.pool_where} {shape.pool} / "
+                      f"{shape.slots_where} {shape.slots})"),
+            expected=f"{window} per slot: the context_window clients are told (fleet.toml contract)",
+            fix=f"the slots divide the pool: set {shape.pool_where} to {window} x {shape.slots} = {window * shape.slots}, "
+                f"or tell clients {shape.per_slot}",
         )

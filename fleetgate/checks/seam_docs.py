@@ -1,9 +1,18 @@
-"""The runbooks' index agrees with the pages and with what is deployed (B-DOC-1, 2, 3, 5, 6; INC-27, INC-47, INC-67, INC-82).
+"""The runbooks' index agrees with the pages and with what is deployed (B-DOC-1..6; INC-27, INC-47, INC-60,
+INC-66, INC-67, INC-82, INC-86).
 
 The index (``docs_index`` in fleet.toml) is Markdown: each registered page is a list item
 ``- [TITLE](PAGE.md) — MARKER — ...`` with one status marker; each page opens with ``status: MARKER``.
 A page named after a service describes that service, and its marker must say what fleet.toml's ``state``
 says: ``active`` is ACTIVE or LIVE, ``undeployed`` is STAGED, ``rollback`` is SUPERSEDED or RETIRED.
+
+The shapes the docs give a service (``docs-shapes``, B-DOC-4) are read from every line of the index (intro,
+mermaid topology, list) that names the service and no other, and from the service's own page: ``N x WINDOW``
+(or the multiplication sign) is slots by per-slot window, ``WINDOW ctx`` a per-slot window, and an engine named there
+(llama.cpp, vLLM, SGLang) must be the service's. The expected shape is the engine's own: llama.cpp's
+``--ctx-size`` divided over ``--parallel`` slots (padded as llama_context pads it), vLLM's
+``--max-num-seqs`` by ``--max-model-len``, an engine without an argv model its ``shape_flags`` (pool over
+slots).
 """
 
 from __future__ import annotations
@@ -13,10 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.checks import check
+from fleetgate.checks.seam_context import declared_shape
+from fleetgate.config import ServiceConfig
+from fleetgate.engines.llamacpp import context_shape
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet
 
-__all__ = ["IndexEntry", "read_index"]
+__all__ = ["IndexEntry", "Shape", "read_index"]
 
 NAME = "docs-index"
 MARKERS = ("ACTIVE", "LIVE", "STAGED", "SUPERSEDED", "RETIRED")
@@ -109,3 +121,111 @@ def docs_index(fleet: Fleet) -> None:
                           observed=f"{page.name} is not linked from {index.name}",
                           expected="every page registered in the index (INC-47)",
                           fix=f"add '- [{page.stem}]({page.name}) — STATUS — one line' to {index.name}")
+
+
+SHAPES = "docs-shapes"
+# "3 x 262,144", "2 \u00d7 200,704": slots x per-slot window. The window is a context (four digits or more).
+_NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d{4,})"
+_SHAPE = re.compile(rf"(?<![\d,.])(?P<slots>\d{{1,3}})\s*[x\u00d7]\s*(?P<window>{_NUMBER})(?![\d,])")
+# "200,192 ctx": a per-slot window on its own.
+_CONTEXT = re.compile(rf"(?<![\d,.])(?P<window>{_NUMBER})\s*ctx\b")
+# The engines the runbooks name; a line about a service names only its own engine.
+ENGINE_WORDS = {"llama.cpp": ("llama.cpp", "llama-server"), "vllm": ("vLLM",), "sglang": ("SGLang",)}
+
+
+@dataclass(frozen=True)
+class Shape:
+    slots: int
+    window: int
+    source: str
+
+    def text(self) -> str:
+        return f"{self.slots} x {self.window:,}"
+
+
+def _shape(config: ServiceConfig) -> Shape | None:
+    """Slots and per-slot window as the engine builds them from the rendered argv."""
+    if config.llama is not None:
+        n_ctx_train = config.profile.n_ctx_train if config.profile else None
+        shape = context_shape(config.llama, n_ctx_train)
+        if shape is None:
+            return None
+        return Shape(shape.n_seq_max, shape.n_ctx_seq,
+                     f"--ctx-size {config.llama.ctx_size} / --parallel {config.llama.n_slots}")
+    if config.vllm is not None and config.vllm.max_num_seqs and config.vllm.max_model_len:
+        return Shape(config.vllm.max_num_seqs, config.vllm.max_model_len,
+                     f"--max-num-seqs {config.vllm.max_num_seqs}, --max-model-len {config.vllm.max_model_len}")
+    if config.llama is None and config.vllm is None and (pool := declared_shape(config)) is not None:
+        return Shape(pool.slots, pool.per_slot,
+                     f"{pool.pool_where} {pool.pool} / {pool.slots_where} {pool.slots}, fleet.toml shape_flags")
+    return None
+
+
+def _no_shape(config: ServiceConfig) -> str | None:
+    if config.fleet.docs_index is None:
+        return _has_index(config.fleet)
+    if _shape(config) is None:
+        return (f"{config.name}'s rendered command line gives no slots x window fleetgate can read "
+                f"(engine {config.service.engine}): the docs' shapes cannot be held to it")
+    return None
+
+
+def _mentions(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
+
+
+def _lines_about(config: ServiceConfig) -> list[tuple[Path, int, str]]:
+    """Lines of the index and of the service's page that name this service and no other."""
+    index = config.fleet.docs_index
+    assert index is not None
+    own = _mentions(config.name)
+    others = [_mentions(n) for n in config.fleet.services if n != config.name]
+    found = []
+    page = (index.parent / f"{config.name}.md").resolve()
+    for path, whole_page in ((index, False), (page, True)):
+        if not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if (whole_page or own.search(line)) and not any(o.search(line) for o in others):
+                found.append((path, number, line))
+    return found
+
+
+@check(SHAPES, kind="seam", subject="service", requires=_no_shape, engines=("llama.cpp", "vllm", "openai"),
+       cites=("B-DOC-4", "INC-60", "INC-66", "INC-82", "INC-86"),
+       summary="the shapes (slots x window, ctx) and the engine the index and the service's page give are "
+               "what the env files render")
+def docs_shapes(config: ServiceConfig) -> None:
+    shape = _shape(config)
+    assert shape is not None
+    for path, number, line in _lines_about(config):
+        for match in _SHAPE.finditer(line):
+            slots, window = int(match.group("slots")), int(match.group("window").replace(",", ""))
+            if (slots, window) != (shape.slots, shape.window):
+                raise Failure(
+                    service=config.name, check=SHAPES, code=f"{SHAPES}/shape-differs", where=f"{path}:{number}",
+                    observed=f"the docs describe {config.name} as {match.group(0)}: '{line.strip()[:140]}'",
+                    expected=f"{shape.text()}, as the env files render it ({shape.source})",
+                    fix="re-key the intro, topology and list to the deployed shape in the commit that changes it "
+                        "(INC-60: the index still said 2 x 200,704 after the 3 x 262,144 cutover)",
+                )
+        for match in _CONTEXT.finditer(line):
+            window = int(match.group("window").replace(",", ""))
+            if window != shape.window:
+                raise Failure(
+                    service=config.name, check=SHAPES, code=f"{SHAPES}/context-differs", where=f"{path}:{number}",
+                    observed=f"the docs give {config.name} {match.group(0)}: '{line.strip()[:140]}'",
+                    expected=f"{shape.window:,} ctx per slot, as the env files render it ({shape.source})",
+                    fix="correct the row in the commit that raises or lowers the context (INC-66)",
+                )
+        for engine, words in ENGINE_WORDS.items():
+            if engine == config.service.engine:
+                continue
+            said = next((w for w in words if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", line)), None)
+            if said is not None:
+                raise Failure(
+                    service=config.name, check=SHAPES, code=f"{SHAPES}/engine-differs", where=f"{path}:{number}",
+                    observed=f"the docs say {config.name} runs {said}: '{line.strip()[:140]}'",
+                    expected=f"{config.service.engine}, the engine fleet.toml declares and the serve script execs",
+                    fix="catch the entry up with the cutover (INC-86: the index entries missed the SGLang cutover)",
+                )

@@ -111,3 +111,45 @@ def speculative_wiring(config: ServiceConfig) -> None:
                 expected=f"{want[0]}/{want[1]}, the measured window (fleet.toml contract.ngram_window)",
                 fix="shorter is not better: short windows propose on ordinary prose and lose decode speed (E.16)",
             )
+
+
+BUILD = "engine-build-minimum"
+# (fork, what needs the build, the minimum build, the rule): features a fork gained at a known build.
+MINIMUMS = (
+    ("vendor", "draft-mtp with a quantized V cache", 10777, "B-SP-10"),
+)
+
+
+def _no_engine_build(config: ServiceConfig) -> str | None:
+    if config.llama is None:
+        return f"{config.name} renders no llama-server command line"
+    if config.service.engine_build is None:
+        return (f"{config.name} declares no engine_build in fleet.toml: declare {{ fork, number }} to hold the build "
+                "to the minimums its features need (B-SP-10)")
+    return None
+
+
+def _needs(config: ServiceConfig, feature: str) -> bool:
+    llama = config.llama
+    assert llama is not None
+    if feature == "draft-mtp with a quantized V cache":
+        return "draft-mtp" in llama.spec_types and llama.cache_type_v != "f16"
+    raise AssertionError(feature)
+
+
+@check(BUILD, kind="seam", subject="service", requires=_no_engine_build, engines=("llama.cpp",), cites=("B-SP-10",),
+       summary="the declared engine build is at least the one that brought each feature the rendered argv uses "
+               "(vendor fork: draft-mtp with a quantized V cache needs build 10777)")
+def engine_build_minimum(config: ServiceConfig) -> None:
+    build, llama = config.service.engine_build, config.llama
+    assert build is not None and llama is not None
+    for fork, feature, minimum, rule in MINIMUMS:
+        if build.fork == fork and build.number < minimum and _needs(config, feature):
+            raise Failure(
+                code=f"{BUILD}/below-minimum", service=config.name, check=BUILD, cites=(rule,),
+                where=config.fleet.where("services", config.name, "engine_build"),
+                observed=(f"{fork} build {build.number} runs {feature} (--spec-type {','.join(llama.spec_types)}, "
+                          f"--cache-type-v {llama.cache_type_v})"),
+                expected=f"{fork} build >= {minimum}: the minimum build that runs {feature}",
+                fix=f"upgrade the {fork} build to {minimum} or later, or run the V cache at f16 / speculation off",
+            )

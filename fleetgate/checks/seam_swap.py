@@ -6,12 +6,13 @@ Consumers: fleet.toml's ``payload`` (what the host must hold) and the fetch scri
 payload by the render (a serve script's file test answers "exists" only for declared payload). Sizes are
 held to the payload's profile (``file_bytes``: the GGUF header's file, or the seeds' figure for a
 reconstructed profile), matched through the rendered argv or, for a file the argv does not name (a sidecar
-kept for a rollback), the profile's model name.
+kept for a rollback), the profile's ``file`` (else its model name); a profiled sidecar that matches no
+manifest file fails rather than passing unseen.
 
 ``payload-defaults`` holds the serve script's own defaults (``${MODEL:-/path}``) to the env file's payload
 (B-SW-2, INC-68): the script is rendered again with each payload variable of the env file unset, as bash
 would run it if the env file lost the line, and what it then loads (or tests for and refuses) must be the
-file the env file names. Deploy scripts are not covered: the example fleet has none (INC-76).
+file the env file names. Deploy scripts' defaults are not covered yet (INC-76).
 """
 
 from __future__ import annotations
@@ -77,13 +78,25 @@ def payload_consistency(config: ServiceConfig) -> None:
             expected=f"the manifest and payload ({where_payload}) name the same files",
             fix="a swap updates every consumer in one pass: fleet.toml, env file, serve script, fetch and deploy scripts",
         )
+    by_name = {PurePosixPath(path).name: entry for path, entry in manifest.items()}
     by_stem = {PurePosixPath(path).stem: entry for path, entry in manifest.items()}
     argv = _argv_payload(config)
     for flag, profile in _profiles(config):
         if profile.file_bytes is None:
             continue
         given = next((p for f, p in argv.items() if f == flag or (flag == "--model" and f == "-m")), None)
-        entry = manifest.get(given) if given else by_stem.get(profile.name)
+        if given:
+            entry = manifest.get(given)
+        else:  # a sidecar the argv does not name: the file the profile names, else its model name
+            entry = by_name.get(profile.file or "") or by_stem.get(profile.name)
+            if entry is None:
+                raise Failure(
+                    service=config.name, check=NAME, code=f"{NAME}/profile-unmatched", where=str(profile.path),
+                    observed=(f"the {flag.lstrip('-')} profile ({profile.name}, {profile.file_bytes:,} B) matches no file "
+                              "of the fetch manifest, and the rendered argv does not name one"),
+                    expected=f"[model] file = the payload file's name, one of: {', '.join(sorted(by_name))}",
+                    fix="name the file in the profile's [model] file, or drop the profile that no payload file carries",
+                )
         if entry is not None and entry.size != profile.file_bytes:
             raise Failure(
                 service=config.name, check=NAME, code=f"{NAME}/size-differs", where=entry.where,
