@@ -160,26 +160,24 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     assert tolerance is not None
     by_name = {d.name: i for i, d in enumerate(declared)}
     ledger = service_ledger(config)
+    within = (f"the ledger of the rendered config, fleetgate fit {target.name}; "
+              f"tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')}")
+    per_card = [f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
+                for x in ledger.cards]
     for d in ledger.cards:
         seen = cards[by_name[d.card.name]]
         if seen.used - d.total > tolerance:
             over = seen.used - d.total
             raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/hotter", where=where,
                           observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(over)} more than the ledger",
-                          expected=(f"at most {_gib(d.total)} + {_gib(tolerance)} (the ledger of the rendered config, "
-                                    f"fleetgate fit {target.name}; tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')})"),
-                          details=[f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
-                                   for x in ledger.cards],
+                          expected=f"at most {_gib(d.total)} + {_gib(tolerance)} ({within})", details=per_card,
                           fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
                                "calibrate the service's compute from this boot, and keep the floor with the real figure"))
         if d.total - seen.used > tolerance:
             under = d.total - seen.used
             raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/colder", where=where,
                           observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
-                          expected=(f"at least {_gib(d.total)} - {_gib(tolerance)} (the ledger of the rendered config, "
-                                    f"fleetgate fit {target.name}; tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')})"),
-                          details=[f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
-                                   for x in ledger.cards],
+                          expected=f"at least {_gib(d.total)} - {_gib(tolerance)} ({within})", details=per_card,
                           fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
                                "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
     floor = host.card_floor_bytes
