@@ -71,9 +71,9 @@ for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
 done
 # The caller's tree: the links to /usr (/bin, /lib, ...), /dev/fd, what programs need of /etc to start
 # (the update-alternatives links, the loader's cache: no passwd, no keys, no hosts) and /run/fleetgate.
-for __t in "${__trees[@]}"; do
-    cp -a -- "$__t/." "$__root/" || __fail "cannot copy the sandbox tree"
-done
+if ((${#__trees[@]})); then
+    cp -a -- "${__trees[@]/%//.}" "$__root/" || __fail "cannot copy the sandbox tree"
+fi
 if [[ -n $__stdin_from ]]; then
     cp -- "$__stdin_from" "$__root/run/fleetgate/stdin" || __fail "cannot copy the input"
 fi
