@@ -268,6 +268,8 @@ class Fleet:
     waivers: tuple[Waiver, ...] = ()
     key_index: KeyIndex | None = field(default=None, compare=False, repr=False)
     """Where each key of fleet.toml is, read once with the file (``where`` looks keys up in it)."""
+    engine_copies: dict[str, tuple[Path, ...]] = field(default_factory=dict, compare=False, repr=False)
+    """Copies of an engine binary found in the repository, by binary name: walked once per loaded fleet."""
 
     @property
     def root(self) -> Path:

@@ -351,7 +351,10 @@ def _engine_stub_paths(fleet: Fleet, service: Service, env_path: str, extra: lis
     for directory in (*env_path.split(":"), *_DEFAULT_PATH_DIRS):
         if directory.startswith("/") and not directory.startswith(INSIDE):
             paths.append(posixpath.join(posixpath.normpath(directory), service.binary))
-    for found in _engines_in_repo(fleet.root, service.binary):
+    if service.binary not in fleet.engine_copies:
+        # Walked once per loaded fleet, not once per render: the walk grows with the repository.
+        fleet.engine_copies[service.binary] = tuple(_engines_in_repo(fleet.root, service.binary))
+    for found in fleet.engine_copies[service.binary]:
         relative = found.relative_to(fleet.root).as_posix()
         paths += [f"{where}/{relative}" for _, where in _repo_mounts(fleet)]
     paths += extra

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import promql_parser
@@ -100,9 +100,9 @@ def _parse(expr: str, where: str, owner: str) -> Iterator[Selector]:
             yield Selector(series=name, job=job, owner=owner, where=where, expr=expr)
 
 
-def _rule_exprs(path: Path) -> Iterator[tuple[str, str, int]]:
+def _rule_exprs(path: Path, text: str) -> Iterator[tuple[str, str, int]]:
     try:
-        root = yaml.compose(path.read_text(encoding="utf-8"))
+        root = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(path, mark.line + 1 if mark else None, f"not valid YAML: {exc}") from None
@@ -130,8 +130,7 @@ def _get(node: yaml.Node, key: str) -> yaml.Node | None:
     return None
 
 
-def _dashboard_exprs(path: Path) -> Iterator[tuple[str, str, int]]:
-    text = path.read_text(encoding="utf-8")
+def _dashboard_exprs(path: Path, text: str) -> Iterator[tuple[str, str, int]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -159,12 +158,18 @@ def selectors(fleet: Fleet, *, dashboards: bool = True) -> list[Selector]:
     """Every series named by the fleet's rules files (and dashboards)."""
     found: list[Selector] = []
     for path in fleet.rules:
-        for owner, expr, line in _rule_exprs(path):
-            found += _parse(expr, f"{path}:{line}", owner)
+        found += _selectors_of(path, path.read_text(encoding="utf-8"), dashboard=False)
     for path in fleet.dashboards if dashboards else ():
-        for owner, expr, line in _dashboard_exprs(path):
-            found += _parse(expr, f"{path}:{line}", owner)
+        found += _selectors_of(path, path.read_text(encoding="utf-8"), dashboard=True)
     return found
+
+
+@lru_cache(maxsize=256)
+def _selectors_of(path: Path, text: str, *, dashboard: bool) -> tuple[Selector, ...]:
+    # Keyed by the file's text: every service's drafter-alert check asks for the same files, and parsing
+    # them once per service made the seams quadratic in the fleet's size.
+    exprs = _dashboard_exprs(path, text) if dashboard else _rule_exprs(path, text)
+    return tuple(selector for owner, expr, line in exprs for selector in _parse(expr, f"{path}:{line}", owner))
 
 
 def _deployed(fleet: Fleet) -> list[Service]:
