@@ -263,6 +263,8 @@ class Fleet:
     docs_index: Path | None = None
     deploy_probes: Path | None = None
     """The deploy script's readiness probes, one 'SERVICE URL BUDGET_SECONDS' line per service (B-TO-6)."""
+    deploy_script: Path | None = None
+    """The deploy script (``deploy.sh TARGET --service NAME``), run by the deploy seams with ``ssh`` stubbed (B-MM-4)."""
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
@@ -531,6 +533,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         retired_names=tuple(data["fleet"].get("retired_names", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         deploy_probes=repo_file(data.get("deploy_probes"), ("deploy_probes",)),
+        deploy_script=repo_file(data.get("deploy_script"), ("deploy_script",)),
         non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,

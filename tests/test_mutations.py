@@ -85,6 +85,12 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-dragoon", ("deploy-probes",)),
     **_outcomes("frank-tts", ("deploy-probes",)),
     ("reference", "deploy-probes"): SKIPPED,
+    # The deploy script's payload gate (B-MM-4): every deployed service whose env file names payload its unit loads;
+    # frank-archon's env names container paths, frank-tts loads none, the reference is not deployed.
+    **_outcomes("frank-medium", ("deploy-payload",)),
+    **_outcomes("frank-zealot", ("deploy-payload",)),
+    **_outcomes("frank-dragoon", ("deploy-payload",)),
+    **{(s, "deploy-payload"): SKIPPED for s in ("frank-archon", "frank-tts", "reference")},
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),
