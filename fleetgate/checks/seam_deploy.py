@@ -12,8 +12,8 @@ the host's own address when the engine binds every interface), and a path the en
 ``SCRIPT HOST --service NAME``, in the render's sandbox with ``ssh`` stubbed (each call recorded, none made)
 and nothing of the operator's environment, so every ``${VAR:-default}`` takes its default. Its payload gate
 is each ``ssh HOST test -e FILE`` call (``-f``, ``-r``, ``-s``, ``-d`` alike; the remote command split as the
-remote shell splits it). Every file the gate tests must be one the env file names as payload, and every
-payload file the rendered argv loads must be tested: a swap that re-points the env file and the serve script
+remote shell splits it). Every file the gate tests must be one the env files or fleet.toml's payload name, and
+every payload file of the env file that the rendered argv loads must be tested: a swap that re-points the env file and the serve script
 but not the deploy script's ``LLM_<SVC>_MODEL_FILE``/``LLM_<SVC>_MMPROJ`` defaults gates on files the unit no
 longer loads (INC-76). Where a stale default was set is bash's own trace of the run.
 """
@@ -207,14 +207,17 @@ def deploy_payload(config: ServiceConfig) -> None:
         ) from None
     tested = _tested((*run.extra_invocations, run.argv))
     payload = payload_variables(config)
-    named = {origin.value for origin in payload}
+    # A file the fleet still knows -- an env file's variable names it, or fleet.toml declares it (a sidecar kept
+    # for a rollback arm, a Quadlet's host directory) -- is not stale; anything else is a retired payload.
+    named = {origin.value for origin in config.variables.values()} | set(config.service.payload)
     listed = [f"{origin.name}={origin.value} ({origin.where})" for origin in payload]
     stale = [path for path in tested if path not in named]
     if stale:
         wheres = [run.first_traced(path) or str(script) for path in stale]
         raise Failure(
             service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/other-payload", where=wheres[0],
-            observed=f"{script.name} {host} --service {config.name} gates on {stale[0]}, which the env file does not name",
+            observed=(f"{script.name} {host} --service {config.name} gates on {stale[0]}, which neither the env file nor "
+                      "fleet.toml's payload names"),
             expected="the gate tests the payload the env file names: " + "; ".join(listed),
             details=[f"stale: {path} (set at {where})" for path, where in zip(stale, wheres, strict=True)],
             fix="a swap re-points every consumer in one pass (INC-76): point the deploy script's LLM_<SVC>_MODEL_FILE / "
