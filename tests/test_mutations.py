@@ -64,6 +64,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-dragoon", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank-tts", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
+    # The retired replica era's routing proxy (B-UN-14, INC-37..40): adaptive, a 4 KiB window, three ~30k loops on two
+    # cards' 122,636-token pools.
+    **_outcomes("frank", ("proxy-routing", "proxy-capacity")),
     # Docs shapes (B-DOC-4): held where the rendered argv gives slots x window (halogen: its shape_flags);
     # the speech shim has no shape.
     **_outcomes("frank-medium", ("docs-shapes",)),
