@@ -61,6 +61,7 @@ def generate(size: int, target: Path) -> Path:
     blocks = _service_blocks(text)
     originals = list(data["services"])
     extra: list[str] = []
+    clones: list[tuple[str, str, int, int]] = []
     for k in range(max(0, size - len(originals))):
         source = originals[k % len(originals)]
         raw = data["services"][source]
@@ -83,8 +84,49 @@ def generate(size: int, target: Path) -> Path:
             body = re.sub(rf"\b{raw['port']}\b", str(port), body)
             path.write_text(body, encoding="utf-8")
         extra.append(block)
+        clones.append((source, name, raw["port"], port))
     manifest.write_text(text + "\n" + "\n".join(extra), encoding="utf-8")
+    _register_clones(target, data, clones)
     return manifest
+
+
+def _register_clones(target: Path, fleet: dict[str, object], clones: list[tuple[str, str, int, int]]) -> None:
+    """What the fleet-level files say of each original, said of its clones too: the deploy script's probe,
+    the docs page and its index entry, the alert rules that name the original's job."""
+    probes = fleet.get("deploy_probes")
+    if isinstance(probes, str):
+        path = target / probes
+        lines = path.read_text(encoding="utf-8").splitlines()
+        by_name = {line.split()[0]: line for line in lines if line.strip() and not line.startswith("#")}
+        lines += [by_name[source].replace(source, name, 1).replace(f":{old}/", f":{new}/")
+                  for source, name, old, new in clones if source in by_name]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    index = fleet.get("docs_index")
+    if isinstance(index, str):
+        path = target / index
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for source, name, _, _ in clones:
+            page = path.parent / f"{source}.md"
+            if page.is_file():
+                (path.parent / f"{name}.md").write_text(page.read_text(encoding="utf-8").replace(source, name),
+                                                        encoding="utf-8")
+            entry = next((i for i, line in enumerate(lines) if line.startswith(f"- [{source}]({source}.md)")), None)
+            if entry is not None:
+                lines.insert(entry + 1, lines[entry].replace(source, name))
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rules = fleet.get("rules")
+    for rule_file in rules if isinstance(rules, list) else []:
+        path = target / str(rule_file)
+        text = path.read_text(encoding="utf-8")
+        for source, name, _, _ in clones:
+            # A rule is a "- alert:" item up to the next one; a rule naming the original's job is repeated.
+            items = re.split(r"(?m)^(?=      - alert: )", text)
+            own = [item for item in items if f'job="{source}"' in item]
+            for item in own:
+                clone = item.replace(f'job="{source}"', f'job="{name}"')
+                clone = re.sub(r"(- alert: \w+)", rf"\g<1>{re.sub(r'[^A-Za-z0-9]', '', name.title())}", clone, count=1)
+                text = text.replace(item, item.rstrip("\n") + "\n" + clone.rstrip("\n") + "\n", 1)
+        path.write_text(text, encoding="utf-8")
 
 
 @dataclass

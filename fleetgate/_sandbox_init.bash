@@ -10,7 +10,8 @@
 #   dir PATH              an empty directory
 #   empty PATH            an empty placeholder file (a declared payload)
 #   put FILE PATH         a copy of FILE at PATH, executable; bound over the file already at PATH
-#   tree DIR              DIR is copied onto the root (links to /usr, /dev/fd, /etc basics, /run/fleetgate)
+#   tree DIR              DIR is copied onto the root (links to /usr, /dev/fd, /etc basics, /run/fleetgate);
+#                         several trees are copied in their order
 #   stdin FILE            FILE is the command's standard input (copied to /run/fleetgate/stdin)
 #   rodir PATH            this machine's PATH, read-only (a /lib that is no link to /usr)
 #   cwd PATH | timeout SECONDS | limit BYTES
@@ -22,8 +23,8 @@ __fail() {
     exit 70
 }
 
-__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __stdin_from= __tree= __limit=$((4 << 20))
-__ro=() __dirs=() __empty=() __put=() __rodirs=()
+__size=$((64 << 20)) __cwd=/ __timeout=10 __stdin=/dev/null __stdin_from= __limit=$((4 << 20))
+__ro=() __dirs=() __empty=() __put=() __rodirs=() __trees=()
 while IFS= read -r -d '' __op; do
     case $__op in
         size) IFS= read -r -d '' __size ;;
@@ -35,7 +36,7 @@ while IFS= read -r -d '' __op; do
         dir) IFS= read -r -d '' __a; __dirs+=("$__a") ;;
         empty) IFS= read -r -d '' __a; __empty+=("$__a") ;;
         put) IFS= read -r -d '' __a; IFS= read -r -d '' __b; __put+=("$__a" "$__b") ;;
-        tree) IFS= read -r -d '' __tree ;;
+        tree) IFS= read -r -d '' __a; __trees+=("$__a") ;;
         rodir) IFS= read -r -d '' __a; __rodirs+=("$__a") ;;
         *) __fail "unknown spec record $__op" ;;
     esac
@@ -70,8 +71,8 @@ for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
 done
 # The caller's tree: the links to /usr (/bin, /lib, ...), /dev/fd, what programs need of /etc to start
 # (the update-alternatives links, the loader's cache: no passwd, no keys, no hosts) and /run/fleetgate.
-if [[ -n $__tree ]]; then
-    cp -a -- "$__tree/." "$__root/" || __fail "cannot copy the sandbox tree"
+if ((${#__trees[@]})); then
+    cp -a -- "${__trees[@]/%//.}" "$__root/" || __fail "cannot copy the sandbox tree"
 fi
 if [[ -n $__stdin_from ]]; then
     cp -- "$__stdin_from" "$__root/run/fleetgate/stdin" || __fail "cannot copy the input"

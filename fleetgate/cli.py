@@ -74,7 +74,8 @@ def _render(args: argparse.Namespace) -> int:
                   sys.stdout, indent=2)
         print()
         return 0
-    print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} as {config.service.unit and config.service.unit.name}")
+    started_by = f"as {config.service.unit.name}" if config.service.unit else "(no unit declared)"
+    print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} {started_by}")
     lines = argv_lines(rendered.argv, _flag_indices(config))
     print(" \\\n    ".join(lines))
     problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())

@@ -21,6 +21,13 @@ def test_render_prints_the_argv_the_serve_script_builds(capsys: pytest.CaptureFi
     assert "    --spec-type draft-mtp \\" in out.splitlines()
 
 
+def test_render_header_names_the_unit_or_says_there_is_none(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "frank-medium", "--fleet", str(FLEET / "fleet.toml")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "# frank-medium: scripts/serve-frank-medium.sh as frank-medium.service"
+    assert main(["render", "reference", "--fleet", str(FLEET / "fleet.toml")]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "# reference: scripts/serve-reference.sh (no unit declared)"
+
+
 def test_render_json_names_where_each_variable_was_set(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", "frank-zealot", "--fleet", str(FLEET / "fleet.toml"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
