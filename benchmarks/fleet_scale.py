@@ -91,8 +91,8 @@ def generate(size: int, target: Path) -> Path:
 
 
 def _register_clones(target: Path, fleet: dict[str, object], clones: list[tuple[str, str, int, int]]) -> None:
-    """What the fleet-level files say of each original, said of its clones too: the deploy script's probe,
-    the docs page and its index entry, the alert rules that name the original's job."""
+    """What the fleet-level files say of each original, said of its clones too: the deploy script's probe and
+    payload gate, the docs page and its index entry, the alert rules that name the original's job."""
     probes = fleet.get("deploy_probes")
     if isinstance(probes, str):
         path = target / probes
@@ -100,6 +100,17 @@ def _register_clones(target: Path, fleet: dict[str, object], clones: list[tuple[
         by_name = {line.split()[0]: line for line in lines if line.strip() and not line.startswith("#")}
         lines += [by_name[source].replace(source, name, 1).replace(f":{old}/", f":{new}/")
                   for source, name, old, new in clones if source in by_name]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    deploy = fleet.get("deploy_script")
+    if isinstance(deploy, str):
+        # The deploy script's payload gate keys each service's payload by name (a case arm): a clone loads its
+        # original's payload, so it gets the original's arm.
+        path = target / deploy
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for source, name, _, _ in clones:
+            arm = next((i for i, line in enumerate(lines) if line.lstrip().startswith(f"{source}) payload=")), None)
+            if arm is not None:
+                lines.insert(arm + 1, lines[arm].replace(f"{source})", f"{name})", 1))
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     index = fleet.get("docs_index")
     if isinstance(index, str):

@@ -33,6 +33,7 @@ __all__ = [
     "Host",
     "NonFinite",
     "PinGate",
+    "Proxy",
     "Service",
     "ShapeFlags",
     "TimeoutChain",
@@ -198,6 +199,25 @@ class Client:
 
 
 @dataclass(frozen=True)
+class Proxy:
+    """A routing proxy in front of single-card replicas of one endpoint (the retired frank-medium-proxy)."""
+
+    name: str
+    host: str
+    state: Literal["active", "retired"]
+    config: Path
+    """Its env file: ROUTING, AFFINITY_BYTES, LARGE_TOKENS / LARGE_LIMIT, REPLICAS."""
+    dialect: Literal["systemd", "podman", "bash"]
+    pool_tokens: int | None
+    """Each replica's KV pool in tokens, from its boot ledger (``replica_kv_pool``)."""
+    pool_boot: str | None
+    conversations: int | None
+    """How many conversations it must carry at once, and the tokens each keeps cached (``conversations``)."""
+    conversation_tokens: int | None
+    line: int | None
+
+
+@dataclass(frozen=True)
 class TimeoutRef:
     owner: str | None
     """The service or client whose env file holds the variable; None for a fixed budget."""
@@ -263,6 +283,9 @@ class Fleet:
     docs_index: Path | None = None
     deploy_probes: Path | None = None
     """The deploy script's readiness probes, one 'SERVICE URL BUDGET_SECONDS' line per service (B-TO-6)."""
+    deploy_script: Path | None = None
+    proxies: Mapping[str, Proxy] = field(default_factory=dict)
+    """The deploy script (``deploy.sh TARGET --service NAME``), run by the deploy seams with ``ssh`` stubbed (B-MM-4)."""
     non_finite: tuple[NonFinite, ...] = ()
     """inf/nan values anywhere in the manifest (TOML allows them); the ``fleet-numbers-finite`` seam fails on them."""
     waivers: tuple[Waiver, ...] = ()
@@ -481,6 +504,21 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         assert env_file is not None
         clients[name] = Client(name=name, env_file=env_file, dialect=raw.get("dialect", "systemd"))
 
+    proxies: dict[str, Proxy] = {}
+    for name, raw in data.get("proxies", {}).items():
+        keys = ("proxies", name)
+        if raw["host"] not in hosts:
+            raise InputError(path, locate_key(text, (*keys, "host")),
+                             f"proxies.{name}.host: unknown host {raw['host']!r}; expected one of: {', '.join(hosts)}")
+        config = repo_file(raw["config"], (*keys, "config"))
+        assert config is not None
+        pool = raw.get("replica_kv_pool", {})
+        load = raw.get("conversations", {})
+        proxies[name] = Proxy(name=name, host=raw["host"], state=raw.get("state", "active"), config=config,
+                              dialect=raw.get("dialect", "podman"), pool_tokens=pool.get("tokens"),
+                              pool_boot=pool.get("boot"), conversations=load.get("count"),
+                              conversation_tokens=load.get("tokens"), line=locate_key(text, keys))
+
     chains: list[TimeoutChain] = []
     for i, raw in enumerate(data.get("timeouts", [])):
         refs: list[TimeoutRef] = []
@@ -533,6 +571,8 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         retired_names=tuple(data["fleet"].get("retired_names", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         deploy_probes=repo_file(data.get("deploy_probes"), ("deploy_probes",)),
+        deploy_script=repo_file(data.get("deploy_script"), ("deploy_script",)),
+        proxies=proxies,
         non_finite=nonfinite,
         waivers=tuple(waivers),
         key_index=keys_index,

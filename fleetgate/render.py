@@ -89,10 +89,20 @@ class Rendered:
     script: Path
     unit: Unit | None
     extra_invocations: tuple[tuple[str, ...], ...] = field(default=())
+    trace: str = ""
+    """bash's own trace of the run (``set -x``, each line ``+FILE:LINE: command``): where a value was made."""
 
     @property
     def args(self) -> tuple[str, ...]:
         return self.argv[1:]
+
+    def first_traced(self, needle: str) -> str | None:
+        """``FILE:LINE`` of the first command bash traced whose expansion holds ``needle``, else None."""
+        for line in self.trace.splitlines():
+            match = _TRACE.match(line)
+            if match and needle in line[match.end():]:
+                return f"{match.group('file')}:{match.group('line')}"
+        return None
 
 
 class RenderRefused(InputError):
@@ -320,6 +330,7 @@ def render(
         script=script,
         unit=unit,
         extra_invocations=tuple(a for a, _ in invocations[:-1]),
+        trace=result.files.get("trace", b"").decode("utf-8", "replace"),
     )
 
 

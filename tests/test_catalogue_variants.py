@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 ME, ZE, MS = "scripts/frank-medium.env", "scripts/frank-zealot.env", "scripts/serve-frank-medium.sh"
 ZS, AS = "scripts/serve-frank-zealot.sh", "dankserver/frank-archon/serve-frank-archon.sh"
+DS = "scripts/deploy.sh"
 
 Edit = tuple[str, str, str]
 
@@ -55,6 +56,15 @@ VARIANTS: dict[str, list[Edit]] = {
     # A deploy probe by name or by the host's own address reaches an engine that binds every interface.
     "deploy-probe-spellings": [("scripts/deploy.probes", "frank-zealot http://127.0.0.1:7771/health", "frank-zealot http://localhost:7771/health"),
                                ("scripts/deploy.probes", "frank-archon http://127.0.0.1:7770/health", "frank-archon http://192.168.0.235:7770/health")],
+    # The deploy script's payload defaults as bash evaluates them: quoting, ${VAR-x} and ${VAR:=x} for ${VAR:-x},
+    # a gate quoted with printf %q after an ssh option, [ ] for test.
+    "deploy-default-spellings": [
+        (DS, "LLM_ZEALOT_MODEL_FILE=${LLM_ZEALOT_MODEL_FILE:-/home/dank/models/Ternary-Bonsai-2-9B-GGUF/Ternary-Bonsai-2-9B-PQ2_0.gguf}",
+         'LLM_ZEALOT_MODEL_FILE="${LLM_ZEALOT_MODEL_FILE-"/home/dank/models/Ternary-Bonsai-2-9B-GGUF/Ternary-Bonsai-2-9B-PQ2_0.gguf"}"'),
+        (DS, "LLM_ZEALOT_MMPROJ=${LLM_ZEALOT_MMPROJ:-/home/dank/models/Ternary-Bonsai-2-9B-GGUF/mmproj-Q8_0.gguf}",
+         ': "${LLM_ZEALOT_MMPROJ:=/home/dank/models/Ternary-Bonsai-2-9B-GGUF/mmproj-Q8_0.gguf}"  # the 9B cutover'),
+        (DS, '    ssh "$target" "test -e ${file@Q}" ||', '    ssh -o BatchMode=yes "$target" "[ -f $(printf %q "$file") ]" ||'),
+    ],
     # halogen's shape is read through fleet.toml's shape_flags wherever the flags stand.
     "dragoon-flag-order": [("scripts/serve-frank-dragoon.sh", '    --kv-positions "$KV_POSITIONS" \\\n    --slots "$SLOTS"',
                             '    --slots "$SLOTS" \\\n    --kv-positions "$KV_POSITIONS"')],

@@ -64,6 +64,9 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-dragoon", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank-tts", (*UNIT_CHECKS, *QUADLET_CHECKS), skipped=QUADLET_CHECKS),
     **_outcomes("frank", ("rules-exported", "retired-names", "docs-index")),
+    # The retired replica era's routing proxy (B-UN-14, INC-37..40): adaptive, a 4 KiB window, three ~30k loops on two
+    # cards' 122,636-token pools.
+    **_outcomes("frank", ("proxy-routing", "proxy-capacity")),
     # Docs shapes (B-DOC-4): held where the rendered argv gives slots x window (halogen: its shape_flags);
     # the speech shim has no shape.
     **_outcomes("frank-medium", ("docs-shapes",)),
@@ -85,6 +88,12 @@ CLEAN: dict[tuple[str, str], str] = {
     **_outcomes("frank-dragoon", ("deploy-probes",)),
     **_outcomes("frank-tts", ("deploy-probes",)),
     ("reference", "deploy-probes"): SKIPPED,
+    # The deploy script's payload gate (B-MM-4): every deployed service whose env file names payload its unit loads;
+    # frank-archon's env names container paths, frank-tts loads none, the reference is not deployed.
+    **_outcomes("frank-medium", ("deploy-payload",)),
+    **_outcomes("frank-zealot", ("deploy-payload",)),
+    **_outcomes("frank-dragoon", ("deploy-payload",)),
+    **{(s, "deploy-payload"): SKIPPED for s in ("frank-archon", "frank-tts", "reference")},
     # Only frank-medium and the reference name their fetch manifest.
     **_outcomes("frank-medium", ("payload-consistency",)),
     **_outcomes("reference", ("payload-consistency",)),

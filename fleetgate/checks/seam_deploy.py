@@ -1,4 +1,5 @@
-"""The deploy script's readiness probes can succeed (B-TO-6, B-UN-6, INC-81).
+"""The deploy script's readiness probes can succeed (B-TO-6, B-UN-6, INC-81); its payload-existence gate names
+the files the unit loads (B-MM-4, B-SW-1, INC-76).
 
 A deploy gates each service on a probe URL (``deploy_probes`` in fleet.toml, read as the deploy script
 reads it). A probe that can never succeed burns its whole budget and aborts the run with every later
@@ -6,16 +7,29 @@ service left pending: plex's ``http://`` probe against a server that drops plain
 600 s (INC-81). The probe is held to where the rendered engine listens: its port, its scheme (TLS only when
 the argv configures it), an address that reaches the engine from the host the deploy runs on (loopback, or
 the host's own address when the engine binds every interface), and a path the engine answers.
+
+``deploy-payload``: the deploy script (``deploy_script`` in fleet.toml) is run the way an operator runs it,
+``SCRIPT HOST --service NAME``, in the render's sandbox with ``ssh`` stubbed (each call recorded, none made)
+and nothing of the operator's environment, so every ``${VAR:-default}`` takes its default. Its payload gate
+is each ``ssh HOST test -e FILE`` call (``-f``, ``-r``, ``-s``, ``-d`` alike; the remote command split as the
+remote shell splits it). Every file the gate tests must be one the env files or fleet.toml's payload name, and
+every payload file of the env file that the rendered argv loads must be tested: a swap that re-points the env file and the serve script
+but not the deploy script's ``LLM_<SVC>_MODEL_FILE``/``LLM_<SVC>_MMPROJ`` defaults gates on files the unit no
+longer loads (INC-76). Where a stale default was set is bash's own trace of the run.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import shlex
+from dataclasses import replace
 
 from fleetgate.checks import check
+from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.config import ServiceConfig
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
+from fleetgate.render import RenderRefused, render
 
 __all__: list[str] = []
 
@@ -117,3 +131,109 @@ def deploy_probes(config: ServiceConfig) -> None:
                     observed=f"{probe.path} is not a readiness endpoint of {config.service.engine}",
                     expected=f"one of {', '.join(paths)}",
                     fix="probe /health: it answers 200 only once the model is loaded")
+
+
+PAYLOAD = "deploy-payload"
+# ssh(1)'s options that take a value (OpenSSH ssh.c, the getopt string): the first other word is the host.
+_SSH_VALUED = set("bceilmopBDEFIJLOPQRSwW")
+_EXISTS = ("-e", "-f", "-r", "-s", "-d")
+
+
+def _loads(config: ServiceConfig, path: str) -> bool:
+    return any(arg == path or arg.endswith(f"={path}") for arg in config.rendered.args)
+
+
+def _gated(config: ServiceConfig) -> str | None:
+    if config.fleet.deploy_script is None:
+        return (f"{config.fleet.path.name} names no deploy_script: name the deploy script to hold its payload gate "
+                "to the files each unit loads")
+    if config.rendered.unit is None:
+        return f"{config.name} has no unit: the deploy script does not deploy it"
+    if not any(_loads(config, origin.value) for origin in payload_variables(config)):
+        return (f"no variable of {config.name}'s env files names a declared payload file that the unit loads: "
+                "nothing for the deploy's payload gate to name")
+    return None
+
+
+def _remote_command(argv: tuple[str, ...]) -> list[str]:
+    """The words the remote shell runs for one recorded ``ssh`` call (ssh joins them with spaces)."""
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        letters = argv[i][1:]
+        for n, letter in enumerate(letters):
+            if letter in _SSH_VALUED:
+                i += 1 if n + 1 < len(letters) else 2
+                break
+        else:
+            i += 1
+    if i < len(argv) and argv[i] == "--":
+        i += 1
+    try:
+        return shlex.split(" ".join(argv[i + 1:]))
+    except ValueError:
+        return []
+
+
+def _tested(calls: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The files the gate's ``ssh HOST test -e FILE`` (or ``[ -e FILE ]``) calls test, in call order."""
+    found: list[str] = []
+    for argv in calls:
+        words = _remote_command(argv)
+        if not words or words[0] not in ("test", "["):
+            continue
+        found += [words[i + 1] for i in range(1, len(words) - 1) if words[i] in _EXISTS and words[i + 1].startswith("/")]
+    return list(dict.fromkeys(found))
+
+
+@check(PAYLOAD, kind="seam", subject="service", requires=_gated, engines=("llama.cpp", "vllm", "openai"),
+       cites=("B-MM-4", "B-SW-1", "INC-76"),
+       summary="the deploy script's payload-existence gate, run with its defaults, tests the files the env file "
+               "names and the unit loads: model and mmproj")
+def deploy_payload(config: ServiceConfig) -> None:
+    script = config.fleet.deploy_script
+    assert script is not None
+    host = config.service.host
+    pseudo = replace(config.service, name=f"{config.name}:deploy", binary="ssh", serve_script=script,
+                     env_file=None, unit=None)
+    try:
+        run = render(config.fleet, pseudo, args=(host, "--service", config.name))
+    except RenderRefused as refused:
+        raise Failure(
+            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/does-not-run",
+            where=f"{script}:{refused.line}" if refused.line else str(script),
+            observed=f"{script.name} {host} --service {config.name} calls no ssh: {refused.message}",
+            expected="a deploy that tests the unit's payload on the host before it restarts anything",
+            fix="fix the script (it runs under bash with ssh stubbed, each call recorded and none made)",
+        ) from None
+    tested = _tested((*run.extra_invocations, run.argv))
+    payload = payload_variables(config)
+    # A file the fleet still knows -- an env file's variable names it, or fleet.toml declares it (a sidecar kept
+    # for a rollback arm, a Quadlet's host directory) -- is not stale; anything else is a retired payload.
+    named = {origin.value for origin in config.variables.values()} | set(config.service.payload)
+    listed = [f"{origin.name}={origin.value} ({origin.where})" for origin in payload]
+    stale = [path for path in tested if path not in named]
+    if stale:
+        wheres = [run.first_traced(path) or str(script) for path in stale]
+        raise Failure(
+            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/other-payload", where=wheres[0],
+            observed=(f"{script.name} {host} --service {config.name} gates on {stale[0]}, which neither the env file nor "
+                      "fleet.toml's payload names"),
+            expected="the gate tests the payload the env file names: " + "; ".join(listed),
+            details=[f"stale: {path} (set at {where})" for path, where in zip(stale, wheres, strict=True)],
+            fix="a swap re-points every consumer in one pass (INC-76): point the deploy script's LLM_<SVC>_MODEL_FILE / "
+                "LLM_<SVC>_MMPROJ defaults at the env file's payload",
+        )
+    untested = [origin for origin in payload if _loads(config, origin.value) and origin.value not in tested]
+    if untested:
+        origin = untested[0]
+        raise Failure(
+            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/untested",
+            where=str(script),
+            observed=(f"{script.name} {host} --service {config.name} never tests {origin.value} "
+                      f"({origin.name}, {origin.where}), which the unit loads"
+                      + (f"; it tests {', '.join(tested)}" if tested else "; it tests no file")),
+            expected="the gate tests every payload file the unit loads, the mmproj included (B-MM-4)",
+            details=[f"untested: {o.name}={o.value} ({o.where})" for o in untested],
+            fix="add the file to the service's payload gate, so a deploy refuses before restarting a unit that "
+                "cannot load it",
+        )

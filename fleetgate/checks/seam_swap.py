@@ -12,7 +12,7 @@ manifest file fails rather than passing unseen.
 ``payload-defaults`` holds the serve script's own defaults (``${MODEL:-/path}``) to the env file's payload
 (B-SW-2, INC-68): the script is rendered again with each payload variable of the env file unset, as bash
 would run it if the env file lost the line, and what it then loads (or tests for and refuses) must be the
-file the env file names. Deploy scripts' defaults are not covered yet (INC-76).
+file the env file names. The deploy script's defaults are ``deploy-payload``'s (seam_deploy.py, INC-76).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, render
 
-__all__: list[str] = []
+__all__ = ["payload_variables"]
 
 NAME = "payload-consistency"
 DEFAULTS = "payload-defaults"
@@ -107,14 +107,14 @@ def payload_consistency(config: ServiceConfig) -> None:
             )
 
 
-def _payload_variables(config: ServiceConfig) -> list[Origin]:
+def payload_variables(config: ServiceConfig) -> list[Origin]:
     """The env file's variables whose value is a declared payload file (MODEL=, MMPROJ=, CHECKPOINT=)."""
     declared = set(config.service.payload)
     return [origin for origin in config.variables.values() if origin.value in declared]
 
 
 def _names_payload(config: ServiceConfig) -> str | None:
-    if not _payload_variables(config):
+    if not payload_variables(config):
         return (f"no variable of {config.name}'s env files names a declared payload file: nothing whose serve-script "
                 "default could name another (declare the payload in fleet.toml and set it in the env file)")
     return None
@@ -124,7 +124,7 @@ def _names_payload(config: ServiceConfig) -> str | None:
        summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one")
 def payload_defaults(config: ServiceConfig) -> None:
     declared = set(config.service.payload)
-    variables = _payload_variables(config)
+    variables = payload_variables(config)
 
     def unset_one(origin: Origin) -> Rendered | RenderRefused:
         try:
