@@ -180,6 +180,13 @@ def _subject(item: pytest.Item) -> tuple[Check, str, Any] | None:
     live = callspec.params.get("live")
     if isinstance(live, Live) and live.check is not None and live.endpoint is not None:
         return live.check, live.endpoint.name, live.endpoint
+    # Host checks run beside the live ones on the same --endpoint: they count in the service's summary line,
+    # carry the same properties and honour the same waivers, so "0 failed" never hides a failing host check.
+    from fleetgate.plugin_host import HostCheck
+
+    host = callspec.params.get("host_check")
+    if isinstance(host, HostCheck) and host.check is not None and host.target is not None:
+        return host.check, host.target.name, host.target
     return None
 
 

@@ -49,6 +49,8 @@ def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: 
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
     gate.result.assert_outcomes(passed=3, failed=1, skipped=6)
+    # The service's summary line counts the host checks too: its "failed" is the host check's failure.
+    gate.result.stdout.fnmatch_lines(["*fleetgate: per service*", "reference: 3 passed, 1 failed, 6 skipped"])
 
 
 def test_an_undeclared_visibility_variable_fails_the_env_check(
