@@ -10,4 +10,16 @@ import contextlib
 with contextlib.suppress(ModuleNotFoundError):
     import httpcore  # noqa: F401
 
+import pytest
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # Without fleetgate's plugin, this repository's ini (fleetgate_fleet, --strict-config) and every seam stop
+    # pytest with an INTERNALERROR and a screen of errors; say the cause in one line instead.
+    if not config.pluginmanager.has_plugin("fleetgate"):
+        raise pytest.UsageError(
+            "fleetgate's pytest plugin is not loaded: fleetgate is not installed in this Python (run the pytest "
+            "of the environment the README's set-up command made: .venv/bin/pytest), or -p no:fleetgate disabled it")

@@ -9,6 +9,7 @@ that takes a ``seam`` argument is parametrised over every subject the registered
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +17,25 @@ from typing import Any
 
 import pytest
 
-from fleetgate.checks import Check, NotApplicable, get_check
-from fleetgate.config import ServiceAttempt, attempt_services, share_attempts, unshare_attempts
-from fleetgate.errors import InputError
-from fleetgate.failure import Failure
-from fleetgate.fleet import Fleet, load_fleet
-from fleetgate.timeouts import ResolvedChain, resolve_chains
+try:
+    # The plugins pytest_plugins names below are imported here first, with the rest of fleetgate, so that a
+    # requirement missing from this Python (fleetgate found on its path, its dependencies installed elsewhere)
+    # is one line instead of pytest's traceback.
+    import fleetgate.plugin_live
+    import fleetgate.plugin_report  # noqa: F401
+    from fleetgate.checks import Check, NotApplicable, get_check
+    from fleetgate.config import ServiceAttempt, attempt_services, share_attempts, unshare_attempts
+    from fleetgate.errors import InputError
+    from fleetgate.failure import Failure
+    from fleetgate.fleet import Fleet, load_fleet
+    from fleetgate.timeouts import ResolvedChain, resolve_chains
+except ModuleNotFoundError as missing:
+    if not missing.name or missing.name.partition(".")[0] == "fleetgate":
+        raise
+    raise pytest.UsageError(
+        f"fleetgate needs the {missing.name.partition('.')[0]} package, which this Python ({sys.executable}) does not "
+        "have: run the pytest of the environment the README's set-up command made (.venv/bin/pytest), or install "
+        "fleetgate into this one (pip install -e .)") from None
 
 __all__ = ["Seam", "fleet_path"]
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -159,3 +161,24 @@ def test_a_seam_with_no_subject_in_the_fleet_still_shows_one_skip(pytester: pyte
         "*fleet: the fleet declares no vllm service",
     ])
     assert "empty parameter set" not in result.stdout.str()
+
+
+def _one_line_refusal(argv: list[str]) -> str:
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 4 and len(lines) == 1, (done.returncode, done.stdout, done.stderr)
+    return lines[0]
+
+
+def test_pytest_without_the_plugin_says_so_in_one_line() -> None:
+    """This repository's ini and seams need the plugin: a Python that lacks it gets the cause, not an INTERNALERROR."""
+    line = _one_line_refusal([sys.executable, "-m", "pytest", "seams/", "-q", "-p", "no:cacheprovider",
+                              "-p", "no:fleetgate"])
+    assert line.startswith("ERROR: fleetgate's pytest plugin is not loaded: fleetgate is not installed in this Python"), line
+
+
+def test_a_missing_dependency_is_named_in_one_line() -> None:
+    """fleetgate found on the path of a Python that lacks its requirements (httpx here): one line naming it."""
+    run = "import sys; sys.modules['httpx'] = None; import pytest; sys.exit(pytest.main(['seams/', '-q', '-p', 'no:cacheprovider']))"
+    line = _one_line_refusal([sys.executable, "-c", run])
+    assert line.startswith("ERROR: fleetgate needs the httpx package, which this Python"), line
