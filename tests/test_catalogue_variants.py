@@ -10,21 +10,18 @@ they must fail, or skip, on the right check.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from fleetgate.incidents import run_seams
+from tests.fleet_edits import Edit, edited_fleet
 from tests.test_mutations import CLEAN
 
-REPO = Path(__file__).resolve().parents[1]
-FLEET = REPO / "fixtures" / "fleet"
 ME, ZE, MS = "scripts/frank-medium.env", "scripts/frank-zealot.env", "scripts/serve-frank-medium.sh"
 ZS, AS = "scripts/serve-frank-zealot.sh", "dankserver/frank-archon/serve-frank-archon.sh"
 DS = "scripts/deploy.sh"
 
-Edit = tuple[str, str, str]
 
 VARIANTS: dict[str, list[Edit]] = {
     # systemd's EnvironmentFile strips one level of double or single quotes.
@@ -73,23 +70,13 @@ VARIANTS: dict[str, list[Edit]] = {
 }
 
 
-def _mutated(tmp_path: Path, edits: list[Edit]) -> Path:
-    target = tmp_path / "fleet"
-    shutil.copytree(FLEET, target, symlinks=True)
-    for file, old, new in edits:
-        text = (target / file).read_text(encoding="utf-8")
-        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"
-        (target / file).write_text(text.replace(old, new), encoding="utf-8")
-    return target / "fleet.toml"
-
-
 def _table(fleet_toml: Path) -> dict[tuple[str, str], str]:
     return {(o.subject, o.check): o.code if o.outcome == "failed" and o.code else o.outcome for o in run_seams(fleet_toml)}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_harmless_variant_gives_the_clean_verdicts(name: str, tmp_path: Path) -> None:
-    assert _table(_mutated(tmp_path, VARIANTS[name])) == CLEAN
+    assert _table(edited_fleet(tmp_path, VARIANTS[name])) == CLEAN
 
 
 # Misattributions the catalogue fixed: the right check and code, nothing else.
@@ -124,4 +111,4 @@ CAUSES: dict[str, tuple[list[Edit], dict[tuple[str, str], str]]] = {
 @pytest.mark.parametrize("name", CAUSES)
 def test_cause_named_right(name: str, tmp_path: Path) -> None:
     edits, changes = CAUSES[name]
-    assert _table(_mutated(tmp_path, edits)) == {**CLEAN, **changes}
+    assert _table(edited_fleet(tmp_path, edits)) == {**CLEAN, **changes}

@@ -16,23 +16,13 @@ from fleetgate.checks import NotApplicable, get_check
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.fleet import load_fleet
+from tests.fleet_edits import Edit, edited_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 CONFIG = "dankserver/frank-medium-proxy/frank-medium-proxy.env"
 LOAD = 'conversations = { count = 3, tokens = 30000, why = "three agent loops of ~30k tokens: two per card is the comfortable ceiling" }'
 
-Edit = tuple[str, str, str]
-
-
-def _fleet(tmp_path: Path, edits: list[Edit]) -> Path:
-    target = tmp_path / "fleet"
-    shutil.copytree(FLEET, target, symlinks=True)
-    for file, old, new in edits:
-        text = (target / file).read_text(encoding="utf-8")
-        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"
-        (target / file).write_text(text.replace(old, new), encoding="utf-8")
-    return target / "fleet.toml"
 
 
 def _code(check: str, fleet_toml: Path) -> str:
@@ -67,7 +57,7 @@ def test_the_example_fleet_holds() -> None:
     ([(CONFIG, "AFFINITY_BYTES=4096", "AFFINITY_BYTES=4097")], "proxy-routing/affinity-window"),
 ], ids=["defaults", "roundrobin", "unknown-policy", "podman-quotes", "systemd-quotes", "narrower-window", "one-byte-wider"])
 def test_routing(tmp_path: Path, edits: list[Edit], code: str) -> None:
-    assert _code("proxy-routing", _fleet(tmp_path, edits)) == code
+    assert _code("proxy-routing", edited_fleet(tmp_path, edits)) == code
 
 
 ADMISSION = (CONFIG, "# LARGE_TOKENS=16384\n# LARGE_LIMIT=1", "LARGE_TOKENS=16384\nLARGE_LIMIT=1")
@@ -89,11 +79,11 @@ ADMISSION = (CONFIG, "# LARGE_TOKENS=16384\n# LARGE_LIMIT=1", "LARGE_TOKENS=1638
                         "REPLICAS=http://127.0.0.1:7771 http://127.0.0.1:7772 http://127.0.0.1:7774")], "passed"),
 ], ids=["at-the-pool", "one-over", "no-admission", "admission-fits", "inc-40-sum", "admission-above-the-load", "third-card"])
 def test_capacity(tmp_path: Path, edits: list[Edit], code: str) -> None:
-    assert _code("proxy-capacity", _fleet(tmp_path, edits)) == code
+    assert _code("proxy-capacity", edited_fleet(tmp_path, edits)) == code
 
 
 def test_without_replicas_the_capacity_cannot_be_judged(tmp_path: Path) -> None:
-    fleet = load_fleet(_fleet(tmp_path, [(CONFIG, "REPLICAS=http://127.0.0.1:7771 http://127.0.0.1:7772\n", "")]))
+    fleet = load_fleet(edited_fleet(tmp_path, [(CONFIG, "REPLICAS=http://127.0.0.1:7771 http://127.0.0.1:7772\n", "")]))
     with pytest.raises(NotApplicable, match="names no REPLICAS"):
         get_check("proxy-capacity")(fleet)
 
@@ -115,7 +105,7 @@ def test_without_a_proxy_both_seams_say_what_to_declare(tmp_path: Path) -> None:
     ("# LARGE_TOKENS=16384\n# LARGE_LIMIT=1", "LARGE_TOKENS=16384\nLARGE_LIMIT=0", "proxy-capacity"),
 ])
 def test_a_bad_value_is_one_line_naming_file_and_line(tmp_path: Path, old: str, new: str, check: str) -> None:
-    fleet_toml = _fleet(tmp_path, [(CONFIG, old, new)])
+    fleet_toml = edited_fleet(tmp_path, [(CONFIG, old, new)])
     with pytest.raises(InputError) as raised:
         get_check(check)(load_fleet(fleet_toml))
     config = fleet_toml.parent / CONFIG
@@ -125,7 +115,7 @@ def test_a_bad_value_is_one_line_naming_file_and_line(tmp_path: Path, old: str, 
 
 
 def test_a_proxy_on_an_unknown_host_is_one_line(tmp_path: Path) -> None:
-    fleet_toml = _fleet(tmp_path, [("fleet.toml", 'state = "retired"\nhost = "dankserver"\nconfig',
+    fleet_toml = edited_fleet(tmp_path, [("fleet.toml", 'state = "retired"\nhost = "dankserver"\nconfig',
                                     'state = "retired"\nhost = "dankserverr"\nconfig')])
     with pytest.raises(InputError) as raised:
         load_fleet(fleet_toml)
