@@ -78,8 +78,60 @@ TWO_GPUS: list[tuple[str, str, str, int, bool]] = [
     ("qwen35-mtp-2gpu", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -ts 1,1 {MTP}", 0, True),
 ]
 BOOTS += TWO_GPUS
+# issue 19: the classes where the compute estimate was under the engine (only the output layer on the GPU,
+# small ubatches with partial offload, --no-kv-offload with recurrent state), draft models, the growth
+# after the first request, the mmproj. Every one sends a request whose prompt fills at least one ubatch
+# (token ids, so that no tokenizer is involved), and nvidia-smi is read after it.
+DRAFT = "--spec-type draft-simple --spec-draft-n-max 4 -md smollm2.gguf"
+DFLASH = "--spec-type draft-dflash --spec-draft-n-max 3 -md dflash.gguf"
+ISSUE_19: list[tuple[str, str, str, int, bool]] = [
+    ("smollm2-cuda-ngl1", "smollm2", "-c 4096 -np 2 -ngl 1", 0, True),
+    ("smollm2-cuda-ngl1-nofa-ub2048", "smollm2", "-c 8192 -np 2 -ngl 1 -fa off -b 2048 -ub 2048", 0, True),
+    ("smollm2-cuda-ngl1-ub32", "smollm2", "-c 2048 -np 2 -ngl 1 -ub 32", 0, True),
+    ("smollm2-cuda-ngl1-ub16", "smollm2", "-c 2048 -np 2 -ngl 1 -ub 16", 0, True),
+    ("gemma3-cuda-ngl1", "gemma3", "-c 4096 -np 2 -ngl 1", 0, True),
+    ("gemma3-cuda-ngl1-nofa-ub128", "gemma3", "-c 4096 -np 1 -ngl 1 -fa off -ub 128", 0, True),
+    ("qwen35-cuda-ngl1", "qwen35", "-c 2048 -np 2 -ngl 1", 0, True),
+    ("smollm2-cuda-ngl10-ub32", "smollm2", "-c 2048 -np 2 -ngl 10 -ub 32", 0, True),
+    ("smollm2-cuda-ngl20-nofa-ub32", "smollm2", "-c 4096 -np 2 -ngl 20 -fa off -ub 32", 0, True),
+    ("smollm2-cuda-ngl10-ub64", "smollm2", "-c 2048 -np 2 -ngl 10 -ub 64", 0, True),
+    ("smollm2-cuda-ngl0-ub32", "smollm2", "-c 2048 -np 2 -ngl 0 -ub 32", 0, True),
+    ("gemma3-cuda-ngl10-ub32", "gemma3", "-c 4096 -np 2 -ngl 10 -ub 32", 0, True),
+    ("gemma3-cuda-ngl5-nofa-ub64", "gemma3", "-c 4096 -np 1 -ngl 5 -fa off -ub 64", 0, True),
+    ("qwen35-cuda-ngl4-ub32", "qwen35", "-c 2048 -np 2 -ngl 4 -ub 32", 0, True),
+    ("qwen35-cuda-nkvo", "qwen35", "-c 2048 -np 2 -ngl 999 -nkvo", 0, True),
+    ("qwen35-cuda-nkvo-np4-ub128", "qwen35", "-c 4096 -np 4 -ngl 999 -nkvo -ub 128", 0, True),
+    ("qwen35-cuda-nkvo-q8", "qwen35", "-c 3072 -np 3 -ngl 999 -nkvo -ctk q8_0 -ctv q8_0", 0, True),
+    ("qwen35-mtp-cuda-nkvo", "qwen35-mtp", f"-c 2048 -np 2 -ngl 999 -nkvo {MTP}", 0, True),
+    ("smollm2-cuda-nkvo", "smollm2", "-c 4096 -np 2 -ngl 999 -nkvo", 0, True),
+    ("gemma3-cuda-nkvo-nofa", "gemma3", "-c 4096 -np 2 -ngl 999 -nkvo -fa off", 0, True),
+    ("smollm2-cuda-draft", "smollm2", f"-c 4096 -np 2 -ngl 999 {DRAFT}", 0, True),
+    ("smollm2-cuda-draft-ngld0", "smollm2", f"-c 4096 -np 2 -ngl 999 {DRAFT} -ngld 0", 0, True),
+    ("qwen35-cuda-dflash", "qwen35", f"-c 2048 -np 2 -ngl 999 {DFLASH}", 0, True),
+    ("smollm2-cuda-request", "smollm2", "-c 4096 -np 2 -ngl 999", 0, True),
+    ("gemma3-cuda-request", "gemma3", "-c 8192 -np 2 -ngl 999", 0, True),
+    ("qwen35-cuda-request", "qwen35", "-c 2048 -np 2 -ngl 999", 0, True),
+    ("qwen35-cuda-np4-ub128-request", "qwen35", "-c 4096 -np 4 -ngl 999 -ub 128", 0, True),
+    ("qwen35-mtp-cuda-request", "qwen35-mtp", f"-c 4096 -np 2 -ngl 999 {MTP}", 0, True),
+    ("smollm2-cuda-mmproj", "smollm2", "-c 4096 -np 2 -ngl 999 --mmproj mmproj.gguf", 0, True),
+    ("smollm2-cuda-mmproj-cpu", "smollm2", "-c 4096 -np 2 -ngl 999 --mmproj mmproj.gguf --no-mmproj-offload", 0,
+     True),
+    # held out: their figures were not looked at before the compute and runtime terms were set from the above
+    ("smollm2-cuda-ngl1-nofa-ub512", "smollm2", "-c 4096 -np 1 -ngl 1 -fa off", 0, True),
+    ("gemma3-cuda-ngl1-ub32", "gemma3", "-c 4096 -np 2 -ngl 1 -ub 32", 0, True),
+    ("smollm2-cuda-ngl5-nofa-ub32", "smollm2", "-c 4096 -np 1 -ngl 5 -fa off -ub 32", 0, True),
+    ("gemma3-cuda-ngl15-ub48", "gemma3", "-c 4096 -np 2 -ngl 15 -ub 48", 0, True),
+    ("qwen35-cuda-nkvo-ub256", "qwen35", "-c 4096 -np 2 -ngl 999 -nkvo -ub 256", 0, True),
+    ("qwen35-cuda-ngl6-nkvo", "qwen35", "-c 2048 -np 2 -ngl 6 -nkvo", 0, True),
+    ("smollm2-cuda-draft-np4-ub1024", "smollm2", f"-c 8192 -np 4 -ngl 999 {DRAFT} -ub 1024", 0, True),
+    ("qwen35-mtp-cuda-np1-request", "qwen35-mtp", f"-c 2048 -np 1 -ngl 999 {MTP}", 0, True),
+]
+HOLDOUT_19_FROM = "smollm2-cuda-ngl1-nofa-ub512"
+BOOTS += ISSUE_19
 
-FIT_PARAMS = {"smollm2-2gpu-ts1,1", "gemma3-2gpu-ts1,1", "gemma3-2gpu-ngl10",
+FIT_PARAMS = {"smollm2-cuda-ngl1", "gemma3-cuda-ngl1", "smollm2-cuda-ngl10-ub32", "qwen35-cuda-nkvo",
+              "smollm2-cuda-nkvo", "gemma3-cuda-ngl10-ub32",
+              "smollm2-2gpu-ts1,1", "gemma3-2gpu-ts1,1", "gemma3-2gpu-ngl10",
               "smollm2-cuda-ub1024", "gemma3-cuda-np4-ub1024", "gemma3-cuda-nofa-np1", "smollm2-cuda-q4",
               "smollm2-cuda-fa", "smollm2-cuda-nofa", "smollm2-cuda-q8", "smollm2-cuda-ub2048",
               "smollm2-cuda-ngl10", "gemma3-cuda", "gemma3-cuda-nofa", "gemma3-cuda-ngl10", "qwen35-cuda"}
@@ -124,6 +176,17 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT, timeout: float
     return proc.returncode
 
 
+def prompt_tokens(args: str) -> int:
+    """One ubatch and 64 tokens more, at least 512, within one slot's window less room for the reply."""
+    a = args.split()
+
+    def value(flag: str, default: int) -> int:
+        return int(a[a.index(flag) + 1]) if flag in a else default
+    n_seq = max(1, value("-np", 1))
+    n_ctx_seq = value("-c", 4096) if n_seq == 1 or value("-np", 1) < 0 else value("-c", 4096) // n_seq
+    return min(max(value("-ub", 512), 512) + 64, n_ctx_seq - 48)
+
+
 def boot(bins: Path, models: Path, shim: str, out: Path, spec: tuple[str, str, str, int, bool]) -> dict[str, object]:
     ident, model, args, n_rpc, request = spec
     d = out / ident
@@ -149,12 +212,15 @@ def boot(bins: Path, models: Path, shim: str, out: Path, spec: tuple[str, str, s
                 "--port", str(port), "-lv", "4", "--fit", "off", "--no-webui"]
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
-        argv += args.split()
+        # a drafter or projector named by its file travels in the models folder
+        argv += [str(models / a) if a.endswith(".gguf") else a for a in args.split()]
         rec["argv"] = argv
         t0 = time.time()
         with (d / "server.log").open("wb") as log:
             server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                       env=dict(env, CUDALOG=str(d / "server.cuda")))
+        rec["pid"] = server.pid
+        rec["rpc_pids"] = [p.pid for p in rpcs]
         healthy = False
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and server.poll() is None:
@@ -170,7 +236,12 @@ def boot(bins: Path, models: Path, shim: str, out: Path, spec: tuple[str, str, s
         rec["load_s"] = round(time.time() - t0, 2)
         rec["smi_healthy"] = smi()
         if healthy and request:
-            body = json.dumps({"prompt": "The quick brown fox", "n_predict": 24, "temperature": 0}).encode()
+            if spec in ISSUE_19:
+                # a prompt of token ids that fills one ubatch (and more), within one slot's window
+                body = json.dumps({"prompt": [10 + i % 50 for i in range(prompt_tokens(args))], "n_predict": 16,
+                                   "temperature": 0}).encode()
+            else:
+                body = json.dumps({"prompt": "The quick brown fox", "n_predict": 24, "temperature": 0}).encode()
             req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
                                          headers={"Content-Type": "application/json"})
             rec["t_request"] = time.time()
@@ -180,6 +251,7 @@ def boot(bins: Path, models: Path, shim: str, out: Path, spec: tuple[str, str, s
                 rec["reply"] = {k: reply.get(k) for k in ("tokens_predicted", "timings", "stop_type")}
             except OSError as exc:
                 rec["reply"] = {"error": str(exc)}
+            time.sleep(0.5)
             rec["smi_after_request"] = smi()
         rec["t_stop"] = time.time()
         rec["exit"] = stop(server)
@@ -204,10 +276,12 @@ def main() -> None:
     bins, models, shim, out = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
     only = set(sys.argv[5:])
     if only == {"holdout"}:
-        ids = [b[0] for b in BOOTS if b not in TWO_GPUS]
+        ids = [b[0] for b in BOOTS if b not in TWO_GPUS and b not in ISSUE_19]
         only = set(ids[ids.index(HOLDOUT_FROM):])
     elif only == {"x2"}:
         only = {b[0] for b in TWO_GPUS}
+    elif only == {"issue19"}:
+        only = {b[0] for b in ISSUE_19}
     deadline = float(os.environ.get("BOOTS_DEADLINE", "inf"))
     records = []
     for spec in BOOTS:

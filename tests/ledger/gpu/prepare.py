@@ -2,7 +2,8 @@
 
 The real GGUFs travel as their headers only (everything before the tensor data) plus their size: the
 GPU machine restores each file's size with zeros, and zero weights allocate exactly what the real ones
-do. The tiny models travel whole. Usage: ``python -m tests.ledger.gpu.prepare DIR SDIST.tar.gz``.
+do. The tiny models (qwen35 hybrids, a DFlash drafter, the
+random mmproj of tests/live/mmproj.py) travel whole. Usage: ``python -m tests.ledger.gpu.prepare DIR SDIST.tar.gz``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from tests.ledger.engine import model_paths
-from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
+from tests.ledger.tiny_models import Qwen35Shape, write_dflash, write_qwen35
+from tests.live.mmproj import write_random_projector
 
 
 def header_only(model: Path, dest: Path) -> dict[str, int]:
@@ -36,10 +38,13 @@ def main(out: Path, sdist: Path) -> None:
         manifest[name] = {"file": f"{name}.gguf", **header_only(path, models / f"{name}.hdr")}
     write_qwen35(models / "qwen35.gguf")
     write_qwen35(models / "qwen35-mtp.gguf", Qwen35Shape(nextn=1))
-    manifest["qwen35"] = {"file": "qwen35.gguf"}
-    manifest["qwen35-mtp"] = {"file": "qwen35-mtp.gguf"}
+    write_dflash(models / "dflash.gguf")
+    write_random_projector(models / "mmproj.gguf")
+    for name in ("qwen35", "qwen35-mtp", "dflash", "mmproj"):
+        manifest[name] = {"file": f"{name}.gguf"}
     (models / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    shutil.copy(sdist, out / "llama.tar.gz")
+    if sdist.resolve() != (out / "llama.tar.gz").resolve():
+        shutil.copy(sdist, out / "llama.tar.gz")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ exists: CUDA0 buffers from the cudaMalloc shim's log, CUDA_Host buffers from its
 buffers from the RPC server's GGML_RPC_DEBUG log (the same matching as tests/ledger/engine.py). Also kept:
 the engine's memory breakdown at exit, nvidia-smi, llama-fit-params' estimate and the pinned host
 allocations made after a live request started (the output buffer growing while drafting).
-Usage: ``python -m tests.ledger.gpu.record BOOTS_DIR GPU_TXT OUT.json``.
+Usage: ``python -m tests.ledger.gpu.record BOOTS_DIR GPU_TXT OUT.json``; a later run's boots are added to a
+dataset with ``--append HELD_OUT_FROM SERIES BOOTS_DIR GPU_TXT DATASET.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ _BREAKDOWN = re.compile(r"\|\s+-\s+(?P<dev>\S+)(?: \([^)]*\))?\s+\|\s*(?:(?P<tot
                         r"(?: \+\s+(?P<unaccounted>-?\d+))?")
 _FREE = re.compile(r"using device (\S+) .* - (\d+) MiB free")
 _TOTAL = re.compile(r"- (CUDA\d+)\s+: .*\((\d+) MiB, (\d+) MiB free\)")
+_PROJECTOR = re.compile(r"reserve_compute_meta:\s+(\S+) compute buffer size =\s+([0-9.]+) MiB")
 _ALLOC = re.compile(r"\[alloc_buffer\] device: \d+, size: (\d+) -> remote_ptr")
 
 
@@ -50,12 +52,18 @@ def _attach(buffers: list[dict[str, Any]], device: str, sizes: list[int]) -> Non
 
 def one(d: Path) -> dict[str, Any]:
     rec = json.loads((d / "record.json").read_text())
+    words = rec["args"].split()
+    named = {flag: words[words.index(flag) + 1].removesuffix(".gguf") for flag in ("-md", "--mmproj")
+             if flag in words}
     text = (d / "server.log").read_text(errors="replace")
     second = "mtp" if "draft-mtp" in rec["args"] else "draft"
     buffers = []
     for b in parse_server_log(text, second_context=second):
         dev = re.sub(r"\[.*\]$", "", b.device)
         buffers.append({"device": dev, "buffer": b.buffer, "context": b.context, "mib": b.mib, "bytes": None})
+    for m in _PROJECTOR.finditer(text):  # the mmproj's own compute buffers (tools/mtmd/clip.cpp)
+        buffers.append({"device": m.group(1), "buffer": "compute", "context": "projector", "mib": m.group(2),
+                        "bytes": None})
     shim = _shim(d / "server.cuda")
     for dev in sorted({b["device"] for b in buffers if re.fullmatch(r"CUDA\d+", b["device"])}):
         _attach(buffers, dev, [s for c, i, _, s, _ in shim if c == "cudaMalloc" and f"CUDA{i}" == dev])
@@ -73,9 +81,12 @@ def one(d: Path) -> dict[str, Any]:
     totals = {m.group(1): {"total_mib": int(m.group(2)), "free_mib": int(m.group(3))}
               for m in _TOTAL.finditer(text)}
     growth = []
+    device_growth = []
     if rec.get("t_request"):
         growth = [{"call": c, "bytes": s} for c, _, _, s, t in shim
                   if t >= rec["t_request"] and c == "cudaMallocHost"]
+        device_growth = [{"device": f"CUDA{i}", "bytes": s} for c, i, _, s, t in shim
+                         if t >= rec["t_request"] and c == "cudaMalloc"]
     fit = None
     fit_log = d / "fit-params.log"
     if fit_log.exists():
@@ -87,6 +98,7 @@ def one(d: Path) -> dict[str, Any]:
         error = errors[-1].split(" E ", 1)[1].strip() if errors else "did not become healthy"
     return {
         "id": rec["id"], "model": rec["model"], "args": rec["args"], "n_rpc": rec["n_rpc"],
+        "draft": named.get("-md"), "projector": named.get("--mmproj"),
         "rpc_backend": "CUDA" if rec["n_rpc"] else None,
         "command": "llama-server -m MODEL.gguf -lv 4 --fit off"
                    + (" --rpc " + ",".join(f"HOST:PORT{i}" for i in range(rec["n_rpc"])) if rec["n_rpc"] else "")
@@ -95,10 +107,30 @@ def one(d: Path) -> dict[str, Any]:
         "buffers": buffers, "breakdown_mib": breakdown, "devices_at_start_mib": totals,
         "nvidia_smi": {k: rec.get(k) for k in ("smi_before", "smi_healthy", "smi_after_request") if rec.get(k)},
         "request": rec.get("reply"), "pinned_allocations_after_request": growth,
+        "device_allocations_after_request": device_growth,
+        "pids": {"server": rec.get("pid"), "rpc": rec.get("rpc_pids", [])},
         "pinned_allocations": [s for c, _, _, s, t in shim if c == "cudaMallocHost"
                                and (not rec.get("t_request") or t < rec["t_request"])],
         "fit_params_mib": fit,
     }
+
+
+def append(boots: Path, gpu_txt: Path, out: Path, *, held_out_from: str, note: str) -> None:
+    """Add the boots of a later run on the same kind of machine to an existing dataset."""
+    data = json.loads(out.read_text())
+    order = [r["id"] for r in json.loads((boots / "boots.json").read_text())]
+    machine = [ln.strip() for ln in gpu_txt.read_text().splitlines() if ln.strip()]
+    if data["machine"]["gpu"] != "; ".join(ln for ln in machine if ln[:1].isdigit()):
+        raise SystemExit(f"{gpu_txt}: another GPU or driver than {out}'s")
+    known = {b["id"] for b in data["boots"]}
+    held = False
+    for ident in order:
+        held = held or ident == held_out_from
+        if ident not in known:
+            data["boots"].append({**one(boots / ident), "held_out": held, "series": note})
+    data["produced_by"] += f"; {note}: bash tests/ledger/gpu/run.sh issue19, then python -m " \
+                           f"tests.ledger.gpu.record --append {held_out_from} {note}"
+    out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def main(boots: Path, gpu_txt: Path, out: Path) -> None:
@@ -118,4 +150,7 @@ def main(boots: Path, gpu_txt: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    if sys.argv[1] == "--append":  # --append HELD_OUT_FROM NOTE BOOTS_DIR GPU_TXT DATASET.json
+        append(Path(sys.argv[4]), Path(sys.argv[5]), Path(sys.argv[6]), held_out_from=sys.argv[2], note=sys.argv[3])
+    else:
+        main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
