@@ -116,19 +116,43 @@ DEVICE_KINDS = tuple(BACKENDS)
 @dataclass(frozen=True)
 class Runtime:
     """What a GPU process holds outside every buffer: the runtime's context, the BLAS workspace, the memory
-    pool and graphs, read off the engine's own breakdown at exit ("unaccounted") on named boots."""
+    pool and graphs, read off the engine's own breakdown at exit ("unaccounted") and nvidia-smi's used memory
+    (less the buffers) on named boots, at health and after the first request."""
 
     first_context: int
     further_context: int
     boot: str
+    no_layers: int = 0
+    """A GPU that runs no layer at boot (``-ngl 0``: it only takes the host's products of large batches)."""
+    idle: int = 0
+    """A GPU the process sees but does not use (``--device none``, ``-sm none`` on another GPU)."""
+    rpc_server: int = 0
+    """A ggml-rpc-server process serving this kind of device, outside its buffers."""
+    first_request: int = 0
+    """Growth on the first request whose prompt fills a ubatch (the pool, kernels first used at batch size)."""
+    offload_request: int = 0
+    """More of it where the GPU also runs the host layers' products (op offload)."""
+    blas_first: int = 0
+    blas_further: int = 0
+    """More growth where a context first multiplies float matrices or attention scores in cuBLAS (F16/BF16/F32
+    weights on the GPU, or attention without flash attention on the GPU): the first such context, each further."""
 
 
-# tests/ledger/data/gpu-h200.json: 595-599 MiB on the 25 one-GPU boots with one context (526 MiB of it before
-# the first buffer); with MTP's second context 805 and 815 MiB
+# tests/ledger/data/gpu-h200.json, NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434. At health: 595-599
+# MiB per GPU (breakdown at exit, the 25 one-context boots without a request), a second context (MTP, a draft
+# model) 0.7-5 MiB more by nvidia-smi; 527-528.4 MiB where the GPU runs no layer (-ngl 0) or none at all. After a
+# request that fills a ubatch: up to 619 MiB in all (631 with op offload), 101 MiB more with cuBLAS, 91 per further
+# cuBLAS context (issue 19 boots; tests/ledger/test_datasets.py holds each figure to its boots).
 RUNTIMES: Mapping[str, Runtime] = {
-    "CUDA": Runtime(599 * MiB, 216 * MiB, "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: "
-                    "gpu-h200.json smollm2-cuda-q4 (599 MiB unaccounted, the most of 25 one-context boots) and "
-                    "qwen35-mtp-cuda-np1 (815 MiB, two contexts)"),
+    "CUDA": Runtime(
+        599 * MiB, 4 * MiB,
+        "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: gpu-h200.json smollm2-cuda-q4 (599 MiB "
+        "unaccounted, the most of 25 one-context boots), smollm2-cuda-draft-np4-ub1024 (602.6 MiB by "
+        "nvidia-smi with a draft context), smollm2-cuda-ngl0 (528), smollm2-cpu-only (527), "
+        "smollm2-cuda-ngl1-ub32 (630.5 after a request), gemma3-cuda-ngl1-nofa-ub128 (731.1, cuBLAS), "
+        "qwen35-mtp-cuda-np1-request (810.1, two cuBLAS contexts); RPC: smollm2-split-ngl20 (589.6)",
+        no_layers=529 * MiB, idle=527 * MiB, rpc_server=590 * MiB, first_request=20 * MiB, offload_request=12 * MiB,
+        blas_first=101 * MiB, blas_further=91 * MiB),
 }
 
 
@@ -595,6 +619,14 @@ class _ComputeShape:
     copies: int
     """Input copies the scheduler keeps: 4 with pipeline parallelism (GGML_SCHED_MAX_COPIES), else 1."""
     flash_attn: bool
+    offloaded_input: int = 0
+    """Bytes the op-offload GPU copies in per split: the largest host weight it multiplies (ggml-backend.cpp
+    ``ggml_backend_sched_split_graph`` pass 5 starts a split at each offloaded weight, so two are live at the
+    split boundary) and, without flash attention, one host layer's K and V (the scores run beside them)."""
+    host_attention: bool = False
+    """``--no-kv-offload``: attention runs on the host next to its cache (src/llama-graph.cpp ``build_attn_mha``
+    sets the backend of every node between the KV store and the output to the CPU)."""
+    kv_offload: bool = True
 
 
 GATED_Q_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
@@ -620,7 +652,7 @@ def _dims(profile: Profile) -> tuple[int, int, int, int]:
 # (tests/ledger/data/gpu-h200.json and cpu-rpc.json, build 11434), so that the estimate is never under the
 # engine on any of them. ``python -m tests.ledger.gpu_dataset --factors`` recomputes them.
 COMPUTE_FACTORS: Mapping[tuple[str, str], float] = {
-    ("gpu", "layers"): 1.11, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
+    ("gpu", "layers"): 1.13, ("gpu", "pipeline"): 1.18, ("gpu", "host"): 1.31,
     ("cpu", "layers"): 1.01, ("cpu", "pipeline"): 1.10, ("cpu", "host"): 1.24,
 }
 
@@ -661,14 +693,19 @@ def compute_peak(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, 
             size += 4 * ub * max(shape.mask_cells or (0,))  # the f32 mask the scores are built against
         if host_layers:
             size += 8 * ub * n_embd  # the norms and residuals of the layers it keeps
+        if shape.host_attention:
+            size += 4 * ub * (n_embd + 3 * q)  # Q, the attention output and its permuted copy
+            if not shape.flash_attn:
+                size += 2 * 4 * ub * n_head * max(shape.mask_cells or (0,))  # the f32 scores and their softmax
         return pad(size, 32)
     ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
     attn = 4 * ub * (n_embd + 5 * q)
-    if not shape.flash_attn:
+    if not shape.flash_attn and shape.kv_offload:  # with --no-kv-offload the scores are the host's
         attn += 4 * ub * n_head * max(shape.mask_cells or (0,))
     masks = (2 if shape.flash_attn else 4) * ub * cells
     # split inputs: the layer input, and under pipeline parallelism every copy of it and of the f32 masks
     size = max(ffn, attn) + masks + 4 * ub * n_embd + (shape.copies - 1) * inputs + 65536 + 32 * ub
+    size += shape.offloaded_input
     if holds_output:
         size += 4 * shape.n_outputs * max(profile.n_vocab, 1)
     return pad(size, 32)
@@ -869,10 +906,25 @@ def build_ledger(
                     sum(_alloc(w, projector_card.backend) for w in projector.weights), p_basis,
                     "tools/mtmd/clip.cpp clip_ctx: the first GPU unless --mmproj-device, --no-mmproj-offload")
 
-    _runtime(acc, notes, model, draft_model, calibrations, contexts=1 + (1 if mtp else 0))
+    trunk = model.layer_device[: target.n_layer]
+    op_offload = any(d.backend.host_buffer for d in devices) and HOST in trunk and n_ubatch >= 32 \
+        and _flag(config, "--no-op-offload") is None
+
+    def blas(card: Card) -> int:
+        found = int(_uses_blas(target, model, card, flash_attn=flash_attn, kv_offload=offload, op_offload=op_offload))
+        head = model.layer_device[target.n_layer] if target.n_layer < len(model.layer_device) \
+            else model.output_device
+        if mtp and found and head is card and offload and not flash_attn:
+            found += 1  # the MTP context's nextn block scores its attention in cuBLAS too
+        if draft_model is not None and draft is not None and card in draft_model.devices:
+            found += int(_uses_blas(draft, draft_model, card, flash_attn=flash_attn, kv_offload=offload,
+                                    op_offload=False))
+        return found
+    _runtime(acc, notes, model, draft_model, calibrations, contexts=1 + (1 if mtp else 0),
+             host_cards=[c for c in host_cards if c.backend.host_buffer], blas=blas, op_offload=op_offload)
     _computes(acc, notes, config, target, model, draft, draft_model, projector_card, calibrations,
               devices=devices, n_ubatch=n_ubatch, n_batch=n_batch, cache=cache, mtp=mtp, ngl=ngl,
-              flash_attn=flash_attn, host_compute=holding.compute)
+              flash_attn=flash_attn, host_compute=holding.compute, projector=projector)
     out_type = model.output_device.backend.host_buffer or "CPU"
     boot, grown = output_buffer(target, n_seq=n_seq, n_batch=n_batch,
                                 n_max=config.spec_draft_n_max if config.speculative else 0, mtp=mtp)
@@ -922,26 +974,64 @@ def build_ledger(
                   notes=tuple(notes))
 
 
+def _uses_blas(profile: Profile, model: _Model, card: Card, *, flash_attn: bool, kv_offload: bool,
+               op_offload: bool) -> bool:
+    """Whether a context multiplies in cuBLAS on this GPU (ggml-cuda.cu ``ggml_cuda_mul_mat``: float weights
+    take cuBLAS at batch sizes above the vector kernels'; without flash attention so do the scores)."""
+    runs = {il for il, c in enumerate(model.layer_device) if c is card or (op_offload and c is HOST)}
+    if model.output_device is card:
+        runs.add(len(model.layer_device))
+    floats = any(w.ggml_type in ("F16", "BF16", "F32") and len(w.shape) > 1 and w.shape[1] > 1
+                 and ((w.block in runs) if w.block is not None else
+                      (w.role == "output" and model.output_device is card))
+                 for w in profile.weights)
+    attention = any(il in runs for il in _kv_layers(profile, mtp=False))
+    return floats or (not flash_attn and kv_offload and attention)
+
+
 def _runtime(acc: _Acc, notes: list[str], model: _Model, draft_model: _Model | None,
-             calibrations: Sequence[Calibration], *, contexts: int) -> None:
+             calibrations: Sequence[Calibration], *, contexts: int, host_cards: Sequence[Card] = (),
+             blas: Callable[[Card], int] = lambda card: 0, op_offload: bool = False) -> None:
     """Each GPU's memory outside every buffer, where a calibration for its backend exists and no compute
-    calibration of that card (which is read off used VRAM, so already holds it) does."""
+    calibration of that card (which is read off used VRAM, so already holds it) does: at health, and its growth
+    on the first request (``runtime growth``); an RPC device serving a GPU gets its server's runtime, a GPU the
+    process sees and does not use its idle context."""
     cards = [c for c in model.devices if c is not HOST]
     if draft_model is not None:
         cards += [c for c in draft_model.devices if c not in cards and c is not HOST]
     calibrated = {c.device for c in calibrations}
-    for card in cards:
-        if card.name in calibrated or card.label in calibrated or card.name.startswith("RPC"):
+    for card in [*cards, *(c for c in host_cards if c not in cards)]:
+        if card.name in calibrated or card.label in calibrated:
             continue
-        runtime = RUNTIMES.get(card.backend.kind)
+        rpc = card.name.startswith("RPC")
+        runtime = RUNTIMES.get(card.kind or "CPU") if rpc else RUNTIMES.get(card.backend.kind)
         if runtime is None:
             if card.backend.host_buffer:
                 notes.append(f"{card.name}: the {card.backend.kind} runtime's memory outside the buffers is not "
                              "calibrated (about 0.6 GiB per GPU on CUDA): not counted")
             continue
+        if card not in cards:
+            acc.add(card, "runtime", "runtime", "target", runtime.idle, "calibrated",
+                    f"calibration (a GPU the process sees and does not use): {runtime.boot}")
+            continue
+        n_blas = blas(card)
+        growth = runtime.first_request + (runtime.blas_first + (n_blas - 1) * runtime.blas_further if n_blas else 0)
+        if rpc:
+            acc.add(card, "runtime", "runtime", "target", runtime.rpc_server, "calibrated",
+                    f"calibration (the ggml-rpc-server serving it): {runtime.boot}")
+            acc.add(card, "runtime", "runtime growth", "target", growth, "calibrated",
+                    "the server's growth on the first request that fills a ubatch"
+                    + (f" ({n_blas} context(s) in cuBLAS)" if n_blas else "") + f": calibration: {runtime.boot}")
+            continue
         n = contexts + (1 if draft_model is not None and card in draft_model.devices else 0)
-        acc.add(card, "runtime", "runtime", "target", runtime.first_context + (n - 1) * runtime.further_context,
-                "calibrated", f"calibration: {runtime.boot}")
+        layers = any(c is card for c in model.layer_device) or model.output_device is card or (
+            draft_model is not None and any(c is card for c in draft_model.layer_device))
+        at_health = runtime.first_context + (n - 1) * runtime.further_context if layers else runtime.no_layers
+        acc.add(card, "runtime", "runtime", "target", at_health, "calibrated", f"calibration: {runtime.boot}")
+        grown = runtime.first_context + growth + (runtime.offload_request if op_offload else 0)
+        acc.add(card, "runtime", "runtime growth", "target", max(0, grown - at_health), "calibrated",
+                "the first request that fills a ubatch" + (f" ({n_blas} context(s) in cuBLAS)" if n_blas else "")
+                + f": calibration: {runtime.boot}")
 
 
 def output_buffer(profile: Profile, *, n_seq: int, n_batch: int, n_max: int, mtp: bool,
@@ -962,10 +1052,47 @@ def output_buffer(profile: Profile, *, n_seq: int, n_batch: int, n_max: int, mtp
 _CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
 
 
+def _offloaded_input(profile: Profile, trunk: Sequence[Card], gpu: Card, cache: _Cache, flash_attn: bool) -> int:
+    """What the op-offload GPU copies into its compute buffer for the host layers it runs: two of the largest
+    host weight matrices (a split starts at each, ggml-backend.cpp pass 5) and, without flash attention (whose
+    op is never offloaded by weight), one host layer's K and V cache, which the scores are computed against."""
+    host_layers = {il for il, card in enumerate(trunk) if card is HOST}
+    sizes = sorted((_alloc(w, gpu.backend) for w in profile.weights
+                    if w.block in host_layers and len(w.shape) > 1 and w.shape[1] > 1), reverse=True)
+    size = sum(sizes[:2])
+    if not flash_attn:
+        kv = [il for il in _kv_layers(profile, mtp=False) if il in host_layers]
+        size += max((cache.n_stream * (cache.swa_cells(profile) if profile.is_swa(il) else cache.n_ctx_seq)
+                     * (row_bytes(cache.type_k, profile.kv_row_elements(il)[0])
+                        + row_bytes(cache.type_v, profile.kv_row_elements(il)[1])) for il in kv), default=0)
+    return size
+
+
+def _projector_compute(projector: Profile) -> tuple[int, int] | None:
+    """The mmproj's compute buffers for its warmup image (the header's image size): on its device the encoder's
+    activations (``4 n_embd + n_ff`` floats per patch), the f32 scores of every head (one head per 16 of width
+    assumed: the profile keeps no head count) and two projected tokens' widths; on the host the image's pixels.
+    Measured on one tiny projector only (gpu-h200.json smollm2-cuda-mmproj: 0.07 and 0.01 MiB)."""
+    by_name = {w.name: w for w in projector.weights}
+    patch, position = by_name.get("v.patch_embd.weight"), by_name.get("v.position_embd.weight")
+    if patch is None or position is None or len(position.shape) < 2:
+        return None
+    n_embd, n_pos = position.shape[0], position.shape[1]
+    n_ff = max((w.shape[1] for w in projector.weights if w.name.endswith("ffn_up.weight") and len(w.shape) > 1),
+               default=4 * n_embd)
+    proj = max((w.shape[1] for w in projector.weights if w.name.startswith("mm.") and len(w.shape) > 1),
+               default=n_embd)
+    heads = max(1, n_embd // 16)
+    encoder = 4 * n_pos * (4 * n_embd + n_ff + 2 * proj) + 4 * heads * n_pos * n_pos
+    side = patch.shape[0] * max(1, round(n_pos ** 0.5))
+    return pad(encoder, 32), pad(4 * 3 * side * side, 32)
+
+
 def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Profile, model: _Model,
               draft: Profile | None, draft_model: _Model | None, projector_card: Card | None,
               calibrations: Sequence[Calibration], *, devices: Sequence[Card], n_ubatch: int, n_batch: int,
-              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool, host_compute: str = "CPU") -> None:
+              cache: _Cache, mtp: bool, ngl: int, flash_attn: bool, host_compute: str = "CPU",
+              projector: Profile | None = None) -> None:
     """Compute buffers per context and device: a calibration for this ubatch, else an estimate."""
     by_key = {(c.device, c.context): c for c in calibrations if c.ubatch == n_ubatch}
     stale = sorted({f"{c.device}/{c.context} (ubatch {c.ubatch})"
@@ -978,16 +1105,18 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
     pipeline = (len(devices) > 1 and ngl > target.block_count and config.split_mode == "layer"
                 and cache.offload)
 
-    def shape_of(profile: Profile, outputs: int, parallel: bool) -> _ComputeShape:
+    def shape_of(profile: Profile, outputs: int, parallel: bool, offloaded: int = 0,
+                 host_attention: bool = False) -> _ComputeShape:
         layers = _kv_layers(profile, mtp=False)
         cells = [cache.n_ctx_seq] if any(not profile.is_swa(il) for il in layers) else []
         if any(profile.is_swa(il) for il in layers):
             cells.append(cache.swa_cells(profile))
         return _ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, n_seq=n_seq, mask_cells=tuple(cells),
-                             copies=4 if parallel else 1, flash_attn=flash_attn)
+                             copies=4 if parallel else 1, flash_attn=flash_attn, offloaded_input=offloaded,
+                             host_attention=host_attention, kv_offload=cache.offload)
 
     def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
-                parallel: bool) -> None:
+                parallel: bool, offloaded: int = 0) -> None:
         term: Term = _CONTEXT_TERMS.get(context, "compute")
         cal = by_key.get((card.name, context)) or by_key.get((card.label, context))
         if cal is not None:
@@ -998,8 +1127,9 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         if host_layers:
             layers = False  # the GPU runs the host layers' products: the host keeps inputs, norms, residuals
         role = compute_role(card, layers=layers, pipeline=parallel, gpu_host=bool(gpus))
-        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel), role, holds_layers=layers,
-                                     holds_output=output, host_layers=host_layers)
+        host_attention = card is HOST and not cache.offload and bool(_kv_layers(profile, mtp=False))
+        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel, offloaded, host_attention),
+                                     role, holds_layers=layers, holds_output=output, host_layers=host_layers)
         acc.add(card, term, "compute", context, estimate, "estimate",
                 f"estimate ({'/'.join(role)}): the structural peak of one ubatch times its measured factor "
                 "(no boot measured it)",
@@ -1011,11 +1141,15 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
     # GPU for batches of 32 tokens or more (op_offload); that GPU then needs the activations of a layer
     gpus = [d for d in devices if d.backend.host_buffer]
     op_offload = bool(gpus) and HOST in trunk and n_ubatch >= 32 and _flag(config, "--no-op-offload") is None
+    offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn) if op_offload else 0
     for card in model.cards:
-        compute(card, "target", target, n_outputs, layers=card in trunk, output=card == model.output_device,
-                parallel=pipeline)
+        # the op-offload GPU runs the host layers, also where it holds only the output layer (-ngl 1)
+        runs = op_offload and card is gpus[0]
+        compute(card, "target", target, n_outputs, layers=card in trunk or runs,
+                output=card == model.output_device, parallel=pipeline, offloaded=offloaded if runs else 0)
     if op_offload and gpus[0] not in model.cards:
-        compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline)
+        compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline,
+                offloaded=offloaded)
     if HOST not in model.cards:
         compute(HOST, "target", target, n_outputs, layers=False, output=False, parallel=pipeline)
     if mtp and _kv_layers(target, mtp=True):
@@ -1025,6 +1159,12 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
         compute(HOST, "mtp", target, n_seq, layers=False, output=False, parallel=pipeline)
     if draft_model is not None and draft is not None:
         outputs = n_seq * (config.spec_draft_n_max + 1)
+        draft_trunk = draft_model.layer_device[: draft.n_layer]
+        if gpus and HOST in draft_trunk and n_ubatch >= 32 and _flag(config, "--no-op-offload") is None \
+                and gpus[0] not in draft_model.cards:
+            # the draft's host layers: their products of large batches run on the first GPU, as the target's do
+            compute(gpus[0], "draft", draft, outputs, layers=True, output=False, parallel=False,
+                    offloaded=_offloaded_input(draft, draft_trunk, gpus[0], cache, flash_attn))
         parallel = len(draft_model.devices) > 1 and config.split_mode == "layer" and cache.offload \
             and HOST not in draft_model.layer_device
         for card in draft_model.cards:
@@ -1042,8 +1182,21 @@ def _computes(acc: _Acc, notes: list[str], config: LlamaServerConfig, target: Pr
             notes.append(f"the projector's compute buffer is taken to be inside {projector_card.name}'s "
                          "calibrated compute figure")
         else:
-            notes.append(f"the projector's compute buffer on {projector_card.name} is not calibrated: only "
-                         "its weights are counted")
+            found = _projector_compute(projector) if projector is not None else None
+            if found is None:
+                notes.append(f"the projector's compute buffer on {projector_card.name} is not calibrated and its "
+                             "header names no patch or position embedding: only its weights are counted")
+            else:
+                encoder, image = found
+                # clip.cpp runs its own CPU backend beside the GPU: its host buffer is plain CPU, never pinned
+                acc.add(projector_card, "projector", "compute", "projector", encoder, "estimate",
+                        "estimate (projector/encoder): one warmup image through the encoder and projector "
+                        "(tools/mtmd/clip.cpp reserve_compute_meta): activations, every head's scores, the "
+                        "projected tokens", "CPU" if projector_card is HOST else "")
+                if projector_card is not HOST:
+                    acc.add(HOST, "projector", "compute", "projector", image, "estimate",
+                            "estimate (projector/image): the warmup image's f32 pixels on the host "
+                            "(tools/mtmd/clip.cpp reserve_compute_meta)", "CPU")
 
 
 def summarize(ledger: Ledger) -> dict[str, Any]:

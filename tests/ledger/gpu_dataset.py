@@ -45,8 +45,9 @@ def ledger_of(boot: dict[str, Any], machine: dict[str, Any]) -> Ledger:
     cards += [Card(name=f"RPC{i}", vram_bytes=total, buffer_name=f"RPC{i}", endpoint=f"127.0.0.1:{50052 + i}",
                    kind=boot["rpc_backend"]) for i in range(boot["n_rpc"])]
     draft = load_profile(DATA / "profiles" / f"{boot['draft']}.toml") if boot.get("draft") else None
+    projector = load_profile(DATA / "profiles" / f"{boot['projector']}.toml") if boot.get("projector") else None
     return build_ledger(config, load_profile(DATA / "profiles" / f"{boot['model']}.toml"), cards=cards,
-                        draft=draft, cpu_features=frozenset(machine["cpu_features"]))
+                        draft=draft, projector=projector, cpu_features=frozenset(machine["cpu_features"]))
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ def rows(boot: dict[str, Any], ledger: Ledger) -> Iterator[Row]:
         seen.add(key)
         yield Row(boot["id"], *key, predicted.get(key), b["mib"], b["bytes"])
     for key, nbytes in predicted.items():
-        if key not in seen and key[1] not in ("output growth", "runtime"):
+        # the engine prints no buffer for its runtime, for what grows later, nor for the mmproj's weights
+        if key not in seen and key[1] not in ("output growth", "runtime", "runtime growth") \
+                and key[1:] != ("model", "projector"):
             yield Row(boot["id"], *key, nbytes, None, None)
 
 
