@@ -696,7 +696,7 @@ def compute_peak(profile: Profile, shape: _ComputeShape, *, holds_layers: bool, 
         if shape.host_attention:
             size += 4 * ub * (n_embd + 3 * q)  # Q, the attention output and its permuted copy
             if not shape.flash_attn:
-                size += 2 * 4 * ub * n_head * max(shape.mask_cells or (0,))  # the f32 scores and their softmax
+                size += 4 * ub * n_head * max(shape.mask_cells or (0,))  # the f32 scores (softmax in place)
         return pad(size, 32)
     ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
     attn = 4 * ub * (n_embd + 5 * q)

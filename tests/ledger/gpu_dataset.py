@@ -180,8 +180,9 @@ def markdown() -> None:
     from fleetgate.fit import COMPUTE_FACTORS
     for role, ratios in sorted(by_role.items()):
         ratios.sort()
-        factor = COMPUTE_FACTORS[tuple(role.split("/"))]  # type: ignore[index]
-        print(f"| {role} | {len(ratios)} | {factor:.2f} | {ratios[0] - 1:+.0%} | "
+        factor = COMPUTE_FACTORS.get(tuple(role.split("/")))  # type: ignore[arg-type]
+        shown = "-" if factor is None else f"{factor:.2f}"  # the mmproj's buffers take no factor
+        print(f"| {role} | {len(ratios)} | {shown} | {ratios[0] - 1:+.0%} | "
               f"{ratios[len(ratios) // 2] - 1:+.0%} | {ratios[-1] - 1:+.0%} |")
     print()
     print("| boot | device | llama-fit-params model / context / compute | engine (breakdown) model / context "
