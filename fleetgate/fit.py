@@ -123,7 +123,8 @@ class Runtime:
     further_context: int
     boot: str
     no_layers: int = 0
-    """A GPU that runs no layer at boot (``-ngl 0``: it only takes the host's products of large batches)."""
+    """A GPU that holds no quantized matrix at boot (``-ngl 0``: it only takes the host's products of large
+    batches; or only an F16 output layer): the quantized kernels load with the first quantized product."""
     idle: int = 0
     """A GPU the process sees but does not use (``--device none``, ``-sm none`` on another GPU)."""
     rpc_server: int = 0
@@ -140,7 +141,8 @@ class Runtime:
 
 # tests/ledger/data/gpu-h200.json, NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434. At health: 595-599
 # MiB per GPU (breakdown at exit, the 25 one-context boots without a request), a second context (MTP, a draft
-# model) 0.7-5 MiB more by nvidia-smi; 527-528.4 MiB where the GPU runs no layer (-ngl 0) or none at all. After a
+# model) 0.7-5 MiB more by nvidia-smi; 527-531.5 MiB where no quantized matrix sits on the GPU (-ngl 0, or only
+# an F16 output layer) or the GPU is not used at all. After a
 # request that fills a ubatch: up to 619 MiB in all (631 with op offload), 101 MiB more with cuBLAS, 91 per further
 # cuBLAS context (issue 19 boots; tests/ledger/test_datasets.py holds each figure to its boots).
 RUNTIMES: Mapping[str, Runtime] = {
@@ -148,10 +150,11 @@ RUNTIMES: Mapping[str, Runtime] = {
         599 * MiB, 4 * MiB,
         "NVIDIA H200, driver 580.159.04, CUDA 13, llama.cpp 11434: gpu-h200.json smollm2-cuda-q4 (599 MiB "
         "unaccounted, the most of 25 one-context boots), smollm2-cuda-draft-np4-ub1024 (602.6 MiB by "
-        "nvidia-smi with a draft context), smollm2-cuda-ngl0 (528), smollm2-cpu-only (527), "
+        "nvidia-smi with a draft context), qwen35-cuda-ngl1 (531.5, no quantized matrix on the GPU), "
+        "smollm2-cpu-only (527), "
         "smollm2-cuda-ngl1-ub32 (630.5 after a request), gemma3-cuda-ngl1-nofa-ub128 (731.1, cuBLAS), "
         "qwen35-mtp-cuda-np1-request (810.1, two cuBLAS contexts); RPC: smollm2-split-ngl20 (589.6)",
-        no_layers=529 * MiB, idle=527 * MiB, rpc_server=590 * MiB, first_request=20 * MiB, offload_request=12 * MiB,
+        no_layers=532 * MiB, idle=527 * MiB, rpc_server=590 * MiB, first_request=20 * MiB, offload_request=12 * MiB,
         blas_first=101 * MiB, blas_further=91 * MiB),
 }
 
@@ -974,6 +977,18 @@ def build_ledger(
                   notes=tuple(notes))
 
 
+def _holds_quantized(model: _Model, card: Card) -> bool:
+    """Whether a quantized weight matrix of this model sits on the card (tied embeddings as the output too)."""
+    for w in _with_tied_output(model.profile):
+        if w.ggml_type is None or w.ggml_type in FLOAT_TYPES or len(w.shape) < 2 or w.shape[1] <= 1:
+            continue
+        if w.block is not None and w.block < len(model.layer_device) and model.layer_device[w.block] is card:
+            return True
+        if w.block is None and w.role == "output" and model.output_device is card:
+            return True
+    return False
+
+
 def _uses_blas(profile: Profile, model: _Model, card: Card, *, flash_attn: bool, kv_offload: bool,
                op_offload: bool) -> bool:
     """Whether a context multiplies in cuBLAS on this GPU (ggml-cuda.cu ``ggml_cuda_mul_mat``: float weights
@@ -1024,9 +1039,10 @@ def _runtime(acc: _Acc, notes: list[str], model: _Model, draft_model: _Model | N
                     + (f" ({n_blas} context(s) in cuBLAS)" if n_blas else "") + f": calibration: {runtime.boot}")
             continue
         n = contexts + (1 if draft_model is not None and card in draft_model.devices else 0)
-        layers = any(c is card for c in model.layer_device) or model.output_device is card or (
-            draft_model is not None and any(c is card for c in draft_model.layer_device))
-        at_health = runtime.first_context + (n - 1) * runtime.further_context if layers else runtime.no_layers
+        # the quantized kernels load with the first quantized product, which the boot's warmup runs only where a
+        # quantized matrix sits on the GPU (a GPU with no layer, or only an F16 output layer, stays lower)
+        warm = any(_holds_quantized(m, card) for m in (model, draft_model) if m is not None)
+        at_health = runtime.first_context + (n - 1) * runtime.further_context if warm else runtime.no_layers
         acc.add(card, "runtime", "runtime", "target", at_health, "calibrated", f"calibration: {runtime.boot}")
         grown = runtime.first_context + growth + (runtime.offload_request if op_offload else 0)
         acc.add(card, "runtime", "runtime growth", "target", max(0, grown - at_health), "calibrated",

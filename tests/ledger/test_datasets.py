@@ -152,10 +152,12 @@ def test_runtime_outside_buffers_is_the_measured_one() -> None:
            and "nkvo" not in b["id"]]
     assert len(two) == 7 and max(two) <= (runtime.first_context + runtime.further_context) / MiB
     assert max(two) > (runtime.first_context + runtime.further_context) / MiB - 2
-    # no layer on the GPU (-ngl 0), no GPU used (--device none): the context alone
+    # no quantized matrix on the GPU (-ngl 0; the tiny hybrid's F16 output layer alone), no GPU used
+    # (--device none): the context without the quantized kernels
     bare = [_smi(b, "smi_healthy")[0] - _cuda_mib(b) for b in gpu["boots"] if b["healthy"]
-            and ("-ngl 0" in b["args"] or "--device none" in b["args"])]
-    assert len(bare) == 5 and max(bare) <= runtime.no_layers / MiB and min(bare) >= runtime.idle / MiB
+            and ("-ngl 0" in b["args"] or "--device none" in b["args"] or b["id"] == "qwen35-cuda-ngl1")]
+    assert len(bare) == 6 and runtime.no_layers / MiB - 1 < max(bare) <= runtime.no_layers / MiB
+    assert min(bare) >= runtime.idle / MiB
     # after the first request that fills a ubatch, quantized weights with flash attention and no op offload
     after = {b["id"]: _smi(b, "smi_after_request")[0] - _cuda_mib(b) for b in gpu["boots"]
              if b.get("series") == "issue-19"}
@@ -196,11 +198,9 @@ def _device_totals(boot: dict[str, Any], ledger: Any, *, after: bool) -> dict[in
 
 
 # where the ledger is more than 5 % above nvidia-smi (never below it by more than 5 %): compute estimates at
-# ubatch 2048 and without flash attention, and a tiny hybrid whose GPU holds only its output layer, where the
-# runtime stays at 531 MiB until the first request
-OVER_5 = {("smollm2-cuda-ngl1-nofa-ub2048", "smi_healthy", 0), ("qwen35-cuda-ngl1", "smi_healthy", 0),
-          ("qwen35-cuda-ngl1", "smi_after_request", 0), ("smollm2-cuda-ngl1-nofa-ub512", "smi_after_request", 0),
-          ("smollm2-2gpu-ub2048", "smi_healthy", 1)}
+# ubatch 2048 and without flash attention, and the growth of a tiny hybrid whose GPU holds only its F16 output
+OVER_5 = {("smollm2-cuda-ngl1-nofa-ub2048", "smi_healthy", 0), ("qwen35-cuda-ngl1", "smi_after_request", 0),
+          ("smollm2-cuda-ngl1-nofa-ub512", "smi_after_request", 0), ("smollm2-2gpu-ub2048", "smi_healthy", 1)}
 
 
 def test_device_totals_are_within_5_percent_of_nvidia_smi() -> None:
