@@ -297,9 +297,9 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
             continue
         subjects: list[tuple[str, Any, str | None]] = []
         if check.subject == "timeout-chain":
-            subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
+            subjects = [(chain.name, chain, check.why_not(chain)) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
         elif check.subject == "fleet":
-            subjects = [(fleet.name, fleet, None)]
+            subjects = [(fleet.name, fleet, check.why_not(fleet))]
         else:
             for name, attempt in attempts.items():
                 if check.engines is not None and attempt.service.engine not in check.engines:
