@@ -179,10 +179,21 @@ class Seam:
         pytest.skip(reason if reason.startswith(f"{self.name} ") else f"{self.name}: {reason}")
 
 
+def _unrendered(config: pytest.Config, chain: ResolvedChain) -> str | None:
+    """A chain that holds a variable of a service that did not render cannot be judged: its budget is unknown."""
+    attempts = _attempts(config)
+    for ref in chain.chain.chain:
+        attempt = attempts.get(ref.owner) if ref.owner is not None else None
+        if attempt is not None and attempt.config is None:
+            return f"{chain.name} holds {ref.owner}:{ref.variable}, and {ref.owner} did not render: see {RENDERS}[{ref.owner}]"
+    return None
+
+
 def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
     """Every subject the check could concern: a seam that cannot apply skips, it never vanishes."""
     if check.subject == "timeout-chain":
-        chains = [Seam(check, chain, chain.name, skip_reason=check.why_not(chain)) for chain in _chains(config)]
+        chains = [Seam(check, chain, chain.name, skip_reason=_unrendered(config, chain) or check.why_not(chain))
+                  for chain in _chains(config)]
         return chains or [Seam(check, None, "fleet", skip_reason=(
             f"{_fleet(config).path.name} declares no [[timeouts]] chain: declare the budgets that must nest"))]
     if check.subject == "fleet":

@@ -156,6 +156,23 @@ def test_one_broken_drop_in_fails_its_service_and_every_other_service_is_judged(
             "(fleet deploy_root is /home/dank/serverAppConfigs)") in text.splitlines(), text
 
 
+def test_a_chain_through_a_broken_service_skips_naming_it(pytester: pytest.Pytester, seams: Path) -> None:
+    """frank-tts's unit is broken: the chain that holds its timeouts cannot be judged (not 'LLAMA_TIMEOUT is not set')."""
+    fleet = copy_fleet(pytester)
+    unit = fleet / "scripts" / "frank-tts.service"
+    unit.write_text(unit.read_text().replace("[Service]", "[Service", 1))
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"), f"--fleet={fleet / 'fleet.toml'}",
+                                "-v", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*test_timeouts_nest[[]tts-budgets[]] SKIPPED*",
+        "*test_timeouts_nest[[]scriptwriting-under-webui[]] PASSED*",
+        "*test_timeouts_nest[[]scriptwriting-at-app-default[]] PASSED*",
+        "SKIPPED [[]1[]] *test_timeouts.py:*: tts-budgets holds frank-tts:LLAMA_TIMEOUT, and frank-tts did not render: "
+        "see serve-script-renders[[]frank-tts[]]",
+    ])
+
+
 def test_a_broken_service_file_renders_the_fleet_once(pytester: pytest.Pytester, seams: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken service's error is remembered with the renders: nine seam test functions, one render per service."""
