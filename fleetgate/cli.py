@@ -51,7 +51,10 @@ def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
     pyproject = Path("pyproject.toml")
     if pyproject.exists():
         data = parse_toml(read_text(pyproject, "pyproject.toml"), pyproject)
-        ini = data.get("tool", {}).get("pytest", {}).get("ini_options", {})
+        ini: object = data
+        for key in ("tool", "pytest", "ini_options"):
+            ini = ini.get(key, {}) if isinstance(ini, dict) else None
+        # Anything but tables down to ini_options (`[tool] pytest = "x"`) holds no fleetgate_fleet, as pytest sees it.
         value = ini.get("fleetgate_fleet") if isinstance(ini, dict) else None
         if value is not None:
             if not isinstance(value, str) or not value:

@@ -19,10 +19,12 @@ from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
 from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
+from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.fleet import Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
+from fleetgate.sandbox import SandboxUnavailable
 
 __all__ = [
     "ServiceAttempt",
@@ -137,12 +139,14 @@ def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
 
 @dataclass(frozen=True)
 class ServiceAttempt:
-    """A service and what came of rendering it: its config, or why the serve script refused."""
+    """A service and what came of rendering it: its config, why the serve script refused, or which of its
+    files could not be read the way its consumer reads it (one line)."""
 
     fleet: Fleet
     service: Service
     config: ServiceConfig | None
     refused: RenderRefused | None
+    broken: InputError | None = None
 
     @property
     def name(self) -> str:
@@ -150,18 +154,29 @@ class ServiceAttempt:
 
 
 def attempt_service(fleet: Fleet, service: Service) -> ServiceAttempt:
-    """Render a service; a serve script that refuses is a finding, a malformed file is an InputError."""
+    """Render a service; a serve script that refuses is a finding, and so is a file of this service that cannot
+    be read (a malformed unit, a drop-in that starts another script): one broken service never hides the others.
+
+    What concerns every service is still raised: a sandbox this machine cannot build, an error in fleet.toml.
+    """
     try:
         return ServiceAttempt(fleet, service, load_service(fleet, service), None)
     except RenderRefused as refused:
         return ServiceAttempt(fleet, service, None, refused)
+    except SandboxUnavailable:
+        raise
+    except InputError as error:
+        if error.path == fleet.path:
+            raise
+        return ServiceAttempt(fleet, service, None, None, error)
 
 
 def attempt_services(fleet: Fleet, *, jobs: int | None = None) -> dict[str, ServiceAttempt]:
     """Every service of the fleet rendered, several at a time (a render mostly waits for its bash).
 
-    The result is in the fleet's order; a malformed file raises the ``InputError`` of the first
-    service (in that order) that has one, as rendering one after the other would.
+    The result is in the fleet's order; each service keeps its own broken file (``ServiceAttempt.broken``),
+    and an error that concerns every service raises that of the first service (in that order) that met it,
+    as rendering one after the other would.
     """
     services = list(fleet.services.values())
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(services)))
@@ -186,10 +201,15 @@ def _rebuild_refused(*args: Any) -> RenderRefused:
     return RenderRefused(*args)
 
 
+def _reduce_input_error(error: InputError) -> tuple[Callable[..., InputError], tuple[Any, ...]]:
+    return (InputError, (error.path, error.line, error.message))
+
+
 def share_attempts(attempts: Mapping[str, ServiceAttempt]) -> bytes:
     """The rendered fleet as bytes, for another process of the same run (an xdist worker)."""
     pickler_table = copyreg.dispatch_table.copy()
     pickler_table[RenderRefused] = _reduce_refused
+    pickler_table[InputError] = _reduce_input_error
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
     pickler.dispatch_table = pickler_table

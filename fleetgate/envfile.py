@@ -73,7 +73,8 @@ def text_line_of_offset(data: bytes, offset: int) -> int:
 
 
 def parse_env_text(text: str, path: Path, dialect: Dialect) -> EnvFile:
-    if "\0" in text:
+    if "\0" in text and dialect != "bash":
+        # bash drops a NUL byte of a file it sources (A=1<NUL>2 sets A=12): it reads the file itself, below.
         raise InputError(path, text.count("\n", 0, text.index("\0")) + 1,
                          f"a NUL byte; no environment can carry one ({dialect} env file), expected text")
     if dialect == "bash" and "\r\n" in text:
@@ -89,15 +90,30 @@ def parse_env_text(text: str, path: Path, dialect: Dialect) -> EnvFile:
     return EnvFile(path, dialect, entries)
 
 
+def _physical_lines(text: str) -> tuple[list[str], list[str], list[int]]:
+    """systemd's env-file parser ends a line at every CR and every LF (NEWLINE is "\\n\\r" in its
+    string-util.h): a CR-only file is one line per CR, and CR LF is two line ends with nothing between.
+    Returns the pieces, the end that closed each (one fewer), and each piece's line as an editor numbers it."""
+    pieces = re.split(r"[\r\n]", text)
+    ends = re.findall(r"[\r\n]", text)
+    numbers: list[int] = []
+    line = 1
+    for i in range(len(pieces)):
+        numbers.append(line)
+        if i < len(ends) and not (ends[i] == "\r" and i + 1 < len(ends) and ends[i + 1] == "\n" and pieces[i + 1] == ""):
+            line += 1
+    return pieces, ends, numbers
+
+
 def _parse_systemd(text: str, path: Path) -> list[EnvEntry]:
     entries: list[EnvEntry] = []
-    lines = text.replace("\r\n", "\n").split("\n")
+    lines, ends, numbers = _physical_lines(text)
     number = 0
     while number < len(lines):
-        start = number + 1
+        start = numbers[number]
         line = lines[number]
         number += 1
-        stripped = line.lstrip(" \t\r")
+        stripped = line.lstrip(" \t")
         if not stripped:
             continue
         if stripped[0] in "#;":
@@ -110,13 +126,14 @@ def _parse_systemd(text: str, path: Path) -> list[EnvEntry]:
         if not _NAME.match(key):
             hint = " (systemd EnvironmentFile has no 'export'; drop it)" if key.startswith("export ") else ""
             raise InputError(path, start, f"{key!r} is not a variable name; systemd ignores this line{hint}")
-        value, consumed = _systemd_value(rest, lines, number, path, start)
+        value, consumed = _systemd_value(rest, lines, ends, number, path, start)
         number += consumed
         entries.append(EnvEntry(key, value, path, start))
     return entries
 
 
-def _systemd_value(rest: str, lines: list[str], next_index: int, path: Path, start: int) -> tuple[str, int]:
+def _systemd_value(rest: str, lines: list[str], ends: list[str], next_index: int, path: Path,
+                   start: int) -> tuple[str, int]:
     """Read one value the way systemd's env-file state machine does; returns (value, extra lines used)."""
     out: list[str] = []
     trailing_ws_from: int | None = None  # index in `out` where unquoted trailing whitespace begins
@@ -127,11 +144,17 @@ def _systemd_value(rest: str, lines: list[str], next_index: int, path: Path, sta
     while True:
         if i >= len(text):
             # end of a physical line
+            ending = next_index - 1 + consumed
+            end = ends[ending] if ending < len(ends) else "\n"
             if state in ("escape", "dquote_escape"):
-                # a backslash-newline is eaten: the value goes on on the next line
+                # a backslash-newline is eaten: the value goes on on the next line. In double quotes systemd
+                # eats only a backslash-LF; a backslash-CR stays as it is, like any other escape it does not know.
+                if state == "dquote_escape" and end == "\r":
+                    out.extend(("\\", "\r"))
                 state = "value" if state == "escape" else "dquote"
             elif state in ("squote", "dquote"):
-                out.append("\n")
+                # a quoted value keeps the line end as it is in the file (CR or LF)
+                out.append(end)
             else:
                 break
             if next_index + consumed >= len(lines):

@@ -346,6 +346,17 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
     return _build(path, text, data, known)
 
 
+def _shown(value: Any) -> str:
+    """A manifest value as the operator wrote it: JSON for strings and numbers, TOML's own form for a date or time."""
+    if isinstance(value, datetime.datetime):
+        return f"the date-time {value.isoformat()}"
+    if isinstance(value, datetime.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, datetime.time):
+        return f"the time {value.isoformat()}"
+    return json.dumps(value, default=lambda o: o.isoformat() if isinstance(o, (datetime.date, datetime.time)) else repr(o))
+
+
 def _explain(error: jsonschema.ValidationError) -> str:
     validator = error.validator
     value: Any = error.validator_value
@@ -359,23 +370,23 @@ def _explain(error: jsonschema.ValidationError) -> str:
         known = ", ".join(sorted(schema.get("properties", {})))
         return f"unknown key {extra[0]!r}; expected one of: {known}"
     if validator == "type":
-        return f"expected {value}, got {json.dumps(instance)}"
+        return f"expected {value}, got {_shown(instance)}"
     if validator == "enum":
-        allowed = ", ".join(json.dumps(v) for v in value)
-        return f"expected one of {allowed}, got {json.dumps(error.instance)}"
+        allowed = ", ".join(_shown(v) for v in value)
+        return f"expected one of {allowed}, got {_shown(error.instance)}"
     if validator == "pattern":
-        return f"{json.dumps(error.instance)} does not match the expected form {error.validator_value}"
+        return f"{_shown(error.instance)} does not match the expected form {error.validator_value}"
     if validator in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}:
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[validator]
-        return f"expected a value {bound} {error.validator_value}, got {json.dumps(error.instance)}"
+        return f"expected a value {bound} {error.validator_value}, got {_shown(error.instance)}"
     if validator == "oneOf":
-        return f"expected 'service:VARIABLE' or {{name, seconds}}, got {json.dumps(error.instance)}"
+        return f"expected 'service:VARIABLE' or {{name, seconds}}, got {_shown(error.instance)}"
     return str(error.message)
 
 
-def _pin_gate(raw: Mapping[str, Any] | None, path: Path, line: int | None) -> PinGate | None:
-    pinned = _gib_or_none(raw["pinned_gib"]) if raw is not None else None
-    floor = _gib_or_none(raw["floor_gib"]) if raw is not None else None
+def _pin_gate(raw: Mapping[str, Any] | None, path: Path, line: int | None, key: str) -> PinGate | None:
+    pinned = _gib_or_none(raw["pinned_gib"], path, line, f"{key}.pinned_gib") if raw is not None else None
+    floor = _gib_or_none(raw["floor_gib"], path, line, f"{key}.floor_gib") if raw is not None else None
     if raw is None or pinned is None or floor is None:
         return None  # inf/nan are the fleet-numbers-finite seam's to report
     return PinGate(pinned_bytes=pinned, floor_bytes=floor,
@@ -418,16 +429,20 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             Device(name=d["name"], vram_bytes=d["vram_bytes"], index=i, serves=d.get("serves", True))
             for i, d in enumerate(raw["devices"])
         )
+        def gib(key: str, host: str = name, raw: Mapping[str, Any] = raw) -> int | None:
+            keys = ("hosts", host, key)
+            return _gib_or_none(raw.get(key), path, locate_key(text, keys), ".".join(keys))
+
         hosts[name] = Host(
             name=name,
-            ram_bytes=_gib_or_none(raw["ram_gib"]) or 0,
+            ram_bytes=gib("ram_gib") or 0,
             devices=devices,
-            card_floor_bytes=_gib_or_none(raw.get("card_floor_gib")),
-            balance_slack_bytes=_gib_or_none(raw.get("balance_slack_gib")),
+            card_floor_bytes=gib("card_floor_gib"),
+            balance_slack_bytes=gib("balance_slack_gib"),
             vllm_max_gpu_memory_utilization=raw.get("vllm_max_gpu_memory_utilization"),
             address=raw.get("address"),
             gpu_arch=raw.get("gpu_arch"),
-            ledger_tolerance_bytes=_gib_or_none(raw.get("ledger_tolerance_gib")),
+            ledger_tolerance_bytes=gib("ledger_tolerance_gib"),
         )
 
     services: dict[str, Service] = {}
@@ -457,7 +472,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             unit=repo_file(raw.get("unit"), (*keys, "unit")),
             payload=tuple(raw.get("payload", ())),
             payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
-            pin_gate=_pin_gate(raw.get("pin_gate"), path, locate_key(text, (*keys, "pin_gate"))),
+            pin_gate=_pin_gate(raw.get("pin_gate"), path, locate_key(text, (*keys, "pin_gate")), f"services.{name}.pin_gate"),
             profile=repo_file(raw.get("profile"), (*keys, "profile")),
             draft_profile=repo_file(raw.get("draft_profile"), (*keys, "draft_profile")),
             projector_profile=repo_file(raw.get("projector_profile"), (*keys, "projector_profile")),
@@ -579,10 +594,17 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
     )
 
 
-def _gib_or_none(value: float | None) -> int | None:
+# 16 EiB: what a 64-bit machine can address, in GiB. A figure past it is a typo, never a measurement.
+_MAX_GIB = 1 << 34
+
+
+def _gib_or_none(value: float | None, path: Path, line: int | None, key: str) -> int | None:
     """Bytes of a GiB figure; None for inf/nan (reported by the fleet-numbers-finite seam, never rounded)."""
     if value is None or not math.isfinite(value):
         return None
+    if abs(value) >= _MAX_GIB:
+        raise InputError(path, line, f"{key} = {value!r} GiB is more than a 64-bit machine can address "
+                         f"({_MAX_GIB} GiB, 16 EiB); expected the figure in GiB")
     return round(value * GIB)
 
 

@@ -297,9 +297,12 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
             continue
         subjects: list[tuple[str, Any, str | None]] = []
         if check.subject == "timeout-chain":
-            subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
+            subjects = [(chain.name, chain, next((f"{chain.name} holds {ref.owner}:{ref.variable}, and {ref.owner} did not render"
+                                                  for ref in chain.chain.chain if ref.owner in attempts
+                                                  and attempts[ref.owner].config is None), None) or check.why_not(chain))
+                        for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
         elif check.subject == "fleet":
-            subjects = [(fleet.name, fleet, None)]
+            subjects = [(fleet.name, fleet, check.why_not(fleet))]
         else:
             for name, attempt in attempts.items():
                 if check.engines is not None and attempt.service.engine not in check.engines:

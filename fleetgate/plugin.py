@@ -45,6 +45,9 @@ _FLEET = pytest.StashKey[Fleet]()
 _ATTEMPTS = pytest.StashKey[dict[str, ServiceAttempt]]()
 _CHAINS = pytest.StashKey[list[ResolvedChain]]()
 _SETUP_ERROR = pytest.StashKey[str]()
+_FLEET_ERROR = pytest.StashKey[Exception]()
+_ATTEMPTS_ERROR = pytest.StashKey[Exception]()
+_CHAINS_ERROR = pytest.StashKey[Exception]()
 RENDERS = "serve-script-renders"
 
 
@@ -76,20 +79,39 @@ def fleet_path(config: pytest.Config) -> Path:
 
 
 def _fleet(config: pytest.Config) -> Fleet:
+    """The fleet, loaded once per run; a manifest that cannot be read is remembered too, not read again per test."""
     if _FLEET not in config.stash:
-        config.stash[_FLEET] = load_fleet(fleet_path(config))
+        failed = config.stash.get(_FLEET_ERROR, None)
+        if failed is not None:
+            raise failed
+        try:
+            config.stash[_FLEET] = load_fleet(fleet_path(config))
+        except (InputError, pytest.UsageError) as error:
+            config.stash[_FLEET_ERROR] = error
+            raise
     return config.stash[_FLEET]
 
 
 def _attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
-    """Every service rendered once per run: by the xdist controller for all its workers, else here."""
+    """Every service rendered once per run: by the xdist controller for all its workers, else here.
+
+    A service whose files are broken is an attempt like any other (``serve-script-renders`` reports it);
+    an error that stops every render (no sandbox) is remembered, so that no seam test function renders again.
+    """
     if _ATTEMPTS not in config.stash:
-        shared = getattr(config, "workerinput", {}).get(_SHARED)
-        if shared is not None:
-            attempts = unshare_attempts(shared)
-            config.stash[_FLEET] = next(iter(attempts.values())).fleet if attempts else _fleet(config)
-        else:
-            attempts = attempt_services(_fleet(config))
+        failed = config.stash.get(_ATTEMPTS_ERROR, None)
+        if failed is not None:
+            raise failed
+        try:
+            shared = getattr(config, "workerinput", {}).get(_SHARED)
+            if shared is not None:
+                attempts = unshare_attempts(shared)
+                config.stash[_FLEET] = next(iter(attempts.values())).fleet if attempts else _fleet(config)
+            else:
+                attempts = attempt_services(_fleet(config))
+        except (InputError, pytest.UsageError) as error:
+            config.stash[_ATTEMPTS_ERROR] = error
+            raise
         config.stash[_ATTEMPTS] = attempts
     return config.stash[_ATTEMPTS]
 
@@ -113,13 +135,20 @@ class _ShareRenders:
 
 def _chains(config: pytest.Config) -> list[ResolvedChain]:
     if _CHAINS not in config.stash:
+        failed = config.stash.get(_CHAINS_ERROR, None)
+        if failed is not None:
+            raise failed
         attempts = _attempts(config)
 
         def variables(name: str) -> dict[str, Any]:
             attempt = attempts[name]
             return dict(attempt.config.variables) if attempt.config else {}
 
-        config.stash[_CHAINS] = resolve_chains(_fleet(config), variables)
+        try:
+            config.stash[_CHAINS] = resolve_chains(_fleet(config), variables)
+        except (InputError, pytest.UsageError) as error:
+            config.stash[_CHAINS_ERROR] = error
+            raise
     return config.stash[_CHAINS]
 
 
@@ -150,15 +179,26 @@ class Seam:
         pytest.skip(reason if reason.startswith(f"{self.name} ") else f"{self.name}: {reason}")
 
 
+def _unrendered(config: pytest.Config, chain: ResolvedChain) -> str | None:
+    """A chain that holds a variable of a service that did not render cannot be judged: its budget is unknown."""
+    attempts = _attempts(config)
+    for ref in chain.chain.chain:
+        attempt = attempts.get(ref.owner) if ref.owner is not None else None
+        if attempt is not None and attempt.config is None:
+            return f"{chain.name} holds {ref.owner}:{ref.variable}, and {ref.owner} did not render: see {RENDERS}[{ref.owner}]"
+    return None
+
+
 def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
     """Every subject the check could concern: a seam that cannot apply skips, it never vanishes."""
     if check.subject == "timeout-chain":
-        chains = [Seam(check, chain, chain.name) for chain in _chains(config)]
+        chains = [Seam(check, chain, chain.name, skip_reason=_unrendered(config, chain) or check.why_not(chain))
+                  for chain in _chains(config)]
         return chains or [Seam(check, None, "fleet", skip_reason=(
             f"{_fleet(config).path.name} declares no [[timeouts]] chain: declare the budgets that must nest"))]
     if check.subject == "fleet":
         fleet = _fleet(config)
-        return [Seam(check, fleet, fleet.name)]
+        return [Seam(check, fleet, fleet.name, skip_reason=check.why_not(fleet))]
     if check.subject != "service":
         raise pytest.UsageError(f"fleetgate: check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
     seams = []

@@ -15,6 +15,7 @@ import posixpath
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -464,10 +465,24 @@ def _require_bash(script: Path) -> None:
                                timeout=10, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"}, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise InputError(script, None, "bash could not parse the serve script within 10 s; expected a script of a sane size") from None
+    if check.returncode < 0:
+        # bash's parser recurses: 200,000 nested $( overflow its stack, and it dies without a word.
+        raise InputError(script, None, f"bash died of {_signal_name(-check.returncode)} while parsing the serve script "
+                         "(constructs nested too deeply?); expected a script bash can parse")
     if check.returncode != 0:
         # bash -n reports the error first and echoes the offending line after it.
-        line, message = _last_error(check.stderr.decode("utf-8", "replace").splitlines()[0], script)
+        said = check.stderr.decode("utf-8", "replace").splitlines()
+        if not said:
+            raise InputError(script, None, f"bash -n exited {check.returncode} without naming an error; expected a script bash can parse")
+        line, message = _last_error(said[0], script)
         raise InputError(script, line, f"bash: {message}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _override_script(overrides: Mapping[str, str | None]) -> str:

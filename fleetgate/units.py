@@ -177,17 +177,25 @@ def _parse_file(path: Path) -> Iterator[Setting]:
         number += 1
         if not line or line[0] in "#;":
             continue
+        if line.endswith("\\"):
+            # systemd joins a backslash-continued line with a space. The pieces are joined once at the end:
+            # appending to one string per continuation line copies it each time (quadratic in the lines).
+            parts: list[str] = []
+            piece = line
+            while piece.endswith("\\"):
+                parts.append(piece[:-1])
+                parts.append(" ")
+                while number < len(lines) and lines[number].strip()[:1] in ("#", ";"):
+                    number += 1
+                if number >= len(lines):
+                    piece = ""
+                    break
+                piece = lines[number].strip()
+                number += 1
+            parts.append(piece)
+            line = "".join(parts)
         if "\0" in line:
             raise InputError(path, start, "a NUL byte in the line; systemd refuses the file, expected text")
-        while line.endswith("\\"):
-            # systemd joins a backslash-continued line with a space
-            line = line[:-1] + " "
-            while number < len(lines) and lines[number].strip()[:1] in ("#", ";"):
-                number += 1
-            if number >= len(lines):
-                break
-            line += lines[number].strip()
-            number += 1
         if line.startswith("["):
             if not line.endswith("]") or len(line) < 3:
                 raise InputError(path, start, f"expected a section header like [Service], got {line!r}")

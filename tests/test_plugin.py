@@ -67,19 +67,10 @@ def test_seams_are_parametrised_per_service_they_apply_to(pytester: pytest.Pytes
         (("fleet.toml", "[fleet]\n", "[fleet\n"), "ERROR: fleetgate: */fleet.toml:*: not valid TOML*"),
         (("fleet.toml", 'host = "apu"', 'host = "apu"\ncolour = "red"'),
          "ERROR: fleetgate: */fleet.toml:*: services.frank-dragoon: unknown key 'colour'; expected one of:*"),
-        (("scripts/frank-medium.env", "CACHE_RAM=16384", "export CACHE_RAM=16384"),
-         "ERROR: fleetgate: */scripts/frank-medium.env:*: 'export CACHE_RAM' is not a variable name*"),
-        (("dankserver/frank-archon/frank-archon.env", "\nTP=2\n", "\nTP\n"),
-         "ERROR: fleetgate: */frank-archon.env:*: bare 'TP' copies the host's own value under podman; expected NAME=VALUE"),
-        (("scripts/frank-tts.service", "[Service]", "[Service"),
-         "ERROR: fleetgate: */scripts/frank-tts.service:4: expected a section header like [[]Service[]], got '[[]Service'"),
-        (("scripts/serve-frank-dragoon.sh", "exec halogen serve", "exec halogen serve ("),
-         "ERROR: fleetgate: */scripts/serve-frank-dragoon.sh:*: bash: syntax error*"),
     ],
-    ids=["schema-type", "schema-enum", "toml-syntax", "unknown-key", "systemd-export", "podman-bare-name",
-         "unit-section", "script-syntax"],
+    ids=["schema-type", "schema-enum", "toml-syntax", "unknown-key"],
 )
-def test_malformed_files_stop_the_run_with_one_line(
+def test_a_malformed_manifest_stops_the_run_with_one_line(
     pytester: pytest.Pytester, seams: Path, edit: tuple[str, str, str], expected: str
 ) -> None:
     fleet = copy_fleet(pytester)
@@ -93,6 +84,160 @@ def test_malformed_files_stop_the_run_with_one_line(
     output = result.stdout.str() + result.stderr.str()
     assert "Traceback" not in output and "raise " not in output
     assert len([line for line in result.stderr.lines if line.startswith("ERROR:")]) == 1
+
+
+SERVICES = ("frank-medium", "frank-archon", "frank-zealot", "frank-tts", "frank-dragoon", "reference")
+
+
+def _renders(pytester: pytest.Pytester, seams: Path, fleet_toml: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """serve-script-renders on every service: its outcome (passed, or the failure code) and its failure's text."""
+    recorder = pytester.inline_run(IMPORT_BY_PATH, str(seams / "test_render.py"), f"--fleet={fleet_toml}",
+                                   "-p", "no:cacheprovider")
+    outcomes: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for report in recorder.getreports("pytest_runtest_logreport"):
+        subject = report.nodeid.partition("[")[2].rstrip("]")
+        if report.failed:
+            texts[subject] = str(report.longrepr)
+            outcomes[subject] = texts[subject].splitlines()[0].partition(": ")[2].split(" [")[0]
+        elif report.when == "call":
+            outcomes[subject] = report.outcome
+    return outcomes, texts
+
+
+@pytest.mark.parametrize(
+    ("edit", "service", "observed"),
+    [
+        (("scripts/frank-medium.env", "CACHE_RAM=16384", "export CACHE_RAM=16384"), "frank-medium",
+         "  observed: 'export CACHE_RAM' is not a variable name; systemd ignores this line (systemd EnvironmentFile has no "
+         "'export'; drop it)"),
+        (("dankserver/frank-archon/frank-archon.env", "\nTP=2\n", "\nTP\n"), "frank-archon",
+         "  observed: bare 'TP' copies the host's own value under podman; expected NAME=VALUE"),
+        (("scripts/frank-tts.service", "[Service]", "[Service"), "frank-tts",
+         "  observed: expected a section header like [Service], got '[Service'"),
+        (("scripts/serve-frank-dragoon.sh", "exec halogen serve", "exec halogen serve ("), "frank-dragoon",
+         "  observed: bash: syntax error near unexpected token `('"),
+    ],
+    ids=["systemd-export", "podman-bare-name", "unit-section", "script-syntax"],
+)
+def test_a_malformed_service_file_fails_that_services_render_and_no_other(
+    pytester: pytest.Pytester, seams: Path, edit: tuple[str, str, str], service: str, observed: str
+) -> None:
+    fleet = copy_fleet(pytester)
+    file, old, new = edit
+    text = (fleet / file).read_text()
+    assert old in text
+    (fleet / file).write_text(text.replace(old, new, 1))
+    outcomes, texts = _renders(pytester, seams, fleet / "fleet.toml")
+    assert outcomes == {name: "serve-script-renders/broken-input" if name == service else "passed" for name in SERVICES}
+    lines = texts[service].splitlines()
+    assert lines[1] == f"  where:    {file}:{lines[1].rpartition(':')[2]}" and lines[1].rpartition(":")[2].isdigit(), lines
+    assert observed in lines, lines
+    assert "Traceback" not in texts[service]
+
+
+def test_one_broken_drop_in_fails_its_service_and_every_other_service_is_judged(pytester: pytest.Pytester) -> None:
+    """A bench-arm drop-in points frank-zealot's unit at an env file outside the repository: frank-zealot fails its
+    render check in one line, its other seams skip naming it, and every other outcome is the clean fleet's."""
+    from tests.test_mutations import run_seams
+
+    fleet = copy_fleet(pytester)
+    drop_in = fleet / "scripts" / "frank-zealot.service.d" / "ptq1.conf"
+    drop_in.parent.mkdir()
+    drop_in.write_text("[Service]\nEnvironmentFile=/tmp/zealot-arm-current.env\n")
+    outcomes, texts = run_seams(pytester, fleet / "fleet.toml")
+    expected = {key: SKIPPED if key[0] == "frank-zealot" else outcome for key, outcome in CLEAN.items()}
+    expected[("frank-zealot", "serve-script-renders")] = "serve-script-renders/broken-input"
+    assert outcomes == expected
+    assert list(texts) == [("frank-zealot", "serve-script-renders")]
+    text = texts[("frank-zealot", "serve-script-renders")]
+    assert "  where:    scripts/frank-zealot.service.d/ptq1.conf:2" in text.splitlines(), text
+    assert ("  observed: EnvironmentFile=/tmp/zealot-arm-current.env is not a file of this fleet repository "
+            "(fleet deploy_root is /home/dank/serverAppConfigs)") in text.splitlines(), text
+
+
+def test_a_chain_through_a_broken_service_skips_naming_it(pytester: pytest.Pytester, seams: Path) -> None:
+    """frank-tts's unit is broken: the chain that holds its timeouts cannot be judged (not 'LLAMA_TIMEOUT is not set')."""
+    fleet = copy_fleet(pytester)
+    unit = fleet / "scripts" / "frank-tts.service"
+    unit.write_text(unit.read_text().replace("[Service]", "[Service", 1))
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"), f"--fleet={fleet / 'fleet.toml'}",
+                                "-v", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*test_timeouts_nest[[]tts-budgets[]] SKIPPED*",
+        "*test_timeouts_nest[[]scriptwriting-under-webui[]] PASSED*",
+        "*test_timeouts_nest[[]scriptwriting-at-app-default[]] PASSED*",
+        "SKIPPED [[]1[]] *test_timeouts.py:*: tts-budgets holds frank-tts:LLAMA_TIMEOUT, and frank-tts did not render: "
+        "see serve-script-renders[[]frank-tts[]]",
+    ])
+
+
+def test_a_broken_service_file_renders_the_fleet_once(pytester: pytest.Pytester, seams: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken service's error is remembered with the renders: nine seam test functions, one render per service."""
+    import fleetgate.config
+
+    fleet = copy_fleet(pytester)
+    unit = fleet / "scripts" / "frank-tts.service"
+    unit.write_text(unit.read_text().replace("[Service]", "[Service", 1))
+    renders: Counter[str] = Counter()
+    real = fleetgate.config.load_service
+
+    def counting(fleet: object, service: object) -> object:
+        renders[getattr(service, "name", "?")] += 1
+        return real(fleet, service)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fleetgate.config, "load_service", counting)
+    modules = [str(seams / f"test_{name}.py") for name in ("render", "context", "fleet", "argv", "vision")]
+    recorder = pytester.inline_run(IMPORT_BY_PATH, *modules, f"--fleet={fleet / 'fleet.toml'}", "-p", "no:cacheprovider")
+    failed = [r.nodeid.rpartition("::")[2] for r in recorder.getreports("pytest_runtest_logreport") if r.failed]
+    assert failed == ["test_serve_script_renders[frank-tts]"]
+    assert renders == Counter({name: 1 for name in SERVICES})
+
+
+def test_a_malformed_manifest_is_read_once(pytester: pytest.Pytester, seams: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import fleetgate.plugin
+
+    fleet = copy_fleet(pytester)
+    manifest = fleet / "fleet.toml"
+    manifest.write_text(manifest.read_text().replace("port = 7771", 'port = "7771"', 1))
+    loads: list[Path] = []
+    real = fleetgate.plugin.load_fleet
+
+    def counting(path: Path) -> object:
+        loads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(fleetgate.plugin, "load_fleet", counting)
+    modules = [str(seams / f"test_{name}.py") for name in ("render", "context", "fleet", "docs")]
+    result = pytester.runpytest_inprocess(IMPORT_BY_PATH, *modules, f"--fleet={manifest}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['ERROR: fleetgate: */fleet.toml:*: services.frank-zealot.port: expected integer, got "7771"'])
+    assert loads == [manifest]
+
+
+def test_a_fleet_level_seam_skips_with_its_reason(pytester: pytest.Pytester, seams: Path) -> None:
+    """docs-index on a fleet that names no docs index: a skip saying what to declare, not a bare AssertionError."""
+    fleet = copy_fleet(pytester)
+    manifest = fleet / "fleet.toml"
+    text = manifest.read_text()
+    line = 'docs_index = "docs/index.md"\n'
+    assert text.count(line) == 1
+    manifest.write_text(text.replace(line, ""))
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_docs.py"), f"--fleet={manifest}", "-v", "-rs",
+                                "-k", "docs_index", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines([
+        "*test_docs_index[[]frank[]] SKIPPED*",
+        "*frank: fleet.toml names no docs_index: name the runbooks' index page to hold the docs to the fleet",
+    ])
+    assert "AssertionError" not in result.stdout.str()
+    # The catalogue's own runner decides the same way.
+    from fleetgate.incidents import run_seams
+
+    assert [(o.check, o.subject, o.outcome) for o in run_seams(manifest, checks=["docs-index"])] == [
+        ("docs-index", "frank", "skipped")]
 
 
 def test_a_failing_seam_reads_as_an_operator_message_without_a_traceback(pytester: pytest.Pytester, seams: Path) -> None:

@@ -47,16 +47,24 @@ def test_a_refused_render_survives_the_trip_to_a_worker(tmp_path: Path) -> None:
     assert medium is not None and medium.rendered == attempts["frank-medium"].config.rendered  # type: ignore[union-attr]
 
 
-def test_renders_side_by_side_keep_the_fleet_order_and_its_first_error(tmp_path: Path) -> None:
+def test_renders_side_by_side_keep_the_fleet_order_and_each_service_its_broken_file(tmp_path: Path) -> None:
     toml = fleet_copy(tmp_path, {
         "scripts/frank-zealot.env": ("PORT=7771", 'PORT="7771'),
         "scripts/frank-medium.env": ("CACHE_RAM=16384", 'CACHE_RAM="16384'),
     })
     fleet = load_fleet(toml)
     assert list(fleet.services)[:3] == ["frank-medium", "frank-archon", "frank-zealot"]
-    with pytest.raises(InputError) as raised:
-        attempt_services(fleet, jobs=4)
-    assert raised.value.path.name == "frank-medium.env"
+    attempts = attempt_services(fleet, jobs=4)
+    assert list(attempts) == list(fleet.services)
+    # frank-medium's env file is its unit's EnvironmentFile= (a broken file); frank-zealot's script sources its own,
+    # and bash refuses the unclosed quote (a refused render).
+    broken = {name: a.broken.path.name for name, a in attempts.items() if a.broken is not None}
+    assert broken == {"frank-medium": "frank-medium.env"}
+    assert [name for name, a in attempts.items() if a.refused is not None] == ["frank-zealot"]
+    assert all(a.config is not None for name, a in attempts.items() if name not in ("frank-medium", "frank-zealot"))
+    # A broken file travels to an xdist worker as the same one line.
+    back = unshare_attempts(share_attempts(attempts))
+    assert {n: str(a.broken) for n, a in back.items() if a.broken} == {n: str(a.broken) for n, a in attempts.items() if a.broken}
     assert list(attempt_services(load_fleet(FLEET / "fleet.toml"), jobs=4)) == list(load_fleet(FLEET / "fleet.toml").services)
 
 

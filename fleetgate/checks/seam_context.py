@@ -6,6 +6,7 @@ give its slots and pool (``shape_flags``); ``slots-divide-pool`` holds that shap
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fleetgate.checks import check
@@ -79,6 +80,11 @@ def slots_divide_context(config: ServiceConfig) -> None:
 
 
 def _no_trained_window(config: ServiceConfig) -> str | None:
+    extrapolation = config.service.extrapolation
+    if extrapolation is not None and not math.isfinite(extrapolation.max_ratio):
+        # The manifest's inf/nan is fleet-numbers-finite's finding; no window can be held to it.
+        return (f"services.{config.name}.extrapolation.max_ratio is {extrapolation.max_ratio}, not a ratio "
+                "(fleet-numbers-finite reports it): declare the finite ratio the extrapolation was measured to")
     return _is_llama(config) or no_profile(config, "n_ctx_train")
 
 

@@ -17,6 +17,17 @@ NAME = "serve-script-renders"
        summary="the serve script, run as its unit runs it, starts the engine and reads only this repository's env files")
 def serve_script_renders(attempt: ServiceAttempt) -> None:
     fleet, service = attempt.fleet, attempt.service
+    if attempt.broken is not None:
+        broken = attempt.broken
+        raise Failure(
+            code=f"{NAME}/broken-input",
+            service=service.name, check=NAME,
+            where=f"{broken.path}:{broken.line}" if broken.line else str(broken.path),
+            observed=broken.message,
+            expected=(f"the files that start {service.name} (unit, drop-ins, env files, serve script, profiles) read "
+                      "the way their consumers read them, each naming only this repository's files"),
+            fix="correct the file and line named above; every other seam of this service skips until it renders",
+        )
     if attempt.refused is not None:
         refused = attempt.refused
         where = f"{refused.path}:{refused.line}" if refused.line else str(refused.path)

@@ -1,7 +1,9 @@
-"""fleet.toml: any text, and manifests of the right shape with hostile values, load or fail in one line."""
+"""fleet.toml: any text, and manifests of the right shape with hostile values (TOML dates and times among them),
+load or fail in one line."""
 
 from __future__ import annotations
 
+import datetime
 import tempfile
 from pathlib import Path
 
@@ -12,12 +14,20 @@ from fleetgate.fleet import Fleet, load_fleet
 from tests.fuzz._oneline import assert_reads_or_one_line
 
 TOMLISH = st.sampled_from([*"[]{}=\"'.,#\n\t ", "inf", "nan", "-inf", "1e308", "true", "[fleet]", "name", "deploy_root",
-                           "[hosts.h]", "[services.s]", "ram_gib", "..", "/"])
+                           "[hosts.h]", "[services.s]", "ram_gib", "..", "/", "1979-05-27", "07:32:00",
+                           "1979-05-27T07:32:00Z", "1979-05-27 07:32:00.999999-07:00"])
+# TOML's four date and time types: offset date-time, local date-time, local date, local time.
+DATES = st.one_of(st.datetimes(timezones=st.sampled_from([datetime.UTC,
+                                                         datetime.timezone(datetime.timedelta(hours=-7))])),
+                  st.datetimes(), st.dates(), st.times())
 SCALAR = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-                   st.text(max_size=20), st.sampled_from(["../outside", "serve.sh", "/abs", "a\tb", "x\ny", "s.env"]))
+                   st.text(max_size=20), st.sampled_from(["../outside", "serve.sh", "/abs", "a\tb", "x\ny", "s.env"]),
+                   DATES)
 
 
 def _toml(value: object) -> str:
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
@@ -64,3 +74,11 @@ def test_a_manifest_with_hostile_values_loads_or_fails_in_one_line(text: str) ->
 @given(st.one_of(st.lists(TOMLISH, max_size=60).map("".join), st.binary(max_size=200)))
 def test_any_text_loads_or_fails_in_one_line(text: str | bytes) -> None:
     _load(text)
+
+
+@given(DATES)
+def test_every_date_and_time_the_fuzzer_writes_is_toml(value: object) -> None:
+    """The property above is only as good as its dates: each one is read back as the same TOML value."""
+    import tomllib
+
+    assert tomllib.loads(f"x = {_toml(value)}")["x"] == value
