@@ -254,3 +254,12 @@ def test_a_vllm_release_without_a_table_skips_naming_those_held(tmp_path: Path) 
     assert check.requires is not None
     reason = check.requires(load_service(fleet, fleet.services["frank-archon"]))
     assert reason is not None and "a release fleetgate holds no option table for (0.13.0, 0.32.0)" in reason
+
+
+def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
+    """The cases record_llama_refusals starts an older binary with: the issue's flags, then each flag whose
+    state differs from 11434 (10867 still has --no-mmap/-dio/--mlock, and not yet --spec-draft-sampling)."""
+    from fleetgate.engines.record_llama_refusals import ISSUE_CASES, cases
+
+    assert cases(10867)[len(ISSUE_CASES):] == [
+        ("--mlock",), ("--no-direct-io",), ("--spec-draft-sampling", "greedy"), ("-ndio",)]
