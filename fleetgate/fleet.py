@@ -655,6 +655,10 @@ def _engine_build(path: Path, text: str, keys: tuple[str, ...], raw: Mapping[str
 
     image = raw.get("image")
     number = raw.get("number")
+    if image is None and number is None and raw.get("version") is None:
+        raise InputError(path, locate_key(text, (*keys, "engine_build")),
+                         f"{'.'.join(keys)}.engine_build: {dict(raw)!r} names no build; expected number = N (a llama.cpp "
+                         "build), version = \"X.Y.Z\" (vLLM) or image = \"REF:TAG\"")
     if image is not None:
         pinned = image_build(image)
         if pinned is not None and number is not None and pinned != number:

@@ -263,3 +263,14 @@ def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
 
     assert cases(10867)[len(ISSUE_CASES):] == [
         ("--mlock",), ("--no-direct-io",), ("--spec-draft-sampling", "greedy"), ("-ndio",)]
+
+
+def test_an_engine_build_that_names_no_build_is_one_line(tmp_path: Path) -> None:
+    from fleetgate.errors import InputError
+
+    edits = [("fleet.toml", DECLARE, f'{DECLARE}\nengine_build = {{ fork = "vendor" }}')]
+    with pytest.raises(InputError) as error:
+        load_fleet(edited_fleet(tmp_path, edits))
+    assert str(error.value).endswith(
+        "services.frank-medium.engine_build: {'fork': 'vendor'} names no build; expected number = N (a llama.cpp "
+        'build), version = "X.Y.Z" (vLLM) or image = "REF:TAG"')
