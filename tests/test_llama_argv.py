@@ -108,6 +108,13 @@ ORACLE_CASES = [
     ["--metrics", "--slots", "--jinja"],
     ["-md", "/nonexistent-draft.gguf", "--spec-draft-n-max", "x"],
     ["--totally-unknown"],
+    # Build 11434 dropped --no-mmap and -dio for --load-mode (10878); -ot's placeholder has spaces in --help.
+    ["--no-mmap"],
+    ["-dio"],
+    ["--load-mode", "none"],
+    ["--draft-max", "4"],
+    ["--draft-n-max", "4"],
+    ["-ot", "exps=CPU"],
 ]
 
 
