@@ -84,7 +84,41 @@ def _render(args: argparse.Namespace) -> int:
     problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())
     for problem in problems:
         print(f"# {problem.flag}: {problem.message}")
+    if args.builds:
+        for line in _builds_lines(config):
+            print(f"# {line}")
     return 0
+
+
+def _builds_lines(config: ServiceConfig) -> list[str]:
+    """``render --builds``: the llama.cpp builds on record whose parser accepts every flag of the rendered argv."""
+    if config.llama is None:
+        return [f"--builds: {config.name} runs {config.service.engine}; option tables per build exist for llama.cpp only"]
+    from fleetgate.checks.seam_argv import table_note
+    from fleetgate.engines.llama_builds import load_builds
+
+    builds = load_builds()
+    indices = sorted(_flag_indices(config) or ())
+    names = sorted({(w.replace("_", "-") if w.startswith("--") else w) for w in (config.rendered.argv[i] for i in indices)})
+    lines = [f"read with {table_note(config)}"]
+    runs = builds.accepting(names)
+    if not runs:
+        lines.append(f"no build from {builds.first} to {builds.last} accepts all of its {len(names)} flags")
+    for first, last in runs:
+        i, j = builds.sampled.index(first), builds.sampled.index(last)
+        low = (f"{first}" if i == 0 or builds.adjacent(builds.sampled[i - 1], first)
+               else f"{first} (or an unsampled build after {builds.sampled[i - 1]})")
+        high = (f"{last}" if j == len(builds.sampled) - 1 or builds.adjacent(last, builds.sampled[j + 1])
+                else f"{last} (or an unsampled build before {builds.sampled[j + 1]})")
+        lines.append(f"accepted by builds {low} to {high}: all {len(names)} flags")
+    for name in names:
+        no = [b for b, s in zip(builds.sampled, builds.history(name), strict=True) if s != "live"]
+        if no:
+            lines.append(f"  {name}: not accepted by {len(no)} of {len(builds.sampled)} sampled builds "
+                         f"({no[0]}..{no[-1]})")
+    lines.append(f"(tables: {len(builds.sampled)} sampled builds of {len(builds.published)} published, "
+                 f"{builds.first} to {builds.last}; python -m fleetgate.engines.extract_llama_args regenerates them)")
+    return lines
 
 
 _NUMBER = re.compile(r"^-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
@@ -123,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("service")
     render.add_argument("--fleet", metavar="PATH", help=f"fleet manifest (default: {DEFAULT_FLEET_HINT})")
     render.add_argument("--json", action="store_true", help="argv, environment and where each variable was set")
+    render.add_argument("--builds", action="store_true",
+                        help="llama.cpp: print the range of builds whose parser accepts the rendered argv")
     render.set_defaults(func=_render)
     for name in SUBCOMMANDS:
         importlib.import_module(name).register(sub)

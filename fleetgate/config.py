@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from fleetgate.engines.argv import FlagUse
-from fleetgate.engines.llamacpp import LlamaServerConfig, parse_llama_server
+from fleetgate.engines.llamacpp import LlamaServerConfig, llama_table_build, parse_llama_server
 from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.errors import InputError
@@ -124,7 +124,8 @@ def _origin(entry: EnvEntry) -> Origin:
 
 def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
     rendered = render(fleet, service)
-    llama = parse_llama_server(rendered.argv, rendered.env) if service.engine == "llama.cpp" else None
+    llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
+             if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None
     return ServiceConfig(
         fleet=fleet,

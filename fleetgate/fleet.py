@@ -139,11 +139,24 @@ class PinGate:
 
 @dataclass(frozen=True)
 class EngineBuild:
-    """Which build of its engine a service runs: the fork and its build number (B-SP-10)."""
+    """Which build of its engine a service runs: the fork and its build number (B-SP-10), a vLLM version, or
+    the image it pulls and the build that image resolves to (issue 20: the argv is read as that build reads it)."""
 
     fork: str
     """``mainline`` or the fork's name (``vendor``: the llama.cpp vendor fork)."""
-    number: int
+    number: int | None
+    """The llama.cpp build number: declared, or read from an image tag that pins one (``server-cuda-b6300``)."""
+    version: str | None = None
+    """A vLLM release (``0.13.0``)."""
+    image: str | None = None
+    """The image reference the service pulls; a tag without a build number floats."""
+
+    @property
+    def floating(self) -> bool:
+        """An image whose tag pins no build: what runs changes with the next pull."""
+        from fleetgate.engines.llama_builds import image_build
+
+        return self.image is not None and image_build(self.image) is None
 
 
 @dataclass(frozen=True)
@@ -504,8 +517,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
                    else None),
             shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                          if "shape_flags" in raw else None),
-            engine_build=(EngineBuild(fork=raw["engine_build"]["fork"], number=raw["engine_build"]["number"])
-                          if "engine_build" in raw else None),
+            engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))
@@ -656,3 +668,24 @@ class KeyIndex:
             if found is not None:
                 return found
         return None
+
+
+def _engine_build(path: Path, text: str, keys: tuple[str, ...], raw: Mapping[str, Any]) -> EngineBuild:
+    """``engine_build = { number }``, ``{ version }`` (vLLM) or ``{ image[, number] }``: a tag that pins a build
+    (``server-cuda-b6300``) gives its number; a floating tag needs the number it resolved to."""
+    from fleetgate.engines.llama_builds import image_build
+
+    image = raw.get("image")
+    number = raw.get("number")
+    if image is None and number is None and raw.get("version") is None:
+        raise InputError(path, locate_key(text, (*keys, "engine_build")),
+                         f"{'.'.join(keys)}.engine_build: {dict(raw)!r} names no build; expected number = N (a llama.cpp "
+                         "build), version = \"X.Y.Z\" (vLLM) or image = \"REF:TAG\"")
+    if image is not None:
+        pinned = image_build(image)
+        if pinned is not None and number is not None and pinned != number:
+            raise InputError(path, locate_key(text, (*keys, "engine_build")),
+                             f"{'.'.join(keys)}.engine_build: the image tag pins build {pinned} but number = {number}; "
+                             "expected one build (drop number, or the tag's build)")
+        number = pinned if number is None else number
+    return EngineBuild(fork=raw.get("fork", "mainline"), number=number, version=raw.get("version"), image=image)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llama_help import parse_help
 from fleetgate.engines.llamacpp import OPTIONS, _table, context_shape, parse_llama_server
 from tests.engine import llama_server_binary
@@ -107,6 +108,13 @@ ORACLE_CASES = [
     ["--metrics", "--slots", "--jinja"],
     ["-md", "/nonexistent-draft.gguf", "--spec-draft-n-max", "x"],
     ["--totally-unknown"],
+    # Build 11434 dropped --no-mmap and -dio for --load-mode (10878); -ot's placeholder has spaces in --help.
+    ["--no-mmap"],
+    ["-dio"],
+    ["--load-mode", "none"],
+    ["--draft-max", "4"],
+    ["--draft-n-max", "4"],
+    ["-ot", "exps=CPU"],
 ]
 
 
@@ -176,7 +184,7 @@ def _value_cases() -> list[tuple[str, str]]:
     # Whether a host name resolves is the host's resolver's business; addresses and the empty name are the build's.
     cases += [("--host", value) for value in ("", "127.0.0.1", "0.0.0.0")]
     # A sample of the build's other integer flags (every tenth), with a non-number and an out-of-range number.
-    ints = json.loads(resources.files("fleetgate.engines").joinpath("llama_server_values.json").read_text())["int"]
+    ints = sorted(n for v in load_builds().at(11434) if v.value == "int" and v.removed is None for n in v.all_names)
     sample = [f for f in ints if f.startswith("--")][::10]
     cases += [(flag, value) for flag in sample for value in ("abc", "99999999999", "3")]
     cases += [("--draft", "4"), ("--spec-ngram-mod-n-min", "1025"), ("--spec-ngram-mod-n-max", "-1"), ("-np", "0"),

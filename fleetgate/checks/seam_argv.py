@@ -1,41 +1,106 @@
-"""The engine accepts every flag the serve script passes (llama-server exits on an unknown one)."""
+"""The engine accepts every flag the serve script passes, as the build the service runs reads them.
+
+llama-server exits on an unknown flag, on a removed one and on a value its handler refuses. The build is
+the service's ``engine_build`` (a build number, or an image tag that pins one); without one the argv is
+read with build 11434's table and every failure says so. A flag the build does not know is explained
+from the tables of every sampled build (fleetgate/engines/llama_server_builds.json): removed in build N
+(and what to use instead), added after the declared build (the first build that has it), or never in any
+build (the nearest spelling).
+"""
 
 from __future__ import annotations
 
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
+from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llamacpp import BUILD
 from fleetgate.failure import Failure
+
+__all__ = ["NAME", "table_note"]
 
 NAME = "engine-accepts-argv"
 
 
 def _is_llama(config: ServiceConfig) -> str | None:
-    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
+    if config.llama is None:
+        return f"{config.name} renders no llama-server command line"
+    build = config.service.engine_build
+    builds = load_builds()
+    if build is not None and build.number is not None and builds.resolve(build.number) is None:
+        return (f"{config.name} declares llama.cpp build {build.number} "
+                f"({config.fleet.where('services', config.name, 'engine_build')}), outside the option tables "
+                f"(builds {builds.first} to {builds.last}): its argv cannot be read as that build reads it; "
+                "declare a build in that span, or extend the tables (python -m fleetgate.engines.extract_llama_args)")
+    return None
+
+
+def table_note(config: ServiceConfig) -> str:
+    """Which build's table read the service's argv, and how sure that is."""
+    assert config.llama is not None
+    declared = config.service.engine_build
+    resolved = load_builds().resolve(config.llama.build)
+    assert resolved is not None
+    table = resolved.describe()
+    if declared is None or declared.number is None:
+        return (f"{table}: {config.name} declares no engine_build, so the argv is read as build {BUILD} reads it "
+                "(declare engine_build = { number = N } or { image = ... }; a floating image tag makes this "
+                "approximate)")
+    origin = f"image {declared.image}" if declared.image else f"engine_build {declared.number}"
+    fork = f", a {declared.fork} fork build read with mainline's table" if declared.fork not in ("mainline", "") else ""
+    floating = "; the image tag floats, so the next pull may run another build" if declared.floating else ""
+    return f"{table} ({origin}{fork}{floating})"
 
 
 @check(NAME, kind="seam", subject="service", cites=(), requires=_is_llama, engines=("llama.cpp",),
-       summary="every flag is one llama-server accepts, with a value of the type it expects")
+       summary="every flag is one the service's llama-server build accepts, with a value of the type it expects")
 def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
     if not llama.problems:
         return
+    builds = load_builds()
+    resolved = builds.resolve(llama.build)
+    assert resolved is not None
     lines = []
-    for problem in llama.problems:
+    kinds = []
+    problems = sorted(llama.problems, key=lambda p: (p.index is not None, p.index or 0))
+    for problem in problems:
         position = f"argv[{problem.index}] " if problem.index is not None else ""
-        lines.append(f"{position}{problem.flag}: {problem.message}")
-    first = llama.problems[0]
+        if problem.message == "invalid argument" and "=" in problem.flag:
+            kinds.append("never")
+            flag = problem.flag.split("=", 1)[0]
+            lines.append(f"{position}{problem.flag}: invalid argument: llama-server looks the whole word up, and no "
+                         f"build has a flag of that name ({flag} takes its value as the next word)")
+        elif problem.message == "invalid argument":
+            name = problem.flag.replace("_", "-") if problem.flag.startswith("--") else problem.flag
+            verdict = builds.verdict(name, resolved)
+            kinds.append(verdict.kind)
+            lines.append(f"{position}{problem.flag}: invalid argument: {verdict.message}")
+        elif problem.message.startswith("the argument has been removed"):
+            kinds.append("removed")
+            lines.append(f"{position}{problem.flag}: {builds.verdict(problem.flag, resolved).message}")
+        elif problem.message == "expected a value":
+            kinds.append("never")
+            lines.append(f"{position}{problem.flag}: {problem.message}")
+        else:
+            kinds.append("value")
+            lines.append(f"{position}{problem.flag}: {problem.message}")
+    first = problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
-    # An unknown flag (or one without its value) is the flag's fault; a known flag with a value the
-    # build's handler refuses (std::stoi, an enum, a range) is the value's.
-    refused_value = all(p.message not in ("invalid argument", "expected a value") for p in llama.problems)
+    # The first problem in argv order names the branch: a flag no build has (or one without its value), a
+    # flag the build dropped, one added after it, or a known flag with a value the build's handler refuses.
+    kind = kinds[0]
     raise Failure(
-        code=f"{NAME}/refused-value" if refused_value else f"{NAME}/rejected-flag",
+        code=(f"{NAME}/removed-flag" if kind == "removed" else f"{NAME}/newer-flag" if kind == "newer"
+              else f"{NAME}/refused-value" if kind == "value" else f"{NAME}/rejected-flag"),
         service=config.name, check=NAME,
         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
-        observed=f"{len(lines)} flag(s) llama-server (build {BUILD}) would reject at startup",
+        observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
         details=lines,
-        expected="only flags and values this build accepts (llama-server --help)",
-        fix="correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on either",
+        expected=f"only flags and values this build accepts, read with {table_note(config)}",
+        fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
+             else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
+             if kind == "newer" else
+             "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
+             "either"),
     )

@@ -144,7 +144,7 @@ def engine_build_minimum(config: ServiceConfig) -> None:
     build, llama = config.service.engine_build, config.llama
     assert build is not None and llama is not None
     for fork, feature, minimum, rule in MINIMUMS:
-        if build.fork == fork and build.number < minimum and _needs(config, feature):
+        if build.fork == fork and build.number is not None and build.number < minimum and _needs(config, feature):
             raise Failure(
                 code=f"{BUILD}/below-minimum", service=config.name, check=BUILD, cites=(rule,),
                 where=config.fleet.where("services", config.name, "engine_build"),

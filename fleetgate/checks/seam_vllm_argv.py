@@ -11,10 +11,10 @@ import shlex
 
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
-from fleetgate.engines.vllm import RADIANCE, Fork, load_release, read_as_vllm
+from fleetgate.engines.vllm import DEFAULT_RELEASE, RADIANCE, Fork, load_release, read_as_vllm, releases
 from fleetgate.failure import Deferred, Failure
 
-__all__ = ["fork_of"]
+__all__ = ["fork_of", "release_of"]
 
 ARGV = "vllm-argv"
 FORBIDDEN = "forbidden-flags"
@@ -33,18 +33,39 @@ def _is_vllm(config: ServiceConfig) -> bool:
     return config.vllm is not None
 
 
+def _release_known(config: ServiceConfig) -> str | None:
+    if config.vllm is None:
+        return f"{config.name} renders no vLLM command line"
+    build = config.service.engine_build
+    if build is not None and build.version is not None and build.version not in releases():
+        return (f"{config.name} declares vLLM {build.version} "
+                f"({config.fleet.where('services', config.name, 'engine_build')}), a release fleetgate holds no option "
+                f"table for ({', '.join(releases())}): declare one of those, or add the release's table "
+                "(python -m fleetgate.engines.vllm_wheel vllm-X.whl > fleetgate/engines/vllm_release_X.json)")
+    return None
+
+
+def release_of(config: ServiceConfig) -> str:
+    """The vLLM release whose options read the service's argv: its engine_build version, else 0.13.0."""
+    build = config.service.engine_build
+    return build.version if build is not None and build.version is not None else DEFAULT_RELEASE
+
+
 def _where(config: ServiceConfig, flag: str) -> str | Deferred:
     assert config.vllm is not None
     dest = flag.lstrip("-").replace("-", "_")
     return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)
 
 
-@check(ARGV, kind="seam", subject="service", applies=_is_vllm, engines=("vllm",), cites=("B-VL-8", "B-VL-11"),
+@check(ARGV, kind="seam", subject="service", requires=_release_known, engines=("vllm",),
+       cites=("B-VL-8", "B-VL-11"),
        summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
                "--speculative-config fits SpeculativeConfig")
 def vllm_argv(config: ServiceConfig) -> None:
     fork = fork_of(config)
-    release = load_release().with_fork(fork)
+    release = load_release(release_of(config)).with_fork(fork)
+    build = config.service.engine_build
+    declared = "" if build is not None and build.version is not None else " (no engine_build version declared: read as the default release)"
     _, problems = read_as_vllm(config.rendered.argv, release)
     if problems:
         first = problems[0]
@@ -57,8 +78,8 @@ def vllm_argv(config: ServiceConfig) -> None:
                   else f"{ARGV}/speculative-config"),
             observed=first.message,
             details=[p.message for p in problems[1:]],
-            expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the engine refuses "
-                     "this at start, after the container is up",
+            expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
+                     "engine refuses this at start, after the container is up",
             fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file",
         )
 

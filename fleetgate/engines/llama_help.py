@@ -14,9 +14,10 @@ from typing import Any
 
 __all__ = ["parse_help"]
 
-# An option line: names (``-c,    --ctx-size``), one space and an optional value placeholder, then the
-# description after a run of spaces (or nothing, when the names fill the column).
-_OPTION = re.compile(r"^(?P<names>-[^\s,]+(?:,\s+-[^\s,]+)*)(?: (?P<value>[^\s-][^\s]*))?(?:\s{2,}|\s*$)")
+# An option line: names (``-c,    --ctx-size``), one space and an optional value placeholder -- which may
+# hold single spaces (``<tensor name pattern>=<buffer type>,...``, ``START END``) -- then the description
+# after a run of spaces (or nothing, when the names fill the column).
+_OPTION = re.compile(r"^(?P<names>-[^\s,]+(?:,\s+-[^\s,]+)*)(?: (?P<value>[^\s-]\S*(?: [^\s-]\S*)*))?(?:\s{2,}|\s*$)")
 _ENV = re.compile(r"\(env: ([A-Z0-9_]+)\)")
 
 

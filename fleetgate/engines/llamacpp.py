@@ -1,23 +1,27 @@
-"""llama-server's command line (llama.cpp build 11434, common/arg.cpp), as a typed config.
+"""llama-server's command line (common/arg.cpp of the build the service runs; 11434 unless told), as a typed config.
 
 The engine applies ``LLAMA_ARG_*`` environment variables first and the command line after them; a
 ``--long_name`` is read as ``--long-name``; a repeated flag keeps its last value except ``--spec-type``,
 whose values accumulate; an unknown flag stops the server at startup ("error: invalid argument").
-``accepted_flags()`` is the complete list of this build's flags (checked against the real binary's
-``--help`` by the suite's tests); ``OPTIONS`` are the ones fleetgate interprets.
+``accepted_flags(build)`` is the complete list of a build's flags, from llama_server_builds.json (build
+11434's is checked against the real binary's ``--help`` by the suite's tests); ``OPTIONS`` are the ones
+fleetgate interprets, under their 11434 names (a build that lacks a name does not accept it).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
-from importlib import resources
+from typing import TYPE_CHECKING
 
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
+from fleetgate.engines.llama_builds import load_builds
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import Service
 
 __all__ = [
     "BUILD",
@@ -26,6 +30,7 @@ __all__ = [
     "LlamaServerConfig",
     "accepted_flags",
     "context_shape",
+    "llama_table_build",
     "pad",
     "parse_llama_server",
     "stof",
@@ -109,31 +114,55 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-@cache
-def accepted_flags() -> frozenset[str]:
-    """Every flag name llama-server build 11434 accepts (positive and negative forms)."""
-    text = resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text(encoding="utf-8")
-    data = json.loads(text)
-    names: set[str] = set()
-    for entry in data["options"]:
-        names.update(entry["names"])
-        names.update(entry.get("neg_names", ()))
-    return frozenset(names)
+def llama_table_build(service: Service) -> int:
+    """The build whose option table reads a service's argv: its declared ``engine_build`` where the tables
+    cover it, else 11434 (engine-accepts-argv says which, and skips a build no table covers)."""
+    declared = service.engine_build.number if service.engine_build is not None else None
+    if declared is not None and load_builds().resolve(declared) is not None:
+        return declared
+    return BUILD
+
+
+def _sample(build: int) -> int:
+    resolved = load_builds().resolve(build)
+    if resolved is None:
+        builds = load_builds()
+        raise ValueError(f"no option table for llama.cpp build {build}: the tables cover builds {builds.first} to "
+                         f"{builds.last}")
+    return resolved.sample
 
 
 @cache
-def _table() -> OptionTable:
-    """Interpreted options plus every other accepted flag, so nothing valid reads as unknown."""
-    text = resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text(encoding="utf-8")
-    known = {name for option in OPTIONS for name in (*option.names, *option.neg_names)}
-    others = []
-    for i, entry in enumerate(json.loads(text)["options"]):
-        names = [n for n in entry["names"] if n not in known]
-        negs = [n for n in entry.get("neg_names", ()) if n not in known]
+def accepted_flags(build: int = BUILD) -> frozenset[str]:
+    """Every flag name llama-server ``build`` knows (positive and negative forms; removed ones it refuses too)."""
+    return frozenset(name for variant in load_builds().at(_sample(build)) for name in variant.all_names)
+
+
+def _table(build: int = BUILD) -> OptionTable:
+    return _table_of_sample(_sample(build))
+
+
+@cache
+def _table_of_sample(sample: int) -> OptionTable:
+    """Interpreted options (with the names this build knows) plus every other option of the build, so
+    nothing valid reads as unknown and nothing the build lacks reads as known."""
+    variants = load_builds().at(sample)
+    have = {name for variant in variants for name in variant.all_names}
+    interpreted = []
+    for option in OPTIONS:
+        names = tuple(n for n in option.names if n in have)
+        negs = tuple(n for n in option.neg_names if n in have)
         if names or negs:
-            others.append(Option(dest=f"_other_{i}", names=tuple(names), neg_names=tuple(negs),
-                                 takes_value=entry["takes_value"], env=entry.get("env")))
-    return OptionTable((*OPTIONS, *others))
+            interpreted.append(replace(option, names=names or negs, neg_names=negs if names else ()))
+    known = {name for option in interpreted for name in (*option.names, *option.neg_names)}
+    others = []
+    for i, variant in enumerate(variants):
+        positive = tuple(n for n in variant.names if n not in known)
+        negative = tuple(n for n in variant.neg if n not in known)
+        if positive or negative:
+            others.append(Option(dest=f"_other_{i}", names=positive or negative, neg_names=negative if positive else (),
+                                 takes_value=variant.takes_value, env=variant.env))
+    return OptionTable((*interpreted, *others))
 
 
 @dataclass(frozen=True)
@@ -141,6 +170,8 @@ class LlamaServerConfig:
     """The settings of one llama-server process, with llama.cpp's defaults where argv is silent."""
 
     argv: tuple[str, ...]
+    build: int
+    """The llama.cpp build whose option table read the argv."""
     parsed: ParsedArgv = field(repr=False)
     model: str | None
     alias: str | None
@@ -242,10 +273,11 @@ def stof(text: str) -> float:
 
 
 @cache
-def _values() -> tuple[frozenset[str], dict[str, str]]:
-    text = resources.files("fleetgate.engines").joinpath("llama_server_values.json").read_text(encoding="utf-8")
-    data = json.loads(text)
-    return frozenset(data["int"]), dict(data["removed"])
+def _values(sample: int) -> tuple[frozenset[str], dict[str, str]]:
+    """The names whose handler reads an int (std::stoi), and the names the build refuses as removed."""
+    variants = load_builds().at(sample)
+    ints = frozenset(n for v in variants if v.value == "int" for n in v.all_names)
+    return ints, {n: v.removed for v in variants if v.removed is not None for n in v.all_names}
 
 
 # common/arg.cpp: is_truthy / is_falsey / is_autoy, and the value sets string handlers accept.
@@ -345,10 +377,11 @@ _INT_CHECKS: dict[str, Callable[[str], None]] = {
 }
 
 
-def value_problems(table: OptionTable, parsed: ParsedArgv) -> list[ArgvProblem]:
-    """Every value llama-server build 11434 refuses at start: it prints "error while handling argument"
-    (or "... environment variable") and exits before it loads anything."""
-    ints, removed = _values()
+def value_problems(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -> list[ArgvProblem]:
+    """Every value llama-server ``build`` refuses at start: it prints "error while handling argument"
+    (or "... environment variable") and exits before it loads anything. The value rules beyond the type
+    (enums, ranges) are build 11434's, proven against its binary; for another build they are approximate."""
+    ints, removed = _values(_sample(build))
     problems: list[ArgvProblem] = []
     for dest, uses in parsed.uses.items():
         option = table.by_dest[dest]
@@ -376,12 +409,14 @@ def value_problems(table: OptionTable, parsed: ParsedArgv) -> list[ArgvProblem]:
     return problems
 
 
-def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None) -> LlamaServerConfig:
-    """Read llama-server's argv (``argv[0]`` is the binary) and environment as build 11434 does."""
-    table = _table()
+def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
+                       build: int = BUILD) -> LlamaServerConfig:
+    """Read llama-server's argv (``argv[0]`` is the binary) and environment as ``build`` does (11434 unless
+    told; a build between two sampled ones is read with the sample before it)."""
+    table = _table(build)
     parsed = table.parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
     problems = list(parsed.problems)
-    problems += value_problems(table, parsed)
+    problems += value_problems(table, parsed, build)
     reported = {(p.flag, p.index) for p in problems}
 
     def note(problem: ArgvProblem) -> None:
@@ -446,6 +481,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
 
     return LlamaServerConfig(
         argv=tuple(argv),
+        build=build,
         parsed=parsed,
         model=text("model"),
         alias=text("alias"),

@@ -16,8 +16,19 @@ from typing import Any
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
 
 __all__ = [
-    "OPTIONS", "RADIANCE", "ArgvFinding", "Fork", "Release", "ReleaseOption", "VllmConfig", "load_release", "parse_value",
-    "parse_vllm", "read_as_vllm",
+    "DEFAULT_RELEASE",
+    "OPTIONS",
+    "RADIANCE",
+    "ArgvFinding",
+    "Fork",
+    "Release",
+    "ReleaseOption",
+    "VllmConfig",
+    "load_release",
+    "parse_value",
+    "parse_vllm",
+    "read_as_vllm",
+    "releases",
 ]
 
 
@@ -230,11 +241,30 @@ def _option(data: Mapping[str, Any]) -> ReleaseOption:
                          bool(data.get("human_readable")), bool(data.get("optional")))
 
 
-def load_release() -> Release:
-    """The pinned vLLM release's options, speculative-config schema and metrics (vllm_release.json)."""
+DEFAULT_RELEASE = "0.13.0"
+
+
+def releases() -> tuple[str, ...]:
+    """The vLLM releases fleetgate holds option tables for: vllm_release.json (0.13.0) and vllm_release_X.json."""
     from importlib import resources
 
-    data = json.loads(resources.files("fleetgate.engines").joinpath("vllm_release.json").read_text(encoding="utf-8"))
+    found = [DEFAULT_RELEASE]
+    for entry in resources.files("fleetgate.engines").iterdir():
+        name = entry.name
+        if name.startswith("vllm_release_") and name.endswith(".json"):
+            found.append(name.removeprefix("vllm_release_").removesuffix(".json"))
+    return tuple(sorted(found, key=lambda v: tuple(int(p) for p in v.split("."))))
+
+
+def load_release(version: str = DEFAULT_RELEASE) -> Release:
+    """One vLLM release's options, speculative-config schema and metrics (vllm_release.json is 0.13.0, the
+    default; vllm_release_VERSION.json another), read from its wheel by fleetgate.engines.vllm_wheel."""
+    from importlib import resources
+
+    name = "vllm_release.json" if version == DEFAULT_RELEASE else f"vllm_release_{version}.json"
+    if version not in releases():
+        raise ValueError(f"no option table for vLLM {version}: fleetgate holds {', '.join(releases())}")
+    data = json.loads(resources.files("fleetgate.engines").joinpath(name).read_text(encoding="utf-8"))
     spec = data["speculative_config"]
     return Release(
         version=data["release"],

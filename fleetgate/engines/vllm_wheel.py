@@ -33,6 +33,8 @@ __all__ = ["read_wheel"]
 _CONFIG_DIR = "vllm/config/"
 _ARG_UTILS = "vllm/engine/arg_utils.py"
 _CLI_ARGS = "vllm/entrypoints/openai/cli_args.py"
+# Where later releases keep FrontendArgs and make_arg_parser (0.32: vllm/entrypoints/launchers/).
+_CLI_ARGS_PATHS = (_CLI_ARGS, "vllm/entrypoints/launchers/cli_args.py")
 _METRICS = ("vllm/v1/metrics/loggers.py", "vllm/v1/spec_decode/metrics.py")
 _SPEC = "vllm/config/speculative.py"
 # human_readable_int in arg_utils.py: these int fields also take "25.6k", "1M", "2Gi".
@@ -44,6 +46,7 @@ class _Types:
 
     def __init__(self, sources: dict[str, ast.Module]) -> None:
         self.classes: dict[str, dict[str, ast.expr]] = {}
+        self.bases: dict[str, list[str]] = {}
         self.aliases: dict[str, ast.expr] = {}
         for module in sources.values():
             for node in module.body:
@@ -51,10 +54,20 @@ class _Types:
                     fields = {n.target.id: n.annotation for n in node.body
                               if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
                     self.classes.setdefault(node.name, fields)
+                    self.bases.setdefault(node.name, [b.id for b in node.bases if isinstance(b, ast.Name)])
                 elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                     self.aliases.setdefault(node.targets[0].id, node.value)
                 elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
                     self.aliases.setdefault(node.target.id, node.value)
+
+    def fields_with_bases(self, name: str) -> dict[str, ast.expr]:
+        """A dataclass's fields with those it inherits (0.32: FrontendArgs(BaseFrontendArgs)), bases first."""
+        fields: dict[str, ast.expr] = {}
+        for base in self.bases.get(name, ()):
+            if base in self.classes:
+                fields.update(self.fields_with_bases(base))
+        fields.update(self.classes.get(name, {}))
+        return fields
 
     def parts(self, node: ast.expr | None, depth: int = 0) -> Iterator[tuple[str, Any]]:
         """The union members of an annotation: ("literal", values), ("name", "int"), ("class", name), ..."""
@@ -194,7 +207,7 @@ def read_wheel(path: Path) -> dict[str, Any]:
     with zipfile.ZipFile(path) as wheel:
         names = wheel.namelist()
         wanted = [n for n in names if (n.startswith(_CONFIG_DIR) and n.endswith(".py"))
-                  or n in (_ARG_UTILS, _CLI_ARGS, *_METRICS)]
+                  or n in (_ARG_UTILS, *_CLI_ARGS_PATHS, *_METRICS)]
         sources = {n: ast.parse(wheel.read(n).decode("utf-8"), filename=n) for n in wanted}
         version = next((n.split("/")[0].removesuffix(".dist-info").split("-")[1] for n in names
                         if n.endswith(".dist-info/METADATA")), "unknown")
@@ -202,10 +215,11 @@ def read_wheel(path: Path) -> dict[str, Any]:
     options: list[dict[str, Any]] = []
     for function in _functions(sources[_ARG_UTILS], "add_cli_args"):
         options += _options_of(function, types)
-    cli = sources[_CLI_ARGS]
+    cli_path = next(p for p in _CLI_ARGS_PATHS if p in sources)
+    cli = sources[cli_path]
     for function in _functions(cli, "make_arg_parser"):
         options += _options_of(function, types)
-    for field, annotation in types.classes.get("FrontendArgs", {}).items():
+    for field, annotation in types.fields_with_bases("FrontendArgs").items():
         option = {"names": [f"--{field.replace('_', '-')}"], **types.kind(annotation, field), "config": f"FrontendArgs.{field}"}
         if field in ("allowed_origins", "allowed_methods", "allowed_headers"):
             option["kind"] = "json"  # cli_args.py sets type=json.loads for these three
@@ -234,7 +248,7 @@ def read_wheel(path: Path) -> dict[str, Any]:
             metrics.append({"name": name, "type": kind, "source": source})
     return {
         "release": version,
-        "generated_from": f"{path.name}: {_ARG_UTILS}, {_CLI_ARGS}, {_SPEC}, {', '.join(_METRICS)} (read with ast, not imported)",
+        "generated_from": f"{path.name}: {_ARG_UTILS}, {cli_path}, {_SPEC}, {', '.join(_METRICS)} (read with ast, not imported)",
         "options": options,
         "speculative_config": speculative,
         "metrics": sorted(metrics, key=lambda m: m["name"]),

