@@ -94,6 +94,9 @@ def register(subparsers: Any) -> None:
     profile.add_argument("--size", metavar="SIZE",
                          help="with --from-config: the GGUF's size as the Hub states it (bytes, 23.1GB, 21.5GiB)")
     profile.add_argument("--name", metavar="NAME", help="with --from-config: the profile's model name")
+    profile.add_argument("--safetensors", metavar="DIR|URL",
+                         help="a vLLM checkpoint (a directory, a file, hf://OWNER/REPO or its URL): print the weight_bytes "
+                              "of a checkpoint profile from its safetensors headers (read by range when remote)")
     profile.set_defaults(func=_profile)
 
 
@@ -116,6 +119,12 @@ def _file_size(text: str) -> int:
 def _profile(args: argparse.Namespace) -> int:
     from fleetgate.gguf import profile_toml, source_profile
 
+    if args.safetensors:
+        from fleetgate.ledger_vllm import safetensors_bytes
+
+        total, files = safetensors_bytes(args.safetensors)
+        return _write(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"
+                      f"weight_bytes = {total}\n")
     if args.from_config:
         from fleetgate.model_config import config_profile, load_model_config
 

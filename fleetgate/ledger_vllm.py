@@ -168,7 +168,11 @@ def checkpoint_of(profile: Any) -> Checkpoint:
     config = model_config_from(config_raw, where) if isinstance(config_raw, Mapping) else None
     source = model.get("safetensors")
     if isinstance(source, str) and source:
-        target = source if "://" in source else str(profile.path.parent / source)
+        if "://" in source:
+            # the seams never reach the network: a remote checkpoint's bytes are recorded once, in the profile
+            raise InputError(profile.path, None, f"[model] safetensors = {source!r} is remote; expected weight_bytes "
+                                                 f"(`fleetgate profile --safetensors {source}` prints it)")
+        target = str(profile.path.parent / source)
         total, files = safetensors_bytes(target)
         return Checkpoint(profile.name, where, config, total, f"the safetensors headers of {len(files)} file(s)")
     declared = model.get("weight_bytes")

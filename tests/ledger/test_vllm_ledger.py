@@ -168,3 +168,37 @@ def test_profile_from_config_is_what_the_card_states(tmp_path: Path, capsys: pyt
     assert code == 2 and "layer_types has 7 entries; expected 8" in err and len(err.splitlines()) == 1
 
 
+
+
+def test_a_payload_that_is_a_url_gets_its_ledger_from_the_cached_profile(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """frank-archon's checkpoint named as the Hub's repository: no download, no network; the seams read the
+    profile the repository keeps, and every seam of the service holds as on the clean fleet."""
+    import socket
+
+    from tests.ledger.test_mutations import run_service_seams
+
+    fleet = edited_fleet(tmp_path, [("fleet.toml", '"/home/dank/models/Swift-Qwen3.8-27B-PARO-MXFP6",',
+                                     '"hf://hugypufy/Swift-Qwen3.8-27B-PARO-MXFP6",')])
+    assert load_fleet(fleet).services["frank-archon"].payload[0] == "hf://hugypufy/Swift-Qwen3.8-27B-PARO-MXFP6"
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a seam reached for the network")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    assert run_service_seams(fleet) == {}
+    assert round(service_vllm_ledger(_archon(fleet)).pool / GiB, 2) == 14.42  # type: ignore[arg-type]
+
+
+def test_a_remote_safetensors_source_is_recorded_not_fetched_by_the_seams(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = edited_fleet(tmp_path, [("profiles/swift-qwen3.8-27b-paro-mxfp6.toml", "weight_bytes = 27015344292",
+                                     'safetensors = "hf://hugypufy/Swift-Qwen3.8-27B-PARO-MXFP6"')])
+    with pytest.raises(InputError, match="is remote; expected weight_bytes"):
+        service_vllm_ledger(_archon(fleet))  # type: ignore[arg-type]
+    root = tmp_path / "served"
+    root.mkdir()
+    total = _safetensors(root / "model.safetensors", {"w": ("BF16", [1024, 1024], 1024 * 1024 * 2)})
+    with serve(root) as served:
+        assert main(["profile", "--safetensors", served.url("model.safetensors")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"weight_bytes = {total}"
