@@ -578,8 +578,16 @@ def _stream_header(src: Any, name: str) -> Header:
     if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise src.error(f"general.alignment is {alignment!r}; expected a power of two")
     data_offset = -(-src.position // alignment) * alignment
-    tensors = tuple(TensorInfo(name=n, ggml_type=t, shape=s, nbytes=tensor_bytes(t, s), offset=o)
-                    for n, t, s, o in infos)
+    try:
+        tensors = tuple(TensorInfo(name=n, ggml_type=t, shape=s, nbytes=tensor_bytes(t, s), offset=o)
+                        for n, t, s, o in infos)
+    except (KeyError, ZeroDivisionError):
+        raise src.error("a tensor of a ggml type fleetgate cannot size; expected the types of ggml/src/ggml.c") from None
+    if src.size is not None:
+        for tensor in tensors:
+            if (tensor.offset or 0) + tensor.nbytes > src.size - data_offset:
+                raise src.error(f"tensor {tensor.name!r} ({tensor.nbytes} bytes at data offset {tensor.offset}) runs "
+                                f"past the file's end ({src.size} bytes); expected a whole, unaltered GGUF")
     return Header(path=Path(name), file_bytes=src.size if src.size is not None else data_offset,
                   data_offset=data_offset, fields=fields, tensors=tensors)
 

@@ -157,11 +157,16 @@ class RangeReader:
         gap = target - end
         if response is not None and response.start == end and (response.remaining is None or gap <= response.remaining):
             # the bytes are on their way in this response: read through them (the connection stays open)
-            self._fill(end)
-            self._discard(response, target)
+            try:
+                self._discard(response, target)
+            except (OSError, http.client.HTTPException):
+                self.close()  # dropped: the next read asks for a range from the target, on a new connection
         elif response is not None and response.remaining is not None and response.remaining <= (1 << 20):
-            self._discard(response, response.start + response.remaining)
-            self._close_response(reuse=True)
+            try:
+                self._discard(response, response.start + response.remaining)
+                self._close_response(reuse=True)
+            except (OSError, http.client.HTTPException):
+                self.close()
         else:
             self._close_response()
         self._buffer = bytearray()

@@ -184,6 +184,8 @@ def _kv(key: bytes, vtype: int, value: bytes) -> bytes:
     (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<I", 9),
      "tensor 't' has 9 dimensions"),
     (b"GGML" + bytes(20), "not a GGUF file"),
+    (b"GGUF" + struct.pack("<IQQ", 3, 1, 0) + struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 32, 0, 1 << 40),
+     "tensor 't' (128 bytes at data offset 1099511627776) runs past the file's end (1073741824 bytes)"),
 ])
 def test_a_hostile_header_is_refused_in_one_line_before_allocation(body: bytes, message: str,
                                                                    served: Served) -> None:
