@@ -196,8 +196,11 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
         known = ", ".join(fleet.services)
         raise InputError(fleet.path, None, f"no service {name!r}; expected one of: {known}")
     config = load_service(fleet, service)
+    if config.vllm is not None:
+        return _fit_vllm(args, config)
     if config.llama is None:
-        raise InputError(fleet.path, service.line, f"{name} runs {service.engine}; the ledger is llama.cpp's")
+        raise InputError(fleet.path, service.line, f"{name} runs {service.engine}; fleetgate's ledgers are "
+                                                   "llama.cpp's and vLLM's")
     if config.profile is None:
         raise InputError(fleet.path, service.line, f"services.{name}: no profile; expected profile = "
                                                    "\"profiles/MODEL.toml\" (`fleetgate profile MODEL.gguf`)")
@@ -249,6 +252,49 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
                     ram=host.ram_bytes, reconstructed=[p.name for p in used if p and p.reconstructed],
                     floor_declared=floor is not None) + "\n")
     return verdict.exit_code
+
+
+def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
+    """A vLLM service: the ledger of one rank and the verdict vLLM reaches at start (exit 1: it will not start)."""
+    from fleetgate.checks.seam_vllm_ledger import _no_ledger, service_vllm_ledger
+
+    if args.sweep_ts:
+        raise InputError(config.fleet.path, config.service.line, f"{config.name} runs vLLM: --sweep-ts is llama.cpp's")
+    if reason := _no_ledger(config):
+        raise InputError(config.fleet.path, config.service.line, reason)
+    ledger = service_vllm_ledger(config)
+    if not ledger.weights_fit:
+        verdict = (f"FAILS: will not start: each rank loads {(ledger.weights + ledger.drafter) / GiB:.2f} GiB of weights "
+                   f"into a budget of {ledger.budget / GiB:.2f} GiB")
+    elif ledger.pool < ledger.per_sequence:
+        verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
+                   f"{ledger.per_sequence / GiB:.2f} GiB of KV per rank, the pool is {ledger.pool / GiB:.2f} GiB")
+    else:
+        verdict = ""
+    code = 0 if ledger.starts else 1
+    if args.json:
+        data = {"service": config.name, "engine": "vllm", **ledger.summary(), "exit_code": code}
+        _write(json.dumps(data, indent=2) + "\n")
+        return code
+    vllm = config.vllm
+    out = [verdict, ""] if verdict else []
+    out += [f"{config.name} on {config.host.name}: vLLM, TP {ledger.tp}, --max-model-len {ledger.max_model_len}, "
+            f"--max-num-seqs {ledger.max_num_seqs}, KV {vllm.kv_cache_dtype}",
+            f"  per rank ({ledger.card}, {ledger.card_bytes / GiB:.2f} GiB)     GiB"]
+    rows = [("budget", ledger.budget, f"{ledger.utilization:g} x the card"),
+            ("weights", ledger.weights, config.profile.name if config.profile else ""),
+            ("drafter", ledger.drafter, config.draft_profile.name if config.draft_profile else "none"),
+            ("profiled peak", ledger.peak, ledger.peak_basis),
+            ("KV pool", ledger.pool, ledger.pool_from),
+            ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
+                                                  f"{ledger.state_per_sequence:,} B of state")]
+    out += [f"  {label:<16}{value / GiB:>9.2f}   {why}" for label, value, why in rows]
+    if ledger.starts:
+        out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
+                   f"(--max-num-seqs {ledger.max_num_seqs}); {ledger.tokens:,} tokens of attention cache")
+    out += [f"  note: {n}" for n in ledger.notes]
+    _write("\n".join(out) + "\n")
+    return code
 
 
 def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], sweep: str) -> str | None:

@@ -84,7 +84,7 @@ def test_fit_a_bare_command_line(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("fit", "frank-nope", "--fleet", FLEET), "no service 'frank-nope'"),
-    (("fit", "frank-archon", "--fleet", FLEET), "the ledger is llama.cpp's"),
+    (("fit", "frank-dragoon", "--fleet", FLEET), "frank-dragoon runs openai; fleetgate's ledgers are llama.cpp's and vLLM's"),
     (("fit", "--", "llama-server", "-m", "x.gguf", "--bogus", "1"), "--bogus (argument 3): invalid argument"),
     (("fit", "--", "llama-server", "-c", "4096"), "no -m MODEL.gguf"),
     (("fit", "--", "llama-server", "-m", "absent.gguf"), "the model is not here"),
@@ -324,3 +324,25 @@ def test_the_refusal_names_what_the_argv_has(capsys: pytest.CaptureFixture[str],
     code, out, err = run(capsys, "fit", "--", "llama-server", *words)
     assert (code, out) == (2, "") and message in err and "no -m MODEL.gguf" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_fit_a_vllm_service(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.fleet_edits import edited_fleet
+
+    code, out, _ = run(capsys, "fit", "frank-archon", "--fleet", FLEET)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "frank-archon on dankserver: vLLM, TP 2, --max-model-len 262144, --max-num-seqs 8, KV auto"
+    table = {line[2:18].strip(): line[18:27].strip() for line in lines[2:8]}
+    # E.31's budget, A.4's weights per card, the boot's pool (docs/ledger.md, "vLLM")
+    assert table == {"budget": "31.22", "weights": "12.58", "drafter": "1.05", "profiled peak": "3.17",
+                     "KV pool": "14.42", "one sequence": "8.04"}
+    assert lines[8].startswith("  starts: the pool holds 1.79 sequences of 262,144 tokens (--max-num-seqs 8)")
+    fleet = edited_fleet(tmp_path, [("dankserver/frank-archon/frank-archon.env", "MAXLEN=262144", "MAXLEN=524288")])
+    code, out, _ = run(capsys, "fit", "frank-archon", "--fleet", str(fleet))
+    assert code == 1
+    assert out.splitlines()[0] == ("FAILS: will not start: one 524,288-token sequence needs 16.04 GiB of KV per "
+                                   "rank, the pool is 14.42 GiB")
+    code, out, _ = run(capsys, "fit", "frank-archon", "--json", "--fleet", str(fleet))
+    data = json.loads(out)
+    assert (code, data["exit_code"], data["starts"], data["pool_bytes"]) == (1, 1, False, 15483357102)
