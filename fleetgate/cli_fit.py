@@ -23,11 +23,15 @@ from fleetgate.fit import (
     DeviceLedger,
     Ledger,
     SweepRow,
+    Verdict,
     build_ledger,
+    judge,
     local_cpu_features,
+    nearest_fitting,
     service_ledger,
     service_sweep,
     summarize,
+    sweep_tensor_split,
 )
 
 __all__ = ["register"]
@@ -73,19 +77,80 @@ def register(subparsers: Any) -> None:
     fit.add_argument("--projector-profile", metavar="FILE", help="the --mmproj's profile")
     fit.set_defaults(func=_fit)
 
-    profile = subparsers.add_parser("profile", help="write a model profile (TOML) from a GGUF header")
-    profile.add_argument("gguf", help="the model file; only its header is read")
+    profile = subparsers.add_parser(
+        "profile", help="write a model profile (TOML) from a GGUF header, local or by HTTP range, or from a config.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Only the header is read: from a local file, or by HTTP range requests from a URL (no download).",
+        epilog="  fleetgate profile MODEL.gguf -o profiles/MODEL.toml\n"
+               "  fleetgate profile hf://OWNER/REPO/MODEL-Q4_K_M.gguf -o profiles/MODEL.toml\n"
+               "  fleetgate profile https://host/path/MODEL-00001-of-00003.gguf     (every part's header)\n"
+               "  fleetgate profile --from-config config.json --size 23.1GB --name MODEL-Q4_K_M\n"
+               "hf:// resolves against HF_ENDPOINT (default https://huggingface.co); HF_TOKEN is sent to it only.")
+    profile.add_argument("gguf", nargs="?", metavar="SOURCE",
+                         help="the model: a GGUF path, an https:// URL or hf://OWNER/REPO/FILE.gguf; only its header is read")
     profile.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
+    profile.add_argument("--from-config", metavar="CONFIG.json",
+                         help="what a model card states (Hugging Face config.json) instead of a GGUF header")
+    profile.add_argument("--size", metavar="SIZE",
+                         help="with --from-config: the GGUF's size as the Hub states it (bytes, 23.1GB, 21.5GiB)")
+    profile.add_argument("--name", metavar="NAME", help="with --from-config: the profile's model name")
+    profile.add_argument("--safetensors", metavar="DIR|URL",
+                         help="a vLLM checkpoint (a directory, a file, hf://OWNER/REPO or its URL): print the weight_bytes "
+                              "of a checkpoint profile from its safetensors headers (read by range when remote)")
     profile.set_defaults(func=_profile)
 
 
-def _profile(args: argparse.Namespace) -> int:
-    from fleetgate.gguf import profile_data, profile_toml, read_header
+_DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
-    header = read_header(Path(args.gguf))
-    text = profile_toml(profile_data(header),
-                        comment=f"written by `fleetgate profile {Path(args.gguf).name}` from the GGUF header "
-                                "(tensor data is never read)")
+
+def _file_size(text: str) -> int:
+    """A size as the Hub prints it (GB = 10**9 B) or as fleetgate does (GiB, G = 2**30)."""
+    unit = text.strip()[-2:].upper()
+    if unit in _DECIMAL:
+        try:
+            value = float(text.strip()[:-2])
+        except ValueError:
+            value = -1.0
+        if value > 0:
+            return int(value * _DECIMAL[unit])
+    return _size(text, "--size")
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from fleetgate.gguf import profile_toml, source_profile
+
+    if args.safetensors:
+        from fleetgate.ledger_vllm import safetensors_bytes
+
+        total, files = safetensors_bytes(args.safetensors)
+        return _write(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"
+                      f"weight_bytes = {total}\n")
+    if args.from_config:
+        from fleetgate.model_config import config_profile, load_model_config
+
+        if args.gguf:
+            raise InputError(Path(args.gguf), None, "a GGUF and --from-config; expected one of them")
+        if not args.size:
+            raise InputError(Path(args.from_config), None, "--from-config needs --size: the GGUF's size as the Hub "
+                                                           "states it (the weights the ledger places)")
+        config = load_model_config(Path(args.from_config))
+        name = args.name or Path(args.from_config).resolve().parent.name
+        data = config_profile(config, file_bytes=_file_size(args.size), name=name)
+        comment = (f"written by `fleetgate profile --from-config {Path(args.from_config).name} --size {args.size}`: "
+                   "the shape is the model card's;\nthe weights are the stated size spread over the blocks by "
+                   "parameter count (source = \"config\")")
+    elif args.gguf:
+        data, reads = source_profile(args.gguf)
+        shown = args.gguf if reads else Path(args.gguf).name
+        comment = f"written by `fleetgate profile {shown}` from the GGUF header (tensor data is never read)"
+        for read in reads:
+            comment += (f"\n{read.source}: {read.transferred} of {read.file_bytes} bytes in {read.requests} "
+                        f"request(s) over {read.connections} connection(s)"
+                        + (" (the server ignored Range)" if read.ignored_range else ""))
+    else:
+        raise InputError(Path.cwd(), None, "fleetgate profile: expected SOURCE (a GGUF, a URL, hf://...) or "
+                                           "--from-config config.json --size SIZE")
+    text = profile_toml(data, comment=comment)
     if args.output:
         try:
             Path(args.output).write_text(text, encoding="utf-8")
@@ -131,8 +196,11 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
         known = ", ".join(fleet.services)
         raise InputError(fleet.path, None, f"no service {name!r}; expected one of: {known}")
     config = load_service(fleet, service)
+    if config.vllm is not None:
+        return _fit_vllm(args, config)
     if config.llama is None:
-        raise InputError(fleet.path, service.line, f"{name} runs {service.engine}; the ledger is llama.cpp's")
+        raise InputError(fleet.path, service.line, f"{name} runs {service.engine}; fleetgate's ledgers are "
+                                                   "llama.cpp's and vLLM's")
     if config.profile is None:
         raise InputError(fleet.path, service.line, f"services.{name}: no profile; expected profile = "
                                                    "\"profiles/MODEL.toml\" (`fleetgate profile MODEL.gguf`)")
@@ -145,9 +213,13 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
     except ValueError as exc:
         raise InputError(config.rendered.script, None, str(exc)) from None
     host = config.host
-    rows = service_sweep(config) if args.sweep_ts else []
+    floor, slack = host.card_floor_bytes, host.balance_slack_bytes
+    verdict = judge(ledger, floor=floor, slack=slack)
+    rows = service_sweep(config) if args.sweep_ts or not verdict.fits else []
     if args.sweep_ts and not rows:
         raise InputError(fleet.path, service.line, f"{name} has no two-card --tensor-split to sweep")
+    llama = config.llama
+    fix = _fix(verdict, rows, llama.tensor_split, f"`fleetgate fit {name} --sweep-ts` prints every step")
     if args.json:
         data = summarize(ledger)
         data["service"] = name
@@ -157,24 +229,115 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
         data["calibrations"] = [{"device": b.device, "context": b.context, "bytes": b.bytes,
                                  "source": b.source}
                                 for d in ledger.devices for b in d.buffers if b.basis == "calibrated"]
-        if rows:
+        data["verdict"] = _verdict_json(verdict, fix)
+        if args.sweep_ts:
             data["sweep"] = [{"tensor_split": list(r.tensor_split), "free_bytes": list(r.free),
                               "gap_bytes": r.gap, "floor_ok": list(r.floor_ok), "slack_ok": r.slack_ok}
                              for r in rows]
-        return _write(json.dumps(data, indent=2) + "\n")
-    llama = config.llama
+        _write(json.dumps(data, indent=2) + "\n")
+        return verdict.exit_code
     split = ",".join(f"{x:g}" for x in llama.tensor_split) or "by free memory"
     title = (f"{name} on {host.name}: {ledger.shape.n_ctx} tokens = {ledger.shape.n_seq_max} slots x "
              f"{ledger.shape.n_ctx_seq}{' (unified KV)' if ledger.shape.unified else ''}, K/V "
              f"{llama.cache_type_k}/{llama.cache_type_v}, ubatch {ledger.n_ubatch}, -ts {split}")
-    if rows:
+    head = _verdict_lines(verdict, fix)
+    if args.sweep_ts:
         names = [d.card.name for d in ledger.cards]
-        return _write(_sweep_table(title, rows, llama.tensor_split, host.card_floor_bytes,
-                                   host.balance_slack_bytes, names) + "\n")
+        _write("".join(f"{line}\n" for line in head)
+               + _sweep_table(title, rows, llama.tensor_split, floor, slack, names) + "\n")
+        return verdict.exit_code
     used = (config.profile, config.draft_profile if llama.spec_draft_model else None)
-    return _write(_table(title, ledger, floor=host.card_floor_bytes, slack=host.balance_slack_bytes,
-                         cache_ram_mib=llama.cache_ram_mib, ram=host.ram_bytes,
-                         reconstructed=[p.name for p in used if p and p.reconstructed]) + "\n")
+    _write("".join(f"{line}\n" for line in head)
+           + _table(title, ledger, floor=floor or 0, slack=slack, cache_ram_mib=llama.cache_ram_mib,
+                    ram=host.ram_bytes, reconstructed=[p.name for p in used if p and p.reconstructed],
+                    floor_declared=floor is not None) + "\n")
+    return verdict.exit_code
+
+
+def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
+    """A vLLM service: the ledger of one rank and the verdict vLLM reaches at start (exit 1: it will not start)."""
+    from fleetgate.checks.seam_vllm_ledger import _no_ledger, service_vllm_ledger
+
+    if args.sweep_ts:
+        raise InputError(config.fleet.path, config.service.line, f"{config.name} runs vLLM: --sweep-ts is llama.cpp's")
+    if reason := _no_ledger(config):
+        raise InputError(config.fleet.path, config.service.line, reason)
+    ledger = service_vllm_ledger(config)
+    if not ledger.weights_fit:
+        verdict = (f"FAILS: will not start: each rank loads {(ledger.weights + ledger.drafter) / GiB:.2f} GiB of weights "
+                   f"into a budget of {ledger.budget / GiB:.2f} GiB")
+    elif ledger.pool < ledger.per_sequence:
+        verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
+                   f"{ledger.per_sequence / GiB:.2f} GiB of KV per rank, the pool is {ledger.pool / GiB:.2f} GiB")
+    else:
+        verdict = ""
+    code = 0 if ledger.starts else 1
+    if args.json:
+        data = {"service": config.name, "engine": "vllm", **ledger.summary(), "exit_code": code}
+        _write(json.dumps(data, indent=2) + "\n")
+        return code
+    vllm = config.vllm
+    out = [verdict, ""] if verdict else []
+    out += [f"{config.name} on {config.host.name}: vLLM, TP {ledger.tp}, --max-model-len {ledger.max_model_len}, "
+            f"--max-num-seqs {ledger.max_num_seqs}, KV {vllm.kv_cache_dtype}",
+            f"  per rank ({ledger.card}, {ledger.card_bytes / GiB:.2f} GiB)     GiB"]
+    rows = [("budget", ledger.budget, f"{ledger.utilization:g} x the card"),
+            ("weights", ledger.weights, config.profile.name if config.profile else ""),
+            ("drafter", ledger.drafter, config.draft_profile.name if config.draft_profile else "none"),
+            ("profiled peak", ledger.peak, ledger.peak_basis),
+            ("KV pool", ledger.pool, ledger.pool_from),
+            ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
+                                                  f"{ledger.state_per_sequence:,} B of state")]
+    out += [f"  {label:<16}{value / GiB:>9.2f}   {why}" for label, value, why in rows]
+    if ledger.starts:
+        out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
+                   f"(--max-num-seqs {ledger.max_num_seqs}); {ledger.tokens:,} tokens of attention cache")
+    out += [f"  note: {n}" for n in ledger.notes]
+    _write("\n".join(out) + "\n")
+    return code
+
+
+def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], sweep: str) -> str | None:
+    """What to change when the fit fails: the nearest split that clears every floor (and the slack), or why none."""
+    if verdict.fits:
+        return None
+    limits = f"every card's floor ({verdict.floor / GiB:.2f} GiB" + (")" if verdict.floor_declared else
+                                                                     ", none declared)")
+    if verdict.slack is not None:
+        limits += f" and the slack ({verdict.slack / GiB:.2f} GiB)"
+    if not rows:
+        return (f"no -ts lever here (a split of two cards is what fleetgate sweeps): shrink what the card holds "
+                f"(-c, -ctk/-ctv q8_0, -ub, -ngl, the drafter) until it clears {limits}")
+    best = nearest_fitting(rows, current)
+    if best is None:
+        return (f"no -ts split of these two cards clears {limits} at this shape: lower -c, the KV type, -ub or "
+                f"-ngl ({sweep})")
+    return (f"-ts {best.tensor_split[0]},{best.tensor_split[1]} clears {limits}: free "
+            f"{best.free[0] / GiB:.2f} / {best.free[1] / GiB:.2f} GiB, gap {best.gap / GiB:.2f} GiB "
+            f"({sweep})")
+
+
+def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
+    """The failing cards first (the worst at the top), then the fix; nothing when the fit holds."""
+    if verdict.fits:
+        return []
+    floor = f"{verdict.floor / GiB:.2f} GiB" + ("" if verdict.floor_declared else " (none declared)")
+    lines = [f"FAILS: {d.card.name} keeps {(d.free or 0) / GiB:.2f} GiB free, below its floor of {floor}"
+             for d in verdict.failing]
+    if verdict.slack_fails and verdict.gap is not None and verdict.slack is not None:
+        lines.append(f"FAILS: the cards differ by {verdict.gap / GiB:.2f} GiB, over the slack of "
+                     f"{verdict.slack / GiB:.2f} GiB")
+    if fix:
+        lines.append(f"fix: {fix}")
+    return [*lines, ""]
+
+
+def _verdict_json(verdict: Verdict, fix: str | None) -> dict[str, Any]:
+    return {"fits": verdict.fits, "exit_code": verdict.exit_code, "floor_bytes": verdict.floor,
+            "floor_declared": verdict.floor_declared,
+            "failing": [{"device": d.card.name, "free_bytes": d.free} for d in verdict.failing],
+            "gap_bytes": verdict.gap, "slack_bytes": verdict.slack, "slack_fails": verdict.slack_fails,
+            "unsized": list(verdict.unsized), "fix": fix}
 
 
 def _size(text: str, where: str) -> int:
@@ -235,6 +398,7 @@ def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> 
 def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
     from fleetgate.engines.llamacpp import parse_llama_server
     from fleetgate.profile import load_profile
+    from fleetgate.rangeread import is_remote
 
     # argv[0] is the binary's name; a line that starts with a flag gets one
     argv = ["llama-server", *words] if words[0].startswith("-") else list(words)
@@ -244,10 +408,21 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
         position = f" (argument {problem.index})" if problem.index is not None else ""
         raise InputError(where, None, f"cannot read this llama-server command line: {problem.flag}"
                                       f"{position}: {problem.message}; expected build 11434's flags")
+    remote = None if config.model is not None or args.profile else _remote_model(config, where)
+    if remote is not None:
+        args.profile = remote
     if config.model is None and args.profile is None:
-        raise InputError(where, None, "no -m MODEL.gguf; expected the model (or --profile FILE.toml)")
+        raise InputError(where, None, "no model: no -m MODEL.gguf, --model-url or -hf/-hff; expected the model "
+                                      "(or --profile FILE.toml)")
+    if config.model is not None and not config.model.strip() and args.profile is None:
+        raise InputError(where, None, "-m is empty; expected the model's path (or --profile FILE.toml)")
 
     def profile_of(option: str | None, path: str | None, what: str) -> Any:
+        if option and is_remote(option):
+            from fleetgate.gguf import source_profile
+            from fleetgate.profile import profile_from_data
+
+            return profile_from_data(source_profile(option)[0], Path(option.rsplit("/", 1)[-1]))
         if option:
             return load_profile(Path(option))
         if path is None:
@@ -278,14 +453,52 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
                          f"--device names {exc.args[0]!r}; expected a --card NAME=SIZE for it") from None
     except ValueError as exc:
         raise InputError(where, None, str(exc)) from None
+    verdict = judge(ledger, floor=None, slack=None)
+    rows: list[SweepRow] = []
+    if not verdict.fits and len(ledger.cards) == 2:
+        def ledger_of(llama: Any) -> Ledger:
+            return build_ledger(llama, target, cards=cards, draft=draft, projector=projector, cpu_features=features)
+
+        rows = sweep_tensor_split(config, ledger_of, floor=None, slack=None)
+    fix = _fix(verdict, rows, config.tensor_split, "--json gives every figure")
     if args.json:
         data = summarize(ledger)
         data["host"]["ram_bytes"] = ram
-        return _write(json.dumps(data, indent=2) + "\n")
+        data["verdict"] = _verdict_json(verdict, fix)
+        _write(json.dumps(data, indent=2) + "\n")
+        return verdict.exit_code
     title = (f"{Path(config.model or target.name).name}: {ledger.shape.n_ctx} tokens = "
              f"{ledger.shape.n_seq_max} slots x {ledger.shape.n_ctx_seq}, ubatch {ledger.n_ubatch}")
-    return _write(_table(title, ledger, floor=None, slack=None, cache_ram_mib=config.cache_ram_mib, ram=ram,
-                         reconstructed=[p.name for p in (target, draft) if p and p.reconstructed]) + "\n")
+    _write("".join(f"{line}\n" for line in _verdict_lines(verdict, fix))
+           + _table(title, ledger, floor=0, slack=None, cache_ram_mib=config.cache_ram_mib, ram=ram,
+                    reconstructed=[p.name for p in (target, draft) if p and p.reconstructed],
+                    floor_declared=False) + "\n")
+    if verdict.unsized and verdict.fits:
+        print(f"fleetgate fit: not judged: no size for {', '.join(verdict.unsized)}; expected --card "
+              f"{verdict.unsized[0]}=SIZE", file=sys.stderr)
+    return verdict.exit_code
+
+
+def _flag_value(config: Any, *names: str) -> str | None:
+    found = [use for uses in config.parsed.uses.values() for use in uses if use.flag in names]
+    return found[-1].value if found else None
+
+
+def _remote_model(config: Any, where: Path) -> str | None:
+    """The model a command line downloads at start (-mu URL, -hf REPO -hff FILE): its header is read by range."""
+    url = _flag_value(config, "-mu", "--model-url")
+    if url:
+        return url
+    repo = _flag_value(config, "-hf", "-hfr", "--hf-repo")
+    if not repo:
+        return None
+    name, _, quant = repo.partition(":")
+    file = _flag_value(config, "-hff", "--hf-file")
+    if file:
+        return f"hf://{name}/{file}"
+    raise InputError(where, None, f"-hf {repo} names a repository{' and a quant' if quant else ''}, not a file (the "
+                                  "engine picks one through the Hub's API); expected -hff FILE.gguf, or --profile "
+                                  f"hf://{name}/FILE.gguf")
 
 
 def _cell(device: DeviceLedger, term: str, unit: int) -> str:
@@ -303,7 +516,7 @@ def _blocks(d: DeviceLedger) -> str:
 
 
 def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, cache_ram_mib: int,
-           ram: int | None, reconstructed: Sequence[str]) -> str:
+           ram: int | None, reconstructed: Sequence[str], floor_declared: bool = True) -> str:
     devices = list(ledger.devices)
     host = ledger.host
     big = max(d.total for d in (*devices, host)) >= GiB or any(d.card.vram_bytes for d in devices)
@@ -329,14 +542,15 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
         marks = []
         for d in devices:
             free = d.free
-            bad = free is not None and floor is not None and free < floor
+            bad = free is not None and free < (floor or 0)
             marks.append("-" if free is None else f"{fmt(free)}{' !' if bad else ''}")
         out.append(line("free", [*marks, ""]))
     cards = ledger.cards
     checks = []
     if floor is not None and cards:
-        short = [d.card.name for d in cards if (d.free or 0) < floor]
-        checks.append(f"floor {floor / GiB:.2f} GiB: " + ("FAILS on " + ", ".join(short) if short else "ok"))
+        short = [d.card.name for d in cards if d.card.vram_bytes is not None and (d.free or 0) < floor]
+        checks.append(f"floor {floor / GiB:.2f} GiB{'' if floor_declared else ' (none declared)'}: "
+                      + ("FAILS on " + ", ".join(short) if short else "ok"))
     if slack is not None and len(cards) > 1:
         gap = max(d.total for d in cards) - min(d.total for d in cards)
         verdict = "ok" if gap <= slack else "FAILS"
@@ -367,14 +581,12 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
 
 def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float], floor: int | None,
                  slack: int | None, names: Sequence[str]) -> str:
-    first = round(current[0]) if current else 0
-    shown = [r for r in rows if abs(r.tensor_split[0] - first) <= 8]
-    limits = []
-    if floor is not None:
-        limits.append(f"floor {floor / GiB:.2f} GiB")
+    first = round(current[0]) if len(current) == 2 else 0
+    shown = list(rows)  # the whole range: the split that fits may be far from this one
+    limits = [f"floor {floor / GiB:.2f} GiB" if floor is not None else "floor 0.00 GiB (none declared)"]
     if slack is not None:
         limits.append(f"slack {slack / GiB:.2f} GiB")
-    declared = ", ".join(limits) or "no floor or slack declared"
+    declared = ", ".join(limits)
     out = [title, f"  -ts sweep ({declared}); one step moves one block",
            f"  {'':2}{'-ts':<8}{names[0] + ' free':>13}{names[1] + ' free':>13}{'gap':>9}  verdict"]
     for r in shown:

@@ -470,9 +470,12 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         serve_script = repo_file(raw["serve_script"], (*keys, "serve_script"))
         assert serve_script is not None
         for i, item in enumerate(raw.get("payload", ())):
-            if not item.startswith("/") or any(c in item for c in "\0\n\r"):
+            # an absolute host path, or where the engine fetches it from (hf://OWNER/REPO/FILE, https://...):
+            # the seams read its profile from the repository (`fleetgate profile URL` writes it), never the network
+            if not item.startswith(("/", "hf://", "https://", "http://")) or any(c in item for c in "\0\n\r "):
                 raise InputError(path, locate_key(text, (*keys, "payload")),
-                                 f"services.{name}.payload[{i}]: {item!r}; expected an absolute host path on one line")
+                                 f"services.{name}.payload[{i}]: {item!r}; expected an absolute host path or an "
+                                 "hf:// / https:// URL, on one line")
         services[name] = Service(
             name=name,
             host=raw["host"],

@@ -48,7 +48,7 @@ CLEAN: dict[tuple[str, str], str] = {
     # llama.cpp on CPU (the reference): no card to hold a floor, balance or a draft context on.
     **_outcomes("reference", LLAMA_CHECKS, skipped=["device-visibility", "card-floor", "card-balance",
                                                     "drafter-kv-fits", "empty-means-omit"]),
-    **_outcomes("frank-archon", ("device-visibility", "vllm-memory-knobs", "serve-script-renders",
+    **_outcomes("frank-archon", ("device-visibility", "vllm-memory-knobs", "vllm-starts", "serve-script-renders",
                                  "empty-means-omit", "rendered-port-matches"), skipped=["empty-means-omit"]),
     # The fleet as a whole: no inf/nan, no two active services on one host:port.
     **_outcomes("frank", ("fleet-numbers-finite", "service-ports-unique")),

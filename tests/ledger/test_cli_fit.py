@@ -84,7 +84,7 @@ def test_fit_a_bare_command_line(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 @pytest.mark.parametrize(("argv", "message"), [
     (("fit", "frank-nope", "--fleet", FLEET), "no service 'frank-nope'"),
-    (("fit", "frank-archon", "--fleet", FLEET), "the ledger is llama.cpp's"),
+    (("fit", "frank-dragoon", "--fleet", FLEET), "frank-dragoon runs openai; fleetgate's ledgers are llama.cpp's and vLLM's"),
     (("fit", "--", "llama-server", "-m", "x.gguf", "--bogus", "1"), "--bogus (argument 3): invalid argument"),
     (("fit", "--", "llama-server", "-c", "4096"), "no -m MODEL.gguf"),
     (("fit", "--", "llama-server", "-m", "absent.gguf"), "the model is not here"),
@@ -182,3 +182,167 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path: Path) -> None:
     proc.stderr.close()
     assert proc.wait(timeout=60) == 0
     assert first.startswith(b"frank-medium on dankserver") and err == b""
+
+
+# -- fleetgate fit as a gate (issue 19, item 2) ------------------------------------------------------------------
+
+# A profile written by hand (docs/ledger.md, "A profile by hand"): a 32B-class dense model at ~4.8 bits per
+# weight, 24.4 GB (22.7 GiB), the shape of the issue's two-card case.
+DENSE = """\
+[model]
+name = "dense-32b-q4_k_m"
+source = "reconstructed"
+architecture = "qwen2"
+file_bytes = 24360020480
+block_count = 48
+n_embd = 5120
+n_vocab = 152064
+n_ff = 27648
+n_head = 40
+n_ctx_train = 32768
+
+[attention]
+head_count_kv = 8
+key_length = 128
+value_length = 128
+
+[weights]
+token_embd = 850000000
+output = 850000000
+output_norm = 20480
+attention_block = 472000000
+"""
+
+
+def _laptop(capsys: pytest.CaptureFixture[str], tmp_path: Path, split: str, *extra: str) -> tuple[int, str, str]:
+    profile = tmp_path / "dense.toml"
+    profile.write_text(DENSE, encoding="utf-8")
+    return run(capsys, "fit", "--card", "CUDA0=24GiB", "--card", "CUDA1=8GiB", "--profile", str(profile), *extra,
+               "--", "llama-server", "-m", "/models/dense-32b-q4_k_m.gguf", "--device", "CUDA0,CUDA1",
+               "-ts", split, "-ngl", "99", "-c", "16384")
+
+
+def test_the_two_card_case_fails_first_with_a_fix_that_fits(capsys: pytest.CaptureFixture[str],
+                                                            tmp_path: Path) -> None:
+    """-ts 35,65 puts 65 % of a 22.7 GiB model on an 8 GiB card: exit 1, that card first, and a split that fits."""
+    code, out, _ = _laptop(capsys, tmp_path, "35,65")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == "FAILS: CUDA1 keeps -8.85 GiB free, below its floor of 0.00 GiB (none declared)"
+    assert lines[1].startswith("fix: -ts 72,28 clears every card's floor (0.00 GiB, none declared): free 4.93 / 0.19 GiB")
+    assert lines[3].startswith("dense-32b-q4_k_m.gguf: 16384 tokens")
+    assert "floor 0.00 GiB (none declared): FAILS on CUDA1" in out
+    # the fix fits, and it is the nearest split that does: one step toward the small card fails again
+    assert _laptop(capsys, tmp_path, "72,28")[0] == 0
+    code, out, _ = _laptop(capsys, tmp_path, "71,29")
+    assert code == 1 and out.startswith("FAILS: CUDA1 keeps -0.31 GiB free") and "fix: -ts 72,28 " in out
+    code, out, _ = _laptop(capsys, tmp_path, "35,65", "--json")
+    verdict = json.loads(out)["verdict"]
+    assert (verdict["fits"], verdict["exit_code"], [d["device"] for d in verdict["failing"]]) == (False, 1, ["CUDA1"])
+    assert verdict["failing"][0]["free_bytes"] < 0 and verdict["fix"].startswith("-ts 72,28 ")
+
+
+def test_a_shape_no_split_can_fit_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    profile = tmp_path / "dense.toml"
+    profile.write_text(DENSE, encoding="utf-8")
+    code, out, _ = run(capsys, "fit", "--card", "CUDA0=12GiB", "--card", "CUDA1=8GiB", "--profile", str(profile),
+                       "--", "llama-server", "-m", "/models/d.gguf", "--device", "CUDA0,CUDA1", "-ts", "1,1",
+                       "-ngl", "99", "-c", "16384")
+    assert code == 1
+    assert out.splitlines()[:3] == [  # 20 GiB of cards for a 22.7 GiB model: both fail, the worst first
+        "FAILS: CUDA1 keeps -5.34 GiB free, below its floor of 0.00 GiB (none declared)",
+        "FAILS: CUDA0 keeps -1.55 GiB free, below its floor of 0.00 GiB (none declared)",
+        "fix: no -ts split of these two cards clears every card's floor (0.00 GiB, none declared) at this shape: "
+        "lower -c, the KV type, -ub or -ngl (--json gives every figure)",
+    ]
+
+
+@pytest.mark.parametrize(("edits", "argv", "code", "first"), [
+    ((), ("frank-medium",), 0, "frank-medium on dankserver: 393216 tokens"),
+    ((("scripts/frank-medium.env", "TENSOR_SPLIT=35,30", "TENSOR_SPLIT=36,29"),), ("frank-medium",), 1,
+     "FAILS: ROCm0 keeps 0.61 GiB free, below its floor of 1.00 GiB"),
+    # no floor declared: a floor of 0, and the fix is a split that clears it, not the failing one
+    ((("scripts/frank-medium.env", "CTX_SIZE=393216", "CTX_SIZE=524288"),
+      ("fleet.toml", "card_floor_gib = 1.0\n", "")), ("frank-medium",), 1,
+     "FAILS: ROCm0 keeps -3.48 GiB free, below its floor of 0.00 GiB (none declared)"),
+    ((("scripts/frank-medium.env", "TENSOR_SPLIT=35,30", "TENSOR_SPLIT=36,29"),), ("frank-medium", "--sweep-ts"), 1,
+     "FAILS: ROCm0 keeps 0.61 GiB free, below its floor of 1.00 GiB"),
+], ids=["fits", "below-floor", "below-zero-no-floor", "sweep-below-floor"])
+def test_fit_service_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path, edits: tuple[tuple[str, str, str], ...],
+                                argv: tuple[str, ...], code: int, first: str) -> None:
+    from tests.fleet_edits import edited_fleet
+
+    fleet = edited_fleet(tmp_path, list(edits))
+    got, out, err = run(capsys, "fit", *argv, "--fleet", str(fleet))
+    assert (got, err) == (code, "")
+    assert out.splitlines()[0].startswith(first), out
+    if code:
+        fix = next(line for line in out.splitlines() if line.startswith("fix: "))
+        assert fix.startswith("fix: -ts 35,30 clears") if "36,29" in str(edits) else fix.startswith("fix: ")
+        assert "-ts 36,29" not in fix
+
+
+def test_sweep_covers_the_whole_range_and_no_row_below_zero_is_ok(capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    from tests.fleet_edits import edited_fleet
+
+    fleet = edited_fleet(tmp_path, [("fleet.toml", "card_floor_gib = 1.0\n", ""),
+                                    ("fleet.toml", "balance_slack_gib = 2.0\n", "")])
+    code, out, _ = run(capsys, "fit", "frank-medium", "--sweep-ts", "--fleet", str(fleet))
+    assert code == 0
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit() or line.lstrip().startswith(">")]
+    splits = [r[1] if r[0] == ">" else r[0] for r in rows]
+    assert splits == [f"{a},{65 - a}" for a in range(1, 65)]  # every step, 1,64 .. 64,1
+    assert "floor 0.00 GiB (none declared)" in out
+    for row in rows:
+        cells = row[1:] if row[0] == ">" else row
+        free = [float(cells[1]), float(cells[2] if cells[2] != "!" else cells[3])]
+        negative = any(value < 0 for value in free)
+        assert ("ok" in cells) != negative, row
+    assert sum("ok" in r for r in rows) > 0 and sum("FAILS" in r for r in rows) > 0
+
+
+def test_a_card_of_unknown_size_is_not_judged(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = write_qwen35(tmp_path / "tiny.gguf")
+    code, out, err = run(capsys, "fit", "--", "llama-server", "-m", str(model), "--device", "CUDA0", "-c", "2048")
+    assert code == 3 and not out.startswith("FAILS")
+    assert err == "fleetgate fit: not judged: no size for CUDA0; expected --card CUDA0=SIZE\n"
+    code, _, _ = run(capsys, "fit", "--card", "CUDA0=8G", "--", "llama-server", "-m", str(model), "--device", "CUDA0",
+                     "-c", "2048")
+    assert code == 0
+
+
+@pytest.mark.parametrize(("words", "message"), [
+    (("-hf", "owner/repo:Q4_K_M"), "-hf owner/repo:Q4_K_M names a repository and a quant, not a file"),
+    (("-m", ""), "-m is empty; expected the model's path"),
+    (("-m", "absent.gguf", "-c", "4096"), "absent.gguf: the model is not here"),
+])
+def test_the_refusal_names_what_the_argv_has(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch, words: tuple[str, ...],
+                                             message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "fit", "--", "llama-server", *words)
+    assert (code, out) == (2, "") and message in err and "no -m MODEL.gguf" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_fit_a_vllm_service(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from tests.fleet_edits import edited_fleet
+
+    code, out, _ = run(capsys, "fit", "frank-archon", "--fleet", FLEET)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "frank-archon on dankserver: vLLM, TP 2, --max-model-len 262144, --max-num-seqs 8, KV auto"
+    table = {line[2:18].strip(): line[18:27].strip() for line in lines[2:8]}
+    # E.31's budget, A.4's weights per card, the boot's pool (docs/ledger.md, "vLLM")
+    assert table == {"budget": "31.22", "weights": "12.58", "drafter": "1.05", "profiled peak": "3.17",
+                     "KV pool": "14.42", "one sequence": "8.04"}
+    assert lines[8].startswith("  starts: the pool holds 1.79 sequences of 262,144 tokens (--max-num-seqs 8)")
+    fleet = edited_fleet(tmp_path, [("dankserver/frank-archon/frank-archon.env", "MAXLEN=262144", "MAXLEN=524288")])
+    code, out, _ = run(capsys, "fit", "frank-archon", "--fleet", str(fleet))
+    assert code == 1
+    assert out.splitlines()[0] == ("FAILS: will not start: one 524,288-token sequence needs 16.04 GiB of KV per "
+                                   "rank, the pool is 14.42 GiB")
+    code, out, _ = run(capsys, "fit", "frank-archon", "--json", "--fleet", str(fleet))
+    data = json.loads(out)
+    assert (code, data["exit_code"], data["starts"], data["pool_bytes"]) == (1, 1, False, 15483357102)

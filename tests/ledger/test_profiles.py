@@ -126,10 +126,13 @@ def test_fleet_profiles_load_and_mark_their_source() -> None:
     for path in sorted((FLEET / "profiles").glob("*.toml")):
         profile = load_profile(path)
         sources[path.stem] = profile.source
-        assert profile.reconstructed == (profile.source == "reconstructed"), path
-    # the seeds' models are reconstructed from their figures; the reference model's is read off its GGUF
+        assert profile.reconstructed == (profile.source in ("reconstructed", "checkpoint")), path
+    # the seeds' models are reconstructed from their figures; the reference model's is read off its GGUF;
+    # frank-archon's vLLM checkpoints (weights and config.json keys, for vLLM's ledger) are reconstructed too
     assert sources.pop("smollm2-135m-instruct-q4_1") == "gguf"
-    assert set(sources.values()) == {"reconstructed"}
+    assert {k for k, v in sources.items() if v == "checkpoint"} == {"swift-qwen3.8-27b-paro-mxfp6",
+                                                                    "qwen3.8-27b-dflash2-fp8"}
+    assert set(sources.values()) == {"reconstructed", "checkpoint"}
     medium = load_profile(FLEET / "profiles" / "swift-qwen3.8-27b-mtp.toml")
     # the seeds: 16 x (3 Gated DeltaNet + 1 Gated Attention) + the nextn block; the file's bytes
     assert medium.pattern == "RRRA" * 16 + "N" and medium.block_count == 65
