@@ -279,6 +279,7 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
     from fleetgate.config import attempt_service
     from fleetgate.failure import Failure
     from fleetgate.fleet import load_fleet
+    from fleetgate.policies import policy_off
     from fleetgate.timeouts import resolve_chains
 
     _load_all()
@@ -296,10 +297,13 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
         if check.kind != "seam" or (wanted is not None and check.name not in wanted):
             continue
         subjects: list[tuple[str, Any, str | None]] = []
-        if check.subject == "timeout-chain":
+        off = policy_off(fleet, check.name)
+        if off is not None:
+            subjects = [("fleet", None, off)]
+        elif check.subject == "timeout-chain":
             subjects = [(chain.name, chain, None) for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
         elif check.subject == "fleet":
-            subjects = [(fleet.name, fleet, None)]
+            subjects = [(fleet.name, fleet, check.why_not(fleet))]
         else:
             for name, attempt in attempts.items():
                 if check.engines is not None and attempt.service.engine not in check.engines:
