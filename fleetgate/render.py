@@ -293,9 +293,14 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
                                  f"ExecStart= runs {word}, but fleet.toml declares serve_script "
                                  f"{service.serve_script.relative_to(fleet.root)}")
             return service.serve_script
+    if len(words) > 1 and posixpath.basename(words[0]) in ("bash", "sh") and words[1] == "-c":
+        raise InputError(setting.path, setting.line,
+                         f"ExecStart= runs {posixpath.basename(words[0])} -c with an inline script, which fleetgate does "
+                         f"not read yet; expected {service.binary} itself or a serve script of the repository "
+                         "(move the inline script into a file and run that)")
     raise InputError(setting.path, setting.line,
                      f"ExecStart={setting.value} names no file under the fleet's deploy_root {fleet.deploy_root}; "
-                     "expected the serve script")
+                     f"expected the serve script, or {service.binary} itself")
 
 
 def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:

@@ -57,3 +57,22 @@ def test_a_service_needs_a_serve_script_or_a_unit(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         load_fleet(tmp_path / "fleet.toml")
     assert "fleet.toml:6" in str(caught.value) and "neither serve_script nor unit" in str(caught.value)
+
+
+def test_an_inline_bash_c_script_is_named_as_not_read_yet(tmp_path: Path) -> None:
+    import shutil
+
+    from fleetgate.render import render
+
+    fleet_dir = tmp_path / "fleet"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleets" / "unit-exec", fleet_dir)
+    unit = fleet_dir / "systemd" / "llama-chat.service"
+    text = unit.read_text(encoding="utf-8")
+    start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    unit.write_text(text.replace(start, "ExecStart=/bin/bash -c 'exec llama-server -m ${MODEL}'"), encoding="utf-8")
+    fleet = load_fleet(fleet_dir / "fleet.toml")
+    with pytest.raises(InputError) as caught:
+        render(fleet, fleet.services["chat"])
+    message = str(caught.value)
+    assert message.splitlines() == [message]
+    assert "llama-chat.service:9" in message and "bash -c with an inline script" in message
