@@ -293,6 +293,8 @@ class Fleet:
     rules: tuple[Path, ...]
     dashboards: tuple[Path, ...] = ()
     retired_names: tuple[str, ...] = ()
+    policies: frozenset[str] = frozenset()
+    """The house rules this fleet keeps (``[fleet] policies``; ``fleetgate.policies``)."""
     docs_index: Path | None = None
     deploy_probes: Path | None = None
     """The deploy script's readiness probes, one 'SERVICE URL BUDGET_SECONDS' line per service (B-TO-6)."""
@@ -467,8 +469,11 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         contract_raw = raw.get("contract", {})
         ngram = contract_raw.get("ngram_window")
         extrapolation = raw.get("extrapolation")
-        serve_script = repo_file(raw["serve_script"], (*keys, "serve_script"))
-        assert serve_script is not None
+        unit = repo_file(raw.get("unit"), (*keys, "unit"))
+        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit
+        if serve_script is None:
+            raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit; expected the "
+                             "file that starts the engine (a serve script, or a unit whose ExecStart= runs it)")
         for i, item in enumerate(raw.get("payload", ())):
             # an absolute host path, or where the engine fetches it from (hf://OWNER/REPO/FILE, https://...):
             # the seams read its profile from the repository (`fleetgate profile URL` writes it), never the network
@@ -485,7 +490,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             binary=raw.get("binary", DEFAULT_BINARY[raw["engine"]]),
             serve_script=serve_script,
             env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
-            unit=repo_file(raw.get("unit"), (*keys, "unit")),
+            unit=unit,
             payload=tuple(raw.get("payload", ())),
             payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
             pin_gate=_pin_gate(raw.get("pin_gate"), path, locate_key(text, (*keys, "pin_gate")), f"services.{name}.pin_gate"),
@@ -599,6 +604,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         rules=rules,
         dashboards=dashboards,
         retired_names=tuple(data["fleet"].get("retired_names", ())),
+        policies=frozenset(data["fleet"].get("policies", ())),
         docs_index=repo_file(data.get("docs_index"), ("docs_index",)),
         deploy_probes=repo_file(data.get("deploy_probes"), ("deploy_probes",)),
         deploy_script=repo_file(data.get("deploy_script"), ("deploy_script",)),

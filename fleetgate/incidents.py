@@ -279,6 +279,7 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
     from fleetgate.config import attempt_service
     from fleetgate.failure import Failure
     from fleetgate.fleet import load_fleet
+    from fleetgate.policies import policy_off
     from fleetgate.timeouts import resolve_chains
 
     _load_all()
@@ -296,7 +297,10 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
         if check.kind != "seam" or (wanted is not None and check.name not in wanted):
             continue
         subjects: list[tuple[str, Any, str | None]] = []
-        if check.subject == "timeout-chain":
+        off = policy_off(fleet, check.name)
+        if off is not None:
+            subjects = [("fleet", None, off)]
+        elif check.subject == "timeout-chain":
             subjects = [(chain.name, chain, next((f"{chain.name} holds {ref.owner}:{ref.variable}, and {ref.owner} did not render"
                                                   for ref in chain.chain.chain if ref.owner in attempts
                                                   and attempts[ref.owner].config is None), None) or check.why_not(chain))

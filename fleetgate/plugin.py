@@ -28,6 +28,7 @@ try:
     from fleetgate.errors import InputError
     from fleetgate.failure import Failure
     from fleetgate.fleet import Fleet, load_fleet
+    from fleetgate.policies import policy_off
     from fleetgate.timeouts import ResolvedChain, resolve_chains
 except ModuleNotFoundError as missing:
     if not missing.name or missing.name.partition(".")[0] == "fleetgate":
@@ -163,6 +164,8 @@ class Seam:
     subject: Any
     name: str
     skip_reason: str | None = None
+    policy_off: bool = False
+    """The skip is a policy the fleet does not keep: reported once per policy, at fleet.toml."""
 
     def run(self) -> None:
         __tracebackhide__ = True
@@ -191,6 +194,10 @@ def _unrendered(config: pytest.Config, chain: ResolvedChain) -> str | None:
 
 def _seams_for(config: pytest.Config, check: Check) -> list[Seam]:
     """Every subject the check could concern: a seam that cannot apply skips, it never vanishes."""
+    off = policy_off(_fleet(config), check.name)
+    if off is not None:
+        # A house rule the fleet does not keep: one skip for the whole fleet, naming how to turn it on.
+        return [Seam(check, None, "fleet", skip_reason=off, policy_off=True)]
     if check.subject == "timeout-chain":
         chains = [Seam(check, chain, chain.name, skip_reason=_unrendered(config, chain) or check.why_not(chain))
                   for chain in _chains(config)]
@@ -275,12 +282,28 @@ def _select_incident(config: pytest.Config, items: list[pytest.Item], incident: 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     excinfo = call.excinfo
+    if report.skipped and isinstance(report.longrepr, tuple):
+        _fold_policy_skip(item, report)
     if excinfo is not None and report.failed:
         if isinstance(excinfo.value, Failure):
             report.longrepr = _relative(item.config, str(excinfo.value))
         elif isinstance(excinfo.value, InputError):
             report.longrepr = _relative(item.config, f"fleetgate: {excinfo.value}")
     return report
+
+
+def _fold_policy_skip(item: pytest.Item, report: pytest.TestReport) -> None:
+    """Every skip of one policy that is off shares one location (fleet.toml's [fleet] table), so ``-rs`` folds them
+    into one line per policy instead of one per check."""
+    seam = getattr(item, "callspec", None) and item.callspec.params.get("seam")  # type: ignore[attr-defined]
+    fleet = item.config.stash.get(_FLEET, None)
+    if not isinstance(seam, Seam) or not seam.policy_off or fleet is None or not isinstance(report.longrepr, tuple):
+        return
+    where = fleet.where("fleet", "policies")
+    file, _, line = where.rpartition(":")
+    location = (file, int(line), report.longrepr[2]) if line.isdigit() else (where, 1, report.longrepr[2])
+    report.longrepr = (str(Path(location[0]).relative_to(item.config.rootpath)) if Path(location[0]).is_relative_to(
+        item.config.rootpath) else location[0], location[1], location[2])
 
 
 def _relative(config: pytest.Config, text: str) -> str:

@@ -30,7 +30,8 @@ from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
-__all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "map_to_repo", "render", "service_inputs"]
+__all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "engine_exec_start", "map_to_repo", "render",
+           "service_inputs"]
 
 # systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
 SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
@@ -229,7 +230,55 @@ def _unit_env_file(fleet: Fleet, setting: Setting, dialect: Dialect) -> dict[str
     return _from_env_file(local, dialect, "EnvironmentFile=")
 
 
+def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | None:
+    """The unit and its ``ExecStart=`` when that line runs the engine itself (no serve script), else None."""
+    if service.unit is None:
+        return None
+    unit = parse_unit(service.unit)
+    if unit.kind != "systemd":
+        return None
+    starts = unit.all("Service", "ExecStart")
+    if not starts:
+        return None
+    setting = starts[-1]
+    words = split_command(Setting(setting.section, setting.key, setting.value.lstrip("-@+!:"), setting.path, setting.line))
+    if words and posixpath.basename(words[0]) == service.binary:
+        return unit, setting
+    return None
+
+
+def _render_exec_start(fleet: Fleet, service: Service, direct: tuple[Unit, Setting],
+                       overrides: Mapping[str, str | None]) -> Rendered:
+    """A unit whose ``ExecStart=`` is the engine: the argv is the line as systemd expands it (fleetgate.sources.systemd);
+    nothing runs, so there is nothing to sandbox."""
+    from fleetgate.sources.systemd import expand_exec
+
+    unit, setting = direct
+    origins, _, _ = service_inputs(fleet, service)
+    env = {name: origin.value for name, origin in origins.items()}
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    line = expand_exec(setting, env)
+    engine_env = {"PATH": SYSTEMD_DEFAULT_PATH, "LANG": "C.UTF-8", **env}
+    return Rendered(
+        service=service.name,
+        argv=(posixpath.basename(line.argv[0]), *line.argv[1:]),
+        env=engine_env,
+        inputs=origins,
+        sourced=(),
+        tests=(),
+        writes=(),
+        script=unit.path,
+        unit=unit,
+    )
+
+
 def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
+    if engine_exec_start(fleet, service) is not None:
+        return unit.path  # the unit runs the engine itself: the unit is the script
     starts = unit.all("Service", "ExecStart")
     if not starts:
         raise InputError(unit.path, None, "no ExecStart= in [Service]; expected the serve script")
@@ -238,14 +287,21 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
     for word in words:
         local = map_to_repo(fleet, word)
         if local is not None:
+            if service.serve_script == unit.path and local.is_file():
+                return local.resolve()  # no serve_script declared: the one ExecStart= runs
             if local.resolve() != service.serve_script:
                 raise InputError(setting.path, setting.line,
                                  f"ExecStart= runs {word}, but fleet.toml declares serve_script "
                                  f"{service.serve_script.relative_to(fleet.root)}")
             return service.serve_script
+    if len(words) > 1 and posixpath.basename(words[0]) in ("bash", "sh") and words[1] == "-c":
+        raise InputError(setting.path, setting.line,
+                         f"ExecStart= runs {posixpath.basename(words[0])} -c with an inline script, which fleetgate does "
+                         f"not read yet; expected {service.binary} itself or a serve script of the repository "
+                         "(move the inline script into a file and run that)")
     raise InputError(setting.path, setting.line,
                      f"ExecStart={setting.value} names no file under the fleet's deploy_root {fleet.deploy_root}; "
-                     "expected the serve script")
+                     f"expected the serve script, or {service.binary} itself")
 
 
 def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:
@@ -291,6 +347,9 @@ def render(
     again after every file the script sources; ``payload`` replaces the declared payload files;
     ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
+    direct = engine_exec_start(fleet, service)
+    if direct is not None:
+        return _render_exec_start(fleet, service, direct, overrides or {})
     origins, script, unit = service_inputs(fleet, service)
     _require_bash(script)
     payload = service.payload if payload is None else payload

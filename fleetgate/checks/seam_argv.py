@@ -10,6 +10,8 @@ build (the nearest spelling).
 
 from __future__ import annotations
 
+import shlex
+
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llama_builds import load_builds
@@ -57,6 +59,7 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
     if not llama.problems:
+        _stray_positionals(config)
         return
     builds = load_builds()
     resolved = builds.resolve(llama.build)
@@ -103,4 +106,29 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
              if kind == "newer" else
              "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
              "either"),
+    )
+
+
+def _stray_positionals(config: ServiceConfig) -> None:
+    """llama-server takes no positional argument: its parser refuses any word that is not a flag or a flag's value
+    (common/arg.cpp, common_params_parse_ex: "invalid argument"). The usual source is a variable that held a flag's
+    value with the flag gone (``--jinja $JINJA`` with JINJA=true reads as ``--jinja true``)."""
+    llama = config.llama
+    assert llama is not None
+    stray = list(llama.parsed.positionals)
+    if not stray:
+        return
+    argv = config.rendered.argv
+    index, word = stray[0]
+    before = argv[index - 1] if index >= 1 else ""
+    raise Failure(
+        code=f"{NAME}/stray-positional",
+        service=config.name, check=NAME,
+        where=config.rendered.first_traced(shlex.join(argv[max(index - 1, 1):index + 1])) or str(config.rendered.script),
+        observed=(f"argv[{index}] {word!r} (after {before!r}) is not a flag or a flag's value: llama-server "
+                  f"(build {BUILD}) stops at startup with 'invalid argument: {word}'"),
+        details=[f"argv[{i}] {w!r}" for i, w in stray],
+        expected="only flags and their values: llama-server takes no positional argument",
+        fix=(f"drop {word!r}, or give it the flag it belongs to: a switch takes no value, so a variable that "
+             "expands to 'true' after one is a stray word"),
     )

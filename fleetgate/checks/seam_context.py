@@ -14,6 +14,7 @@ from fleetgate.checks._common import no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.failure import Failure
+from fleetgate.policies import policy_on
 
 DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"
@@ -42,7 +43,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
     shape = context_shape(llama, n_ctx_train)
     assert shape is not None
-    if not shape.unified and llama.ctx_size != shape.n_ctx:
+    if not shape.unified and llama.ctx_size != shape.n_ctx and policy_on(config.fleet, "slot-padding"):
         raise Failure(
             code=f"{DIVIDE}/slot-padding",
             service=config.name, check=DIVIDE, where=where,

@@ -176,7 +176,14 @@ def _deployed(fleet: Fleet) -> list[Service]:
     return [s for s in fleet.services.values() if s.state != "undeployed"]
 
 
-@check(EXPORTED, kind="seam", subject="fleet", cites=("B-OB-1", "B-OB-3", "INC-24"),
+def _has_rules(fleet: Fleet) -> str | None:
+    if not fleet.rules and not fleet.dashboards:
+        return (f"{fleet.path.name} names no rules or dashboards: declare rules = [PATH] (Prometheus rule files) or "
+                "dashboards = [PATH] (Grafana JSON) to hold their series to what the engines export")
+    return None
+
+
+@check(EXPORTED, kind="seam", subject="fleet", requires=_has_rules, cites=("B-OB-1", "B-OB-3", "INC-24"),
        summary="every series a rule or dashboard names is exported by the engine of the job it names")
 def rules_exported(fleet: Fleet) -> None:
     services = _deployed(fleet)
@@ -262,11 +269,16 @@ def _live_files(fleet: Fleet) -> Iterator[Path]:
 _COMMENT = ("#", ";", "//", "{#")
 
 
-@check(RETIRED, kind="seam", subject="fleet", cites=("B-OB-5", "B-DOC-10"),
+def _has_retired(fleet: Fleet) -> str | None:
+    if not fleet.retired_names:
+        return (f"{fleet.path.name} names no retired names: declare [fleet] retired_names = [...] (old service, job "
+                "or variable names) to keep them out of the live files")
+    return None
+
+
+@check(RETIRED, kind="seam", subject="fleet", requires=_has_retired, cites=("B-OB-5", "B-DOC-10"),
        summary="no retired service, job or variable name in the repository's live files (history and comments excepted)")
 def retired_names(fleet: Fleet) -> None:
-    if not fleet.retired_names:
-        return
     for path in _live_files(fleet):
         try:
             lines = path.read_text(encoding="utf-8").splitlines()

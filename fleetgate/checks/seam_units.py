@@ -9,6 +9,7 @@ shape (``User=``, ``WantedBy=multi-user.target``); a Quadlet is a rootless conta
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Iterator
 from pathlib import PurePosixPath
@@ -104,14 +105,14 @@ def unit_user(config: ServiceConfig) -> None:
         raise Failure(
             service=config.name, check=USER, code=f"{USER}/missing", where=str(unit.path),
             observed="no User=: systemd runs the engine as root",
-            expected="User= naming the fleet's unprivileged user (B-UN-1: User=dank)",
+            expected="User= naming an unprivileged service user",
             fix="add User= to [Service]",
         )
     if user.value in ("root", "0"):
         raise Failure(
             service=config.name, check=USER, code=f"{USER}/root", where=user.where,
             observed=f"User={user.value}",
-            expected="an unprivileged user (B-UN-1: User=dank)",
+            expected="an unprivileged service user, not root",
             fix="run the engine as the fleet's user; only the unit itself is root's",
         )
 
@@ -139,12 +140,27 @@ def unit_memlock(config: ServiceConfig) -> None:
         )
 
 
+# systemd.service(5), Restart=: the values systemd parses; anything else is ignored with a warning.
+_RESTART_VALUES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
+
+
 @check(RESTART, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-UN-2",),
        summary="the unit restarts the engine when it dies (Restart=on-failure or always)")
 def unit_restart(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
     restart = unit.last("Service", "Restart")
+    if restart is not None and restart.value.strip() not in (*_RESTART_VALUES, ""):
+        expanded = "$" in restart.value or "%" in restart.value
+        raise Failure(
+            service=config.name, check=RESTART, code=f"{RESTART}/invalid-value", where=restart.where,
+            observed=(f"Restart={restart.value}: "
+                      + ("systemd expands no variable in Restart= (only in Exec*= lines), so " if expanded else "")
+                      + "systemd logs 'Failed to parse service restart specifier, ignoring' and keeps the default "
+                      "Restart=no: a dead engine stays dead"),
+            expected=f"Restart= one of {', '.join(_RESTART_VALUES)}, written literally",
+            fix="write Restart=on-failure (or always) in the unit itself; an env file cannot set it",
+        )
     if restart is None or restart.value in ("no", ""):
         raise Failure(
             service=config.name, check=RESTART, code=f"{RESTART}/no-restart",
@@ -161,6 +177,7 @@ def unit_restart(config: ServiceConfig) -> None:
 def unit_env_files(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
+    _literal_expansions(config)
     for setting in unit.all(_service_section(unit), "EnvironmentFile"):
         optional = setting.value.startswith("-")
         path = setting.value.lstrip("-")
@@ -174,6 +191,42 @@ def unit_env_files(config: ServiceConfig) -> None:
                 expected=f"env files of this repository only (deployed under {config.fleet.deploy_root})",
                 fix="retire the drop-in or line; a bench arm's env file in /tmp boots while /health stays green",
             )
+
+
+# A shell expansion systemd does not perform: ${NAME:-x} ${NAME-x} ${NAME:=x} ${NAME+x} ${NAME:?x}, $(...), `...`.
+_SHELL_ONLY = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=+?][^}]*\}|\$\(|`")
+
+
+# The environment an engine reads (its own variables, the GPU runtimes', the model hub's); the rest of what a serve
+# script exports is the script's business.
+_ENGINE_READS = ("LLAMA_", "VLLM_", "GGML_", "HF_", "CUDA_", "HIP_", "ROCR_", "HSA_", "NCCL_", "PYTORCH_")
+
+
+def _literal_expansions(config: ServiceConfig) -> None:
+    """An EnvironmentFile= value written for a shell (``${MODEL_PATH:-/models/x.gguf}``) is kept literally by
+    systemd (src/basic/env-file.c expands nothing): when that literal reaches the engine's argv or environment,
+    the engine is handed the characters ``${...}`` instead of a path."""
+    rendered = config.rendered
+    read = [value for name, value in rendered.env.items() if name.startswith(_ENGINE_READS)]
+    reached = (*rendered.argv[1:], *read)
+    for origin in rendered.inputs.values():
+        if origin.via != "EnvironmentFile=":
+            continue
+        match = _SHELL_ONLY.search(origin.value)
+        if match is None:
+            continue
+        literal = match.group(0)
+        if not any(literal in word for word in reached):
+            continue
+        raise Failure(
+            service=config.name, check=ENV_FILES, code=f"{ENV_FILES}/literal-expansion", where=origin.where,
+            observed=(f"{origin.name}={origin.value}: an EnvironmentFile= (systemd's, podman's) expands nothing, so the "
+                      "engine is "
+                      f"handed the characters {literal!r}"),
+            expected="a plain value (systemd sets it as written; a default belongs in the serve script)",
+            fix=f"write the value itself ({origin.name}=/path/to/file), or move the default into the script: "
+                f"\"${{{origin.name}:-...}}\" there is bash's to expand",
+        )
 
 
 def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, ...]] | None:
@@ -190,9 +243,30 @@ def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, .
     words = shlex.split(setting.value.lstrip("-@+!:"))
     for i, word in enumerate(words):
         local = map_to_repo(config.fleet, word)
-        if local is not None and local.resolve() == config.service.serve_script:
+        if local is not None and local.resolve() == config.rendered.script:
             return setting, tuple(words[i + 1:])
     return None
+
+
+def _shell_expansions(config: ServiceConfig, unit: Unit) -> None:
+    """systemd expands ExecStart= itself, and a shell's expansion is not systemd's."""
+    from fleetgate.sources.systemd import expand_exec
+
+    setting = unit.all("Service", "ExecStart")[-1]
+    env = {name: origin.value for name, origin in config.rendered.inputs.items()}
+    line = expand_exec(setting, env)
+    if line.invalid:
+        name = line.invalid[0]
+        plain = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
+        variable = plain.group(0) if plain else "NAME"
+        raise Failure(
+            service=config.name, check=EXEC_ARGS, code=f"{EXEC_ARGS}/shell-expansion", where=setting.where,
+            observed=(f"ExecStart= holds ${{{name}}}: systemd substitutes only $NAME and ${{NAME}}, so it looks up a "
+                      f"variable literally named {name!r}, finds none, and passes an empty string"),
+            expected="${NAME} or $NAME only (systemd.service(5), Command lines); a default belongs in Environment=",
+            fix=f"set the default with Environment={variable}=... (an EnvironmentFile= line overrides it) and write "
+                f"${{{variable}}} in ExecStart=",
+        )
 
 
 @check(EXEC_ARGS, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-SH-3",),
@@ -200,6 +274,10 @@ def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, .
 def unit_exec_args(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
+    if unit.kind == "systemd" and unit.all("Service", "ExecStart"):
+        _shell_expansions(config, unit)
+        if config.rendered.script == unit.path:
+            return  # ExecStart= runs the engine itself: no serve script to pass arguments to
     found = _exec_args(config, unit)
     if found is None or not found[1]:
         return

@@ -9,9 +9,10 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import NotApplicable, check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
+from fleetgate.policies import policy_on
 
 NAME = "vllm-memory-knobs"
 
@@ -39,9 +40,17 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
             expected=f"<= {ceiling:g} ({config.fleet.where('hosts', config.service.host, 'vllm_max_gpu_memory_utilization')})",
             fix="the startup check refuses a budget above the free memory at device init, before any weight loads",
         )
-    if vllm.kv_cache_memory is None or vllm.kv_cache_memory.strip() != "0":
+    kv_policy = policy_on(config.fleet, "vllm-kv-cache-memory")
+    if kv_policy and (vllm.kv_cache_memory is None or vllm.kv_cache_memory.strip() != "0"):
         _kv_memory(config)
     pools: list[dict[str, Any]] = list(config.service.calibration.get("kv_pool", []))
+    if not pools:
+        if ceiling is None and not kv_policy:
+            raise NotApplicable(
+                f"{config.name}: nothing of vLLM's memory to judge: declare hosts.{config.service.host}."
+                f"vllm_max_gpu_memory_utilization (the fill the cards allow) or services.{config.name}.calibration."
+                "kv_pool (the KV pool measured at a boot of this shape)")
+        return  # no boot measured: the pool's own branches have nothing to compare
     shape = {key: getattr(vllm, key) for key, _ in SHAPE}
     matching = [p for p in pools if not _differs(p, shape)]
     if not matching:

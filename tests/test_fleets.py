@@ -1,0 +1,228 @@
+"""Strangers' fleets (fixtures/fleets/NAME): universal rules judge them, house rules stay off unless they opt in.
+
+Each fixture fleet is modelled on a shape real public repositories use, and keeps none of the example fleet's
+conventions. Its seams give exactly the table written here; the misses real configs showed (a stray positional,
+``Restart=${VAR}``, a shell default in an env file or in ``ExecStart=``) are mutations of it with their own codes;
+harmless variants of the same lines must pass.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from fleetgate.checks import REGISTRY, _load_all
+from fleetgate.policies import POLICIES
+from tests.fleet_edits import Edit, edited_fleet
+from tests.test_mutations import PASSED, SKIPPED, run_seams
+
+REPO = Path(__file__).resolve().parents[1]
+FLEETS = REPO / "fixtures" / "fleets"
+
+# Universal seams of one llama.cpp service under a systemd unit, on one card, with no profile and no contract:
+# what each does on it, by hand.
+LLAMA_UNIT_SERVICE = {
+    "engine-accepts-argv": PASSED,
+    "profile-declared": "profile-declared/missing",  # the ledger's seams need the model's profile
+    "slots-divide-context": PASSED,  # 16384 / 2 slots, no contract window to compare
+    "slot-within-trained-window": SKIPPED,  # no profile: the trained window is unknown
+    "device-visibility": PASSED,
+    "card-floor": SKIPPED,  # no profile
+    "card-balance": SKIPPED,  # no profile (and one card)
+    "drafter-kv-fits": SKIPPED,  # no drafter
+    "prompt-cache-holds-slot": SKIPPED,  # the default cache cap is bounded; the slot state needs the profile
+    "speculative-wiring": SKIPPED,  # nothing speculative
+    "engine-build-minimum": SKIPPED,  # no engine_build declared
+    "vision-mmproj": SKIPPED,  # the contract says nothing of images
+    "contract-pins": SKIPPED,  # the contract pins nothing
+    "serve-script-renders": PASSED,
+    "empty-means-omit": SKIPPED,  # no omittable variable declared
+    "rendered-port-matches": PASSED,
+    "payload-defaults": PASSED,  # MODEL names the declared payload
+    "unit-install": PASSED,
+    "unit-restart": PASSED,
+    "unit-env-files": PASSED,
+    "unit-exec-args": PASSED,
+    "container-paths": SKIPPED,  # a systemd unit, not a Quadlet
+}
+# The fleet as a whole, and the checks with no subject in it.
+FLEET_LEVEL = {
+    "fleet-numbers-finite": PASSED,
+    "service-ports-unique": PASSED,
+    "rules-exported": SKIPPED,  # no rules, no dashboards: nothing to hold to the engines' series
+}
+NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "timeouts-nest")
+# Every policy's checks: one skip each, for the whole fleet, naming how to turn the policy on.
+POLICY_CHECKS = tuple(check for policy in POLICIES.values() for check in policy.checks)
+
+
+def _table(fleet: str, service: str, **changes: str) -> dict[tuple[str, str], str]:
+    table = {(service, check): outcome for check, outcome in LLAMA_UNIT_SERVICE.items()}
+    table.update({(fleet, check): outcome for check, outcome in FLEET_LEVEL.items()})
+    table.update({("fleet", check): SKIPPED for check in (*NO_SUBJECT, *POLICY_CHECKS)})
+    for key, outcome in changes.items():
+        subject, _, check = key.partition(":")
+        table[(subject, check)] = outcome
+    return table
+
+
+def _copy(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FLEETS / name, target, symlinks=True)
+    for file, old, new in edits:
+        text = (target / file).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"
+        (target / file).write_text(text.replace(old, new), encoding="utf-8")
+    return target / "fleet.toml"
+
+
+CLEAN = {
+    "unit-script": _table("l4-box", "qwen"),
+    "unit-exec": _table("homelab", "chat"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLEAN))
+def test_a_strangers_fleet_gives_exactly_its_table(name: str, pytester: pytest.Pytester) -> None:
+    outcomes, texts = run_seams(pytester, FLEETS / name / "fleet.toml")
+    assert outcomes == CLEAN[name]
+    # No message carries the example fleet's names to another fleet.
+    for text in texts.values():
+        for word in ("dank", "frank", "dankserver", "R9700"):
+            assert word not in text, text
+
+
+# (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
+MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
+    # A variable meant to hold a switch holds its value: `$JINJA` is `true`, a stray positional llama-server refuses.
+    "stray-positional": ("unit-script", [("config/llama-server.env", "JINJA=--jinja", "JINJA=true")],
+                         {"qwen:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # Empty, the unquoted `$JINJA` is no word at all: nothing stray.
+    "empty-flag-variable": ("unit-script", [("config/llama-server.env", "JINJA=--jinja", "JINJA=")], {}),
+    # systemd expands no variable in Restart=: it ignores the line and keeps Restart=no.
+    "restart-variable": ("unit-script", [("systemd/llama-server.service", "Restart=on-failure",
+                                          "Restart=${RESTART_MODE}")],
+                         {"qwen:unit-restart": "unit-restart/invalid-value"}),
+    "restart-always": ("unit-script", [("systemd/llama-server.service", "Restart=on-failure", "Restart=always")], {}),
+    # A shell default in a systemd env file is kept literally and reaches --model as those characters; the payload
+    # variable then names no declared file, so payload-defaults has nothing to compare.
+    "env-file-shell-default": ("unit-script", [("config/llama-server.env", "MODEL=/srv/models/Qwen3-8B-Q4_K_M.gguf",
+                                                "MODEL=${MODEL_PATH:-/srv/models/Qwen3-8B-Q4_K_M.gguf}")],
+                               {"qwen:unit-env-files": "unit-env-files/literal-expansion",
+                                "qwen:payload-defaults": SKIPPED}),
+    # The same text in a variable the engine never sees is harmless.
+    "env-file-unused-shell-text": ("unit-script", [("config/llama-server.env", "HOST=0.0.0.0",
+                                                    "HOST=0.0.0.0\nNOTE=${HOME:-/root}")], {}),
+    # In ExecStart=, ${MODEL:-x} names a variable literally called "MODEL:-x": systemd passes an empty string.
+    "exec-start-shell-default": ("unit-exec", [("systemd/llama-chat.service", "--model ${MODEL}",
+                                                "--model ${MODEL:-/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf}")],
+                                 {"chat:unit-exec-args": "unit-exec-args/shell-expansion"}),
+    # `$$` is systemd's literal dollar; ${CTX} from Environment= is overridden by the env file, as systemd does.
+    "exec-start-dollar-dollar": ("unit-exec", [("systemd/llama-chat.service", "--host 127.0.0.1",
+                                                "--host 127.0.0.1 --alias chat$$1")], {}),
+    # A stray positional reaches the engine's argv through ExecStart= too (an unquoted $EXTRA_ARGS word split).
+    "exec-start-stray-positional": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                                   'EXTRA_ARGS="--jinja true --flash-attn on"')],
+                                    {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSES))
+def test_a_miss_is_its_own_code_and_a_harmless_variant_passes(case: str, pytester: pytest.Pytester,
+                                                                tmp_path: Path) -> None:
+    name, edits, changes = MISSES[case]
+    outcomes, texts = run_seams(pytester, _copy(tmp_path, name, edits))
+    expected = dict(CLEAN[name])
+    expected.update({tuple(key.split(":", 1)): outcome for key, outcome in changes.items()})  # type: ignore[misc]
+    assert outcomes == expected
+    for text in texts.values():
+        assert "Traceback" not in text
+        for label in ("where:", "observed:", "expected:", "fix:"):
+            assert f"  {label}" in text, text
+
+
+# A house rule is off until the fleet opts in, then it judges the same files.
+HOUSE_RULES: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "root-user-off": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=root")], {}),
+    "root-user-on": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=root"),
+                      ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["service-user"]')],
+                     {"qwen:unit-user": "unit-user/root", "fleet:unit-user": "-"}),
+    "named-user-on": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=llama"),
+                       ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["service-user"]')],
+                      {"qwen:unit-user": PASSED, "fleet:unit-user": "-"}),
+    # 10000 over 2 slots: llama.cpp pads each slot to 5120. A fleet that does not care is not told.
+    "slot-padding-off": ([("config/llama-server.env", "CTX_SIZE=16384", "CTX_SIZE=10000")], {}),
+    "slot-padding-on": ([("config/llama-server.env", "CTX_SIZE=16384", "CTX_SIZE=10000"),
+                         ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["slot-padding"]')],
+                        {"qwen:slots-divide-context": "slots-divide-context/slot-padding"}),
+    # Opted into, but with nothing declared: a skip naming what to declare, never a pass.
+    "nothing-to-judge": ([("fleet.toml", 'deploy_root = "/opt/llama"',
+                           'deploy_root = "/opt/llama"\npolicies = ["retired-names", "routing-proxy", "docs-index"]')],
+                         {"fleet:retired-names": "-", "fleet:proxy-routing": "-", "fleet:proxy-capacity": "-",
+                          "fleet:docs-index": "-", "fleet:docs-shapes": "-",
+                          "l4-box:retired-names": SKIPPED, "l4-box:proxy-routing": SKIPPED,
+                          "l4-box:proxy-capacity": SKIPPED, "l4-box:docs-index": SKIPPED,
+                          # docs-shapes is per service: no index to read shapes from
+                          "qwen:docs-shapes": SKIPPED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOUSE_RULES))
+def test_a_house_rule_judges_only_a_fleet_that_keeps_it(case: str, pytester: pytest.Pytester, tmp_path: Path) -> None:
+    edits, changes = HOUSE_RULES[case]
+    outcomes, texts = run_seams(pytester, _copy(tmp_path, "unit-script", edits))
+    expected = dict(CLEAN["unit-script"])
+    for key, outcome in changes.items():
+        subject, _, check = key.partition(":")
+        if outcome == "-":
+            del expected[(subject, check)]  # the policy is on: no fleet-wide skip, its subjects instead
+        else:
+            expected[(subject, check)] = outcome
+    assert outcomes == expected
+    for text in texts.values():
+        assert "dank" not in text, text
+
+
+def test_the_skips_of_a_policy_that_is_off_fold_into_one_line_per_policy(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_inprocess(str(REPO / "seams"), f"--fleet={FLEETS / 'unit-script' / 'fleet.toml'}",
+                                          "-p", "no:cacheprovider", "-rs", "--import-mode=importlib")
+    lines = [line for line in result.outlines if line.startswith("SKIPPED") and "policy " in line and " is off" in line]
+    counts = {line.split("policy ", 1)[1].split(" ", 1)[0]: int(line.split("[", 1)[1].split("]", 1)[0]) for line in lines}
+    assert counts == {name: len(policy.checks) for name, policy in POLICIES.items() if policy.checks}
+    assert len(lines) == len(counts), "one line per policy"
+    assert all("fleet.toml:" in line for line in lines)
+
+
+def test_the_schema_names_every_policy_and_every_policy_names_registered_checks() -> None:
+    schema = json.loads(resources.files("fleetgate").joinpath("schema/fleet.schema.json").read_text(encoding="utf-8"))
+    assert schema["properties"]["fleet"]["properties"]["policies"]["items"]["enum"] == sorted(POLICIES)
+    _load_all()
+    for policy in POLICIES.values():
+        assert policy.checks or policy.codes, policy.name
+        for check in policy.checks:
+            assert check in REGISTRY, (policy.name, check)
+        for code in policy.codes:
+            assert code.split("/", 1)[0] in REGISTRY, (policy.name, code)
+
+
+def test_the_example_fleet_keeps_every_house_rule() -> None:
+    from fleetgate.fleet import load_fleet
+
+    fleet = load_fleet(REPO / "fixtures" / "fleet" / "fleet.toml")
+    assert fleet.policies == frozenset(POLICIES)
+
+
+def test_the_example_fleet_without_a_house_rule_no_longer_catches_its_incident(pytester: pytest.Pytester,
+                                                                                  tmp_path: Path) -> None:
+    # INC-30 (a blank KV_MEM) is the fleet's rule, not vLLM's: without the policy vLLM sizes the cache from the fill.
+    fleet_toml = edited_fleet(tmp_path, [("dankserver/frank-archon/frank-archon.env", "KV_MEM=0", "KV_MEM="),
+                                         ("fleet.toml", '"vllm-kv-cache-memory", ', "")])
+    outcomes, _ = run_seams(pytester, fleet_toml)
+    assert outcomes[("frank-archon", "vllm-memory-knobs")] == PASSED
+    with_policy = edited_fleet(tmp_path / "on", [("dankserver/frank-archon/frank-archon.env", "KV_MEM=0", "KV_MEM=")])
+    outcomes, _ = run_seams(pytester, with_policy)
+    assert outcomes[("frank-archon", "vllm-memory-knobs")] == "vllm-memory-knobs/kv-memory-omitted"
