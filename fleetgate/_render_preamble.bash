@@ -123,6 +123,33 @@ test() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 0 "$@"; }
 
 __fg_apply_overrides
 
+# The unit's own BASH_ENV: bash expands its value and reads that file before the script; here from the
+# repository only (a file outside it is said on stderr, as bash says a missing one, and the script
+# runs on), and the variable is put back for the bash processes the script starts.
+if [[ -n ${__FG_BASH_ENV+x} ]]; then
+    BASH_ENV=$__FG_BASH_ENV
+    export BASH_ENV
+    unset __FG_BASH_ENV
+    if [[ $BASH_ENV == *[\$\`]* ]]; then
+        eval "__fg_bash_env=\"${BASH_ENV//\"/\\\"}\""
+    else
+        __fg_bash_env=$BASH_ENV
+    fi
+    if [[ -n $__fg_bash_env ]]; then
+        [[ $__fg_bash_env == /* ]] || __fg_bash_env=$PWD/$__fg_bash_env
+        if __fg_bash_env_local=$(__fg_map "$__fg_bash_env"); then
+            printf 'repo\0%s\0%s\0' "$__fg_bash_env" "$__FG_BASH_ENV_WHERE" >>"$__fg_out/sources"
+            builtin source "$__fg_bash_env_local"
+            __fg_apply_overrides
+        else
+            printf 'outside\0%s\0%s\0' "$__fg_bash_env" "$__FG_BASH_ENV_WHERE" >>"$__fg_out/sources"
+            printf '%s: fleetgate: BASH_ENV=%s is not a file of this fleet repository, so the render cannot read it\n' \
+                "$__FG_BASH_ENV_WHERE" "$__fg_bash_env" >&2
+        fi
+    fi
+    unset __fg_bash_env __fg_bash_env_local
+fi
+
 # Trace the script's own lines to a file, so a refusal can name the line the script exited on.
 exec {__fg_trace_fd}>>"$__fg_out/trace"
 BASH_XTRACEFD=$__fg_trace_fd

@@ -26,7 +26,7 @@ from pathlib import Path, PurePosixPath
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file
 from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
-from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec
+from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec, overrun_message
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
@@ -190,7 +190,7 @@ def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], 
             origins.update(_from_env_file(service.env_file, "bash", "env_file"))
         return origins, service.serve_script, None
 
-    unit = parse_unit(service.unit)
+    unit = parse_unit(service.unit, root=fleet.root)
     if unit.kind == "quadlet":
         return _quadlet_inputs(fleet, service, unit)
     origins = {}
@@ -352,6 +352,7 @@ def render(
         return _render_exec_start(fleet, service, direct, overrides or {})
     origins, script, unit = service_inputs(fleet, service)
     _require_bash(script)
+    _require_program_name(fleet, service)
     payload = service.payload if payload is None else payload
     engine_paths: list[str] = []
     # An engine started by an absolute path the sandbox does not have yet: stub it there and run again.
@@ -364,6 +365,10 @@ def render(
             break
         engine_paths += missing
     sourced = tuple(_read_sourced(result.files))
+    if not invocations and result.overrun is not None:
+        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), script),
+                            f"{service.binary} was not started: {overrun_message(result.overrun, 'the serve script')}",
+                            result.stderr, origins, sourced, tuple(_read_tests(result.files)))
     if result.timed_out:
         raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), script),
                             f"the serve script did not exec {service.binary} within {timeout:g} s (a wait loop or a prompt?)",
@@ -395,8 +400,10 @@ def render(
 
 
 def _engine_env(recorded: Mapping[str, str]) -> dict[str, str]:
-    """The engine's environment without the render's own variables and stub directories."""
-    env = {k: v for k, v in recorded.items() if not k.startswith("__FG_") and k != "BASH_ENV"}
+    """The engine's environment without the render's own variables and stub directories (a unit's own
+    ``BASH_ENV`` stays: the preamble puts it back after it has run)."""
+    env = {k: v for k, v in recorded.items()
+           if not k.startswith("__FG_") and not (k == "BASH_ENV" and v == _PREAMBLE_PATH)}
     if "PATH" in env:
         env["PATH"] = ":".join(d for d in env["PATH"].split(":") if not d.startswith(INSIDE + "/"))
     return env
@@ -407,6 +414,10 @@ def _repo_mounts(fleet: Fleet) -> list[tuple[Path, str]]:
     local = str(fleet.root)
     mounts = [(fleet.root, local)]
     root = fleet.deploy_root.rstrip("/") if fleet.deploy_root else None
+    if root and (not root.startswith("/") or root.startswith("//") or posixpath.normpath(root) != root or "\0" in root
+                 or any(part in (".", "..") for part in root.split("/"))):
+        raise InputError(fleet.path, None, f"fleet.deploy_root {fleet.deploy_root!r}: expected an absolute path "
+                         "without '.', '..' or repeated slashes (where the hosts check the repository out)")
     if root and root != local:
         if root.startswith(local + "/") or local.startswith(root + "/") or root in ("", "/"):
             raise InputError(fleet.path, None, f"fleet.deploy_root {fleet.deploy_root} and the repository's own path {local} "
@@ -448,13 +459,42 @@ _MISSING = re.compile(r"(?P<path>/[^:'\n]*): (?:No such file or directory|not fo
 
 
 def _missing_engine_paths(stderr: str, binary: str) -> list[str]:
-    """Absolute paths of the engine that bash (or env, nohup, ...) could not start."""
+    """Absolute paths of the engine that bash (or env, nohup, ...) could not start.
+
+    A stderr line is the script's to write, so what is taken from it is only ever a stub of the engine,
+    made by the sandbox's init inside the new root (never on this machine): an absolute path, already
+    normal (no ``.``, ``..`` or ``//``), outside the render's own directory, ending in the binary's name.
+    """
     found = []
     for match in _MISSING.finditer(stderr):
         path = match.group("path").strip().strip("'\"")
-        if posixpath.basename(path) == binary and path.startswith("/"):
+        if (posixpath.basename(path) == binary and path.startswith("/") and posixpath.normpath(path) == path
+                and not path.startswith("//") and not path.startswith(INSIDE + "/")):
             found.append(path)
     return list(dict.fromkeys(found))
+
+
+# Programs the sandbox's init runs after it has put the stubs, and the shells a script is run by: an
+# engine stub over one of them would stand in for the render's own machinery.
+_RENDER_OWN_PROGRAMS = frozenset({"bash", "sh", "env", "setpriv", "sleep", "tar", "mount", "umount", "chmod",
+                                  "hostname", "pivot_root", "cp", "mkdir"})
+
+
+def _require_program_name(fleet: Fleet, service: Service) -> None:
+    """``binary`` is a program's file name: the render stubs it in every directory of the PATH, so a
+    name with a slash, a dotfile (``.bash_profile``, ``.bashrc``: files bash reads at start) or one of
+    the render's own programs would be a stub of something else."""
+    binary = service.binary
+    problem = None
+    if not binary or "/" in binary or "\0" in binary or "\n" in binary:
+        problem = "a file name without '/'"
+    elif binary.startswith(".") or binary.startswith("-"):
+        problem = "a program's name, not a dotfile or an option (a stub named like a file bash reads at start " \
+                  "would change how bash behaves)"
+    elif binary in _RENDER_OWN_PROGRAMS:
+        problem = "the engine's own program name, not one of the programs the render itself runs"
+    if problem is not None:
+        raise InputError(fleet.path, None, f"services.{service.name}.binary = {binary!r}: expected {problem}")
 
 
 def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
@@ -464,7 +504,7 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
     for tool in _WRITING_TOOLS:
         files[f"{INSIDE}/bin/{tool}"] = _stub(out, kind="writer")
-    files[f"{INSIDE}/preamble.bash"] = _PREAMBLE()
+    files[_PREAMBLE_PATH] = _PREAMBLE()
     links = {f"{INSIDE}/tools/{tool}": found for tool, found in _read_only_tools().items()}
 
     env = {name: origin.value for name, origin in origins.items()}
@@ -476,7 +516,12 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     for path in _engine_stub_paths(fleet, service, script_path, engine_paths):
         files.setdefault(path, stub)
     env["PATH"] = f"{INSIDE}/bin:{INSIDE}/tools:{env['PATH']}"
-    env["BASH_ENV"] = f"{INSIDE}/preamble.bash"
+    # bash reads BASH_ENV before the script: the preamble first, then the unit's own (the preamble
+    # reads it as bash would, confined to the repository, and puts the variable back).
+    if "BASH_ENV" in env:
+        env["__FG_BASH_ENV"] = env["BASH_ENV"]
+        env["__FG_BASH_ENV_WHERE"] = origins["BASH_ENV"].where if "BASH_ENV" in origins else "BASH_ENV"
+    env["BASH_ENV"] = _PREAMBLE_PATH
     env["FLEETGATE_RENDER_OUT"] = out
     env["__FG_REPO"] = str(fleet.root)
     env["__FG_DEPLOY_ROOT"] = (fleet.deploy_root or "").rstrip("/")
@@ -496,6 +541,9 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
         links=links,
     )
     return run_sandboxed(spec, what=script)
+
+
+_PREAMBLE_PATH = f"{INSIDE}/preamble.bash"
 
 
 @cache
@@ -557,7 +605,7 @@ def _override_script(overrides: Mapping[str, str | None]) -> str:
 def _stub(out: str, *, kind: str) -> bytes:
     if kind == "engine":
         # Builtins only: the PATH the script sees holds no writing tool but the stubs.
-        body = f"""#!/bin/bash
+        body = f"""#!/bin/bash -p
 out={shlex.quote(out)}
 i=0
 while [[ -e $out/$i.argv ]]; do i=$((i + 1)); done
@@ -566,7 +614,7 @@ printf '%s\\0' "$0" "$@" >"$out/$i.argv"
 exit 0
 """
     else:
-        body = f"""#!/bin/bash
+        body = f"""#!/bin/bash -p
 printf '%s\\0' "${{0##*/}}" "$@" >>{shlex.quote(out + '/writes')}
 printf '\\n' >>{shlex.quote(out + '/writes')}
 if [[ ${{0##*/}} == tee ]]; then while IFS= read -r __l; do printf '%s\\n' "$__l"; done; fi

@@ -1,13 +1,19 @@
 """Run a fleet's bash (serve scripts, env files in the bash dialect) in a sandbox of its own.
 
 The sandbox is made of Linux namespaces, through util-linux's ``unshare``: a user namespace (so no
-privilege is needed), a mount namespace whose root is a size-bounded tmpfs, a network namespace with
-nothing in it (not even a loopback that is up), and a PID namespace whose init kills every process in
-it when the command ends or runs out of time. Inside: this machine's ``/usr`` (programs only, writes
-land in the tmpfs), the fleet repository read-only where the caller says, empty placeholders for the
-declared payload, the files the caller puts (stubs, the preamble), and nothing else of the host -- no
-``/home``, no ``/etc`` beyond the loader's cache and the alternatives links. The command runs without
-any capability, so it cannot remount, unmount or leave that root.
+privilege is needed), a mount namespace whose root is a size-bounded tmpfs, a UTS namespace (a host
+name of its own), a network namespace with nothing in it (not even a loopback that is up), and a PID
+namespace whose init kills every process in it when the command ends, reaches the process limit or
+runs out of time. Inside: this machine's ``/usr`` (programs only, writes land in the tmpfs), its
+null, zero, full, random and urandom devices read-only, the fleet repository read-only where the
+caller says, empty placeholders for the declared payload, the files the caller puts (stubs, the
+preamble), and nothing else of the host -- no ``/home``, no ``/etc`` beyond the loader's cache and the
+alternatives links, a ``/proc`` of the sandbox's own processes only. The command runs without any
+capability, with at most ``NPROC_LIMIT`` processes and ``MEMORY_LIMIT_MIB`` of address space per
+process, so it cannot remount, unmount or leave that root.
+
+Nothing the caller names is created on this machine: every path of a spec (directories,
+placeholders, stubs, mount points) is created by the init after ``pivot_root``, inside the new root.
 
 Where the machine cannot make namespaces (an unprivileged container, a kernel without user
 namespaces), ``run`` refuses with one line naming the opt-in ``FLEETGATE_UNSAFE_RENDER_WITHOUT_SANDBOX=1``,
@@ -21,6 +27,7 @@ import atexit
 import contextlib
 import hashlib
 import io
+import math
 import os
 import posixpath
 import shutil
@@ -38,10 +45,14 @@ from fleetgate.errors import InputError
 
 __all__ = [
     "INSIDE",
+    "MEMORY_LIMIT_MIB",
+    "NPROC_LIMIT",
     "OPT_OUT",
+    "SCRATCH_MIB",
     "SandboxResult",
     "SandboxSpec",
     "SandboxUnavailable",
+    "overrun_message",
     "run",
     "sandbox_problem",
 ]
@@ -49,9 +60,24 @@ __all__ = [
 OPT_OUT = "FLEETGATE_UNSAFE_RENDER_WITHOUT_SANDBOX"
 INSIDE = "/run/fleetgate"
 """Where the caller's own files (stubs, preamble, records) live inside the sandbox."""
-_UNSHARE = ("unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
+_UNSHARE = ("unshare", "--user", "--map-root-user", "--mount", "--uts", "--net", "--pid", "--fork", "--kill-child",
             "--propagation", "private")
-_TMPFS_BYTES = 64 << 20
+SCRATCH_MIB = 64
+"""The sandbox's tmpfs: every file the command writes (``/tmp``, ``$HOME``, the overlay on ``/usr``)."""
+NPROC_LIMIT = 256
+"""Processes (tasks) of the sandbox's user namespace at once (RLIMIT_NPROC; the init counts too)."""
+MEMORY_LIMIT_MIB = 1024
+"""Address space of each process of the command (RLIMIT_AS)."""
+HOSTNAME = "fleetgate"
+ROOT_RUNS_AS = int(os.environ.get("FLEETGATE_SANDBOX_UID", "2147483646"))
+"""When fleetgate runs as root, the command's uid 0 inside is this host uid (and gid): a user that owns
+no file of this machine, so no bound host inode is the command's to chmod or touch, and the kernel
+enforces RLIMIT_NPROC, which it never does for the host's root. The host's root is uid 1 inside (it
+owns nothing there); the command keeps only CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH in the sandbox's
+user namespace, so it reads a repository only root may enter as before (every host file it can reach
+is bound read-only)."""
+_TMPFS_BYTES = SCRATCH_MIB << 20
+_TICK_S = 0.25
 _RECORD_LIMIT = 4 << 20
 _GRACE_S = 15.0
 
@@ -86,6 +112,9 @@ class SandboxResult:
     files: Mapping[str, bytes]
     """What the command left in ``INSIDE/out`` (each file's last 4 MiB), plus ``stdout`` and ``stderr``."""
     sandboxed: bool
+    overrun: str | None = None
+    """The bound the command ran into: ``processes``, ``memory`` or ``scratch`` (``overrun_message``
+    says it), else None."""
 
     @property
     def stderr(self) -> str:
@@ -225,13 +254,6 @@ def _cached(name: str, write: Callable[[Path], None]) -> Path:
     return target
 
 
-def _blob(content: bytes) -> Path:
-    def write(path: Path) -> None:
-        path.write_bytes(content)
-        path.chmod(0o755)
-    return _cached(f"blob-{hashlib.sha256(content).hexdigest()[:24]}", write)
-
-
 def _host_tree() -> Path:
     """The host basics every run shares (/bin links, /dev/fd, the alternatives, the loader's cache)."""
     host_links = _host_layout()[0]
@@ -243,46 +265,101 @@ def _host_tree() -> Path:
     return _cached(f"host-{key}", write)
 
 
-def _tree(files: list[tuple[str, bytes]], links: list[tuple[str, str]]) -> Path:
-    """The files and links under ``INSIDE`` that the init copies onto the sandbox's root after the host basics."""
-    key = hashlib.sha256(repr((files, links)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+def _tree(files: list[tuple[str, bytes]], links: list[tuple[str, str]], blobs: list[tuple[str, bytes]]) -> Path:
+    """The files and links under ``INSIDE`` that the init copies onto the sandbox's root after the host
+    basics, and the contents of the stubs it puts elsewhere (``/.fg/blob/NAME``)."""
+    key = hashlib.sha256(repr((files, links, blobs)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
     def write(root: Path) -> None:
         path = root / INSIDE.lstrip("/")
         path.mkdir(parents=True)
         for where, content in files:
-            target = path / where[len(INSIDE) + 1:]
+            target = path / _inside_relative(where)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
             target.chmod(0o755)
         for where, link_target in links:
-            link_path = path / where[len(INSIDE) + 1:]
+            link_path = path / _inside_relative(where)
             link_path.parent.mkdir(parents=True, exist_ok=True)
             link_path.symlink_to(link_target)
+        (root / ".fg" / "blob").mkdir(parents=True)
+        for name, content in blobs:
+            (root / ".fg" / "blob" / name).write_bytes(content)
+            (root / ".fg" / "blob" / name).chmod(0o755)
     return _cached(f"tree-{key}", write)
+
+
+def _inside_relative(where: str) -> str:
+    """``INSIDE/a/b`` -> ``a/b``; refused (it would be written on this machine, in the shared tree) when
+    the path leaves ``INSIDE`` once normalised."""
+    relative = posixpath.normpath(where)[len(INSIDE) + 1:]
+    if not posixpath.normpath(where).startswith(INSIDE + "/") or relative.split("/")[0] in ("", "..", "."):
+        raise ValueError(f"a sandbox file outside {INSIDE}: {where!r}")
+    return relative
+
+
+def _normal(path: str) -> str | None:
+    """An absolute path with ``.``, ``..`` and repeated slashes resolved lexically (the init creates it
+    inside the new root, where ``..`` stops at ``/`` anyway); None for a relative one."""
+    if not path.startswith("/") or "\0" in path:
+        return None
+    return "/" + posixpath.normpath(path).lstrip("/")
+
+
+@cache
+def _init_text() -> str:
+    return resources.files("fleetgate").joinpath("_sandbox_init.bash").read_text(encoding="utf-8")
 
 
 def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     (tmp / "mnt").mkdir()
     links, rodirs = _host_layout()
-    dirs = {"/tmp", *(_through_links(d, links) for d in spec.dirs)}
+    # Every path below is the caller's (and so, often, the fleet's): normalised here, created by the
+    # init only after pivot_root, inside the new root.
+    dirs = {"/tmp"}
+    for path in spec.dirs:
+        if (normal := _normal(path)) is not None and normal != "/":
+            dirs.add(_through_links(normal, links))
+    ticks = max(1, math.ceil(spec.timeout / _TICK_S))
     records: list[str] = ["size", str(_TMPFS_BYTES), "cwd", spec.cwd, "timeout", f"{spec.timeout:g}",
-                          "limit", str(_RECORD_LIMIT)]
+                          "ticks", str(ticks), "limit", str(_RECORD_LIMIT), "nproc", str(NPROC_LIMIT),
+                          "mem", str(MEMORY_LIMIT_MIB << 10), "hostname", HOSTNAME]
     for path in rodirs:
         records += ["rodir", path]
+    repo = spec.read_only[0][0] if spec.read_only else None
     for host, where in spec.read_only:
-        dirs.add(where)
-        records += ["ro", str(host), where]
-    for path in (_through_links(p, links) for p in spec.placeholders):
-        dirs.add(posixpath.dirname(path))
-        records += ["empty", path]
+        normal = _normal(where)
+        if normal is None or normal == "/" or normal == INSIDE or normal.startswith(INSIDE + "/"):
+            raise ValueError(f"a read-only mount point the sandbox cannot make: {where!r}")
+        dirs.add(normal)
+        records += ["ro", "." if host == repo else str(host), normal]
+    for path in spec.placeholders:
+        normal = _normal(path)
+        if normal is None or normal == "/" or normal == INSIDE or normal.startswith(INSIDE + "/"):
+            continue
+        normal = _through_links(normal, links)
+        dirs.add(posixpath.dirname(normal))
+        records += ["empty", normal]
     inside_files = sorted((w, c) for w, c in spec.files.items() if w.startswith(INSIDE + "/"))
-    records += ["tree", str(_host_tree()), "tree", str(_tree(inside_files, sorted(spec.links.items())))]
+    blobs: dict[str, bytes] = {}
+    puts: list[str] = []
+    put_paths: set[str] = set()
     for where, content in spec.files.items():
-        if not where.startswith(INSIDE + "/"):
-            where = _through_links(where, links)
-            dirs.add(posixpath.dirname(where))
-            records += ["put", str(_blob(content)), where]
+        if where.startswith(INSIDE + "/"):
+            continue
+        normal = _normal(where)
+        if normal is None or normal == "/" or normal.startswith(INSIDE + "/"):
+            continue
+        normal = _through_links(normal, links)
+        if normal in put_paths:  # /bin/x and /usr/bin/x: one file once /bin is the link to usr/bin
+            continue
+        put_paths.add(normal)
+        name = hashlib.sha256(content).hexdigest()[:24]
+        blobs[name] = content
+        dirs.add(posixpath.dirname(normal))
+        puts += ["put", name, normal]
+    records += ["tree", str(_host_tree()),
+                "tree", str(_tree(inside_files, sorted(spec.links.items()), sorted(blobs.items()))), *puts]
     if spec.stdin is not None:
         (tmp / "stdin").write_bytes(spec.stdin)
         records += ["stdin", str(tmp / "stdin")]
@@ -291,19 +368,71 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     (tmp / "spec.nul").write_bytes(_nul(records))
     (tmp / "env.nul").write_bytes(_nul([f"{k}={v}" for k, v in spec.env.items()]))
     (tmp / "command.nul").write_bytes(_nul(list(spec.command)))
-    init = _blob(resources.files("fleetgate").joinpath("_sandbox_init.bash").read_bytes())
-    argv = [*_UNSHARE, "--", "/bin/bash", "--noprofile", "--norc", str(init), str(tmp)]
-    stdout, stderr, code = _communicate(argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"},
-                                        spec.timeout + _GRACE_S)
+    # The init's text itself, not a path to it, and the spec directory as the working directory: no
+    # path of this machine in the init's argv (/proc/1/cmdline inside).
+    # The init's text itself, not a path to it, and the spec directory on its standard input: no path
+    # of this machine in the init's argv or environment (/proc/1/cmdline and environ inside).
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+    mapping: list[str] = ["--map-root-user"]
+    if os.geteuid() == 0:
+        # unshare(1) maps ranges through newuidmap/newgidmap; these stand-ins (root may write any map)
+        # write the sandbox's: uid 0 -> ROOT_RUNS_AS, uid 1 -> root.
+        mapping = ["--keep-caps", f"--map-users={ROOT_RUNS_AS},0,1", f"--map-groups={ROOT_RUNS_AS},0,1"]
+        env["PATH"] = f"{_id_mappers()}:{env['PATH']}"
+    argv = [_UNSHARE[0], "--user", *mapping, *_UNSHARE[3:], "--", "/bin/bash", "--noprofile", "--norc", "-c",
+            _init_text(), "fleetgate-init"]
+    stdout, stderr, code = _communicate(argv, env, spec.timeout + _GRACE_S, cwd=repo or Path("/"),
+                                        stdin=str(tmp).encode("utf-8", "surrogateescape") + b"\n")
     if code is None:
         return SandboxResult(None, True, {}, True)
-    if code != 0:
-        reason = " ".join(stderr.decode("utf-8", "replace").split()) or f"exit {code}"
-        raise SandboxUnavailable(tmp.name, None, f"the sandbox could not start: {reason}")
-    files = _read_tar(stdout)
-    rc_text = files.pop(".rc", b"").decode("ascii", "replace")
-    timed_out = files.pop(".timed-out", None) is not None
-    return SandboxResult(int(rc_text) if rc_text.isdigit() else None, timed_out, files, True)
+    lines = stderr.decode("utf-8", "replace").splitlines()
+    status = _status(lines[-1]) if lines else None
+    if code != 0 or status is None:
+        reason = " ".join(" ".join(line for line in lines if not line.startswith("fleetgate-status ")).split())
+        raise SandboxUnavailable(tmp.name, None, f"the sandbox could not start: {reason or f'exit {code}'}")
+    try:
+        files = _read_tar(stdout)
+    except tarfile.TarError as exc:
+        raise SandboxUnavailable(tmp.name, None, f"the sandbox's output could not be read: {exc}") from None
+    rc_text = status.get("rc", "")
+    timed_out = status.get("timed-out") == "1"
+    overrun = _overrun(status, files.get("stderr", b""))
+    return SandboxResult(int(rc_text) if rc_text.isdigit() else None, timed_out, files, True, overrun)
+
+
+def _status(line: str) -> dict[str, str] | None:
+    """The init's last stderr line, ``fleetgate-status rc=N timed-out=0 flooded=0 full=0``."""
+    if not line.startswith("fleetgate-status "):
+        return None
+    return dict(field.partition("=")[::2] for field in line.split()[1:])
+
+
+# What programs print when a bound stops them: fork(2) failing with EAGAIN at RLIMIT_NPROC (bash,
+# Python's BlockingIOError), an allocation failing at RLIMIT_AS (bash's xmalloc, Python, C++, glibc).
+_FORK_REFUSED = ("fork: retry: Resource temporarily unavailable", "fork: Resource temporarily unavailable",
+                 "Cannot fork", "BlockingIOError: [Errno 11]")
+_MEMORY_REFUSED = ("xmalloc: ", "Cannot allocate memory", "MemoryError", "std::bad_alloc", "memory exhausted",
+                   "out of memory", "Out of memory")
+
+
+def _overrun(status: Mapping[str, str], stderr: bytes) -> str | None:
+    text = stderr[-65536:].decode("utf-8", "replace")
+    if status.get("flooded") == "1" or any(marker in text for marker in _FORK_REFUSED):
+        return "processes"
+    if status.get("full") == "1":
+        return "scratch"
+    if any(marker in text for marker in _MEMORY_REFUSED):
+        return "memory"
+    return None
+
+
+def overrun_message(overrun: str, who: str) -> str:
+    """The bound ``SandboxResult.overrun`` names, said as a clause about ``who`` ("the serve script")."""
+    if overrun == "processes":
+        return f"{who} started more than {NPROC_LIMIT} processes (the sandbox's process limit)"
+    if overrun == "memory":
+        return f"{who} ran out of memory (the sandbox's limit: {MEMORY_LIMIT_MIB} MiB of address space per process)"
+    return f"the sandbox's scratch ({SCRATCH_MIB} MiB) is full"
 
 
 def _read_tar(data: bytes) -> dict[str, bytes]:
@@ -318,12 +447,23 @@ def _read_tar(data: bytes) -> dict[str, bytes]:
     return files
 
 
-def _communicate(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[bytes, bytes, int | None]:
+def _id_mappers() -> Path:
+    def write(root: Path) -> None:
+        root.mkdir()
+        for name, table in (("newuidmap", "uid_map"), ("newgidmap", "gid_map")):
+            (root / name).write_text(f"#!/bin/sh\nprintf '0 {ROOT_RUNS_AS} 1\\n1 0 1\\n' >/proc/\"$1\"/{table}\n",
+                                     encoding="ascii")
+            (root / name).chmod(0o755)
+    return _cached(f"idmap-{ROOT_RUNS_AS}", write)
+
+
+def _communicate(argv: Sequence[str], env: Mapping[str, str], timeout: float, cwd: Path | None = None,
+                 stdin: bytes | None = None) -> tuple[bytes, bytes, int | None]:
     """Run argv in a session of its own; on timeout kill the whole session. Returns (stdout, stderr, rc)."""
-    process = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        stdout, stderr = process.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_session(process)
         process.communicate()

@@ -147,13 +147,17 @@ def split_command(setting: Setting) -> list[str]:
                          "expected a command line with every quote closed") from None
 
 
-def parse_unit(path: Path) -> Unit:
+def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
+    """The unit and its drop-ins. Each drop-in (and the ``NAME.d`` directory) must be a file of ``root``
+    (the fleet repository; by default the unit's own directory) by its real path, like an env file: one
+    symlinked out of it is refused in one line, before anything of it is read."""
     kind: UnitKind = "quadlet" if path.suffix in {".container", ".kube", ".pod"} else "systemd"
     settings = list(_parse_file(path))
     drop_in_dir = path.with_name(path.name + ".d")
     drop_ins: list[Path] = []
     if drop_in_dir.is_dir():
         for conf in sorted(drop_in_dir.glob("*.conf"), key=lambda p: p.name):
+            _confined(conf, root if root is not None else path.parent)
             drop_ins.append(conf)
             settings.extend(_parse_file(conf))
     users = [s.value for s in settings if s.key == "User" and "%" not in s.value]
@@ -164,6 +168,20 @@ def parse_unit(path: Path) -> Unit:
         for s in settings
     ]
     return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins))
+
+
+def _confined(conf: Path, root: Path) -> None:
+    real_root = root.resolve()
+    try:
+        real = conf.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise InputError(conf, None, "the drop-in is a broken or looping symlink; expected a file of the fleet "
+                         "repository") from None
+    if real_root not in real.parents:
+        raise InputError(conf, None, "the drop-in's real path is outside the fleet repository (a symlink out of it); "
+                         "expected a file of the repository, as systemd would be given it on the host")
+    if not real.is_file():
+        raise InputError(conf, None, "the drop-in is not a regular file; expected a unit file fragment")
 
 
 def _parse_file(path: Path) -> Iterator[Setting]:

@@ -1,16 +1,22 @@
 """Hostile and broken input: a table of cases a careless colleague or a malicious pull request writes.
 
-For every case: no marker file appears and no file outside the render changes, a listener this test
+For every case: no marker file appears and no file outside the render changes (content, mode, owner,
+times), no node the sandbox binds in (this machine's devices, /usr) changes, a listener this test
 opens on 127.0.0.1 receives nothing, no process the case started survives, and the user sees one line
-(or a render that succeeded) -- never a traceback, never a hang.
+(or a render that succeeded) -- never a traceback, never a hang. Every case runs as the caller (root
+in CI) and again as an unprivileged user.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import stat
+import subprocess
+import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -80,16 +86,34 @@ class World:
         return text
 
 
+def _meta(path: Path) -> str:
+    """What a render must not change of a file: its content, mode, owner and times (not atime: reading
+    is allowed)."""
+    info = path.lstat()
+    kept = f"mode {info.st_mode:o} owner {info.st_uid}:{info.st_gid} mtime {info.st_mtime_ns} ctime {info.st_ctime_ns}"
+    if stat.S_ISREG(info.st_mode):
+        kept += " sha256 " + hashlib.sha256(path.read_bytes()).hexdigest()
+    return kept
+
+
 def _snapshot(*roots: Path) -> dict[str, str]:
     found = {}
     for root in roots:
+        found[str(root)] = _meta(root)
         for path in sorted(root.rglob("*")):
-            info = path.lstat()
-            if stat.S_ISREG(info.st_mode):
-                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-            else:
-                found[str(path)] = f"mode {info.st_mode:o}"
+            found[str(path)] = _meta(path)
     return found
+
+
+# This machine's nodes the sandbox binds in (read-only), and the directories of /usr it writes stubs
+# into through its overlay: none may change, whoever runs the render.
+BOUND = [Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/usr",
+                          "/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/bin/env", "/usr/bin/bash")
+         if os.path.lexists(p)]
+
+
+def _bound() -> dict[str, str]:
+    return {str(p): _meta(p) for p in BOUND}
 
 
 def _survivors(token: str) -> list[str]:
@@ -107,8 +131,7 @@ def _survivors(token: str) -> list[str]:
     return found
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
+def _make_world(tmp_path: Path) -> World:
     fleet = tmp_path / "fleet"
     fleet.mkdir()
     (fleet / "fleet.toml").write_text(FLEET_TOML, encoding="utf-8")
@@ -133,9 +156,49 @@ def world(tmp_path: Path) -> Iterator[World]:
     listener.listen(16)
     listener.setblocking(False)
     token = f"fleetgate-hostile-{uuid.uuid4().hex[:12]}"
-    yield World(fleet=fleet, outside=outside, marker=outside / "marker", victim=victim, secret=secret, engine=engine,
-                port=listener.getsockname()[1], token=token, listener=listener)
-    listener.close()
+    return World(fleet=fleet, outside=outside, marker=outside / "marker", victim=victim, secret=secret, engine=engine,
+                 port=listener.getsockname()[1], token=token, listener=listener)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    made = _make_world(tmp_path)
+    yield made
+    made.listener.close()
+
+
+UNPRIVILEGED = 65534
+"""The user the second run of every case is made as (nobody), when the caller is root."""
+
+
+@pytest.fixture
+def unprivileged_world() -> Iterator[World]:
+    """A world the unprivileged user owns (so that an escape would be able to change it) under a
+    directory that user may enter."""
+    if os.geteuid() != 0:
+        pytest.skip("the caller is unprivileged already: test_hostile_input_is_contained is the unprivileged run")
+    base = Path(tempfile.mkdtemp(prefix="fleetgate-hostile-"))
+    base.chmod(0o755)
+    made = _make_world(base)
+    yield made
+    made.listener.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _own(world: World, uid: int) -> None:
+    for root in (world.fleet, world.outside):
+        for path in (root, *root.rglob("*")):
+            os.lchown(path, uid, uid)
+
+
+def _render_as(uid: int, args: list[str]) -> tuple[int, str, str]:
+    """``fleetgate ARGS`` in a process of its own, as ``uid`` without any capability."""
+    done = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                           "--bounding-set=-all", "--", sys.executable, "-c",
+                           "import sys; from fleetgate.cli import main; sys.exit(main(sys.argv[1:]))", *args],
+                          capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"})
+    return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
 
 def _script(body: str) -> Callable[[World], None]:
@@ -166,7 +229,11 @@ class Case:
     service: str = "s"
     renders: bool | None = None
     """True: the render succeeds; False: one line on stderr; None: either."""
-    argv_lacks: str | None = None
+    argv_lacks: str | tuple[str, ...] | None = None
+    says: str | None = None
+    """What the one line must say (the bound that stopped the script, the input refused)."""
+    absent: tuple[str, ...] = ()
+    """Paths (filled in) that must not exist after the render: what the case would plant outside."""
 
 
 WRITES = [
@@ -216,7 +283,10 @@ for name, line in READS:
 for name, line in NETWORK:
     CASES.append(Case(f"net-{name}", "network", _script(LINGER + line + "\nexec llama-server --port 8080\n")))
 for name, line in PROCESSES:
-    CASES.append(Case(f"proc-{name}", "process", _script(LINGER + line + "\nexec llama-server --port 8080\n"), renders=True))
+    CASES.append(Case(f"proc-{name}", "process", _script(LINGER + line + "\nexec llama-server --port 8080\n"),
+                      # 200 x (bash + sleep) is over the sandbox's process limit: said as such.
+                      renders=name != "many-children",
+                      says="started more than 256 processes" if name == "many-children" else None))
 CASES += [
     Case("engine-absolute-path", "engine", _script(LINGER + "exec {engine} --port 8080\n"), renders=True),
     Case("engine-absolute-usr", "engine", _script(LINGER + "/usr/local/bin/llama-server --port 8080\n"), renders=True),
@@ -255,35 +325,166 @@ CASES += [
 ]
 
 
+def _toml(old: str, new: str) -> Callable[[World], None]:
+    return _file("fleet.toml", FLEET_TOML.replace(old, new))
+
+
+def _unit(old: str, new: str) -> Callable[[World], None]:
+    return _file("s.service", UNIT.replace(old, new))
+
+
+def _link(name: str, target: str, then: Callable[[World], None] | None = None) -> Callable[[World], None]:
+    def apply(world: World) -> None:
+        path = world.fleet / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(world.fill(target))
+        if then is not None:
+            then(world)
+    return apply
+
+
+UP = "/../../../../../../../.."
+"""Enough ``..`` to climb from any path the sandbox lays out to this machine's root."""
+# Every path the fleet names that the sandbox lays out before the script runs: created inside the
+# new root only (after pivot_root), never on this machine, whatever its `..` or symlinks say.
+CASES += [
+    Case("pre-payload-dotdot", "pre-sandbox", _toml('"/models/m.gguf"', f'"/models{UP}{{outside}}/planted-payload"'),
+         absent=("{outside}/planted-payload",)),
+    Case("pre-deploy-root-dotdot", "pre-sandbox", lambda w: (
+        _toml('deploy_root = "/srv/repo"', f'deploy_root = "/srv{UP}{w.outside}/planted-root"')(w),
+        _unit("/srv/repo", f"/srv{UP}{w.outside}/planted-root")(w)), renders=False, says="deploy_root",
+        absent=("{outside}/planted-root",)),
+    Case("pre-home-dotdot", "pre-sandbox", _unit("Environment=PATH", f"Environment=HOME=/home{UP}{{outside}}/planted-home PATH"),
+         renders=True, absent=("{outside}/planted-home",)),
+    Case("pre-user-dotdot", "pre-sandbox", _unit("[Service]\n", f"[Service]\nUser=..{UP}{{outside}}/planted-user\n"),
+         absent=("{outside}/planted-user",)),
+    Case("pre-engine-path-dotdot", "pre-sandbox", _script(LINGER + f"exec /opt{UP}{{outside}}/planted-bin/llama-server --port 8080\n"),
+         absent=("{outside}/planted-bin",)),
+    # A stderr line is the script's: never a path to create here; inside, only a normal path of the engine.
+    Case("pre-stderr-path-dotdot", "pre-sandbox",
+         _script(f'echo "{UP}{{outside}}/planted-stderr/llama-server: No such file or directory" >&2; exit 1\n'),
+         renders=False, says="exited 1", absent=("{outside}/planted-stderr",)),
+    Case("pre-stderr-path", "pre-sandbox",
+         _script('echo "{outside}/planted-stderr/llama-server: No such file or directory" >&2; exit 1\n'),
+         renders=False, says="exited 1", absent=("{outside}/planted-stderr",)),
+    Case("pre-binary-dotfile", "pre-sandbox", _toml('engine = "llama.cpp"\nunit', 'engine = "llama.cpp"\nbinary = ".bash_profile"\nunit'),
+         renders=False, says="not a dotfile"),
+    Case("pre-binary-slash", "pre-sandbox",
+         _toml('engine = "llama.cpp"\nunit', f'engine = "llama.cpp"\nbinary = "..{UP}{{outside}}/planted-stub"\nunit'),
+         renders=False, says="binary", absent=("{outside}/planted-stub",)),
+    # Repository symlinks named like the stubbed engine, on the PATH and as engine copies.
+    Case("symlink-engine-dangling", "repo-symlink",
+         _link("bin/llama-server", "{outside}/planted-through-link",
+               _unit("PATH=/opt/llama/bin", "PATH=/srv/repo/bin:/opt/llama/bin")),
+         absent=("{outside}/planted-through-link",)),
+    Case("symlink-engine-victim", "repo-symlink",
+         _link("bin/llama-server", "{victim}", _unit("PATH=/opt/llama/bin", "PATH=/srv/repo/bin:/opt/llama/bin")), renders=True),
+    Case("symlink-engine-copy", "repo-symlink", _link("tools/llama-server", "{outside}/planted-copy"), renders=True,
+         absent=("{outside}/planted-copy",)),
+    Case("symlink-dir-on-path", "repo-symlink",
+         _link("bin", "{outside}", _unit("PATH=/opt/llama/bin", "PATH=/srv/repo/bin:/opt/llama/bin")), renders=True,
+         absent=("{outside}/llama-server",)),
+    # This machine's devices and programs, bound in: their data flows, their inodes do not change.
+    Case("device-metadata", "device", _script(LINGER + "touch /dev/null /dev/zero /dev/urandom /usr/bin/env; "
+                                               "chmod 0600 /dev/null /dev/zero /usr/bin/env; chown 1:1 /dev/null; "
+                                               "touch -d 2001-01-01 /dev/full /usr/bin /usr/local/bin; "
+                                               "echo x > /dev/null; head -c 4 /dev/urandom >/dev/null; "
+                                               ": > /usr/bin/env; echo x >> /usr/bin/bash; rm -f /usr/bin/env\n"
+                                               "exec llama-server --port 8080\n"), renders=True),
+    Case("device-mknod", "device", _script(LINGER + "mknod /tmp/m c 1 3 && echo x > /tmp/m; mknod /dev/sda b 8 0\n"
+                                            "exec llama-server --port 8080\n"), renders=True),
+    # Drop-ins, confined by their real path like env files: refused in one line, not applied, not echoed.
+    Case("dropin-etc-passwd", "drop-in", _link("s.service.d/x.conf", "/etc/passwd"), renders=False,
+         says="outside the fleet repository", argv_lacks="root:"),
+    Case("dropin-outside-valid", "drop-in", lambda w: (
+        (w.outside / "valid.conf").write_text("[Service]\nEnvironment=CTX=99999999999\n", encoding="utf-8"),
+        _link("s.service.d/x.conf", "{outside}/valid.conf")(w)), renders=False, says="outside the fleet repository"),
+    Case("dropin-dir-symlink", "drop-in", lambda w: (
+        (w.outside / "dropins").mkdir(),
+        (w.outside / "dropins" / "x.conf").write_text("[Service]\nEnvironment=CTX=1\n", encoding="utf-8"),
+        _link("s.service.d", "{outside}/dropins")(w)), renders=False, says="outside the fleet repository"),
+    # Bounds: processes, memory, scratch. Each overrun is named.
+    Case("flood-processes", "bounds", _script("for i in $(seq 2000); do sleep 300 & done\nexec llama-server --port 8080\n"),
+         renders=False, says="started more than 256 processes"),
+    Case("flood-fork-bomb", "bounds", _script(":(){ :|:& };:\nsleep 5\nexec llama-server --port 8080\n"),
+         renders=False, says="started more than 256 processes"),
+    Case("flood-memory-python", "bounds", _script("python3 -c 'b = bytearray(3 << 30)' || exit 3\nexec llama-server\n"),
+         renders=False, says="ran out of memory"),
+    Case("flood-memory-perl", "bounds", _script("perl -e '$x = \"x\" x (3 << 30)' || exit 3\nexec llama-server\n"),
+         renders=False, says="ran out of memory"),
+    Case("full-scratch", "bounds", _script("head -c 100M /dev/zero > /tmp/fill\nexec llama-server --port 8080\n"),
+         renders=False, says="the sandbox's scratch (64 MiB) is full"),
+    # What the host is must not reach the argv: no /proc/cpuinfo, meminfo or version, no scratch path.
+    Case("host-facts", "host-facts", _script('exec llama-server --alias "$(cat /proc/cpuinfo /proc/meminfo /proc/version '
+                                             '/proc/self/mountinfo /proc/1/mountinfo /proc/1/environ /proc/1/cmdline '
+                                             '2>/dev/null | tr "\\0" " ")"\n'),
+         renders=True, argv_lacks=("model name", "MemTotal", "Linux version", "fleetgate-sandbox-", "/dev/shm")),
+    # A unit's BASH_ENV is read as bash reads it, from the repository only.
+    Case("bash-env-outside", "bash-env", _unit("Environment=PATH", "Environment=BASH_ENV={secret} PATH"), renders=True,
+         argv_lacks="SECRET-KEY"),
+    Case("bash-env-writes", "bash-env", lambda w: (
+        # (a bash started here would read BASH_ENV again, as on the host: a process flood)
+        _file("be.env", "touch {marker}; echo x > {victim}; (exec -a {token} sleep 300) &\nCTX=1\n")(w),
+        _unit("Environment=PATH", "Environment=BASH_ENV=/srv/repo/be.env PATH")(w))),
+]
+
+
 def _cases_cover_every_kind() -> None:
     kinds = {c.kind for c in CASES}
-    assert kinds == {"write", "read", "network", "process", "engine", "env-bash", "confinement", "broken"}
+    assert kinds == {"write", "read", "network", "process", "engine", "env-bash", "confinement", "broken", "pre-sandbox",
+                     "repo-symlink", "device", "drop-in", "bounds", "host-facts", "bash-env"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_input_is_contained(world: World, case: Case, capsys: pytest.CaptureFixture[str]) -> None:
+    """As the caller (root in CI: the sandbox then runs as a host user of its own)."""
     case.apply(world)
-    before = _snapshot(world.fleet, world.outside)
+    before, bound = _snapshot(world.fleet, world.outside), _bound()
     started = time.monotonic()
     code = main(["render", case.service, "--fleet", str(world.fleet / "fleet.toml"), "--json"])
     took = time.monotonic() - started
     out, err = capsys.readouterr()
+    _judge(world, case, code, out, err, took, before, bound)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input_is_contained_unprivileged(unprivileged_world: World, case: Case) -> None:
+    """The same case, the render run by an unprivileged user who owns the fleet and the outside."""
+    world = unprivileged_world
+    case.apply(world)
+    _own(world, UNPRIVILEGED)
+    before, bound = _snapshot(world.fleet, world.outside), _bound()
+    started = time.monotonic()
+    code, out, err = _render_as(UNPRIVILEGED, ["render", case.service, "--fleet", str(world.fleet / "fleet.toml"), "--json"])
+    took = time.monotonic() - started
+    _judge(world, case, code, out, err, took, before, bound, startup=1.5)
+
+
+def _judge(world: World, case: Case, code: int, out: str, err: str, took: float, before: dict[str, str],
+           bound: dict[str, str], startup: float = 0.0) -> None:
     # The user sees one line (or the render), never a traceback -- and the sandbox itself worked: a
     # refusal to sandbox would be one line too, and prove nothing about the case.
     assert "Traceback" not in err
     assert "in a sandbox" not in err and "sandbox could not start" not in err, err
+    lacks = (case.argv_lacks,) if isinstance(case.argv_lacks, str) else case.argv_lacks or ()
     if code == 0:
         assert err == ""
         assert case.renders is not False, f"rendered although it should be refused: {out[:300]}"
-        if case.argv_lacks:
-            assert case.argv_lacks not in out
     else:
         assert code == 2, err
         assert err.count("\n") == 1 and err.startswith("fleetgate: "), err
         assert case.renders is not True, err
-    assert took < 12, f"took {took:.1f} s"
-    # Nothing outside the render changed; no marker; the engine on this machine never ran.
+        if case.says:
+            assert case.says in err, err
+    for text in lacks:
+        assert text not in out and text not in err, text
+    assert took < 12 + startup, f"took {took:.1f} s"
+    # Nothing outside the render changed; no marker; the engine on this machine never ran; nothing
+    # the case would plant exists; no node bound in changed.
     assert _snapshot(world.fleet, world.outside) == before
+    assert _bound() == bound
+    for planted in case.absent:
+        assert not os.path.lexists(world.fill(planted)), planted
     assert not world.marker.exists()
     assert not (world.outside / "engine-ran").exists()
     # The listener received nothing.
@@ -359,3 +560,54 @@ def test_without_namespaces_the_render_refuses_in_one_line(world: World, monkeyp
     assert err.count("\n") == 1
     assert "cannot run it in a sandbox: this machine does not allow user namespaces (test)" in err
     assert f"{sandbox.OPT_OUT}=1" in err
+
+
+def test_a_units_bash_env_is_read_before_the_script_as_bash_reads_it(world: World) -> None:
+    """bash reads BASH_ENV before a non-interactive script: a unit's BASH_ENV file sets what the script sees."""
+    from fleetgate.fleet import load_fleet
+    from fleetgate.render import render
+
+    (world.fleet / "be.env").write_text("CTX=99999999999\n", encoding="utf-8")
+    _unit("Environment=PATH", "Environment=BASH_ENV=/srv/repo/be.env PATH")(world)
+    fleet = load_fleet(world.fleet / "fleet.toml")
+    rendered = render(fleet, fleet.services["s"])
+    assert rendered.argv == ("llama-server", "-c", "99999999999", "--port", "8080")
+    assert rendered.env["BASH_ENV"] == "/srv/repo/be.env"
+    assert [(s.target, s.inside_repo) for s in rendered.sourced] == [("/srv/repo/be.env", True)]
+
+
+def test_the_sandbox_has_a_host_name_of_its_own(world: World) -> None:
+    from fleetgate.fleet import load_fleet
+    from fleetgate.render import render
+
+    _script('exec llama-server --alias "$(hostname)/$(uname -n)/$HOSTNAME"\n')(world)
+    fleet = load_fleet(world.fleet / "fleet.toml")
+    assert render(fleet, fleet.services["s"]).argv == ("llama-server", "--alias", "fleetgate/fleetgate/fleetgate")
+    assert socket.gethostname() != "fleetgate"
+
+
+def test_a_drop_in_linked_to_a_file_of_the_repository_applies(world: World) -> None:
+    """The control of the drop-in cases: confinement is by real path, not a ban on symlinks."""
+    from fleetgate.fleet import load_fleet
+    from fleetgate.render import render
+
+    (world.fleet / "shared").mkdir()
+    (world.fleet / "shared" / "ctx.conf").write_text("[Service]\nEnvironment=CTX=2048\n", encoding="utf-8")
+    (world.fleet / "s.service.d").mkdir()
+    (world.fleet / "s.service.d" / "ctx.conf").symlink_to("../shared/ctx.conf")
+    (world.fleet / "s.env").write_text("OTHER=1\n", encoding="utf-8")
+    fleet = load_fleet(world.fleet / "fleet.toml")
+    assert render(fleet, fleet.services["s"]).argv == ("llama-server", "-c", "2048", "--port", "8080")
+
+
+def test_a_stderr_path_is_stubbed_inside_the_sandbox_only(world: World) -> None:
+    """The engine by a normal absolute path the script names on stderr: stubbed in the new root, the
+    render goes on, and the directory does not appear on this machine."""
+    from fleetgate.fleet import load_fleet
+    from fleetgate.render import render
+
+    _script('[[ -x {outside}/made/llama-server ]] || echo "{outside}/made/llama-server: No such file or directory" >&2\n'
+            'exec {outside}/made/llama-server --port 8080\n')(world)
+    fleet = load_fleet(world.fleet / "fleet.toml")
+    assert render(fleet, fleet.services["s"]).argv == ("llama-server", "--port", "8080")
+    assert not (world.outside / "made").exists()
