@@ -60,6 +60,7 @@ __all__ = [
     "Ledger",
     "SlotState",
     "SweepRow",
+    "arm_rungs",
     "backend_for",
     "build_ledger",
     "calibrations_of",
@@ -1251,6 +1252,18 @@ def calibrations_of(service: Any) -> tuple[Calibration, ...]:
     raw = service.calibration.get("compute", []) if isinstance(service.calibration, Mapping) else []
     return tuple(Calibration(device=str(c["device"]), context=str(c["context"]), bytes=int(c["bytes"]),
                              ubatch=int(c["ubatch"]), boot=str(c["boot"])) for c in raw)
+
+
+def arm_rungs(service: Any, spec_types: Iterable[str]) -> frozenset[int]:
+    """The ubatch rungs of the documented arms (``calibration.arms``) that this speculative type runs.
+
+    An arm was booted and measured at its own rung, which no compute calibration covers: there its compute
+    buffers are the ledger's never-under estimate (COMPUTE_FACTORS), and the arm is judged at that rung, not
+    at a calibrated one it never ran at (B-SP-9, B-FIT-19).
+    """
+    raw = service.calibration.get("arms", []) if isinstance(service.calibration, Mapping) else []
+    types = set(spec_types)
+    return frozenset(int(a["ubatch"]) for a in raw if str(a["spec_type"]) in types)
 
 
 def _ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:

@@ -96,6 +96,8 @@ class Contract:
     """Conversations clients run at once: each needs its own slot, or it queues (INC-07)."""
     concurrent_mmproj: str | None = None
     """The projector type the publisher requires for concurrent image requests (B-MM-3, INC-59)."""
+    mm_limits: Mapping[str, int] | None = None
+    """vLLM: the items per prompt each modality accepts (``--limit-mm-per-prompt``), as clients are told (B-MM-6)."""
     sampler: Mapping[str, float] = field(default_factory=dict)
     """Sampler defaults clients are promised: temperature, top_p, top_k (B-UN-8)."""
     reasoning_budget: int | None = None
@@ -511,6 +513,7 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
                 alias=contract_raw.get("alias"),
                 slots=contract_raw.get("slots"),
                 concurrent_mmproj=contract_raw.get("concurrent_mmproj"),
+                mm_limits=dict(contract_raw["mm_limits"]) if "mm_limits" in contract_raw else None,
                 sampler=dict(contract_raw.get("sampler", {})),
                 reasoning_budget=contract_raw.get("reasoning_budget"),
                 kv_cache_type=contract_raw.get("kv_cache_type"),

@@ -27,7 +27,8 @@ CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fi
 PASSED, SKIPPED = "passed", "skipped"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
-                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches")
+                "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches",
+                "drafter-placement")
 UNIT_CHECKS = ("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args")
 QUADLET_CHECKS = ("quadlet-image", "container-paths")
 HOST_SEAMS = (*UNIT_CHECKS, "unit-memlock", "forbidden-flags", "rules-drafter-alert")
@@ -44,10 +45,11 @@ CLEAN: dict[tuple[str, str], str] = {
     # llama.cpp, two ROCm cards: every seam holds; no variable is declared omittable.
     **_outcomes("frank-medium", LLAMA_CHECKS, skipped=["empty-means-omit"]),
     # llama.cpp on the one-card 3090: nothing to balance, no drafter.
-    **_outcomes("frank-zealot", LLAMA_CHECKS, skipped=["card-balance", "drafter-kv-fits", "speculative-wiring"]),
+    **_outcomes("frank-zealot", LLAMA_CHECKS, skipped=["card-balance", "drafter-kv-fits", "speculative-wiring",
+                                                       "drafter-placement"]),
     # llama.cpp on CPU (the reference): no card to hold a floor, balance or a draft context on.
     **_outcomes("reference", LLAMA_CHECKS, skipped=["device-visibility", "card-floor", "card-balance",
-                                                    "drafter-kv-fits", "empty-means-omit"]),
+                                                    "drafter-kv-fits", "empty-means-omit", "drafter-placement"]),
     **_outcomes("frank-archon", ("device-visibility", "vllm-memory-knobs", "vllm-starts", "serve-script-renders",
                                  "empty-means-omit", "rendered-port-matches"), skipped=["empty-means-omit"]),
     # The fleet as a whole: no inf/nan, no two active services on one host:port.
@@ -115,6 +117,12 @@ CLEAN: dict[tuple[str, str], str] = {
     # The engine's build script: declared by frank-medium only.
     **_outcomes("frank-medium", ("build-script",)),
     **{(s, "build-script"): SKIPPED for s in ("frank-archon", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
+    # vLLM's multimodal limits (B-MM-6) and speculative depth (B-SP-11): the one vLLM service, a vision endpoint
+    # whose drafter arms are measured.
+    **_outcomes("frank-archon", ("vllm-mm-limits", "vllm-speculative-depth")),
+    # The runbooks' Deployed configuration tables (B-UN-12): only frank-dragoon's page has one (halogen's cache knob).
+    ("frank-dragoon", "runbook-settings"): PASSED,
+    **{(s, "runbook-settings"): SKIPPED for s in ("frank-medium", "frank-zealot", "frank-archon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),

@@ -19,8 +19,10 @@ from fleetgate.fit import (
     TERMS,
     DeviceLedger,
     Ledger,
+    SlotState,
     SweepRow,
     _ledger_builder,
+    arm_rungs,
     calibrations_of,
     service_ledger,
     service_sweep,
@@ -216,11 +218,13 @@ def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
     measured = sorted({c.ubatch for c in calibrations_of(config.service)})
     if not measured or ledger.n_ubatch in measured:
         return
+    llama = config.llama
+    assert llama is not None
+    if ledger.n_ubatch in arm_rungs(config.service, llama.spec_types):
+        return  # a documented arm's own rung: its estimates are the never-under ones, marked as such
     estimated = [(d.card.name, b) for d in ledger.cards for b in d.buffers if b.buffer == "compute" and b.basis == "estimate"]
     if not estimated:
         return
-    llama = config.llama
-    assert llama is not None
     raise Failure(
         code=f"{FLOOR}/unmeasured-compute",
         service=config.name, check=FLOOR, cites=("B-FIT-19", "B-FIT-10", "INC-74"),
@@ -231,8 +235,8 @@ def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
         expected=f"compute buffers measured at this ubatch (calibrated at ubatch {', '.join(map(str, measured))})",
         details=[_card(d) for d in ledger.cards],
         fix=("a rung's cost is measured per shape, not transferred (the 2048 rung cost 746 MiB, not the predicted "
-             "616): boot the shape once and record its compute buffers under calibration.compute, or keep the "
-             "measured ubatch"),
+             "616): boot the shape once and record its compute buffers under calibration.compute (a documented "
+             "arm booted at this rung: declare it under calibration.arms), or keep the measured ubatch"),
     )
 
 
@@ -313,22 +317,64 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
     if reason := _no_ledger(config):
         raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
     state = _ledger(config, CACHE).slot_state
+    slot = state.target_kv + state.recurrent + state.draft
     parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
-             f"{gib(state.recurrent)}, draft state {gib(state.draft)}, checkpoints {gib(state.checkpoints)} "
-             f"(--ctx-checkpoints {llama.ctx_checkpoints})")
-    if cap < state.total:
+             f"{gib(state.recurrent)}, draft state {gib(state.draft)}")
+    refused = ["an entry larger than the cap is refused ('prompt state size ... exceeds cache size "
+               f"limit {llama.cache_ram_mib:.3f} MiB, skipping') and the conversation is prefilled again"]
+    if cap < slot:
         raise Failure(
             code=f"{CACHE}/below-slot-state",
             service=config.name, check=CACHE, cites=("B-PC-1", "INC-11"), where=where,
-            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is "
-                     f"{gib(state.total)}",
-            expected=f">= {gib(state.total)}: {parts}",
-            details=["an entry larger than the cap is refused ('prompt state size ... exceeds cache size "
-                     f"limit {llama.cache_ram_mib:.3f} MiB, skipping') and the conversation is prefilled "
-                     "again"],
-            fix=f"raise --cache-ram to at least {-(-state.total // MiB)} MiB: a hybrid model at "
+            observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is {gib(slot)}",
+            expected=f">= {gib(slot)}: {parts}",
+            details=refused,
+            fix=f"raise --cache-ram to at least {-(-slot // MiB)} MiB: a hybrid model at "
                 "--ctx-checkpoints 0 has no other way to carry a state across slots",
         )
+    _checkpoints_fit(config, state, cap, slot, parts, refused)
+
+
+def _checkpoints_fit(config: ServiceConfig, state: SlotState, cap: int, slot: int, parts: str,
+                     refused: list[str]) -> None:
+    """A cache entry is the slot's state plus every context checkpoint the slot holds (B-PC-5, INC-11).
+
+    tools/server/server-task.cpp (``server_prompt_cache::alloc``): an entry is the target's state, the draft's
+    and the sum of the slot's checkpoints. A checkpoint (tools/server/server-context.cpp, ``create_checkpoint``)
+    saves what cannot be rolled back, with LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: of the target, its recurrent rows
+    (src/llama-memory-hybrid.cpp) and its sliding-window cells (src/llama-kv-cache-iswa.cpp); of the draft
+    context, whatever its memory writes -- a plain KV cache (the MTP head's nextn block, a drafter without a
+    window) ignores the flag (src/llama-kv-cache.cpp ``state_write``: GGML_UNUSED(flags)) and writes every
+    cell of the slot. They are created only where the target cannot roll back (hybrid, recurrent, SWA),
+    at most --ctx-checkpoints of them per slot.
+    """
+    llama = config.llama
+    assert llama is not None
+    if not state.checkpoints:
+        return
+    n = llama.ctx_checkpoints
+    target = state.checkpoints // n
+    draft = state.draft
+    entry = slot + n * (target + draft)
+    if cap >= entry:
+        return
+    use = llama.use("ctx_checkpoints")
+    held = (f"{n} checkpoints x ({gib(target)} of the target's recurrent / windowed state + {gib(draft)} of the "
+            f"draft context's state) = {gib(n * (target + draft))}")
+    raise Failure(
+        code=f"{CACHE}/checkpoints-over-cap",
+        service=config.name, check=CACHE, cites=("B-PC-1", "B-PC-5", "INC-11"),
+        where=config.where_flag(use) if use is not None else config.where_flag(llama.use("cache_ram")),
+        observed=(f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)} holds one slot's state ({gib(slot)}) but "
+                  f"not its checkpoints: --ctx-checkpoints {n}{'' if use is not None else ' (the build default)'}, "
+                  f"{held}"),
+        expected=f">= {gib(entry)}: {parts}, plus {held}",
+        details=[*refused, "each checkpoint saves the draft context's state whole: a plain KV cache ignores "
+                 "the partial-state flag (src/llama-kv-cache.cpp state_write), so the bound is the full slot's"],
+        fix=("pass --ctx-checkpoints 0 explicitly (the seeds' deliberate deviation, B-PC-5) so an entry is the slot's "
+             "state alone" + (f", or raise --cache-ram to {-(-entry // MiB)} MiB" if entry <= config.host.ram_bytes // 2
+                              else f"; {gib(entry)} is over half the host RAM, so no cap holds it")),
+    )
 
 
 def _no_draft_context(config: ServiceConfig) -> str | None:
@@ -364,8 +410,8 @@ def _at_measured_geometry(config: ServiceConfig, ledger: Ledger) -> Ledger:
     llama = config.llama
     assert llama is not None
     measured = sorted({c.ubatch for c in calibrations_of(config.service)})
-    if not measured or ledger.n_ubatch in measured:
-        return ledger
+    if not measured or ledger.n_ubatch in measured or ledger.n_ubatch in arm_rungs(config.service, llama.spec_types):
+        return ledger  # a documented arm is judged at the rung it was measured at (calibration.arms)
     ubatch = min(measured, key=lambda u: abs(u - ledger.n_ubatch))
     return _ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
 
