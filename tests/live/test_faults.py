@@ -55,10 +55,6 @@ _TESTS = {
 }
 # faults that need the contract to declare what they break (a fleet copy)
 DECLARE: dict[str, dict[str, Callable[[str], str]]] = {
-    # the stream hangs mid-run: said once by the check that ran out of time; the next check is not run
-    "hang-streams": {"live-stream": "live-stream/timeout", "live-determinism": "skipped"},
-    # a sign-in page served with 200 where the engine should answer: not the engine's health
-    "login-page": {"live-health": "live-health/not-engine-health", "live-chat": "skipped"},
     "vision-unbilled": {
         "fleet.toml": lambda t: t.replace(
             "[services.reference.contract]\nvision = false", "[services.reference.contract]\nvision = true"
