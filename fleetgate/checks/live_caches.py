@@ -12,8 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fleetgate.checks import check
-from fleetgate.failure import Failure
-from fleetgate.live.client import Reply
 from fleetgate.live.endpoint import LiveEndpoint, cached_tokens_of, timings_of, usage_of
 
 DRAFTER = "live-drafter"
@@ -304,36 +302,12 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         for text in (filler, "Say yes.")
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        pending = [pool.submit(endpoint.chat, CAPACITY, body) for body in bodies]
-        companion = pending[1].result()
-        reply: Reply | None
-        try:
-            reply = pending[0].result()
-        except Failure as failure:
-            # No answer within the request's bound while the one-token request sent with it was answered:
-            # the engine is alive and prefilling the prompt, so it accepted it. Said as such, once, rather
-            # than as a timeout that a loaded machine turns an idle "accepted" into.
-            if failure.code != f"{CAPACITY}/timeout" or not companion.ok:
-                raise
-            reply = None
+        reply, companion = pool.map(lambda body: endpoint.chat(CAPACITY, body), bodies)
     where = (
         endpoint.where_flag("ctx_size")
         if contract.slot_ctx is not None
         else endpoint.where_contract("context_window")
     )
-    if reply is None:
-        raise endpoint.fail(
-            CAPACITY,
-            code="prefilling",
-            where=where,
-            cites=("C-CAP-13",),
-            observed=f"a prompt of about {window + 16} tokens got no refusal within the {endpoint.timeout:g} s "
-            f"bound, while a one-token request sent with it was answered in {companion.elapsed:.1f} s: the "
-            "engine is prefilling it",
-            expected=f"a refusal before prefill: the window is {window} tokens",
-            fix="the process holds a larger window than the files declare: restart from the env file, or "
-            "declare it",
-        )
     if reply.ok:
         prompt = usage_of(reply.json).get("prompt_tokens")
         raise endpoint.fail(

@@ -185,7 +185,6 @@ def _raised_codes() -> set[str]:
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
     shown |= FAULT_CODES | PROXY_CODES
-    shown.add("live-capacity/prefilling")  # test_an_oversized_window_out_of_time_reads_as_prefilling
     assert {code.split("/", 1)[0] for code in shown if code.startswith("live-")} == live_checks()
     assert _raised_codes() - shown == set()
 
@@ -271,19 +270,3 @@ def test_control(
         # the mechanics are proven: the image is accepted and billed as the projector's patches
         assert run.note("live-vision") == f"image accepted, {IMAGE_TOKENS} image tokens billed"
 
-
-def test_an_oversized_window_out_of_time_reads_as_prefilling(
-    variant: str,
-    control: Callable[[Edit], ReferenceServer],
-    gate: Callable[..., Gate],
-    no_api_key: None,
-) -> None:
-    """A slot window four times the declared one: the over-window prompt is accepted and prefilled. With a
-    request bound shorter than that prefill (what a loaded machine does to the default bound) the answer is
-    not a timeout but what the engine is doing: prefilling it, while the one-token request sent with it was
-    answered."""
-    if variant != "shipped":
-        pytest.skip("the verdict is the engine's acceptance; the numerics cannot matter")
-    server = control(lambda a: set_value(a, "--ctx-size", "16384"))
-    run = gate(server.url, "-k", "test_capacity", "--live-timeout", "3", variant=variant)
-    assert run.outcomes == {"live-capacity": "live-capacity/prefilling"}, run.output
