@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from fleetgate.checks import Check, get_check
-from fleetgate.host import HostTarget, default_spec
+from fleetgate.host import LOOPBACK, HostTarget, default_spec
+from fleetgate.live import declared_port
 
 __all__ = ["HostCheck"]
 
@@ -88,8 +89,13 @@ def targets(config: pytest.Config) -> dict[str, HostTarget]:
             if endpoint.config is None:
                 raise pytest.UsageError(f"--endpoint {name}: {service.name} did not render, so its host has nothing to be held to")
             spec = specs.get(name) or default_spec(fleet.host_of(service).address)
-            port = urlsplit(endpoint.url).port or service.port
-            found[name] = HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **options), spec=spec, port=port)
+            # The engine is looked for where the files say it listens, never at the --base-url port as such
+            # (a proxy or a tunnel may hold that one); the --base-url port counts only on this same host.
+            port = declared_port(endpoint.config)
+            reached = urlsplit(endpoint.url)
+            local = spec == "local://" and reached.hostname in LOOPBACK
+            found[name] = HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **options), spec=spec,
+                                     port=port, reached_port=(reached.port or port) if local else None)
         config.stash[_TARGETS] = found
     return config.stash[_TARGETS]
 
@@ -164,7 +170,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         elif report.skipped:
             note = value.skip_reason or "skipped"
         else:
-            note = f"on {value.target.spec}"
+            note = value.target.notes.get(value.check.name, f"on {value.target.spec}")
         report.user_properties.append((_PROPERTY, json.dumps({
             "service": value.target.name, "url": value.url, "engine": value.engine, "check": value.check.name,
             "note": note, "spent": 0, "requests": 0, "elapsed": value.elapsed, "measured": {},

@@ -27,8 +27,9 @@ import pytest
 
 from fleetgate.checks import Check, get_check
 from fleetgate.errors import InputError
+from fleetgate.failure import Failure
 from fleetgate.live import BUDGET_TOKENS, CheckRecord, LiveEndpoint, connect
-from fleetgate.live.endpoint import HEALTH, fmt_measured
+from fleetgate.live.endpoint import HEALTH, Halt, fmt_measured
 
 __all__ = ["Live", "endpoint"]
 
@@ -181,7 +182,19 @@ class Live:
         with self.endpoint.recording(self.check.name) as record:
             self.record = record
             self.endpoint.bill_preflight(record)
-            self.check(self.endpoint)  # the check that a halt concerns raises it itself
+            try:
+                self.check(self.endpoint)  # the check that a halt concerns raises it itself
+            except Failure as failure:
+                if failure.code == f"{self.check.name}/timeout" and self.endpoint.halt is None:
+                    # The endpoint stopped answering within the bound: said once, here; the checks after
+                    # it are not run rather than each failing on the same silence.
+                    self.endpoint.halt = Halt(
+                        self.check.name,
+                        failure,
+                        f"not run: {self.endpoint.name} stopped answering within the bound "
+                        f"(see {self.check.name})",
+                    )
+                raise
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

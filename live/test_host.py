@@ -36,6 +36,11 @@ def test_process_env(host_check: HostCheck) -> None:
     host_check.run()
 
 
+@pytest.mark.check("host-exposure")
+def test_exposure(host_check: HostCheck) -> None:
+    host_check.run()
+
+
 @pytest.mark.check("host-runtime-libs")
 def test_runtime_libs(host_check: HostCheck) -> None:
     host_check.run()

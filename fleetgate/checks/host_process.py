@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 from fleetgate.checks import check
 from fleetgate.failure import Failure
-from fleetgate.host import HostReadError, HostTarget, runpath
+from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
 
 __all__: list[str] = []
 
 ARGV = "host-process-argv"
 ENV = "host-process-env"
 LIBS = "host-runtime-libs"
+EXPOSURE = "host-exposure"
 _SYSTEM_LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib32", "/usr/lib32")
 
 
@@ -30,6 +31,43 @@ class _Process:
     environ: tuple[str, ...] = ()
     exe: str = ""
     maps: str = ""
+    moved_to: int | None = None
+    """The port the engine listens on when it is not the declared one (found where --base-url reaches it)."""
+    route: str = ""
+    """What stands between the gate and the engine, said once (a proxy or tunnel on the --base-url port)."""
+
+
+def _binary(words: tuple[str, ...]) -> str:
+    return words[0].rsplit("/", 1)[-1] if words else ""
+
+
+def _holder(target: HostTarget, port: int) -> tuple[int, tuple[str, ...]] | None:
+    """The process listening on ``port`` of the host and its argv, or None."""
+    pid = listening_pid(target.host, port)
+    return (pid, target.proc_words(pid, "cmdline")) if pid is not None else None
+
+
+def _locate(target: HostTarget) -> tuple[int | None, str, int | None, str]:
+    """The engine's PID, how it was found, the port it was found on when not the declared one, and the route.
+
+    The engine is systemd's MainPID of the unit, else the process listening on the declared port; never the
+    process behind the --base-url port as such. Only when nothing listens on the declared port and the
+    --base-url names another port of this same host where the rendered binary itself listens (the engine
+    started on a test port) is that process the engine. Anything else on the --base-url port is a proxy or a
+    tunnel: said once, not judged as the engine."""
+    pid, how = target.main_pid()
+    reached = target.reached_port
+    other = _holder(target, reached) if reached is not None and reached != target.port else None
+    moved: int | None = None
+    if pid is None and other is not None and _binary(other[1]) == _binary(target.config.rendered.argv):
+        pid, moved = other[0], reached
+        how = (f"the process listening on port {reached}, where --base-url reaches the service (nothing listens "
+               f"on the declared port {target.port})")
+    route = ""
+    if other is not None and other[0] != pid:
+        route = (f"--base-url reaches port {reached}, held by PID {other[0]} ({_binary(other[1]) or '?'}): a proxy "
+                 "or tunnel in front of the engine, not judged as it")
+    return pid, how, moved, route
 
 
 def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: bool = False,
@@ -37,7 +75,7 @@ def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: b
     """The engine's process and what the check reads of it; any read the host refuses is one failure."""
     __tracebackhide__ = True
     try:
-        pid, how = target.main_pid()
+        pid, how, moved, route = _locate(target)
         if pid is not None:
             return _Process(
                 pid, how,
@@ -45,15 +83,27 @@ def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: b
                 environ=target.proc_words(pid, "environ") if environ else (),
                 exe=target.executable(pid) if libraries else "",
                 maps=target.proc_text(pid, "maps") if libraries else "",
+                moved_to=moved, route=route,
             )
     except HostReadError as exc:
         raise Failure(service=target.name, check=name, code=f"{name}/process-unreadable", where=target.spec,
                       observed=str(exc), expected=f"{target.name}'s engine process, read through systemctl and /proc",
                       fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
     raise Failure(service=target.name, check=name, code=f"{name}/no-process", where=f"{target.spec} {how}",
-                  observed=f"no process found as {how}",
+                  observed=f"no process found as {how}" + (f"; {route}" if route else ""),
                   expected=f"{target.name}'s engine running on {target.spec}",
                   fix="start the service (or point --host-url at the host it runs on)")
+
+
+def _on_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
+    """``argv`` with the value of its ``--port`` replaced (the one difference a moved engine may show)."""
+    words = list(argv)
+    for index, word in enumerate(words):
+        if word == "--port" and index + 1 < len(words):
+            words[index + 1] = str(port)
+        elif word.startswith("--port="):
+            words[index] = f"--port={port}"
+    return tuple(words)
 
 
 @check(ARGV, kind="host", subject="host", cites=("INC-53", "C-ID-1", "C-ID-2"),
@@ -62,18 +112,70 @@ def host_process_argv(target: HostTarget) -> None:
     process = _process(target, ARGV, cmdline=True)
     pid, running = process.pid, process.cmdline
     rendered = target.config.rendered.argv
-    seen = (running[0].rsplit("/", 1)[-1], *running[1:]) if running else ()
+    moved = ""
+    if process.moved_to is not None:
+        rendered = _on_port(rendered, process.moved_to)
+        moved = (f"; it listens on port {process.moved_to}, not the declared {target.port} (--base-url): the port "
+                 "is the one difference allowed")
+    seen = (_binary(running), *running[1:]) if running else ()
     if seen != rendered:
         extra = [w for w in seen if w not in rendered]
         missing = [w for w in rendered if w not in seen]
         raise Failure(service=target.name, check=ARGV, code=f"{ARGV}/argv-differs",
                       where=f"{target.spec} /proc/{pid}/cmdline",
-                      observed=f"PID {pid} runs {shlex.join(running)}",
+                      observed=f"PID {pid} ({process.how}) runs {shlex.join(running)}",
                       details=[f"not rendered: {shlex.join(extra)}" if extra else "not rendered: (none)",
-                               f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)"],
-                      expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name})",
+                               f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)",
+                               *([process.route] if process.route else [])],
+                      expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name}{moved})",
                       fix=("the process is not what the files declare: find what started it (a drop-in, a hand start, "
                            "a stale unit) and restart the service from the repository"))
+    target.notes[ARGV] = f"PID {pid} runs the rendered argv{moved}" + (f"; {process.route}" if process.route else "")
+
+
+def _loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]").split("%", 1)[0].removeprefix("::ffff:")
+    return host.startswith("127.") or host in ("::1", "localhost")
+
+
+def _has_api_key(target: HostTarget, argv: tuple[str, ...], environ: dict[str, str]) -> bool:
+    """Whether the running process was given an API key, read as its engine reads argv and environment."""
+    if target.config.llama is not None:
+        from fleetgate.engines.llamacpp import parse_llama_server
+
+        return parse_llama_server((_binary(argv), *argv[1:]), environ).api_key_set
+    flagged = any(w in ("--api-key", "--api-key-file") or w.startswith(("--api-key=", "--api-key-file="))
+                  for w in argv[1:])
+    return flagged or bool(environ.get("VLLM_API_KEY"))
+
+
+@check(EXPOSURE, kind="host", subject="host", cites=("C-L-1",),
+       summary="an engine listening beyond loopback (the host's listening sockets) requires an API key")
+def host_exposure(target: HostTarget) -> None:
+    process = _process(target, EXPOSURE, cmdline=True, environ=True)
+    pid = process.pid
+    result = target.host.run("ss -ltnpH")
+    if result.rc != 0:
+        raise Failure(service=target.name, check=EXPOSURE, code=f"{EXPOSURE}/sockets-unreadable",
+                      where=f"{target.spec} ss -ltnpH", observed=f"ss exited {result.rc}: {result.stderr.strip()[:200]}",
+                      expected="the host's listening TCP sockets with their processes",
+                      fix="install iproute2's ss on the host, or run the check where it can read the sockets (--sudo)")
+    addresses = sorted({line.split()[3] for line in result.stdout.splitlines()
+                        if f"pid={pid}," in line and len(line.split()) >= 4})
+    exposed = [a for a in addresses if not _loopback(a)]
+    environ = dict(word.partition("=")[::2] for word in process.environ)
+    keyed = _has_api_key(target, process.cmdline, environ)
+    if exposed and not keyed:
+        raise Failure(service=target.name, check=EXPOSURE, code=f"{EXPOSURE}/open-without-key",
+                      where=f"{target.spec} ss -ltnp",
+                      observed=f"PID {pid} listens on {', '.join(exposed)} and was given no API key (none in "
+                      f"/proc/{pid}/cmdline or its environment)",
+                      expected="an engine reachable beyond loopback requires a key; otherwise it listens on loopback "
+                      "only (a proxy or tunnel in front)",
+                      fix="bind the engine to 127.0.0.1 (--host) behind a proxy or tunnel, or give it a key "
+                      "(--api-key-file): anyone who reaches this host can use the endpoint and read its /props and /slots")
+    where = ", ".join(addresses) or "no TCP socket"
+    target.notes[EXPOSURE] = (f"PID {pid} listens on {where}" + (" with an API key" if exposed else " (loopback only)"))
 
 
 def _visibility(names: object) -> bool:

@@ -173,7 +173,10 @@ def live_payload(endpoint: LiveEndpoint) -> None:
     if not endpoint.dialect.has_props or not expected.endswith(".gguf"):
         endpoint.note(f"loaded {loaded} ({source}; no GGUF header to compare)")
         return
-    declared = _declared_header(expected)
+    # The declared payload's identity is what the files declare about it (the profile written from its GGUF
+    # header), not whatever file sits at the path now: another model copied there under the declared name
+    # matches its own header. Only without a profile of that file is the file at the path read.
+    declared, origin = _declared_identity(endpoint, expected)
     if isinstance(declared, str):
         raise endpoint.fail(
             PAYLOAD,
@@ -193,9 +196,9 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         "ftype": _norm_ftype(meta["ftype"]) if isinstance(meta.get("ftype"), str) else None,
     }
     wrong = [
-        f"{key} {served[key]!r}, the file's header says {declared[key]!r}"
+        f"{key} {served[key]!r}, {origin} says {declared[key]!r}"
         for key in ("n_params", "n_vocab", "size", "ftype")
-        if declared[key] is not None and served[key] != declared[key]
+        if declared.get(key) is not None and served[key] != declared[key]
     ]
     if wrong:
         raise endpoint.fail(
@@ -203,16 +206,47 @@ def live_payload(endpoint: LiveEndpoint) -> None:
             code="other-model",
             where=endpoint.where_flag("model"),
             cites=("C-ID-2", "INC-53"),
-            observed=f"the engine loaded another model than the file now at {expected}: " + "; ".join(wrong),
-            expected="the loaded model's parameters, vocabulary, size and quantisation equal the declared "
-            "file's header",
-            fix="the file at the declared path changed after the process loaded it, or the process loaded "
-            "another file: restart the unit, then check which payload was deployed",
+            observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
+            + "; ".join(wrong),
+            expected=f"the loaded model's parameters, vocabulary, size and quantisation equal {origin}'s",
+            fix="the process loaded another file than the one the files declare (another model under the "
+            "declared name, or the file changed after the process loaded it): fetch the declared payload, "
+            "restart the unit, then check which payload was deployed",
         )
-    endpoint.note(
-        f"loaded {Path(str(loaded)).name}: {declared['n_params']:,} parameters, {declared['ftype']}, "
-        f"vocabulary {declared['n_vocab']}, as its header says"
+    what = ", ".join(
+        text
+        for text in (
+            f"{declared['n_params']:,} parameters" if declared.get("n_params") is not None else "",
+            str(declared["ftype"]) if declared.get("ftype") else "",
+            f"vocabulary {declared['n_vocab']}" if declared.get("n_vocab") is not None else "",
+        )
+        if text
     )
+    endpoint.note(f"loaded {Path(str(loaded)).name}: {what}, as {origin} says")
+
+
+def _declared_identity(endpoint: LiveEndpoint, path: str) -> tuple[dict[str, Any] | str, str]:
+    """What the declared payload is (parameters, vocabulary, tensor bytes), and where that was read: the
+    service's profile of the file (written from its GGUF header), else the header of the file at the path."""
+    config = endpoint.config
+    profile = config.profile if config is not None else None
+    if (
+        profile is not None
+        and not profile.reconstructed
+        and profile.weights
+        and profile.file == Path(path).name
+    ):
+        tensors = [w for w in profile.weights if not w.duplicate]
+        return (
+            {
+                "n_params": sum(math.prod(w.shape) for w in tensors),
+                "size": sum(w.nbytes for w in tensors),
+                "n_vocab": profile.n_vocab or None,
+                "ftype": None,  # the profile keeps each tensor's type, not the file's type name
+            },
+            f"its profile ({profile.path.name})",
+        )
+    return _declared_header(path), "the file's header"
 
 
 @check(

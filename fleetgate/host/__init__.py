@@ -219,6 +219,12 @@ class HostTarget:
     """A ``testinfra.host.Host``."""
     spec: str
     port: int
+    """The port the files declare the engine listens on (the rendered ``--port``, else fleet.toml's)."""
+    reached_port: int | None = None
+    """The port of this same host where the gate reaches the service (``--base-url``), when that is not
+    ``port``: a proxy, a tunnel, or the engine started on another port."""
+    notes: dict[str, str] = field(default_factory=dict)
+    """What a passing check has to say (check -> note), for the gate's summary."""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property

@@ -35,6 +35,7 @@ __all__ = [
     "RuleThreshold",
     "StreamReply",
     "connect",
+    "declared_port",
     "default_url",
     "live_config",
 ]
@@ -58,6 +59,15 @@ def live_config(
         vllm=parse_vllm(rendered.argv) if config.vllm is not None else None,
         _where_cache={},
     )
+
+
+def declared_port(config: ServiceConfig) -> int:
+    """The port the service's files say its engine listens on: the rendered ``--port``, else fleet.toml's."""
+    if config.llama is not None:
+        return config.llama.port
+    if config.vllm is not None and config.vllm.port:
+        return config.vllm.port
+    return config.service.port
 
 
 def default_url(fleet: Fleet, config: ServiceConfig) -> str:

@@ -8,15 +8,17 @@ everything the client keeps, so no failure message can carry it.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import httpx
 
-__all__ = ["Client", "EndpointError", "Reply", "StreamReply"]
+__all__ = ["RETRY_STATUSES", "Client", "EndpointError", "Reply", "StreamReply", "retry_after"]
 
 Kind = Literal["down", "timeout", "not-json", "truncated", "protocol"]
 REDACTED = "***"
@@ -42,10 +44,19 @@ class Reply:
     json: Any
     """The parsed body; None when it is not JSON."""
     elapsed: float
+    retry_after: float | None = None
+    """The ``Retry-After`` seconds of a 429/503 that still stood after the retries the bound allowed."""
+    retries: int = 0
+    """How many times a 429/503 with ``Retry-After`` was waited out and the request sent again."""
 
     @property
     def ok(self) -> bool:
         return 200 <= self.status < 300
+
+    @property
+    def rate_limited(self) -> bool:
+        """The endpoint (or something in front of it) still asks the gate to come back later."""
+        return self.status in RETRY_STATUSES and self.retry_after is not None
 
     def error_message(self) -> str:
         """The engine's error text (OpenAI shape ``{"error": {"message": ...}}``), else the body."""
@@ -80,6 +91,34 @@ class StreamReply:
     """Events that arrived after ``[DONE]``."""
     error_text: str = ""
     elapsed: float = 0.0
+    retry_after: float | None = None
+    retries: int = 0
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.status in RETRY_STATUSES and self.retry_after is not None
+
+
+RETRY_STATUSES = (429, 503)
+MAX_RETRIES = 3
+"""A 429 or 503 with ``Retry-After`` is waited out and sent again at most this often, and only while the wait
+fits in the request's own bound: a rate limit that persists is then said as such, not as a refusal."""
+
+
+def retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (delta-seconds or an HTTP date: RFC 9110 10.2.3), or None."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 def shorten(text: str, limit: int) -> str:
@@ -147,21 +186,51 @@ class Client:
         url = self.url(path)
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
-        try:
-            response = self._http.request(method, url, json=body, timeout=self._timeouts(timeout))
-        except httpx.TimeoutException:
-            raise EndpointError(
-                url, "timeout", f"no answer within the {limit:.0f} s bound", time.monotonic() - start
-            ) from None
-        except httpx.TransportError as exc:
-            raise self._down(url, exc, start) from None
-        elapsed = time.monotonic() - start
+        retries = 0
+        while True:
+            remaining = max(limit - (time.monotonic() - start), 0.001)
+            attempt = time.monotonic()
+            try:
+                response = self._http.request(method, url, json=body, timeout=self._timeouts(remaining))
+            except httpx.TimeoutException:
+                raise EndpointError(
+                    url, "timeout", f"no answer within the {limit:.0f} s bound", time.monotonic() - start
+                ) from None
+            except httpx.TransportError as exc:
+                raise self._down(url, exc, start) from None
+            wait = self._wait(
+                response.status_code, retry_after(response.headers.get("retry-after")), start, limit, retries
+            )
+            if wait is None:
+                break
+            time.sleep(wait)
+            retries += 1
+        elapsed = time.monotonic() - attempt  # the answer's own time: a Retry-After wait is no part of it
         text = self.scrub(response.text)
         try:
             parsed = json.loads(text) if text.strip() else None
         except ValueError:
             parsed = None
-        return Reply(url=url, status=response.status_code, text=text, json=parsed, elapsed=elapsed)
+        return Reply(
+            url=url,
+            status=response.status_code,
+            text=text,
+            json=parsed,
+            elapsed=elapsed,
+            retry_after=retry_after(response.headers.get("retry-after"))
+            if response.status_code in RETRY_STATUSES
+            else None,
+            retries=retries,
+        )
+
+    @staticmethod
+    def _wait(status: int, seconds: float | None, start: float, limit: float, retries: int) -> float | None:
+        """Seconds to wait before sending again; None when the answer stands (no retry asked, or none left)."""
+        if status not in RETRY_STATUSES or seconds is None or retries >= MAX_RETRIES:
+            return None
+        if time.monotonic() - start + seconds >= limit:
+            return None  # the wait does not fit in the request's bound: the rate limit stands
+        return seconds
 
     def json_or_raise(self, reply: Reply) -> Any:
         """The JSON body of a 2xx answer; a 2xx that is not JSON is garbage."""
@@ -180,14 +249,29 @@ class Client:
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         result = StreamReply(url=url, status=0)
+        while True:
+            result = self._stream_once(url, body, start, limit, result.retries)
+            wait = self._wait(result.status, result.retry_after, start, limit, result.retries)
+            if wait is None:
+                return result
+            time.sleep(wait)
+            result.retries += 1
+
+    def _stream_once(self, url: str, body: Mapping[str, Any], start: float, limit: float, retries: int) -> StreamReply:
+        result = StreamReply(url=url, status=0, retries=retries)
+        remaining = max(limit - (time.monotonic() - start), 0.001)
+        deadline = start + limit
+        start = time.monotonic()  # this attempt's times: a wait for Retry-After is no part of the stream's TTFT
         try:
-            with self._http.stream("POST", url, json=body, timeout=self._timeouts(timeout)) as response:
+            with self._http.stream("POST", url, json=body, timeout=self._timeouts(remaining)) as response:
                 result.status = response.status_code
                 if response.status_code != 200:
                     result.error_text = self.scrub(response.read().decode("utf-8", "replace"))
+                    if response.status_code in RETRY_STATUSES:
+                        result.retry_after = retry_after(response.headers.get("retry-after"))
                     result.elapsed = time.monotonic() - start
                     return result
-                for data in _sse_data(response.iter_lines(), deadline=start + limit, url=url, start=start):
+                for data in _sse_data(response.iter_lines(), deadline=deadline, url=url, start=start):
                     now = time.monotonic() - start
                     if result.done:
                         result.after_done += 1

@@ -57,6 +57,21 @@ class Dialect:
     no_think_close: Mapping[str, Any] = field(default_factory=dict)
     """Request fields that keep the model from writing a closing think tag itself (a finite negative
     logit bias: the engine's own forced close still wins, every other token being -inf then)."""
+    health_body: str = "json-or-empty"
+    """What the engine's own health answer carries: ``status-ok`` (a JSON object with ``"status": "ok"``),
+    ``empty`` (no body), or ``json-or-empty`` (the generic subset: anything but a page)."""
+
+    def health_problem(self, path: str, body: Any, text: str) -> str | None:
+        """None when a 200 health answer has this engine's own shape; else the shape it should have had."""
+        if path == "/v1/models":
+            if isinstance(body, dict) and isinstance(body.get("data"), list):
+                return None
+            return 'a JSON model list ({"object": "list", "data": [...]})'
+        if self.health_body == "status-ok":
+            return None if isinstance(body, dict) and body.get("status") == "ok" else '{"status": "ok"}'
+        if self.health_body == "empty":
+            return None if not text.strip() else "an empty body"
+        return None if body is not None or not text.strip() else "JSON or an empty body"
 
     def over_window(self, status: int, body: Any, message: str) -> OverWindow | None:
         """The numbers of an over-window refusal, or None if this answer is not one."""
@@ -126,6 +141,8 @@ DIALECTS: Mapping[str, Dialect] = {
         # then the logit bias: -100 keeps the model from opening a tag, never the engine's forced close.
         # String keys are tokenized by the server (tools/server/server-schema.cpp, logit_bias).
         no_think_close={"logit_bias": {"<": -100, " <": -100, "</": -100, " </": -100, "\n</": -100}},
+        # tools/server/server-context.cpp: the health handler answers {"status": "ok"} once loaded
+        health_body="status-ok",
     ),
     "vllm": Dialect(
         engine="vllm",
@@ -147,6 +164,8 @@ DIALECTS: Mapping[str, Dialect] = {
         image_refusal=(400, re.compile(r"image|multimodal|multi-modal|modalit", re.I)),
         speculation_fixed_why="vLLM fixes the speculative config at start-up (no per-request switch), so both "
         "runs draft",
+        # vllm/entrypoints/openai/api_server.py: health() returns Response(status_code=200), no body
+        health_body="empty",
     ),
     "openai": Dialect(
         engine="openai",

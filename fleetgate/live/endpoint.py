@@ -165,6 +165,22 @@ class LiveEndpoint:
             if time.monotonic() >= deadline:
                 return self._not_ready(path, reply, time.monotonic() - waited)
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+        assert isinstance(reply, Reply)
+        shape = self.dialect.health_problem(path, reply.json, reply.text)
+        if shape is not None:
+            failure = Failure(
+                service=self.name,
+                check=HEALTH,
+                code=f"{HEALTH}/not-engine-health",
+                where=reply.url,
+                cites=("C-L-1",),
+                observed=f"HTTP 200 with {shorten(reply.text, 120)!r}" if reply.text.strip() else "HTTP 200, empty",
+                expected=f"GET {path} answers as {self.engine} does: {shape}",
+                fix="something other than the engine answers on this address (a login page, a proxy's own page, "
+                "another service): point --base-url at the engine, or let the proxy pass health through",
+            )
+            return Halt(HEALTH, failure, f"not run: what answers {self.url} is not {self.name}'s engine "
+                        f"(see {HEALTH})")
         health_s = reply.elapsed
         try:
             models = self.client.get("/v1/models", timeout=min(self.timeout, 15.0))
@@ -190,6 +206,9 @@ class LiveEndpoint:
             )
         if probe.status in (401, 403):
             return self._unauthorized(probe)
+        if probe.rate_limited:
+            return Halt(CHAT, self.rate_limited(CHAT, probe),
+                        f"not run: {self.name} rate-limits the gate (see {CHAT})")
         if not probe.ok:
             return None  # every generating check shows the refusal in its own words
         usage = usage_of(probe.json)
@@ -333,10 +352,26 @@ class LiveEndpoint:
         code: str = "refused",
     ) -> None:
         """Fail the check with the reply's status and body when the request did not succeed."""
+        if reply.rate_limited:
+            raise self.rate_limited(check, reply)
         if not reply.ok:
             raise self.fail(
                 check, code=code, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix
             )
+
+    def rate_limited(self, check: str, reply: Reply) -> Failure:
+        """A 429/503 with ``Retry-After`` that still stood after the retries the request's bound allowed."""
+        return self.fail(
+            check,
+            code="rate-limited",
+            where=reply.url,
+            observed=f"{reply.brief()}; Retry-After {reply.retry_after:g} s, still after {reply.retries} "
+            f"retr{'y' if reply.retries == 1 else 'ies'} within the request's {self.timeout:g} s bound",
+            expected="an answer once the endpoint's Retry-After has passed",
+            fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
+            "saturated, give the gate's key a limit that admits its ~20 requests, or raise --live-timeout so "
+            "the waits fit",
+        )
 
     def unreachable(self, check: str, error: EndpointError, *, cites: tuple[str, ...] = ()) -> Failure:
         fixes = {

@@ -14,7 +14,7 @@ from fleetgate.reference import llama_bin_dir, model_dir
 from tests.host.conftest import fleet_copy, run_host_gate, unit_fleet_copy
 
 SYSTEMD_CHECKS = ("host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence")
-PROCESS_CHECKS = ("host-process-argv", "host-process-env", "host-runtime-libs")
+PROCESS_CHECKS = ("host-process-argv", "host-process-env", "host-exposure", "host-runtime-libs")
 
 
 def test_a_unit_no_manager_shows(pytester: pytest.Pytester, tmp_path: Path, port: int, engine: None) -> None:
@@ -44,7 +44,8 @@ def test_no_readelf_on_the_host_fails_the_libs_check(pytester: pytest.Pytester, 
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{tools}")
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**{c: "SKIPPED" for c in SYSTEMD_CHECKS}, "host-process-argv": "PASS",
-                               "host-process-env": "PASS", "host-runtime-libs": "host-runtime-libs/readelf-failed",
+                               "host-process-env": "PASS", "host-exposure": "PASS",
+                               "host-runtime-libs": "host-runtime-libs/readelf-failed",
                                "host-payload": "PASS", "host-memavailable": "SKIPPED",
                                "host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
 

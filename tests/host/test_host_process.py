@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.reference import llama_bin_dir
+from fleetgate.reference import free_port, llama_bin_dir
 from tests.host.conftest import Process, fleet_copy, run_host_gate
 
 UNIT_SKIP = "SKIPPED"
@@ -30,10 +30,10 @@ def test_the_reference_passes_every_host_check_that_applies(
     reference_on(fleet_toml)
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
     for name in ("host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence"):
         assert "reference has no unit in fleet.toml" in gate.checks[name][1]
-    gate.result.assert_outcomes(passed=4, skipped=6)
+    gate.result.assert_outcomes(passed=5, skipped=6)
 
 
 def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -47,10 +47,11 @@ def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: 
     processes(fleet_toml, edit=other_context)
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
-                               "host-process-env": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
-    gate.result.assert_outcomes(passed=3, failed=1, skipped=6)
+                               "host-process-env": "PASS", "host-exposure": "PASS",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    gate.result.assert_outcomes(passed=4, failed=1, skipped=6)
     # The service's summary line counts the host checks too: its "failed" is the host check's failure.
-    gate.result.stdout.fnmatch_lines(["*fleetgate: per service*", "reference: 3 passed, 1 failed, 6 skipped"])
+    gate.result.stdout.fnmatch_lines(["*fleetgate: per service*", "reference: 4 passed, 1 failed, 6 skipped"])
 
 
 def test_an_undeclared_visibility_variable_fails_the_env_check(
@@ -60,7 +61,7 @@ def test_an_undeclared_visibility_variable_fails_the_env_check(
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
                                "host-process-env": "host-process-env/undeclared-visibility",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
 
 
 def test_a_declared_visibility_variable_missing_fails_the_env_check(
@@ -73,7 +74,7 @@ def test_a_declared_visibility_variable_missing_fails_the_env_check(
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
                                "host-process-env": "host-process-env/visibility-differs",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
 
 
 def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
@@ -87,7 +88,7 @@ def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
     processes(fleet_toml, binary=lonely, env={"LD_LIBRARY_PATH": str(llama_bin_dir())})
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
-                               "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.result.stdout.str()
 
 
 def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -96,6 +97,7 @@ def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tm
     gate = run_host_gate(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/no-process",
                                "host-process-env": "host-process-env/no-process",
+                               "host-exposure": "host-exposure/no-process",
                                "host-runtime-libs": "host-runtime-libs/no-process"}, gate.result.stdout.str()
 
 
@@ -107,7 +109,8 @@ def test_the_payload_check_fails_on_each_wrong_declaration(
     reference_on(fleet_toml)
     manifest = fleet_toml.parent / "scripts" / "reference.payload"
     clean = manifest.read_text(encoding="utf-8")
-    processes_pass = {"host-process-argv": "PASS", "host-process-env": "PASS", "host-runtime-libs": "PASS"}
+    processes_pass = {"host-process-argv": "PASS", "host-process-env": "PASS", "host-exposure": "PASS",
+                      "host-runtime-libs": "PASS"}
     cases = {
         "host-payload/sha256-differs": clean.replace("b179c9523d0e6a0f", "0000000000000000"),
         "host-payload/size-differs": clean.replace("98362432 ", "98362431 "),
@@ -163,10 +166,88 @@ int main(int argc, char **argv) {
         finally:
             process.terminate()
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
-                               "host-process-env": "PASS",
+                               "host-process-env": "PASS", "host-exposure": "PASS",
                                "host-runtime-libs": "host-runtime-libs/tensile-missing"}, gate.result.stdout.str()
 
 
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _listen_anywhere(argv: list[str]) -> list[str]:
+    index = argv.index("--host")
+    return [*argv[:index + 1], "0.0.0.0", *argv[index + 2:]]
+
+
+@pytest.mark.parametrize("key", [False, True], ids=["no-key", "api-key"])
+def test_an_engine_listening_beyond_loopback_without_a_key_is_a_finding(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process], key: bool) -> None:
+    """``--host 0.0.0.0`` with no API key: the host's listening sockets show the engine reachable from anywhere.
+    With a key the exposure is guarded (the argv still differs from the files). The test binds 0.0.0.0 on its
+    own free port and connects only to 127.0.0.1."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, edit=lambda a: [*_listen_anywhere(a), *(["--api-key", "k-test"] if key else [])])
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
+                               "host-process-env": "PASS",
+                               "host-exposure": "PASS" if key else "host-exposure/open-without-key",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    if key:
+        assert gate.checks["host-exposure"][1].endswith(f"listens on 0.0.0.0:{port} with an API key"), gate.checks
+
+
+def test_the_engine_is_found_at_its_declared_port_behind_a_proxy(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+    """--base-url through a proxy on another port: the host checks judge the engine on the declared port, and
+    say once what holds the --base-url port (here this test's own process: a forwarding proxy)."""
+    from tests.live.faults import FaultProxy
+
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    with FaultProxy(f"http://127.0.0.1:{port}", "buffer") as proxy:
+        gate = run_host_gate(pytester, fleet_toml, "--base-url", proxy.url, "-k", "process or exposure or libs")
+    assert gate.outcomes() == {"host-process-argv": "PASS", "host-process-env": "PASS", "host-exposure": "PASS",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+    proxy_port = proxy.url.rsplit(":", 1)[1]
+    notes = " ".join(note for _, note in gate.checks.values())
+    assert notes.count(f"--base-url reaches port {proxy_port}, held by PID") == 1, gate.checks
+    assert "a proxy or tunnel in front of the engine, not judged as it" in gate.checks["host-process-argv"][1]
+
+
+def test_nothing_on_the_declared_port_behind_a_proxy_is_no_process(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The engine runs on a port the files do not declare and is reached through a proxy: the proxy is not taken
+    for the engine; the argv check names both ports."""
+    from tests.live.faults import FaultProxy
+
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    other = free_port()
+    server = processes(fleet_toml, edit=lambda a: [*a[:a.index("--port") + 1], str(other), *a[a.index("--port") + 2:]])
+    assert server.port == other
+    with FaultProxy(f"http://127.0.0.1:{other}", "buffer") as proxy:
+        gate = run_host_gate(pytester, fleet_toml, "--base-url", proxy.url, "-k", "process_argv")
+    assert gate.outcomes() == {"host-process-argv": "host-process-argv/no-process"}, gate.result.stdout.str()
+
+
+def test_an_engine_moved_to_the_base_url_port_is_judged_with_that_port(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """Nothing listens on the declared port; the rendered binary listens where --base-url points, on this host
+    (the engine started on a test port): that is the engine, and the port is the one difference allowed. Any
+    other difference still fails."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+
+    def moved(to: int, *extra: str) -> Callable[[list[str]], list[str]]:
+        def edit(argv: list[str]) -> list[str]:
+            index = argv.index("--port")
+            return [*argv[:index + 1], str(to), *argv[index + 2:], *extra]
+        return edit
+
+    first, second = free_port(), free_port()
+    processes(fleet_toml, edit=moved(first))
+    gate = run_host_gate(pytester, fleet_toml, "--base-url", f"http://127.0.0.1:{first}", "-k", "process_argv")
+    assert gate.outcomes() == {"host-process-argv": "PASS"}, gate.result.stdout.str()
+    assert f"listens on port {first}, not the declared {port} (--base-url)" in gate.checks["host-process-argv"][1]
+    processes(fleet_toml, edit=moved(second, "--n-predict", "4"))
+    gate = run_host_gate(pytester, fleet_toml, "--base-url", f"http://127.0.0.1:{second}", "-k", "process_argv")
+    assert gate.outcomes() == {"host-process-argv": "host-process-argv/argv-differs"}, gate.result.stdout.str()

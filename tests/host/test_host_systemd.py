@@ -23,7 +23,7 @@ UNIT = "reference.service"
 DROP_IN_DIR = f"/etc/systemd/system/{UNIT}.d"
 ALL_PASS = {name: "PASS" for name in (
     "host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence",
-    "host-process-argv", "host-process-env", "host-runtime-libs", "host-payload")}
+    "host-process-argv", "host-process-env", "host-exposure", "host-runtime-libs", "host-payload")}
 ALL_PASS["host-memavailable"] = "SKIPPED"  # the reference declares no pin gate (tests/host/test_host_memory.py)
 ALL_PASS["host-vram-vs-ledger"] = "SKIPPED"  # and its host no cards (tests/host/test_host_vram.py)
 
@@ -153,6 +153,7 @@ def test_a_stopped_unit_fails_state_and_process_checks(served: Served) -> None:
     assert served.gate() == {**ALL_PASS, "host-unit-state": "host-unit-state/inactive",
                              "host-process-argv": "host-process-argv/no-process",
                              "host-process-env": "host-process-env/no-process",
+                             "host-exposure": "host-exposure/no-process",
                              "host-runtime-libs": "host-runtime-libs/no-process"}, served.last_output
 
 

@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -33,8 +34,8 @@ from fleetgate.reference import (
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "fleet"
 LIVE = REPO / "live"
-_LINE = re.compile(r"^\s+(PASS|FAIL)\s+(live-[a-z-]+)\s+(.*)$")
-_CODE = re.compile(r"\b(live-[a-z-]+/[a-z-]+)\b")
+_LINE = re.compile(r"^\s+(PASS|FAIL)\s+((?:live|host)-[a-z-]+)\s+(.*)$")
+_CODE = re.compile(r"\b((?:live|host)-[a-z-]+/[a-z-]+)\b")
 
 # Two numerically different runs of the same configuration: another micro-batch (prefill is cut
 # into other matrix shapes) and a q4_0 K cache. Greedy text differs between them (and between CPUs);
@@ -50,12 +51,63 @@ def live_checks() -> set[str]:
     return {name for name, check in REGISTRY.items() if check.kind == "live"}
 
 
+# The host checks on the reference's host (this machine, local://): no unit, no pin gate, no cards.
+HOST_OUTCOMES: dict[str, str] = {
+    "host-unit-state": "skipped",
+    "host-unit-drop-ins": "skipped",
+    "host-unit-limits": "skipped",
+    "host-boot-persistence": "skipped",
+    "host-process-argv": "passed",
+    "host-process-env": "passed",
+    "host-exposure": "passed",
+    "host-runtime-libs": "passed",
+    "host-payload": "passed",
+    "host-memavailable": "skipped",
+    "host-vram-vs-ledger": "skipped",
+}
+
+
 def expected_outcomes(failing: dict[str, str], *, vision: bool = False) -> dict[str, str]:
-    """Every live check's outcome on the reference, with ``failing`` overriding it."""
+    """Every live and host check's outcome on the reference, with ``failing`` overriding it."""
     outcomes = {name: "passed" for name in live_checks()}
     if not vision:
         outcomes["live-vision-colour"] = "skipped"  # applies only where vision is declared
-    return {**outcomes, **failing}
+    return {**outcomes, **HOST_OUTCOMES, **failing}
+
+
+def declare(source: Path, target: Path, *, port: int, variant: str) -> Path:
+    """A copy of the fleet at ``source`` (a directory) at ``target`` whose reference declares what the suite runs:
+    its port, and the numerics variant's flags (appended by the serve script). Returns the copy's fleet.toml.
+
+    The suite runs every server on a free port, from the render of such a copy at one fixed path per session,
+    and checks it against a copy at that same path: the host checks then find the engine at its declared port
+    and hold it to the argv the files declare (the chat template's path included)."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+    env = target / "scripts" / "reference.env"
+    text = env.read_text(encoding="utf-8")
+    env.write_text(re.sub(r"(?m)^PORT=.*$", f"PORT={port}", text), encoding="utf-8")
+    flags = VARIANTS[variant]
+    if flags:
+        script = target / "scripts" / "serve-reference.sh"
+        text = script.read_text(encoding="utf-8")
+        line = 'exec llama-server "${args[@]}"'
+        assert line in text, script
+        script.write_text(text.replace(line, f"{line} {' '.join(flags)}"), encoding="utf-8")
+    return target / "fleet.toml"
+
+
+@pytest.fixture(scope="session")
+def declared_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The one path per session (per xdist worker) where the declared fleet copies live."""
+    return tmp_path_factory.mktemp("declared") / "fleet"
+
+
+def server_port(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None, url
+    return port
 
 
 
@@ -83,12 +135,17 @@ def fleet() -> Fleet:
 
 @pytest.fixture(scope="session")
 def reference(
-    engine: None, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory
+    engine: None, declared_home: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ReferenceServer]:
     """The reference endpoint, started by running its serve script for real (one per xdist worker)."""
     log = tmp_path_factory.mktemp("reference") / "llama-server.log"
+
+    def run(port: int) -> ReferenceServer:
+        fleet = load_fleet(declare(FLEET_DIR, declared_home, port=port, variant="shipped"))
+        return start(fleet, port=port, log=log)
+
     try:
-        server = on_free_port(lambda port: start(fleet, port=port, log=log))
+        server = on_free_port(run)
     except ReferenceError as exc:
         pytest.fail(str(exc), pytrace=False)
     with server:
@@ -100,12 +157,19 @@ def variant(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def declared_argv(home: Path, port: int, variant: str) -> list[str]:
+    """The reference's rendered argv on ``port`` in ``variant``, as a declared copy at ``home`` renders it."""
+    return list(render_reference(load_fleet(declare(FLEET_DIR, home, port=port, variant=variant)), port=port).argv)
+
+
 @pytest.fixture(scope="session")
-def reference_b(engine: None, fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceServer]:
+def reference_b(
+    engine: None, declared_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ReferenceServer]:
     """The reference's rendered argv under the second numerics (started only when a test needs it)."""
     log = tmp_path_factory.mktemp("reference-b") / "llama-server.log"
     server = on_free_port(
-        lambda port: launch([*render_reference(fleet, port=port).argv, *VARIANTS["numerics-b"]], log=log, port=port)
+        lambda port: launch(declared_argv(declared_home, port, "numerics-b"), log=log, port=port)
     )
     with server:
         yield server
@@ -149,15 +213,23 @@ class Gate:
         return int(match.group(1))
 
 
-def run_gate(pytester: pytest.Pytester, url: str, *args: str, fleet_toml: Path | None = None) -> Gate:
-    fleet_args = ("--fleet", str(fleet_toml)) if fleet_toml else ()
+def run_gate(
+    pytester: pytest.Pytester,
+    url: str,
+    *args: str,
+    home: Path,
+    fleet_toml: Path | None = None,
+    port: int | None = None,
+    variant: str = "shipped",
+) -> Gate:
+    """The gate (live and host checks) at ``url``, against a declared copy of the fleet (``fleet_toml``'s, else
+    the example's) whose reference listens on ``port`` (default: the URL's; a proxy's test names the engine's)."""
+    source = fleet_toml.parent if fleet_toml else FLEET_DIR
+    declared = declare(source, home, port=port or server_port(url), variant=variant)
+    fleet_args = ("--fleet", str(declared))
     junit = pytester.path / f"junit-{len(list(pytester.path.glob('junit-*.xml')))}.xml"
     result = pytester.runpytest_subprocess(
         str(LIVE),
-        # These servers listen on a free port, not the one the files declare, so the host checks (which
-        # hold the process to the rendered argv) are proven apart, on the declared port: tests/host/.
-        "--ignore",
-        str(LIVE / "test_host.py"),
         "--endpoint",
         "reference",
         "--base-url",
@@ -182,7 +254,8 @@ def junit_outcomes(path: Path) -> dict[str, str]:
     outcomes: dict[str, str] = {}
     for case in ET.parse(path).getroot().iter("testcase"):
         name = case.get("name", "").split("[", 1)[0]
-        check = "live-" + name.removeprefix("test_").replace("_", "-")
+        kind = "host" if case.get("classname", "").rsplit(".", 1)[-1] == "test_host" else "live"
+        check = f"{kind}-" + name.removeprefix("test_").replace("_", "-")
         failure = case.find("failure")
         if failure is None:
             failure = case.find("error")
@@ -197,9 +270,13 @@ def junit_outcomes(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def gate(pytester: pytest.Pytester) -> Callable[..., Gate]:
-    def run(url: str, *args: str, fleet_toml: Path | None = None) -> Gate:
-        return run_gate(pytester, url, *args, fleet_toml=fleet_toml)
+def gate(pytester: pytest.Pytester, declared_home: Path) -> Callable[..., Gate]:
+    def run(
+        url: str, *args: str, fleet_toml: Path | None = None, port: int | None = None, variant: str = "shipped"
+    ) -> Gate:
+        return run_gate(
+            pytester, url, *args, home=declared_home, fleet_toml=fleet_toml, port=port, variant=variant
+        )
 
     return run
 
@@ -219,7 +296,7 @@ def drop(argv: list[str], flag: str, values: int = 1) -> list[str]:
 
 @pytest.fixture
 def control(
-    engine: None, fleet: Fleet, tmp_path: Path, variant: str
+    engine: None, declared_home: Path, tmp_path: Path, variant: str
 ) -> Iterator[Callable[[Callable[[list[str]], list[str]]], ReferenceServer]]:
     """Start llama-server from the reference's rendered argv (in this test's numerics variant) after one
     edit; stopped after the test."""
@@ -228,7 +305,7 @@ def control(
     def launch_edited(edit: Callable[[list[str]], list[str]]) -> ReferenceServer:
         log = tmp_path / f"control-{len(servers)}.log"
         server = on_free_port(
-            lambda port: launch(edit([*render_reference(fleet, port=port).argv, *VARIANTS[variant]]), log=log, port=port)
+            lambda port: launch(edit(declared_argv(declared_home, port, variant)), log=log, port=port)
         )
         servers.append(server)
         return server

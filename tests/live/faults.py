@@ -31,6 +31,8 @@ MODES = (
     "refuse-unexplained",
     "vllm-as-declared",
     "vllm-other-payload",
+    "login-page",
+    "hang-streams",
 )
 # What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
 # max_model_len), for frank-archon as its files declare it, and after another payload was loaded.
@@ -89,10 +91,15 @@ class FaultServer:
 
     def handle(self, handler: BaseHTTPRequestHandler, body: dict[str, Any] | None) -> None:
         mode = self.mode
-        if mode == "hang":
+        if mode == "hang" or (mode == "hang-streams" and body is not None and body.get("stream")):
             self.stopping.wait(30)
             return
-        if mode == "garbage":
+        if mode == "login-page":
+            # a reverse proxy's sign-in page where the engine should be: 200 for every path
+            self._send(handler, 200, b"<!doctype html><html><body><form action=/login>Sign in</form></body></html>",
+                       "text/html")
+            return
+        if mode == "garbage" and handler.path != "/health":
             self._send(handler, 200, b"<html>this is not JSON{", "application/json")
             return
         if mode == "error":
@@ -212,6 +219,10 @@ PROXY_MODES = (
     "unauthorized",
     "unauthorized-images",
     "loading",
+    "rate-limit-once",
+    "rate-limited",
+    "rate-limit-streams",
+    "cut-second-stream",
 )
 
 
@@ -226,8 +237,11 @@ class FaultProxy:
     event stream until it is complete and sends it at once; ``delay`` holds every POST ``delay`` seconds;
     ``slow-refusal`` holds every 4xx answer ``delay`` seconds; ``unauthorized`` answers 401 to all but
     /health; ``unauthorized-images`` answers 401 to a chat request that carries an image; ``loading``
-    answers 503 ``Loading model`` for the first ``delay`` seconds. Listens on 127.0.0.1 only; every
-    upstream call is bounded.
+    answers 503 ``Loading model`` for the first ``delay`` seconds; ``rate-limit-once`` answers the second chat
+    request 429 with ``Retry-After: 1`` (then passes everything), ``rate-limited`` every chat request,
+    ``rate-limit-streams`` every streaming one;
+    ``cut-second-stream`` cuts the second event stream after its first chunk (the first one passes whole).
+    Listens on 127.0.0.1 only; every upstream call is bounded.
     """
 
     def __init__(self, upstream: str, mode: str, *, delay: float = 0.0) -> None:
@@ -239,6 +253,11 @@ class FaultProxy:
         self.stopping = threading.Event()
         self.frozen: bytes | None = None
         self.started = 0.0
+        self.chats = 0
+        self.streams = 0
+        self.limited = 0
+        """429s answered."""
+        self.lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -273,10 +292,18 @@ class FaultProxy:
         self.thread.join(10)
 
     @staticmethod
-    def _send(handler: BaseHTTPRequestHandler, status: int, body: bytes, kind: str = "application/json") -> None:
+    def _send(
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        body: bytes,
+        kind: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         handler.send_response(status)
         handler.send_header("Content-Type", kind)
         handler.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            handler.send_header(name, value)
         handler.end_headers()
         handler.wfile.write(body)
 
@@ -303,6 +330,20 @@ class FaultProxy:
             self.stopping.wait(self.delay)
         headers = {k: v for k, v in handler.headers.items() if k.lower() in ("authorization", "content-type")}
         streaming = method == "POST" and (b'"stream": true' in body or b'"stream":true' in body)
+        if method == "POST" and path == "/v1/chat/completions":
+            with self.lock:
+                self.chats += 1
+                self.streams += streaming
+                chat, stream = self.chats, self.streams
+            if (mode == "rate-limited" or (mode == "rate-limit-once" and chat == 2)
+                    or (mode == "rate-limit-streams" and streaming)):
+                with self.lock:
+                    self.limited += 1
+                self._send(handler, 429, b'{"error":{"code":429,"message":"Too Many Requests","type":"rate_limit"}}',
+                           headers={"Retry-After": "1"})
+                return
+        else:
+            stream = 0
         with httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0)) as client:
             request = client.build_request(method, self.upstream + path, content=body or None, headers=headers)
             response = client.send(request, stream=True)
@@ -318,6 +359,9 @@ class FaultProxy:
                     for chunk in response.iter_raw():
                         handler.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                         handler.wfile.flush()
+                        if mode == "cut-second-stream" and stream == 2:
+                            handler.close_connection = True  # no terminating chunk: the stream is cut
+                            return
                     handler.wfile.write(b"0\r\n\r\n")
                     return
                 data = response.read()

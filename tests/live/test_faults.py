@@ -33,6 +33,10 @@ FAULTS: dict[str, dict[str, str]] = {
     "stream-empty": {"live-stream": "live-stream/no-tokens"},
     "tools-call-despite-none": {"live-tool-calls": "live-tool-calls/call-despite-none"},
     "tools-none-refused": {"live-tool-calls": "live-tool-calls/none-refused"},
+    # the stream hangs mid-run: said once by the check that ran out of time; the next check is not run
+    "hang-streams": {"live-stream": "live-stream/timeout", "live-determinism": "skipped"},
+    # a sign-in page served with 200 where the engine should answer: not the engine's health
+    "login-page": {"live-health": "live-health/not-engine-health", "live-chat": "skipped"},
     "vision-unbilled": {
         "live-vision": "live-vision/image-not-billed",
         "live-vision-colour": "live-vision-colour/colour-not-named",  # -k test_vision selects both

@@ -44,7 +44,19 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     ),
     "other-model-file": (None, {}, {"live-payload": "live-payload/other-path"}),  # argv edit built in the test
     "payload-replaced": (None, {}, {"live-payload": "live-payload/other-model"}),  # built in the test
-    "payload-removed": (None, {}, {"live-payload": "live-payload/header-unreadable"}),  # built in the test
+    # the declared file removed after load, and no profile declared: nothing is left to compare with
+    "payload-removed": (  # built in the test
+        None,
+        {},
+        {"live-payload": "live-payload/header-unreadable", "host-payload": "host-payload/missing"},
+    ),
+    # another model (the Q8_0 requantisation) at the declared path under the declared name, loaded and left
+    # there: it matches its own header, not the declared payload (the profile, the manifest's size)
+    "payload-other-in-place": (  # built in the test
+        None,
+        {},
+        {"live-payload": "live-payload/other-model", "host-payload": "host-payload/size-differs"},
+    ),
     "no-metrics": (lambda a: drop(a, "--metrics", 0), {}, {"live-metrics": "live-metrics/not-served"}),
     "no-drafter": (
         lambda a: drop(drop(drop(a, "--spec-type"), "--spec-draft-model"), "--spec-draft-n-max"),
@@ -116,7 +128,8 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     "drafter-undeclared": (
         None,
         {"scripts/reference.env": lambda t: t.replace("SPEC_TYPE=draft-simple", "SPEC_TYPE=none")},
-        {"live-drafter": "live-drafter/undeclared-drafter"},
+        # the running reference drafts, the files no longer say so: its argv differs too
+        {"live-drafter": "live-drafter/undeclared-drafter", "host-process-argv": "host-process-argv/argv-differs"},
     ),
     "rule-on-unexported-series": (
         None,
@@ -144,6 +157,7 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
     "projector-undeclared": (None, {}, {"live-vision": "live-vision/image-accepted"}),
     "projector-random": (None, VISION_TRUE, {"live-vision-colour": "live-vision-colour/colour-not-named"}),
 }
+PROFILE_LINE = 'profile = "profiles/smollm2-135m-instruct-q4_1.toml"\n'
 # Controls that run against the shared reference process of the variant (only the declaration differs).
 ON_REFERENCE = {
     "vision-without-mmproj",
@@ -158,7 +172,8 @@ def _raised_codes() -> set[str]:
     readiness codes (fleetgate/live/endpoint.py)."""
     import importlib
 
-    codes = {"live-health/loading", "live-health/unauthorized", "live-chat/slower-than-bound"}
+    codes = {"live-health/loading", "live-health/unauthorized", "live-health/not-engine-health",
+             "live-chat/slower-than-bound", "live-chat/rate-limited"}
     for module_name in ("live_caches", "live_capabilities", "live_generation", "live_identity", "live_metrics"):
         module = importlib.import_module(f"fleetgate.checks.{module_name}")
         source = Path(str(module.__file__)).read_text(encoding="utf-8")
@@ -170,7 +185,7 @@ def _raised_codes() -> set[str]:
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
     shown |= FAULT_CODES | PROXY_CODES
-    assert {code.split("/", 1)[0] for code in shown} == live_checks()
+    assert {code.split("/", 1)[0] for code in shown if code.startswith("live-")} == live_checks()
     assert _raised_codes() - shown == set()
 
 
@@ -212,7 +227,7 @@ def test_control(
         other = tmp_path / "another-model.gguf"
         other.symlink_to(model_dir() / MODEL_FILE)
         edit = lambda a: set_value(a, "--model", str(other))  # noqa: E731
-    if name in ("payload-replaced", "payload-removed"):
+    if name in ("payload-replaced", "payload-removed", "payload-other-in-place"):
         # The process loads a Q8_0 file at the path the files declare; then the declared (Q4_1) payload is
         # put at that path. The path matches; the header does not (INC-53).
         directory = tmp_path / "models"
@@ -228,6 +243,9 @@ def test_control(
                 'payload = ["/opt/fleetgate/models/SmolLM2-135M-Instruct.Q4_1.gguf"]', f'payload = ["{declared}"]'
             ),
         }
+        if name == "payload-removed":
+            declare_payload = fleet_edits["fleet.toml"]
+            fleet_edits["fleet.toml"] = lambda t: declare_payload(t).replace(PROFILE_LINE, "")
     if name == "garbage":
         bang = _token_id(reference_in.url, "!")
         edit = lambda a: [*a, "--logit-bias", f"{bang}+100"]  # noqa: E731
@@ -242,9 +260,13 @@ def test_control(
     if declared is not None and name == "payload-removed":
         declared.unlink()  # the process keeps what it mapped; nothing is left to compare it with
     fleet_toml = fleet_copy(fleet_edits) if fleet_edits else None
-    run = gate(url, fleet_toml=fleet_toml)
+    run = gate(url, fleet_toml=fleet_toml, variant=variant)
     vision = fleet_edits is VISION_TRUE
+    if name not in ON_REFERENCE:
+        # the process runs the rendered argv with one edit: the host sees it too
+        failing = {"host-process-argv": "host-process-argv/argv-differs", **failing}
     assert run.outcomes == expected_outcomes(failing, vision=vision), run.output
     if name == "projector-random":
         # the mechanics are proven: the image is accepted and billed as the projector's patches
         assert run.note("live-vision") == f"image accepted, {IMAGE_TOKENS} image tokens billed"
+

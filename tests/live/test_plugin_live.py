@@ -22,7 +22,7 @@ def test_live_without_an_endpoint_is_a_usage_error(pytester: pytest.Pytester) ->
 
 def test_skip_live_skips_on_purpose(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(str(LIVE), "--skip-live", "-p", "no:cacheprovider", "-rs")
-    result.assert_outcomes(skipped=17 + 10)  # the live checks, and the host checks of live/test_host.py
+    result.assert_outcomes(skipped=17 + 11)  # the live checks, and the host checks of live/test_host.py
     result.stdout.fnmatch_lines(["*live tests skipped: --skip-live was given*"])
 
 

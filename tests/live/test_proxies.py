@@ -14,7 +14,7 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate, expected_outcomes
+from .conftest import Gate, expected_outcomes, server_port
 from .faults import FaultProxy
 
 NOT_RUN = "skipped"
@@ -38,12 +38,22 @@ PROXIES: dict[str, tuple[float, tuple[str, ...], dict[str, str], bool]] = {
     "unauthorized": (0, (), {"live-health": "live-health/unauthorized"}, True),
     "loading": (60, (), {"live-health": "live-health/loading"}, True),
     "delay": (20, (), {"live-health": "passed", "live-chat": "live-chat/slower-than-bound"}, True),
+    # one 429 with Retry-After: 1 is waited out within the request's bound: nothing fails
+    "rate-limit-once": (0, (), {}, False),
+    # a rate limit that persists is said once, as such
+    "rate-limited": (0, (), {"live-health": "passed", "live-chat": "live-chat/rate-limited"}, True),
+    # every event stream answered 429 with Retry-After: 1 (other requests pass): named as rate limiting
+    "rate-limit-streams": (0, (), {"live-stream": "live-stream/rate-limited"}, False),
+    # the first stream passes whole, the second is cut: the gate streams twice
+    "cut-second-stream": (0, (), {"live-stream": "live-stream/truncated"}, False),
 }
 PROXY_CODES = {code for _, _, failing, _ in PROXIES.values() for code in failing.values() if "/" in code}
 
 
 def _halted(failing: dict[str, str]) -> dict[str, str]:
-    outcomes = {check: NOT_RUN for check in expected_outcomes({})}
+    """Every live check not run but the failing ones; the host checks, which read the host, still run."""
+    outcomes = {check: NOT_RUN if check.startswith("live-") else outcome
+                for check, outcome in expected_outcomes({}).items()}
     outcomes.update(failing)
     return outcomes
 
@@ -61,10 +71,16 @@ def test_proxy(
         pytest.skip("the run stops before any generation: the numerics cannot matter")
     start = time.monotonic()
     with FaultProxy(reference_in.url, mode, delay=delay) as proxy:
-        run = gate(proxy.url, *args)
+        # the engine is declared at its own port: the host checks judge it, not the proxy (said once)
+        run = gate(proxy.url, *args, port=server_port(reference_in.url), variant=variant)
     elapsed = time.monotonic() - start
     expected = _halted(failing) if halted else expected_outcomes(failing)
     assert run.outcomes == expected, run.output
+    if mode == "rate-limit-once":
+        assert proxy.limited == 1, proxy.limited
+    if mode == "rate-limited":
+        # the readiness probe waited out Retry-After three times, then said so; no other request was sent
+        assert proxy.limited == 4, proxy.limited
     if mode == "unauthorized":
         # said once, naming where the key comes from
         assert run.output.count("--api-key-env") == 1, run.output
@@ -77,5 +93,6 @@ def test_wait_ready_waits_for_a_loading_server(
     reference: ReferenceServer, gate: Callable[..., Gate], no_api_key: None
 ) -> None:
     with FaultProxy(reference.url, "loading", delay=3) as proxy:
-        run = gate(proxy.url, "--wait-ready", "30", "-k", "test_health or test_alias or test_slots")
+        run = gate(proxy.url, "--wait-ready", "30", "-k", "test_health or test_alias or test_slots",
+                   port=server_port(reference.url))
     assert run.outcomes == {"live-health": "passed", "live-alias": "passed", "live-slots": "passed"}, run.output

@@ -29,8 +29,8 @@ def test_the_reference_runs_exactly_what_the_seams_render(reference: ReferenceSe
 def test_gate_passes_against_the_reference(
     variant: str, reference_in: ReferenceServer, gate: type[Gate], no_api_key: None
 ) -> None:
-    run = gate(reference_in.url)
-    run.result.assert_outcomes(passed=16, skipped=1)
+    run = gate(reference_in.url, variant=variant)
+    run.result.assert_outcomes(passed=21, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     run.result.stdout.fnmatch_lines(
         [
@@ -49,7 +49,7 @@ def test_gate_passes_against_the_reference(
 
 def test_gate_passes_under_xdist(reference: ReferenceServer, gate: type[Gate], no_api_key: None) -> None:
     run = gate(reference.url, "-n", "4")
-    run.result.assert_outcomes(passed=16, skipped=1)
+    run.result.assert_outcomes(passed=21, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     assert run.spent() <= BUDGET_TOKENS
 
