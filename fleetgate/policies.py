@@ -64,7 +64,7 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("drafter-alert", "every speculative-decoding service has a Prometheus rule on its drafter going quiet",
            checks=("rules-drafter-alert",)),
     Policy("docs-index", "every runbook page is registered in a docs index with a status marker, and documents the "
-           "shapes fleet.toml deploys", checks=("docs-index", "docs-shapes"),
+           "shapes fleet.toml deploys and the settings its runbooks require", checks=("docs-index", "docs-shapes", "runbook-settings"),
            declared_by=lambda fleet: fleet.docs_index is not None, declaration="docs_index = PATH"),
     Policy("deploy-probes", "the deploy script's readiness probe of every deployed service can succeed",
            checks=("deploy-probes",),

@@ -48,6 +48,7 @@ LLAMA_UNIT_SERVICE = {
     "unit-env-files": PASSED,
     "unit-exec-args": PASSED,
     "container-paths": SKIPPED,  # a systemd unit, not a Quadlet
+    "drafter-placement": SKIPPED,  # no drafter
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -55,7 +56,8 @@ FLEET_LEVEL = {
     "service-ports-unique": PASSED,
     "rules-exported": SKIPPED,  # no rules, no dashboards: nothing to hold to the engines' series
 }
-NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "vllm-starts", "timeouts-nest")
+NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "vllm-starts", "vllm-mm-limits", "vllm-speculative-depth",
+              "timeouts-nest")
 # Every policy's checks: one skip each, for the whole fleet, naming how to turn the policy on.
 POLICY_CHECKS = tuple(check for policy in POLICIES.values() for check in policy.checks)
 
@@ -166,8 +168,9 @@ HOUSE_RULES: dict[str, tuple[list[Edit], dict[str, str]]] = {
                           "fleet:docs-index": "-", "fleet:docs-shapes": "-",
                           "l4-box:retired-names": SKIPPED, "l4-box:proxy-routing": SKIPPED,
                           "l4-box:proxy-capacity": SKIPPED, "l4-box:docs-index": SKIPPED,
-                          # docs-shapes is per service: no index to read shapes from
-                          "qwen:docs-shapes": SKIPPED}),
+                          # docs-shapes and runbook-settings are per service: no index to read shapes from, no
+                          # runbook page with a deployed-configuration table
+                          "fleet:runbook-settings": "-", "qwen:docs-shapes": SKIPPED, "qwen:runbook-settings": SKIPPED}),
 }
 
 
