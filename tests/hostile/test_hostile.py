@@ -191,12 +191,42 @@ def _own(world: World, uid: int) -> None:
             os.lchown(path, uid, uid)
 
 
-def _render_as(uid: int, args: list[str]) -> tuple[int, str, str]:
+# Run as root in a mount namespace of its own: a directory of this Python's environment that the unprivileged user
+# cannot traverse (a tox env under its private .tox, an interpreter under /root) is shadowed by an open tmpfs, and
+# what must stay visible is bound back in, so that user's Python finds its packages. Nothing outside the namespace
+# changes; the stage directory lies in the test's own temporary directory.
+_VISIBLE = """set -eu
+stage=$1 keeps=$2 opens=$3; shift 3
+mount --make-rprivate /
+IFS=: read -r -a keep <<< "$keeps"
+IFS=: read -r -a open <<< "$opens"
+for i in "${!keep[@]}"; do mkdir -p "$stage/k$i"; mount --bind "${keep[$i]}" "$stage/k$i"; done
+for o in "${open[@]}"; do [ -n "$o" ] && mount -t tmpfs -o mode=0755 tmpfs "$o"; done
+for i in "${!keep[@]}"; do mkdir -p "${keep[$i]}"; mount --bind "$stage/k$i" "${keep[$i]}"; done
+exec "$@"
+"""
+
+
+def _shadowed(keeps: list[str]) -> tuple[list[str], list[str]]:
+    """The directories among the keeps' ancestors that others cannot traverse (shallowest first), and the keeps that
+    lie beneath one of them (those alone need binding back)."""
+    opens = sorted({str(a) for k in keeps for a in Path(k).parents if a != Path("/") and not os.stat(a).st_mode & 0o001},
+                   key=lambda p: p.count("/"))
+    hidden = [k for k in keeps if any(Path(o) in Path(k).parents for o in opens)]
+    return opens, hidden
+
+
+def _render_as(uid: int, args: list[str], stage: Path) -> tuple[int, str, str]:
     """``fleetgate ARGS`` in a process of its own, as ``uid`` without any capability."""
-    done = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                           "--bounding-set=-all", "--", sys.executable, "-c",
-                           "import sys; from fleetgate.cli import main; sys.exit(main(sys.argv[1:]))", *args],
-                          capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    keeps = list(dict.fromkeys([os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix),
+                                str(Path(__file__).resolve().parents[2])]))
+    opens, hidden = _shadowed(keeps)
+    as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+               "--bounding-set=-all", "--", sys.executable, "-c",
+               "import sys; from fleetgate.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+    command = (["unshare", "--mount", "--", "bash", "-c", _VISIBLE, "visible", str(stage), ":".join(hidden), ":".join(opens),
+                *as_user] if opens else as_user)
+    done = subprocess.run(command, capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"})
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
@@ -455,7 +485,8 @@ def test_hostile_input_is_contained_unprivileged(unprivileged_world: World, case
     _own(world, UNPRIVILEGED)
     before, bound = _snapshot(world.fleet, world.outside), _bound()
     started = time.monotonic()
-    code, out, err = _render_as(UNPRIVILEGED, ["render", case.service, "--fleet", str(world.fleet / "fleet.toml"), "--json"])
+    code, out, err = _render_as(UNPRIVILEGED, ["render", case.service, "--fleet", str(world.fleet / "fleet.toml"), "--json"],
+                                world.fleet.parent / "visible")
     took = time.monotonic() - started
     _judge(world, case, code, out, err, took, before, bound, startup=1.5)
 
