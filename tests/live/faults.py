@@ -119,7 +119,8 @@ class FaultServer:
             return
         if body is None:
             if handler.path == "/health":
-                self._send(handler, 200, b'{"status":"ok"}')
+                # vLLM's health() is a 200 with no body; llama-server's is {"status": "ok"}
+                self._send(handler, 200, b"" if mode in VLLM_MODELS else b'{"status":"ok"}')
             elif handler.path == "/v1/models" and mode in VLLM_MODELS:
                 root, window = VLLM_MODELS[mode]
                 card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
