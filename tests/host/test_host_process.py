@@ -251,3 +251,27 @@ def test_an_engine_moved_to_the_base_url_port_is_judged_with_that_port(
     processes(fleet_toml, edit=moved(second, "--n-predict", "4"))
     gate = run_host_gate(pytester, fleet_toml, "--base-url", f"http://127.0.0.1:{second}", "-k", "process_argv")
     assert gate.outcomes() == {"host-process-argv": "host-process-argv/argv-differs"}, gate.result.stdout.str()
+
+
+def test_sockets_the_host_cannot_list_fail_the_exposure_check(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose ss cannot read the listening sockets (no iproute2, a restricted shell): host-exposure cannot
+    see its subject, so it fails naming what it ran, never passes."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    reference_on(fleet_toml)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    # Only the exposure check's listing fails; the process lookup (its own ss call) still finds the engine.
+    real = shutil.which("ss")
+    assert real is not None, "iproute2's ss is needed to find the engine by its port"
+    (tools / "ss").write_text(f'#!/bin/sh\n[ "$*" = "-ltnpH" ] || exec {real} "$@"\n'
+                              "echo 'Cannot open netlink socket: Permission denied' >&2\nexit 1\n", encoding="utf-8")
+    (tools / "ss").chmod(0o755)
+    import os
+
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    gate = run_host_gate(pytester, fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
+                               "host-exposure": "host-exposure/sockets-unreadable",
+                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
