@@ -176,7 +176,7 @@ def _init(args: argparse.Namespace) -> int:
     if output.is_symlink() or (output.exists() and not args.force):
         raise InputError(output, None, "exists; init never overwrites a fleet.toml (pass --force to replace it, or "
                          "--output ANOTHER.toml)" if not output.is_symlink() else "is a symlink; init writes a plain file")
-    discovery = discover(real_output.parent, [p.resolve() for p in paths])
+    discovery = discover(real_output.parent, [p.resolve() for p in paths[1:] or paths])
     facts = None
     problems: list[str] = []
     if args.probe:

@@ -249,18 +249,6 @@ def _map(root: Path, deploy_root: str | None, host_path: str) -> Path | None:
 # --- argv --------------------------------------------------------------------------------------------------------
 
 
-def _flag(argv: Sequence[str], *names: str) -> str | None:
-    """The last value of a flag (``--port 8080`` or ``--port=8080``), as the engines read it."""
-    value = None
-    for i, word in enumerate(argv):
-        for name in names:
-            if word == name and i + 1 < len(argv):
-                value = argv[i + 1]
-            elif word.startswith(name + "="):
-                value = word[len(name) + 1:]
-    return value
-
-
 def _engine_of(argv: Sequence[str]) -> tuple[EngineName, int] | None:
     """The engine an argv starts, and where its own arguments begin (``vllm serve MODEL``: after ``serve``)."""
     for i, word in enumerate(argv[:3]):
@@ -270,29 +258,36 @@ def _engine_of(argv: Sequence[str]) -> tuple[EngineName, int] | None:
     return None
 
 
-def _model(engine: EngineName, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    """The payload files the argv loads (absolute paths only: a hub id or a relative path is not a host file)."""
-    found: list[str] = []
+def _parsed(engine: EngineName, args: Sequence[str], env: Mapping[str, str]) -> tuple[int | None, list[str]]:
+    """The port the argv sets (None: the engine's default) and the files it loads, read by the engine's own argv
+    model (``fleetgate.engines``): aliases, ``--flag=value``, ``LLAMA_ARG_*`` and the last value winning."""
     if engine == "llama.cpp":
-        for names, variable in ((("-m", "--model"), "LLAMA_ARG_MODEL"), (("-mm", "--mmproj"), "LLAMA_ARG_MMPROJ"),
-                                (("-md", "--model-draft"), "LLAMA_ARG_MODEL_DRAFT")):
-            value = _flag(args, *names) or env.get(variable)
-            if value:
-                found.append(value)
+        from fleetgate.engines.llamacpp import parse_llama_server
+
+        llama = parse_llama_server(("llama-server", *args), env)
+        given = llama.use("port")
+        files = [llama.model, llama.mmproj, llama.spec_draft_model]
     else:
-        value = _flag(args, "--model")
-        if value is None and len(args) > 1 and args[0] == "serve" and not args[1].startswith("-"):
-            value = args[1]
-        if value:
-            found.append(value)
-    return [v for v in found if v.startswith("/")]
+        from fleetgate.engines.vllm import parse_vllm
+
+        vllm = parse_vllm(("vllm", *args))
+        given = vllm.use("port")
+        drafter = (vllm.speculative_config or {}).get("model")
+        files = [vllm.model, drafter if isinstance(drafter, str) else None]
+    # A --port the engine would refuse (empty, not a number) is no port: the engine's default is written, and the
+    # argv seams report the value.
+    text = given.value if given is not None else None
+    port = int(text) if text is not None and text.isdigit() else None
+    # Only absolute paths are host files: a hub id or a relative path is not (the payload names host files).
+    return (port if port is not None and 0 < port < 65536 else None), list(dict.fromkeys(f for f in files if f and f.startswith("/")))
+
+
+def _model(engine: EngineName, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    return _parsed(engine, args, env)[1]
 
 
 def _port(engine: EngineName, args: Sequence[str], env: Mapping[str, str]) -> int | None:
-    value = _flag(args, "--port") or (env.get("LLAMA_ARG_PORT") if engine == "llama.cpp" else None)
-    if value is not None and value.isdigit() and 0 < int(value) < 65536:
-        return int(value)
-    return None
+    return _parsed(engine, args, env)[0]
 
 
 # --- systemd units and Quadlets ----------------------------------------------------------------------------------
@@ -348,7 +343,7 @@ def _from_unit(ctx: _Context, path: Path, unit: Unit) -> Found | None:
         port = _port(engine, args, env)
         return Found(name=_service_name(path.stem, ctx.taken), engine=engine,
                      port=port or DEFAULT_PORT[engine],
-                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port)",
+                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
                      source=f"{rel}:{setting.line}", payload=tuple(_model(engine, args, env)), unit=rel)
     if posixpath.basename(words[0]) in ("bash", "sh") and len(words) > 2 and words[1] == "-c":
         return _from_inline(ctx, unit, setting, words[2], env)
@@ -381,7 +376,7 @@ def _from_inline(ctx: _Context, unit: Unit, setting: Setting, script: str, env: 
         port = _port(engine, args, env)
         rel = _rel(ctx.root, unit.path)
         return Found(name=_service_name(unit.path.stem, ctx.taken), engine=engine, port=port or DEFAULT_PORT[engine],
-                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port)",
+                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
                      source=f"{rel}:{setting.line}", payload=tuple(_model(engine, args, env)), unit=rel)
     return None
 
@@ -450,7 +445,7 @@ def _from_script(ctx: _Context, script: Path, unit: Path | None, env_file: Path 
         return None  # `vllm bench serve`, `vllm collect-env`: a vllm command that serves nothing
     env_rel = _rel(ctx.root, env_file) if env_file is not None else sourced[0] if len(sourced) == 1 else None
     return Found(name=name, engine=engine, port=port or DEFAULT_PORT[engine],
-                 port_from=f"--port as {rel_script} renders it" if port else f"{engine}'s default port (no --port rendered)",
+                 port_from=f"--port as {rel_script} renders it" if port else f"{engine}'s default port (no --port with a number rendered)",
                  source=source, payload=tuple(_model(engine, args, engine_env)),
                  unit=_rel(ctx.root, unit) if unit is not None else None, serve_script=rel_script,
                  env_file=env_rel)
@@ -507,7 +502,8 @@ def _yaml(ctx: _Context, path: Path) -> tuple[Any, yaml.Node | None] | None:
     try:
         text = read_text(path, "the YAML file")
     except InputError as exc:
-        ctx.notes.append(Note(exc.path, exc.line, exc.message))
+        if path.name in COMPOSE_NAMES:
+            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
         return None
     shaped = path.name in COMPOSE_NAMES or re.search(r"^(services|models):", text, re.M) is not None
     try:
@@ -641,7 +637,7 @@ def _from_compose(ctx: _Context, path: Path, data: Mapping[str, Any], node: yaml
             continue
         hit = _engine_of(words)
         args = words[hit[1]:] if hit is not None else words
-        if engine == "vllm" and hit is None and args and not args[0].startswith("-") and args[0] != "serve":
+        if engine == "vllm" and hit is None and args[:1] != ["serve"]:
             args = ["serve", *args]  # the vllm/vllm-openai image's entrypoint is `vllm serve`
         env = _compose_env(service.get("environment"))
         listen = _port(engine, args, env) or DEFAULT_PORT[engine]
@@ -743,7 +739,7 @@ def _from_llama_swap(ctx: _Context, path: Path, data: Mapping[str, Any], node: y
         port = _port(engine, args, env)
         found.append(Found(name=_service_name(model_id, ctx.taken), engine=engine,
                            port=port or DEFAULT_PORT[engine],
-                           port_from=f"--port in {rel}:{line}" if port else f"{engine}'s default port (no --port)",
+                           port_from=f"--port in {rel}:{line}" if port else f"{engine}'s default port (no --port with a number)",
                            source=f"{rel}:{line}", payload=tuple(_model(engine, args, env)),
                            llama_swap=rel, llama_swap_model=model_id))
     return found
@@ -757,10 +753,14 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
     goes, and every file it names is relative to it. Bad files are notes, and discovery goes on."""
     root = root.resolve()
     notes: list[Note] = []
-    files: list[Path] = []
+    files: dict[Path, None] = {}
     for start in paths or (root,):
-        start = start.resolve()
-        files += [f for f in _walk(root, start, notes) if f not in files]
+        for file in _walk(root, start.resolve(), notes):
+            if root in file.parents:
+                files[file] = None
+            elif _interesting(file.name):
+                notes.append(Note(file, None, f"outside {root}, the directory of fleet.toml, which names files under "
+                                  "it only: not read"))
     units: list[tuple[Path, Unit]] = []
     yamls: list[Path] = []
     for file in files:
@@ -833,11 +833,14 @@ def _standalone(file: Path) -> bool:
     """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
     try:
         with file.open("rb") as stream:
-            head = stream.read(65536)
+            head = stream.read(2)
+            if head != b"#!" and file.suffix != ".sh":
+                return False
+            head += stream.read(65534)
     except OSError:
         return False
     first = head.split(b"\n", 1)[0]
-    if not (file.suffix == ".sh" or (first.startswith(b"#!") and (b"bash" in first or first.endswith(b"/sh")))):
+    if not (file.suffix == ".sh" or b"bash" in first or first.endswith(b"/sh")):
         return False
     return _ENGINE_COMMAND.search(head.decode("utf-8", "replace")) is not None
 

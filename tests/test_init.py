@@ -335,3 +335,86 @@ def test_a_path_with_no_engine_writes_nothing(tmp_path: Path, capsys: pytest.Cap
     assert err == (f"fleetgate init: no engine (llama-server, vllm) found under {repo} (no unit, compose file or "
                    "llama-swap config); nothing written\n")
     assert not (repo / "fleet.toml").exists()
+
+
+def test_init_on_the_example_fleet_finds_every_llama_server_and_vllm_it_runs(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    # The example fleet: a unit -> script -> llama-server (frank-medium, frank-zealot), a rootless Quadlet -> script
+    # -> vllm serve (frank-archon), a serve script no unit starts (the reference). frank-dragoon (halogen) and frank-tts
+    # (a shim) run engines init does not know by name: they stay the user's to declare, with `binary =`.
+    repo = tmp_path / "fleet"
+    shutil.copytree(FLEETS.parent / "fleet", repo, symlinks=True)
+    (repo / "fleet.toml").unlink()
+    code, out, err = _init(capsys, str(repo))
+    assert (code, err) == (0, "")
+    written = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
+    hand = tomllib.loads((FLEETS.parent / "fleet" / "fleet.toml").read_text(encoding="utf-8"))
+    assert written["fleet"]["deploy_root"] == hand["fleet"]["deploy_root"]
+    keys = ("port", "engine", "unit", "serve_script", "env_file", "payload")
+    expected = {name: {k: hand["services"][name][k] for k in keys if k in hand["services"][name]}
+                for name in ("frank-archon", "frank-medium", "frank-zealot", "reference")}
+    # frank-medium's argv loads the model and its mmproj; the DFlash drafter it also declares is another arm's.
+    expected["frank-medium"]["payload"] = expected["frank-medium"]["payload"][:2]
+    expected["serve-reference"] = expected.pop("reference")
+    assert {name: {k: v for k, v in s.items() if k in keys} for name, s in written["services"].items()} == expected
+    assert "4 service(s) from 5 units, 1 serve scripts" in out
+
+
+INLINE = """\
+[Service]
+Environment=MODEL=/srv/models/m.gguf
+ExecStart=/bin/bash -c {script}
+"""
+
+
+@pytest.mark.parametrize(("script", "service", "note"), [
+    ("'ulimit -l unlimited; exec /opt/llama/bin/llama-server -m \"$MODEL\" --port 8090 --jinja'",
+     {"host": "localhost", "port": 8090, "engine": "llama.cpp", "unit": "llm.service", "payload": ["/srv/models/m.gguf"]},
+     None),
+    ("'exec llama-server -m \"$MODEL --port 8090'", None,
+     "llm.service:3: ExecStart= runs bash -c with a script init cannot split (No closing quotation); expected every "
+     "quote closed"),
+])
+def test_a_unit_running_bash_c_is_read_for_the_engine_it_execs(script: str, service: dict[str, object] | None,
+                                                               note: str | None, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "llm.service").write_text(INLINE.format(script=script), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo))
+    if service is None:
+        assert (code, err) == (1, f"fleetgate init: skipped {repo.resolve()}/{note}\nfleetgate init: no engine "
+                               f"(llama-server, vllm) found under {repo} (1 units); nothing written\n")
+        return
+    assert (code, err) == (0, "")
+    assert tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))["services"] == {"llm": service}
+
+
+def test_a_second_path_outside_the_first_or_a_first_path_that_is_no_directory_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = _bare(tmp_path, "unit-exec")
+    code, out, err = _init(capsys, str(repo), str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (f"fleetgate: {tmp_path}: expected a directory inside {repo}, the first PATH (where fleet.toml "
+                   "goes)\n")
+    unit = repo / "systemd" / "llama-chat.service"
+    assert _init(capsys, str(unit)) == (2, "", f"fleetgate: {unit}: expected the repository's directory (fleet.toml is "
+                                              "written there)\n")
+    assert not (repo / "fleet.toml").exists()
+    # A second PATH inside the first narrows the walk to it.
+    assert _init(capsys, str(repo), str(repo / "env"))[0] == 1
+    assert _init(capsys, str(repo), str(repo / "systemd"))[0] == 0
+
+
+def test_output_in_a_subdirectory_names_only_the_files_under_it(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # fleet.toml names files relative to itself and confined to its directory: the env file beside systemd/ is out
+    # of its reach, so its variables are unknown and the port is the engine's default, said in one line.
+    repo = _bare(tmp_path, "unit-exec")
+    code, _, err = _init(capsys, str(repo), "--output", str(repo / "systemd" / "fleet.toml"))
+    assert code == 3
+    assert err == (f"fleetgate init: skipped {repo.resolve()}/systemd/llama-chat.service:8: EnvironmentFile=/etc/llama/"
+                   "env/chat.env is not a file of this repository (under the deploy_root found); its variables are "
+                   "unknown to init\n")
+    service = tomllib.loads((repo / "systemd" / "fleet.toml").read_text(encoding="utf-8"))["services"]["llama-chat"]
+    assert service == {"host": "localhost", "port": 8080, "engine": "llama.cpp", "unit": "llama-chat.service"}
