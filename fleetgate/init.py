@@ -641,7 +641,7 @@ def _from_compose(ctx: _Context, path: Path, data: Mapping[str, Any], node: yaml
             args = ["serve", *args]  # the vllm/vllm-openai image's entrypoint is `vllm serve`
         env = _compose_env(service.get("environment"))
         listen = _port(engine, args, env) or DEFAULT_PORT[engine]
-        where = f"{rel}:{lines.get(str(key), 0)}"
+        where = f"{rel}:{lines[str(key)]}" if str(key) in lines else rel
         host_networking = service.get("network_mode") == "host"
         published = None if host_networking else _published(service.get("ports"), listen)
         if published is not None:
@@ -849,7 +849,8 @@ def _standalone(file: Path) -> bool:
 
 
 def probe_host(*, meminfo: Path = Path("/proc/meminfo"), timeout: float = 10.0) -> tuple[HostFacts, list[str]]:
-    """The cards of this machine from ``nvidia-smi`` (else ``rocm-smi``) and its RAM from ``meminfo``.
+    """The cards of this machine from ``nvidia-smi`` (else ``rocm-smi``, read as the host checks read it) and its
+    RAM from ``meminfo`` (``fleetgate.host.meminfo``).
 
     Returns the facts and one line per tool that could not answer. Device names are the engine's
     (``CUDA0``, ``ROCm0``), in the order the tool lists the cards.
@@ -874,24 +875,26 @@ def probe_host(*, meminfo: Path = Path("/proc/meminfo"), timeout: float = 10.0) 
             cards = tuple(parsed)
             source = "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits"
     elif shutil.which("rocm-smi"):
-        out = _run(["rocm-smi", "--showmeminfo", "vram", "--csv"], timeout, problems)
+        from fleetgate.host import ROCM_SMI, parse_rocm_smi
+
+        out = _run(ROCM_SMI.split(), timeout, problems)
         if out is not None:
-            rows = list(csv.DictReader(line for line in out.splitlines() if line.strip()))
-            column = next((c for c in (rows[0] if rows else {}) if "Total Memory" in c and "Used" not in c), None)
-            if column is None:
-                problems.append("rocm-smi --showmeminfo vram --csv: no 'VRAM Total Memory (B)' column")
-            else:
-                cards = tuple(Card(f"ROCm{i}", int(row[column]), str(row.get("device", ""))) for i, row in enumerate(rows)
-                              if str(row.get(column, "")).isdigit())
-                source = "rocm-smi --showmeminfo vram --csv"
+            try:
+                cards = tuple(Card(f"ROCm{i}", c.total, f"card{c.index}") for i, c in enumerate(parse_rocm_smi(out)))
+                source = ROCM_SMI
+            except ValueError as exc:
+                problems.append(f"--probe: {ROCM_SMI}: {exc}")
     else:
         problems.append("--probe: neither nvidia-smi nor rocm-smi is on PATH; the cards stay TODO")
+    from fleetgate.host import meminfo as read_meminfo
+
     ram_gib = None
     try:
-        for line in meminfo.read_text(encoding="utf-8").splitlines():
-            if line.startswith("MemTotal:"):
-                ram_gib = round(int(line.split()[1]) / (1 << 20), 1)
-    except (OSError, ValueError, IndexError):
+        total = read_meminfo(meminfo.read_text(encoding="utf-8")).get("MemTotal")
+        ram_gib = round(total / (1 << 30), 1) if total else None
+    except (OSError, UnicodeDecodeError):
+        pass
+    if ram_gib is None:
         problems.append(f"--probe: cannot read MemTotal from {meminfo}; ram_gib stays TODO")
     return HostFacts(cards=cards, ram_gib=ram_gib, source=source), problems
 

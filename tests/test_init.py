@@ -418,3 +418,20 @@ def test_output_in_a_subdirectory_names_only_the_files_under_it(tmp_path: Path,
                    "unknown to init\n")
     service = tomllib.loads((repo / "systemd" / "fleet.toml").read_text(encoding="utf-8"))["services"]["llama-chat"]
     assert service == {"host": "localhost", "port": 8080, "engine": "llama.cpp", "unit": "llama-chat.service"}
+
+
+def test_probe_reads_rocm_smi_where_there_is_no_nvidia_smi(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # rocm-smi's --json form for two 32 GiB cards (the figures of the example fleet's R9700s).
+    answer = json.dumps({f"card{i}": {"VRAM Total Memory (B)": "34208743424", "VRAM Total Used Memory (B)": "1000"}
+                         for i in (0, 1)})
+    stub = _stub(tmp_path, "rocm-smi", f"[ \"$*\" = '--showmeminfo vram --json' ] || exit 9\necho '{answer}'\n")
+    monkeypatch.setenv("PATH", stub["PATH"].split(os.pathsep)[0] + os.pathsep + "/usr/bin:/bin")
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an nvidia-smi in /usr/bin, which --probe asks first")
+    repo = _bare(tmp_path, "unit-exec")
+    code, _, err = _init(capsys, str(repo), "--probe")
+    assert (code, err) == (0, "")
+    fleet = load_fleet(repo / "fleet.toml")
+    assert [(d.name, d.vram_bytes) for d in fleet.hosts["localhost"].devices] == [("ROCm0", 34208743424),
+                                                                                 ("ROCm1", 34208743424)]
