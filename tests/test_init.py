@@ -23,7 +23,7 @@ from fleetgate.cli import main
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, load_fleet
 from tests.test_fleets import CLEAN, FLEETS, _table
-from tests.test_mutations import SKIPPED, run_seams
+from tests.test_mutations import SEAMS, SKIPPED, run_seams
 
 # The host of each hand-written stranger fleet, as its author declared it: what init cannot read from any file.
 HOSTS = {
@@ -84,6 +84,22 @@ def test_init_writes_what_the_hand_written_fleet_says(name: str, tmp_path: Path,
     assert _meaning(written) == _meaning(hand)
     assert written.deploy_root == hand.deploy_root
     assert written.policies == hand.policies == frozenset()
+
+
+def test_the_seams_refuse_a_written_fleet_until_its_host_is_declared(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                     pytester: pytest.Pytester) -> None:
+    # Run as the user runs it: a usage error (exit 4) naming every TODO at its line, no seam judged with a guess.
+    repo = _bare(tmp_path, "unit-script")
+    assert _init(capsys, str(repo))[0] == 0
+    result = pytester.runpytest_inprocess(str(SEAMS), f"--fleet={repo / 'fleet.toml'}", "-p", "no:cacheprovider",
+                                          "--import-mode=importlib")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    line = next(n for n, text in enumerate((repo / "fleet.toml").read_text().splitlines(), 1) if text.startswith("ram_gib"))
+    assert [text for text in result.errlines if text.startswith("ERROR")] == [
+        f'ERROR: fleetgate: {repo / "fleet.toml"}:{line}: hosts.localhost.ram_gib, hosts.localhost.devices.0.name, '
+        'hosts.localhost.devices.0.vram_bytes = "TODO": left by fleetgate init, which no file could tell; declare each '
+        "(the comment above it says how, or run `fleetgate init --probe` on the host)"]
+    assert "passed" not in result.stdout.str() and "failed" not in result.stdout.str()
 
 
 @pytest.mark.parametrize("name", sorted(HOSTS))
