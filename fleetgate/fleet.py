@@ -352,7 +352,10 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
         if isinstance(waiver, dict) and type(waiver.get("expires")) is datetime.date:
             waiver["expires"] = waiver["expires"].isoformat()
 
-    todo = [keys for keys, value in _leaves(data) if value == "TODO" and keys[-1] not in ("note", "why", "reason")]
+    try:
+        todo = [keys for keys, value in _leaves(data) if value == "TODO" and keys[-1] not in ("note", "why", "reason")]
+    except RecursionError:
+        todo = []  # nested too deeply: the schema check below says so in one line
     if todo:
         # `fleetgate init` writes "TODO" where no file can say the value (the host's RAM, its cards): named, never guessed.
         raise InputError(path, locate_key(text, todo[0]), f"{', '.join('.'.join(k) for k in todo)} = \"TODO\": left by "
