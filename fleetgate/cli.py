@@ -1,4 +1,4 @@
-"""The ``fleetgate`` command: render | fit | profile | incidents | reference.
+"""The ``fleetgate`` command: init | render | fit | profile | incidents | reference.
 
 Subcommands live in their own modules (``SUBCOMMANDS``); each offers ``register(subparsers)`` and sets
 ``func`` on its parser. Errors about the fleet's files are printed as one line, never a traceback.
@@ -150,6 +150,67 @@ def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
     return lines
 
 
+INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found: nothing written",
+             2: "refused (an existing fleet.toml without --force, --output outside PATH, a PATH that is no directory)",
+             3: "fleet.toml written, but some files were skipped (each named on stderr, file:line)"}
+
+
+def _init(args: argparse.Namespace) -> int:
+    """``fleetgate init PATH...``: fleet.toml from the units, compose files and llama-swap configs under PATH."""
+    from fleetgate.init import discover, fleet_toml, probe_host
+
+    paths = [Path(p) for p in args.paths]
+    root = paths[0]
+    if not root.is_dir():
+        raise InputError(root, None, "expected the repository's directory (fleet.toml is written there)")
+    real_root = root.resolve()
+    for other in paths[1:]:
+        real = other.resolve()
+        if not other.exists() or (real != real_root and real_root not in real.parents):
+            raise InputError(other, None, f"expected a directory inside {root}, the first PATH (where fleet.toml goes)")
+    output = Path(args.output) if args.output else root / "fleet.toml"
+    real_output = output.parent.resolve() / output.name
+    if real_root not in real_output.parents:
+        raise InputError(output, None, f"--output is outside {root}: init writes only inside the PATH it reads, "
+                         "and fleet.toml names its files relative to itself")
+    if output.is_symlink() or (output.exists() and not args.force):
+        raise InputError(output, None, "exists; init never overwrites a fleet.toml (pass --force to replace it, or "
+                         "--output ANOTHER.toml)" if not output.is_symlink() else "is a symlink; init writes a plain file")
+    discovery = discover(real_output.parent, [p.resolve() for p in paths[1:] or paths])
+    facts = None
+    problems: list[str] = []
+    if args.probe:
+        facts, problems = probe_host()
+    for note in discovery.notes:
+        print(f"fleetgate init: skipped {note}", file=sys.stderr)
+    for problem in problems:
+        print(f"fleetgate init: {problem}", file=sys.stderr)
+    read = ", ".join(f"{n} {kind}" for kind, n in discovery.read.items()) or "no unit, compose file or llama-swap config"
+    if not discovery.services:
+        print(f"fleetgate init: no engine (llama-server, vllm) found under {', '.join(args.paths)} ({read}); nothing "
+              "written", file=sys.stderr)
+        return 1
+    name = args.name or re.sub(r"[^a-z0-9-]+", "-", real_root.name.lower()).strip("-") or "fleet"
+    text = fleet_toml(discovery, name=name, facts=facts)
+    # O_EXCL unless --force: a file that appeared since the check above is still not overwritten.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if args.force else os.O_EXCL)
+    try:
+        fd = os.open(real_output, flags, 0o644)
+    except OSError as exc:
+        raise InputError(output, None, f"cannot write: {exc.strerror}") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        stream.write(text)
+    services = ", ".join(f"{f.name} ({f.engine}, port {f.port})" for f in discovery.services)
+    print(f"wrote {output}: {len(discovery.services)} service(s) from {read}: {services}")
+    todo = text.count('= "TODO"')
+    if todo:
+        print(f"  {todo} TODO value(s) left: the host's RAM and cards, which no file says; edit them (or run "
+              "`fleetgate init --probe` on the host), then: pytest seams/ --fleet " + str(output))
+    else:
+        print(f"  then: pytest seams/ --fleet {output}")
+    return 3 if discovery.notes else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +221,18 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--builds", action="store_true",
                         help="llama.cpp: print the range of builds whose parser accepts the rendered argv")
     render.set_defaults(func=_render)
+    init = sub.add_parser("init", help="write fleet.toml from the units, compose files and llama-swap configs found",
+                          description="Write PATH/fleet.toml from what the files under PATH start: systemd units and "
+                          "Quadlets, serve scripts and the env files they name, compose files, llama-swap configs. "
+                          "Exit codes: " + "; ".join(f"{k} {v}" for k, v in INIT_EXIT.items()) + ".")
+    init.add_argument("paths", nargs="+", metavar="PATH",
+                      help="the repository (fleet.toml goes there); more PATHs inside it narrow the walk")
+    init.add_argument("--output", metavar="FILE", help="where to write (default PATH/fleet.toml; must be inside PATH)")
+    init.add_argument("--force", action="store_true", help="replace an existing fleet.toml")
+    init.add_argument("--probe", action="store_true",
+                      help="read this machine's cards (nvidia-smi, else rocm-smi) and RAM (/proc/meminfo) into the host")
+    init.add_argument("--name", help="the fleet's name (default: PATH's directory name)")
+    init.set_defaults(func=_init)
     for name in SUBCOMMANDS:
         importlib.import_module(name).register(sub)
     return parser

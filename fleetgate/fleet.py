@@ -12,7 +12,7 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -204,6 +204,12 @@ class Service:
     """The engine build the service runs, where the fleet declares it (``engine_build = { fork, number }``)."""
     shape_flags: ShapeFlags | None = None
     """For an openai engine: the flags that set its slots and pool (``shape_flags = { slots, pool }``)."""
+    compose: Path | None = None
+    """The compose file that starts it (``compose``), with the service's name in it (``compose_service``)."""
+    compose_service: str | None = None
+    llama_swap: Path | None = None
+    """The llama-swap config that starts it (``llama_swap``), with the model's id in it (``llama_swap_model``)."""
+    llama_swap_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,15 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
         if isinstance(waiver, dict) and type(waiver.get("expires")) is datetime.date:
             waiver["expires"] = waiver["expires"].isoformat()
 
+    try:
+        todo = [keys for keys, value in _leaves(data) if value == "TODO" and keys[-1] not in ("note", "why", "reason")]
+    except RecursionError:
+        todo = []  # nested too deeply: the schema check below says so in one line
+    if todo:
+        # `fleetgate init` writes "TODO" where no file can say the value (the host's RAM, its cards): named, never guessed.
+        raise InputError(path, locate_key(text, todo[0]), f"{', '.join('.'.join(k) for k in todo)} = \"TODO\": left by "
+                         "fleetgate init, which no file could tell; declare each (the comment above it says how, or run "
+                         "`fleetgate init --probe` on the host)")
     known = tuple(data["services"]) if isinstance(data.get("services"), dict) else ()
     if only is not None and only in known:
         data = {**data, "services": {only: data["services"][only]}}
@@ -361,6 +376,17 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
         raise InputError(path, locate_key(text, keys), f"{'.'.join(keys) or '(top level)'}: {_explain(error)}")
 
     return _build(path, text, data, known)
+
+
+def _leaves(data: Any, keys: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield from _leaves(value, (*keys, str(key)))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from _leaves(value, (*keys, str(i)))
+    else:
+        yield keys, data
 
 
 def _shown(value: Any) -> str:
@@ -529,6 +555,10 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                          if "shape_flags" in raw else None),
             engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
+            compose=repo_file(raw.get("compose"), (*keys, "compose")),
+            compose_service=raw.get("compose_service"),
+            llama_swap=repo_file(raw.get("llama_swap"), (*keys, "llama_swap")),
+            llama_swap_model=raw.get("llama_swap_model"),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))
