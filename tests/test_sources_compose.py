@@ -7,6 +7,7 @@ mounts and GPU grants; and every bad input as one line naming the file, the line
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -305,3 +306,21 @@ def test_a_broken_compose_file_is_that_service_s_finding_not_a_traceback(tmp_pat
     attempt = attempt_service(fleet, fleet.services["chat"])
     assert attempt.config is None and attempt.broken is not None
     assert str(attempt.broken).startswith(f"{tmp_path / 'compose.yaml'}:2: not YAML:")
+
+
+def test_fleetgate_render_names_the_compose_service_and_its_image(capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = Path(__file__).resolve().parents[1] / "fixtures" / "fleets" / "compose-llama" / "fleet.toml"
+    assert main(["render", "chat", "--fleet", str(fleet)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "# chat: docker/compose.yaml (compose service chat, image ghcr.io/ggml-org/llama.cpp:server-cuda-b10867)",
+        "llama-server \\", "    -m /models/gemma-3-12b-it-Q4_K_M.gguf \\", "    -ngl 99 \\", "    -np 2 \\",
+        "    --port 8080"]
+    assert main(["render", "chat", "--json", "--fleet", str(fleet)]) == 0
+    inputs = json.loads(capsys.readouterr().out)["inputs"]
+    # where each value was set: the .env beside the compose file, the env_file, environment: (which wins)
+    assert inputs["MODEL_FILE"]["where"].endswith("docker/.env:2")
+    assert inputs["LLAMA_ARG_ALIAS"]["where"].endswith("docker/llama.env:4")
+    assert inputs["LLAMA_ARG_CTX_SIZE"]["value"] == "16384"
+    assert inputs["LLAMA_ARG_CTX_SIZE"]["where"].endswith("docker/compose.yaml:14")
