@@ -133,6 +133,13 @@ def test_a_strangers_fleet_gives_exactly_its_table(name: str, pytester: pytest.P
             assert word not in text, text
 
 
+def _broken(fleet: str, service: str) -> dict[str, str]:
+    """A service whose files cannot be read: serve-script-renders says which line; every other seam of it skips."""
+    changes = {f"{service}:{check}": SKIPPED for (subject, check) in CLEAN[fleet] if subject == service}
+    changes[f"{service}:serve-script-renders"] = "serve-script-renders/broken-input"
+    return changes
+
+
 # (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
 MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # A variable meant to hold a switch holds its value: `$JINJA` is `true`, a stray positional llama-server refuses.
@@ -202,6 +209,14 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                       ("fleet.toml", '"/srv/models/Qwen3-8B-FP8"', '"/srv/models/Qwen3-30B-A3B-FP8"'),
                                                       ("fleet.toml", "qwen3-8b-fp8.toml", "qwen3-30b-a3b-fp8.toml")],
                                      {"qwen:vllm-starts": "vllm-starts/weights-exceed-budget"}),
+    # A compose file that cannot be read as compose reads it is that service's one finding; its other seams skip.
+    "compose-required-variable-unset": ("compose-llama", [("docker/.env", "MODEL_FILE=gemma-3-12b-it-Q4_K_M.gguf\n", "")],
+                                        _broken("compose-llama", "chat")),
+    "compose-not-yaml": ("compose-llama", [("docker/compose.yaml", "    ports:\n", "    ports: [\n")],
+                         _broken("compose-llama", "chat")),
+    # entrypoint: '' drops the image's entrypoint: command is then the whole command line.
+    "compose-entrypoint-reset": ("compose-llama", [("docker/compose.yaml", 'command: ["-m",',
+                                                    'entrypoint: ""\n    command: ["/app/llama-server", "-m",')], {}),
     # The old image entrypoint (python3 -m vllm.entrypoints.openai.api_server) reads the same flags.
     "compose-vllm-api-server": ("compose-vllm", [("compose.yaml", "    command: >\n",
                                                   '    entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]\n'
