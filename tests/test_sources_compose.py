@@ -261,6 +261,11 @@ def test_a_required_variable_unset(tmp_path: Path) -> None:
                                             "MODEL in the .env file beside the compose file")
 
 
+def test_a_required_variable_of_another_service_refuses_too(tmp_path: Path) -> None:
+    line, message = _refused(tmp_path, SERVER + "  web:\n    image: nginx:${NGINX_TAG:?pin the tag}\n")
+    assert line == 5 and message.startswith("${NGINX_TAG:?pin the tag}: NGINX_TAG is not set")
+
+
 def test_a_command_that_is_neither_string_nor_list(tmp_path: Path) -> None:
     line, message = _refused(tmp_path, SERVER + "    command:\n      model: /m/a.gguf\n")
     assert (line, message) == (5, "services.chat.command: expected a string or a list of arguments, got a mapping")

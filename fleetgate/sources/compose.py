@@ -4,7 +4,7 @@ Nothing runs: no container client is called, compose is data. The file is read w
 value keeps its line. What is read, as the compose specification says (compose-spec ``05-services.md``,
 ``12-interpolation.md``):
 
-- interpolation of every value of the service (``$VAR``, ``${VAR}``, ``${VAR:-d}``, ``${VAR-d}``, ``${VAR:?msg}``,
+- interpolation of every value of the file (``$VAR``, ``${VAR}``, ``${VAR:-d}``, ``${VAR-d}``, ``${VAR:?msg}``,
   ``${VAR?msg}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``; defaults nest) from the ``.env`` file of the project
   directory (the compose file's own directory) only: the shell environment ``docker compose up`` would also read is
   not known offline, so a variable only the shell sets is unset here (and named in ``ComposeService.unset``);
@@ -357,6 +357,7 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
         else:
             env[key] = value
     reader = _Reader(path, env)
+    _interpolate_all(reader, root)
     services = reader.get(root, "services", "the compose file")
     if services is None:
         raise reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
@@ -416,6 +417,24 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
         unset=tuple(dict.fromkeys(reader.unset)), command_where=command_where,
         engine_build=_engine_build(service, image, image_where, path, image_node, reader),
     )
+
+
+def _interpolate_all(reader: _Reader, root: Node) -> None:
+    """Compose interpolates the whole file before it starts anything: a refused interpolation anywhere (a required
+    variable of another service) refuses ``docker compose up`` of every service."""
+    seen: set[int] = set()
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            interpolate(node.value, reader.env, reader.path, reader.line(node), [])
+        elif isinstance(node, SequenceNode):
+            pending += node.value
+        elif isinstance(node, MappingNode):
+            pending += [value for _, value in node.value]
 
 
 def _split_image(image: str | None) -> tuple[str, str]:
