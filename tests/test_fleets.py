@@ -217,6 +217,9 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # entrypoint: '' drops the image's entrypoint: command is then the whole command line.
     "compose-entrypoint-reset": ("compose-llama", [("docker/compose.yaml", 'command: ["-m",',
                                                     'entrypoint: ""\n    command: ["/app/llama-server", "-m",')], {}),
+    # MAX_MODEL_LEN from .env: one 131,072-token sequence needs 18 GiB of KV, the pool is at most 13.4 GiB.
+    "compose-vllm-pool-below-one-sequence": ("compose-vllm", [(".env", "MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072")],
+                                             {"qwen:vllm-starts": "vllm-starts/pool-below-one-sequence"}),
     # The old image entrypoint (python3 -m vllm.entrypoints.openai.api_server) reads the same flags.
     "compose-vllm-api-server": ("compose-vllm", [("compose.yaml", "    command: >\n",
                                                   '    entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]\n'

@@ -329,3 +329,18 @@ def test_fleetgate_render_names_the_compose_service_and_its_image(capsys: pytest
     assert inputs["LLAMA_ARG_ALIAS"]["where"].endswith("docker/llama.env:4")
     assert inputs["LLAMA_ARG_CTX_SIZE"]["value"] == "16384"
     assert inputs["LLAMA_ARG_CTX_SIZE"]["where"].endswith("docker/compose.yaml:14")
+
+
+def test_a_finding_names_the_env_line_that_set_the_value(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    import shutil
+
+    from tests.test_mutations import run_seams
+
+    fleet = tmp_path / "compose-vllm"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleets" / "compose-vllm", fleet)
+    dotenv = fleet / ".env"
+    dotenv.write_text(dotenv.read_text(encoding="utf-8").replace("MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072"),
+                      encoding="utf-8")
+    outcomes, texts = run_seams(pytester, fleet / "fleet.toml")
+    assert outcomes[("qwen", "vllm-starts")] == "vllm-starts/pool-below-one-sequence"
+    assert "  where:    .env:3 (MAX_MODEL_LEN)" in texts[("qwen", "vllm-starts")].splitlines()
