@@ -77,7 +77,9 @@ def _render(args: argparse.Namespace) -> int:
                   sys.stdout, indent=2)
         print()
         return 0
-    started_by = f"as {config.service.unit.name}" if config.service.unit else "(no unit declared)"
+    started_by = (f"as {config.service.unit.name}" if config.service.unit
+                  else f"(compose service {rendered.compose.name}, image {rendered.compose.image})" if rendered.compose
+                  else "(no unit declared)")
     print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} {started_by}")
     lines = argv_lines(rendered.argv, _flag_indices(config))
     print(" \\\n    ".join(lines))

@@ -11,7 +11,7 @@ import os
 import pickle
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -72,7 +72,12 @@ class ServiceConfig:
 
     def where_variable(self, name: str) -> str:
         origin = self.variables.get(name)
-        return origin.where if origin else str(self.rendered.script)
+        return origin.where if origin else self._start_where()
+
+    def _start_where(self) -> str:
+        """Where the argv is written: the serve script, or a compose service's command: line."""
+        compose = self.rendered.compose
+        return compose.command_where if compose is not None else str(self.rendered.script)
 
     def where_flag(self, use: FlagUse | None) -> Deferred:
         """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
@@ -81,7 +86,7 @@ class ServiceConfig:
         check that passes.
         """
         if use is None:
-            return Deferred(lambda: str(self.rendered.script))
+            return Deferred(self._start_where)
         if use.index is None:
             flag = use.flag
             return Deferred(lambda: self.where_variable(flag))
@@ -108,7 +113,7 @@ class ServiceConfig:
                 continue
             if _value_at(probe.argv, use.index, sentinel):
                 return f"{origin.where} ({origin.name})"
-        return str(self.rendered.script)
+        return self._start_where()
 
 
 def _value_at(argv: tuple[str, ...], flag_index: int, sentinel: str) -> bool:
@@ -124,6 +129,8 @@ def _origin(entry: EnvEntry) -> Origin:
 
 def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
     rendered = render(fleet, service)
+    if rendered.compose is not None and rendered.compose.engine_build is not None and service.engine_build is None:
+        service = replace(service, engine_build=rendered.compose.engine_build)  # the image tag pins the build
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
              if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None

@@ -205,8 +205,9 @@ class Service:
     shape_flags: ShapeFlags | None = None
     """For an openai engine: the flags that set its slots and pool (``shape_flags = { slots, pool }``)."""
     compose: Path | None = None
-    """The compose file that starts it (``compose``), with the service's name in it (``compose_service``)."""
+    """A docker/podman compose file that starts the engine (``fleetgate.sources.compose``)."""
     compose_service: str | None = None
+    """The compose service that is this service (None: the service's own name)."""
     llama_swap: Path | None = None
     """The llama-swap config that starts it (``llama_swap``), with the model's id in it (``llama_swap_model``)."""
     llama_swap_model: str | None = None
@@ -498,10 +499,11 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         ngram = contract_raw.get("ngram_window")
         extrapolation = raw.get("extrapolation")
         unit = repo_file(raw.get("unit"), (*keys, "unit"))
-        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit
+        compose = repo_file(raw.get("compose"), (*keys, "compose"))
+        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose
         if serve_script is None:
-            raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit; expected the "
-                             "file that starts the engine (a serve script, or a unit whose ExecStart= runs it)")
+            raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit nor compose; expected the "
+                             "file that starts the engine (a serve script, a unit whose ExecStart= runs it, or a compose file)")
         for i, item in enumerate(raw.get("payload", ())):
             # an absolute host path, or where the engine fetches it from (hf://OWNER/REPO/FILE, https://...):
             # the seams read its profile from the repository (`fleetgate profile URL` writes it), never the network
@@ -552,11 +554,11 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             build=(Bench(script=build_script, binary=raw["build"]["binary"])
                    if "build" in raw and (build_script := repo_file(raw["build"]["script"], (*keys, "build", "script")))
                    else None),
+            compose=compose,
+            compose_service=raw.get("compose_service"),
             shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                          if "shape_flags" in raw else None),
             engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
-            compose=repo_file(raw.get("compose"), (*keys, "compose")),
-            compose_service=raw.get("compose_service"),
             llama_swap=repo_file(raw.get("llama_swap"), (*keys, "llama_swap")),
             llama_swap_model=raw.get("llama_swap_model"),
             benches=tuple(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file
 from fleetgate.errors import InputError, read_bytes
@@ -29,6 +30,9 @@ from fleetgate.fleet import Fleet, Service
 from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec, overrun_message
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
+
+if TYPE_CHECKING:
+    from fleetgate.sources.compose import ComposeService
 
 __all__ = ["Origin", "RenderRefused", "Rendered", "SourcedFile", "engine_exec_start", "map_to_repo", "render",
            "service_inputs"]
@@ -93,6 +97,8 @@ class Rendered:
     extra_invocations: tuple[tuple[str, ...], ...] = field(default=())
     trace: str = ""
     """bash's own trace of the run (``set -x``, each line ``+FILE:LINE: command``): where a value was made."""
+    compose: ComposeService | None = None
+    """The compose service read, when a compose file starts the engine (ports, mounts, GPUs)."""
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -347,6 +353,10 @@ def render(
     again after every file the script sources; ``payload`` replaces the declared payload files;
     ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
+    if service.compose is not None:
+        from fleetgate.sources.compose import render_compose
+
+        return render_compose(fleet, service, overrides or {})
     direct = engine_exec_start(fleet, service)
     if direct is not None:
         return _render_exec_start(fleet, service, direct, overrides or {})

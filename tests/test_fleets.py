@@ -82,9 +82,44 @@ def _copy(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
     return target / "fleet.toml"
 
 
+# A compose service (fleetgate.sources.compose) has no unit: the unit seams skip, and its bind mounts hold the paths
+# the engine is given (container-paths). By hand, for each fixture:
+NO_UNIT = {f"{check}": SKIPPED for check in ("unit-install", "unit-restart", "unit-env-files", "unit-exec-args")}
+# vLLM in compose on one 24 GiB card: what each vLLM seam does on it.
+VLLM_COMPOSE_SERVICE = {
+    "vllm-argv": PASSED,  # every flag is one vLLM 0.13.0 (the image tag) knows
+    "vllm-starts": PASSED,  # 8.2 GiB of weights in 0.90 x 24 GiB = 21.6 GiB; one 16,384-token sequence is 2.25 GiB
+    "vllm-memory-knobs": SKIPPED,  # no fill ceiling or measured pool declared
+    "vllm-mm-limits": SKIPPED,  # the contract says nothing of images
+    "vllm-speculative-depth": SKIPPED,  # nothing drafts
+    "device-visibility": PASSED,  # count: 1 grants CUDA0
+    "serve-script-renders": PASSED,
+    "empty-means-omit": SKIPPED,
+    "rendered-port-matches": PASSED,  # "${VLLM_PORT:-8000}:8000" publishes --port 8000 on 8000, fleet.toml's port
+    "payload-defaults": SKIPPED,  # no env variable names a host payload path (the container sees /models)
+    "container-paths": PASSED,  # --model /models/Qwen3-8B-FP8 is /srv/models/Qwen3-8B-FP8, the declared payload
+    **NO_UNIT,
+}
+LLAMA_ONLY = tuple(c for c in LLAMA_UNIT_SERVICE if c not in VLLM_COMPOSE_SERVICE)
+
+
+def _compose_vllm_table() -> dict[tuple[str, str], str]:
+    table = {("qwen", check): outcome for check, outcome in VLLM_COMPOSE_SERVICE.items()}
+    table.update({("tiwaz", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    no_subject = (*LLAMA_ONLY, "slots-divide-pool", "timeouts-nest")
+    table.update({("fleet", check): SKIPPED for check in (*no_subject, *POLICY_CHECKS)})
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     "unit-exec": _table("homelab", "chat"),
+    # llama.cpp's server-cuda image: the tag pins build 10867 (engine-build-minimum now has a build to hold), the
+    # container's paths are bind-mounted, port 8080 inside is published on 127.0.0.1:8081.
+    "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in NO_UNIT.items()},
+                            **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
+                               "chat:payload-defaults": SKIPPED}),
+    "compose-vllm": _compose_vllm_table(),
 }
 
 
@@ -96,6 +131,13 @@ def test_a_strangers_fleet_gives_exactly_its_table(name: str, pytester: pytest.P
     for text in texts.values():
         for word in ("dank", "frank", "dankserver", "R9700"):
             assert word not in text, text
+
+
+def _broken(fleet: str, service: str) -> dict[str, str]:
+    """A service whose files cannot be read: serve-script-renders says which line; every other seam of it skips."""
+    changes = {f"{service}:{check}": SKIPPED for (subject, check) in CLEAN[fleet] if subject == service}
+    changes[f"{service}:serve-script-renders"] = "serve-script-renders/broken-input"
+    return changes
 
 
 # (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
@@ -130,6 +172,58 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "exec-start-stray-positional": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                                    'EXTRA_ARGS="--jinja true --flash-attn on"')],
                                     {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
+    "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
+                                  {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),
+    "compose-engine-port-unpublished": ("compose-llama", [("docker/compose.yaml", '"--port", "8080"',
+                                                           '"--port", "9090"')],
+                                        {"chat:rendered-port-matches": "rendered-port-matches/not-published"}),
+    "compose-vllm-published-differs": ("compose-vllm", [(".env", "VLLM_PORT=8000", "VLLM_PORT=8001")],
+                                       {"qwen:rendered-port-matches": "rendered-port-matches/published-differs"}),
+    # Without VLLM_PORT in .env, ${VLLM_PORT:-8000} publishes 8000; on the host network the engine's port is the host's.
+    "compose-vllm-port-default": ("compose-vllm", [(".env", "VLLM_PORT=8000\n", "")], {}),
+    "compose-vllm-host-network": ("compose-vllm", [("compose.yaml", 'ports:\n      - "${VLLM_PORT:-8000}:8000"',
+                                                    "network_mode: host")], {}),
+    # A container sees no GPU unless it is granted one; a device id the host does not have fails at start.
+    "compose-no-gpu": ("compose-llama", [("docker/compose.yaml", "    deploy:\n", "    x-deploy:\n")],
+                       {"chat:device-visibility": "device-visibility/compose-no-gpu"}),
+    "compose-unknown-device": ("compose-llama", [("docker/compose.yaml", 'device_ids: ["0"]', 'device_ids: ["1"]')],
+                               {"chat:device-visibility": "device-visibility/compose-unknown-device"}),
+    "compose-gpus-all": ("compose-llama", [("docker/compose.yaml", 'device_ids: ["0"]', "count: all")], {}),
+    "compose-runtime-nvidia": ("compose-llama", [("docker/compose.yaml", "    deploy:\n", "    runtime: nvidia\n    x-deploy:\n")],
+                               {}),
+    # Two tensor-parallel ranks on the one card count: 1 grants.
+    "compose-vllm-tp-past-grant": ("compose-vllm", [("compose.yaml", "--max-num-seqs 8", "--max-num-seqs 8 --tensor-parallel-size 2")],
+                                   {"qwen:device-visibility": "device-visibility/too-few-visible"}),
+    # The model path inside the container: a mount that does not hold it, a host file the payload does not name.
+    "compose-model-not-mounted": ("compose-llama", [("docker/compose.yaml", "target: /models", "target: /weights")],
+                                  {"chat:container-paths": "container-paths/not-mounted"}),
+    "compose-payload-undeclared": ("compose-llama", [("docker/.env", "MODEL_FILE=gemma-3-12b-it-Q4_K_M.gguf",
+                                                      "MODEL_FILE=gemma-3-27b-it-Q4_K_M.gguf")],
+                                   {"chat:container-paths": "container-paths/payload-undeclared"}),
+    "compose-short-volume": ("compose-llama", [("docker/compose.yaml", "      - type: bind\n        source: /srv/llm/models\n"
+                                                "        target: /models\n        read_only: true\n",
+                                                "      - /srv/llm/models:/models:ro\n")], {}),
+    # The ~31 GB FP8 checkpoint the house first tried on the 24 GiB card: vLLM stops while loading it.
+    "compose-vllm-31gb-checkpoint": ("compose-vllm", [("compose.yaml", "/models/Qwen3-8B-FP8", "/models/Qwen3-30B-A3B-FP8"),
+                                                      ("fleet.toml", '"/srv/models/Qwen3-8B-FP8"', '"/srv/models/Qwen3-30B-A3B-FP8"'),
+                                                      ("fleet.toml", "qwen3-8b-fp8.toml", "qwen3-30b-a3b-fp8.toml")],
+                                     {"qwen:vllm-starts": "vllm-starts/weights-exceed-budget"}),
+    # A compose file that cannot be read as compose reads it is that service's one finding; its other seams skip.
+    "compose-required-variable-unset": ("compose-llama", [("docker/.env", "MODEL_FILE=gemma-3-12b-it-Q4_K_M.gguf\n", "")],
+                                        _broken("compose-llama", "chat")),
+    "compose-not-yaml": ("compose-llama", [("docker/compose.yaml", "    ports:\n", "    ports: [\n")],
+                         _broken("compose-llama", "chat")),
+    # entrypoint: '' drops the image's entrypoint: command is then the whole command line.
+    "compose-entrypoint-reset": ("compose-llama", [("docker/compose.yaml", 'command: ["-m",',
+                                                    'entrypoint: ""\n    command: ["/app/llama-server", "-m",')], {}),
+    # MAX_MODEL_LEN from .env: one 131,072-token sequence needs 18 GiB of KV, the pool is at most 13.4 GiB.
+    "compose-vllm-pool-below-one-sequence": ("compose-vllm", [(".env", "MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072")],
+                                             {"qwen:vllm-starts": "vllm-starts/pool-below-one-sequence"}),
+    # The old image entrypoint (python3 -m vllm.entrypoints.openai.api_server) reads the same flags.
+    "compose-vllm-api-server": ("compose-vllm", [("compose.yaml", "    command: >\n",
+                                                  '    entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]\n'
+                                                  "    command: >\n")], {}),
 }
 
 

@@ -62,7 +62,7 @@ def _no_devices(config: ServiceConfig) -> str | None:
        summary="visibility variables leave exactly the serving cards the engine is told to use")
 def device_visibility(config: ServiceConfig) -> None:
     env = dict(config.rendered.env)
-    seen = visible_devices(config.host.devices, env)
+    seen = visible_devices(_granted(config), env)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                                                      "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
     if seen.problem or not seen.devices:
@@ -105,6 +105,39 @@ def device_visibility(config: ServiceConfig) -> None:
             expected="one --tensor-split entry per --device entry",
             fix="give every device its share in --tensor-split",
         )
+
+
+def _granted(config: ServiceConfig) -> tuple[Device, ...]:
+    """The devices the engine's process can enumerate: the host's, or those a compose service is granted."""
+    __tracebackhide__ = True
+    compose = config.rendered.compose
+    if compose is None:
+        return config.host.devices
+    grant = compose.gpus
+    if grant is None:
+        raise Failure(
+            code=f"{NAME}/compose-no-gpu",
+            service=config.name, check=NAME, where=f"{compose.path}:{compose.line}",
+            observed=(f"compose service {compose.name} is granted no GPU: no deploy.resources.reservations.devices, "
+                      "no gpus:, no runtime: nvidia"),
+            expected=f"the container granted the serving cards ({', '.join(d.name for d in config.host.cards)})",
+            fix=("reserve them: deploy: resources: reservations: devices: [{driver: nvidia, count: 1, capabilities: "
+                 "[gpu]}] (a container sees no GPU unless it is granted one: llama.cpp then runs on the CPU, vLLM "
+                 "stops at start)"),
+        )
+    if grant.indices is None:
+        return config.host.devices
+    past = [str(i) for i in grant.indices if i >= len(config.host.devices)]
+    if grant.unknown or past:
+        raise Failure(
+            code=f"{NAME}/compose-unknown-device",
+            service=config.name, check=NAME, where=grant.where,
+            observed=f"{grant.how} names {', '.join([*grant.unknown, *past])}, not a card of host {config.host.name}",
+            details=[f"{d.index}: {d.name}" for d in config.host.devices],
+            expected=f"device indices of the host's {len(config.host.devices)} device(s), in enumeration order",
+            fix="name the card by its index (nvidia-smi's order), or declare the host's devices in fleet.toml",
+        )
+    return tuple(config.host.devices[i] for i in grant.indices)
 
 
 def _devices_needed(config: ServiceConfig) -> int:

@@ -69,6 +69,10 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         port, use = config.vllm.port, config.vllm.use("port")
         default = "vllm's default 8000"
     declared = config.service.port
+    compose = config.rendered.compose
+    if compose is not None and not compose.host_network:
+        _compose_published(config, port, declared)
+        return
     if port == declared:
         return
     raise Failure(
@@ -78,3 +82,29 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
         fix="make the env file's port and fleet.toml's agree; a client pointed at the declared port reaches nothing or another service",
     )
+
+
+def _compose_published(config: ServiceConfig, port: int, declared: int) -> None:
+    """In a compose service on a bridge network clients reach the port ``ports:`` publishes, not the engine's own."""
+    compose = config.rendered.compose
+    assert compose is not None
+    mapped = compose.published(port)
+    if mapped is None:
+        raise Failure(
+            service=config.name, check=PORT, code=f"{PORT}/not-published",
+            where=compose.ports[0].where if compose.ports else compose.command_where,
+            observed=(f"the engine listens on {port} inside the container, and no ports: entry of {compose.name} "
+                      "publishes it"),
+            details=[f"{p.where}: {p.published or '(ephemeral)'} -> {p.target}/{p.protocol}" for p in compose.ports],
+            expected=f"a ports: entry publishing container port {port} on host port {declared} (\"{declared}:{port}\")",
+            fix="publish the port the engine listens on (or pass the engine the container port ports: publishes); "
+                "nothing outside the container reaches an unpublished port",
+        )
+    if mapped.published != declared:
+        raise Failure(
+            service=config.name, check=PORT, code=f"{PORT}/published-differs", where=mapped.where,
+            observed=(f"ports: publishes the engine's port {port} on host port "
+                      f"{mapped.published if mapped.published is not None else '(an ephemeral one docker picks)'}"),
+            expected=f"host port {declared}, as fleet.toml declares (where clients and the live gate look)",
+            fix="make the published port in ports: (or the .env variable it reads) and fleet.toml's port agree",
+        )

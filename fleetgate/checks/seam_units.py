@@ -41,6 +41,8 @@ def _unit(config: ServiceConfig) -> Unit | None:
 
 
 def _has_unit(config: ServiceConfig) -> str | None:
+    if config.rendered.compose is not None:
+        return f"{config.name} is a compose service ({config.rendered.compose.path.name}): no systemd unit to hold"
     if config.rendered.unit is None:
         return f"{config.name} has no unit in fleet.toml: declare unit = PATH (the systemd unit or Quadlet that starts it)"
     return None
@@ -362,10 +364,18 @@ def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
                         yield f"{flag} {key}", item
 
 
-@check(PATHS, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES,
+def _container(config: ServiceConfig) -> str | None:
+    return None if config.rendered.compose is not None else _quadlet(config)
+
+
+@check(PATHS, kind="seam", subject="service", requires=_container, engines=_ENGINES,
        cites=("B-VL-14", "B-VL-16", "INC-85"),
-       summary="every path a containerised engine is given is inside a Volume= and exists behind it")
+       summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
+               "behind it: in the repository, or among the payload the host is declared to hold")
 def quadlet_container_paths(config: ServiceConfig) -> None:
+    if config.rendered.compose is not None:
+        _compose_paths(config)
+        return
     unit = _unit(config)
     assert unit is not None
     volumes = mounts(unit)
@@ -396,4 +406,40 @@ def quadlet_container_paths(config: ServiceConfig) -> None:
                 observed=f"{what} {path} is {host_path} on the host, which is not in this repository",
                 expected=f"{local.relative_to(config.fleet.root)} committed, since the volume mounts the repository",
                 fix="commit the file, or point the variable at the one that is committed",
+            )
+
+
+def _compose_paths(config: ServiceConfig) -> None:
+    """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload."""
+    compose = config.rendered.compose
+    assert compose is not None
+    declared = [PurePosixPath(p) for p in config.service.payload if p.startswith("/")]
+    for what, path in container_paths(config):
+        host = compose.host_path(path)
+        if host is None:
+            raise Failure(
+                service=config.name, check=PATHS, code=f"{PATHS}/not-mounted", where=compose.command_where,
+                observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
+                expected=f"a path inside one of: {', '.join(m.target for m in compose.mounts) or 'no bind mounts'}",
+                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
+                fix="mount the host directory in volumes:, or hand the engine the container path it is mounted at",
+            )
+        local = map_to_repo(config.fleet, host)
+        if local is not None:
+            if not local.exists():
+                raise Failure(
+                    service=config.name, check=PATHS, code=f"{PATHS}/missing-in-repo", where=compose.command_where,
+                    observed=f"{what} {path} is {host} on the host, which is not in this repository",
+                    expected=f"{local.relative_to(config.fleet.root)} committed, since the bind mount holds the repository",
+                    fix="commit the file, or point the path at the one that is committed",
+                )
+            continue
+        inside = PurePosixPath(host)
+        if declared and not any(inside == p or p in inside.parents for p in declared):
+            raise Failure(
+                service=config.name, check=PATHS, code=f"{PATHS}/payload-undeclared", where=compose.command_where,
+                observed=f"{what} {path} is {host} on the host (through volumes:), which fleet.toml's payload does not name",
+                expected=f"one of the declared payload: {', '.join(config.service.payload)}",
+                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
+                fix="declare the file in services.NAME.payload (what the host must hold), or fix the mount or the path",
             )

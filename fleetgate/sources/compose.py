@@ -1,0 +1,752 @@
+"""A docker compose / podman compose service read the way compose reads it: the engine's argv and environment.
+
+Nothing runs: no container client is called, compose is data. The file is read with PyYAML's node API so that every
+value keeps its line. What is read, as the compose specification says (compose-spec ``05-services.md``,
+``12-interpolation.md``):
+
+- interpolation of every value of the file (``$VAR``, ``${VAR}``, ``${VAR:-d}``, ``${VAR-d}``, ``${VAR:?msg}``,
+  ``${VAR?msg}``, ``${VAR:+alt}``, ``${VAR+alt}``, ``$$``; defaults nest) from the ``.env`` file of the project
+  directory (the compose file's own directory) only: the shell environment ``docker compose up`` would also read is
+  not known offline, so a variable only the shell sets is unset here (and named in ``ComposeService.unset``);
+- ``environment:`` (a map or a ``KEY=VALUE`` list; a bare ``KEY`` or a null value would come from the shell, so it is
+  left out), ``env_file:`` (a string, a list, or ``{path, required}``), ``environment`` overriding ``env_file``;
+- ``entrypoint:`` and ``command:`` (a string split shell-like, or a list); without ``entrypoint:`` the image's own:
+  llama.cpp's ``server*`` images run ``/app/llama-server`` (and set ``LLAMA_ARG_HOST=0.0.0.0``), ``full*`` run
+  ``/app/tools.sh`` whose first argument ``--server``/``-s`` starts llama-server with the rest, ``vllm/vllm-openai``
+  runs ``vllm serve`` (.devops/cuda.Dockerfile of llama.cpp, docker/Dockerfile of vLLM);
+- ``image:`` the engine build where its tag pins one (``server-cuda-b6300``; ``vllm/vllm-openai:v0.13.0``);
+- ``ports:`` (short and long form), ``network_mode: host``; ``volumes:`` (bind mounts, short and long form);
+- ``deploy.resources.reservations.devices``, ``gpus:`` and ``runtime: nvidia``: which of the host's cards the
+  container gets.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from fleetgate.errors import InputError, read_text
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import EngineBuild, Fleet, Service
+    from fleetgate.render import Origin, Rendered
+
+__all__ = ["ComposeService", "Grant", "Mount", "PortMap", "interpolate", "read_compose", "render_compose"]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
+_VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
+_VLLM_API_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+
+
+@dataclass(frozen=True)
+class PortMap:
+    """One published port: clients reach ``host_ip:published`` on the host, the engine listens on ``target``."""
+
+    target: int
+    published: int | None
+    """None: no host port given, so docker picks an ephemeral one that no client can know."""
+    host_ip: str | None
+    protocol: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    """The host path (relative sources resolved against the compose file's directory where the hosts deploy it)."""
+    target: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The cards the container gets: host device indices, ``None`` for every card, and how that was read."""
+
+    indices: tuple[int, ...] | None
+    how: str
+    where: str
+    unknown: tuple[str, ...] = ()
+    """Device ids that are not an index of the host's cards (a UUID, or an index past them)."""
+
+
+@dataclass(frozen=True)
+class ComposeService:
+    path: Path
+    name: str
+    line: int
+    image: str | None
+    image_where: str
+    argv: tuple[str, ...]
+    env: Mapping[str, Origin]
+    """The container's environment (the image's, ``env_file``, ``environment``), with where each was set."""
+    project: Mapping[str, Origin]
+    """The ``.env`` file's variables, which interpolate the compose file (not the container's environment)."""
+    ports: tuple[PortMap, ...]
+    host_network: bool
+    mounts: tuple[Mount, ...]
+    gpus: Grant | None
+    """None: nothing grants the container a GPU (no reservation, no ``gpus:``, no ``runtime: nvidia``)."""
+    unset: tuple[str, ...] = ()
+    """Variables the file interpolates that the ``.env`` file does not set (compose: a blank string)."""
+    command_where: str = ""
+    engine_build: EngineBuild | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def host_path(self, container_path: str) -> str | None:
+        """The host path behind a container path, through the bind mounts (the deepest target first)."""
+        inside = PurePosixPath(posixpath.normpath(container_path))
+        for mount in sorted(self.mounts, key=lambda m: -len(PurePosixPath(m.target).parts)):
+            try:
+                rest = inside.relative_to(PurePosixPath(mount.target))
+            except ValueError:
+                continue
+            return str(PurePosixPath(mount.source) / rest) if str(rest) != "." else mount.source
+        return None
+
+    def published(self, target: int) -> PortMap | None:
+        """The tcp entry that publishes ``target``: one with a host port first, else an ephemeral one."""
+        found = [p for p in self.ports if p.target == target and p.protocol == "tcp"]
+        return next((p for p in found if p.published is not None), found[0] if found else None)
+
+
+# ---------------------------------------------------------------------------------------------------- interpolation
+
+def interpolate(text: str, env: Mapping[str, str], path: Path | str, line: int | None,
+                unset: list[str] | None = None) -> str:
+    """``text`` with compose's interpolation applied (compose-spec 12-interpolation.md)."""
+    out, _ = _interpolate(text, 0, env, path, line, unset if unset is not None else [], stop=None)
+    return out
+
+
+def _interpolate(text: str, i: int, env: Mapping[str, str], path: Path | str, line: int | None,
+                 unset: list[str], stop: str | None) -> tuple[str, int]:
+    out: list[str] = []
+    while i < len(text):
+        c = text[i]
+        if stop is not None and c == stop:
+            return "".join(out), i
+        if c != "$":
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if nxt == "$":
+            out.append("$")
+            i += 2
+            continue
+        if nxt == "{":
+            value, i = _braced(text, i + 2, env, path, line, unset)
+            out.append(value)
+            continue
+        match = _NAME.match(text, i + 1)
+        if match:
+            name = match.group(0)
+            if name not in env:
+                unset.append(name)
+            out.append(env.get(name, ""))
+            i = match.end()
+            continue
+        raise InputError(path, line, f"{text!r}: a '$' that starts no variable; expected $NAME, ${{NAME}} or $$ "
+                         "for a literal dollar (compose interpolation)")
+    if stop is not None:
+        raise InputError(path, line, f"{text!r}: '${{' is never closed; expected '}}' (compose interpolation)")
+    return "".join(out), i
+
+
+def _braced(text: str, i: int, env: Mapping[str, str], path: Path | str, line: int | None,
+            unset: list[str]) -> tuple[str, int]:
+    match = _NAME.match(text, i)
+    if not match:
+        raise InputError(path, line, f"{text!r}: '${{' is not followed by a variable name; expected ${{NAME}} "
+                         "(compose interpolation)")
+    name = match.group(0)
+    i = match.end()
+    if i >= len(text):
+        raise InputError(path, line, f"{text!r}: '${{{name}' is never closed; expected '}}' (compose interpolation)")
+    if text[i] == "}":
+        if name not in env:
+            unset.append(name)
+        return env.get(name, ""), i + 1
+    op = text[i:i + 2] if text[i] == ":" else text[i]
+    if op not in (":-", "-", ":?", "?", ":+", "+"):
+        raise InputError(path, line, f"{text!r}: '${{{name}{text[i]}' is no compose substitution; expected one of "
+                         ":- - :? ? :+ + after the name")
+    word, end = _interpolate(text, i + len(op), env, path, line, unset, stop="}")
+    value = env.get(name)
+    missing = value is None or (op.startswith(":") and value == "")
+    if op.endswith("-"):
+        result = word if missing else value
+    elif op.endswith("+"):
+        result = "" if missing else word
+    else:
+        if missing:
+            why = "is not set" if value is None else "is empty"
+            raise InputError(path, line, f"${{{name}{op}{word}}}: {name} {why}: {word or 'required variable'}; "
+                             f"expected {name} in the .env file beside the compose file (the shell's environment is "
+                             "not read offline)")
+        result = value
+    assert result is not None
+    return result, end + 1
+
+
+# -------------------------------------------------------------------------------------------------------- .env files
+
+def _dotenv(path: Path, env: Mapping[str, str], what: str, via: str) -> dict[str, Origin]:
+    """A compose env file (``.env`` or ``env_file:``): ``KEY=VALUE`` lines, ``#`` comments, ``export`` allowed; single
+    quotes literal, double quotes with escapes and interpolation, unquoted values interpolated with ``' #'`` comments."""
+    from fleetgate.render import Origin
+
+    found: dict[str, Origin] = {}
+    scope = dict(env)
+    for number, raw in enumerate(read_text(path, what).splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        name, eq, value = line.partition("=")
+        name = name.strip()
+        if not eq or not _NAME.fullmatch(name):
+            raise InputError(path, number, f"{raw.strip()!r}: expected KEY=VALUE (a compose env file)")
+        value = value.strip()
+        if value.startswith("'"):
+            close = value.find("'", 1)
+            if close < 0:
+                raise InputError(path, number, f"{name}: the single quote is never closed; expected '...'")
+            value = value[1:close]
+        elif value.startswith('"'):
+            close = _closing_double(value)
+            if close < 0:
+                raise InputError(path, number, f"{name}: the double quote is never closed; expected \"...\"")
+            body = value[1:close]
+            # One pass over the escapes; an escaped dollar becomes interpolation's own literal dollar ($$).
+            body = re.sub(r"\\([\\\"nrt$])",
+                          lambda m: {"n": "\n", "r": "\r", "t": "\t", "$": "$$"}.get(m.group(1), m.group(1)), body)
+            value = interpolate(body, scope, path, number)
+        else:
+            comment = re.search(r"\s#", value)
+            if comment:
+                value = value[:comment.start()].rstrip()
+            value = interpolate(value, scope, path, number)
+        found[name] = Origin(name, value, f"{path}:{number}", via)
+        scope[name] = value
+    return found
+
+
+def _closing_double(value: str) -> int:
+    i = 1
+    while i < len(value):
+        if value[i] == "\\":
+            i += 2
+            continue
+        if value[i] == '"':
+            return i
+        i += 1
+    return -1
+
+
+# ------------------------------------------------------------------------------------------------------ YAML access
+
+class _Reader:
+    """Nodes of one compose file, interpolated on access, every error at its line."""
+
+    def __init__(self, path: Path, env: Mapping[str, str]) -> None:
+        self.path = path
+        self.env = env
+        self.unset: list[str] = []
+
+    def line(self, node: Node) -> int:
+        return int(node.start_mark.line) + 1
+
+    def where(self, node: Node) -> str:
+        return f"{self.path}:{self.line(node)}"
+
+    def fail(self, node: Node, message: str) -> InputError:
+        return InputError(self.path, self.line(node), message)
+
+    def items(self, node: Node, what: str) -> list[tuple[str, Node, Node]]:
+        """(key, key node, value node) of a mapping, ``<<`` merges applied (explicit keys win)."""
+        if not isinstance(node, MappingNode):
+            raise self.fail(node, f"{what}: expected a mapping, got {_kind(node)}")
+        own: list[tuple[str, Node, Node]] = []
+        merged: list[tuple[str, Node, Node]] = []
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge":
+                sources = value.value if isinstance(value, SequenceNode) else [value]
+                for source in sources:
+                    merged += self.items(source, f"{what} (<< merge)")
+                continue
+            if not isinstance(key, ScalarNode):
+                raise self.fail(key, f"{what}: a key that is not a string; expected NAME: VALUE")
+            own.append((key.value, key, value))
+        names = {k for k, _, _ in own}
+        return own + [item for item in merged if item[0] not in names]
+
+    def get(self, node: Node, key: str, what: str) -> Node | None:
+        for name, _, value in self.items(node, what):
+            if name == key:
+                return value
+        return None
+
+    def null(self, node: Node) -> bool:
+        return isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null"
+
+    def text(self, node: Node, what: str) -> str:
+        if not isinstance(node, ScalarNode):
+            raise self.fail(node, f"{what}: expected a string, got {_kind(node)}")
+        return interpolate(node.value, self.env, self.path, self.line(node), self.unset)
+
+    def strings(self, node: Node, what: str) -> list[tuple[str, Node]]:
+        """A string or a list of strings."""
+        if isinstance(node, SequenceNode):
+            return [(self.text(item, f"{what}[{i}]"), item) for i, item in enumerate(node.value)]
+        return [(self.text(node, what), node)]
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    return f"the {node.tag.rsplit(':', 1)[-1]} {node.value!r}"
+
+
+def _load(path: Path) -> Node:
+    text = read_text(path, "the compose file")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = int(mark.line) + 1 if mark is not None else None
+        raise InputError(path, line, f"not YAML: {exc.problem or exc.context}; expected a compose file "
+                         "(YAML: services: NAME: image: ...)") from None
+    except yaml.YAMLError as exc:
+        raise InputError(path, None, f"not YAML: {exc}; expected a compose file") from None
+    if root is None:
+        raise InputError(path, 1, "the compose file is empty; expected a top-level services: mapping")
+    return root
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+
+def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str | None] | None = None) -> ComposeService:
+    """The compose service a fleet service names, read the way compose reads it."""
+    from fleetgate.render import Origin, map_to_repo
+
+    assert service.compose is not None
+    path = service.compose
+    name = service.compose_service or service.name
+    root = _load(path)
+    project: dict[str, Origin] = {}
+    dotenv = path.parent / ".env"
+    if dotenv.is_file():
+        project = _dotenv(dotenv, {}, "the compose project's .env file", ".env")
+    env = {n: o.value for n, o in project.items()}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    reader = _Reader(path, env)
+    _interpolate_all(reader, root)
+    services = reader.get(root, "services", "the compose file")
+    if services is None:
+        raise reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
+    names = [key for key, _, _ in reader.items(services, "services")]
+    node = reader.get(services, name, "services")
+    if node is None:
+        raise reader.fail(services, f"no compose service {name!r}; expected one of: {', '.join(names) or 'none'} "
+                          f"(set compose_service in fleet.toml)")
+    what = f"services.{name}"
+    line = reader.line(node)
+
+    def attr(key: str) -> Node | None:
+        value = reader.get(node, key, what)
+        return None if value is None or reader.null(value) else value
+
+    # The container's environment: the image's, then env_file in order, then environment (which wins).
+    container: dict[str, Origin] = {}
+    image_node = attr("image")
+    image = reader.text(image_node, f"{what}.image") if image_node is not None else None
+    image_where = reader.where(image_node) if image_node is not None else reader.where(node)
+    repo, tag = _split_image(image)
+    if repo in _LLAMA_IMAGES and tag.startswith("server"):
+        container["LLAMA_ARG_HOST"] = Origin("LLAMA_ARG_HOST", "0.0.0.0", image_where, "image")
+    env_files = attr("env_file")
+    if env_files is not None:
+        for local, required, where_node in _env_files(reader, env_files, what):
+            target = (path.parent / local)
+            real_root = fleet.root.resolve()
+            resolved = target.resolve()
+            if resolved != real_root and real_root not in resolved.parents:
+                raise reader.fail(where_node, f"env_file {local}: resolves outside the fleet repository ({resolved}); "
+                                  "expected a file of the repository (relative to the compose file)")
+            if not resolved.is_file():
+                if not required:
+                    continue
+                raise reader.fail(where_node, f"env_file {local}: no such file; expected a file of the repository "
+                                  "(relative to the compose file), or required: false")
+            container.update(_dotenv(resolved, env, "an env_file of the compose service", "env_file"))
+    environment = attr("environment")
+    if environment is not None:
+        container.update(_environment(reader, environment, what))
+    for key, value in (overrides or {}).items():
+        if key in container and key not in env:
+            if value is None:
+                container.pop(key)
+            else:
+                container[key] = Origin(key, value, container[key].where, container[key].via)
+
+    argv, command_where = _argv(reader, node, what, service, repo, tag, attr)
+    ports, host_network = _ports(reader, attr, what)
+    mounts = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
+    grant = _gpus(reader, attr, what, container)
+    return ComposeService(
+        path=path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
+        project=project,
+        ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
+        unset=tuple(dict.fromkeys(reader.unset)), command_where=command_where,
+        engine_build=_engine_build(service, image, image_where, path, image_node, reader),
+    )
+
+
+def _interpolate_all(reader: _Reader, root: Node) -> None:
+    """Compose interpolates the whole file before it starts anything: a refused interpolation anywhere (a required
+    variable of another service) refuses ``docker compose up`` of every service."""
+    seen: set[int] = set()
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, ScalarNode):
+            interpolate(node.value, reader.env, reader.path, reader.line(node), [])
+        elif isinstance(node, SequenceNode):
+            pending += node.value
+        elif isinstance(node, MappingNode):
+            pending += [value for _, value in node.value]
+
+
+def _split_image(image: str | None) -> tuple[str, str]:
+    """(repository, tag) of an image reference; a digest is dropped, no tag is ``latest``."""
+    if image is None:
+        return "", ""
+    ref = image.split("@", 1)[0]
+    name, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return ref, "latest"
+    return name, tag
+
+
+def _engine_build(service: Service, image: str | None, where: str, path: Path, node: Node | None,
+                  reader: _Reader) -> EngineBuild | None:
+    from fleetgate.engines.llama_builds import image_build
+    from fleetgate.fleet import EngineBuild
+
+    if image is None:
+        return None
+    repo, tag = _split_image(image)
+    declared = service.engine_build
+    if repo in _VLLM_IMAGES:
+        match = re.fullmatch(r"v?(\d+\.\d+\.\d+(?:\.post\d+)?)", tag)
+        version = match.group(1) if match else None
+        if declared is not None and declared.version is not None and version is not None and declared.version != version:
+            assert node is not None
+            raise reader.fail(node, f"image {image} pins vLLM {version} but fleet.toml's engine_build version = "
+                              f"{declared.version}; expected one release (drop engine_build, or the tag's)")
+        return EngineBuild(fork="mainline", number=None, version=version, image=image)
+    number = image_build(image)
+    if declared is not None and declared.number is not None and number is not None and declared.number != number:
+        assert node is not None
+        raise reader.fail(node, f"image {image} pins build {number} but fleet.toml's engine_build number = "
+                          f"{declared.number}; expected one build (drop engine_build, or the tag's)")
+    return EngineBuild(fork="mainline", number=number, image=image)
+
+
+def _env_files(reader: _Reader, node: Node, what: str) -> list[tuple[str, bool, Node]]:
+    found: list[tuple[str, bool, Node]] = []
+    items = node.value if isinstance(node, SequenceNode) else [node]
+    for i, item in enumerate(items):
+        if isinstance(item, MappingNode):
+            path_node = reader.get(item, "path", f"{what}.env_file[{i}]")
+            if path_node is None:
+                raise reader.fail(item, f"{what}.env_file[{i}]: no path; expected path: FILE (and required: true|false)")
+            required_node = reader.get(item, "required", f"{what}.env_file[{i}]")
+            required = True
+            if required_node is not None:
+                flag = reader.text(required_node, f"{what}.env_file[{i}].required").lower()
+                if flag not in ("true", "false"):
+                    raise reader.fail(required_node, f"{what}.env_file[{i}].required: {flag!r}; expected true or false")
+                required = flag == "true"
+            found.append((reader.text(path_node, f"{what}.env_file[{i}].path"), required, path_node))
+        else:
+            found.append((reader.text(item, f"{what}.env_file"), True, item))
+    return found
+
+
+def _environment(reader: _Reader, node: Node, what: str) -> dict[str, Origin]:
+    from fleetgate.render import Origin
+
+    found: dict[str, Origin] = {}
+    if isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            entry = reader.text(item, f"{what}.environment[{i}]")
+            key, eq, value = entry.partition("=")
+            if not key:
+                raise reader.fail(item, f"{what}.environment[{i}]: {entry!r}; expected KEY=VALUE")
+            if eq:  # a bare KEY takes the shell's value, which is not known offline
+                found[key] = Origin(key, value, reader.where(item), "environment")
+        return found
+    for key, _, value_node in reader.items(node, f"{what}.environment"):
+        if reader.null(value_node):
+            continue
+        value = reader.text(value_node, f"{what}.environment.{key}")
+        if value_node.tag == "tag:yaml.org,2002:bool":
+            value = value.lower()
+        found[key] = Origin(key, value, reader.where(value_node), "environment")
+    return found
+
+
+def _words(reader: _Reader, node: Node, what: str) -> list[str]:
+    """``command:``/``entrypoint:``: a list as it is, a string split as compose splits it (shell words)."""
+    if isinstance(node, SequenceNode):
+        return [reader.text(item, f"{what}[{i}]") for i, item in enumerate(node.value)]
+    if isinstance(node, ScalarNode):
+        text = reader.text(node, what)
+        try:
+            return shlex.split(text, posix=True)
+        except ValueError as exc:
+            raise reader.fail(node, f"{what}: {exc} in {text!r}; expected a command line with every quote closed, or "
+                              "a list of arguments") from None
+    raise reader.fail(node, f"{what}: expected a string or a list of arguments, got {_kind(node)}")
+
+
+def _argv(reader: _Reader, node: Node, what: str, service: Service, repo: str, tag: str,
+          attr: Callable[[str], Node | None]) -> tuple[tuple[str, ...], str]:
+    entry_node, command_node = attr("entrypoint"), attr("command")
+    command = _words(reader, command_node, f"{what}.command") if command_node is not None else []
+    where = reader.where(command_node or entry_node or node)
+    if entry_node is not None:
+        entrypoint = _words(reader, entry_node, f"{what}.entrypoint")
+        words = [*entrypoint, *command]
+    elif repo in _LLAMA_IMAGES and tag.startswith("server"):
+        words = ["/app/llama-server", *command]
+    elif repo in _LLAMA_IMAGES and tag.startswith("full"):
+        if not command or command[0] not in ("--server", "-s"):
+            raise reader.fail(command_node or node, f"{what}: the {repo}:{tag} image runs /app/tools.sh, which starts "
+                              f"llama-server only when its first argument is --server (or -s); expected command: "
+                              f"[\"--server\", ...], got {command[:1] or 'no command'}")
+        words = ["/app/llama-server", *command[1:]]
+    elif repo in _VLLM_IMAGES:
+        words = ["vllm", "serve", *command]
+    else:
+        raise reader.fail(node, f"{what}: fleetgate does not know the entrypoint of image {repo}:{tag}; expected "
+                          f"entrypoint: naming {service.binary}, or a llama.cpp server/full image or vllm/vllm-openai")
+    if tuple(words[:3]) == _VLLM_API_SERVER or (tuple(words[:2]) == ("python", "-m") and words[2:3] == [_VLLM_API_SERVER[2]]):
+        words = ["vllm", "serve", *words[3:]]  # the api_server takes vllm serve's options (the model as --model)
+    if not words or posixpath.basename(words[0]) != service.binary:
+        shown = " ".join(words[:3]) or "nothing"
+        raise reader.fail(entry_node or command_node or node, f"{what}: the container runs {shown}; expected "
+                          f"{service.binary} itself (a shell or a wrapper script in the image is not read)")
+    return (service.binary, *words[1:]), where
+
+
+def _port(reader: _Reader, text: str, node: Node, what: str) -> int | None:
+    if text == "":
+        return None
+    if "-" in text:
+        low, _, high = text.partition("-")
+        if low != high:
+            raise reader.fail(node, f"{what}: the port range {text}; expected one port (a range publishes several)")
+        text = low
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise reader.fail(node, f"{what}: {text!r}; expected a port number 1-65535")
+    return int(text)
+
+
+def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tuple[tuple[PortMap, ...], bool]:
+    mode = attr("network_mode")
+    host_network = mode is not None and reader.text(mode, f"{what}.network_mode") == "host"
+    node = attr("ports")
+    if node is None:
+        return (), host_network
+    if not isinstance(node, SequenceNode):
+        raise reader.fail(node, f"{what}.ports: expected a list, got {_kind(node)}")
+    found: list[PortMap] = []
+    for i, item in enumerate(node.value):
+        label = f"{what}.ports[{i}]"
+        if isinstance(item, MappingNode):
+            def field_(key: str, item: Node = item, label: str = label) -> str | None:
+                value = reader.get(item, key, label)
+                return None if value is None or reader.null(value) else reader.text(value, f"{label}.{key}")
+
+            target = field_("target")
+            if target is None:
+                raise reader.fail(item, f"{label}: no target; expected target: CONTAINER_PORT")
+            target_port = _port(reader, target, item, f"{label}.target")
+            assert target_port is not None
+            published = field_("published")
+            found.append(PortMap(target_port, _port(reader, published or "", item, f"{label}.published"),
+                                 field_("host_ip"), field_("protocol") or "tcp", reader.where(item)))
+            continue
+        text = reader.text(item, label)
+        spec, _, protocol = text.partition("/")
+        host_ip = None
+        if spec.startswith("["):
+            close = spec.find("]")
+            host_ip, spec = spec[1:close], spec[close + 2:]
+        parts = spec.split(":")
+        if len(parts) == 3:
+            host_ip, published, target = parts
+        elif len(parts) == 2:
+            published, target = parts
+        elif len(parts) == 1:
+            published, target = "", parts[0]
+        else:
+            raise reader.fail(item, f"{label}: {text!r}; expected [HOST_IP:][HOST_PORT:]CONTAINER_PORT")
+        target_port = _port(reader, target, item, label)
+        assert target_port is not None
+        found.append(PortMap(target_port, _port(reader, published, item, label), host_ip or None, protocol or "tcp",
+                             reader.where(item)))
+    return tuple(found), host_network
+
+
+def _mounts(fleet: Fleet, reader: _Reader, node: Node | None, what: str,
+            map_to_repo: Callable[[Fleet, str], Path | None]) -> tuple[Mount, ...]:
+    if node is None:
+        return ()
+    if not isinstance(node, SequenceNode):
+        raise reader.fail(node, f"{what}.volumes: expected a list, got {_kind(node)}")
+    base = reader.path.parent.resolve().relative_to(fleet.root.resolve())
+    host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
+        fleet.deploy_root or str(fleet.root))
+    found: list[Mount] = []
+    for i, item in enumerate(node.value):
+        label = f"{what}.volumes[{i}]"
+        if isinstance(item, MappingNode):
+            kind = reader.get(item, "type", label)
+            source_node, target_node = reader.get(item, "source", label), reader.get(item, "target", label)
+            if kind is not None and reader.text(kind, f"{label}.type") != "bind":
+                continue
+            if source_node is None or target_node is None:
+                raise reader.fail(item, f"{label}: expected source: and target: (a bind mount)")
+            source, target = reader.text(source_node, f"{label}.source"), reader.text(target_node, f"{label}.target")
+        else:
+            parts = reader.text(item, label).split(":")
+            if len(parts) < 2:
+                continue  # an anonymous volume: nothing of the host behind it
+            source, target = parts[0], parts[1]
+        if source.startswith("~"):
+            continue  # the home directory of whoever runs compose: not known offline
+        if source.startswith("."):
+            source = posixpath.normpath(posixpath.join(host_dir, source))
+        elif not source.startswith("/"):
+            continue  # a named volume: docker's storage, not a host path
+        found.append(Mount(source, target, reader.where(item)))
+    return tuple(found)
+
+
+def _device_ids(reader: _Reader, node: Node, label: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    ids: list[int] = []
+    unknown: list[str] = []
+    for text, _ in reader.strings(node, label):
+        for part in (p.strip() for p in text.split(",")):
+            if part.isdigit():
+                ids.append(int(part))
+            elif part:
+                unknown.append(part)
+    return tuple(ids), tuple(unknown)
+
+
+def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
+          container: Mapping[str, Origin]) -> Grant | None:
+    deploy = attr("deploy")
+    requests: list[tuple[Node, str]] = []
+    if deploy is not None:
+        resources = reader.get(deploy, "resources", f"{what}.deploy")
+        reservations = reader.get(resources, "reservations", f"{what}.deploy.resources") if resources else None
+        devices = reader.get(reservations, "devices", f"{what}.deploy.resources.reservations") if reservations else None
+        if devices is not None:
+            if not isinstance(devices, SequenceNode):
+                raise reader.fail(devices, f"{what}.deploy.resources.reservations.devices: expected a list, got "
+                                  f"{_kind(devices)}")
+            requests += [(item, f"{what}.deploy.resources.reservations.devices[{i}]")
+                         for i, item in enumerate(devices.value)]
+    gpus = attr("gpus")
+    if gpus is not None:
+        if isinstance(gpus, ScalarNode):
+            if reader.text(gpus, f"{what}.gpus") != "all":
+                raise reader.fail(gpus, f"{what}.gpus: expected all or a list of {{count, device_ids}}")
+            return Grant(None, "gpus: all", reader.where(gpus))
+        if not isinstance(gpus, SequenceNode):
+            raise reader.fail(gpus, f"{what}.gpus: expected all or a list, got {_kind(gpus)}")
+        requests += [(item, f"{what}.gpus[{i}]") for i, item in enumerate(gpus.value)]
+    indices: list[int] = []
+    unknown: list[str] = []
+    every: Grant | None = None
+    granted = False
+    for item, label in requests:
+        capabilities = reader.get(item, "capabilities", label)
+        caps = [c for c, _ in reader.strings(capabilities, f"{label}.capabilities")] if capabilities is not None else []
+        if capabilities is not None and "gpu" not in caps:
+            continue  # another kind of device
+        if capabilities is None and label.endswith("]") and ".deploy." in label:
+            raise reader.fail(item, f"{label}: no capabilities; expected capabilities: [gpu] (compose requires them "
+                              "for a device reservation)")
+        granted = True
+        count_node, ids_node = reader.get(item, "count", label), reader.get(item, "device_ids", label)
+        if count_node is not None and ids_node is not None:
+            raise reader.fail(item, f"{label}: both count and device_ids; expected one of them")
+        if ids_node is not None:
+            ids, bad = _device_ids(reader, ids_node, f"{label}.device_ids")
+            indices += ids
+            unknown += bad
+        elif count_node is not None:
+            count = reader.text(count_node, f"{label}.count")
+            if count == "all":
+                every = Grant(None, f"{label}.count: all", reader.where(count_node))
+            elif count.isdigit():
+                indices += [i for i in range(int(count)) if i not in indices]
+            else:
+                raise reader.fail(count_node, f"{label}.count: {count!r}; expected a number or all")
+        else:
+            every = Grant(None, f"{label}: neither count nor device_ids (every card)", reader.where(item))
+    if every is not None:
+        return every
+    if granted:
+        where = reader.where(requests[0][0])
+        return Grant(tuple(dict.fromkeys(indices)), requests[0][1], where, tuple(unknown))
+    runtime = attr("runtime")
+    if runtime is not None and reader.text(runtime, f"{what}.runtime") == "nvidia":
+        visible = container.get("NVIDIA_VISIBLE_DEVICES")
+        if visible is None or visible.value in ("all", ""):
+            return Grant(None, "runtime: nvidia (the CUDA images' NVIDIA_VISIBLE_DEVICES=all)", reader.where(runtime))
+        if visible.value in ("none", "void"):
+            return None
+        named = [p.strip() for p in visible.value.split(",") if p.strip()]
+        return Grant(tuple(int(p) for p in named if p.isdigit()), f"runtime: nvidia, NVIDIA_VISIBLE_DEVICES={visible.value}",
+                     visible.where, tuple(p for p in named if not p.isdigit()))
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------- rendering
+
+def render_compose(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
+    """A compose service as a rendered config: the container's argv and environment; nothing runs."""
+    from fleetgate.render import Rendered
+
+    read = read_compose(fleet, service, overrides=overrides)
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           **{name: origin.value for name, origin in read.env.items()}}
+    return Rendered(service=service.name, argv=read.argv, env=env, inputs={**read.project, **read.env}, sourced=(), tests=(),
+                    writes=(), script=read.path, unit=None, compose=read)
