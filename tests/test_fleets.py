@@ -85,6 +85,10 @@ def _copy(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     "unit-exec": _table("homelab", "chat"),
+    "unit-bash-c": _table("team-box", "mistral"),
+    # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
+    # a minimum).
+    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED}),
 }
 
 
@@ -130,6 +134,35 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "exec-start-stray-positional": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                                    'EXTRA_ARGS="--jinja true --flash-attn on"')],
                                     {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # bash -c in ExecStart=: systemd expands ${CTX:-16384} inside the -c string before bash runs it, and passes an
+    # empty string (bash never sees the default); `$${...}` is the harmless spelling that hands bash the default.
+    "bash-c-systemd-eats-default": ("unit-bash-c", [("systemd/llama-mistral.service", '"$${CTX:-16384}"', '"${CTX:-16384}"')],
+                                    {"mistral:unit-exec-args": "unit-exec-args/shell-expansion",
+                                     "mistral:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                     "mistral:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    "bash-c-stray-positional": ("unit-bash-c", [("env/mistral.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                                 'EXTRA_ARGS="--jinja true --flash-attn on"')],
+                                {"mistral:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    "bash-c-port-differs": ("unit-bash-c", [("env/mistral.env", "PORT=8090", "PORT=8091")],
+                            {"mistral:rendered-port-matches": "rendered-port-matches/differs"}),
+    # The same inline script under sh -c, and with the engine started by its absolute path in the build tree.
+    "bash-c-as-sh": ("unit-bash-c", [("systemd/llama-mistral.service", "ExecStart=/bin/bash -c", "ExecStart=/bin/sh -c")], {}),
+    "bash-c-absolute-engine": ("unit-bash-c", [("systemd/llama-mistral.service",
+                                                "cd /opt/llama.cpp/build/bin && exec ./llama-server",
+                                                "exec /opt/llama.cpp/build/bin/llama-server")], {}),
+    # docker run: the engine binds 8080 in the container; -p must publish it on fleet.toml's port.
+    "docker-port-not-published": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', '-p "${PORT}:8081"')],
+                                  {"coder:rendered-port-matches": "rendered-port-matches/not-published"}),
+    "docker-host-port-differs": ("docker-run", [("config/coder.env", "PORT=8000", "PORT=8001")],
+                                 {"coder:rendered-port-matches": "rendered-port-matches/differs"}),
+    "docker-stray-positional": ("docker-run", [("scripts/run-coder.sh", "  --jinja\n", "  --jinja true\n")],
+                                {"coder:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # Harmless spellings of the same run line: --flag=value with an address, host networking, podman.
+    "docker-publish-equals": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"',
+                                              '--publish="127.0.0.1:${PORT}:8080"')], {}),
+    "docker-network-host": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', "--network host"),
+                                           ("scripts/run-coder.sh", "--port 8080", '--port "$PORT"')], {}),
+    "podman-container-run": ("docker-run", [("scripts/run-coder.sh", "exec docker run", "exec podman container run")], {}),
 }
 
 
