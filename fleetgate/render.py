@@ -708,7 +708,7 @@ def _engines_in_repo(root: Path, binary: str, limit: int = 20000) -> list[Path]:
     return found
 
 
-_MISSING = re.compile(r"(?P<path>/[^:'\n]*): (?:No such file or directory|not found|Permission denied|cannot execute)")
+_MISSING = re.compile(r"(?<![^\s:'\"])(?P<path>/[^:'\n]*): (?:No such file or directory|not found|Permission denied|cannot execute)")
 _MISSING_RELATIVE = re.compile(r": (?P<path>[^/:'\n][^:'\n]*): (?:No such file or directory|not found)")
 _MISSING_DIR = re.compile(r"(?:cd|pushd): (?P<path>/[^:'\n]*): No such file or directory")
 
