@@ -197,6 +197,8 @@ def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], 
         origins: dict[str, Origin] = {}
         if service.env_file is not None:
             origins.update(_from_env_file(service.env_file, "bash", "env_file"))
+        elif service.env_template is not None and service.env_template.writes is not None:
+            origins.update(_rendered_env_template(fleet, service, service.env_template.writes, "bash", "env_file"))
         return origins, service.serve_script, None
 
     unit = parse_unit(service.unit, root=fleet.root)
@@ -208,7 +210,7 @@ def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], 
             origins[name] = Origin(name, value, setting.where, "Environment=")
     # Variables from EnvironmentFile= override Environment= (systemd.exec(5)).
     for setting in unit.all("Service", "EnvironmentFile"):
-        origins.update(_unit_env_file(fleet, setting, "systemd"))
+        origins.update(_unit_env_file(fleet, setting, "systemd", service))
     user = unit.last("Service", "User")
     if user is not None and "HOME" not in origins:
         origins["HOME"] = Origin("HOME", f"/home/{user.value}", user.where, "User=")
@@ -225,18 +227,76 @@ def _origin(entry: EnvEntry, via: str) -> Origin:
     return Origin(entry.name, entry.value, entry.where, via)
 
 
-def _unit_env_file(fleet: Fleet, setting: Setting, dialect: Dialect) -> dict[str, Origin]:
+def _unit_env_file(fleet: Fleet, setting: Setting, dialect: Dialect, service: Service | None = None) -> dict[str, Origin]:
     value = setting.value
     optional = value.startswith("-")
     host_path = value.lstrip("-")
     local = map_to_repo(fleet, host_path)
     if local is None or not local.is_file():
+        template = service.env_template if service is not None else None
+        if template is not None and (template.writes is None or template.writes == host_path):
+            return _rendered_env_template(fleet, service, host_path, dialect, "EnvironmentFile=")  # type: ignore[arg-type]
         if optional:
             return {}
         hint = f" (fleet deploy_root is {fleet.deploy_root})" if fleet.deploy_root else " (set fleet.deploy_root in fleet.toml)"
         raise InputError(setting.path, setting.line,
                          f"EnvironmentFile={host_path} is not a file of this fleet repository{hint}")
     return _from_env_file(local, dialect, "EnvironmentFile=")
+
+
+# Administration commands an install script runs around the file it renders: stubbed (they succeed and do nothing)
+# when the render runs the script to read that file; sudo runs the rest of its line.
+_ADMIN_TOOLS = ("systemctl", "journalctl", "loginctl", "useradd", "groupadd", "usermod", "userdel", "chown", "chgrp",
+                "apt-get", "apt", "dnf", "yum", "pacman", "pip", "pip3", "setcap", "restorecon", "semanage")
+_SUDO = b"""#!/bin/bash -p
+while (($#)) && [[ $1 == -* ]]; do
+    case $1 in -u|-g|-C|-D|-h|-p|-r|-t|-U) shift 2 ;; --) shift; break ;; *) shift ;; esac
+done
+(($#)) && exec "$@"
+exit 0
+"""
+_INSTALL = ('bash "$1" </dev/null >/dev/null 2>"$3/install.stderr"; rc=$?; '
+            '[[ -f $2 ]] && cat -- "$2" >"$3/envfile"; exit $rc')
+
+
+def _rendered_env_template(fleet: Fleet, service: Service, target: str, dialect: Dialect, via: str) -> dict[str, Origin]:
+    """``env_file = { template, script }``: the install script run in the sandbox (its administration commands
+    stubbed), and the file it wrote at ``target`` read in ``dialect``. Each variable is placed at the template's
+    line that sets it, else at the script."""
+    template = service.env_template
+    assert template is not None
+    root = (fleet.deploy_root or "").rstrip("/")
+    relative = template.script.relative_to(fleet.root.resolve()).as_posix() if template.script.is_absolute() else str(template.script)
+    run_as = f"{root}/{relative}" if root else str(template.script)
+    normal = posixpath.normpath(target)
+    if not target.startswith("/") or normal != target or "\0" in target:
+        raise InputError(fleet.path, None, f"services.{service.name}.env_file.writes = {target!r}: expected the absolute, "
+                         "normal host path the install script writes")
+    out = f"{INSIDE}/out"
+    files: dict[str, bytes] = {f"{INSIDE}/bin/{tool}": b"#!/bin/bash -p\nexit 0\n" for tool in _ADMIN_TOOLS}
+    files[f"{INSIDE}/bin/sudo"] = _SUDO
+    spec = SandboxSpec(
+        command=["/bin/bash", "--noprofile", "--norc", "-c", _INSTALL, "fleetgate-install", run_as, target, out],
+        env={"PATH": f"{INSIDE}/bin:{SYSTEMD_DEFAULT_PATH}:/sbin:/bin", "HOME": "/root", "LANG": "C.UTF-8"},
+        cwd=root or str(fleet.root), timeout=_RENDER_TIMEOUT_S, read_only=_repo_mounts(fleet),
+        dirs=[posixpath.dirname(target)], files=files,
+    )
+    result = run_sandboxed(spec, what=template.script)
+    if "envfile" not in result.files:
+        said = [line for line in result.files.get("install.stderr", b"").decode("utf-8", "replace").splitlines() if line]
+        raise InputError(template.script, None, f"the install script ({template.where}) exited {result.returncode} "
+                         f"without writing {target}" + (f": {said[-1]}" if said else "")
+                         + f"; expected it to render the env file from {template.template.relative_to(fleet.root.resolve())}")
+    from fleetgate.envfile import parse_env_text
+
+    text = result.files["envfile"].decode("utf-8", "replace")
+    lines = read_bytes(template.template, "the env file template").decode("utf-8", "replace").splitlines()
+    origins = {}
+    for name, entry in parse_env_text(text, Path(target), dialect).items():
+        line = next((i for i, raw in enumerate(lines, 1) if re.match(rf"\s*(?:export\s+)?{re.escape(name)}=", raw)), None)
+        where = f"{template.template}:{line}" if line else f"{template.script}"
+        origins[name] = Origin(name, entry.value, where, via)
+    return origins
 
 
 def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | None:

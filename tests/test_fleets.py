@@ -89,6 +89,8 @@ CLEAN = {
     # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
     # a minimum).
     "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED}),
+    # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
+    "unit-install-env": _table("den", "llama"),
 }
 
 
@@ -163,6 +165,17 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "docker-network-host": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', "--network host"),
                                            ("scripts/run-coder.sh", "--port 8080", '--port "$PORT"')], {}),
     "podman-container-run": ("docker-run", [("scripts/run-coder.sh", "exec docker run", "exec podman container run")], {}),
+    # The install script renders another port than fleet.toml's: found through the rendered env file.
+    "install-port-differs": ("unit-install-env", [("install.sh", "PORT=${PORT:-8080}", "PORT=${PORT:-8081}")],
+                             {"llama:rendered-port-matches": "rendered-port-matches/differs"}),
+    # A shell default written into the template reaches the systemd env file literally (sed copies it).
+    "template-shell-default": ("unit-install-env", [("config/llama-server.env.in", "LLAMA_CTX=8192",
+                                                     "LLAMA_CTX=${CTX:-8192}")],
+                               {"llama:unit-env-files": "unit-env-files/literal-expansion",
+                                "llama:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                "llama:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    # The script takes the model directory from its environment: its default is what the render sees.
+    "install-model-dir": ("unit-install-env", [("install.sh", 'echo "llama.service installed', 'echo "installed')], {}),
 }
 
 

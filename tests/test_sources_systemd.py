@@ -133,3 +133,44 @@ def test_an_inline_script_that_exits_names_the_exec_start_line(tmp_path: Path) -
     with pytest.raises(RenderRefused) as caught:
         render(fleet, fleet.services["chat"])
     assert caught.value.line == 9 and "exited 3" in caught.value.message
+
+
+def _install_fleet(tmp_path: Path, install: str):  # type: ignore[no-untyped-def]
+    import shutil
+
+    fleet_dir = tmp_path / "fleet"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleets" / "unit-install-env", fleet_dir)
+    (fleet_dir / "install.sh").write_text(install, encoding="utf-8")
+    return fleet_dir
+
+
+def test_an_env_file_rendered_by_an_install_script_is_read_where_the_template_sets_it(tmp_path: Path) -> None:
+    from fleetgate.render import render
+
+    # sudo runs the rest of its line; systemctl and chown are stubs; nothing leaves the sandbox.
+    fleet_dir = _install_fleet(tmp_path, "#!/bin/bash\nset -e\ncd \"$(dirname \"$0\")\"\nsudo -E mkdir -p /etc/default\n"
+                                         "sed 's|@MODEL_DIR@|/m|; s|@PORT@|8080|' config/llama-server.env.in | "
+                                         "sudo tee /etc/default/llama-server >/dev/null\nsudo chown root /etc/default/llama-server\n"
+                                         "systemctl daemon-reload\n")
+    fleet = load_fleet(fleet_dir / "fleet.toml")
+    on_this_machine = Path("/etc/default/llama-server").exists()
+    result = render(fleet, fleet.services["llama"])
+    assert Path("/etc/default/llama-server").exists() == on_this_machine  # written inside the sandbox only
+    assert result.argv[1:5] == ("--model", "/m/Llama-3.1-8B-Instruct-Q4_K_M.gguf", "--port", "8080")
+    template = fleet_dir / "config" / "llama-server.env.in"
+    assert {name: origin.where for name, origin in result.inputs.items()} == {
+        "LLAMA_MODEL": f"{template}:2", "LLAMA_PORT": f"{template}:3", "LLAMA_CTX": f"{template}:4",
+        "LLAMA_SLOTS": f"{template}:5", "LLAMA_NGL": f"{template}:6"}
+
+
+def test_an_install_script_that_writes_no_env_file_is_one_line(tmp_path: Path) -> None:
+    from fleetgate.render import render
+
+    fleet_dir = _install_fleet(tmp_path, "#!/bin/bash\necho 'run me as root' >&2\nexit 4\n")
+    fleet = load_fleet(fleet_dir / "fleet.toml")
+    with pytest.raises(InputError) as caught:
+        render(fleet, fleet.services["llama"])
+    message = str(caught.value)
+    assert message.splitlines() == [message]
+    assert message.startswith(f"{fleet_dir / 'install.sh'}: the install script ({fleet_dir / 'fleet.toml'}:17) exited 4 "
+                              "without writing /etc/default/llama-server: run me as root; expected it to render"), message
