@@ -856,9 +856,12 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     stub = _stub(out, kind="engine")
     for path in _engine_stub_paths(fleet, service, script_path, engine_paths):
         files.setdefault(path, stub)
-    # A container client is never run, whichever path the script names it by.
+    # A container client is never run, whichever path the script names it by (the repository's own
+    # directories hold no client: a stub there would only layer the read-only repository for nothing).
+    mounts = [where.rstrip("/") for _, where in _repo_mounts(fleet)]
     for directory in (*script_path.split(":"), *_DEFAULT_PATH_DIRS):
-        if directory.startswith("/") and not directory.startswith(INSIDE):
+        normal = posixpath.normpath(directory) if directory.startswith("/") else ""
+        if normal and not normal.startswith(INSIDE) and not any(normal == m or normal.startswith(m + "/") for m in mounts):
             for name in _CONTAINER_CLIENTS:
                 if name != service.binary:
                     files.setdefault(posixpath.join(posixpath.normpath(directory), name), client)
