@@ -50,7 +50,7 @@ __fg_apply_overrides() {
 }
 
 __fg_source() {
-    local target=$1 local_path caller="${BASH_SOURCE[2]}:${BASH_LINENO[1]}"
+    local target=$1 local_path caller="${BASH_SOURCE[2]-}:${BASH_LINENO[1]-}"
     shift
     if [[ $target != /* ]]; then
         target="$PWD/$target"
@@ -118,8 +118,8 @@ __fg_test() {
         builtin test "${args[@]}"
     fi
 }
-test() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 0 "$@"; }
-[() { __fg_test "${BASH_SOURCE[1]}:${BASH_LINENO[0]}" 1 "$@"; }
+test() { __fg_test "${BASH_SOURCE[1]-}:${BASH_LINENO[0]-}" 0 "$@"; }
+[() { __fg_test "${BASH_SOURCE[1]-}:${BASH_LINENO[0]-}" 1 "$@"; }
 
 __fg_apply_overrides
 
@@ -153,5 +153,5 @@ fi
 # Trace the script's own lines to a file, so a refusal can name the line the script exited on.
 exec {__fg_trace_fd}>>"$__fg_out/trace"
 BASH_XTRACEFD=$__fg_trace_fd
-PS4='+${BASH_SOURCE[0]}:${LINENO}: '
+PS4='+${BASH_SOURCE[0]-}:${LINENO}: '
 set -x

@@ -152,10 +152,34 @@ mount -t overlay overlay -o lowerdir=/usr,upperdir=/.usr-upper/u,workdir=/.usr-u
 for __p in "${__empty[@]}"; do
     [[ -e $__p ]] || : 2>/dev/null >"$__p"
 done
+# A directory or stub asked for under a repository mount point that the repository does not hold (a build
+# tree the script enters, an engine by a path inside deploy_root) goes into a layer of the tmpfs
+# (/.fg-layer/N, holding nothing else), and that mount point becomes a read-only overlay of the layer over
+# the repository: still read-only, the repository's files as they are, the missing paths there. Where the
+# kernel refuses the overlay, the plain bind (and no such path) as before.
 __tab=
 for ((__i = 0; __i < ${#__ro[@]}; __i += 2)); do
-    [[ -d ${__ro[__i + 1]} ]] || __fail "cannot make the mount point ${__ro[__i + 1]}"
-    __bind_ro "/.fg-repo/$__i" "${__ro[__i + 1]}"
+    __m=${__ro[__i + 1]} __layer=/.fg-layer/$__i __any=0
+    [[ -d $__m ]] || __fail "cannot make the mount point $__m"
+    for __p in "${__dirs[@]}"; do
+        __rel=${__p#"$__m"/}
+        if [[ $__p == "$__m"/* && ! -e /.fg-repo/$__i/$__rel && ! -L /.fg-repo/$__i/$__rel ]]; then
+            mkdir -p -- "$__layer/$__rel" 2>/dev/null && __any=1
+        fi
+    done
+    for ((__j = 0; __j < ${#__put[@]}; __j += 2)); do
+        __t=${__put[__j + 1]}
+        __rel=${__t#"$__m"/}
+        if [[ $__t == "$__m"/* && ! -e /.fg-repo/$__i/$__rel && ! -L /.fg-repo/$__i/$__rel ]]; then
+            [[ $__rel == */* ]] && mkdir -p -- "$__layer/${__rel%/*}" 2>/dev/null
+            IFS= read -r -d '' __content <"/.fg/blob/${__put[__j]}"
+            printf '%s' "$__content" 2>/dev/null >"$__layer/$__rel" && chmod 0755 -- "$__layer/$__rel" && __any=1
+        fi
+    done
+    if ((__any)) && mount -t overlay overlay -o "ro,lowerdir=$__layer:/.fg-repo/$__i" "$__m" 2>/dev/null; then
+        continue
+    fi
+    __bind_ro "/.fg-repo/$__i" "$__m"
 done
 if [[ -n $__tab ]]; then
     printf '%s' "$__tab" >/.fg/fstab && mount -a -T /.fg/fstab || __fail "cannot mount the repository"

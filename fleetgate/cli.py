@@ -73,7 +73,8 @@ def _render(args: argparse.Namespace) -> int:
     rendered = config.rendered
     if args.json:
         json.dump({"service": config.name, "argv": list(rendered.argv), "env": dict(rendered.env),
-                   "inputs": {n: {"value": o.value, "where": o.where} for n, o in config.variables.items()}},
+                   "inputs": {n: {"value": o.value, "where": o.where} for n, o in config.variables.items()},
+                   "notes": list(rendered.notes)},
                   sys.stdout, indent=2)
         print()
         return 0
@@ -86,6 +87,8 @@ def _render(args: argparse.Namespace) -> int:
     problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())
     for problem in problems:
         print(f"# {problem.flag}: {problem.message}")
+    for note in rendered.notes:
+        print(f"# note: {note}")
     if args.builds:
         for line in _builds_lines(config):
             print(f"# {line}")

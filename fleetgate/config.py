@@ -9,6 +9,7 @@ import copyreg
 import io
 import os
 import pickle
+import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -16,12 +17,13 @@ from functools import cached_property
 from typing import Any
 
 from fleetgate.engines.argv import FlagUse
+from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.llamacpp import LlamaServerConfig, llama_table_build, parse_llama_server
 from fleetgate.engines.vllm import VllmConfig, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
-from fleetgate.fleet import Fleet, Host, Service
+from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
 from fleetgate.sandbox import SandboxUnavailable
@@ -69,6 +71,13 @@ class ServiceConfig:
             for name, entry in parse_env_file(local, "bash").items():
                 found[name] = _origin(entry)
         return found
+
+    def host_path(self, path: str) -> str:
+        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` starts
+        the engine (``-v /srv/models:/models``), else the path itself."""
+        run = self.rendered.container
+        mapped = run.host_path(path) if run is not None else None
+        return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:
         origin = self.variables.get(name)
@@ -127,8 +136,25 @@ def _origin(entry: EnvEntry) -> Origin:
     return Origin(entry.name, entry.value, entry.where, "sourced")
 
 
+def _with_image_build(service: Service, rendered: Rendered) -> Service:
+    """A service whose script runs an engine image (``docker run ghcr.io/ggml-org/llama.cpp:server-cuda-b6300``) runs
+    the build that image pins, as fleet.toml's ``engine_build = { image = ... }`` would say it; a declared
+    engine_build wins."""
+    run = rendered.container
+    if service.engine_build is not None or run is None or run.engine != service.engine:
+        return service
+    if service.engine == "llama.cpp":
+        build = EngineBuild(fork="mainline", number=image_build(run.image), image=run.image)
+    else:
+        tag = run.image.split("@", 1)[0].rpartition(":")[2]
+        version = re.fullmatch(r"v?(\d+\.\d+\.\d+)", tag)
+        build = EngineBuild(fork="mainline", number=None, version=version.group(1) if version else None, image=run.image)
+    return replace(service, engine_build=build)
+
+
 def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
     rendered = render(fleet, service)
+    service = _with_image_build(service, rendered)
     if rendered.compose is not None and rendered.compose.engine_build is not None and service.engine_build is None:
         service = replace(service, engine_build=rendered.compose.engine_build)  # the image tag pins the build
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))

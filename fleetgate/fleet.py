@@ -12,7 +12,7 @@ import datetime
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -171,6 +171,19 @@ class ShapeFlags:
 
 
 @dataclass(frozen=True)
+class EnvTemplate:
+    """An env file an install script of the repository renders from a template (``env_file = { template, script }``):
+    the render runs the script in its sandbox and reads what it wrote at ``writes``."""
+
+    template: Path
+    script: Path
+    writes: str | None
+    """The host path the script writes; None: the unit's ``EnvironmentFile=`` that the repository does not hold."""
+    where: str
+    """fleet.toml:LINE of the declaration."""
+
+
+@dataclass(frozen=True)
 class Service:
     name: str
     host: str
@@ -211,6 +224,8 @@ class Service:
     llama_swap: Path | None = None
     """The llama-swap config that starts it (``llama_swap``), with the model's id in it (``llama_swap_model``)."""
     llama_swap_model: str | None = None
+    env_template: EnvTemplate | None = None
+    """``env_file = { template, script }``: the env file an install script renders."""
 
 
 @dataclass(frozen=True)
@@ -519,7 +534,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             state=raw.get("state", "active"),
             binary=raw.get("binary", DEFAULT_BINARY[raw["engine"]]),
             serve_script=serve_script,
-            env_file=repo_file(raw.get("env_file"), (*keys, "env_file")),
+            env_file=repo_file(raw["env_file"], (*keys, "env_file")) if isinstance(raw.get("env_file"), str) else None,
+            env_template=_env_template(raw.get("env_file"), repo_file, f"{path}:{locate_key(text, (*keys, 'env_file'))}",
+                                       (*keys, "env_file")),
             unit=unit,
             payload=tuple(raw.get("payload", ())),
             payload_manifest=repo_file(raw.get("payload_manifest"), (*keys, "payload_manifest")),
@@ -712,6 +729,16 @@ class KeyIndex:
             if found is not None:
                 return found
         return None
+
+
+def _env_template(raw: Any, repo_file: Callable[..., Path | None], where: str,
+                  keys: tuple[str, ...]) -> EnvTemplate | None:
+    if not isinstance(raw, Mapping):
+        return None
+    template = repo_file(raw["template"], (*keys, "template"))
+    script = repo_file(raw["script"], (*keys, "script"))
+    assert template is not None and script is not None
+    return EnvTemplate(template=template, script=script, writes=raw.get("writes"), where=where)
 
 
 def _engine_build(path: Path, text: str, keys: tuple[str, ...], raw: Mapping[str, Any]) -> EngineBuild:

@@ -17,7 +17,8 @@ from typing import Literal
 
 from fleetgate.errors import InputError, read_text
 
-__all__ = ["Setting", "Unit", "UnitKind", "parse_unit", "resolve_specifiers", "split_command", "split_environment_assignments"]
+__all__ = ["Setting", "Unit", "UnitKind", "Unresolved", "parse_unit", "resolve_specifiers", "split_command",
+           "split_environment_assignments"]
 
 UnitKind = Literal["systemd", "quadlet"]
 
@@ -36,11 +37,28 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Unresolved:
+    """A specifier the manager resolves on the host from facts no file of the fleet holds (``%H``, ``%m``, ``%U``
+    of a named user): kept as written in the value, and named in the render."""
+
+    where: str
+    key: str
+    specifier: str
+    meaning: str
+
+    def describe(self) -> str:
+        return (f"{self.where}: {self.key}= holds %{self.specifier} ({self.meaning}), which the manager resolves on the "
+                f"host; fleetgate renders without the host, so it is kept as the characters %{self.specifier}")
+
+
+@dataclass(frozen=True)
 class Unit:
     path: Path
     kind: UnitKind
     settings: tuple[Setting, ...]
     drop_ins: tuple[Path, ...] = field(default=())
+    unresolved: tuple[Unresolved, ...] = field(default=())
+    """Specifiers that need the host (``%H``, ``%m``, ...), left as written."""
 
     def all(self, section: str, key: str) -> list[Setting]:
         """Every effective assignment of a list-valued key; an empty assignment resets the list."""
@@ -70,7 +88,7 @@ _SYSTEM_DIRS = {"t": "/run", "S": "/var/lib", "C": "/var/cache", "L": "/var/log"
 _HOST_ONLY = {"a": "the host's architecture", "A": "the OS image version", "b": "the boot ID", "B": "the OS build ID",
               "H": "the host name", "l": "the short host name", "q": "the pretty host name", "m": "the machine ID",
               "M": "the OS image ID", "o": "the OS ID", "w": "the OS version ID", "W": "the OS variant ID",
-              "v": "the kernel release", "s": "the user's shell", "U": "the user's UID"}
+              "v": "the kernel release", "s": "the user's shell", "U": "the UID of User="}
 
 
 def _unescape_unit(text: str) -> str:
@@ -90,12 +108,16 @@ def _unescape_unit(text: str) -> str:
     return out.decode("utf-8", "replace")
 
 
-def resolve_specifiers(setting: Setting, unit_name: str, user: str | None) -> str:
+def resolve_specifiers(setting: Setting, unit_name: str, user: str | None,
+                       unresolved: list[Unresolved] | None = None) -> str:
     """A unit value with its ``%`` specifiers resolved as systemd resolves them for a system unit.
 
-    What depends on the host itself (%H, %m, %b, %v, ...) cannot be known offline: that is one line
-    saying so. ``%h`` of a ``User=`` other than root is that user's home from the host's user database;
-    offline it is taken as /home/USER, the same assumption the render makes for HOME.
+    What depends on the host itself (%H, %l, %m, %b, %v, ...) cannot be known offline: it is kept as written
+    (``%H`` stays ``%H``) and appended to ``unresolved``, so that the render names it; it never refuses the
+    service. ``%U`` is the UID of ``User=``: 0 for root (or no ``User=``), the number of a numeric ``User=``,
+    and unknown offline for a user name (the host's user database holds it). ``%h`` of a ``User=`` other than
+    root is that user's home from the host's user database; offline it is taken as /home/USER, the same
+    assumption the render makes for HOME. Only a letter systemd does not know is refused.
     """
     value = setting.value
     if "%" not in value:
@@ -111,6 +133,10 @@ def resolve_specifiers(setting: Setting, unit_name: str, user: str | None) -> st
         "u": system_user, "h": home, "y": f"/etc/systemd/system/{unit_name}", "Y": "/etc/systemd/system",
         "d": f"/run/credentials/{unit_name}", **_SYSTEM_DIRS,
     }
+    if system_user == "root":
+        table["U"] = "0"
+    elif system_user.isdigit():
+        table["U"] = str(int(system_user))
     out: list[str] = []
     i = 0
     while i < len(value):
@@ -129,9 +155,10 @@ def resolve_specifiers(setting: Setting, unit_name: str, user: str | None) -> st
         elif letter in table:
             out.append(table[letter])
         elif letter in _HOST_ONLY:
-            raise InputError(setting.path, setting.line, f"{setting.key}=: %{letter} ({_HOST_ONLY[letter]}) is a systemd "
-                             "specifier that cannot be resolved offline; fleetgate renders without the host. Write the value "
-                             "itself in the unit, or set it in the env file")
+            meaning = _HOST_ONLY[letter] + (f" {system_user}" if letter == "U" else "")
+            if unresolved is not None and all(u.specifier != letter or u.where != setting.where for u in unresolved):
+                unresolved.append(Unresolved(setting.where, setting.key, letter, meaning))
+            out.append(f"%{letter}")
         else:
             raise InputError(setting.path, setting.line, f"{setting.key}=: %{letter} is not a systemd specifier "
                              "(systemd refuses the setting); write %% for a percent sign")
@@ -163,11 +190,13 @@ def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
     users = [s.value for s in settings if s.key == "User" and "%" not in s.value]
     user = users[-1] if users else None
     unit_name = path.name if kind == "systemd" else path.stem + ".service"
+    unresolved: list[Unresolved] = []
     resolved = [
-        Setting(s.section, s.key, resolve_specifiers(s, unit_name, user), s.path, s.line) if s.key in _SPECIFIED else s
+        Setting(s.section, s.key, resolve_specifiers(s, unit_name, user, unresolved), s.path, s.line)
+        if s.key in _SPECIFIED else s
         for s in settings
     ]
-    return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins))
+    return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins), unresolved=tuple(unresolved))
 
 
 def _confined(conf: Path, root: Path) -> None:

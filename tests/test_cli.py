@@ -34,6 +34,19 @@ def test_render_json_names_where_each_variable_was_set(capsys: pytest.CaptureFix
     assert data["argv"][0] == "llama-server"
     assert data["env"]["CUDA_VISIBLE_DEVICES"] == "0"
     assert data["inputs"]["CTX_SIZE"]["where"].endswith("scripts/frank-zealot.env:13")
+    assert data["notes"] == []  # nothing assumed: every file the render needed is the repository's
+
+
+def test_render_says_what_it_assumed(capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = Path(__file__).resolve().parents[1] / "fixtures" / "fleets" / "unit-bash-c" / "fleet.toml"
+    assert main(["render", "mistral", "--fleet", str(fleet)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# note: ")]
+    assert notes == [
+        "# note: /opt/llama.cpp/build/bin: the repository does not hold this directory, which the script enters (cd); "
+        "rendered in an empty placeholder of it",
+        "# note: /opt/llama.cpp/build/bin/llama-server: the engine is started by this path, which the repository does "
+        "not hold; stubbed there",
+    ]
 
 
 def test_an_unknown_service_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

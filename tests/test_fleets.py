@@ -120,6 +120,12 @@ CLEAN = {
                             **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                "chat:payload-defaults": SKIPPED}),
     "compose-vllm": _compose_vllm_table(),
+    "unit-bash-c": _table("team-box", "mistral"),
+    # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
+    # a minimum).
+    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED}),
+    # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
+    "unit-install-env": _table("den", "llama"),
 }
 
 
@@ -224,6 +230,46 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "compose-vllm-api-server": ("compose-vllm", [("compose.yaml", "    command: >\n",
                                                   '    entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]\n'
                                                   "    command: >\n")], {}),
+    # bash -c in ExecStart=: systemd expands ${CTX:-16384} inside the -c string before bash runs it, and passes an
+    # empty string (bash never sees the default); `$${...}` is the harmless spelling that hands bash the default.
+    "bash-c-systemd-eats-default": ("unit-bash-c", [("systemd/llama-mistral.service", '"$${CTX:-16384}"', '"${CTX:-16384}"')],
+                                    {"mistral:unit-exec-args": "unit-exec-args/shell-expansion",
+                                     "mistral:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                     "mistral:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    "bash-c-stray-positional": ("unit-bash-c", [("env/mistral.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                                 'EXTRA_ARGS="--jinja true --flash-attn on"')],
+                                {"mistral:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    "bash-c-port-differs": ("unit-bash-c", [("env/mistral.env", "PORT=8090", "PORT=8091")],
+                            {"mistral:rendered-port-matches": "rendered-port-matches/differs"}),
+    # The same inline script under sh -c, and with the engine started by its absolute path in the build tree.
+    "bash-c-as-sh": ("unit-bash-c", [("systemd/llama-mistral.service", "ExecStart=/bin/bash -c", "ExecStart=/bin/sh -c")], {}),
+    "bash-c-absolute-engine": ("unit-bash-c", [("systemd/llama-mistral.service",
+                                                "cd /opt/llama.cpp/build/bin && exec ./llama-server",
+                                                "exec /opt/llama.cpp/build/bin/llama-server")], {}),
+    # docker run: the engine binds 8080 in the container; -p must publish it on fleet.toml's port.
+    "docker-port-not-published": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', '-p "${PORT}:8081"')],
+                                  {"coder:rendered-port-matches": "rendered-port-matches/not-published"}),
+    "docker-host-port-differs": ("docker-run", [("config/coder.env", "PORT=8000", "PORT=8001")],
+                                 {"coder:rendered-port-matches": "rendered-port-matches/differs"}),
+    "docker-stray-positional": ("docker-run", [("scripts/run-coder.sh", "  --jinja\n", "  --jinja true\n")],
+                                {"coder:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # Harmless spellings of the same run line: --flag=value with an address, host networking, podman.
+    "docker-publish-equals": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"',
+                                              '--publish="127.0.0.1:${PORT}:8080"')], {}),
+    "docker-network-host": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', "--network host"),
+                                           ("scripts/run-coder.sh", "--port 8080", '--port "$PORT"')], {}),
+    "podman-container-run": ("docker-run", [("scripts/run-coder.sh", "exec docker run", "exec podman container run")], {}),
+    # The install script renders another port than fleet.toml's: found through the rendered env file.
+    "install-port-differs": ("unit-install-env", [("install.sh", "PORT=${PORT:-8080}", "PORT=${PORT:-8081}")],
+                             {"llama:rendered-port-matches": "rendered-port-matches/differs"}),
+    # A shell default written into the template reaches the systemd env file literally (sed copies it).
+    "template-shell-default": ("unit-install-env", [("config/llama-server.env.in", "LLAMA_CTX=8192",
+                                                     "LLAMA_CTX=${CTX:-8192}")],
+                               {"llama:unit-env-files": "unit-env-files/literal-expansion",
+                                "llama:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                "llama:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    # The script takes the model directory from its environment: its default is what the render sees.
+    "install-model-dir": ("unit-install-env", [("install.sh", 'echo "llama.service installed', 'echo "installed')], {}),
 }
 
 

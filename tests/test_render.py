@@ -175,3 +175,89 @@ def test_the_engine_is_stubbed_in_every_directory_of_the_units_path(tmp_path: Pa
 
 def test_the_engines_path_is_the_units_not_the_renders(tmp_path: Path) -> None:
     assert rendered(make_fleet(tmp_path, "exec llama-server\n")).env["PATH"] == "/opt/llama/bin:/usr/bin"
+
+
+# An engine by any absolute path, and a directory the repository does not hold (an untracked build tree): made
+# inside the sandbox (a stub, an empty directory), and the render says so in its notes.
+@pytest.mark.parametrize(("script", "notes"), [
+    # Outside deploy_root: /opt/llama.cpp is this host's build tree.
+    ("cd /opt/llama.cpp/build/bin && exec ./llama-server -m /models/m.gguf\n",
+     ["/opt/llama.cpp/build/bin: the repository does not hold this directory",
+      "/opt/llama.cpp/build/bin/llama-server: the engine is started by this path"]),
+    # Inside deploy_root (the repository is read-only there): a build tree next to the checkout, by path or by cd.
+    ("exec /srv/repo/build/bin/llama-server -m /models/m.gguf\n",
+     ["/srv/repo/build/bin/llama-server: the engine is started by this path, which the repository does not hold"]),
+    ("set -e\ncd /srv/repo/llama.cpp/build/bin\n./llama-server -m /models/m.gguf\n",
+     ["/srv/repo/llama.cpp/build/bin: the repository does not hold this directory",
+      "/srv/repo/llama.cpp/build/bin/llama-server: the engine is started by this path"]),
+])
+def test_an_engine_in_a_tree_the_repository_does_not_hold_renders_and_is_noted(tmp_path: Path, script: str,
+                                                                               notes: list[str]) -> None:
+    result = rendered(make_fleet(tmp_path, script))
+    assert result.args == ("-m", "/models/m.gguf")
+    assert len(result.notes) == len(notes)
+    for note, fragment in zip(result.notes, notes, strict=True):
+        assert note.startswith(fragment), result.notes
+    assert not (tmp_path / "build").exists() and not (tmp_path / "llama.cpp").exists()
+
+
+def test_the_repository_stays_read_only_beside_a_placeholder_inside_it(tmp_path: Path) -> None:
+    script = ('cd /srv/repo/build/bin\n'
+              'a=$( { echo x > /srv/repo/build/new; } 2>&1 ); b=$( { echo x > /srv/repo/serve.sh; } 2>&1 )\n'
+              'exec ./llama-server "${a##*: }" "${b##*: }" "$(head -1 /srv/repo/s.env)"\n')
+    assert rendered(make_fleet(tmp_path, script)).args == ("Read-only file system", "Read-only file system", "CTX=4096")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.toml", "s.env", "s.service", "serve.sh"]
+
+
+# docker and podman are stubs in the sandbox: a container client is never run, by any name or path.
+def test_no_container_client_runs_in_the_render(tmp_path: Path) -> None:
+    script = ('out=$(docker info 2>&1; /usr/bin/docker ps -a 2>&1; podman images 2>&1; command -v docker)\n'
+              'exec llama-server "$out"\n')
+    result = rendered(make_fleet(tmp_path, script))
+    assert result.args == ("/run/fleetgate/bin/docker",)
+
+
+def test_a_docker_run_of_the_engine_image_is_the_engines_argv(tmp_path: Path) -> None:
+    (tmp_path / "c.env").write_text("LLAMA_ARG_CTX_SIZE=8192\nQUOTED=\"kept\"\n", encoding="utf-8")
+    script = ('docker pull ghcr.io/ggml-org/llama.cpp:server-cuda\n'
+              'exec /usr/bin/docker container run -d --rm -it --name=llama --gpus "device=0" --device /dev/dri '
+              '-p 127.0.0.1:8080:8080 -v /models:/m:ro --mount type=bind,source=/data,target=/d '
+              '--env-file /srv/repo/c.env -e LLAMA_ARG_CTX_SIZE=4096 -eGREETING -e UNSET_ONE --health-cmd "curl -f x" '
+              'ghcr.io/ggml-org/llama.cpp:server-cuda -m /m/m.gguf -c "$CTX"\n')
+    result = rendered(make_fleet(tmp_path, script))
+    assert result.argv == ("llama-server", "-m", "/m/m.gguf", "-c", "4096")
+    # The image's own ENV, then the env file (literal, quotes kept), then -e (a bare name: the script's value).
+    assert dict(result.env) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_CTX_SIZE": "4096", "QUOTED": '"kept"',
+                                "GREETING": "two words"}
+    run = result.container
+    assert run is not None and run.client == "docker" and run.name == "llama"
+    assert (run.gpus, run.devices, run.host_port(8080), run.host_path("/m/m.gguf"), run.host_path("/d/x")) == (
+        ("device=0",), ("/dev/dri",), 8080, "/models/m.gguf", "/data/x")
+    assert result.extra_invocations == ()
+
+
+def test_a_run_of_an_image_that_is_not_the_engine_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RenderRefused) as refused:
+        rendered(make_fleet(tmp_path, "exec docker run --rm localhost/my-llama:latest -m /models/m.gguf\n"))
+    message = str(refused.value)
+    assert message.splitlines() == [message]
+    assert "docker run --rm ... runs no image fleetgate knows as llama-server's" in message
+
+
+@pytest.mark.parametrize(("user", "value", "noted"), [
+    ("", "uid=0", False), ("User=root\n", "uid=0", False), ("User=1001\n", "uid=1001", False),
+    ("User=llama\n", "uid=%U", True),  # the host's user database holds llama's uid
+])
+def test_the_uid_specifier_resolves_where_it_can_and_is_named_where_not(tmp_path: Path, user: str, value: str,
+                                                                        noted: bool) -> None:
+    unit = UNIT.replace("[Service]\n", f"[Service]\n{user}Environment=WHO=uid=%U\n")
+    result = rendered(make_fleet(tmp_path, 'exec llama-server "$WHO"\n', unit=unit))
+    assert result.args == (value,)
+    assert [("%U" in note and "s.service:" in note) for note in result.notes] == ([True] if noted else [])
+
+
+def test_host_specifiers_are_kept_and_named_never_a_refusal(tmp_path: Path) -> None:
+    unit = UNIT.replace("[Service]\n", "[Service]\nEnvironment=ALIAS=%H-chat BOOT=%b\n")
+    result = rendered(make_fleet(tmp_path, 'exec llama-server --alias "$ALIAS" "$BOOT"\n', unit=unit))
+    assert result.args == ("--alias", "%H-chat", "%b")
+    assert [note.split(" holds ")[1].split(",")[0] for note in result.notes] == ["%H (the host name)", "%b (the boot ID)"]

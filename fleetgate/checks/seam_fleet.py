@@ -73,6 +73,30 @@ def rendered_port_matches(config: ServiceConfig) -> None:
     if compose is not None and not compose.host_network:
         _compose_published(config, port, declared)
         return
+    run = config.rendered.container
+    if run is not None:
+        # docker run -p HOST:CONTAINER: clients reach the engine's port through the host port that publishes it.
+        published = run.host_port(port)
+        if published is None:
+            raise Failure(
+                service=config.name, check=PORT, code=f"{PORT}/not-published",
+                where=str(config.rendered.script),
+                observed=(f"the engine listens on {port} in the container"
+                          + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")
+                          + f", and the {run.client} run line publishes "
+                          + (", ".join(f"{p.host_port}:{p.container_port}" for p in run.published) or "no port")),
+                expected=f"-p {declared}:{port} (or --network host), so that port {declared} of the host reaches it",
+                fix=f"publish the port the engine binds: -p {declared}:{port}",
+            )
+        if published == declared:
+            return
+        raise Failure(
+            service=config.name, check=PORT, code=f"{PORT}/differs",
+            where=str(config.rendered.script),
+            observed=f"the {run.client} run line publishes the engine's port {port} on host port {published}",
+            expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
+            fix="make the -p host port and fleet.toml's port agree",
+        )
     if port == declared:
         return
     raise Failure(

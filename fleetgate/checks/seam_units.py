@@ -184,6 +184,9 @@ def unit_env_files(config: ServiceConfig) -> None:
         optional = setting.value.startswith("-")
         path = setting.value.lstrip("-")
         local = map_to_repo(config.fleet, path)
+        template = config.service.env_template
+        if template is not None and template.writes in (None, path):
+            continue  # fleet.toml declares the repository's template and the script that renders this file
         if local is None or not local.is_file():
             raise Failure(
                 service=config.name, check=ENV_FILES, code=f"{ENV_FILES}/outside-repo", where=setting.where,

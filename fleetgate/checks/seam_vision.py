@@ -54,7 +54,7 @@ def vision_mmproj(config: ServiceConfig) -> None:
             fix="pass --mmproj explicitly; without it the endpoint comes up healthy and text-only, and every image "
                 "request answers 500 'image input is not supported'",
         )
-    if vision and llama.mmproj is not None and llama.mmproj not in config.service.payload:
+    if vision and llama.mmproj is not None and config.host_path(llama.mmproj) not in config.service.payload:
         raise Failure(
             code=f"{NAME}/mmproj-not-in-payload",
             service=config.name, check=NAME, where=config.where_flag(llama.use("mmproj")),

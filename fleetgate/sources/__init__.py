@@ -1,7 +1,8 @@
 """How real fleets start an engine, each read the way its consumer reads it, into the inputs of one service.
 
-``systemd``: a unit whose ``ExecStart=`` runs the engine itself (no serve script), its variables expanded as systemd
-expands them. What each format reads and ignores is listed in docs/sources.md.
+``systemd``: a unit's ``ExecStart=`` expanded as systemd expands it (the engine itself, or ``bash -c`` with an inline
+script, which the render then runs). ``docker_run``: ``docker run``/``podman run`` lines a serve script runs, read as
+the client reads them. What each format reads and ignores is listed in docs/sources.md.
 """
 
 from __future__ import annotations
