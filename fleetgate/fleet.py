@@ -204,6 +204,12 @@ class Service:
     """The engine build the service runs, where the fleet declares it (``engine_build = { fork, number }``)."""
     shape_flags: ShapeFlags | None = None
     """For an openai engine: the flags that set its slots and pool (``shape_flags = { slots, pool }``)."""
+    llama_swap: Path | None = None
+    """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
+    llama_swap_model: str | None = None
+    """The model of that config this service is (``models.NAME``; default: the service's name)."""
+    exclusive_with: tuple[str, ...] = ()
+    """Services of the same host that never run at once with this one: not co-resident on its cards."""
 
 
 @dataclass(frozen=True)
@@ -472,10 +478,17 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         ngram = contract_raw.get("ngram_window")
         extrapolation = raw.get("extrapolation")
         unit = repo_file(raw.get("unit"), (*keys, "unit"))
-        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit
+        llama_swap = repo_file(raw.get("llama_swap"), (*keys, "llama_swap"))
+        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or llama_swap
         if serve_script is None:
             raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit; expected the "
-                             "file that starts the engine (a serve script, or a unit whose ExecStart= runs it)")
+                             "file that starts the engine (a serve script, a unit whose ExecStart= runs it, or a "
+                             "llama_swap config)")
+        for other in raw.get("exclusive_with", ()):
+            if (other not in data["services"] and other not in known) or other == name:
+                raise InputError(path, locate_key(text, (*keys, "exclusive_with")),
+                                 f"services.{name}.exclusive_with: {other!r} names no other service; expected one of: "
+                                 f"{', '.join(s for s in data['services'] if s != name)}")
         for i, item in enumerate(raw.get("payload", ())):
             # an absolute host path, or where the engine fetches it from (hf://OWNER/REPO/FILE, https://...):
             # the seams read its profile from the repository (`fleetgate profile URL` writes it), never the network
@@ -529,6 +542,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                          if "shape_flags" in raw else None),
             engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
+            llama_swap=llama_swap,
+            llama_swap_model=(raw.get("llama_swap_model", name) if llama_swap is not None else None),
+            exclusive_with=tuple(raw.get("exclusive_with", ())),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))

@@ -93,6 +93,9 @@ class Rendered:
     extra_invocations: tuple[tuple[str, ...], ...] = field(default=())
     trace: str = ""
     """bash's own trace of the run (``set -x``, each line ``+FILE:LINE: command``): where a value was made."""
+    upstream_port: int | None = None
+    """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
+    on; None when clients reach the engine at the fleet's declared port."""
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -347,6 +350,10 @@ def render(
     again after every file the script sources; ``payload`` replaces the declared payload files;
     ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
+    if service.llama_swap is not None:
+        from fleetgate.sources.llama_swap import render_service
+
+        return render_service(fleet, service, overrides or {})
     direct = engine_exec_start(fleet, service)
     if direct is not None:
         return _render_exec_start(fleet, service, direct, overrides or {})
