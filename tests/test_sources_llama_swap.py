@@ -96,6 +96,21 @@ models:
                                        "--q", "007", "--alias", "m chat", "--port", "5800")
 
 
+def test_yaml_anchors_and_merge_keys_are_read_as_yaml_reads_them(tmp_path: Path) -> None:
+    config = read_config(_config(tmp_path, """
+x-defaults: &defaults
+  ttl: 300
+  cmd: llama-server --port ${PORT} --model /m/base.gguf
+models:
+  base: *defaults
+  tuned:
+    <<: *defaults
+    cmd: llama-server --port ${PORT} --model /m/tuned.gguf
+"""))
+    assert config.models["base"].argv[-1] == "/m/base.gguf" and config.models["base"].ttl == 300
+    assert config.models["tuned"].argv[-1] == "/m/tuned.gguf" and config.models["tuned"].ttl == 300
+
+
 def test_cmd_is_split_as_posix_words_not_run_by_a_shell() -> None:
     assert split_command('llama-server --model "/a b/c.gguf" \\\n  --x $HOME --y \'q"q\' # not-a-comment') == [
         "llama-server", "--model", "/a b/c.gguf", "--x", "$HOME", "--y", 'q"q', "#", "not-a-comment"]

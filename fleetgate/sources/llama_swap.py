@@ -198,13 +198,20 @@ def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, yaml.Node]:
     if not isinstance(node, yaml.MappingNode):
         raise InputError(path, _line(node), f"{what}: expected a mapping")
     found: dict[str, yaml.Node] = {}
+    merged: dict[str, yaml.Node] = {}
     for key, value in node.value:
+        if isinstance(key, yaml.ScalarNode) and key.value == "<<" and key.style is None:
+            # a YAML merge key (`<<: *defaults`), as yaml.v3 reads it: the keys written here win
+            for source in value.value if isinstance(value, yaml.SequenceNode) else [value]:
+                for name, item in _mapping(path, source, what).items():
+                    merged.setdefault(name, item)
+            continue
         name = _scalar(path, key, f"a key of {what}")
         if name in found:
             raise InputError(path, _line(key), f"{what}: {name!r} is given twice; expected each key once (llama-swap "
                              "refuses a mapping key defined twice)")
         found[name] = value
-    return found
+    return {**merged, **found}
 
 
 def _key_lines(node: yaml.Node | None) -> dict[str, int]:
