@@ -222,8 +222,11 @@ class Service:
     compose_service: str | None = None
     """The compose service that is this service (None: the service's own name)."""
     llama_swap: Path | None = None
-    """The llama-swap config that starts it (``llama_swap``), with the model's id in it (``llama_swap_model``)."""
+    """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
     llama_swap_model: str | None = None
+    """The model of that config this service is (``models.NAME``; default: the service's name)."""
+    exclusive_with: tuple[str, ...] = ()
+    """Services of the same host that never run at once with this one: not co-resident on its cards."""
     env_template: EnvTemplate | None = None
     """``env_file = { template, script }``: the env file an install script renders."""
 
@@ -515,10 +518,17 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         extrapolation = raw.get("extrapolation")
         unit = repo_file(raw.get("unit"), (*keys, "unit"))
         compose = repo_file(raw.get("compose"), (*keys, "compose"))
-        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose
+        llama_swap = repo_file(raw.get("llama_swap"), (*keys, "llama_swap"))
+        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose or llama_swap
         if serve_script is None:
-            raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit nor compose; expected the "
-                             "file that starts the engine (a serve script, a unit whose ExecStart= runs it, or a compose file)")
+            raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit nor compose; "
+                             "expected the file that starts the engine (a serve script, a unit whose ExecStart= runs it, "
+                             "a compose file or a llama_swap config)")
+        for other in raw.get("exclusive_with", ()):
+            if (other not in data["services"] and other not in known) or other == name:
+                raise InputError(path, locate_key(text, (*keys, "exclusive_with")),
+                                 f"services.{name}.exclusive_with: {other!r} names no other service; expected one of: "
+                                 f"{', '.join(s for s in data['services'] if s != name)}")
         for i, item in enumerate(raw.get("payload", ())):
             # an absolute host path, or where the engine fetches it from (hf://OWNER/REPO/FILE, https://...):
             # the seams read its profile from the repository (`fleetgate profile URL` writes it), never the network
@@ -576,8 +586,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                          if "shape_flags" in raw else None),
             engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
-            llama_swap=repo_file(raw.get("llama_swap"), (*keys, "llama_swap")),
-            llama_swap_model=raw.get("llama_swap_model"),
+            llama_swap=llama_swap,
+            llama_swap_model=(raw.get("llama_swap_model", name) if llama_swap is not None else None),
+            exclusive_with=tuple(raw.get("exclusive_with", ())),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
                 for i, b in enumerate(raw.get("bench", ()))

@@ -108,6 +108,9 @@ class Rendered:
     an engine stubbed at a path the repository does not hold, a specifier that needs the host)."""
     container: ContainerRun | None = None
     """The ``docker run``/``podman run`` line that starts the engine, where one does (its ports, volumes, GPUs)."""
+    upstream_port: int | None = None
+    """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
+    on; None when clients reach the engine at the fleet's declared port."""
 
     @property
     def args(self) -> tuple[str, ...]:
@@ -564,6 +567,10 @@ def render(
         from fleetgate.sources.compose import render_compose
 
         return render_compose(fleet, service, overrides or {})
+    if service.llama_swap is not None:
+        from fleetgate.sources.llama_swap import render_service
+
+        return render_service(fleet, service, overrides or {})
     direct = engine_exec_start(fleet, service)
     if direct is not None:
         return _render_exec_start(fleet, service, direct, overrides or {})

@@ -55,6 +55,7 @@ FLEET_LEVEL = {
     "fleet-numbers-finite": PASSED,
     "service-ports-unique": PASSED,
     "rules-exported": SKIPPED,  # no rules, no dashboards: nothing to hold to the engines' series
+    "co-residence-fits": SKIPPED,  # one service: nothing shares its card
 }
 NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "vllm-starts", "vllm-mm-limits", "vllm-speculative-depth",
               "timeouts-nest")
@@ -111,6 +112,31 @@ def _compose_vllm_table() -> dict[tuple[str, str], str]:
     return table
 
 
+# The same seams on a model of a llama-swap config with a profile, on one card: no unit, no env file; the ledger's
+# seams see it.
+SWAP_MODEL = {
+    **LLAMA_UNIT_SERVICE,
+    "profile-declared": PASSED,
+    "slot-within-trained-window": PASSED,
+    "card-floor": PASSED,  # each model alone fits the 16 GiB card
+    "card-balance": SKIPPED,  # one card
+    "prompt-cache-holds-slot": PASSED,
+    "payload-defaults": SKIPPED,  # no env file names the payload: llama-swap's cmd names the GGUF itself
+    **dict.fromkeys(("unit-install", "unit-restart", "unit-env-files", "unit-exec-args"), SKIPPED),  # no unit
+}
+
+
+def _swap_table() -> dict[tuple[str, str], str]:
+    table = {(service, check): outcome for service in ("coder", "llama", "autocomplete")
+             for check, outcome in SWAP_MODEL.items()}
+    # The three share llama-swap's port (not a clash), and the coder or the llama beside the persistent
+    # autocomplete model (11.82 + 2.32 GiB) fit the card.
+    table.update({("workstation", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    table[("workstation", "co-residence-fits")] = PASSED
+    table.update({("fleet", check): SKIPPED for check in (*NO_SUBJECT, *POLICY_CHECKS)})
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     "unit-exec": _table("homelab", "chat"),
@@ -126,6 +152,7 @@ CLEAN = {
     "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED}),
     # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
     "unit-install-env": _table("den", "llama"),
+    "llama-swap": _swap_table(),
 }
 
 
@@ -270,6 +297,39 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                 "llama:slots-divide-context": "slots-divide-context/no-ctx-size"}),
     # The script takes the model directory from its environment: its default is what the render sees.
     "install-model-dir": ("unit-install-env", [("install.sh", 'echo "llama.service installed', 'echo "installed')], {}),
+    # llama-swap: a chat group that keeps both chat models loaded (swap: false) beside the persistent autocomplete
+    # model: 11.82 + 6.09 + 2.32 GiB on a 16 GiB card, though each fits alone.
+    "swap-group-not-swapping": ("llama-swap", [("config/llama-swap.yaml", "groups:\n",
+                                                'groups:\n  chat:\n    swap: false\n    members: ["qwen2.5-coder:14b", '
+                                                '"llama3.1:8b"]\n')],
+                                {"workstation:co-residence-fits": "co-residence-fits/over-card"}),
+    # The same group swapping its members but leaving the other groups loaded (exclusive: false): one chat model
+    # beside the autocomplete model, as before.
+    "swap-group-not-exclusive": ("llama-swap", [("config/llama-swap.yaml", "groups:\n",
+                                                 'groups:\n  chat:\n    exclusive: false\n    members: '
+                                                 '["qwen2.5-coder:14b", "llama3.1:8b"]\n')], {}),
+    # The coder's context doubled: 14.8 GiB fits the card alone (card-floor passes), not beside the autocomplete model.
+    "swap-context-beside-persistent": ("llama-swap", [("config/llama-swap.yaml", "  ctx: 16384", "  ctx: 32768")],
+                                       {"workstation:co-residence-fits": "co-residence-fits/over-card"}),
+    # The autocomplete model no longer persistent and exclusive (llama-swap's defaults): loading a chat model unloads
+    # it, so nothing shares the card.
+    "swap-editor-exclusive": ("llama-swap", [("config/llama-swap.yaml", "    swap: false\n    exclusive: false\n"
+                                              "    persistent: true\n", "")],
+                              {"workstation:co-residence-fits": SKIPPED}),
+    # fleet.toml says the autocomplete model never runs beside the coder: only the llama is co-resident with it.
+    "swap-declared-exclusive": ("llama-swap", [("fleet.toml", 'llama_swap_model = "qwen2.5-coder:14b"\n',
+                                                'llama_swap_model = "qwen2.5-coder:14b"\nexclusive_with = ["autocomplete"]\n'),
+                                               ("config/llama-swap.yaml", "  ctx: 16384", "  ctx: 32768")], {}),
+    # A hard-coded port with its proxy: the engine listens where llama-swap forwards; a wrong proxy is a finding.
+    "swap-proxy-port": ("llama-swap", [("config/llama-swap.yaml", "        --ctx-size 4096",
+                                        "        --ctx-size 4096 --port 9999"),
+                                       ("config/llama-swap.yaml", "    checkEndpoint: /health",
+                                        "    checkEndpoint: /health\n    proxy: http://127.0.0.1:9998")],
+                        {"autocomplete:rendered-port-matches": "rendered-port-matches/differs"}),
+    "swap-proxy-port-matching": ("llama-swap", [("config/llama-swap.yaml", "        --ctx-size 4096",
+                                                 "        --ctx-size 4096 --port 9999"),
+                                                ("config/llama-swap.yaml", "    checkEndpoint: /health",
+                                                 "    checkEndpoint: /health\n    proxy: http://127.0.0.1:9999")], {}),
 }
 
 

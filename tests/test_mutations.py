@@ -54,6 +54,8 @@ CLEAN: dict[tuple[str, str], str] = {
                                  "empty-means-omit", "rendered-port-matches"), skipped=["empty-means-omit"]),
     # The fleet as a whole: no inf/nan, no two active services on one host:port.
     **_outcomes("frank", ("fleet-numbers-finite", "service-ports-unique")),
+    # No host runs two active services (frank-medium is frank-archon's rollback): nothing shares a card.
+    ("frank", "co-residence-fits"): SKIPPED,
     **_outcomes("frank-dragoon", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     **_outcomes("frank-tts", ("serve-script-renders", "empty-means-omit"), skipped=["empty-means-omit"]),
     # The host engineer's seams: units and Quadlets, vLLM argv, forbidden flags, rules (issue 9).

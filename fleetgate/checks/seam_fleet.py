@@ -6,7 +6,7 @@ from __future__ import annotations
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.fleet import Fleet
+from fleetgate.fleet import Fleet, Service
 
 FINITE = "fleet-numbers-finite"
 UNIQUE = "service-ports-unique"
@@ -39,6 +39,8 @@ def service_ports_unique(fleet: Fleet) -> None:
             # A rollback shares the port of the service it replaces; an undeployed one runs nowhere.
             continue
         key = (service.host, service.port)
+        if key in seen and _same_llama_swap(fleet.services[seen[key]], service):
+            continue  # models of one llama-swap config: clients reach them all at llama-swap's one port
         if key in seen:
             clashes.append(f"{seen[key]} and {service.name} both on {service.host}:{service.port}")
         else:
@@ -52,6 +54,10 @@ def service_ports_unique(fleet: Fleet) -> None:
             expected="one active service per host:port (the second one fails to bind, or the first one is shadowed)",
             fix="give one of them another port, or mark the one that is a fallback state = \"rollback\"",
         )
+
+
+def _same_llama_swap(first: Service, second: Service) -> bool:
+    return first.llama_swap is not None and first.llama_swap == second.llama_swap
 
 
 def _has_port(config: ServiceConfig) -> bool:
@@ -68,7 +74,9 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         assert config.vllm is not None
         port, use = config.vllm.port, config.vllm.use("port")
         default = "vllm's default 8000"
-    declared = config.service.port
+    # Behind llama-swap the engine listens where llama-swap forwards (its proxy:), not on llama-swap's own port.
+    upstream = config.rendered.upstream_port
+    declared = config.service.port if upstream is None else upstream
     compose = config.rendered.compose
     if compose is not None and not compose.host_network:
         _compose_published(config, port, declared)
@@ -103,7 +111,8 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         service=config.name, check=PORT, code=f"{PORT}/differs",
         where=config.where_flag(use) if use is not None else str(config.rendered.script),
         observed=(f"the engine listens on {port}" + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")),
-        expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
+        expected=(f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)"
+                  if upstream is None else f"port {declared}, where llama-swap's proxy: for this model forwards"),
         fix="make the env file's port and fleet.toml's agree; a client pointed at the declared port reaches nothing or another service",
     )
 

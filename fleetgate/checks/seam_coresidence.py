@@ -1,0 +1,185 @@
+"""Co-residence: services that can hold one card at the same time are summed against it (issue 18, item 4).
+
+What can run at once on a host:
+
+- the models of one llama-swap config, as its groups (or matrix) let llama-swap keep them loaded together
+  (``fleetgate.sources.llama_swap.SwapConfig.residencies``): all members of a ``swap: false`` group, one member of
+  each persistent or non-exclusive group, and one of the exclusive groups;
+- every other active service of the host (a unit, a script, another llama-swap), unless fleet.toml says two
+  services never run together (``exclusive_with``).
+
+Each service's share of a card is its ledger there: llama.cpp's (``fleetgate.fit.service_ledger``: weights, KV,
+compute, ...), or vLLM's budget (``--gpu-memory-utilization`` x the card, on each of its first TP x PP cards: what
+vLLM claims at start). The check fails when some state of two or more services leaves a card less than the host's
+``card_floor_gib`` (0 when undeclared); one service alone over a card is card-floor's finding, not this one's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fleetgate.checks import NotApplicable, check
+from fleetgate.errors import InputError
+from fleetgate.failure import Failure
+from fleetgate.fleet import GIB, Device, Fleet, Host, Service
+
+__all__ = ["co_resident_states"]
+
+CO = "co-residence-fits"
+_MAX_STATES = 20000
+
+
+@dataclass(frozen=True)
+class _HostStates:
+    host: Host
+    states: tuple[frozenset[str], ...]
+    """Every set of two or more services (or undeclared llama-swap models, as ``MODEL (FILE)``) that can run at once."""
+    where: Mapping[str, str]
+    """Where each member's co-residence is decided: its llama-swap group, else its fleet.toml entry."""
+
+
+def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozenset[str], ...]], dict[str, str]]:
+    from fleetgate.sources.llama_swap import read_config
+
+    choices: list[tuple[frozenset[str], ...]] = []
+    where: dict[str, str] = {}
+    configs: dict[object, list[Service]] = {}
+    for service in services:
+        if service.llama_swap is None:
+            choices.append((frozenset({service.name}),))
+            where[service.name] = fleet.where("services", service.name)
+        else:
+            configs.setdefault(service.llama_swap, []).append(service)
+    for members in configs.values():
+        assert members[0].llama_swap is not None
+        try:
+            config = read_config(members[0].llama_swap)
+        except InputError as error:
+            raise NotApplicable(f"the llama-swap config of {members[0].name} cannot be read ({error}): see "
+                                f"serve-script-renders[{members[0].name}]") from None
+        named = {s.llama_swap_model or s.name: s.name for s in members}
+        for model in config.models:
+            label = named.get(model, f"{model} ({config.path.name})")
+            group = next((g for g in config.groups if model in g.members), None)
+            where[label] = f"{config.path}:{group.line}" if group is not None and group.line else config.where(model)
+        choices += [tuple(frozenset(named.get(m, f"{m} ({config.path.name})") for m in option) for option in choice)
+                    for choice in config.residencies()]
+    return choices, where
+
+
+def co_resident_states(fleet: Fleet) -> list[_HostStates]:
+    """Per host, the sets of two or more active services that can run at the same time."""
+    found = []
+    for host in fleet.hosts.values():
+        services = [s for s in fleet.services.values() if s.host == host.name and s.state == "active"]
+        if not services:
+            continue
+        choices, where = _choices(fleet, services)
+        size = 1
+        for choice in choices:
+            size *= len(choice) + 1
+        if size > _MAX_STATES:
+            raise NotApplicable(f"{host.name}'s services can be loaded in {size} combinations, more than the "
+                                f"{_MAX_STATES} this check enumerates: declare exclusive_with for services that never "
+                                "run together")
+        apart = {frozenset({s.name, other}) for s in services for other in s.exclusive_with}
+        states: list[frozenset[str]] = []
+        for combination in itertools.product(*((frozenset(), *choice) for choice in choices)):
+            state = frozenset().union(*combination)
+            if len(state) < 2 or any(pair <= state for pair in apart):
+                continue
+            if not any(state <= other for other in states):
+                states = [other for other in states if not other <= state] + [state]
+        if states:
+            found.append(_HostStates(host, tuple(states), where))
+    return found
+
+
+def _nothing_shared(fleet: Fleet) -> str | None:
+    try:
+        if co_resident_states(fleet):
+            return None
+    except NotApplicable as reason:
+        return str(reason)
+    return (f"no two active services of {fleet.name} can run on one host at once: nothing shares a card (services of "
+            "one host are co-resident unless exclusive_with says they never run together)")
+
+
+def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
+    """What one service holds on each card of its host, by card name."""
+    from fleetgate.config import load_service
+    from fleetgate.fit import service_ledger
+    from fleetgate.render import RenderRefused
+
+    service = fleet.services[name]
+    try:
+        config = load_service(fleet, service)
+    except (RenderRefused, InputError):
+        raise NotApplicable(f"{name} did not render: see serve-script-renders[{name}]") from None
+    if config.vllm is not None:
+        pp_use = config.vllm.use("pipeline_parallel_size")
+        pp = int(pp_use.value) if pp_use is not None and pp_use.value and pp_use.value.isdigit() else 1
+        ranks = max(1, config.vllm.tensor_parallel_size) * max(1, pp)
+        return {card.name: int(config.vllm.gpu_memory_utilization * card.vram_bytes) for card in host.cards[:ranks]}
+    if config.llama is None:
+        raise NotApplicable(f"{name} runs {service.engine}, which fleetgate has no ledger for: declare "
+                            f"services.{name}.exclusive_with for the services it never runs beside")
+    if config.profile is None:
+        raise NotApplicable(f"{name} can run beside other services of {host.name} and declares no profile: declare "
+                            f"services.{name}.profile (`fleetgate profile MODEL.gguf`) so its share of the card is known")
+    try:
+        ledger = service_ledger(config)
+    except (KeyError, ValueError):
+        raise NotApplicable(f"{name}'s ledger cannot place it on {host.name}'s cards: see card-floor[{name}]") from None
+    return {device.card.name: device.total for device in ledger.cards}
+
+
+@check(CO, kind="seam", subject="fleet", cites=(), requires=_nothing_shared,
+       summary="services that can hold one card at once (llama-swap groups that are not exclusive, two units on one "
+               "host) fit it together")
+def co_residence_fits(fleet: Fleet) -> None:
+    over: list[tuple[int, _HostStates, Device, list[str], dict[str, dict[str, int]]]] = []
+    for found in co_resident_states(fleet):
+        undeclared = sorted({m for state in found.states for m in state if m not in fleet.services})
+        if undeclared:
+            raise NotApplicable(f"llama-swap can load {', '.join(undeclared)} beside services of {found.host.name}, and no "
+                                "service declares them: declare a service with llama_swap_model = \"MODEL\" and its "
+                                "profile for each")
+        usage: dict[str, dict[str, int]] = {}
+        unknown: list[str] = []
+        for name in sorted(set().union(*found.states)):
+            try:
+                usage[name] = _usage(fleet, found.host, name)
+            except NotApplicable as reason:
+                unknown.append(str(reason))
+        if unknown:
+            raise NotApplicable("; ".join(unknown))
+        floor = found.host.card_floor_bytes or 0
+        for card in found.host.cards:
+            state = max(found.states, key=lambda s: sum(usage[n].get(card.name, 0) for n in s))
+            total = sum(usage[n].get(card.name, 0) for n in state)
+            if card.vram_bytes - total < floor:
+                members = sorted(state, key=lambda n: (-usage[n].get(card.name, 0), n))
+                over.append((total - card.vram_bytes + floor, found, card, members, usage))
+    if not over:
+        return
+    _, found, card, members, usage = max(over, key=lambda o: o[0])
+    floor = found.host.card_floor_bytes or 0
+    total = sum(usage[n].get(card.name, 0) for n in members)
+    raise Failure(
+        service=fleet.name, check=CO, code=f"{CO}/over-card",
+        where=found.where[members[0]],
+        observed=(f"{' + '.join(members)} can run at once on {found.host.name}'s {card.name}: {total / GIB:.2f} GiB of "
+                  f"{card.vram_bytes / GIB:.2f} GiB"),
+        details=[*(f"{name}: {usage[name].get(card.name, 0) / GIB:.2f} GiB on {card.name} ({found.where[name]})"
+                   for name in members),
+                 *(f"{o[1].host.name}'s {o[2].name} is {o[0] / GIB:.2f} GiB short too" for o in over
+                   if (o[1].host.name, o[2].name) != (found.host.name, card.name))],
+        expected=f"their sum within {card.name}'s {card.vram_bytes / GIB:.2f} GiB, leaving the floor of {floor / GIB:.2f} GiB",
+        fix=(("make the llama-swap group swap (swap: true) or exclusive, so llama-swap unloads one before loading the "
+              "other; or shrink a context; " if any(fleet.services[n].llama_swap is not None for n in members) else
+              "shrink a context or move one to another card; ")
+             + "for services that never run together, declare exclusive_with in fleet.toml"),
+    )
