@@ -308,8 +308,8 @@ def _rendered_env_template(fleet: Fleet, service: Service, target: str, dialect:
     return origins
 
 
-def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | None:
-    """The unit and its ``ExecStart=`` when that line runs the engine itself (no serve script), else None."""
+def _last_exec_start(service: Service) -> tuple[Unit, Setting, list[str]] | None:
+    """A systemd unit's last ``ExecStart=`` (the one systemd runs) and its words, prefixes dropped."""
     if service.unit is None:
         return None
     unit = parse_unit(service.unit)
@@ -320,6 +320,15 @@ def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | 
         return None
     setting = starts[-1]
     words = split_command(Setting(setting.section, setting.key, setting.value.lstrip("-@+!:"), setting.path, setting.line))
+    return unit, setting, words
+
+
+def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | None:
+    """The unit and its ``ExecStart=`` when that line runs the engine itself (no serve script), else None."""
+    last = _last_exec_start(service)
+    if last is None:
+        return None
+    unit, setting, words = last
     if words and posixpath.basename(words[0]) == service.binary:
         return unit, setting
     return None
@@ -458,19 +467,13 @@ def _shell_c(words: tuple[str, ...] | list[str]) -> _ShellLine | None:
 
 def inline_exec_start(fleet: Fleet, service: Service) -> InlineScript | None:
     """The unit and its ``ExecStart=`` when that line runs an inline shell script (``bash -c '...'``), else None."""
-    if service.unit is None:
+    last = _last_exec_start(service)
+    if last is None:
         return None
-    unit = parse_unit(service.unit)
-    if unit.kind != "systemd":
-        return None
-    starts = unit.all("Service", "ExecStart")
-    if not starts:
-        return None
-    setting = starts[-1]
-    words = split_command(Setting(setting.section, setting.key, setting.value.lstrip("-@+!:"), setting.path, setting.line))
+    unit, setting, words = last
     if _shell_c(words) is None:
         return None
-    return InlineScript(parse_unit(service.unit, root=fleet.root), setting)
+    return InlineScript(parse_unit(unit.path, root=fleet.root), setting)
 
 
 def _inline_command(inline: InlineScript, origins: Mapping[str, Origin],
