@@ -356,9 +356,10 @@ def render(
     payload = service.payload if payload is None else payload
     engine_paths: list[str] = []
     # An engine started by an absolute path the sandbox does not have yet: stub it there and run again.
+    run_as = _script_as_run(fleet, script, unit)
     for _ in range(3):
         result = _run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths,
-                             args)
+                             args, run_as=run_as)
         invocations = _read_invocations(result.files)
         missing = [p for p in _missing_engine_paths(result.stderr, service.binary) if p not in engine_paths]
         if invocations or not missing:
@@ -366,17 +367,17 @@ def render(
         engine_paths += missing
     sourced = tuple(_read_sourced(result.files))
     if not invocations and result.overrun is not None:
-        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), script),
+        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), run_as),
                             f"{service.binary} was not started: {overrun_message(result.overrun, 'the serve script')}",
                             result.stderr, origins, sourced, tuple(_read_tests(result.files)))
     if result.timed_out:
-        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), script),
+        raise RenderRefused(script, _last_traced_line(result.files.get("trace", b""), run_as),
                             f"the serve script did not exec {service.binary} within {timeout:g} s (a wait loop or a prompt?)",
                             "", origins, sourced)
     if not invocations:
         stderr = result.stderr
-        line, message = _last_error(stderr, script)
-        line = line or _last_traced_line(result.files.get("trace", b""), script)
+        line, message = _last_error(stderr, run_as)
+        line = line or _last_traced_line(result.files.get("trace", b""), run_as)
         raise RenderRefused(
             script, line,
             f"the serve script exited {result.returncode} without starting {service.binary}"
@@ -395,8 +396,23 @@ def render(
         script=script,
         unit=unit,
         extra_invocations=tuple(a for a, _ in invocations[:-1]),
-        trace=result.files.get("trace", b"").decode("utf-8", "replace"),
+        # bash traced the script by the path it was run by; a failure names the repository's file.
+        trace=result.files.get("trace", b"").decode("utf-8", "replace").replace(f"+{run_as}:", f"+{script}:"),
     )
+
+
+def _script_as_run(fleet: Fleet, script: Path, unit: Unit | None) -> Path:
+    """The path bash runs the serve script by: a unit starts it from where the hosts deploy the repository
+    (``deploy_root``, mounted there read-only), so ``$0`` and ``BASH_SOURCE`` say what they say on the host,
+    not where this checkout lies; a script without a unit (or a fleet without ``deploy_root``) is run by its
+    own path (docs/sandbox.md)."""
+    if unit is None or not fleet.deploy_root:
+        return script
+    try:
+        relative = script.relative_to(fleet.root)
+    except ValueError:
+        return script
+    return Path(fleet.deploy_root.rstrip("/")) / relative
 
 
 def _engine_env(recorded: Mapping[str, str]) -> dict[str, str]:
@@ -499,7 +515,7 @@ def _require_program_name(fleet: Fleet, service: Service) -> None:
 
 def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
                 overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
-                engine_paths: list[str], args: tuple[str, ...] = ()) -> SandboxResult:
+                engine_paths: list[str], args: tuple[str, ...] = (), run_as: Path | None = None) -> SandboxResult:
     out = f"{INSIDE}/out"
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
     for tool in _WRITING_TOOLS:
@@ -530,7 +546,7 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     env["__FG_OVERRIDES"] = _override_script(overrides)
     home = env["HOME"]
     spec = SandboxSpec(
-        command=["/bin/bash", str(script), *args],
+        command=["/bin/bash", str(run_as or script), *args],
         env=env,
         cwd=f"{INSIDE}/cwd",
         timeout=timeout,
