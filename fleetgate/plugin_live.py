@@ -185,9 +185,11 @@ class Live:
             try:
                 self.check(self.endpoint)  # the check that a halt concerns raises it itself
             except Failure as failure:
-                if failure.code == f"{self.check.name}/timeout" and self.endpoint.halt is None:
-                    # The endpoint stopped answering within the bound: said once, here; the checks after
-                    # it are not run rather than each failing on the same silence.
+                late = (f"{self.check.name}/timeout", f"{self.check.name}/out-of-time")
+                if failure.code in late and self.endpoint.halt is None:
+                    # The endpoint stopped answering within the bound (--live-timeout, or one derived from the
+                    # run's rates): said once, here; the checks after it are not run rather than each failing
+                    # on the same silence.
                     self.endpoint.halt = Halt(
                         self.check.name,
                         failure,

@@ -593,11 +593,12 @@ def render(
     payload = service.payload if payload is None else payload
     engine_paths: list[str] = []
     placeholder_dirs: list[str] = []
+    run_as = _script_as_run(fleet, script, unit)
     # An engine started by an absolute path the sandbox does not have yet, or a directory the script cd's into
     # that the repository does not hold: made inside the sandbox (a stub, an empty directory) and run again.
     for _ in range(4):
         result = _run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths,
-                             args, command=command, placeholder_dirs=placeholder_dirs)
+                             args, command=command, placeholder_dirs=placeholder_dirs, run_as=run_as)
         invocations = _read_invocations(result.files)
         containers = _container_engines(fleet, service, result.files)
         if invocations or containers:
@@ -610,14 +611,15 @@ def render(
         placeholder_dirs += missing_dirs
     if inline is not None:
         result = _inline_records(result, inline.setting)
-    trace = result.files.get("trace", b"")
+    # bash traced the script by the path it was run by; a failure names the repository's file.
+    trace = result.files.get("trace", b"").replace(f"+{run_as}:".encode(), f"+{script}:".encode())
     sourced = tuple(_read_sourced(result.files))
 
     def locate(stderr: str) -> tuple[int | None, str]:
         if inline is not None:
             line, message = _last_error(stderr, Path(dollar0 or "bash"))
             return (inline.setting.line if line is not None else None), message
-        return _last_error(stderr, script)
+        return _last_error(stderr, run_as)
 
     if not invocations and not containers and result.overrun is not None:
         raise RenderRefused(script, _last_traced_line(trace, script),
@@ -730,6 +732,20 @@ def _container_env_file(fleet: Fleet, name: str, client_env: Mapping[str, str], 
     for entry_name, entry in parse_env_file(local, "podman").items():
         env[entry_name] = entry.value
     return env
+
+
+def _script_as_run(fleet: Fleet, script: Path, unit: Unit | None) -> Path:
+    """The path bash runs the serve script by: a unit starts it from where the hosts deploy the repository
+    (``deploy_root``, mounted there read-only), so ``$0`` and ``BASH_SOURCE`` say what they say on the host,
+    not where this checkout lies; a script without a unit (or a fleet without ``deploy_root``) is run by its
+    own path (docs/sandbox.md)."""
+    if unit is None or not fleet.deploy_root:
+        return script
+    try:
+        relative = script.relative_to(fleet.root)
+    except ValueError:
+        return script
+    return Path(fleet.deploy_root.rstrip("/")) / relative
 
 
 def _engine_env(recorded: Mapping[str, str]) -> dict[str, str]:
@@ -856,7 +872,7 @@ def _require_program_name(fleet: Fleet, service: Service) -> None:
 def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
                 overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
                 engine_paths: list[str], args: tuple[str, ...] = (), *, command: list[str] | None = None,
-                placeholder_dirs: list[str] | None = None) -> SandboxResult:
+                placeholder_dirs: list[str] | None = None, run_as: Path | None = None) -> SandboxResult:
     out = f"{INSIDE}/out"
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
     client = _stub(out, kind="container")
@@ -900,7 +916,7 @@ def _run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[s
     env["__FG_OVERRIDES"] = _override_script(overrides)
     home = env["HOME"]
     spec = SandboxSpec(
-        command=command if command is not None else ["/bin/bash", str(script), *args],
+        command=command if command is not None else ["/bin/bash", str(run_as or script), *args],
         env=env,
         cwd=f"{INSIDE}/cwd",
         timeout=timeout,

@@ -379,8 +379,8 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
         # write the sandbox's: uid 0 -> ROOT_RUNS_AS, uid 1 -> root.
         mapping = ["--keep-caps", f"--map-users={ROOT_RUNS_AS},0,1", f"--map-groups={ROOT_RUNS_AS},0,1"]
         env["PATH"] = f"{_id_mappers()}:{env['PATH']}"
-    argv = [_UNSHARE[0], "--user", *mapping, *_UNSHARE[3:], "--", "/bin/bash", "--noprofile", "--norc", "-c",
-            _init_text(), "fleetgate-init"]
+    argv = [*_one_cpu(env["PATH"]), _UNSHARE[0], "--user", *mapping, *_UNSHARE[3:], "--", "/bin/bash", "--noprofile",
+            "--norc", "-c", _init_text(), "fleetgate-init"]
     stdout, stderr, code = _communicate(argv, env, spec.timeout + _GRACE_S, cwd=repo or Path("/"),
                                         stdin=str(tmp).encode("utf-8", "surrogateescape") + b"\n")
     if code is None:
@@ -447,6 +447,18 @@ def _read_tar(data: bytes) -> dict[str, bytes]:
     return files
 
 
+@cache
+def _one_cpu(path: str) -> tuple[str, ...]:
+    """``taskset -c N``: the render runs on one CPU (the lowest this process may use), so ``nproc`` and the
+    affinity mask say 1 on every machine; nothing where util-linux's taskset is missing (docs/sandbox.md)."""
+    taskset = shutil.which("taskset", path=path)
+    try:
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return ()
+    return (taskset, "-c", str(min(cpus))) if taskset and cpus else ()
+
+
 def _id_mappers() -> Path:
     def write(root: Path) -> None:
         root.mkdir()
@@ -478,6 +490,15 @@ def _kill_session(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
+def _unmounted(part: str, mounts: Sequence[tuple[Path, str]]) -> str:
+    """A path under a read-only mount point (a script run by its deploy_root path) as its source on this machine:
+    unconfined, nothing is mounted there."""
+    for source, target in mounts:
+        if part == target or part.startswith(target.rstrip("/") + "/"):
+            return str(source) + part[len(target.rstrip("/")):]
+    return part
+
+
 def _run_unconfined(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     """The opt-in fallback: the same files under a temporary directory, the command run on this machine."""
     out = tmp / "out"
@@ -498,7 +519,7 @@ def _run_unconfined(spec: SandboxSpec, tmp: Path) -> SandboxResult:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(link_target)
     env = {k: v.replace(INSIDE, str(tmp)) for k, v in spec.env.items()}
-    command = [part.replace(INSIDE, str(tmp)) for part in spec.command]
+    command = [_unmounted(part.replace(INSIDE, str(tmp)), spec.read_only) for part in spec.command]
     cwd = local(spec.cwd) or tmp / "cwd"
     cwd.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

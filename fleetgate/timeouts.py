@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetgate.envfile import parse_env_file
+from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, TimeoutChain
 from fleetgate.render import Origin
 
@@ -19,6 +20,8 @@ class Budget:
     raw: str | None
     where: str
     problem: str | None = None
+    unreadable: bool = False
+    """The budget's env file (a client's) cannot be read as its consumer reads it: ``problem`` is its one line."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +40,23 @@ class ResolvedChain:
 
 
 def resolve_chains(fleet: Fleet, service_variables: Callable[[str], dict[str, Origin]]) -> list[ResolvedChain]:
-    """``service_variables(name)`` gives a service's rendered variables (unit env plus sourced files)."""
+    """``service_variables(name)`` gives a service's rendered variables (unit env plus sourced files).
+
+    A client's env file that cannot be read is a finding of the chains that hold it, not an error of the run:
+    every service is still judged.
+    """
+    clients: dict[str, dict[str, Origin] | InputError] = {}
+
+    def client_variables(name: str) -> dict[str, Origin] | InputError:
+        if name not in clients:
+            client = fleet.clients[name]
+            try:
+                clients[name] = {n: Origin(n, e.value, e.where, "env_file")
+                                 for n, e in parse_env_file(client.env_file, client.dialect).items()}
+            except InputError as error:
+                clients[name] = error
+        return clients[name]
+
     resolved = []
     for chain in fleet.timeouts:
         budgets = []
@@ -47,10 +66,13 @@ def resolve_chains(fleet: Fleet, service_variables: Callable[[str], dict[str, Or
                 continue
             assert ref.variable is not None
             if ref.owner in fleet.clients:
-                client = fleet.clients[ref.owner]
-                variables = {n: Origin(n, e.value, e.where, "env_file")
-                             for n, e in parse_env_file(client.env_file, client.dialect).items()}
-                file = client.env_file
+                read = client_variables(ref.owner)
+                if isinstance(read, InputError):
+                    where = f"{read.path}:{read.line}" if read.line else str(read.path)
+                    budgets.append(Budget(ref.name, None, None, where, str(read), unreadable=True))
+                    continue
+                variables = read
+                file = fleet.clients[ref.owner].env_file
             else:
                 variables = service_variables(ref.owner)
                 file = fleet.services[ref.owner].env_file or fleet.services[ref.owner].serve_script

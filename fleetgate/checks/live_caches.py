@@ -12,7 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fleetgate.checks import check
-from fleetgate.live.endpoint import LiveEndpoint, cached_tokens_of, timings_of, usage_of
+from fleetgate.live.client import Reply
+from fleetgate.live.endpoint import (
+    TEMPLATE_ALLOWANCE_TOKENS,
+    LiveEndpoint,
+    OutOfTime,
+    cached_tokens_of,
+    prompt_tokens_at_most,
+    timings_of,
+    usage_of,
+)
 
 DRAFTER = "live-drafter"
 PREFIX = "live-prefix-cache"
@@ -275,6 +284,26 @@ def _has_window(endpoint: LiveEndpoint) -> bool:
     return endpoint.contract.window is not None
 
 
+def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: int) -> Reply:
+    """One capacity request, bounded by what prefilling its tokens takes at the rates this run measured: an
+    engine that holds a larger window than declared takes the oversized prompt and prefills it, and under
+    load that takes longer, and so does its bound."""
+    bound = endpoint.bound(prompt_tokens, int(body["max_tokens"]))
+    try:
+        return endpoint.chat(CAPACITY, body, bound=bound)
+    except OutOfTime as late:
+        raise endpoint.fail(
+            CAPACITY,
+            code="out-of-time",
+            where=late.url,
+            cites=("C-CAP-13",),
+            observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither refused nor answered",
+            expected=late.expected,
+            fix="a refusal comes before prefill, an accepted prompt within its prefill at this run's rates: "
+            "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it",
+        ) from None
+
+
 @check(
     CAPACITY,
     kind="live",
@@ -301,8 +330,11 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         {"messages": [{"role": "user", "content": text}], "max_tokens": 1, "temperature": 0, **endpoint.thinking(False)}
         for text in (filler, "Say yes.")
     ]
+    # The oversized prompt is the window and its filler (one token per " the") plus the template's own tokens; an
+    # engine that takes it prefills the companion's in the same batches, so both wait for both.
+    tokens = window + 16 + TEMPLATE_ALLOWANCE_TOKENS + prompt_tokens_at_most(bodies[1])
     with ThreadPoolExecutor(max_workers=2) as pool:
-        reply, companion = pool.map(lambda body: endpoint.chat(CAPACITY, body), bodies)
+        reply, companion = pool.map(lambda body: _capacity_chat(endpoint, body, tokens), bodies)
     where = (
         endpoint.where_flag("ctx_size")
         if contract.slot_ctx is not None

@@ -16,8 +16,15 @@ from typing import Any
 import jsonschema
 
 from fleetgate.checks import check
-from fleetgate.live.client import shorten
-from fleetgate.live.endpoint import LiveEndpoint, finish_reason_of, message_of, usage_of
+from fleetgate.live.client import Reply, shorten
+from fleetgate.live.endpoint import (
+    LiveEndpoint,
+    OutOfTime,
+    finish_reason_of,
+    message_of,
+    prompt_tokens_at_most,
+    usage_of,
+)
 from fleetgate.live.images import COLOURS, png_data_url, solid_png
 
 TOOLS = "live-tool-calls"
@@ -76,6 +83,25 @@ def _declares_tools(endpoint: LiveEndpoint) -> bool:
     return endpoint.contract.tools is True
 
 
+def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
+    """One tool request, bounded by what its tokens take at the rates this run measured."""
+    bound = endpoint.bound(prompt_tokens_at_most(body), int(body["max_tokens"]))
+    try:
+        return endpoint.chat(TOOLS, body, bound=bound)
+    except OutOfTime as late:
+        raise endpoint.fail(
+            TOOLS,
+            code="out-of-time",
+            where=late.url,
+            cites=("C-CAP-2",),
+            observed=f"tool_choice {body['tool_choice']}: {late.observed}",
+            expected=late.expected,
+            fix="the engine took longer than its own rates allow (a stuck slot, a queue, a proxy that holds "
+            "requests with tools); the gate ran on in the meantime, so the other checks' rates are this "
+            "machine's: read the engine's log for this request",
+        ) from None
+
+
 @check(
     TOOLS,
     kind="live",
@@ -94,7 +120,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
         "temperature": 0,
         **endpoint.thinking(False),
     }
-    reply = endpoint.chat(TOOLS, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS})
+    reply = _tool_chat(endpoint, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS})
     fix = (
         "the engine must parse the model's call into tool_calls: llama.cpp needs --jinja and a chat template "
         "its parser recognises as a tool-call format (a template that renders tool_calls); vLLM needs "
@@ -143,7 +169,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
             fix=fix,
         )
     arguments = calls[0]["function"]["arguments"]
-    reply = endpoint.chat(TOOLS, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
+    reply = _tool_chat(endpoint, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
         raise endpoint.fail(
             TOOLS,

@@ -14,6 +14,16 @@ NAME = "timeouts-nest"
 def timeouts_nest(resolved: ResolvedChain) -> None:
     cites = resolved.chain.cites
     for budget in resolved.budgets:
+        if budget.unreadable:
+            owner = budget.name.split(":")[0]
+            raise Failure(
+                code=f"{NAME}/client-env-unreadable",
+                service=resolved.name, check=NAME, where=budget.where, cites=cites,
+                observed=f"{owner}'s env file cannot be read as its consumer reads it: {budget.problem}",
+                expected=f"{budget.name} read from an env file in the dialect fleet.toml declares for {owner}",
+                fix=f"fix that line of {owner}'s env file, or declare the dialect that reads it ([clients.{owner}] dialect)",
+            )
+    for budget in resolved.budgets:
         if budget.problem is not None:
             raise Failure(
                 code=f"{NAME}/budget-not-seconds",

@@ -6,6 +6,7 @@ what it measured (TTFT, prefill and decode rates, draft acceptance, cached token
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -19,7 +20,8 @@ from fleetgate.live.contract import LiveContract
 from fleetgate.live.dialects import Dialect
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, parse_metrics
 
-__all__ = ["BUDGET_TOKENS", "Baseline", "CheckRecord", "Halt", "LiveEndpoint", "fmt_measured"]
+__all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
+           "prompt_tokens_at_most"]
 
 BUDGET_TOKENS = 300
 """Generated tokens the whole gate may spend on one service."""
@@ -33,6 +35,48 @@ above a healthy endpoint's milliseconds even on a loaded two-core machine, far b
 proxy that holds every request."""
 NO_TIMINGS_BOUND_S = 15.0
 """Bound on a one-token request to an engine that does not report its own timings."""
+RATE_MARGIN = 3.0
+"""A whole request's bound (live-capacity, live-tool-calls) is the overhead floor plus this many times what its
+tokens take at the prefill and decode rates the engine reported (timings) on this run's earlier answers: a loaded
+machine lowers those rates, and the bound grows with them. --live-timeout stays the least a request waits (a
+queue for a slot is no part of the engine's rates); the bound only extends it."""
+REQUEST_CEILING_S = 600.0
+"""No request waits longer than this (or --live-timeout, when that is longer), whatever the rates say."""
+TEMPLATE_ALLOWANCE_TOKENS = 512
+"""Tokens a chat template adds around the messages and tools it renders (role markers, a tool preamble)."""
+
+
+def prompt_tokens_at_most(body: Mapping[str, Any]) -> int:
+    """An upper bound on the prompt tokens of a chat request of ASCII text: a BPE token covers at least one
+    character of what it encodes, so the JSON of the messages and tools, plus the template's allowance."""
+    text = json.dumps([body.get("messages", []), body.get("tools", [])])
+    return len(text) + TEMPLATE_ALLOWANCE_TOKENS
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How long one request may take, and why."""
+
+    seconds: float
+    why: str
+
+
+class OutOfTime(Exception):
+    """A request bounded by ``LiveEndpoint.bound`` that got no answer within it."""
+
+    def __init__(self, url: str, bound: Bound, elapsed: float) -> None:
+        self.url = url
+        self.bound = bound
+        self.elapsed = elapsed
+        super().__init__(f"no answer within {bound.seconds:.1f} s")
+
+    @property
+    def observed(self) -> str:
+        return f"no answer after {self.elapsed:.1f} s"
+
+    @property
+    def expected(self) -> str:
+        return f"an answer within {self.bound.seconds:.1f} s: {self.bound.why}"
 
 
 _MEASURES = (
@@ -110,6 +154,9 @@ class LiveEndpoint:
     _current: CheckRecord | None = None
     _prepared: bool = False
     _unbilled: int = 0
+    _engine: dict[str, float] = field(default_factory=dict)
+    """What the engine reported spending on this run's answers (timings): prompt_n, prompt_ms, predicted_n,
+    predicted_ms, summed."""
 
     @property
     def engine(self) -> str:
@@ -215,6 +262,7 @@ class LiveEndpoint:
         if isinstance(usage.get("completion_tokens"), int):
             self._unbilled += usage["completion_tokens"]
         timings = timings_of(probe.json)
+        self._observe(probe.json)
         engine_ms = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
         engine_s = (
             sum(float(v) for v in engine_ms if isinstance(v, int | float)) / 1000
@@ -306,6 +354,53 @@ class LiveEndpoint:
     def measure(self, key: str, value: float) -> None:
         if self._current is not None:
             self._current.measured[key] = value
+
+    def _observe(self, reply_json: Any) -> None:
+        """Add an answer's own timings to the run's rates."""
+        timings = timings_of(reply_json)
+        keys = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+        values = [timings.get(k) for k in keys]
+        numbers = [float(v) for v in values if isinstance(v, int | float) and v >= 0]
+        if len(numbers) == len(keys):
+            prompt_n, prompt_ms, predicted_n, predicted_ms = numbers
+            self._engine["prompt_n"] = self._engine.get("prompt_n", 0.0) + prompt_n
+            self._engine["prompt_ms"] = self._engine.get("prompt_ms", 0.0) + prompt_ms
+            if predicted_n >= 2:  # one token comes with the prefill's last step: its predicted_ms is no decode
+                self._engine["predicted_n"] = self._engine.get("predicted_n", 0.0) + predicted_n
+                self._engine["predicted_ms"] = self._engine.get("predicted_ms", 0.0) + predicted_ms
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """Prefill and decode tok/s over every answer of this run whose timings the engine reported."""
+        engine = self._engine
+
+        def rate(tokens: str, ms: str) -> float | None:
+            n, spent = engine.get(tokens, 0.0), engine.get(ms, 0.0)
+            return n / spent * 1000 if n > 0 and spent > 0 else None
+
+        return rate("prompt_n", "prompt_ms"), rate("predicted_n", "predicted_ms")
+
+    def bound(self, prompt_tokens: int, max_tokens: int) -> Bound:
+        """How long a request of ``prompt_tokens`` asking ``max_tokens`` may take: at least --live-timeout; longer
+        where the rates this run measured say its tokens need longer (RATE_MARGIN over the floor); never past
+        REQUEST_CEILING_S."""
+        prefill, decode = self.rates()
+        steps = max(max_tokens - 1, 0)  # the first token comes with the prefill
+        if prefill is None or (steps and decode is None):
+            missing = "prefill" if prefill is None else "decode"
+            return Bound(self.timeout, f"--live-timeout {self.timeout:g} s (no {missing} rate reported yet in this "
+                         "run)")
+        own = prompt_tokens / prefill + (steps / decode if steps and decode else 0.0)
+        derived = OVERHEAD_FLOOR_S + RATE_MARGIN * own
+        decoding = f" and {steps} more generated at {decode:.0f} tok/s" if steps and decode else ""
+        why = (f"{OVERHEAD_FLOOR_S:g} s + {RATE_MARGIN:g} x the {own:.1f} s that {prompt_tokens} prompt tokens at "
+               f"{prefill:.0f} tok/s{decoding} take (the engine's rates on this run's earlier answers)")
+        ceiling = max(self.timeout, REQUEST_CEILING_S)
+        if derived <= self.timeout:
+            return Bound(self.timeout, f"--live-timeout {self.timeout:g} s, longer than the {derived:.1f} s of "
+                         f"{why}")
+        if derived >= ceiling:
+            return Bound(ceiling, f"the {ceiling:g} s ceiling, shorter than the {derived:.1f} s of {why}")
+        return Bound(derived, why)
 
     def _spend(self, reply_json: Any) -> None:
         if self._current is None:
@@ -418,16 +513,26 @@ class LiveEndpoint:
         return body
 
     def chat(
-        self, check: str, body: Mapping[str, Any], *, timeout: float | None = None, forced: bool = False
+        self,
+        check: str,
+        body: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        forced: bool = False,
+        bound: Bound | None = None,
     ) -> Reply:
         """POST /v1/chat/completions; ``max_tokens`` is mandatory (the gate's token budget), unless the
-        request itself forces the answer's length (``forced``: a grammar that admits one string)."""
+        request itself forces the answer's length (``forced``: a grammar that admits one string). With a
+        ``bound`` (``LiveEndpoint.bound``) the request waits that long and raises ``OutOfTime`` past it."""
         if "max_tokens" not in body and not forced:
             raise ValueError("every generation request carries max_tokens")
         payload = {"model": self.contract.alias or self.name, **body}
         try:
-            reply = self.client.post("/v1/chat/completions", payload, timeout=timeout)
+            reply = self.client.post("/v1/chat/completions", payload,
+                                     timeout=bound.seconds if bound is not None else timeout)
         except EndpointError as error:
+            if bound is not None and error.kind == "timeout":
+                raise OutOfTime(error.url, bound, error.elapsed) from None
             raise self.unreachable(check, error) from None
         if reply.ok and reply.json is None:
             raise self.unreachable(
@@ -440,6 +545,7 @@ class LiveEndpoint:
                 ),
             )
         self._spend(reply.json)
+        self._observe(reply.json)
         return reply
 
     def stream_chat(
@@ -455,6 +561,10 @@ class LiveEndpoint:
         for event in reply.events:
             if isinstance(event, dict) and isinstance(event.get("usage"), dict):
                 self._spend(event)
+                break
+        for event in reversed(reply.events):
+            if isinstance(event, dict) and isinstance(event.get("timings"), dict):
+                self._observe(event)
                 break
         return reply
 

@@ -10,6 +10,7 @@ in CI) and again as an unprivileged user.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -264,6 +265,8 @@ class Case:
     """What the one line must say (the bound that stopped the script, the input refused)."""
     absent: tuple[str, ...] = ()
     """Paths (filled in) that must not exist after the render: what the case would plant outside."""
+    argv_is: tuple[str, ...] | None = None
+    """The rendered argv exactly (filled in): a host fact the sandbox fixes, or one it names as not hidden."""
 
 
 WRITES = [
@@ -449,6 +452,17 @@ CASES += [
                                              '/proc/self/mountinfo /proc/1/mountinfo /proc/1/environ /proc/1/cmdline '
                                              '2>/dev/null | tr "\\0" " ")"\n'),
          renders=True, argv_lacks=("model name", "MemTotal", "Linux version", "fleetgate-sandbox-", "/dev/shm")),
+    # The render runs on one CPU (taskset, the lowest this process may use): the count is 1 on every machine.
+    Case("host-facts-cpus", "host-facts", _script('exec llama-server --threads "$(nproc)" --alias "$(nproc --all)'
+                                                  ' $(getconf _NPROCESSORS_ONLN) $(grep Cpus_allowed_list /proc/self/status'
+                                                  ' | cut -f2)"\n'),
+         renders=True, argv_is=("llama-server", "--threads", "1", "--alias", f"1 1 {min(os.sched_getaffinity(0))}")),
+    # A script its unit starts is run by the unit's path (deploy_root), not by this checkout's.
+    Case("host-facts-script-path", "host-facts", _script('exec llama-server --alias "$0 ${BASH_SOURCE[0]} $PWD"\n'),
+         renders=True, argv_is=("llama-server", "--alias", "/srv/repo/serve.sh /srv/repo/serve.sh /run/fleetgate/cwd")),
+    # Not hidden (docs/sandbox.md): the kernel release through uname(2). Named here, exactly.
+    Case("host-facts-kernel", "host-facts", _script('exec llama-server --alias "$(uname -r)"\n'),
+         renders=True, argv_is=("llama-server", "--alias", os.uname().release)),
     # A unit's BASH_ENV is read as bash reads it, from the repository only.
     Case("bash-env-outside", "bash-env", _unit("Environment=PATH", "Environment=BASH_ENV={secret} PATH"), renders=True,
          argv_lacks="SECRET-KEY"),
@@ -509,6 +523,8 @@ def _judge(world: World, case: Case, code: int, out: str, err: str, took: float,
             assert case.says in err, err
     for text in lacks:
         assert text not in out and text not in err, text
+    if case.argv_is is not None:
+        assert json.loads(out)["argv"] == [world.fill(part) for part in case.argv_is], out
     assert took < 12 + startup, f"took {took:.1f} s"
     # Nothing outside the render changed; no marker; the engine on this machine never ran; nothing
     # the case would plant exists; no node bound in changed.

@@ -33,7 +33,11 @@ MODES = (
     "vllm-other-payload",
     "login-page",
     "hang-streams",
+    "hang-oversized",
+    "hang-tools",
 )
+# Rates the hang-* modes' answers report (timings): a fast engine, so the bounds derived from them are short.
+FAST_TIMINGS = {"prompt_n": 50, "prompt_ms": 5.0, "predicted_n": 10, "predicted_ms": 50.0}
 # What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
 # max_model_len), for frank-archon as its files declare it, and after another payload was loaded.
 VLLM_MODELS = {
@@ -136,6 +140,9 @@ class FaultServer:
         if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty"):
             self._stream(handler, mode)
             return
+        if (mode == "hang-tools" and body.get("tools")) or (mode == "hang-oversized" and len(json.dumps(body)) > 4096):
+            self.stopping.wait(30)  # an engine that took the request and never answers it
+            return
         if mode.startswith("tools-") and body.get("tools"):
             self._tools(handler, mode, body)
             return
@@ -162,6 +169,8 @@ class FaultServer:
             ],
             "usage": {"prompt_tokens": 5000, "completion_tokens": 1, "total_tokens": 5001},
         }
+        if mode in ("hang-oversized", "hang-tools"):
+            reply["timings"] = FAST_TIMINGS
         self._send(handler, 200, json.dumps(reply).encode())
 
     def _stream(self, handler: BaseHTTPRequestHandler, mode: str) -> None:

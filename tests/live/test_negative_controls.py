@@ -5,7 +5,7 @@ Every server here is the real llama-server started from the reference's rendered
 real reference checked against a fleet copy whose contract says something else. Each control asserts
 the exact outcome of every check (pass, skip, or the failure code that fired), and runs under both
 numerics variants (conftest.VARIANTS): the verdicts must be the same whatever words the model picks.
-Together with test_faults.py and test_proxies.py, every registered live check is shown failing.
+Together with test_faults.py, test_proxies.py and test_bounds.py, every registered live check is shown failing.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, mode
 
 from .conftest import Gate, drop, expected_outcomes, live_checks, set_value
 from .mmproj import IMAGE_TOKENS, write_random_projector
+from .test_bounds import BOUND_CODES
 from .test_faults import FAULT_CODES
 from .test_proxies import PROXY_CODES
 
@@ -184,7 +185,7 @@ def _raised_codes() -> set[str]:
 
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
-    shown |= FAULT_CODES | PROXY_CODES
+    shown |= FAULT_CODES | PROXY_CODES | BOUND_CODES
     assert {code.split("/", 1)[0] for code in shown if code.startswith("live-")} == live_checks()
     assert _raised_codes() - shown == set()
 

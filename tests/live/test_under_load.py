@@ -2,8 +2,9 @@
 the machine is busy.
 
 One bounded busy-loop process per core (pinned to it where the kernel allows), started before the gate and
-killed by its PID after it: the timing bounds follow what the engine reports for the same answers, so a
-loaded machine slows the engine and its bounds alike and no verdict moves.
+killed by its PID after it: the timing bounds follow what the engine reports for the same answers, or the
+rates it reported on the run's earlier answers, so a loaded machine slows the engine and its bounds alike and
+no verdict moves.
 """
 
 from __future__ import annotations
@@ -73,9 +74,8 @@ def test_a_control_gives_its_verdict_under_a_cpu_hog(
     no_api_key: None,
 ) -> None:
     """The control whose verdicts rest on timing (the capacity refusal, the stream, the readiness bound) and on
-    a window: a 1024-token slot."""
-    if variant != "shipped":
-        pytest.skip("the load claim is proven once; the numerics variants are proven idle")
+    a window: a 1024-token slot. Under both numerics variants: another micro-batch and K cache type change the
+    engine's rates, and the bounds follow them."""
     server = control(lambda a: set_value(a, "--ctx-size", "2048"))
     run = gate(server.url, variant=variant)
     assert run.outcomes == expected_outcomes(
@@ -85,3 +85,20 @@ def test_a_control_gives_its_verdict_under_a_cpu_hog(
             "host-process-argv": "host-process-argv/argv-differs",
         }
     ), run.output
+
+
+def test_an_oversized_window_is_accepted_under_a_cpu_hog(
+    control: Callable[[Callable[[list[str]], list[str]]], ReferenceServer],
+    gate: Callable[..., Gate],
+    variant: str,
+    cpu_hog: list[subprocess.Popen[bytes]],
+    no_api_key: None,
+) -> None:
+    """A 4096-token slot where 2048 is declared, with --live-timeout 3 s: under a fixed bound the prefill of the
+    oversized prompt ran out of time on a loaded machine (``live-capacity/timeout``) where idle it was
+    ``accepted``; bounded by the prefill rate measured in the same run, it is ``accepted`` under load too
+    (tests/live/test_bounds.py holds the idle run)."""
+    server = control(lambda a: set_value(a, "--ctx-size", "8192"))
+    run = gate(server.url, "--live-timeout", "3", "-k", "test_capacity", variant=variant)
+    assert all(hog.poll() is None for hog in cpu_hog), "a busy loop ended before the gate did"
+    assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
