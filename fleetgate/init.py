@@ -8,9 +8,14 @@ suite already has:
   ``ExecStart=`` that runs the engine itself is expanded as systemd expands it (``fleetgate.sources.systemd``); one
   that runs a serve script of the repository is rendered the way the seams render it (``fleetgate.render``), so the
   port and the model come from the argv the script really builds;
-- docker compose files (any YAML with a ``services:`` map whose entries have an ``image`` or a ``command``);
-- llama-swap configs (YAML with a ``models:`` map whose entries have a ``cmd``), with its macros and ``${PORT}``
-  as llama-swap assigns them (model ids sorted, from ``startPort``, default 5800).
+- serve scripts whose engine is a ``docker run``/``podman run`` line: rendered in the sandbox (the client is a stub,
+  ``fleetgate.sources.docker_run`` reads the recorded line); the port through ``-p``, the model through ``-v``;
+- a unit's ``EnvironmentFile=`` outside the repository that one script of the repository writes from one template
+  (``*.in``, ``*.tmpl``, ``*.template``) it names: ``env_file = { template, script }``, rendered for port and model;
+- docker compose files (any YAML with a ``services:`` map whose entries have an ``image`` or a ``command``), by
+  ``fleetgate.sources.compose`` (``list_services``, ``read_compose``);
+- llama-swap configs (YAML with a ``models:`` map whose entries have a ``cmd``), by
+  ``fleetgate.sources.llama_swap.read_config``; every model gets llama-swap's own port (default ``--listen :8080``).
 
 What no file can say (the host's RAM, its cards and their sizes) is written as ``"TODO"``, a value the schema
 refuses: ``pytest seams/`` then names each one in one line, never judges with a guessed size. ``probe_host`` reads
