@@ -8,9 +8,14 @@ suite already has:
   ``ExecStart=`` that runs the engine itself is expanded as systemd expands it (``fleetgate.sources.systemd``); one
   that runs a serve script of the repository is rendered the way the seams render it (``fleetgate.render``), so the
   port and the model come from the argv the script really builds;
-- docker compose files (any YAML with a ``services:`` map whose entries have an ``image`` or a ``command``);
-- llama-swap configs (YAML with a ``models:`` map whose entries have a ``cmd``), with its macros and ``${PORT}``
-  as llama-swap assigns them (model ids sorted, from ``startPort``, default 5800).
+- serve scripts whose engine is a ``docker run``/``podman run`` line: rendered in the sandbox (the client is a stub,
+  ``fleetgate.sources.docker_run`` reads the recorded line); the port through ``-p``, the model through ``-v``;
+- a unit's ``EnvironmentFile=`` outside the repository that one script of the repository writes from one template
+  (``*.in``, ``*.tmpl``, ``*.template``) it names: ``env_file = { template, script }``, rendered for port and model;
+- docker compose files (any YAML with a ``services:`` map whose entries have an ``image`` or a ``command``), by
+  ``fleetgate.sources.compose`` (``list_services``, ``read_compose``);
+- llama-swap configs (YAML with a ``models:`` map whose entries have a ``cmd``), by
+  ``fleetgate.sources.llama_swap.read_config``; every model gets llama-swap's own port (default ``--listen :8080``).
 
 What no file can say (the host's RAM, its cards and their sizes) is written as ``"TODO"``, a value the schema
 refuses: ``pytest seams/`` then names each one in one line, never judges with a guessed size. ``probe_host`` reads
@@ -32,15 +37,18 @@ import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 
 from fleetgate.envfile import parse_env_file
 from fleetgate.errors import InputError, read_text
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import Fleet, Service
+    from fleetgate.sources.docker_run import ContainerRun
 
 __all__ = [
     "TODO",
@@ -60,7 +68,6 @@ TODO = "TODO"
 EngineName = Literal["llama.cpp", "vllm"]
 ENGINE_BINARIES: Mapping[str, EngineName] = {"llama-server": "llama.cpp", "vllm": "vllm"}
 DEFAULT_PORT: Mapping[str, int] = {"llama.cpp": 8080, "vllm": 8000}
-LLAMA_SWAP_START_PORT = 5800
 
 MAX_FILES = 20000
 """The walk stops after this many directory entries (a repository, not a disk)."""
@@ -105,6 +112,8 @@ class Found:
     compose_service: str | None = None
     llama_swap: str | None = None
     llama_swap_model: str | None = None
+    env_template: tuple[str, str] | None = None
+    """(template, install script): the env file the unit reads is the script's rendering of the template."""
 
 
 @dataclass(frozen=True)
@@ -299,8 +308,21 @@ class _Context:
     deploy_root: str | None
     notes: list[Note]
     taken: set[str]
-    render: Callable[[Path, str | None, str, EngineName, Path, Path | None, tuple[str, ...]],
-                     tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] | None
+    render: Callable[..., _Rendered] | None
+    files: tuple[Path, ...] = ()
+    templates: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+    """Host env files the repository does not hold -> (template, install script) that render them."""
+
+
+@dataclass(frozen=True)
+class _Rendered:
+    """What init keeps of a script's render: the engine's argv and environment, the repository files it sourced,
+    and the ``docker run``/``podman run`` line that started it in a container (``fleetgate.sources.docker_run``)."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    sourced: tuple[str, ...]
+    container: ContainerRun | None = None
 
 
 def _unit_env(ctx: _Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
@@ -312,13 +334,43 @@ def _unit_env(ctx: _Context, unit: Unit, section: str) -> tuple[dict[str, str], 
         value = setting.value
         local = _map(ctx.root, ctx.deploy_root, value.lstrip("-"))
         if local is None:
-            if not value.startswith("-"):
+            rendered_by = _env_template(ctx, value.lstrip("-"))
+            if rendered_by is not None:
+                ctx.templates[value.lstrip("-")] = rendered_by
+            elif not value.startswith("-"):
                 ctx.notes.append(Note(setting.path, setting.line, f"EnvironmentFile={value} is not a file of this "
                                       "repository (under the deploy_root found); its variables are unknown to init"))
             continue
         files.append(local)
         env.update(parse_env_file(local, "systemd" if section == "Service" else "podman").values_dict())
     return env, files
+
+
+_TEMPLATE_WORD = re.compile(r"[\w./-]+\.(?:in|tmpl|template)(?![\w.-])")
+
+
+def _env_template(ctx: _Context, host_path: str) -> tuple[Path, Path] | None:
+    """The install script of the repository that writes ``host_path`` (names it) and the one template file of the
+    repository it names (``*.in``, ``*.tmpl``, ``*.template``): the pair fleet.toml declares as
+    ``env_file = { template, script }``, which the render runs in its sandbox. None unless exactly one script fits."""
+    found: list[tuple[Path, Path]] = []
+    real_root = ctx.root.resolve()
+    for file in ctx.files:
+        text = _shell_script(file) if file.suffix not in (".service", ".container", ".yaml", ".yml") else None
+        if text is None:
+            continue
+        if not re.search(rf"{re.escape(host_path)}(?![\w./-])", text):
+            continue
+        templates = set()
+        for word in _TEMPLATE_WORD.findall(text):
+            for base in (file.parent, ctx.root):
+                local = (base / word).resolve()
+                if real_root in local.parents and local.is_file():
+                    templates.add(local)
+                    break
+        if len(templates) == 1:
+            found.append((templates.pop(), file.resolve()))
+    return found[0] if len(found) == 1 else None
 
 
 def _from_unit(ctx: _Context, path: Path, unit: Unit) -> Found | None:
@@ -337,14 +389,29 @@ def _from_unit(ctx: _Context, path: Path, unit: Unit) -> Found | None:
     if hit is not None:
         from fleetgate.sources.systemd import expand_exec
 
-        line = expand_exec(setting, env)
         engine, start = hit
-        args = line.argv[start:]
+        name = _service_name(path.stem, ctx.taken)
+        templates = {ctx.templates[s.value.lstrip("-")] for s in unit.all("Service", "EnvironmentFile")
+                     if s.value.lstrip("-") in ctx.templates}
+        template = templates.pop() if len(templates) == 1 else None
+        argv: Sequence[str] = expand_exec(setting, env).argv
+        how = f"--port in {rel}:{setting.line}"
+        if template is not None and ctx.render is not None:
+            # The env file is the install script's output: rendered in the sandbox as the seams render it.
+            try:
+                rendered = ctx.render(ctx.root, ctx.deploy_root, name, engine, path, path, (), template)
+                argv, env = rendered.argv, rendered.env
+                how = f"--port as {_rel(ctx.root, template[1])} renders {_rel(ctx.root, template[0])} for {rel}"
+            except InputError as exc:
+                ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel} with its env file from "
+                                      f"{_rel(ctx.root, template[1])}: {exc.message}"))
+        args = argv[start:]
         port = _port(engine, args, env)
-        return Found(name=_service_name(path.stem, ctx.taken), engine=engine,
+        return Found(name=name, engine=engine,
                      port=port or DEFAULT_PORT[engine],
-                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
-                     source=f"{rel}:{setting.line}", payload=tuple(_model(engine, args, env)), unit=rel)
+                     port_from=how if port else f"{engine}'s default port (no --port with a number)",
+                     source=f"{rel}:{setting.line}", payload=tuple(_model(engine, args, env)), unit=rel,
+                     env_template=(_rel(ctx.root, template[0]), _rel(ctx.root, template[1])) if template else None)
     if posixpath.basename(words[0]) in ("bash", "sh") and len(words) > 2 and words[1] == "-c":
         return _from_inline(ctx, unit, setting, words[2], env)
     script = next((s for s in (_map(ctx.root, ctx.deploy_root, w) for w in words) if s is not None), None)
@@ -413,6 +480,7 @@ def _host_side(path: str, volumes: Sequence[tuple[str, ...]]) -> str:
 
 _ENGINE_COMMAND = re.compile(r"^\s*(?:exec\s+)?(?:\S*/)?(?:llama-server|vllm\s+serve)(?:\s|$)", re.M)
 _ENGINE_WORD = re.compile(r"(?<![\w.-])(llama-server|vllm)(?![\w.-])")
+_CONTAINER_RUN = re.compile(r"(?<![\w.-])(?:docker|podman)\s+(?:container\s+)?run(?![\w.-])")
 
 
 def _from_script(ctx: _Context, script: Path, unit: Path | None, env_file: Path | None, env: Mapping[str, str],
@@ -424,48 +492,66 @@ def _from_script(ctx: _Context, script: Path, unit: Path | None, env_file: Path 
         ctx.notes.append(Note(exc.path, exc.line, exc.message))
         return None
     match = _ENGINE_WORD.search(text)
-    if match is None:
+    if match is not None:
+        engines: tuple[EngineName, ...] = (ENGINE_BINARIES[match.group(1)],)
+    elif _CONTAINER_RUN.search(text):
+        # `docker run IMAGE ...`: the image is the engine, known only once the render records the run line.
+        engines = ("llama.cpp", "vllm")
+    else:
         return None
-    binary = match.group(1)
-    engine = ENGINE_BINARIES[binary]
     name = _service_name((unit or script).stem, ctx.taken)
     rel_script = _rel(ctx.root, script)
     guesses = tuple(v for v in env.values() if v.startswith("/") and v.endswith(_MODEL_SUFFIXES))
-    argv: tuple[str, ...] = ()
-    engine_env: dict[str, str] = {}
-    sourced: tuple[str, ...] = ()
+    engine = engines[0]
+    rendered = _Rendered((), {}, ())
     if ctx.render is not None:
-        try:
-            argv, engine_env, sourced = ctx.render(ctx.root, ctx.deploy_root, name, engine, script, unit, guesses)
-        except InputError as exc:
-            ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel_script} for its port and model: {exc.message}"))
+        for engine in engines:
+            try:
+                rendered = ctx.render(ctx.root, ctx.deploy_root, name, engine, script, unit, guesses)
+                break
+            except InputError as exc:
+                if engine == engines[-1]:
+                    ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel_script} for its port and model: "
+                                          f"{exc.message}"))
+    if match is None and rendered.container is None:
+        return None  # a container run of no engine image init knows
+    argv, engine_env = rendered.argv, rendered.env
     args = argv[(_engine_of(argv) or (engine, 1))[1]:] if argv else ()
     port = _port(engine, args, engine_env) if argv else None
     if argv and engine == "vllm" and args[:1] != ("serve",):
         return None  # `vllm bench serve`, `vllm collect-env`: a vllm command that serves nothing
-    env_rel = _rel(ctx.root, env_file) if env_file is not None else sourced[0] if len(sourced) == 1 else None
-    return Found(name=name, engine=engine, port=port or DEFAULT_PORT[engine],
-                 port_from=f"--port as {rel_script} renders it" if port else f"{engine}'s default port (no --port with a number rendered)",
-                 source=source, payload=tuple(_model(engine, args, engine_env)),
+    payload = _model(engine, args, engine_env)
+    run = rendered.container
+    if port is None:
+        port_from = f"{engine}'s default port (no --port with a number rendered)"
+    else:
+        port_from = f"--port as {rel_script} renders it"
+    if run is not None:
+        listen = port or DEFAULT_PORT[engine]
+        published = run.host_port(listen)
+        if published is not None:
+            port, port_from = published, (f"the host port {run.client} run publishes the engine's {listen} on, as "
+                                          f"{rel_script} renders it")
+        else:
+            port_from = f"the engine's port in the container: the {run.client} run line of {rel_script} publishes none"
+        payload = [run.host_path(p) or p for p in payload]
+    env_rel = _rel(ctx.root, env_file) if env_file is not None else rendered.sourced[0] if len(rendered.sourced) == 1 else None
+    return Found(name=name, engine=engine, port=port or DEFAULT_PORT[engine], port_from=port_from,
+                 source=source, payload=tuple(payload),
                  unit=_rel(ctx.root, unit) if unit is not None else None, serve_script=rel_script,
                  env_file=env_rel)
 
 
 def _sandbox_render(root: Path, deploy_root: str | None, name: str, engine: EngineName, script: Path, unit: Path | None,
-                    payload: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]:
+                    payload: tuple[str, ...], env_template: tuple[Path, Path] | None = None) -> _Rendered:
     """Render one script as the seams do, with a fleet of that one service (nothing written, nothing started)."""
-    from fleetgate.fleet import DEFAULT_BINARY, Contract, Fleet, Host, Service
+    from fleetgate.fleet import EnvTemplate
     from fleetgate.render import render
 
-    host = Host(name="localhost", ram_bytes=0, devices=(), card_floor_bytes=None, balance_slack_bytes=None,
-                vllm_max_gpu_memory_utilization=None)
-    service = Service(name=name, host="localhost", port=DEFAULT_PORT[engine], engine=engine, state="active",
-                      binary=DEFAULT_BINARY[engine], serve_script=script.resolve(), env_file=None,
-                      unit=unit.resolve() if unit else None, payload=payload, profile=None, draft_profile=None,
-                      projector_profile=None, omittable=(), extrapolation=None, contract=Contract(), calibration={},
-                      line=None)
-    fleet = Fleet(path=root.resolve() / "fleet.toml", name="init", deploy_root=deploy_root, hosts={"localhost": host},
-                  services={name: service}, clients={}, timeouts=(), rules=())
+    template = (EnvTemplate(template=env_template[0], script=env_template[1], writes=None, where="fleetgate init")
+                if env_template is not None else None)
+    fleet, service = _stub_fleet(root, deploy_root, name, engine, serve_script=script.resolve(),
+                                 unit=unit.resolve() if unit else None, payload=payload, env_template=template)
     from fleetgate.render import RenderRefused
 
     # A script that tests its payload before it starts the engine (`[ -f "$MODEL" ] || exit 1`) is rendered again
@@ -492,13 +578,15 @@ def _sandbox_render(root: Path, deploy_root: str | None, name: str, engine: Engi
             local = Path(item.target)
         if local is not None:
             sourced.append(local.resolve().relative_to(real_root).as_posix())
-    return rendered.argv, dict(rendered.env), tuple(dict.fromkeys(sourced))
+    return _Rendered(rendered.argv, dict(rendered.env), tuple(dict.fromkeys(sourced)), rendered.container)
 
 
 # --- YAML: compose files and llama-swap configs -----------------------------------------------------------------
 
 
-def _yaml(ctx: _Context, path: Path) -> tuple[Any, yaml.Node | None] | None:
+def _yaml(ctx: _Context, path: Path) -> Any:
+    """A YAML file's data, only to tell a compose file from a llama-swap config (each is then read by its reader);
+    None when it is neither readable nor YAML (one line when its name or its top-level keys say it was meant as one)."""
     try:
         text = read_text(path, "the YAML file")
     except InputError as exc:
@@ -507,8 +595,7 @@ def _yaml(ctx: _Context, path: Path) -> tuple[Any, yaml.Node | None] | None:
         return None
     shaped = path.name in COMPOSE_NAMES or re.search(r"^(services|models):", text, re.M) is not None
     try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         if shaped:
             mark = getattr(exc, "problem_mark", None)
@@ -519,228 +606,90 @@ def _yaml(ctx: _Context, path: Path) -> tuple[Any, yaml.Node | None] | None:
     except RecursionError:
         ctx.notes.append(Note(path, None, "YAML nested too deeply: skipped"))
         return None
-    return data, node
 
 
-def _key_lines(node: yaml.Node | None, top: str) -> dict[str, int]:
-    """The line of each key of the map under ``top`` (for one-line notes and comments)."""
-    lines: dict[str, int] = {}
-    if not isinstance(node, yaml.MappingNode):
-        return lines
-    for key, value in node.value:
-        if isinstance(key, yaml.ScalarNode) and key.value == top and isinstance(value, yaml.MappingNode):
-            for k, _ in value.value:
-                if isinstance(k, yaml.ScalarNode):
-                    lines[str(k.value)] = k.start_mark.line + 1
-    return lines
+def _stub_fleet(root: Path, deploy_root: str | None, name: str, engine: EngineName, **where: Any) -> tuple[Fleet, Service]:
+    """A fleet of one service pointing at a file, for a reader that takes (fleet, service): nothing else is known."""
+    from fleetgate.fleet import DEFAULT_BINARY, Contract, Fleet, Host, Service
+
+    host = Host(name="localhost", ram_bytes=0, devices=(), card_floor_bytes=None, balance_slack_bytes=None,
+                vllm_max_gpu_memory_utilization=None)
+    fields: dict[str, Any] = {"serve_script": None, "env_file": None, "unit": None, "payload": (), **where}
+    service = Service(name=name, host="localhost", port=DEFAULT_PORT[engine], engine=engine, state="active",
+                      binary=DEFAULT_BINARY[engine],
+                      profile=None, draft_profile=None, projector_profile=None, omittable=(), extrapolation=None,
+                      contract=Contract(), calibration={}, line=None, **fields)
+    fleet = Fleet(path=root.resolve() / "fleet.toml", name="init", deploy_root=deploy_root, hosts={"localhost": host},
+                  services={name: service}, clients={}, timeouts=(), rules=())
+    return fleet, service
 
 
-_INTERPOLATION = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?+])([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+def _from_compose(ctx: _Context, path: Path) -> list[Found]:
+    """Each service of a compose file whose container starts an engine, read by ``fleetgate.sources.compose`` (the
+    reader the seams render it with): the argv and environment of the container, the host port ``ports:`` publishes
+    the engine's port on, the host paths the bind mounts give the model paths."""
+    from fleetgate.sources.compose import list_services, read_compose
 
-
-def _interpolate(value: Any, env: Mapping[str, str]) -> Any:
-    """compose's interpolation of ``${VAR}``, ``${VAR:-x}``, ``${VAR-x}``, ``${VAR:+x}``, ``$VAR``, ``$$``
-    (the compose specification, "Interpolation"), with the variables of the ``.env`` beside the file."""
-    if isinstance(value, str):
-        def one(match: re.Match[str]) -> str:
-            if match.group(0) == "$$":
-                return "$"
-            name = match.group(1) or match.group(4)
-            op, arg = match.group(2), match.group(3) or ""
-            have = env.get(name)
-            if op in (":-", ":?"):
-                return have if have else (arg if op == ":-" else "")
-            if op in ("-", "?"):
-                return have if have is not None else (arg if op == "-" else "")
-            if op == ":+":
-                return arg if have else ""
-            if op == "+":
-                return arg if have is not None else ""
-            return have or ""
-        return _INTERPOLATION.sub(one, value)
-    if isinstance(value, list):
-        return [_interpolate(v, env) for v in value]
-    if isinstance(value, dict):
-        return {k: _interpolate(v, env) for k, v in value.items()}
-    return value
-
-
-def _words(value: Any) -> list[str]:
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, str):
-        return shlex.split(value)
-    return []
-
-
-def _compose_env(raw: Any) -> dict[str, str]:
-    if isinstance(raw, dict):
-        return {str(k): "" if v is None else str(v) for k, v in raw.items()}
-    if isinstance(raw, list):
-        return dict(str(item).partition("=")[::2] for item in raw)
-    return {}
-
-
-def _published(ports: Any, target: int) -> int | None:
-    """The host port a ``ports:`` entry publishes the engine's ``target`` port on."""
-    for entry in ports if isinstance(ports, list) else []:
-        if isinstance(entry, dict):
-            if str(entry.get("target")) == str(target) and str(entry.get("published", "")).isdigit():
-                return int(str(entry["published"]))
-            continue
-        text = str(entry).split("/", 1)[0]
-        parts = text.rsplit(":", 2)
-        if len(parts) >= 2 and parts[-1] == str(target) and parts[-2].isdigit():
-            return int(parts[-2])
-        if len(parts) == 1 and parts[0] == str(target):
-            return target
-    return None
-
-
-def _compose_engine(image: str, words: Sequence[str]) -> EngineName | None:
-    hit = _engine_of(words)
-    if hit is not None:
-        return hit[0]
-    lowered = image.lower()
-    if "vllm" in lowered:
-        return "vllm"
-    if any(mark in lowered for mark in ("llama.cpp", "llama-cpp", "llamacpp", "llama-server")):
-        return "llama.cpp"
-    return None
-
-
-def _from_compose(ctx: _Context, path: Path, data: Mapping[str, Any], node: yaml.Node | None) -> list[Found]:
     rel = _rel(ctx.root, path)
-    dotenv: dict[str, str] = {}
-    if (path.parent / ".env").is_file():
-        try:
-            dotenv = parse_env_file(path.parent / ".env", "systemd").values_dict()
-        except InputError as exc:
-            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message} (read for {rel}'s interpolation)"))
-    lines = _key_lines(node, "services")
     found: list[Found] = []
-    for key, raw in data["services"].items():
-        if not isinstance(raw, dict):
-            continue
-        service = _interpolate(raw, dotenv)
-        image = str(service.get("image", ""))
-        entry = _words(service.get("entrypoint"))
-        try:
-            command = _words(service.get("command"))
-        except ValueError as exc:
-            ctx.notes.append(Note(path, lines.get(str(key)), f"services.{key}.command: {exc}; expected every quote "
-                                  "closed: skipped"))
-            continue
-        words = [*entry, *command]
-        engine = _compose_engine(image, words)
+    for entry in list_services(path):
+        engine = ENGINE_BINARIES.get(entry.program or "")
         if engine is None:
             continue
-        hit = _engine_of(words)
-        args = words[hit[1]:] if hit is not None else words
-        if engine == "vllm" and hit is None and args[:1] != ["serve"]:
-            args = ["serve", *args]  # the vllm/vllm-openai image's entrypoint is `vllm serve`
-        env = _compose_env(service.get("environment"))
+        fleet, stub = _stub_fleet(ctx.root, ctx.deploy_root, entry.name, engine, compose=path, compose_service=entry.name)
+        read = read_compose(fleet, stub)
+        env = {key: origin.value for key, origin in read.env.items()}
+        args = read.argv[1:]
         listen = _port(engine, args, env) or DEFAULT_PORT[engine]
-        where = f"{rel}:{lines[str(key)]}" if str(key) in lines else rel
-        host_networking = service.get("network_mode") == "host"
-        published = None if host_networking else _published(service.get("ports"), listen)
-        if published is not None:
-            port, port_from = published, f"ports: in {where} (the engine listens on {listen} in the container)"
-        elif host_networking:
+        where = f"{rel}:{entry.line}"
+        published = None if read.host_network else read.published(listen)
+        if published is not None and published.published is not None:
+            port, port_from = published.published, f"ports: in {where} (the engine listens on {listen} in the container)"
+        elif read.host_network:
             port, port_from = listen, f"network_mode: host, the engine's port ({where})"
         else:
-            port, port_from = listen, f"the engine's port in the container; no ports: entry publishes it ({where})"
-        payload = []
+            port, port_from = listen, f"the engine's port in the container; no ports: entry publishes it on a known host port ({where})"
+        payload: list[str] = []
         for model in _model(engine, args, env):
-            host_path = _volume_source(service.get("volumes"), model, path.parent, ctx)
-            if host_path is None:
-                ctx.notes.append(Note(path, lines.get(str(key)), f"services.{key}: the model {model} is a path in the "
+            host_path = read.host_path(model)
+            # A relative bind source is where the repository lies on the host: unknown without a deploy_root.
+            if host_path is None or (ctx.deploy_root is None and host_path.startswith(str(ctx.root) + "/")):
+                ctx.notes.append(Note(path, entry.line, f"services.{entry.name}: the model {model} is a path in the "
                                       "container that no bind mount with a host path maps; payload left out"))
             else:
                 payload.append(host_path)
-        found.append(Found(name=_service_name(str(key), ctx.taken), engine=engine, port=port, port_from=port_from,
-                           source=where, payload=tuple(payload), compose=rel, compose_service=str(key)))
+        found.append(Found(name=_service_name(entry.name, ctx.taken), engine=engine, port=port, port_from=port_from,
+                           source=where, payload=tuple(payload), compose=rel, compose_service=entry.name))
     return found
 
 
-def _volume_source(volumes: Any, container_path: str, base: Path, ctx: _Context) -> str | None:
-    for entry in volumes if isinstance(volumes, list) else []:
-        if isinstance(entry, dict):
-            source, target = str(entry.get("source", "")), str(entry.get("target", ""))
-        else:
-            parts = str(entry).split(":")
-            if len(parts) < 2:
-                continue
-            source, target = parts[0], parts[1]
-        target = target.rstrip("/")
-        if not target or not (container_path == target or container_path.startswith(target + "/")):
-            continue
-        if source.startswith("/"):
-            return source.rstrip("/") + container_path[len(target):]
-        if source.startswith((".", "~")) and ctx.deploy_root is not None and not source.startswith("~"):
-            local = (base / source).resolve()
-            root = ctx.root.resolve()
-            if local == root or root in local.parents:
-                tail = local.relative_to(root).as_posix()
-                return posixpath.join(ctx.deploy_root, tail) + container_path[len(target):]
-    return None
+LLAMA_SWAP_LISTEN = 8080
+"""llama-swap's own port when it runs without ``--listen`` (``:8080``): where clients reach every model."""
 
 
-_SWAP_MACRO = re.compile(r"\$\{([A-Za-z0-9_-]+)\}")
+def _from_llama_swap(ctx: _Context, path: Path) -> list[Found]:
+    """Each model of a llama-swap config whose ``cmd`` starts an engine, read by ``fleetgate.sources.llama_swap``
+    (macros, ``${PORT}``, ``env`` as llama-swap reads them). Every model's port is llama-swap's own listen port,
+    where clients reach it; the engine's ``${PORT}`` is llama-swap's business (rendered-port-matches holds the engine
+    to the model's ``proxy:``)."""
+    from fleetgate.sources.llama_swap import read_config
 
-
-def _macro(table: Mapping[str, str], match: re.Match[str]) -> str:
-    return table.get(match.group(1), match.group(0))
-
-
-def _from_llama_swap(ctx: _Context, path: Path, data: Mapping[str, Any], node: yaml.Node | None) -> list[Found]:
-    """llama-swap's config: macros put in (a model's own over the global ones), ``${PORT}`` assigned in sorted
-    model-id order from ``startPort`` (llama-swap's config loader), the engine's argv read from ``cmd``."""
     rel = _rel(ctx.root, path)
-    lines = _key_lines(node, "models")
-    macros = {str(k): str(v) for k, v in (data.get("macros") or {}).items()} if isinstance(data.get("macros"), dict) else {}
-    start = data.get("startPort", LLAMA_SWAP_START_PORT)
-    next_port = start if isinstance(start, int) else LLAMA_SWAP_START_PORT
+    config = read_config(path)
     found: list[Found] = []
-    for model_id in sorted(str(k) for k in data["models"]):
-        raw = data["models"][model_id]
-        if not isinstance(raw, dict) or not isinstance(raw.get("cmd"), str):
-            continue
-        line = lines.get(model_id)
-        local = dict(macros)
-        if isinstance(raw.get("macros"), dict):
-            local.update({str(k): str(v) for k, v in raw["macros"].items()})
-        cmd = "\n".join(x for x in raw["cmd"].splitlines() if not x.lstrip().startswith("#"))
-        cmd = cmd.replace("${MODEL_ID}", model_id)
-        for _ in range(3):  # a macro may name another one
-            cmd = _SWAP_MACRO.sub(partial(_macro, local), cmd)
-        if "${PORT}" in cmd:
-            cmd = cmd.replace("${PORT}", str(next_port))
-            next_port += 1
-        unknown = sorted(set(_SWAP_MACRO.findall(cmd)))
-        if unknown:
-            ctx.notes.append(Note(path, line, f"models.{model_id}.cmd: unknown macro ${{{unknown[0]}}}; expected one "
-                                  f"of macros: ({', '.join(sorted(local)) or 'none declared'}), PORT or MODEL_ID: skipped"))
-            continue
-        try:
-            words = shlex.split(cmd.replace("\\\n", " "))
-        except ValueError as exc:
-            ctx.notes.append(Note(path, line, f"models.{model_id}.cmd: {exc}; expected every quote closed: skipped"))
-            continue
-        hit = _engine_of(words)
+    for model_id, model in config.models.items():
+        hit = _engine_of(model.argv)
         if hit is None:
-            if words and posixpath.basename(words[0]) in ("docker", "podman"):
-                ctx.notes.append(Note(path, line, f"models.{model_id}.cmd runs {words[0]} run: a container start, "
-                                      "which init does not read yet: skipped"))
+            if model.argv and posixpath.basename(model.argv[0]) in ("docker", "podman"):
+                ctx.notes.append(Note(path, model.cmd_line, f"models.{model_id}.cmd runs {model.argv[0]}: a container "
+                                      "start, which the llama-swap reader does not read yet: skipped"))
             continue
         engine, first = hit
-        args = words[first:]
-        env = _compose_env(raw.get("env"))
-        port = _port(engine, args, env)
-        found.append(Found(name=_service_name(model_id, ctx.taken), engine=engine,
-                           port=port or DEFAULT_PORT[engine],
-                           port_from=f"--port in {rel}:{line}" if port else f"{engine}'s default port (no --port with a number)",
-                           source=f"{rel}:{line}", payload=tuple(_model(engine, args, env)),
+        args = model.argv[first:]
+        env = {key: value for key, (value, _) in model.env.items()}
+        found.append(Found(name=_service_name(model_id, ctx.taken), engine=engine, port=LLAMA_SWAP_LISTEN,
+                           port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
+                           source=f"{rel}:{model.line}", payload=tuple(_model(engine, args, env)),
                            llama_swap=rel, llama_swap_model=model_id))
     return found
 
@@ -787,7 +736,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                               f"({first[other]}); fleet.toml takes {deploy_root}, the most named"))
 
     ctx = _Context(root=root, deploy_root=deploy_root, notes=notes, taken=set(),
-                   render=_sandbox_render if render_scripts else None)
+                   render=_sandbox_render if render_scripts else None, files=tuple(files))
     services: list[Found] = []
     read: Counter[str] = Counter()
     for file, unit in units:
@@ -808,41 +757,44 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         if found is not None:
             services.append(found)
     for file in yamls:
-        loaded = _yaml(ctx, file)
-        if loaded is None:
-            continue
-        data, node = loaded
+        data = _yaml(ctx, file)
         if not isinstance(data, dict):
             continue
         try:
             if isinstance(data.get("services"), dict) and any(
                     isinstance(s, dict) and ("image" in s or "command" in s) for s in data["services"].values()):
                 read["compose files"] += 1
-                services += _from_compose(ctx, file, data, node)
+                services += _from_compose(ctx, file)
             elif isinstance(data.get("models"), dict) and any(
                     isinstance(m, dict) and "cmd" in m for m in data["models"].values()):
                 read["llama-swap configs"] += 1
-                services += _from_llama_swap(ctx, file, data, node)
+                services += _from_llama_swap(ctx, file)
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
     return Discovery(root=root, services=tuple(services), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
 
 
-def _standalone(file: Path) -> bool:
-    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
+def _shell_script(file: Path) -> str | None:
+    """The first 64 KiB of a shell script (``.sh``, or a bash/sh shebang); None for any other file."""
     try:
         with file.open("rb") as stream:
             head = stream.read(2)
             if head != b"#!" and file.suffix != ".sh":
-                return False
+                return None
             head += stream.read(65534)
     except OSError:
-        return False
+        return None
     first = head.split(b"\n", 1)[0]
     if not (file.suffix == ".sh" or b"bash" in first or first.endswith(b"/sh")):
-        return False
-    return _ENGINE_COMMAND.search(head.decode("utf-8", "replace")) is not None
+        return None
+    return head.decode("utf-8", "replace")
+
+
+def _standalone(file: Path) -> bool:
+    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
+    text = _shell_script(file)
+    return text is not None and _ENGINE_COMMAND.search(text) is not None
 
 
 # --- the host, when asked ----------------------------------------------------------------------------------------
@@ -952,6 +904,9 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
             value = getattr(found, key)
             if value is not None:
                 out.append(f"{key} = {_s(value)}")
+        if found.env_template is not None:
+            out.append("# the unit's EnvironmentFile= is written on the host by this script from this template")
+            out.append(f"env_file = {{ template = {_s(found.env_template[0])}, script = {_s(found.env_template[1])} }}")
         if found.payload:
             out.append(f"payload = [{', '.join(_s(p) for p in found.payload)}]")
         else:

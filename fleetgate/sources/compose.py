@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
     from fleetgate.render import Origin, Rendered
 
-__all__ = ["ComposeService", "Grant", "Mount", "PortMap", "interpolate", "read_compose", "render_compose"]
+__all__ = ["ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "interpolate", "list_services", "read_compose",
+           "render_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
@@ -419,6 +420,43 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     )
 
 
+@dataclass(frozen=True)
+class ComposeEntry:
+    """One service of a compose file, as ``list_services`` finds it (before a fleet names it)."""
+
+    name: str
+    line: int
+    program: str | None
+    """The file name of the program its container starts (``llama-server``, ``vllm``, ``python3``); None when the
+    image's entrypoint is not known offline and the file names none (a web UI, a database)."""
+
+
+def list_services(path: Path) -> tuple[ComposeEntry, ...]:
+    """Every service of a compose file and the program its container starts, read as ``read_compose`` reads it
+    (the ``.env`` beside it interpolated into the whole file); a file compose would refuse is one ``InputError``."""
+    root = _load(path)
+    dotenv = path.parent / ".env"
+    project = _dotenv(dotenv, {}, "the compose project's .env file", ".env") if dotenv.is_file() else {}
+    reader = _Reader(path, {n: o.value for n, o in project.items()})
+    _interpolate_all(reader, root)
+    services = reader.get(root, "services", "the compose file")
+    if services is None:
+        raise reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
+    found: list[ComposeEntry] = []
+    for name, _, node in reader.items(services, "services"):
+        what = f"services.{name}"
+
+        def attr(key: str, node: Node = node, what: str = what) -> Node | None:
+            value = reader.get(node, key, what)
+            return None if value is None or reader.null(value) else value
+
+        image_node = attr("image")
+        repo, tag = _split_image(reader.text(image_node, f"{what}.image") if image_node is not None else None)
+        words = _container_words(reader, node, what, repo, tag, attr)
+        found.append(ComposeEntry(name, reader.line(node), posixpath.basename(words[0]) if words else None))
+    return tuple(found)
+
+
 def _interpolate_all(reader: _Reader, root: Node) -> None:
     """Compose interpolates the whole file before it starts anything: a refused interpolation anywhere (a required
     variable of another service) refuses ``docker compose up`` of every service."""
@@ -531,11 +569,12 @@ def _words(reader: _Reader, node: Node, what: str) -> list[str]:
     raise reader.fail(node, f"{what}: expected a string or a list of arguments, got {_kind(node)}")
 
 
-def _argv(reader: _Reader, node: Node, what: str, service: Service, repo: str, tag: str,
-          attr: Callable[[str], Node | None]) -> tuple[tuple[str, ...], str]:
+def _container_words(reader: _Reader, node: Node, what: str, repo: str, tag: str,
+                     attr: Callable[[str], Node | None]) -> list[str] | None:
+    """The process the container starts (``entrypoint`` + ``command``, or the engine image's own entrypoint); None
+    when the image's entrypoint is not known offline and the file names none."""
     entry_node, command_node = attr("entrypoint"), attr("command")
     command = _words(reader, command_node, f"{what}.command") if command_node is not None else []
-    where = reader.where(command_node or entry_node or node)
     if entry_node is not None:
         entrypoint = _words(reader, entry_node, f"{what}.entrypoint")
         words = [*entrypoint, *command]
@@ -550,10 +589,21 @@ def _argv(reader: _Reader, node: Node, what: str, service: Service, repo: str, t
     elif repo in _VLLM_IMAGES:
         words = ["vllm", "serve", *command]
     else:
-        raise reader.fail(node, f"{what}: fleetgate does not know the entrypoint of image {repo}:{tag}; expected "
-                          f"entrypoint: naming {service.binary}, or a llama.cpp server/full image or vllm/vllm-openai")
+        return None
     if tuple(words[:3]) == _VLLM_API_SERVER or (tuple(words[:2]) == ("python", "-m") and words[2:3] == [_VLLM_API_SERVER[2]]):
         words = ["vllm", "serve", *words[3:]]  # the api_server takes vllm serve's options (the model as --model)
+    return words
+
+
+def _argv(reader: _Reader, node: Node, what: str, service: Service, repo: str, tag: str,
+          attr: Callable[[str], Node | None]) -> tuple[tuple[str, ...], str]:
+    entry_node, command_node = attr("entrypoint"), attr("command")
+    where = reader.where(command_node or entry_node or node)
+    found = _container_words(reader, node, what, repo, tag, attr)
+    if found is None:
+        raise reader.fail(node, f"{what}: fleetgate does not know the entrypoint of image {repo}:{tag}; expected "
+                          f"entrypoint: naming {service.binary}, or a llama.cpp server/full image or vllm/vllm-openai")
+    words = found
     if not words or posixpath.basename(words[0]) != service.binary:
         shown = " ".join(words[:3]) or "nothing"
         raise reader.fail(entry_node or command_node or node, f"{what}: the container runs {shown}; expected "
