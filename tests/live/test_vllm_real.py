@@ -8,6 +8,7 @@ itself and assert the exact outcome of every live and host check. Without an int
 
 from __future__ import annotations
 
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,6 +47,10 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Refe
     """The vLLM reference, booted once for this module (a start takes minutes) from a declared copy of its fleet."""
     python = vr.vllm_python()
     if python is None:
+        if os.environ.get("FLEETGATE_VLLM_REQUIRED"):
+            # tox -e vllm installed vLLM to run these: its absence there is a failure, never a quiet skip.
+            pytest.fail(f"no interpreter with vLLM, though FLEETGATE_VLLM_REQUIRED is set: {vr.INSTALL_HINT}",
+                        pytrace=False)
         pytest.skip(f"no interpreter with vLLM: {vr.INSTALL_HINT}")
     work = tmp_path_factory.mktemp("vllm-reference")
     port = free_port()
