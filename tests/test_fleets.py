@@ -230,7 +230,13 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                    {"qwen:device-visibility": "device-visibility/too-few-visible"}),
     # The model path inside the container: a mount that does not hold it, a host file the payload does not name.
     "compose-model-not-mounted": ("compose-llama", [("docker/compose.yaml", "target: /models", "target: /weights")],
-                                  {"chat:container-paths": "container-paths/not-mounted"}),
+                                  {"chat:container-paths": "container-paths/compose-not-mounted"}),
+    # A bind mount of the repository's own directory: the file the engine is given there must be committed.
+    "compose-template-not-committed": ("compose-llama", [("docker/compose.yaml", "        read_only: true\n",
+                                                          "        read_only: true\n      - ./templates:/templates:ro\n"),
+                                                         ("docker/compose.yaml", '"--port", "8080"]',
+                                                          '"--port", "8080", "--chat-template-file", "/templates/chat.jinja"]')],
+                                       {"chat:container-paths": "container-paths/compose-missing-in-repo"}),
     "compose-payload-undeclared": ("compose-llama", [("docker/.env", "MODEL_FILE=gemma-3-12b-it-Q4_K_M.gguf",
                                                       "MODEL_FILE=gemma-3-27b-it-Q4_K_M.gguf")],
                                    {"chat:container-paths": "container-paths/payload-undeclared"}),
@@ -275,9 +281,9 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                 "exec /opt/llama.cpp/build/bin/llama-server")], {}),
     # docker run: the engine binds 8080 in the container; -p must publish it on fleet.toml's port.
     "docker-port-not-published": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', '-p "${PORT}:8081"')],
-                                  {"coder:rendered-port-matches": "rendered-port-matches/not-published"}),
+                                  {"coder:rendered-port-matches": "rendered-port-matches/run-not-published"}),
     "docker-host-port-differs": ("docker-run", [("config/coder.env", "PORT=8000", "PORT=8001")],
-                                 {"coder:rendered-port-matches": "rendered-port-matches/differs"}),
+                                 {"coder:rendered-port-matches": "rendered-port-matches/run-published-differs"}),
     "docker-stray-positional": ("docker-run", [("scripts/run-coder.sh", "  --jinja\n", "  --jinja true\n")],
                                 {"coder:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
     # Harmless spellings of the same run line: --flag=value with an address, host networking, podman.

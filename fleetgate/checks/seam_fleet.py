@@ -87,7 +87,7 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         published = run.host_port(port)
         if published is None:
             raise Failure(
-                service=config.name, check=PORT, code=f"{PORT}/not-published",
+                service=config.name, check=PORT, code=f"{PORT}/run-not-published",
                 where=str(config.rendered.script),
                 observed=(f"the engine listens on {port} in the container"
                           + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")
@@ -99,7 +99,7 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         if published == declared:
             return
         raise Failure(
-            service=config.name, check=PORT, code=f"{PORT}/differs",
+            service=config.name, check=PORT, code=f"{PORT}/run-published-differs",
             where=str(config.rendered.script),
             observed=f"the {run.client} run line publishes the engine's port {port} on host port {published}",
             expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",

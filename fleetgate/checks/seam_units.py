@@ -421,7 +421,7 @@ def _compose_paths(config: ServiceConfig) -> None:
         host = compose.host_path(path)
         if host is None:
             raise Failure(
-                service=config.name, check=PATHS, code=f"{PATHS}/not-mounted", where=compose.command_where,
+                service=config.name, check=PATHS, code=f"{PATHS}/compose-not-mounted", where=compose.command_where,
                 observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
                 expected=f"a path inside one of: {', '.join(m.target for m in compose.mounts) or 'no bind mounts'}",
                 details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
@@ -431,7 +431,7 @@ def _compose_paths(config: ServiceConfig) -> None:
         if local is not None:
             if not local.exists():
                 raise Failure(
-                    service=config.name, check=PATHS, code=f"{PATHS}/missing-in-repo", where=compose.command_where,
+                    service=config.name, check=PATHS, code=f"{PATHS}/compose-missing-in-repo", where=compose.command_where,
                     observed=f"{what} {path} is {host} on the host, which is not in this repository",
                     expected=f"{local.relative_to(config.fleet.root)} committed, since the bind mount holds the repository",
                     fix="commit the file, or point the path at the one that is committed",
