@@ -501,12 +501,23 @@ def _hand_host(name: str) -> str:
     return f"ram_gib = {host['ram_gib']}\ndevices = [{devices}]\n"
 
 
+# Fixture fleets `fleetgate init` does not read yet, each with the reason; every other one is compared.
+INIT_NOT_READ: dict[str, str] = {
+    # init finds no router: nothing in the repository says how llama-server --models-preset is started (the
+    # fixture holds the preset only), and init does not read preset INI files yet.
+    "router-preset": "init does not discover llama.cpp router presets (--models-preset) yet",
+}
+
+
 def test_every_fixture_fleet_is_compared() -> None:
-    assert sorted(INIT_NAMES) == sorted(CLEAN) == sorted(p.name for p in FLEETS.iterdir() if p.is_dir())
-    assert set(WRITTEN_DIFFERS) <= set(CLEAN)
+    fleets = sorted(p.name for p in FLEETS.iterdir() if p.is_dir())
+    assert sorted(CLEAN) == fleets
+    assert sorted(INIT_NAMES) == sorted(set(fleets) - set(INIT_NOT_READ))
+    assert set(INIT_NOT_READ) <= set(CLEAN) and not set(INIT_NOT_READ) & set(INIT_NAMES)
+    assert set(WRITTEN_DIFFERS) <= set(INIT_NAMES)
 
 
-@pytest.mark.parametrize("name", sorted(CLEAN))
+@pytest.mark.parametrize("name", sorted(INIT_NAMES))
 def test_init_then_the_seams_give_the_hand_written_fleets_table(name: str, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str],
                                                                  pytester: pytest.Pytester) -> None:
