@@ -645,6 +645,16 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         chains.append(TimeoutChain(name=raw["name"], chain=tuple(refs), why=raw["why"], cites=tuple(raw.get("cites", ())),
                                    line=locate_key(text, ("timeouts", str(i)))))
 
+    routers: dict[Path, tuple[str, int]] = {}
+    for name, service in services.items():
+        if service.models_preset is None or service.models_max is None:
+            continue
+        first = routers.setdefault(service.models_preset, (name, service.models_max))
+        if first[1] != service.models_max:
+            raise InputError(path, locate_key(text, ("services", name, "models_max")),
+                             f"services.{name}.models_max: {service.models_max}, and services.{first[0]}.models_max is "
+                             f"{first[1]} for the same router preset; expected one value (one router, one --models-max)")
+
     rules = tuple(
         file for i, rule in enumerate(data.get("rules", []))
         if (file := repo_file(rule, ("rules", str(i)))) is not None

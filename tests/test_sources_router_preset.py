@@ -179,3 +179,15 @@ def test_models_max_says_which_models_are_loaded_together(tmp_path: Path) -> Non
     assert preset.residencies(0) == everything  # 0 or less: no limit
     assert preset.residencies(2) == ((frozenset({"a", "b"}), frozenset({"a", "c"}), frozenset({"b", "c"})),)
     assert preset.residencies(1) == ((frozenset({"a"}), frozenset({"b"}), frozenset({"c"})),)
+
+
+def test_two_models_max_for_one_preset_are_one_line_at_fleet_toml(tmp_path: Path) -> None:
+    fleet_toml = _fixture(tmp_path, [("fleet.toml", 'preset_model = "llama-3.1-8b"\n',
+                                      'preset_model = "llama-3.1-8b"\nmodels_max = 2\n'),
+                                     ("fleet.toml", 'preset_model = "qwen2.5-coder-1.5b"\n',
+                                      'preset_model = "qwen2.5-coder-1.5b"\nmodels_max = 3\n')])
+    with pytest.raises(InputError) as raised:
+        load_fleet(fleet_toml)
+    assert str(raised.value) == (
+        f"{fleet_toml}:38: services.autocomplete.models_max: 3, and services.llama.models_max is 2 for the same "
+        "router preset; expected one value (one router, one --models-max)")

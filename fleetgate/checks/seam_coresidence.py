@@ -86,11 +86,8 @@ def _preset_choices(members: list[Service], where: dict[str, str]) -> list[tuple
         raise NotApplicable(f"the router preset of {members[0].name} cannot be read ({error}): see "
                             f"serve-script-renders[{members[0].name}]") from None
     named = {s.preset_model or s.name: s.name for s in members}
-    declared = sorted({s.models_max for s in members if s.models_max is not None})
-    if len(declared) > 1:
-        raise NotApplicable(f"the services of the router preset {preset.path.name} declare models_max "
-                            f"{' and '.join(map(str, declared))}: one router has one --models-max; declare the same on each")
-    models_max = declared[0] if declared else DEFAULT_MODELS_MAX
+    declared = {s.models_max for s in members if s.models_max is not None}  # one value: fleet.py refuses two
+    models_max = declared.pop() if declared else DEFAULT_MODELS_MAX
     for model in preset.sections:
         where[named.get(model, f"{model} ({preset.path.name})")] = (
             f"{preset.where(model)} (the router keeps up to {models_max} models loaded: --models-max)" if models_max > 0

@@ -200,10 +200,10 @@ def child_argv(preset: Preset, model: str, program: str, build: int) -> tuple[tu
 
 def router_models_max(fleet: Fleet, service: Service) -> int:
     """The ``--models-max`` of the router that reads ``service``'s preset: what a service of that preset declares
-    (``models_max``; the smallest, where they disagree), else llama-server's default."""
-    declared = [s.models_max for s in fleet.services.values()
-                if s.models_preset == service.models_preset and s.models_max is not None]
-    return min(declared) if declared else DEFAULT_MODELS_MAX
+    (``models_max``; fleet.toml refuses two values for one preset), else llama-server's default."""
+    declared = {s.models_max for s in fleet.services.values()
+                if s.models_preset == service.models_preset and s.models_max is not None}
+    return declared.pop() if declared else DEFAULT_MODELS_MAX
 
 
 def load_on_startup(preset: Preset) -> list[tuple[str, int]]:
