@@ -191,3 +191,17 @@ def test_two_models_max_for_one_preset_are_one_line_at_fleet_toml(tmp_path: Path
     assert str(raised.value) == (
         f"{fleet_toml}:38: services.autocomplete.models_max: 3, and services.llama.models_max is 2 for the same "
         "router preset; expected one value (one router, one --models-max)")
+
+
+def test_init_reads_a_preset_and_leaves_other_ini_files(tmp_path: Path) -> None:
+    from fleetgate.init import discover
+
+    (tmp_path / "models.ini").write_text("[*]\nngl = 99\n[Qwen3-8B]\nm = /models/qwen3-8b.gguf\n[no-model]\nc = 1\n",
+                                         encoding="utf-8")
+    (tmp_path / "setup.ini").write_text("[metadata]\nname = thing\n", encoding="utf-8")  # keys no option has
+    (tmp_path / "tox.ini").write_text("[tox]\n  envlist = py3\n", encoding="utf-8")  # not llama.cpp's grammar
+    found = discover(tmp_path, render_scripts=False)
+    assert [(f.name, f.port, f.payload, f.models_preset, f.preset_model) for f in found.services] == [
+        ("qwen3-8b", 8080, ("/models/qwen3-8b.gguf",), "models.ini", "Qwen3-8B")]
+    assert sorted((n.path.name, n.line) for n in found.notes) == [("tox.ini", 2)]
+    assert found.read == {"router presets": 1}
