@@ -225,6 +225,13 @@ class Service:
     """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
     llama_swap_model: str | None = None
     """The model of that config this service is (``models.NAME``; default: the service's name)."""
+    models_preset: Path | None = None
+    """llama.cpp's router preset (``--models-preset FILE.ini``) that starts the engine (``fleetgate.sources.router_preset``)."""
+    preset_model: str | None = None
+    """The section of that preset this service is (default: the service's name)."""
+    models_max: int | None = None
+    """The router's ``--models-max``: the preset's models it keeps loaded at once (0 or less: no limit; None:
+    undeclared, the router's default 4)."""
     exclusive_with: tuple[str, ...] = ()
     """Services of the same host that never run at once with this one: not co-resident on its cards."""
     env_template: EnvTemplate | None = None
@@ -519,11 +526,13 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
         unit = repo_file(raw.get("unit"), (*keys, "unit"))
         compose = repo_file(raw.get("compose"), (*keys, "compose"))
         llama_swap = repo_file(raw.get("llama_swap"), (*keys, "llama_swap"))
-        serve_script = repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose or llama_swap
+        models_preset = repo_file(raw.get("models_preset"), (*keys, "models_preset"))
+        serve_script = (repo_file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose or llama_swap
+                        or models_preset)
         if serve_script is None:
             raise InputError(path, locate_key(text, keys), f"services.{name}: neither serve_script nor unit nor compose; "
                              "expected the file that starts the engine (a serve script, a unit whose ExecStart= runs it, "
-                             "a compose file or a llama_swap config)")
+                             "a compose file, a llama_swap config or a models_preset)")
         for other in raw.get("exclusive_with", ()):
             if (other not in data["services"] and other not in known) or other == name:
                 raise InputError(path, locate_key(text, (*keys, "exclusive_with")),
@@ -588,6 +597,9 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
             engine_build=_engine_build(path, text, keys, raw["engine_build"]) if "engine_build" in raw else None,
             llama_swap=llama_swap,
             llama_swap_model=(raw.get("llama_swap_model", name) if llama_swap is not None else None),
+            models_preset=models_preset,
+            preset_model=(raw.get("preset_model", name) if models_preset is not None else None),
+            models_max=raw.get("models_max"),
             exclusive_with=tuple(raw.get("exclusive_with", ())),
             benches=tuple(
                 Bench(script=bench_script, binary=b["binary"])
@@ -632,6 +644,16 @@ def _build(path: Path, text: str, data: Mapping[str, Any], known: Sequence[str] 
                 refs.append(TimeoutRef(owner=None, variable=None, name=ref["name"], seconds=float(ref["seconds"])))
         chains.append(TimeoutChain(name=raw["name"], chain=tuple(refs), why=raw["why"], cites=tuple(raw.get("cites", ())),
                                    line=locate_key(text, ("timeouts", str(i)))))
+
+    routers: dict[Path, tuple[str, int]] = {}
+    for name, service in services.items():
+        if service.models_preset is None or service.models_max is None:
+            continue
+        first = routers.setdefault(service.models_preset, (name, service.models_max))
+        if first[1] != service.models_max:
+            raise InputError(path, locate_key(text, ("services", name, "models_max")),
+                             f"services.{name}.models_max: {service.models_max}, and services.{first[0]}.models_max is "
+                             f"{first[1]} for the same router preset; expected one value (one router, one --models-max)")
 
     rules = tuple(
         file for i, rule in enumerate(data.get("rules", []))

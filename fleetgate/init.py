@@ -16,6 +16,8 @@ suite already has:
   ``fleetgate.sources.compose`` (``list_services``, ``read_compose``);
 - llama-swap configs (YAML with a ``models:`` map whose entries have a ``cmd``), by
   ``fleetgate.sources.llama_swap.read_config``; every model gets llama-swap's own port (default ``--listen :8080``).
+- llama.cpp router presets (``*.ini`` in llama.cpp's preset grammar whose sections name a model), by
+  ``fleetgate.sources.router_preset``; every model gets the router's port (llama-server's default 8080).
 
 What no file can say (the host's RAM, its cards and their sizes) is written as ``"TODO"``, a value the schema
 refuses: ``pytest seams/`` then names each one in one line, never judges with a guessed size. ``probe_host`` reads
@@ -112,6 +114,8 @@ class Found:
     compose_service: str | None = None
     llama_swap: str | None = None
     llama_swap_model: str | None = None
+    models_preset: str | None = None
+    preset_model: str | None = None
     env_template: tuple[str, str] | None = None
     """(template, install script): the env file the unit reads is the script's rendering of the template."""
 
@@ -179,7 +183,7 @@ def _walk(root: Path, start: Path, notes: list[Note]) -> Iterator[Path]:
 
 
 def _interesting(name: str) -> bool:
-    return name.endswith((".service", ".container", ".yaml", ".yml"))
+    return name.endswith((".service", ".container", ".yaml", ".yml", ".ini"))
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -694,6 +698,34 @@ def _from_llama_swap(ctx: _Context, path: Path) -> list[Found]:
     return found
 
 
+ROUTER_PORT = 8080
+"""llama-server's own default ``--port``: where the router listens when started without one."""
+
+
+def _from_router_preset(ctx: _Context, path: Path) -> list[Found]:
+    """Each model of a llama.cpp router preset (``--models-preset FILE.ini``) that names a model file or repository
+    (``model``/``m``, ``hf-repo``/``hf``, ``LLAMA_ARG_MODEL``, in its section or ``[*]``), read by
+    ``fleetgate.sources.router_preset`` as llama-server reads it. An INI file with no such section is not a preset:
+    nothing is found in it. Every model's port is the router's, its default 8080."""
+    from fleetgate.engines.llamacpp import BUILD
+    from fleetgate.sources.router_preset import child_argv, read_preset
+
+    preset = read_preset(path)
+    model_keys = {"model", "m", "LLAMA_ARG_MODEL", "hf-repo", "hf", "hfr", "LLAMA_ARG_HF_REPO"}
+    shared = set(preset.global_section.keys) if preset.global_section is not None else set()
+    names = [n for n in sorted(preset.sections) if (set(preset.sections[n].keys) | shared) & model_keys]
+    rel = _rel(ctx.root, path)
+    found: list[Found] = []
+    for name in names:
+        argv, _ = child_argv(preset, name, "llama-server", BUILD)
+        found.append(Found(name=_service_name(name, ctx.taken), engine="llama.cpp", port=ROUTER_PORT,
+                           port_from="llama-server's default --port 8080 for the router (edit it if the router runs "
+                                     "with another)",
+                           source=f"{rel}:{preset.sections[name].line}", payload=tuple(_model("llama.cpp", argv[1:], {})),
+                           models_preset=rel, preset_model=name))
+    return found
+
+
 # --- discovery ---------------------------------------------------------------------------------------------------
 
 
@@ -712,6 +744,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                                   "it only: not read"))
     units: list[tuple[Path, Unit]] = []
     yamls: list[Path] = []
+    presets: list[Path] = []
     for file in files:
         if file.suffix in (".service", ".container"):
             try:
@@ -720,6 +753,8 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
         elif file.suffix in (".yaml", ".yml"):
             yamls.append(file)
+        elif file.suffix == ".ini":
+            presets.append(file)
 
     votes: Counter[str] = Counter()
     first: dict[str, str] = {}
@@ -750,7 +785,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             services.append(found)
     started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
     for file in files:
-        if file in started or file.suffix in (".service", ".container", ".yaml", ".yml") or not _standalone(file):
+        if file in started or file.suffix in (".service", ".container", ".yaml", ".yml", ".ini") or not _standalone(file):
             continue
         read["serve scripts"] += 1
         found = _from_script(ctx, file, None, None, {}, _rel(root, file))
@@ -771,6 +806,15 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 services += _from_llama_swap(ctx, file)
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+    for file in presets:
+        try:
+            found_presets = _from_router_preset(ctx, file)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        if found_presets:
+            read["router presets"] += 1
+            services += found_presets
     return Discovery(root=root, services=tuple(services), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
 
@@ -900,7 +944,8 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
     for found in discovery.services:
         out += ["", f"# found in {found.source}", f"[services.{found.name}]", 'host = "localhost"',
                 f"port = {found.port}  # {found.port_from}", f"engine = {_s(found.engine)}"]
-        for key in ("unit", "serve_script", "env_file", "compose", "compose_service", "llama_swap", "llama_swap_model"):
+        for key in ("unit", "serve_script", "env_file", "compose", "compose_service", "llama_swap", "llama_swap_model",
+                    "models_preset", "preset_model"):
             value = getattr(found, key)
             if value is not None:
                 out.append(f"{key} = {_s(value)}")

@@ -574,6 +574,10 @@ def render(
         from fleetgate.sources.llama_swap import render_service
 
         return render_service(fleet, service, overrides or {})
+    if service.models_preset is not None:
+        from fleetgate.sources.router_preset import render_service as render_preset
+
+        return render_preset(fleet, service, overrides or {})
     direct = engine_exec_start(fleet, service)
     if direct is not None:
         return _render_exec_start(fleet, service, direct, overrides or {})

@@ -137,6 +137,22 @@ def _swap_table() -> dict[tuple[str, str], str]:
     return table
 
 
+# A model of a llama.cpp router preset: the child llama-server the router starts for it. The router gives the child a
+# free port when it loads it, so the engine's port is not held to fleet.toml's (the router's) port.
+PRESET_MODEL = {**SWAP_MODEL, "rendered-port-matches": SKIPPED}
+
+
+def _preset_table() -> dict[tuple[str, str], str]:
+    table = {(service, check): outcome for service in ("coder", "llama", "autocomplete")
+             for check, outcome in PRESET_MODEL.items()}
+    # The three share the router's port (not a clash); --models-max 4 (the default) keeps all three loaded at once,
+    # and together they fit the 24 GiB card.
+    table.update({("studio", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    table[("studio", "co-residence-fits")] = PASSED
+    table.update({("fleet", check): SKIPPED for check in (*NO_SUBJECT, *POLICY_CHECKS)})
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     "unit-exec": _table("homelab", "chat"),
@@ -153,6 +169,7 @@ CLEAN = {
     # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
     "unit-install-env": _table("den", "llama"),
     "llama-swap": _swap_table(),
+    "router-preset": _preset_table(),
 }
 
 
@@ -336,6 +353,24 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                  "        --ctx-size 4096 --port 9999"),
                                                 ("config/llama-swap.yaml", "    checkEndpoint: /health",
                                                  "    checkEndpoint: /health\n    proxy: http://127.0.0.1:9999")], {}),
+    # Router preset: the llama's context raised to 49152 (11.09 GiB, fits alone): the router keeps all three models
+    # loaded (--models-max 4), and together they are over the 24 GiB card.
+    "preset-context-all-loaded": ("router-preset", [("config/models.ini", "LLAMA_ARG_CTX_SIZE = 8192",
+                                                     "LLAMA_ARG_CTX_SIZE = 49152")],
+                                  {"studio:co-residence-fits": "co-residence-fits/over-card"}),
+    # The same context with the router started as --models-max 2: any two of the three fit the card together.
+    "preset-models-max-two": ("router-preset", [("config/models.ini", "LLAMA_ARG_CTX_SIZE = 8192",
+                                                 "LLAMA_ARG_CTX_SIZE = 49152"),
+                                                ("fleet.toml", 'preset_model = "llama-3.1-8b"\n',
+                                                 'preset_model = "llama-3.1-8b"\nmodels_max = 2\n')], {}),
+    # A misspelt key in one model's section: llama-server refuses the whole file, so no model of it starts.
+    "preset-unknown-key": ("router-preset", [("config/models.ini", "ctx-size        = 4096", "ctx-sise        = 4096")],
+                           {**_broken("router-preset", "coder"), **_broken("router-preset", "llama"),
+                            **_broken("router-preset", "autocomplete"), "studio:co-residence-fits": SKIPPED}),
+    # A key under its short name, and a negative one: the same argv (-np 1 is --parallel 1, no-jinja = false is --jinja).
+    "preset-key-spellings": ("router-preset", [("config/models.ini", "parallel = 1", "np       = 1"),
+                                               ("config/models.ini", "flash-attn   = on\njinja        = true",
+                                                "flash-attn   = on\nno-jinja     = false")], {}),
 }
 
 

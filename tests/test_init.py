@@ -466,6 +466,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "compose-vllm": {"vllm": "qwen"},
     "docker-run": {"llama-coder": "coder"},
     "llama-swap": {"qwen2-5-coder-14b": "coder", "llama3-1-8b": "llama", "autocomplete": "autocomplete"},
+    "router-preset": {"qwen2-5-coder-14b": "coder", "llama-3-1-8b": "llama", "qwen2-5-coder-1-5b": "autocomplete"},
     "unit-bash-c": {"llama-mistral": "mistral"},
     "unit-exec": {"llama-chat": "chat"},
     "unit-install-env": {"llama": "llama"},
@@ -489,6 +490,13 @@ WRITTEN_DIFFERS: dict[str, dict[tuple[str, str], str]] = {
         # ... and co-residence-fits cannot sum the autocomplete model beside a chat model: it skips naming the
         # profiles to declare.
         ("workstation", "co-residence-fits"): SKIPPED,
+    },
+    # The same for the router preset's three models: each hand-written service declares its profile ...
+    "router-preset": {
+        **{(service, check): LLAMA_UNIT_SERVICE[check] for service in ("coder", "llama", "autocomplete")
+           for check in _PROFILE_SEAMS},
+        # ... so co-residence-fits cannot sum the three models the router keeps loaded: it skips naming the profiles.
+        ("studio", "co-residence-fits"): SKIPPED,
     },
 }
 

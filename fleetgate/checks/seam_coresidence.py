@@ -5,6 +5,7 @@ What can run at once on a host:
 - the models of one llama-swap config, as its groups (or matrix) let llama-swap keep them loaded together
   (``fleetgate.sources.llama_swap.SwapConfig.residencies``): all members of a ``swap: false`` group, one member of
   each persistent or non-exclusive group, and one of the exclusive groups;
+- the models of one llama.cpp router preset, any ``--models-max`` of them (fleet.toml's ``models_max``, default 4);
 - every other active service of the host (a unit, a script, another llama-swap), unless fleet.toml says two
   services never run together (``exclusive_with``).
 
@@ -46,8 +47,11 @@ def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozense
     choices: list[tuple[frozenset[str], ...]] = []
     where: dict[str, str] = {}
     configs: dict[object, list[Service]] = {}
+    presets: dict[object, list[Service]] = {}
     for service in services:
-        if service.llama_swap is None:
+        if service.models_preset is not None:
+            presets.setdefault(service.models_preset, []).append(service)
+        elif service.llama_swap is None:
             choices.append((frozenset({service.name}),))
             where[service.name] = fleet.where("services", service.name)
         else:
@@ -66,7 +70,30 @@ def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozense
             where[label] = f"{config.path}:{group.line}" if group is not None and group.line else config.where(model)
         choices += [tuple(frozenset(named.get(m, f"{m} ({config.path.name})") for m in option) for option in choice)
                     for choice in config.residencies()]
+    for members in presets.values():
+        choices += _preset_choices(members, where)
     return choices, where
+
+
+def _preset_choices(members: list[Service], where: dict[str, str]) -> list[tuple[frozenset[str], ...]]:
+    """A router preset's models as the router keeps them loaded: any ``--models-max`` of them at once."""
+    from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, read_preset
+
+    assert members[0].models_preset is not None
+    try:
+        preset = read_preset(members[0].models_preset)
+    except InputError as error:
+        raise NotApplicable(f"the router preset of {members[0].name} cannot be read ({error}): see "
+                            f"serve-script-renders[{members[0].name}]") from None
+    named = {s.preset_model or s.name: s.name for s in members}
+    declared = {s.models_max for s in members if s.models_max is not None}  # one value: fleet.py refuses two
+    models_max = declared.pop() if declared else DEFAULT_MODELS_MAX
+    for model in preset.sections:
+        where[named.get(model, f"{model} ({preset.path.name})")] = (
+            f"{preset.where(model)} (the router keeps up to {models_max} models loaded: --models-max)" if models_max > 0
+            else f"{preset.where(model)} (--models-max {models_max}: the router keeps every model loaded)")
+    return [tuple(frozenset(named.get(m, f"{m} ({preset.path.name})") for m in option) for option in choice)
+            for choice in preset.residencies(models_max)]
 
 
 def co_resident_states(fleet: Fleet) -> list[_HostStates]:
@@ -144,8 +171,9 @@ def co_residence_fits(fleet: Fleet) -> None:
     for found in co_resident_states(fleet):
         undeclared = sorted({m for state in found.states for m in state if m not in fleet.services})
         if undeclared:
-            raise NotApplicable(f"llama-swap can load {', '.join(undeclared)} beside services of {found.host.name}, and no "
-                                "service declares them: declare a service with llama_swap_model = \"MODEL\" and its "
+            raise NotApplicable(f"llama-swap (or the router) can load {', '.join(undeclared)} beside services of "
+                                f"{found.host.name}, and no service declares them: declare a service with "
+                                "llama_swap_model = \"MODEL\" (preset_model = \"NAME\" for a router preset) and its "
                                 "profile for each")
         usage: dict[str, dict[str, int]] = {}
         unknown: list[str] = []
@@ -180,6 +208,9 @@ def co_residence_fits(fleet: Fleet) -> None:
         expected=f"their sum within {card.name}'s {card.vram_bytes / GIB:.2f} GiB, leaving the floor of {floor / GIB:.2f} GiB",
         fix=(("make the llama-swap group swap (swap: true) or exclusive, so llama-swap unloads one before loading the "
               "other; or shrink a context; " if any(fleet.services[n].llama_swap is not None for n in members) else
+              "start the router with a smaller --models-max (and declare it: models_max), so it unloads one before "
+              "loading another; or shrink a context; "
+              if any(fleet.services[n].models_preset is not None for n in members) else
               "shrink a context or move one to another card; ")
              + "for services that never run together, declare exclusive_with in fleet.toml"),
     )

@@ -3,7 +3,7 @@ declared one, inf/nan in the manifest)."""
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import NotApplicable, check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Service
@@ -57,7 +57,9 @@ def service_ports_unique(fleet: Fleet) -> None:
 
 
 def _same_llama_swap(first: Service, second: Service) -> bool:
-    return first.llama_swap is not None and first.llama_swap == second.llama_swap
+    """Models of one llama-swap config, or of one llama.cpp router preset: one proxy's port for them all."""
+    return ((first.llama_swap is not None and first.llama_swap == second.llama_swap)
+            or (first.models_preset is not None and first.models_preset == second.models_preset))
 
 
 def _has_port(config: ServiceConfig) -> bool:
@@ -74,6 +76,10 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         assert config.vllm is not None
         port, use = config.vllm.port, config.vllm.use("port")
         default = "vllm's default 8000"
+    if config.service.models_preset is not None:
+        raise NotApplicable(f"{config.name} is a model of the router preset {config.service.models_preset.name}: the "
+                            "router gives its llama-server a free port when it loads it, and clients reach the "
+                            "router's own port (fleet.toml's port)")
     # Behind llama-swap the engine listens where llama-swap forwards (its proxy:), not on llama-swap's own port.
     upstream = config.rendered.upstream_port
     declared = config.service.port if upstream is None else upstream
