@@ -1,4 +1,4 @@
-"""The ``fleetgate`` command: init | render | fit | profile | incidents | reference.
+"""The ``fleetgate`` command: init | render | fit | profile | incidents | checks | reference.
 
 Subcommands live in their own modules (``SUBCOMMANDS``); each offers ``register(subparsers)`` and sets
 ``func`` on its parser. Errors about the fleet's files are printed as one line, never a traceback.
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 __all__ = ["argv_lines", "main", "resolve_fleet"]
 
 # Modules that add subcommands; a module that is absent is skipped.
-SUBCOMMANDS: tuple[str, ...] = ("fleetgate.cli_fit", "fleetgate.cli_reference", "fleetgate.cli_incidents")
+SUBCOMMANDS: tuple[str, ...] = (
+    "fleetgate.cli_fit", "fleetgate.cli_reference", "fleetgate.cli_incidents", "fleetgate.cli_checks",
+)
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -101,3 +102,23 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
     done = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", command], capture_output=True, timeout=120, check=False)
     assert done.stdout == b"{\n"
     assert done.stderr == b""
+
+
+def test_checks_counts_the_seams_the_docs_list_codes_for(capsys: pytest.CaptureFixture[str]) -> None:
+    """`fleetgate checks --counts` is what the README points at for counts: it must agree with docs/seams.md's
+    code table, an independent record (one row per failure code; ``CHECK/...`` rows are shared by every seam)."""
+    assert main(["checks", "--counts"]) == 0
+    printed = dict(reversed(line.split(" ", 1)) for line in capsys.readouterr().out.splitlines())
+    page = (Path(__file__).parent.parent / "docs" / "seams.md").read_text(encoding="utf-8")
+    codes = re.findall(r"^\| `([A-Za-z-]+)/[a-z-]+` \|", page, flags=re.MULTILINE)
+    assert int(printed["seam"]) == len(set(codes) - {"CHECK"})
+    assert int(printed["checks"]) == sum(int(printed[kind]) for kind in ("seam", "live", "host"))
+
+
+def test_checks_lists_the_live_checks_docs_live_describes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checks", "--kind", "live"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()
+    page = (Path(__file__).parent.parent / "docs" / "live.md").read_text(encoding="utf-8")
+    described = re.findall(r"^\| `(live-[a-z-]+)` \|", page, flags=re.MULTILINE)
+    assert [row.split()[1] for row in rows[:-2]] == sorted(described)
+    assert rows[-1] == f"0 seam; {len(described)} live; 0 host; {len(described)} checks"

@@ -1,0 +1,49 @@
+"""``fleetgate checks``: the registry in the terminal, so that docs never copy a count by hand."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from fleetgate.checks import REGISTRY, Check, _load_all
+
+__all__ = ["counts", "register"]
+
+KINDS = ("seam", "live", "host")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "checks",
+        help="every check fleetgate runs: seams (offline), live (the endpoint) and host checks",
+        description="List every registered check with its kind, subject and summary, or count them by kind.",
+    )
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--counts", action="store_true", help="how many seam, live and host checks there are")
+    what.add_argument("--kind", choices=KINDS, help="list the checks of one kind only")
+    parser.set_defaults(func=_run)
+
+
+def _registered() -> list[Check]:
+    _load_all()
+    return sorted(REGISTRY.values(), key=lambda c: (KINDS.index(c.kind), c.name))
+
+
+def counts(checks: list[Check]) -> list[str]:
+    tally: Counter[str] = Counter(c.kind for c in checks)
+    return [f"{tally.get(kind, 0)} {kind}" for kind in KINDS] + [f"{len(checks)} checks"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    checks = _registered()
+    if args.counts:
+        for line in counts(checks):
+            print(line)
+        return 0
+    shown = [c for c in checks if args.kind in (None, c.kind)]
+    width = max(len(c.name) for c in shown)
+    for c in shown:
+        print(f"{c.kind:<5} {c.name:<{width}}  {c.subject:<14} {c.summary}")
+    print()
+    print("; ".join(counts(shown)))
+    return 0
