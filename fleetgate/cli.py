@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError, parse_toml, read_text
-from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
 
 if TYPE_CHECKING:
     from fleetgate.config import ServiceConfig

@@ -278,7 +278,7 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
     from fleetgate.checks import REGISTRY, NotApplicable, _load_all
     from fleetgate.config import attempt_service
     from fleetgate.failure import Failure
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
     from fleetgate.policies import policy_off
     from fleetgate.timeouts import resolve_chains
 

@@ -27,7 +27,8 @@ try:
     from fleetgate.config import ServiceAttempt, attempt_services, share_attempts, unshare_attempts
     from fleetgate.errors import InputError
     from fleetgate.failure import Failure
-    from fleetgate.fleet import Fleet, load_fleet
+    from fleetgate.fleet import Fleet
+    from fleetgate.manifest import load_fleet
     from fleetgate.policies import policy_off
     from fleetgate.timeouts import ResolvedChain, resolve_chains
 except ModuleNotFoundError as missing:

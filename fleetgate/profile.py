@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.errors import InputError, parse_toml
-from fleetgate.fleet import locate_key
 from fleetgate.gguf import ggml_type_size, profile_data, read_header, tensor_bytes
+from fleetgate.toml_keys import locate_key
 
 __all__ = ["DrafterInfo", "Profile", "Recurrent", "Weight", "load_profile", "profile_from_data"]
 

@@ -9,9 +9,9 @@ import pytest
 
 from fleetgate.checks import REGISTRY, _load_all
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
 from fleetgate.ids import ID_PATTERN, definitions, find_ids, undefined
 from fleetgate.incidents import KINDS, load_catalogue
+from fleetgate.manifest import load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRIES = load_catalogue(REPO / "fixtures" / "incidents")

@@ -14,7 +14,7 @@ import pytest
 from fleetgate.checks import get_check
 from fleetgate.config import load_service
 from fleetgate.failure import Failure
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"

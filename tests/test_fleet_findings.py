@@ -87,7 +87,7 @@ def test_the_engine_default_port_counts_as_rendered(pytester: pytest.Pytester, t
 
 def _load_error(tmp_path: Path, *edits: tuple[str, str, str]) -> str:
     from fleetgate.errors import InputError
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     fleet = mutated(tmp_path, *edits)
     with pytest.raises(InputError) as raised:
@@ -160,7 +160,7 @@ def test_a_non_finite_extrapolation_is_the_finite_seams_finding_and_the_window_s
 def test_a_serve_script_nested_past_bash_s_parser_is_one_line(tmp_path: Path) -> None:
     """200,000 nested $( overflow bash's recursive parser: bash -n dies of SIGSEGV without a word."""
     from fleetgate.config import attempt_service
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     depth = 200_000
     script = "scripts/serve-reference.sh"
@@ -189,7 +189,7 @@ def test_a_systemd_env_file_with_cr_line_endings_reads_as_systemd_reads_it(tmp_p
     """systemd's env-file parser ends a line at CR as at LF (NEWLINE is "\\n\\r"): the same variables, same lines."""
     from fleetgate.config import load_service
     from fleetgate.envfile import parse_env_file
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     env = "scripts/frank-medium.env"
     clean = load_fleet(FLEET / "fleet.toml")

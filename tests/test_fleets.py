@@ -454,7 +454,7 @@ def test_the_schema_names_every_policy_and_every_policy_names_registered_checks(
 
 
 def test_the_example_fleet_keeps_every_house_rule() -> None:
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     fleet = load_fleet(REPO / "fixtures" / "fleet" / "fleet.toml")
     assert fleet.policies == frozenset(POLICIES)

@@ -21,7 +21,8 @@ import pytest
 
 from fleetgate.cli import main
 from fleetgate.errors import InputError
-from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
 from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import SEAMS, SKIPPED, run_seams
 

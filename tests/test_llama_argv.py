@@ -153,7 +153,7 @@ def _seam_refuses(args: list[str], env: dict[str, str] | None = None) -> bool:
 def _example_fleet_pairs() -> list[tuple[str, str]]:
     """Every (flag, value) the example fleet's llama.cpp services pass, as rendered."""
     from fleetgate.config import load_service
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     fleet = load_fleet(Path(__file__).resolve().parents[1] / "fixtures" / "fleet" / "fleet.toml")
     pairs: list[tuple[str, str]] = []
@@ -224,7 +224,7 @@ def test_a_value_the_engine_refuses_fails_the_argv_seam_with_its_code(
     from fleetgate.checks.seam_argv import engine_accepts_argv
     from fleetgate.config import load_service
     from fleetgate.failure import Failure
-    from fleetgate.fleet import load_fleet
+    from fleetgate.manifest import load_fleet
 
     fleet_dir = tmp_path / "fleet"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleet", fleet_dir)

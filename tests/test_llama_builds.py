@@ -14,7 +14,7 @@ from fleetgate.engines.extract_llama_args import server_options
 from fleetgate.engines.llama_builds import load_builds, resolve_tag
 from fleetgate.engines.llama_help import parse_help
 from fleetgate.failure import Failure
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from tests.engine import llama_server_binary
 from tests.fleet_edits import edited_fleet
 

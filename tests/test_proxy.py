@@ -15,7 +15,7 @@ import pytest
 from fleetgate.checks import NotApplicable, get_check
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from tests.fleet_edits import Edit, edited_fleet
 
 REPO = Path(__file__).resolve().parents[1]

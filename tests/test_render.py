@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.render import RenderRefused, render
 
 FLEET_TOML = """

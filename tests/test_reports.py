@@ -18,7 +18,7 @@ import pytest
 import xmlschema
 
 from fleetgate.checks import get_check
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.report import report_schema
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import fleetgate.config
 from fleetgate.config import attempt_services, load_service, share_attempts, unshare_attempts
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred, Failure
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.sources.compose import ComposeService, Grant, PortMap, interpolate, read_compose
 
 ENV = {"SET": "x", "EMPTY": "", "PORT": "8081"}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.render import render
 from fleetgate.sources.llama_swap import DEFAULT_GROUP, SwapGroup, read_config, split_command
 

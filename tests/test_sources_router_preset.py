@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.render import render
 from fleetgate.sources.router_preset import child_argv, load_on_startup, read_preset
 

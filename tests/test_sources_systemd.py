@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting
 

@@ -28,7 +28,7 @@ from fleetgate.fit import (
     service_sweep,
     sweep_tensor_split,
 )
-from fleetgate.fleet import locate_key
+from fleetgate.toml_keys import locate_key
 
 FLOOR = "card-floor"
 BALANCE = "card-balance"

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.sources.compose import interpolate, read_compose
 from tests.fuzz._oneline import assert_reads_or_one_line
 

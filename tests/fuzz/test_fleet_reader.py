@@ -10,7 +10,8 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
 from tests.fuzz._oneline import assert_reads_or_one_line
 
 TOMLISH = st.sampled_from([*"[]{}=\"'.,#\n\t ", "inf", "nan", "-inf", "1e308", "true", "[fleet]", "name", "deploy_root",

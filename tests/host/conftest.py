@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, free_port, llama_bin_dir, model_dir, render_reference, start
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from pathlib import Path
 from fleetgate.config import load_service
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.fit import Calibration, Card, Ledger, build_ledger
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import pytest
 from fleetgate.checks import REGISTRY, get_check
 from fleetgate.config import attempt_service
 from fleetgate.failure import Failure
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 
 FLEET = Path(__file__).resolve().parents[2] / "fixtures" / "fleet"
 ENV = "scripts/frank-medium.env"

@@ -12,7 +12,7 @@ import pytest
 from fleetgate.config import ServiceConfig, load_service
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.fit import Card, Ledger, build_ledger, calibrations_of, service_ledger
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.profile import load_profile
 from tests.ledger.seed_tables import ROWS, Row, calibrate_b, derive_set_a, ledger_for
 

@@ -20,8 +20,8 @@ from fleetgate.cli import main
 from fleetgate.config import load_service
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
-from fleetgate.fleet import load_fleet
 from fleetgate.ledger_vllm import safetensors_bytes
+from fleetgate.manifest import load_fleet
 from fleetgate.model_config import load_model_config
 from fleetgate.profile import load_profile
 from tests.fleet_edits import FLEET, edited_fleet

@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from fleetgate.checks import REGISTRY, get_check
-from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.reference import (
     ReferenceError,
     ReferenceServer,

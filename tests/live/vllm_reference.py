@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from fleetgate.fleet import Fleet, load_fleet
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, ReferenceServer
 from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
 
