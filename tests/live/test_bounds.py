@@ -21,21 +21,22 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate, set_value
+from .conftest import Edit, Gate
 from .faults import FaultServer
 
 SHORT = ("--live-timeout", "3")
 
 
+@pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # a refusal or a prefill: no generated text decides it
 def test_an_oversized_window_is_accepted_past_a_short_live_timeout(
-    control: Callable[[Callable[[list[str]], list[str]]], ReferenceServer],
+    control: Callable[[Edit | str], ReferenceServer],
     gate: Callable[..., Gate],
     variant: str,
     no_api_key: None,
 ) -> None:
     """A 4096-token slot where 2048 is declared: the oversized prompt is prefilled, not refused; the request
     waits what its prefill takes at the measured rate, not the 3 s --live-timeout."""
-    server = control(lambda a: set_value(a, "--ctx-size", "8192"))
+    server = control("ctx-size-8192")  # conftest.SHARED_EDITS: test_under_load.py starts the same server
     run = gate(server.url, *SHORT, "-k", "test_capacity", variant=variant)
     assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
 
