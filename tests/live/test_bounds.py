@@ -14,7 +14,6 @@ takes a request and never answers shows it ending, at the bound its reported rat
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 
 import pytest
@@ -56,10 +55,8 @@ def test_a_request_never_answered_runs_out_of_its_derived_bound_once(
     mode: str, gate: Callable[..., Gate], no_api_key: None
 ) -> None:
     selection, expected = BOUND_FAULTS[mode]
-    start = time.monotonic()
     with FaultServer(mode) as server:
         run = gate(server.url, "-k", selection, "--live-timeout", "2")
-    elapsed = time.monotonic() - start
     assert run.outcomes == expected, run.output
     (check,) = expected
     failure = run.note(check)
@@ -67,4 +64,6 @@ def test_a_request_never_answered_runs_out_of_its_derived_bound_once(
     assert re.fullmatch(r".*no answer after (\d+\.\d) s.*", failure), failure
     waited = float(re.sub(r".*no answer after (\d+\.\d) s.*", r"\1", failure))
     assert 5.0 < waited < 8.0, failure
-    assert elapsed < 30, elapsed
+    # nothing waited out the 30 s hang: measured by the gate over its checks (test_faults.py says why not the
+    # run's wall clock)
+    assert run.checks_took() < 30, run.output
