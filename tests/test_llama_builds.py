@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from importlib import metadata
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from fleetgate.engines.llama_builds import load_builds, resolve_tag
 from fleetgate.engines.llama_help import parse_help
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
-from tests.engine import llama_server_binary
 from tests.fleet_edits import edited_fleet
 
 
@@ -29,9 +27,13 @@ def test_the_installed_engines_build_has_a_table() -> None:
 
 def test_the_table_of_11434_is_the_real_binarys_help() -> None:
     """Every option (names with their negative forms, whether it takes a value) that the table gives build
-    11434 is one the real binary's --help prints, and nothing else."""
-    help_text = subprocess.run([str(llama_server_binary()), "--help"], capture_output=True, text=True,
-                               timeout=60, check=False).stdout
+    11434 is one the real binary's --help prints (as recorded: tests/argv_oracle.py), and nothing else."""
+    from tests import argv_oracle
+
+    try:
+        help_text = str(argv_oracle.load_record(11434)["help"])
+    except argv_oracle.NoRecord as missing:
+        pytest.fail(str(missing), pytrace=False)
     live = {(frozenset(o["names"]), o["takes_value"]) for o in parse_help(help_text)}
     table = {(frozenset(v.all_names), v.takes_value) for v in load_builds().at(11434)}
     assert table == live

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,6 +45,29 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "shipped": (),
     "numerics-b": ("--ubatch-size", "32", "--cache-type-k", "q4_0"),
 }
+
+
+# The failure codes whose branch is decided by the text the model generates (the letters of an answer, a tool
+# call in it, where its reasoning lands, a colour named): a run that reproduces one of them runs under every
+# variant, since another micro-batch or K cache type makes greedy decoding pick other words. Every other
+# verdict rests on what the engine reports (status, /props, /slots, /metrics, timings, counters, the stream's
+# shape) or what a fault proxy injects, and is judged once, under the shipped numerics; the reference gate
+# itself (every check passing, the text-reading ones too) runs under every variant.
+TEXT_DECIDED_CODES = frozenset({
+    "live-chat/garbage",
+    "live-chat/cut-by-server",
+    "live-tool-calls/no-structured-call",
+    "live-reasoning/no-trace",
+    "live-reasoning/tags-in-content",
+    "live-reasoning/no-answer",
+    "live-vision-colour/colour-not-named",
+})
+
+
+def variants_for(failing: Mapping[str, str]) -> list[str]:
+    """The numerics variants a run whose failing outcomes are ``failing`` is judged under: every variant where
+    generated text decides one of them, else the shipped numerics alone."""
+    return list(VARIANTS) if TEXT_DECIDED_CODES & set(failing.values()) else ["shipped"]
 
 
 def live_checks() -> set[str]:
@@ -213,6 +236,13 @@ class Gate:
         assert match, self.result.stdout.str()
         return int(match.group(1))
 
+    def checks_took(self) -> float:
+        """The seconds the gate itself measured its checks to take (its summary's ``checks took``): the run's
+        time less the pytest process's start-up, collection and the fleet's render, which load stretches."""
+        match = re.search(r"checks took (\d+\.\d) s", self.result.stdout.str())
+        assert match, self.result.stdout.str()
+        return float(match.group(1))
+
 
 def run_gate(
     pytester: pytest.Pytester,
@@ -295,15 +325,56 @@ def drop(argv: list[str], flag: str, values: int = 1) -> list[str]:
     return [*argv[:index], *argv[index + 1 + values :]]
 
 
+Edit = Callable[[list[str]], list[str]]
+
+# Argv edits that more than one test starts a server with, by name: one server per (variant, edit) and xdist
+# worker, started by the first test that asks for it and stopped at the session's end. A test that changes
+# files under the running process, or whose edit no other test makes, starts its own (``control`` with a
+# function) and stops it after the test.
+SHARED_EDITS: dict[str, Edit] = {
+    # the window-other control (test_negative_controls.py) and its run under a CPU hog (test_under_load.py)
+    "ctx-size-2048": lambda a: set_value(a, "--ctx-size", "2048"),
+    # an oversized window past a short --live-timeout, idle (test_bounds.py) and under a CPU hog
+    "ctx-size-8192": lambda a: set_value(a, "--ctx-size", "8192"),
+}
+
+
+@pytest.fixture(scope="session")
+def shared_controls(
+    engine: None, declared_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str, str], ReferenceServer]]:
+    """The server of one of SHARED_EDITS in one variant, started once per session (per xdist worker)."""
+    servers: dict[tuple[str, str], ReferenceServer] = {}
+
+    def shared(edit: str, variant: str) -> ReferenceServer:
+        server = servers.get((variant, edit))
+        if server is None:
+            log = tmp_path_factory.mktemp(f"control-{edit}-{variant}") / "llama-server.log"
+            server = on_free_port(
+                lambda port: launch(SHARED_EDITS[edit](declared_argv(declared_home, port, variant)), log=log,
+                                    port=port)
+            )
+            servers[(variant, edit)] = server
+        return server
+
+    yield shared
+    for server in servers.values():
+        server.stop()
+
+
 @pytest.fixture
 def control(
-    engine: None, declared_home: Path, tmp_path: Path, variant: str
-) -> Iterator[Callable[[Callable[[list[str]], list[str]]], ReferenceServer]]:
-    """Start llama-server from the reference's rendered argv (in this test's numerics variant) after one
-    edit; stopped after the test."""
+    engine: None, declared_home: Path, tmp_path: Path, variant: str,
+    shared_controls: Callable[[str, str], ReferenceServer],
+) -> Iterator[Callable[[Edit | str], ReferenceServer]]:
+    """llama-server from the reference's rendered argv (in this test's numerics variant) after one edit: the
+    session's server of a named edit (SHARED_EDITS), or one started for this test from a function and stopped
+    after it."""
     servers: list[ReferenceServer] = []
 
-    def launch_edited(edit: Callable[[list[str]], list[str]]) -> ReferenceServer:
+    def launch_edited(edit: Edit | str) -> ReferenceServer:
+        if isinstance(edit, str):
+            return shared_controls(edit, variant)
         log = tmp_path / f"control-{len(servers)}.log"
         server = on_free_port(
             lambda port: launch(edit(declared_argv(declared_home, port, variant)), log=log, port=port)

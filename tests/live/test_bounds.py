@@ -14,28 +14,28 @@ takes a request and never answers shows it ending, at the bound its reported rat
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable
 
 import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate, set_value
+from .conftest import Edit, Gate
 from .faults import FaultServer
 
 SHORT = ("--live-timeout", "3")
 
 
+@pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # a refusal or a prefill: no generated text decides it
 def test_an_oversized_window_is_accepted_past_a_short_live_timeout(
-    control: Callable[[Callable[[list[str]], list[str]]], ReferenceServer],
+    control: Callable[[Edit | str], ReferenceServer],
     gate: Callable[..., Gate],
     variant: str,
     no_api_key: None,
 ) -> None:
     """A 4096-token slot where 2048 is declared: the oversized prompt is prefilled, not refused; the request
     waits what its prefill takes at the measured rate, not the 3 s --live-timeout."""
-    server = control(lambda a: set_value(a, "--ctx-size", "8192"))
+    server = control("ctx-size-8192")  # conftest.SHARED_EDITS: test_under_load.py starts the same server
     run = gate(server.url, *SHORT, "-k", "test_capacity", variant=variant)
     assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
 
@@ -55,10 +55,8 @@ def test_a_request_never_answered_runs_out_of_its_derived_bound_once(
     mode: str, gate: Callable[..., Gate], no_api_key: None
 ) -> None:
     selection, expected = BOUND_FAULTS[mode]
-    start = time.monotonic()
     with FaultServer(mode) as server:
         run = gate(server.url, "-k", selection, "--live-timeout", "2")
-    elapsed = time.monotonic() - start
     assert run.outcomes == expected, run.output
     (check,) = expected
     failure = run.note(check)
@@ -66,4 +64,6 @@ def test_a_request_never_answered_runs_out_of_its_derived_bound_once(
     assert re.fullmatch(r".*no answer after (\d+\.\d) s.*", failure), failure
     waited = float(re.sub(r".*no answer after (\d+\.\d) s.*", r"\1", failure))
     assert 5.0 < waited < 8.0, failure
-    assert elapsed < 30, elapsed
+    # nothing waited out the 30 s hang: measured by the gate over its checks (test_faults.py says why not the
+    # run's wall clock)
+    assert run.checks_took() < 30, run.output

@@ -4,7 +4,8 @@ Every server here is the real llama-server started from the reference's rendered
 -- the files still declare what the process no longer does, which is how INC-53 happened -- or the
 real reference checked against a fleet copy whose contract says something else. Each control asserts
 the exact outcome of every check (pass, skip, or the failure code that fired), and runs under both
-numerics variants (conftest.VARIANTS): the verdicts must be the same whatever words the model picks.
+numerics variants (conftest.VARIANTS) where generated text decides its verdict (conftest.TEXT_DECIDED_CODES):
+the verdicts must be the same whatever words the model picks.
 Together with test_faults.py, test_proxies.py and test_bounds.py, every registered live check is shown failing.
 """
 
@@ -21,13 +22,12 @@ import pytest
 
 from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, model_dir
 
-from .conftest import Gate, drop, expected_outcomes, live_checks, set_value
+from .conftest import TEXT_DECIDED_CODES, VARIANTS, Edit, Gate, drop, expected_outcomes, live_checks, set_value, variants_for
 from .mmproj import IMAGE_TOKENS, write_random_projector
 from .test_bounds import BOUND_CODES
 from .test_faults import FAULT_CODES
 from .test_proxies import PROXY_CODES
 
-Edit = Callable[[list[str]], list[str]]
 FleetEdits = dict[str, Callable[[str], str]]
 
 VISION_TRUE: FleetEdits = {
@@ -37,7 +37,7 @@ VISION_TRUE: FleetEdits = {
 }
 
 # control -> (argv edit, fleet edits, the outcome of every check that does not pass)
-CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
+CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
     "wrong-alias": (
         lambda a: set_value(a, "--alias", "somebody-else"),
         {},
@@ -70,7 +70,7 @@ CONTROLS: dict[str, tuple[Edit | None, FleetEdits, dict[str, str]]] = {
         {"live-drafter": "live-drafter/other-type"},
     ),
     "window-other": (
-        lambda a: set_value(a, "--ctx-size", "2048"),
+        "ctx-size-2048",  # conftest.SHARED_EDITS: test_under_load.py starts the same server
         {},
         {"live-slots": "live-slots/other-shape", "live-capacity": "live-capacity/other-window"},
     ),
@@ -190,6 +190,15 @@ def test_every_live_failure_code_has_a_reproduction() -> None:
     assert _raised_codes() - shown == set()
 
 
+def test_every_text_decided_code_is_reproduced_under_every_variant() -> None:
+    """conftest.TEXT_DECIDED_CODES names codes a live check raises, and each is a control's verdict under
+    every numerics variant: dropping a variant never drops a text-decided verdict from the run."""
+    assert _raised_codes() >= TEXT_DECIDED_CODES
+    for variant in VARIANTS:
+        shown = {code for v, name in CASES if v == variant for code in CONTROLS[name][2].values()}
+        assert TEXT_DECIDED_CODES - shown == set(), variant
+
+
 @pytest.fixture(scope="session")
 def requantized(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The reference model requantized to Q8_0: the same architecture and vocabulary, another payload."""
@@ -210,12 +219,16 @@ def _token_id(url: str, text: str) -> int:
     return int(tokens[0])
 
 
-@pytest.mark.parametrize("name", list(CONTROLS))
+# Each control under the numerics variants whose verdict generated text decides (conftest.variants_for).
+CASES = [(variant, name) for variant in VARIANTS for name in CONTROLS if variant in variants_for(CONTROLS[name][2])]
+
+
+@pytest.mark.parametrize(("variant", "name"), CASES, ids=[f"{v}-{n}" for v, n in CASES], indirect=["variant"])
 def test_control(
     name: str,
     variant: str,
     reference_in: ReferenceServer,
-    control: Callable[[Edit], ReferenceServer],
+    control: Callable[[Edit | str], ReferenceServer],
     fleet_copy: Callable[[FleetEdits], Path],
     gate: Callable[..., Gate],
     tmp_path: Path,

@@ -19,7 +19,7 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate, expected_outcomes, set_value
+from .conftest import Edit, Gate, expected_outcomes
 
 HOG_SECONDS = 280
 """Each busy loop ends by itself after this long (the gate's own subprocess bound is 300 s)."""
@@ -66,17 +66,17 @@ def test_the_reference_gate_holds_under_a_cpu_hog(
     assert run.outcomes == expected_outcomes({}), run.output
 
 
+@pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # slots and a refusal: no generated text decides them
 def test_a_control_gives_its_verdict_under_a_cpu_hog(
-    control: Callable[[Callable[[list[str]], list[str]]], ReferenceServer],
+    control: Callable[[Edit | str], ReferenceServer],
     gate: Callable[..., Gate],
     variant: str,
     cpu_hog: list[subprocess.Popen[bytes]],
     no_api_key: None,
 ) -> None:
     """The control whose verdicts rest on timing (the capacity refusal, the stream, the readiness bound) and on
-    a window: a 1024-token slot. Under both numerics variants: another micro-batch and K cache type change the
-    engine's rates, and the bounds follow them."""
-    server = control(lambda a: set_value(a, "--ctx-size", "2048"))
+    a window: a 1024-token slot (the window-other control's server, conftest.SHARED_EDITS)."""
+    server = control("ctx-size-2048")
     run = gate(server.url, variant=variant)
     assert run.outcomes == expected_outcomes(
         {
@@ -87,8 +87,9 @@ def test_a_control_gives_its_verdict_under_a_cpu_hog(
     ), run.output
 
 
+@pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # a prefill: no generated text decides it
 def test_an_oversized_window_is_accepted_under_a_cpu_hog(
-    control: Callable[[Callable[[list[str]], list[str]]], ReferenceServer],
+    control: Callable[[Edit | str], ReferenceServer],
     gate: Callable[..., Gate],
     variant: str,
     cpu_hog: list[subprocess.Popen[bytes]],
@@ -98,7 +99,7 @@ def test_an_oversized_window_is_accepted_under_a_cpu_hog(
     oversized prompt ran out of time on a loaded machine (``live-capacity/timeout``) where idle it was
     ``accepted``; bounded by the prefill rate measured in the same run, it is ``accepted`` under load too
     (tests/live/test_bounds.py holds the idle run)."""
-    server = control(lambda a: set_value(a, "--ctx-size", "8192"))
+    server = control("ctx-size-8192")  # test_bounds.py's server (conftest.SHARED_EDITS)
     run = gate(server.url, "--live-timeout", "3", "-k", "test_capacity", variant=variant)
     assert all(hog.poll() is None for hog in cpu_hog), "a busy loop ended before the gate did"
     assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
