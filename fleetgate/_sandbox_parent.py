@@ -32,6 +32,7 @@ _LIBC.unshare.argtypes = (ctypes.c_int,)
 _LIBC.sethostname.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
 _LIBC.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 _LIBC.syscall.restype = ctypes.c_long
+_LIBC.inotify_add_watch.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "ppc64": 203,
                "s390x": 217, "i686": 217, "i386": 217, "armv7l": 218, "armv8l": 218}.get(os.uname().machine)
 _CAPSET = {"x86_64": 126, "aarch64": 91, "riscv64": 91, "loongarch64": 91, "ppc64le": 184, "ppc64": 184,
@@ -214,7 +215,7 @@ def _layout(req: Request, root: str) -> None:
     _LIBC.sethostname(hostname, len(hostname))
 
 
-def _after_pivot(req: Request) -> None:
+def _after_pivot(req: Request) -> bool:
     """After pivot_root: only the sandbox's own tree is reachable. The fleet's directories, placeholders,
     repository mount points and stubs."""
     dirs, puts = req["dirs"], req["puts"]
@@ -233,6 +234,7 @@ def _after_pivot(req: Request) -> None:
     # layer of the tmpfs (/.fg-layer/N, holding nothing else), and that mount point becomes a read-only overlay of
     # the layer over the repository; where nothing is layered (or the kernel refuses), the plain read-only bind.
     blobs = {}
+    layered = False
     for i, (_, where) in enumerate(req["ro"]):
         layer, made = f"/.fg-layer/{i}", False
         if not os.path.isdir(where):
@@ -254,6 +256,7 @@ def _after_pivot(req: Request) -> None:
                     if _quiet(_write, f"{layer}/{relative}", blobs[name], 0o755) and _quiet(os.chmod, f"{layer}/{relative}", 0o755):
                         made = True
         if made and try_mount("overlay", where, "overlay", MS_RDONLY, f"lowerdir={layer}:{staged}"):
+            layered = True
             continue
         bind_ro(staged, where)
     # Stubs (every directory the engine could be started from); where a file is already there, bound over it
@@ -273,6 +276,53 @@ def _after_pivot(req: Request) -> None:
         _quiet(os.chmod, target, 0o755)
     for source, target in binds:
         bind_ro(source, target, quiet=True)
+    return layered
+
+
+IN_OPEN, IN_Q_OVERFLOW, IN_NONBLOCK, IN_CLOEXEC = 0x20, 0x4000, 0o4000, 0o2000000
+
+
+def _watch(req: Request) -> tuple[int, dict[int, str]] | None:
+    """For the caller's render cache: an inotify watch on every directory of the repository (its staging path),
+    so that the files the command opens there are known. None where that cannot be seen whole."""
+    if not req["ro"] or any(host != req["ro"][0][0] for host, _ in req["ro"]):
+        return None
+    fd = _LIBC.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if fd < 0:
+        return None
+    watches: dict[int, str] = {}
+    for directory, _, _ in os.walk("/.fg-repo/0"):
+        wd = _LIBC.inotify_add_watch(fd, os.fsencode(directory), IN_OPEN)
+        if wd < 0:
+            os.close(fd)
+            return None
+        watches[wd] = directory[len("/.fg-repo/0"):].lstrip("/")
+    return fd, watches
+
+
+def _opened(watch: tuple[int, dict[int, str]]) -> list[str] | None:
+    """The repository's files the command opened (relative paths), or None if the queue overflowed."""
+    fd, watches = watch
+    found: set[str] = set()
+    try:
+        while True:
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                break
+            offset = 0
+            while offset + 16 <= len(data):
+                wd, mask, _, size = struct.unpack_from("iIII", data, offset)
+                name = data[offset + 16:offset + 16 + size].split(b"\0", 1)[0]
+                offset += 16 + size
+                if mask & IN_Q_OVERFLOW or wd not in watches:
+                    return None
+                if name:
+                    base = watches[wd]
+                    found.add(f"{base}/{os.fsdecode(name)}" if base else os.fsdecode(name))
+    finally:
+        os.close(fd)
+    return sorted(found)
 
 
 def _read_blob(name: str) -> bytes:
@@ -357,12 +407,13 @@ def _init(req: Request, sock: socket.socket, root: str) -> None:
         os.chdir("/")
         if _LIBC.umount2(b"/.old", MNT_DETACH) != 0:
             _fail_errno("cannot detach this machine's root")
-        _after_pivot(req)
+        layered = _after_pivot(req)
+        watch = _watch(req) if req["track"] and not layered else None
     except (SetupError, OSError) as exc:
         _frame(sock, ("error", str(exc)))
         return
     if not req["command"]:  # the probe: the sandbox can be made
-        _frame(sock, ("done", 0, False, False, False, {}))
+        _frame(sock, ("done", 0, False, False, False, {}, None))
         return
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     status, timed_out, flooded = None, False, False
@@ -427,7 +478,8 @@ def _init(req: Request, sock: socket.socket, root: str) -> None:
                 os.close(fd)
         except OSError:
             continue
-    _frame(sock, ("done", rc, timed_out, flooded, full, files))
+    opened = _opened(watch) if watch is not None else None
+    _frame(sock, ("done", rc, timed_out, flooded, full, files, opened))
 
 
 def _monotonic() -> float:

@@ -49,10 +49,12 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 
 from fleetgate.errors import InputError
 
 __all__ = [
+    "CACHE_ENV",
     "INSIDE",
     "MEMORY_LIMIT_MIB",
     "NPROC_LIMIT",
@@ -184,8 +186,8 @@ SCRATCH_PREFIX = "fleetgate-sandbox-"
 suffix, so that a later run can tell one whose owner was killed (atexit never ran) and remove it."""
 
 
-def sweep_scratch(directory: str | None = None) -> list[str]:
-    """Remove the scratch directories (``SCRATCH_PREFIX`` + PID + ``-``) whose owner process is gone; the names
+def sweep_scratch(directory: str | None = None, prefix: str = SCRATCH_PREFIX) -> list[str]:
+    """Remove the directories named ``prefix`` + PID + ``-`` + anything whose owner process is gone; the names
     removed. Another live process's directories, and names of any other shape, are left alone."""
     base = directory or tempfile.gettempdir()
     removed = []
@@ -194,8 +196,8 @@ def sweep_scratch(directory: str | None = None) -> list[str]:
     except OSError:
         return []
     for entry in entries:
-        owner, dash, _ = entry.name.removeprefix(SCRATCH_PREFIX).partition("-")
-        if (not entry.name.startswith(SCRATCH_PREFIX) or not dash or not owner.isdigit() or _alive(int(owner))
+        owner, dash, _ = entry.name.removeprefix(prefix).partition("-")
+        if (not entry.name.startswith(prefix) or not dash or not owner.isdigit() or _alive(int(owner))
                 or not entry.is_dir(follow_symlinks=False)):
             continue
         with contextlib.suppress(OSError):
@@ -436,7 +438,7 @@ def _request(spec: SandboxSpec, *, probe: bool = False) -> dict[str, object]:
         "stdin": spec.stdin, "env": [f"{k}={v}" for k, v in spec.env.items()], "command": [] if probe else list(spec.command),
         "mapped": os.geteuid() == 0, "root_runs_as": ROOT_RUNS_AS, "cpu": min(cpus) if cpus else None,
         "repo": str(repo) if repo is not None else None, "deadline": spec.timeout + _GRACE_S, "mnt": _MOUNT_POINT,
-        "cap_last": _cap_last(),
+        "cap_last": _cap_last(), "track": False,
     }
 
 
@@ -448,18 +450,146 @@ def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
     for item in (*spec.command, *spec.env, *spec.env.values()):
         if "\0" in item:
             raise ValueError(f"NUL in a sandbox argument: {item!r}")
-    answer = _exchange(_request(spec), spec.timeout + _GRACE_S + 5)
+    request = _request(spec)
+    cache = _cache_dir()
+    repo = spec.read_only[0][0] if spec.read_only else None
+    key, snapshot = None, None
+    if cache is not None:
+        request["track"] = repo is not None
+        key, snapshot = _cache_key(request, repo)
+        hit = _cache_load(cache, key, repo, snapshot)
+        if hit is not None:
+            return hit
+    answer = _exchange(request, spec.timeout + _GRACE_S + 5)
     if answer[0] == "end":
         if answer[1]:
             return SandboxResult(None, True, {}, True)
         raise SandboxUnavailable("the sandbox", None, "the sandbox could not start: its init ended without an answer")
     if answer[0] == "error":
         raise SandboxUnavailable("the sandbox", None, f"the sandbox could not start: {answer[1]}")
-    _, rc, timed_out, flooded, full, files = answer
+    _, rc, timed_out, flooded, full, files, opened = answer
     assert isinstance(rc, int) and isinstance(files, dict)
     status = {"flooded": "1" if flooded else "0", "full": "1" if full else "0"}
     overrun = _overrun(status, files.get("stderr", b""))
-    return SandboxResult(rc, bool(timed_out), files, True, overrun)
+    result = SandboxResult(rc, bool(timed_out), files, True, overrun)
+    if cache is not None and key is not None and not timed_out and overrun is None and (repo is None or opened is not None):
+        _cache_store(cache, key, repo, snapshot, opened if isinstance(opened, list) else [], result)
+    return result
+
+
+# --- The render cache (the suite's, off by default) ---------------------------------------------------------------
+
+CACHE_ENV = "FLEETGATE_RENDER_CACHE"
+"""A directory (this user's, not writable by others) where sandboxed runs are kept by the content of their inputs.
+Unset (the default), nothing is kept. The test suite sets it to a session directory of its own."""
+_REPO_MARK = "\0fleetgate-repo\0"
+
+
+def _cache_dir() -> Path | None:
+    value = os.environ.get(CACHE_ENV, "")
+    if not value:
+        return None
+    try:
+        info = os.stat(value, follow_symlinks=False)
+    except OSError:
+        return None
+    if not os.path.isdir(value) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        return None
+    return Path(value)
+
+
+@cache
+def _code_version() -> bytes:
+    """The sandbox's own code: a run kept by another version is never used."""
+    own = Path(__file__).read_bytes()
+    return hashlib.sha256(own + _parent_text().encode("utf-8")).digest()
+
+
+def _normalised(value: object, repo: str) -> object:
+    """``value`` with the repository's path replaced by a mark: a copy of the fleet elsewhere is the same input."""
+    if isinstance(value, str):
+        return value.replace(repo, _REPO_MARK)
+    if isinstance(value, bytes):
+        return value.replace(repo.encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
+    if isinstance(value, (list, tuple)):
+        return [_normalised(item, repo) for item in value]
+    if isinstance(value, dict):
+        return {k: _normalised(v, repo) for k, v in sorted(value.items())}
+    return value
+
+
+def _snapshot(repo: Path) -> dict[str, tuple[str, int, int, bytes]]:
+    """Every entry of the repository: relative path -> (kind, mode, content digest or link target). Read before the
+    run, so a file changed during it cannot be kept under its new content."""
+    entries: dict[str, tuple[str, int, int, bytes]] = {}
+    for directory, dirnames, filenames in os.walk(repo):
+        base = os.path.relpath(directory, repo)
+        for name in (*dirnames, *filenames):
+            path = os.path.join(directory, name)
+            relative = name if base == "." else f"{base}/{name}"
+            try:
+                info = os.lstat(path)
+                if os.path.islink(path):
+                    entries[relative] = ("link", info.st_mode, 0, os.readlink(path).encode("utf-8", "surrogateescape"))
+                elif os.path.isdir(path):
+                    entries[relative] = ("dir", info.st_mode, 0, b"")
+                elif os.path.isfile(path):
+                    entries[relative] = ("file", info.st_mode, info.st_size, hashlib.sha256(Path(path).read_bytes()).digest())
+                else:
+                    entries[relative] = ("other", info.st_mode, 0, b"")
+            except OSError:
+                entries[relative] = ("gone", 0, 0, b"")
+    return entries
+
+
+def _listing(snapshot: Mapping[str, tuple[str, int, int, bytes]]) -> bytes:
+    """What a run sees of the repository without opening a file (a stat, a glob, a listing): every name, its kind,
+    mode and size, a link's target. Not the times: a copy of the fleet has new ones."""
+    shape = sorted((path, kind, mode, size, digest if kind == "link" else b"")
+                   for path, (kind, mode, size, digest) in snapshot.items())
+    return hashlib.sha256(marshal.dumps(shape)).digest()
+
+
+def _cache_key(request: Mapping[str, object], repo: Path | None) -> tuple[str, dict[str, tuple[str, int, int, bytes]] | None]:
+    shaped = _normalised(dict(request), str(repo)) if repo is not None else dict(request)
+    snapshot = _snapshot(repo) if repo is not None else None
+    digest = hashlib.sha256(_code_version() + marshal.dumps(cast(Any, shaped)))
+    if snapshot is not None:
+        digest.update(_listing(snapshot))
+    return digest.hexdigest(), snapshot
+
+
+def _cache_load(cache: Path, key: str, repo: Path | None,
+                snapshot: Mapping[str, tuple[str, int, int, bytes]] | None) -> SandboxResult | None:
+    try:
+        stored = marshal.loads((cache / key).read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    opened, rc, files = stored
+    if snapshot is not None:
+        for path, digest in opened:
+            if snapshot.get(path, ("", 0, 0, b""))[3] != digest:
+                return None
+    if repo is not None:
+        files = {name: content.replace(_REPO_MARK.encode(), str(repo).encode("utf-8", "surrogateescape"))
+                 for name, content in files.items()}
+    return SandboxResult(rc, False, files, True, None)
+
+
+def _cache_store(cache: Path, key: str, repo: Path | None, snapshot: Mapping[str, tuple[str, int, int, bytes]] | None,
+                 opened: list[str], result: SandboxResult) -> None:
+    files = dict(result.files)
+    if repo is not None:
+        files = {name: content.replace(str(repo).encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
+                 for name, content in files.items()}
+    deps = [(path, (snapshot or {}).get(path, ("", 0, 0, b""))[3]) for path in opened]
+    staging = cache / f".{key}.{os.getpid()}.{threading.get_ident()}"
+    try:
+        staging.write_bytes(marshal.dumps((deps, result.returncode, files)))
+        os.replace(staging, cache / key)
+    except OSError:
+        with contextlib.suppress(OSError):
+            staging.unlink()
 
 
 # What programs print when a bound stops them: fork(2) failing with EAGAIN at RLIMIT_NPROC (bash,
