@@ -1,19 +1,26 @@
-"""How fleetgate scales with the size of a fleet: generated fleets of N services, timed end to end.
+"""How fleetgate scales with the size of a fleet: generated fleets of N services, timed end to end, this
+checkout beside a previous design (``--baseline REV``) in the same run.
 
 A fleet of N services is the example fleet (fixtures/fleet) plus clones of its services under new
 names and ports until there are N: each clone gets its own copy of the directories its unit, env
 file and serve script live in, with the deployed paths in them (and its port) rewritten, so every
-clone renders on its own the way the original does. For each size the benchmark runs, as separate
-processes, and reports the median wall time of ``--repeat`` runs after one warm-up:
+clone renders on its own the way the original does. For each size and each design the benchmark runs,
+as separate processes, and reports the median of ``--repeat`` runs after one warm-up:
 
-- ``pytest seams/ --fleet F`` (one process) and with ``-n auto``;
-- ``fleetgate render SERVICE --fleet F`` (one service's answer);
+- ``pytest seams/ --fleet F`` (one process; with ``--xdist``, also ``-n auto``);
+- ``fleetgate render SERVICE --fleet F`` (one service's answer, a process of its own: interpreter start,
+  imports and the render);
 
-with the time per service and the peak RSS of the largest process of the run (``wait4``). It checks
-that every generated fleet passes every seam (a benchmark of failing runs would time the wrong
-thing). It is not a test: run it by hand, on a quiet machine where you can.
+and, once per design, one service's render inside a warm process (``render()`` called 20 times).
+CPU is user + system time of the process and of every process it waited for (the renders' sandboxes,
+workers, the sandbox parent: a process waits for it at exit). It checks that every generated fleet passes
+every seam (a benchmark of failing runs would time the wrong thing). It is not a test: run it by hand, on
+a quiet machine where you can.
 
-    python benchmarks/fleet_scale.py --sizes 10 50 200 500 --repeat 3
+    python benchmarks/fleet_scale.py --sizes 10 50 200 500 --repeat 3 --baseline e36eddb
+
+The baseline is ``git archive REV`` unpacked in a temporary directory and imported from there (this
+checkout's editable install set aside for those runs only).
 """
 
 from __future__ import annotations
@@ -33,7 +40,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "fixtures" / "fleet"
-SEAMS = REPO / "seams"
 FIRST_PORT = 20000
 
 
@@ -153,7 +159,7 @@ class Run:
 def timed(argv: list[str]) -> Run:
     """Run ``argv``; wall time and the peak RSS of its largest process (wait4 of the child)."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO)
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO, env=_ENV)
     assert process.stdout is not None
     output = process.stdout.read().decode("utf-8", "replace")
     _, status, usage = os.wait4(process.pid, 0)
@@ -162,8 +168,15 @@ def timed(argv: list[str]) -> Run:
     return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode, output)
 
 
+WARM_UP = True
+# Bytecode is written (as in a user's install): a PYTHONDONTWRITEBYTECODE of this shell would make every process
+# compile every module again, and time that instead.
+_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def median_run(argv: list[str], repeat: int) -> Run:
-    timed(argv)  # warm-up: imports, page cache
+    if WARM_UP:
+        timed(argv)  # warm-up: imports, page cache
     runs = [timed(argv) for _ in range(repeat)]
     middle = sorted(runs, key=lambda r: r.wall)[len(runs) // 2]
     middle.peak_rss_mib = max(r.peak_rss_mib for r in runs)
@@ -171,47 +184,130 @@ def median_run(argv: list[str], repeat: int) -> Run:
     return middle
 
 
+# Imports fleetgate from ROOT (this checkout's editable install set aside), then runs what follows.
+_LAUNCH = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
+           "sys.path.insert(0, {root!r}); ")
+_IN_PROCESS = """
+import resource, sys, time
+from fleetgate.fleet import load_fleet
+from fleetgate.render import render
+from fleetgate import sandbox
+fleet = load_fleet(sys.argv[1])
+service = fleet.services[sys.argv[2]]
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    parent = getattr(sandbox, "_PARENT", None)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + (parent.cpu_seconds() if parent else 0.0)
+render(fleet, service)
+walls, cpus = [], []
+for _ in range(20):
+    c, w = cpu(), time.perf_counter()
+    render(fleet, service)
+    walls.append(time.perf_counter() - w)
+    cpus.append(cpu() - c)
+walls.sort(); cpus.sort()
+print(f"{walls[10] * 1000:.1f} {cpus[10] * 1000:.1f}")
+"""
+
+
+@dataclass
+class Design:
+    name: str
+    root: Path
+
+    def python(self) -> list[str]:
+        return [sys.executable, "-c", _LAUNCH.format(root=str(self.root))]
+
+    def seams(self, fleet: Path, extra: list[str]) -> list[str]:
+        code = _LAUNCH.format(root=str(self.root)) + "import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+        return [sys.executable, "-c", code, str(self.root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}",
+                *extra]
+
+    def render_cli(self, fleet: Path) -> list[str]:
+        code = _LAUNCH.format(root=str(self.root)) + "from fleetgate.cli import main; sys.exit(main(sys.argv[1:]))"
+        return [sys.executable, "-c", code, "render", "frank-zealot", "--fleet", str(fleet)]
+
+    def render_in_process(self, fleet: Path) -> tuple[float, float]:
+        code = _LAUNCH.format(root=str(self.root)) + _IN_PROCESS
+        done = subprocess.run([sys.executable, "-c", code, str(fleet), "frank-zealot"], capture_output=True, text=True,
+                              cwd=REPO, check=True, env=_ENV)
+        wall, cpu = done.stdout.split()
+        return float(wall), float(cpu)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 200, 500])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", default="auto", help="the -n of the xdist runs (default auto)")
-    parser.add_argument("--no-xdist", action="store_true", help="time one process only")
+    parser.add_argument("--xdist", action="store_true", help="time -n WORKERS runs too")
+    parser.add_argument("--baseline", metavar="REV", help="a git revision to time beside this checkout (git archive)")
+    parser.add_argument("--candidate", metavar="REV", help="time this git revision (git archive) instead of the "
+                        "checkout itself, so that editing the checkout during a long run changes nothing")
+    parser.add_argument("--no-warm-up", action="store_true", help="no warm-up run before the timed ones")
     args = parser.parse_args()
-    python = sys.executable
-    seams = [python, "-m", "pytest", str(SEAMS), "-q", "-p", "no:cacheprovider"]
+    global WARM_UP
+    WARM_UP = not args.no_warm_up
+    with tempfile.TemporaryDirectory(prefix="fleetgate-bench-base-") as base_dir:
+        designs = [Design("this checkout", REPO)]
+        if args.candidate:
+            designs = [Design(args.candidate, _unpacked(args.candidate, Path(base_dir) / "candidate"))]
+        if args.baseline:
+            designs.append(Design(f"baseline {args.baseline}", _unpacked(args.baseline, Path(base_dir) / "baseline")))
+        return _bench(args, designs)
+
+
+def _unpacked(revision: str, target: Path) -> Path:
+    target.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
+
+
+def _bench(args: argparse.Namespace, designs: list[Design]) -> int:
+    warm = "after one warm-up" if WARM_UP else "no warm-up"
     print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; median of {args.repeat} "
-          f"after one warm-up; TMPDIR={tempfile.gettempdir()}")
-    print("# wall: elapsed seconds; CPU: user+system seconds of the run's processes (renders and workers "
-          "included); +/service: CPU per service added since the previous size")
-    print(f"| services | tests | wall | CPU | CPU/service | +/service | peak RSS | -n {args.workers} wall | "
-          f"-n {args.workers} CPU | -n peak RSS (largest process) | render one: wall | render one: CPU |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    previous: tuple[int, float] | None = None
+          f"{warm}; TMPDIR={tempfile.gettempdir()}")
+    print("# wall: elapsed seconds; CPU: user+system seconds of the run's processes (renders, sandbox parent and "
+          "workers included); +/service: CPU per service added since the previous size")
+    xdist_head = f" -n {args.workers} wall | -n {args.workers} CPU |" if args.xdist else ""
+    print(f"| design | services | tests | wall | CPU | CPU/service | +/service | peak RSS |{xdist_head} "
+          "render one (CLI): wall | render one (CLI): CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.xdist else "") + "---:|---:|")
+    previous: dict[str, tuple[int, float]] = {}
     for size in args.sizes:
         with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
             fleet = generate(size, Path(tmp) / "fleet")
-            one = median_run([*seams, f"--fleet={fleet}"], args.repeat)
-            outcome = one.output.strip().splitlines()[-1] if one.output.strip() else ""
-            if one.returncode != 0 or "failed" in outcome or "error" in outcome:
-                print(one.output[-3000:], file=sys.stderr)
-                raise SystemExit(f"the generated fleet of {size} services does not pass every seam")
-            tests = re.search(r"(\d+) passed", outcome)
-            count = tests.group(1) if tests else "?"
-            marginal = f"{(one.cpu - previous[1]) / (size - previous[0]) * 1000:.1f} ms" if previous else "-"
-            previous = (size, one.cpu)
-            if args.no_xdist:
-                many_cells = "- | - | -"
-            else:
-                many = median_run([*seams, f"--fleet={fleet}", "-n", args.workers], args.repeat)
-                if many.returncode != 0:
-                    print(many.output[-3000:], file=sys.stderr)
-                    raise SystemExit(f"-n {args.workers}: the fleet of {size} services does not pass every seam")
-                many_cells = f"{many.wall:.2f} s | {many.cpu:.2f} s | {many.peak_rss_mib:.0f} MiB"
-            render = median_run([python, "-m", "fleetgate.cli", "render", "frank-zealot", "--fleet", str(fleet)], args.repeat)
-            print(f"| {size} | {count} | {one.wall:.2f} s | {one.cpu:.2f} s | {one.cpu / size * 1000:.1f} ms | {marginal} | "
-                  f"{one.peak_rss_mib:.0f} MiB | {many_cells} | {render.wall * 1000:.0f} ms | {render.cpu * 1000:.0f} ms |",
-                  flush=True)
+            for design in designs:
+                one = median_run(design.seams(fleet, []), args.repeat)
+                outcome = one.output.strip().splitlines()[-1] if one.output.strip() else ""
+                if one.returncode != 0 or "failed" in outcome or "error" in outcome:
+                    print(one.output[-3000:], file=sys.stderr)
+                    raise SystemExit(f"{design.name}: the generated fleet of {size} services does not pass every seam")
+                tests = re.search(r"(\d+) passed", outcome)
+                count = tests.group(1) if tests else "?"
+                last = previous.get(design.name)
+                marginal = f"{(one.cpu - last[1]) / (size - last[0]) * 1000:.1f} ms" if last else "-"
+                previous[design.name] = (size, one.cpu)
+                many_cells = ""
+                if args.xdist:
+                    many = median_run(design.seams(fleet, ["-n", args.workers]), args.repeat)
+                    if many.returncode != 0:
+                        print(many.output[-3000:], file=sys.stderr)
+                        raise SystemExit(f"{design.name} -n {args.workers}: the fleet of {size} services does not pass")
+                    many_cells = f" {many.wall:.2f} s | {many.cpu:.2f} s |"
+                render = median_run(design.render_cli(fleet), args.repeat)
+                print(f"| {design.name} | {size} | {count} | {one.wall:.2f} s | {one.cpu:.2f} s | "
+                      f"{one.cpu / size * 1000:.1f} ms | {marginal} | {one.peak_rss_mib:.0f} MiB |{many_cells} "
+                      f"{render.wall * 1000:.0f} ms | {render.cpu * 1000:.0f} ms |", flush=True)
+    with tempfile.TemporaryDirectory(prefix="fleetgate-bench-") as tmp:
+        fleet = generate(6, Path(tmp) / "fleet")
+        print("\n| design | one service's render in a warm process (frank-zealot, median of 20): wall | CPU |")
+        print("|---|---:|---:|")
+        for design in designs:
+            wall, cpu = design.render_in_process(fleet)
+            print(f"| {design.name} | {wall:.1f} ms | {cpu:.1f} ms |", flush=True)
     return 0
 
 

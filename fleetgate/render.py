@@ -11,6 +11,7 @@ stubbed too, so a render never changes anything.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import posixpath
 import re
@@ -951,11 +952,27 @@ def _read_only_tools() -> dict[str, str]:
     return found
 
 
+# Scripts bash has parsed already, by path and content: a script is parsed once per process, not once per render
+# (each ``bash -n`` is a fork of this process). Keyed on the bytes, so an edited script is parsed again.
+_PARSED: set[tuple[str, bytes]] = set()
+
+
 def _require_bash(script: Path) -> None:
     # bash itself takes any bytes; only the shebang is read here.
-    first = read_bytes(script, "the serve script").split(b"\n", 1)[0].decode("utf-8", "replace")
+    content = read_bytes(script, "the serve script")
+    first = content.split(b"\n", 1)[0].decode("utf-8", "replace")
     if first.startswith("#!") and "bash" not in first:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
+    key = (str(script), hashlib.sha256(content).digest())
+    if key in _PARSED:
+        return
+    _parse_with_bash(script)
+    if len(_PARSED) > 4096:
+        _PARSED.clear()
+    _PARSED.add(key)
+
+
+def _parse_with_bash(script: Path) -> None:
     try:
         # Parse only (-n runs nothing), with no BASH_ENV or anything else from this process's environment.
         check = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-n", str(script)], capture_output=True, check=False,

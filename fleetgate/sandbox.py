@@ -1,16 +1,22 @@
 """Run a fleet's bash (serve scripts, env files in the bash dialect) in a sandbox of its own.
 
-The sandbox is made of Linux namespaces, through util-linux's ``unshare``: a user namespace (so no
-privilege is needed), a mount namespace whose root is a size-bounded tmpfs, a UTS namespace (a host
-name of its own), a network namespace with nothing in it (not even a loopback that is up), and a PID
-namespace whose init kills every process in it when the command ends, reaches the process limit or
-runs out of time. Inside: this machine's ``/usr`` (programs only, writes land in the tmpfs), its
-null, zero, full, random and urandom devices read-only, the fleet repository read-only where the
-caller says, empty placeholders for the declared payload, the files the caller puts (stubs, the
-preamble), and nothing else of the host -- no ``/home``, no ``/etc`` beyond the loader's cache and the
-alternatives links, a ``/proc`` of the sandbox's own processes only. The command runs without any
-capability, with at most ``NPROC_LIMIT`` processes and ``MEMORY_LIMIT_MIB`` of address space per
-process, so it cannot remount, unmount or leave that root.
+The sandbox is made of Linux namespaces: a user namespace (so no privilege is needed), a mount namespace
+whose root is a size-bounded tmpfs, a UTS namespace (a host name of its own), a network namespace with
+nothing in it (not even a loopback that is up), and a PID namespace whose init kills every process in it
+when the command ends, reaches the process limit or runs out of time. Inside: this machine's ``/usr``
+(programs only, writes land in the tmpfs), its null, zero, full, random and urandom devices read-only, the
+fleet repository read-only where the caller says, empty placeholders for the declared payload, the files
+the caller puts (stubs, the preamble), and nothing else of the host -- no ``/home``, no ``/etc`` beyond the
+loader's cache and the alternatives links, a ``/proc`` of the sandbox's own processes only. The command
+runs without any capability, with at most ``NPROC_LIMIT`` processes and ``MEMORY_LIMIT_MIB`` of address
+space per process, so it cannot remount, unmount or leave that root.
+
+Every run gets fresh namespaces, its own tmpfs and its own init. What builds them is one long-lived
+sandbox parent per process (``_sandbox_parent.py``, started on the first run, ending with this process):
+it forks each run from a prepared interpreter and makes the namespaces, mounts and ``pivot_root`` by
+system calls, so a run costs a few forks instead of the fifteen programs of util-linux the sandbox used
+to start per run (docs/sandbox.md, "Cost"). Nothing of a run is written on this machine: its spec
+travels over a socket, its files live in its tmpfs.
 
 Nothing the caller names is created on this machine: every path of a spec (directories,
 placeholders, stubs, mount points) is created by the init after ``pivot_root``, inside the new root.
@@ -26,29 +32,35 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import io
+import marshal
 import math
 import os
 import posixpath
 import shutil
 import signal
+import socket
+import struct
 import subprocess
-import tarfile
+import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 
 from fleetgate.errors import InputError
 
 __all__ = [
+    "CACHE_ENV",
     "INSIDE",
     "MEMORY_LIMIT_MIB",
     "NPROC_LIMIT",
     "OPT_OUT",
     "SCRATCH_MIB",
+    "SCRATCH_PREFIX",
     "SandboxResult",
     "SandboxSpec",
     "SandboxUnavailable",
@@ -60,8 +72,6 @@ __all__ = [
 OPT_OUT = "FLEETGATE_UNSAFE_RENDER_WITHOUT_SANDBOX"
 INSIDE = "/run/fleetgate"
 """Where the caller's own files (stubs, preamble, records) live inside the sandbox."""
-_UNSHARE = ("unshare", "--user", "--map-root-user", "--mount", "--uts", "--net", "--pid", "--fork", "--kill-child",
-            "--propagation", "private")
 SCRATCH_MIB = 64
 """The sandbox's tmpfs: every file the command writes (``/tmp``, ``$HOME``, the overlay on ``/usr``)."""
 NPROC_LIMIT = 256
@@ -127,19 +137,15 @@ def _opted_out() -> bool:
 
 @cache
 def sandbox_problem() -> str | None:
-    """None when this machine can make the sandbox, else one line saying why not."""
-    if shutil.which("unshare") is None:
-        return "util-linux's unshare is not installed (Debian/Ubuntu: apt-get install util-linux mount)"
-    for tool in ("setpriv", "pivot_root", "mount"):
-        if shutil.which(tool, path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
-            return f"util-linux's {tool} is not installed (Debian/Ubuntu: apt-get install util-linux mount)"
+    """None when this machine can make the sandbox, else one line saying why not (one probe run, once)."""
+    if os.name != "posix" or not hasattr(os, "pidfd_open") or sys.platform != "linux":
+        return "the sandbox needs Linux (user, mount, network and PID namespaces; pidfd, Linux 5.3+)"
     try:
-        done = subprocess.run([*_UNSHARE, "--", "/bin/sh", "-c", "mount -t tmpfs probe /mnt 2>/dev/null || "
-                               "mount -t tmpfs probe /tmp"], capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare could not run: {exc}"
-    if done.returncode != 0:
-        reason = " ".join(done.stderr.decode("utf-8", "replace").split()) or f"exit {done.returncode}"
+        answer = _exchange(_request(SandboxSpec(command=[], env={}), probe=True), 10 + _GRACE_S)
+    except OSError as exc:
+        return f"the sandbox parent could not start: {exc}"
+    if answer[0] != "done":
+        reason = answer[1] if answer[0] == "error" else "no answer"
         return f"this machine does not allow unprivileged user, mount, network and PID namespaces ({reason})"
     return None
 
@@ -150,10 +156,10 @@ def run(spec: SandboxSpec, *, what: Path | str) -> SandboxResult:
     if problem is not None and not _opted_out():
         raise SandboxUnavailable(what, None, f"cannot run it in a sandbox: {problem}; fleetgate will not run a "
                                  f"fleet's bash unconfined unless {OPT_OUT}=1 is set")
-    with tempfile.TemporaryDirectory(prefix="fleetgate-sandbox-", dir=scratch_dir()) as tmp:
-        if problem is not None:
-            return _run_unconfined(spec, Path(tmp))
-        return _run_sandboxed(spec, Path(tmp))
+    if problem is None:
+        return _run_sandboxed(spec)
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=_swept_scratch_dir()) as tmp:
+        return _run_unconfined(spec, Path(tmp))
 
 
 @cache
@@ -175,11 +181,49 @@ def scratch_dir() -> str | None:
     return None
 
 
-def _nul(items: Sequence[str]) -> bytes:
-    for item in items:
-        if "\0" in item:
-            raise ValueError(f"NUL in a sandbox argument: {item!r}")
-    return b"".join(item.encode("utf-8", "surrogateescape") + b"\0" for item in items)
+SCRATCH_PREFIX = "fleetgate-sandbox-"
+"""The unconfined fallback's scratch directories are ``SCRATCH_PREFIX`` + the owner's PID + ``-`` + a random
+suffix, so that a later run can tell one whose owner was killed (atexit never ran) and remove it."""
+
+
+def sweep_scratch(directory: str | None = None, prefix: str = SCRATCH_PREFIX) -> list[str]:
+    """Remove the directories named ``prefix`` + PID + ``-`` + anything whose owner process is gone; the names
+    removed. Another live process's directories, and names of any other shape, are left alone."""
+    base = directory or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(base))
+    except OSError:
+        return []
+    for entry in entries:
+        owner, dash, _ = entry.name.removeprefix(prefix).partition("-")
+        if (not entry.name.startswith(prefix) or not dash or not owner.isdigit() or _alive(int(owner))
+                or not entry.is_dir(follow_symlinks=False)):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@cache
+def _swept_scratch_dir() -> str | None:
+    """``scratch_dir()``, with what killed runs left there removed (once per process)."""
+    directory = scratch_dir()
+    sweep_scratch(directory)
+    return directory
 
 
 @cache
@@ -200,25 +244,6 @@ def _host_layout() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(links), tuple(dirs)
 
 
-def _write_host_basics(root: Path, links: tuple[str, ...]) -> None:
-    """What programs need to start, as files of the sandbox's tree: /bin -> usr/bin and the like, /dev/fd,
-    the update-alternatives links and the loader's cache. Nothing else of /etc."""
-    for target in links:
-        (root / posixpath.basename(target.rstrip("/"))).symlink_to(target)
-    (root / "dev").mkdir(exist_ok=True)
-    (root / "dev" / "fd").symlink_to("/proc/self/fd")
-    (root / "etc").mkdir(exist_ok=True)
-    alternatives = Path("/etc/alternatives")
-    if alternatives.is_dir():
-        (root / "etc" / "alternatives").mkdir()
-        for entry in alternatives.iterdir():
-            if entry.is_symlink():
-                (root / "etc" / "alternatives" / entry.name).symlink_to(os.readlink(entry))
-    cache_file = Path("/etc/ld.so.cache")
-    if cache_file.is_file():
-        shutil.copyfile(cache_file, root / "etc" / "ld.so.cache")
-
-
 def _through_links(path: str, links: tuple[str, ...]) -> str:
     """/bin/x -> /usr/bin/x where /bin is a link the sandbox recreates (a directory there would shadow it)."""
     for target in links:
@@ -228,69 +253,8 @@ def _through_links(path: str, links: tuple[str, ...]) -> str:
     return path
 
 
-_CACHE: Path | None = None
-
-
-def _cache_root() -> Path:
-    """A directory of this process for what every sandboxed run shares (the init, stub trees), on the
-    same tmpfs as the runs' scratch files where there is one: a tree is hundreds of links, and writing
-    them on a disk cost 0.25 s per distinct tree."""
-    global _CACHE
-    if _CACHE is None or not _CACHE.is_dir():
-        _CACHE = Path(tempfile.mkdtemp(prefix="fleetgate-sandbox-cache-", dir=scratch_dir()))
-        atexit.register(shutil.rmtree, _CACHE, True)
-    return _CACHE
-
-
-def _cached(name: str, write: Callable[[Path], None]) -> Path:
-    """``name`` under the cache, written once (into a staging path, then renamed into place)."""
-    target = _cache_root() / name
-    if not target.exists():
-        staging = Path(tempfile.mkdtemp(dir=_cache_root(), prefix=".staging-"))
-        write(staging / "item")
-        with contextlib.suppress(OSError):  # another thread was first: the same content
-            os.rename(staging / "item", target)
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def _host_tree() -> Path:
-    """The host basics every run shares (/bin links, /dev/fd, the alternatives, the loader's cache)."""
-    host_links = _host_layout()[0]
-    key = hashlib.sha256(repr(host_links).encode("utf-8", "surrogateescape")).hexdigest()[:24]
-
-    def write(root: Path) -> None:
-        root.mkdir()
-        _write_host_basics(root, host_links)
-    return _cached(f"host-{key}", write)
-
-
-def _tree(files: list[tuple[str, bytes]], links: list[tuple[str, str]], blobs: list[tuple[str, bytes]]) -> Path:
-    """The files and links under ``INSIDE`` that the init copies onto the sandbox's root after the host
-    basics, and the contents of the stubs it puts elsewhere (``/.fg/blob/NAME``)."""
-    key = hashlib.sha256(repr((files, links, blobs)).encode("utf-8", "surrogateescape")).hexdigest()[:24]
-
-    def write(root: Path) -> None:
-        path = root / INSIDE.lstrip("/")
-        path.mkdir(parents=True)
-        for where, content in files:
-            target = path / _inside_relative(where)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            target.chmod(0o755)
-        for where, link_target in links:
-            link_path = path / _inside_relative(where)
-            link_path.parent.mkdir(parents=True, exist_ok=True)
-            link_path.symlink_to(link_target)
-        (root / ".fg" / "blob").mkdir(parents=True)
-        for name, content in blobs:
-            (root / ".fg" / "blob" / name).write_bytes(content)
-            (root / ".fg" / "blob" / name).chmod(0o755)
-    return _cached(f"tree-{key}", write)
-
-
 def _inside_relative(where: str) -> str:
-    """``INSIDE/a/b`` -> ``a/b``; refused (it would be written on this machine, in the shared tree) when
+    """``INSIDE/a/b`` -> ``a/b``; refused (it would be written before pivot_root, outside the new root) when
     the path leaves ``INSIDE`` once normalised."""
     relative = posixpath.normpath(where)[len(INSIDE) + 1:]
     if not posixpath.normpath(where).startswith(INSIDE + "/") or relative.split("/")[0] in ("", "..", "."):
@@ -307,12 +271,119 @@ def _normal(path: str) -> str | None:
 
 
 @cache
-def _init_text() -> str:
-    return resources.files("fleetgate").joinpath("_sandbox_init.bash").read_text(encoding="utf-8")
+def _parent_text() -> str:
+    return resources.files("fleetgate").joinpath("_sandbox_parent.py").read_text(encoding="utf-8")
 
 
-def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
-    (tmp / "mnt").mkdir()
+@cache
+def _cap_last() -> int:
+    try:
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text(encoding="ascii"))
+    except (OSError, ValueError):
+        return 40
+
+
+class _Parent:
+    """The sandbox parent of this process (``_sandbox_parent.py``): started once, it forks every run."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.owner = os.getpid()
+        # argv[0] is a name, not this machine's interpreter path, and the environment is empty: each run's PID 1 is
+        # a fork of this process, and the command may read its cmdline.
+        # Python finds its library from the directory it starts in when argv[0] is no path: its own bin directory.
+        executable = os.path.realpath(sys.executable)
+        self.process = subprocess.Popen(
+            ["fleetgate-sandbox", "-I", "-S", "-c", _parent_text(), str(self.owner), str(theirs.fileno())],
+            executable=executable, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd=os.path.dirname(executable))
+        theirs.close()
+        self.control = ours
+        self.lock = threading.Lock()
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        """End the parent and wait for it: its runs' CPU time then counts as this process's children's."""
+        with contextlib.suppress(OSError):
+            self.control.close()
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            self.process.wait(timeout=_GRACE_S)
+
+    def cpu_seconds(self) -> float:
+        """User + system time of the parent and of the runs it has waited for (for benchmarks)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / os.sysconf("SC_CLK_TCK")
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.process.poll() is None
+
+    def connect(self) -> socket.socket:
+        mine, its = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with self.lock:
+                socket.send_fds(self.control, [b"r"], [its.fileno()])
+        finally:
+            its.close()
+        return mine
+
+
+_PARENT: _Parent | None = None
+_PARENT_LOCK = threading.Lock()
+
+
+def _parent() -> _Parent:
+    global _PARENT
+    with _PARENT_LOCK:
+        if _PARENT is None or not _PARENT.alive():
+            _PARENT = _Parent()
+        return _PARENT
+
+
+def _exchange(request: Mapping[str, object], wait: float) -> tuple[object, ...]:
+    """Send one run to the parent; the init's answer (``done``/``error``) or the manager's ``end``."""
+    for attempt in (0, 1):
+        try:
+            connection = _parent().connect()
+        except OSError:
+            if attempt:
+                raise
+            continue
+        break
+    with connection:
+        connection.settimeout(wait)
+        data = marshal.dumps(dict(request))
+        try:
+            connection.sendall(struct.pack("!Q", len(data)) + data)
+            answer: tuple[object, ...] | None = None
+            while True:
+                head = _recv_exactly(connection, 8)
+                if head is None:
+                    break
+                body = _recv_exactly(connection, struct.unpack("!Q", head)[0])
+                if body is None:
+                    break
+                frame = marshal.loads(body)
+                if answer is None or answer[0] == "end":
+                    answer = frame
+        except TimeoutError:
+            return ("end", True)
+        except OSError as exc:
+            return ("error", f"the sandbox parent went away: {exc}")
+    return answer if answer is not None else ("error", "the sandbox parent went away")
+
+
+def _recv_exactly(connection: socket.socket, count: int) -> bytes | None:
+    chunks = []
+    while count:
+        chunk = connection.recv(min(count, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def _request(spec: SandboxSpec, *, probe: bool = False) -> dict[str, object]:
     links, rodirs = _host_layout()
     # Every path below is the caller's (and so, often, the fleet's): normalised here, created by the
     # init only after pivot_root, inside the new root.
@@ -320,29 +391,26 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
     for path in spec.dirs:
         if (normal := _normal(path)) is not None and normal != "/":
             dirs.add(_through_links(normal, links))
-    ticks = max(1, math.ceil(spec.timeout / _TICK_S))
-    records: list[str] = ["size", str(_TMPFS_BYTES), "cwd", spec.cwd, "timeout", f"{spec.timeout:g}",
-                          "ticks", str(ticks), "limit", str(_RECORD_LIMIT), "nproc", str(NPROC_LIMIT),
-                          "mem", str(MEMORY_LIMIT_MIB << 10), "hostname", HOSTNAME]
-    for path in rodirs:
-        records += ["rodir", path]
     repo = spec.read_only[0][0] if spec.read_only else None
+    ro: list[tuple[str, str]] = []
     for host, where in spec.read_only:
         normal = _normal(where)
         if normal is None or normal == "/" or normal == INSIDE or normal.startswith(INSIDE + "/"):
             raise ValueError(f"a read-only mount point the sandbox cannot make: {where!r}")
         dirs.add(normal)
-        records += ["ro", "." if host == repo else str(host), normal]
+        ro.append(("." if host == repo else str(host), normal))
+    empty: list[str] = []
     for path in spec.placeholders:
         normal = _normal(path)
         if normal is None or normal == "/" or normal == INSIDE or normal.startswith(INSIDE + "/"):
             continue
         normal = _through_links(normal, links)
         dirs.add(posixpath.dirname(normal))
-        records += ["empty", normal]
-    inside_files = sorted((w, c) for w, c in spec.files.items() if w.startswith(INSIDE + "/"))
+        empty.append(normal)
+    files = [(_inside_relative(w), c) for w, c in sorted(spec.files.items()) if w.startswith(INSIDE + "/")]
+    inside_links = [(_inside_relative(w), t) for w, t in sorted(spec.links.items())]
     blobs: dict[str, bytes] = {}
-    puts: list[str] = []
+    puts: list[tuple[str, str]] = []
     put_paths: set[str] = set()
     for where, content in spec.files.items():
         if where.startswith(INSIDE + "/"):
@@ -357,54 +425,171 @@ def _run_sandboxed(spec: SandboxSpec, tmp: Path) -> SandboxResult:
         name = hashlib.sha256(content).hexdigest()[:24]
         blobs[name] = content
         dirs.add(posixpath.dirname(normal))
-        puts += ["put", name, normal]
-    records += ["tree", str(_host_tree()),
-                "tree", str(_tree(inside_files, sorted(spec.links.items()), sorted(blobs.items()))), *puts]
-    if spec.stdin is not None:
-        (tmp / "stdin").write_bytes(spec.stdin)
-        records += ["stdin", str(tmp / "stdin")]
-    for path in sorted(dirs):
-        records += ["dir", path]
-    (tmp / "spec.nul").write_bytes(_nul(records))
-    (tmp / "env.nul").write_bytes(_nul([f"{k}={v}" for k, v in spec.env.items()]))
-    (tmp / "command.nul").write_bytes(_nul(list(spec.command)))
-    # The init's text itself, not a path to it, and the spec directory as the working directory: no
-    # path of this machine in the init's argv (/proc/1/cmdline inside).
-    # The init's text itself, not a path to it, and the spec directory on its standard input: no path
-    # of this machine in the init's argv or environment (/proc/1/cmdline and environ inside).
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-    mapping: list[str] = ["--map-root-user"]
-    if os.geteuid() == 0:
-        # unshare(1) maps ranges through newuidmap/newgidmap; these stand-ins (root may write any map)
-        # write the sandbox's: uid 0 -> ROOT_RUNS_AS, uid 1 -> root.
-        mapping = ["--keep-caps", f"--map-users={ROOT_RUNS_AS},0,1", f"--map-groups={ROOT_RUNS_AS},0,1"]
-        env["PATH"] = f"{_id_mappers()}:{env['PATH']}"
-    argv = [*_one_cpu(env["PATH"]), _UNSHARE[0], "--user", *mapping, *_UNSHARE[3:], "--", "/bin/bash", "--noprofile",
-            "--norc", "-c", _init_text(), "fleetgate-init"]
-    stdout, stderr, code = _communicate(argv, env, spec.timeout + _GRACE_S, cwd=repo or Path("/"),
-                                        stdin=str(tmp).encode("utf-8", "surrogateescape") + b"\n")
-    if code is None:
-        return SandboxResult(None, True, {}, True)
-    lines = stderr.decode("utf-8", "replace").splitlines()
-    status = _status(lines[-1]) if lines else None
-    if code != 0 or status is None:
-        reason = " ".join(" ".join(line for line in lines if not line.startswith("fleetgate-status ")).split())
-        raise SandboxUnavailable(tmp.name, None, f"the sandbox could not start: {reason or f'exit {code}'}")
+        puts.append((name, normal))
     try:
-        files = _read_tar(stdout)
-    except tarfile.TarError as exc:
-        raise SandboxUnavailable(tmp.name, None, f"the sandbox's output could not be read: {exc}") from None
-    rc_text = status.get("rc", "")
-    timed_out = status.get("timed-out") == "1"
+        cpus = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        cpus = set()
+    return {
+        "size": _TMPFS_BYTES, "cwd": spec.cwd, "ticks": max(1, math.ceil(spec.timeout / _TICK_S)),
+        "limit": _RECORD_LIMIT, "nproc": NPROC_LIMIT, "mem": MEMORY_LIMIT_MIB << 10, "hostname": HOSTNAME,
+        "rodirs": list(rodirs), "ro": ro, "dirs": sorted(dirs), "empty": empty, "puts": puts,
+        "files": files, "links": inside_links, "blobs": sorted(blobs.items()), "links_root": list(links),
+        "stdin": spec.stdin, "env": [f"{k}={v}" for k, v in spec.env.items()], "command": [] if probe else list(spec.command),
+        "mapped": os.geteuid() == 0, "root_runs_as": ROOT_RUNS_AS, "cpu": min(cpus) if cpus else None,
+        "repo": str(repo) if repo is not None else None, "deadline": spec.timeout + _GRACE_S, "mnt": _MOUNT_POINT,
+        "cap_last": _cap_last(), "track": False,
+    }
+
+
+_MOUNT_POINT = "/tmp"
+"""Where each run's tmpfs is mounted before pivot_root, in the run's own mount namespace only."""
+
+
+def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
+    for item in (*spec.command, *spec.env, *spec.env.values()):
+        if "\0" in item:
+            raise ValueError(f"NUL in a sandbox argument: {item!r}")
+    request = _request(spec)
+    cache = _cache_dir()
+    repo = spec.read_only[0][0] if spec.read_only else None
+    key, snapshot = None, None
+    if cache is not None:
+        request["track"] = repo is not None
+        key, snapshot = _cache_key(request, repo)
+        hit = _cache_load(cache, key, repo, snapshot)
+        if hit is not None:
+            return hit
+    answer = _exchange(request, spec.timeout + _GRACE_S + 5)
+    if answer[0] == "end":
+        if answer[1]:
+            return SandboxResult(None, True, {}, True)
+        raise SandboxUnavailable("the sandbox", None, "the sandbox could not start: its init ended without an answer")
+    if answer[0] == "error":
+        raise SandboxUnavailable("the sandbox", None, f"the sandbox could not start: {answer[1]}")
+    _, rc, timed_out, flooded, full, files, opened = answer
+    assert isinstance(rc, int) and isinstance(files, dict)
+    status = {"flooded": "1" if flooded else "0", "full": "1" if full else "0"}
     overrun = _overrun(status, files.get("stderr", b""))
-    return SandboxResult(int(rc_text) if rc_text.isdigit() else None, timed_out, files, True, overrun)
+    result = SandboxResult(rc, bool(timed_out), files, True, overrun)
+    if cache is not None and key is not None and not timed_out and overrun is None and (repo is None or opened is not None):
+        _cache_store(cache, key, repo, snapshot, opened if isinstance(opened, list) else [], result)
+    return result
 
 
-def _status(line: str) -> dict[str, str] | None:
-    """The init's last stderr line, ``fleetgate-status rc=N timed-out=0 flooded=0 full=0``."""
-    if not line.startswith("fleetgate-status "):
+# --- The render cache (the suite's, off by default) ---------------------------------------------------------------
+
+CACHE_ENV = "FLEETGATE_RENDER_CACHE"
+"""A directory (this user's, not writable by others) where sandboxed runs are kept by the content of their inputs.
+Unset (the default), nothing is kept. The test suite sets it to a session directory of its own."""
+_REPO_MARK = "\0fleetgate-repo\0"
+
+
+def _cache_dir() -> Path | None:
+    value = os.environ.get(CACHE_ENV, "")
+    if not value:
         return None
-    return dict(field.partition("=")[::2] for field in line.split()[1:])
+    try:
+        info = os.stat(value, follow_symlinks=False)
+    except OSError:
+        return None
+    if not os.path.isdir(value) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        return None
+    return Path(value)
+
+
+@cache
+def _code_version() -> bytes:
+    """The sandbox's own code: a run kept by another version is never used."""
+    own = Path(__file__).read_bytes()
+    return hashlib.sha256(own + _parent_text().encode("utf-8")).digest()
+
+
+def _normalised(value: object, repo: str) -> object:
+    """``value`` with the repository's path replaced by a mark: a copy of the fleet elsewhere is the same input."""
+    if isinstance(value, str):
+        return value.replace(repo, _REPO_MARK)
+    if isinstance(value, bytes):
+        return value.replace(repo.encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
+    if isinstance(value, (list, tuple)):
+        return [_normalised(item, repo) for item in value]
+    if isinstance(value, dict):
+        return {k: _normalised(v, repo) for k, v in sorted(value.items())}
+    return value
+
+
+def _snapshot(repo: Path) -> dict[str, tuple[str, int, int, bytes]]:
+    """Every entry of the repository: relative path -> (kind, mode, content digest or link target). Read before the
+    run, so a file changed during it cannot be kept under its new content."""
+    entries: dict[str, tuple[str, int, int, bytes]] = {}
+    for directory, dirnames, filenames in os.walk(repo):
+        base = os.path.relpath(directory, repo)
+        for name in (*dirnames, *filenames):
+            path = os.path.join(directory, name)
+            relative = name if base == "." else f"{base}/{name}"
+            try:
+                info = os.lstat(path)
+                if os.path.islink(path):
+                    entries[relative] = ("link", info.st_mode, 0, os.readlink(path).encode("utf-8", "surrogateescape"))
+                elif os.path.isdir(path):
+                    entries[relative] = ("dir", info.st_mode, 0, b"")
+                elif os.path.isfile(path):
+                    entries[relative] = ("file", info.st_mode, info.st_size, hashlib.sha256(Path(path).read_bytes()).digest())
+                else:
+                    entries[relative] = ("other", info.st_mode, 0, b"")
+            except OSError:
+                entries[relative] = ("gone", 0, 0, b"")
+    return entries
+
+
+def _listing(snapshot: Mapping[str, tuple[str, int, int, bytes]]) -> bytes:
+    """What a run sees of the repository without opening a file (a stat, a glob, a listing): every name, its kind,
+    mode and size, a link's target. Not the times: a copy of the fleet has new ones."""
+    shape = sorted((path, kind, mode, size, digest if kind == "link" else b"")
+                   for path, (kind, mode, size, digest) in snapshot.items())
+    return hashlib.sha256(marshal.dumps(shape)).digest()
+
+
+def _cache_key(request: Mapping[str, object], repo: Path | None) -> tuple[str, dict[str, tuple[str, int, int, bytes]] | None]:
+    shaped = _normalised(dict(request), str(repo)) if repo is not None else dict(request)
+    snapshot = _snapshot(repo) if repo is not None else None
+    digest = hashlib.sha256(_code_version() + marshal.dumps(cast(Any, shaped)))
+    if snapshot is not None:
+        digest.update(_listing(snapshot))
+    return digest.hexdigest(), snapshot
+
+
+def _cache_load(cache: Path, key: str, repo: Path | None,
+                snapshot: Mapping[str, tuple[str, int, int, bytes]] | None) -> SandboxResult | None:
+    try:
+        stored = marshal.loads((cache / key).read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    opened, rc, files = stored
+    if snapshot is not None:
+        for path, digest in opened:
+            if snapshot.get(path, ("", 0, 0, b""))[3] != digest:
+                return None
+    if repo is not None:
+        files = {name: content.replace(_REPO_MARK.encode(), str(repo).encode("utf-8", "surrogateescape"))
+                 for name, content in files.items()}
+    return SandboxResult(rc, False, files, True, None)
+
+
+def _cache_store(cache: Path, key: str, repo: Path | None, snapshot: Mapping[str, tuple[str, int, int, bytes]] | None,
+                 opened: list[str], result: SandboxResult) -> None:
+    files = dict(result.files)
+    if repo is not None:
+        files = {name: content.replace(str(repo).encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
+                 for name, content in files.items()}
+    deps = [(path, (snapshot or {}).get(path, ("", 0, 0, b""))[3]) for path in opened]
+    staging = cache / f".{key}.{os.getpid()}.{threading.get_ident()}"
+    try:
+        staging.write_bytes(marshal.dumps((deps, result.returncode, files)))
+        os.replace(staging, cache / key)
+    except OSError:
+        with contextlib.suppress(OSError):
+            staging.unlink()
 
 
 # What programs print when a bound stops them: fork(2) failing with EAGAIN at RLIMIT_NPROC (bash,
@@ -433,56 +618,6 @@ def overrun_message(overrun: str, who: str) -> str:
     if overrun == "memory":
         return f"{who} ran out of memory (the sandbox's limit: {MEMORY_LIMIT_MIB} MiB of address space per process)"
     return f"the sandbox's scratch ({SCRATCH_MIB} MiB) is full"
-
-
-def _read_tar(data: bytes) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-        for member in archive.getmembers():
-            if not member.isfile() or "/" in member.name.removeprefix("./"):
-                continue
-            extracted = archive.extractfile(member)
-            if extracted is not None:
-                files[member.name.removeprefix("./")] = extracted.read()[-_RECORD_LIMIT:]
-    return files
-
-
-@cache
-def _one_cpu(path: str) -> tuple[str, ...]:
-    """``taskset -c N``: the render runs on one CPU (the lowest this process may use), so ``nproc`` and the
-    affinity mask say 1 on every machine; nothing where util-linux's taskset is missing (docs/sandbox.md)."""
-    taskset = shutil.which("taskset", path=path)
-    try:
-        cpus = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        return ()
-    return (taskset, "-c", str(min(cpus))) if taskset and cpus else ()
-
-
-def _id_mappers() -> Path:
-    def write(root: Path) -> None:
-        root.mkdir()
-        for name, table in (("newuidmap", "uid_map"), ("newgidmap", "gid_map")):
-            (root / name).write_text(f"#!/bin/sh\nprintf '0 {ROOT_RUNS_AS} 1\\n1 0 1\\n' >/proc/\"$1\"/{table}\n",
-                                     encoding="ascii")
-            (root / name).chmod(0o755)
-    return _cached(f"idmap-{ROOT_RUNS_AS}", write)
-
-
-def _communicate(argv: Sequence[str], env: Mapping[str, str], timeout: float, cwd: Path | None = None,
-                 stdin: bytes | None = None) -> tuple[bytes, bytes, int | None]:
-    """Run argv in a session of its own; on timeout kill the whole session. Returns (stdout, stderr, rc)."""
-    process = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                               cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_session(process)
-        process.communicate()
-        return b"", b"", None
-    finally:
-        _kill_session(process)
-    return stdout, stderr, process.returncode
 
 
 def _kill_session(process: subprocess.Popen[bytes]) -> None:

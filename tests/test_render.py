@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -261,3 +262,80 @@ def test_host_specifiers_are_kept_and_named_never_a_refusal(tmp_path: Path) -> N
     result = rendered(make_fleet(tmp_path, 'exec llama-server --alias "$ALIAS" "$BOOT"\n', unit=unit))
     assert result.args == ("--alias", "%H-chat", "%b")
     assert [note.split(" holds ")[1].split(",")[0] for note in result.notes] == ["%H (the host name)", "%b (the boot ID)"]
+
+
+# --- The render cache (FLEETGATE_RENDER_CACHE: the suite's, off by default) -----------------------------------------
+
+def _counting_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sandboxed runs that really ran (not answered from the cache), counted."""
+    from fleetgate import sandbox
+
+    assert sandbox.sandbox_problem() is None  # its probe run is made once, before counting
+    ran: list[int] = []
+    exchange = sandbox._exchange
+
+    def counted(request, wait):  # type: ignore[no-untyped-def]
+        ran.append(1)
+        return exchange(request, wait)
+
+    monkeypatch.setattr(sandbox, "_exchange", counted)
+    return ran
+
+
+CACHED_SCRIPT = 'source /srv/repo/extra.env\nexec llama-server -c "$CTX" --alias "$(cat /srv/repo/alias.txt)" "$0"\n'
+
+
+def _cache_fleet(root: Path) -> Path:
+    root.mkdir()
+    toml = make_fleet(root, CACHED_SCRIPT)
+    (root / "extra.env").write_text("CTX=8192\n", encoding="utf-8")
+    (root / "alias.txt").write_text("one\n", encoding="utf-8")
+    (root / "unread.txt").write_text("x\n", encoding="utf-8")
+    return toml
+
+
+def test_the_render_cache_reruns_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("FLEETGATE_RENDER_CACHE", str(cache))
+    ran = _counting_runs(monkeypatch)
+    toml = _cache_fleet(tmp_path / "a")
+    first = rendered(toml)
+    assert first.argv == ("llama-server", "-c", "8192", "--alias", "one", "/srv/repo/serve.sh")
+    assert len(ran) == 1
+    assert rendered(toml) == first and len(ran) == 1  # the same inputs: answered from the cache
+    # A file the script read (cat), changed to the same size: run again, and the new content shows.
+    (tmp_path / "a" / "alias.txt").write_text("two\n", encoding="utf-8")
+    assert rendered(toml).args[3] == "two" and len(ran) == 2
+    # A file the script sourced: run again.
+    (tmp_path / "a" / "extra.env").write_text("CTX=4096\n", encoding="utf-8")
+    assert rendered(toml).args[1] == "4096" and len(ran) == 3
+    # A file nobody reads, same size: the cache answers.
+    (tmp_path / "a" / "unread.txt").write_text("y\n", encoding="utf-8")
+    assert rendered(toml).args[1] == "4096" and len(ran) == 3
+    # A new file (what a stat or a glob could see): run again.
+    (tmp_path / "a" / "new.txt").write_text("", encoding="utf-8")
+    assert rendered(toml).args[1] == "4096" and len(ran) == 4
+    # The same fleet copied elsewhere (another pytester directory): the cache answers, for that copy.
+    copy = tmp_path / "b"
+    shutil.copytree(tmp_path / "a", copy)
+    again = rendered(copy / "fleet.toml")
+    assert again.argv == ("llama-server", "-c", "4096", "--alias", "two", "/srv/repo/serve.sh") and len(ran) == 4
+    assert again.script == copy.resolve() / "serve.sh"
+
+
+def test_the_render_cache_is_off_unless_the_suite_sets_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FLEETGATE_RENDER_CACHE", raising=False)
+    ran = _counting_runs(monkeypatch)
+    toml = _cache_fleet(tmp_path / "a")
+    rendered(toml)
+    rendered(toml)
+    assert len(ran) == 2
+    # A directory others may write is no cache either (its entries could be forged).
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("FLEETGATE_RENDER_CACHE", str(shared))
+    rendered(toml)
+    rendered(toml)
+    assert len(ran) == 4 and list(shared.iterdir()) == []
