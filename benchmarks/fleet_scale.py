@@ -189,7 +189,7 @@ _LAUNCH = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editabl
            "sys.path.insert(0, {root!r}); ")
 _IN_PROCESS = """
 import resource, sys, time
-from fleetgate.fleet import load_fleet
+from fleetgate.manifest import load_fleet
 from fleetgate.render import render
 from fleetgate import sandbox
 fleet = load_fleet(sys.argv[1])
