@@ -1,8 +1,11 @@
 """Print the ledger's accuracy against the real llama-server for every case in tests/ledger/cases.py.
 
     python -m tests.ledger.accuracy            # markdown tables for docs/ledger.md
+    python -m tests.ledger.accuracy --three-stage
 
-The same runs and comparisons as tests/ledger/test_engine.py, printed instead of asserted.
+The same runs and comparisons as tests/ledger/test_engine.py, printed instead of asserted. ``--three-stage``
+runs three-device pipelines (three ggml-rpc-server devices) that no dataset holds, to test the compute
+factors on a shape they were not set on, and prints each compute buffer.
 """
 
 from __future__ import annotations
@@ -14,13 +17,40 @@ from pathlib import Path
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.fit import build_ledger
 from fleetgate.profile import load_profile
-from tests.ledger.cases import CASES
+from tests.ledger.cases import CASES, Case
 from tests.ledger.compare import compare
 from tests.ledger.engine import find_engine, model_paths, run_server
 from tests.ledger.tiny_models import DflashShape, Qwen35Shape, write_dflash, write_qwen35
 
+THREE_STAGE: tuple[Case, ...] = (
+    Case("smollm2-3dev", "smollm2", ("-c", "4096", "-np", "2", "-ngl", "999", "-ts", "1,1,1"), 3),
+    Case("smollm2-3dev-nofa-ub256", "smollm2",
+         ("-c", "4096", "-np", "2", "-ngl", "999", "-ts", "1,1,1", "-fa", "off", "-ub", "256"), 3),
+    Case("gemma3-3dev-ts1,2,1", "gemma3", ("-c", "4096", "-np", "2", "-ngl", "999", "-ts", "1,2,1"), 3),
+)
+
+
+def three_stage() -> int:
+    engine = find_engine()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        models = model_paths(root)
+        print("| case | device | estimate (MiB) | llama-server (MiB) | error |")
+        print("|---|---|---:|---:|---:|")
+        for case in THREE_STAGE:
+            observed = run_server(engine, root / case.id, models[case.model], list(case.args), n_rpc=case.n_rpc)
+            ledger = build_ledger(parse_llama_server(observed.argv), load_profile(models[case.model]))
+            names = {d.card.label: d.card.name for d in ledger.devices}
+            for r in sorted(compare(observed, ledger, buffers=("compute",)),
+                            key=lambda r: names.get(r.device, r.device)):
+                print(f"| {case.id} | {names.get(r.device, r.device)} | {r.predicted / 2**20:.2f} "
+                      f"| {r.observed / 2**20:.2f} | {r.error:+.1%} |")
+    return 0
+
 
 def main(argv: list[str]) -> int:
+    if argv == ["--three-stage"]:
+        return three_stage()
     engine = find_engine()
     wanted = set(argv)
     with tempfile.TemporaryDirectory() as tmp:

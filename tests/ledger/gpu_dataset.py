@@ -139,14 +139,33 @@ def compute_rows() -> Iterator[ComputeRow]:
                                      r.predicted, r.observed)
 
 
+def needed_factors() -> dict[tuple[str, str, str], tuple[str, float]]:
+    """Per compute buffer (boot, device, context): its kind and the factor that puts its estimate exactly at the
+    engine's buffer. An estimate is linear in its factor (the structural peak times the factor, plus the fixed
+    COMPUTE_MARGIN), so the ledger is built with every factor at 0 and at 1 and the line is solved."""
+    from fleetgate import fit
+    kept = fit.COMPUTE_FACTORS
+    built: list[dict[tuple[str, str, str], ComputeRow]] = []
+    try:
+        for factor in (0.0, 1.0):
+            fit.COMPUTE_FACTORS = {key: factor for key in kept}  # type: ignore[misc]
+            built.append({(r.boot, r.device, r.context): r for r in compute_rows()})
+    finally:
+        fit.COMPUTE_FACTORS = kept  # type: ignore[misc]
+    at_0, at_1 = built
+    return {key: (row.role, (row.observed - at_0[key].estimate) / (row.estimate - at_0[key].estimate))
+            for key, row in at_1.items() if row.estimate > at_0[key].estimate}
+
+
 def factors() -> None:
     """The smallest factor per kind of buffer that keeps every estimate at or above the engine."""
     by_role: dict[str, list[ComputeRow]] = {}
     for row in compute_rows():
         by_role.setdefault(row.role, []).append(row)
+    needed = needed_factors()
     for role, found in sorted(by_role.items()):
-        need = max(1 / r.ratio for r in found)
-        print(f"{role:12s} n={len(found):3d} factor needed {need:.3f}; ratios {min(r.ratio for r in found):.2f}"
+        need = max((f for r, f in needed.values() if r == role), default=float("nan"))
+        print(f"{role:12s} n={len(found):3d} factor needed {need:.4f}; ratios {min(r.ratio for r in found):.2f}"
               f"..{max(r.ratio for r in found):.2f}")
         for r in sorted(found, key=lambda r: r.ratio):
             print(f"    {r.boot:28s} {r.device:10s} {r.context:6s} est {r.estimate / MiB:8.2f} obs "

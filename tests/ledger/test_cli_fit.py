@@ -228,14 +228,14 @@ def test_the_two_card_case_fails_first_with_a_fix_that_fits(capsys: pytest.Captu
     code, out, _ = _laptop(capsys, tmp_path, "35,65")
     assert code == 1
     lines = out.splitlines()
-    assert lines[0] == "FAILS: CUDA1 keeps -8.87 GiB free, below its floor of 0.00 GiB (none declared)"
-    assert lines[1].startswith("fix: -ts 72,28 clears every card's floor (0.00 GiB, none declared): free 4.91 / 0.17 GiB")
+    assert lines[0] == "FAILS: CUDA1 keeps -8.77 GiB free, below its floor of 0.00 GiB (none declared)"
+    assert lines[1].startswith("fix: -ts 72,28 clears every card's floor (0.00 GiB, none declared): free 4.92 / 0.27 GiB")
     assert lines[3].startswith("dense-32b-q4_k_m.gguf: 16384 tokens")
     assert "floor 0.00 GiB (none declared): FAILS on CUDA1" in out
     # the fix fits, and it is the nearest split that does: one step toward the small card fails again
     assert _laptop(capsys, tmp_path, "72,28")[0] == 0
     code, out, _ = _laptop(capsys, tmp_path, "71,29")
-    assert code == 1 and out.startswith("FAILS: CUDA1 keeps -0.33 GiB free") and "fix: -ts 72,28 " in out
+    assert code == 1 and out.startswith("FAILS: CUDA1 keeps -0.23 GiB free") and "fix: -ts 72,28 " in out
     code, out, _ = _laptop(capsys, tmp_path, "35,65", "--json")
     verdict = json.loads(out)["verdict"]
     assert (verdict["fits"], verdict["exit_code"], [d["device"] for d in verdict["failing"]]) == (False, 1, ["CUDA1"])
@@ -250,7 +250,7 @@ def test_a_shape_no_split_can_fit_says_so(capsys: pytest.CaptureFixture[str], tm
                        "-ngl", "99", "-c", "16384")
     assert code == 1
     assert out.splitlines()[:3] == [  # 20 GiB of cards for a 22.7 GiB model: both fail, the worst first
-        "FAILS: CUDA1 keeps -5.35 GiB free, below its floor of 0.00 GiB (none declared)",
+        "FAILS: CUDA1 keeps -5.25 GiB free, below its floor of 0.00 GiB (none declared)",
         "FAILS: CUDA0 keeps -1.56 GiB free, below its floor of 0.00 GiB (none declared)",
         "fix: no -ts split of these two cards clears every card's floor (0.00 GiB, none declared) at this shape: "
         "lower -c, the KV type, -ub or -ngl (--json gives every figure)",

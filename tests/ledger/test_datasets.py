@@ -10,13 +10,14 @@ compute estimate must be at or above the engine's buffer.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
-from fleetgate.fit import COMPUTE_FACTORS, RUNTIMES, output_buffer
+from fleetgate.fit import COMPUTE_FACTORS, COMPUTE_MARGIN, RUNTIMES, output_buffer
 from fleetgate.profile import load_profile
-from tests.ledger.gpu_dataset import DATA, MiB, compute_rows, datasets, ledger_of, rows
+from tests.ledger.gpu_dataset import DATA, MiB, compute_rows, datasets, ledger_of, needed_factors, rows
 
 DATA_SETS = datasets()
 BOOTS = [(data, boot) for data in DATA_SETS for boot in data["boots"]]
@@ -69,17 +70,19 @@ def test_compute_estimate_is_never_below_the_engine(data: dict[str, Any], boot: 
 
 
 def test_compute_factors_are_the_least_that_hold() -> None:
-    """Each factor is the smallest that keeps its kind of buffer at or above the engine (within 1 %): not a
-    margin picked by hand."""
+    """Each factor is the smallest, rounded up to 0.01 and at least 1, that keeps its kind of buffer at or above
+    the engine beside the fixed COMPUTE_MARGIN: not a margin picked by hand."""
     need: dict[str, float] = {}
-    for row in compute_rows():
-        need[row.role] = max(need.get(row.role, 0.0), 1 / row.ratio)
-    projector = {role: need.pop(role) for role in list(need) if role.startswith("projector/")}
+    for role, factor in needed_factors().values():
+        need[role] = max(need.get(role, 0.0), factor)
     assert sorted(need) == sorted("/".join(k) for k in COMPUTE_FACTORS)
-    assert all(0.98 <= n <= 1.0 for n in need.values()), need
+    assert {role: max(1.0, math.ceil(n * 100) / 100) for role, n in need.items()} == \
+        {"/".join(k): f for k, f in COMPUTE_FACTORS.items()}, need
+    assert COMPUTE_MARGIN == 512 * 1024
     # the mmproj's buffers take no factor: one tiny projector measured, its estimate above both buffers
+    projector = {r.role: r.ratio for r in compute_rows() if r.role.startswith("projector/")}
     assert sorted(projector) == ["projector/encoder", "projector/image"]
-    assert all(n <= 1.0 for n in projector.values()), projector
+    assert all(n >= 1.0 for n in projector.values()), projector
 
 
 def test_the_classes_of_issue_19_are_no_longer_under() -> None:
@@ -168,13 +171,24 @@ def test_runtime_outside_buffers_is_the_measured_one() -> None:
                                   "gemma3-cuda-ngl1-ub32")]
     assert max(offload) == pytest.approx(
         (runtime.first_context + runtime.first_request + runtime.offload_request) / MiB, abs=1)
-    blas = [after[i] for i in ("gemma3-cuda-ngl1-nofa-ub128", "qwen35-cuda-request", "qwen35-cuda-nkvo",
-                               "smollm2-cuda-ngl1-nofa-ub512")]
-    assert max(blas) == pytest.approx((runtime.first_context + runtime.first_request + runtime.offload_request
-                                       + runtime.blas_first) / MiB, abs=1)
+    # cuBLAS where it is the only growth beyond the first request's (every layer on the GPU, so no op offload)
+    blas = [after[i] for i in ("qwen35-cuda-request", "qwen35-cuda-np4-ub128-request", "qwen35-cuda-nkvo",
+                               "qwen35-cuda-nkvo-np4-ub128", "qwen35-cuda-nkvo-q8", "qwen35-cuda-nkvo-ub256")]
+    assert max(blas) == pytest.approx((runtime.first_context + runtime.first_request + runtime.blas_first) / MiB,
+                                      abs=1)
+    # cuBLAS with op offload: 701.5 to 731.1 MiB by model, the ledger's figure between them (not a maximum: the
+    # device total is held within 5 % both ways, test_device_totals_are_within_5_percent_of_nvidia_smi)
+    blas_offload = {i: round(after[i], 1) for i in (
+        "qwen35-cuda-ngl1", "qwen35-cuda-ngl4-ub32", "qwen35-cuda-ngl6-nkvo", "smollm2-cuda-ngl1-nofa-ub512",
+        "smollm2-cuda-ngl20-nofa-ub32", "smollm2-cuda-ngl5-nofa-ub32", "gemma3-cuda-ngl5-nofa-ub64",
+        "gemma3-cuda-ngl1-nofa-ub128")}
+    assert list(blas_offload.values()) == [701.5, 702.8, 703.1, 704.6, 709.3, 727.5, 723.9, 731.1]
+    ledger_offload = (runtime.first_context + runtime.first_request + runtime.offload_request
+                      + runtime.blas_first) / MiB
+    assert ledger_offload == 719 and min(blas_offload.values()) < ledger_offload < max(blas_offload.values())
     two_blas = [after[i] for i in ("qwen35-mtp-cuda-request", "qwen35-mtp-cuda-np1-request", "qwen35-cuda-dflash")]
-    assert max(two_blas) <= (runtime.first_context + runtime.first_request + runtime.blas_first
-                             + runtime.blas_further) / MiB
+    assert max(two_blas) == pytest.approx((runtime.first_context + runtime.first_request + runtime.blas_first
+                                           + runtime.blas_further) / MiB, abs=1)
     # the ggml-rpc-server process serving a device of the same GPU: its used memory (nvidia-smi's per-process
     # row; it starts first) less its buffers
     rpc = [int(b["nvidia_smi"]["smi_healthy"]["apps"].splitlines()[0].split(", ")[1])
@@ -197,17 +211,10 @@ def _device_totals(boot: dict[str, Any], ledger: Any, *, after: bool) -> dict[in
     return totals
 
 
-# where the ledger is more than 5 % above nvidia-smi (never below it by more than 5 %): compute estimates at
-# ubatch 2048 and without flash attention, and the growth of a tiny hybrid whose GPU holds only its F16 output
-OVER_5 = {("smollm2-cuda-ngl1-nofa-ub2048", "smi_healthy", 0), ("qwen35-cuda-ngl1", "smi_after_request", 0),
-          ("smollm2-cuda-ngl1-nofa-ub512", "smi_after_request", 0), ("smollm2-2gpu-ub2048", "smi_healthy", 1)}
-
-
 def test_device_totals_are_within_5_percent_of_nvidia_smi() -> None:
     """Every recorded GPU boot, per GPU, at health and (where one was sent) after the request: the ledger's
     total (buffers, runtime, and after the request the runtime's growth) against nvidia-smi's used memory."""
-    outside: set[tuple[str, str, int]] = set()
-    compared = 0
+    errors: dict[tuple[str, str, int], float] = {}
     for data in (DATA_SETS[0], DATA_SETS[2]):
         for boot in data["boots"]:
             if not boot["healthy"]:
@@ -218,10 +225,11 @@ def test_device_totals_are_within_5_percent_of_nvidia_smi() -> None:
                     continue
                 predicted = _device_totals(boot, ledger, after=key == "smi_after_request")
                 for gpu, used in _smi(boot, key).items():
-                    compared += 1
-                    error = predicted.get(gpu, 0.0) / used - 1
-                    assert error > -0.05, (boot["id"], key, gpu, predicted.get(gpu), used)
-                    if error > 0.05:
-                        outside.add((boot["id"], key, gpu))
+                    errors[(boot["id"], key, gpu)] = predicted.get(gpu, 0.0) / used - 1
     # at health: 76 one-GPU boots, 8 two-GPU boots x 2; after a request: 41 one-GPU boots, 1 two-GPU boot x 2
-    assert compared == 76 + 16 + 41 + 2 and outside == OVER_5
+    assert len(errors) == 76 + 16 + 41 + 2
+    assert {k: round(e, 3) for k, e in errors.items() if abs(e) > 0.05} == {}
+    # the extremes (docs/ledger.md's GPU section): -2.2 % and +4.1 %, both after a request
+    low, high = min(errors, key=errors.__getitem__), max(errors, key=errors.__getitem__)
+    assert (low, round(errors[low], 3)) == (("smollm2-cuda-ngl1-nofa-ub2048", "smi_after_request", 0), -0.022)
+    assert (high, round(errors[high], 3)) == (("qwen35-cuda-ngl1", "smi_after_request", 0), 0.041)
