@@ -283,6 +283,8 @@ def _checkpoint_at(path: str) -> dict[str, Any] | str:
 
     from fleetgate.ledger_vllm import safetensors_bytes
 
+    if "://" in path:
+        return f"{path} is not a local directory (the gate reads no checkpoint over the network)"
     try:
         weight_bytes, _ = safetensors_bytes(path)
         config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
