@@ -63,8 +63,8 @@ BOOTS: dict[str, Boot] = {
             "host-process-argv": "host-process-argv/argv-differs",
         },
         why_independent=(
-            "auto tool choice is read only by a tools request with tool_choice auto (the tool probe asks required "
-            "and none first, which need only --tool-call-parser); the reasoning parser only splits what a request "
+            "auto tool choice gates only requests that carry tools (vLLM 0.32 loads --tool-call-parser only with it, "
+            "so even tool_choice required is refused, measured); the reasoning parser only splits what a request "
             "generates (the tool probe turns thinking off, and structured output no longer waits for a trace); "
             "prefix caching only changes what a repeated prompt costs, never what any request answers; the ngram "
             "drafter, declared and run, proposes tokens the target model verifies, so greedy answers are unchanged. "
