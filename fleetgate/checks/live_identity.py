@@ -170,13 +170,28 @@ def live_payload(endpoint: LiveEndpoint) -> None:
             "/proc/<MainPID>/cmdline, "
             "then restart the unit from the repository's env file",
         )
-    if not endpoint.dialect.has_props or not expected.endswith(".gguf"):
-        endpoint.note(f"loaded {loaded} ({source}; no GGUF header to compare)")
+    checkpoint = None if endpoint.dialect.has_props else _declared_checkpoint(endpoint)
+    if checkpoint is None and (not endpoint.dialect.has_props or not expected.endswith(".gguf")):
+        endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare)")
         return
     # The declared payload's identity is what the files declare about it (the profile written from its GGUF
     # header), not whatever file sits at the path now: another model copied there under the declared name
     # matches its own header. Only without a profile of that file is the file at the path read.
-    declared, origin = _declared_identity(endpoint, expected)
+    # vLLM reports nothing about the model but its path: there the checkpoint at that path (config.json, the
+    # safetensors headers) is what is held to the service's checkpoint profile.
+    served: dict[str, Any] | str
+    declared: dict[str, Any] | str
+    if checkpoint is not None:
+        declared, origin = checkpoint
+        served = _checkpoint_at(str(loaded))
+        if isinstance(served, str):
+            # as before checkpoint profiles were compared: the path is all a remote gate can hold vLLM to
+            endpoint.note(f"loaded {loaded} ({source}); the checkpoint there is not readable where the gate runs, so "
+                          f"only the path was compared (on the host it is held to {origin}): {served}")
+            return
+    else:
+        declared, origin = _declared_identity(endpoint, expected)
+        served = {}
     if isinstance(declared, str):
         raise endpoint.fail(
             PAYLOAD,
@@ -187,19 +202,24 @@ def live_payload(endpoint: LiveEndpoint) -> None:
             expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
             fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)",
         )
-    meta = _model_entry(endpoint, PAYLOAD).get("meta")
-    meta = meta if isinstance(meta, dict) else {}  # no meta: every value below reads None, and fails
-    served = {
-        "n_params": meta.get("n_params"),
-        "size": meta.get("size"),
-        "n_vocab": meta.get("n_vocab"),
-        "ftype": _norm_ftype(meta["ftype"]) if isinstance(meta.get("ftype"), str) else None,
-    }
+    assert isinstance(declared, dict) and isinstance(served, dict)
+    if checkpoint is None:
+        meta = _model_entry(endpoint, PAYLOAD).get("meta")
+        meta = meta if isinstance(meta, dict) else {}  # no meta: every value below reads None, and fails
+        served = {
+            "n_params": meta.get("n_params"),
+            "size": meta.get("size"),
+            "n_vocab": meta.get("n_vocab"),
+            "ftype": _norm_ftype(meta["ftype"]) if isinstance(meta.get("ftype"), str) else None,
+        }
+    keys = tuple(declared) if checkpoint is not None else ("n_params", "n_vocab", "size", "ftype")
     wrong = [
-        f"{key} {served[key]!r}, {origin} says {declared[key]!r}"
-        for key in ("n_params", "n_vocab", "size", "ftype")
-        if declared.get(key) is not None and served[key] != declared[key]
+        f"{key} {served.get(key)!r}, {origin} says {declared[key]!r}"
+        for key in keys
+        if declared.get(key) is not None and served.get(key) != declared[key]
     ]
+    compared = (", ".join(k for k in keys if declared.get(k) is not None) if checkpoint is not None
+                else "parameters, vocabulary, size and quantisation")
     if wrong:
         raise endpoint.fail(
             PAYLOAD,
@@ -208,11 +228,15 @@ def live_payload(endpoint: LiveEndpoint) -> None:
             cites=("C-ID-2", "INC-53"),
             observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
             + "; ".join(wrong),
-            expected=f"the loaded model's parameters, vocabulary, size and quantisation equal {origin}'s",
+            expected=f"the loaded model's {compared} equal {origin}'s",
             fix="the process loaded another file than the one the files declare (another model under the "
             "declared name, or the file changed after the process loaded it): fetch the declared payload, "
             "restart the unit, then check which payload was deployed",
         )
+    if checkpoint is not None:
+        endpoint.note(f"loaded {Path(str(loaded)).name}: {declared.get('weight_bytes'):,} bytes of weights, "
+                      f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root)")
+        return
     what = ", ".join(
         text
         for text in (
@@ -223,6 +247,52 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         if text
     )
     endpoint.note(f"loaded {Path(str(loaded)).name}: {what}, as {origin} says")
+
+
+_CHECKPOINT_KEYS = ("architectures", "model_type", "dtype", "hidden_size", "intermediate_size", "num_hidden_layers",
+                    "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings",
+                    "tie_word_embeddings", "num_experts", "num_local_experts")
+"""config.json keys that name a checkpoint's shape (``torch_dtype`` is read as ``dtype``, its newer name)."""
+
+
+def _config_keys(config: Any) -> dict[str, Any]:
+    config = dict(config) if isinstance(config, dict) else {}
+    if "dtype" not in config and "torch_dtype" in config:
+        config["dtype"] = config["torch_dtype"]
+    return {key: config[key] for key in _CHECKPOINT_KEYS if key in config}
+
+
+def _declared_checkpoint(endpoint: LiveEndpoint) -> tuple[dict[str, Any], str] | None:
+    """What a vLLM service's checkpoint profile (``source = "checkpoint"``) declares its payload to be: the
+    weights' bytes and the config.json keys that name its shape; None without such a profile."""
+    config = endpoint.config
+    profile = config.profile if config is not None else None
+    if profile is None or profile.raw.get("model", {}).get("source") != "checkpoint":
+        return None
+    from fleetgate.ledger_vllm import checkpoint_of
+
+    declared: dict[str, Any] = {"weight_bytes": checkpoint_of(profile).weight_bytes}
+    declared.update(_config_keys(profile.raw.get("config")))
+    return declared, f"its profile ({profile.path.name})"
+
+
+def _checkpoint_at(path: str) -> dict[str, Any] | str:
+    """The same facts of the checkpoint directory at ``path`` (its safetensors headers and config.json), or why
+    they cannot be read here."""
+    import json
+
+    from fleetgate.ledger_vllm import safetensors_bytes
+
+    if "://" in path:
+        return f"{path} is not a local directory (the gate reads no checkpoint over the network)"
+    try:
+        weight_bytes, _ = safetensors_bytes(path)
+        config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except InputError as exc:
+        return str(exc)
+    except (OSError, ValueError) as exc:
+        return f"{path}/config.json: {exc}"
+    return {"weight_bytes": weight_bytes, **_config_keys(config)}
 
 
 def _declared_identity(endpoint: LiveEndpoint, path: str) -> tuple[dict[str, Any] | str, str]:

@@ -7,6 +7,7 @@ are vLLM's own refusals at start; the ledger's figures say how far off each is.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fleetgate.checks import check
@@ -28,9 +29,15 @@ def _no_ledger(config: ServiceConfig) -> str | None:
     if not isinstance(config.profile.raw.get("config"), dict):
         return (f"profile {config.profile.name} has no [config] table: copy the model card's config.json keys into "
                 f"{config.profile.path.name}")
-    if not config.host.cards:
+    if not config.host.cards and _cpu_space(config) is None:
         return f"host {config.host.name} declares no serving device: declare its cards in hosts.{config.host.name}.devices"
     return None
+
+
+def _cpu_space(config: ServiceConfig) -> str | None:
+    """The engine's VLLM_CPU_KVCACHE_SPACE where vLLM's CPU build serves it (a host without serving cards)."""
+    value = config.rendered.env.get("VLLM_CPU_KVCACHE_SPACE")
+    return value if value is not None and value.strip() else None
 
 
 def _checkpoints(config: ServiceConfig) -> tuple[Checkpoint, Checkpoint | None]:
@@ -46,6 +53,16 @@ def service_vllm_ledger(config: ServiceConfig) -> VllmLedger:
     vllm = config.vllm
     assert vllm is not None
     target, drafter = _checkpoints(config)
+    space = _cpu_space(config) if not config.host.cards else None
+    if space is not None:
+        # vLLM's CPU build: the pool is VLLM_CPU_KVCACHE_SPACE, the weights sit in host RAM
+        try:
+            return vllm_ledger(vllm, target, card="host RAM (vLLM CPU build)", card_bytes=config.host.ram_bytes,
+                               drafter=drafter,
+                               cpu_kvcache_space=space)
+        except ValueError as exc:
+            raise InputError(Path(config.where_variable("VLLM_CPU_KVCACHE_SPACE").rsplit(":", 1)[0]), None,
+                             str(exc)) from None
     card = config.host.cards[0]
     shape = {key: getattr(vllm, key) for key in ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens",
                                                  "gpu_memory_utilization", "kv_cache_dtype")}

@@ -50,6 +50,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("gpu_memory_utilization", "--gpu-memory-utilization"),
     _o("kv_cache_memory", "--kv-cache-memory", "--kv-cache-memory-bytes"),
     _o("kv_cache_dtype", "--kv-cache-dtype"),
+    _o("dtype", "--dtype"),
+    _o("block_size", "--block-size"),
     _o("enable_prefix_caching", "--enable-prefix-caching", value=False),
     _o("no_enable_prefix_caching", "--no-enable-prefix-caching", value=False),
     _o("enable_chunked_prefill", "--enable-chunked-prefill", value=False),

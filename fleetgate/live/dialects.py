@@ -57,6 +57,10 @@ class Dialect:
     no_think_close: Mapping[str, Any] = field(default_factory=dict)
     """Request fields that keep the model from writing a closing think tag itself (a finite negative
     logit bias: the engine's own forced close still wins, every other token being -inf then)."""
+    auto_tool_parse: bool = False
+    """The engine parses the model's own call only under ``tool_choice: auto`` (a flag turns that on), while
+    ``required`` and named choices go through structured output and never reach the parser: the gate then also
+    asks with ``auto``, as a client that sends tools without a ``tool_choice`` does."""
     health_body: str = "json-or-empty"
     """What the engine's own health answer carries: ``status-ok`` (a JSON object with ``"status": "ok"``),
     ``empty`` (no body), or ``json-or-empty`` (the generic subset: anything but a page)."""
@@ -166,6 +170,10 @@ DIALECTS: Mapping[str, Dialect] = {
         "runs draft",
         # vllm/entrypoints/openai/api_server.py: health() returns Response(status_code=200), no body
         health_body="empty",
+        # vllm/renderers/online_renderer.py: "auto" without --enable-auto-tool-choice is a 400; required and named
+        # choices are decoded by structured output (vllm/parser/abstract_parser.py) and bypass --tool-call-parser,
+        # which reads the model's own markup only under auto (vllm/entrypoints/openai/chat_completion/serving.py)
+        auto_tool_parse=True,
     ),
     "openai": Dialect(
         engine="openai",

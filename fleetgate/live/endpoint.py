@@ -28,6 +28,7 @@ BUDGET_TOKENS = 300
 
 HEALTH = "live-health"
 CHAT = "live-chat"
+ALIAS = "live-alias"
 
 OVERHEAD_FLOOR_S = 5.0
 """Seconds a request may spend outside the engine (network, proxy, queue) before the gate stops: far
@@ -121,6 +122,12 @@ class Baseline:
     @property
     def overhead_s(self) -> float | None:
         return self.request_s - self.engine_s if self.engine_s is not None else None
+
+
+def _model_ids(body: Any) -> list[str]:
+    """The ids a /v1/models answer lists (empty when it is not a model list)."""
+    data = body.get("data") if isinstance(body, dict) else None
+    return [e["id"] for e in data if isinstance(e, dict) and isinstance(e.get("id"), str)] if isinstance(data, list) else []
 
 
 @dataclass(frozen=True)
@@ -257,6 +264,23 @@ class LiveEndpoint:
             return Halt(CHAT, self.rate_limited(CHAT, probe),
                         f"not run: {self.name} rate-limits the gate (see {CHAT})")
         if not probe.ok:
+            alias = self.contract.alias or self.name
+            served = _model_ids(models.json if models is not None else None)
+            if served and alias not in served:
+                # vLLM answers 404 for a model it does not serve (llama-server serves any name): every request
+                # the gate would send names the declared alias, so live-alias says it once and nothing else runs
+                failure = Failure(
+                    service=self.name,
+                    check=ALIAS,
+                    code=f"{ALIAS}/not-listed",
+                    where=probe.url,
+                    observed=f"a request for {alias!r} got {probe.brief()}; /v1/models lists "
+                    f"{', '.join(repr(s) for s in served)}",
+                    expected=f"{alias!r} served",
+                    fix="see live-alias",
+                )
+                return Halt(ALIAS, failure, f"not run: {self.name} does not serve {alias!r}, the model every "
+                            f"request names (see {ALIAS})")
             return None  # every generating check shows the refusal in its own words
         usage = usage_of(probe.json)
         if isinstance(usage.get("completion_tokens"), int):

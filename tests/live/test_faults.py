@@ -137,3 +137,44 @@ def test_vllm_payload_and_window_are_read_from_v1_models(
             timeout=120,
         )
     assert junit_outcomes(junit) == expected
+
+
+AUTO_TOOL_FAULTS: dict[str, dict[str, str]] = {
+    # an engine whose required and none work while auto is refused (vLLM before the parser gated required too)
+    "tools-auto-refused": {"live-tool-calls": "live-tool-calls/refused"},
+    "tools-auto-as-text": {"live-tool-calls": "live-tool-calls/call-as-text"},
+}
+FAULT_CODES |= {code for outcomes in AUTO_TOOL_FAULTS.values() for code in outcomes.values()}
+
+
+@pytest.mark.parametrize(("mode", "expected"), list(AUTO_TOOL_FAULTS.items()))
+def test_vllm_tool_choice_auto_is_asked_too(
+    mode: str, expected: dict[str, str], pytester: pytest.Pytester, no_api_key: None
+) -> None:
+    # vLLM's required and none bypass --tool-call-parser (structured output): only auto shows a missing
+    # --enable-auto-tool-choice or a parser of another format (real servers: tests/live/test_vllm_controls.py)
+    from .conftest import LIVE, junit_outcomes
+
+    with FaultServer(mode) as server:
+        junit = pytester.path / "junit.xml"
+        pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "frank-archon", "--base-url", server.url, "-k", "test_tool_calls",
+            "-p", "no:cacheprovider", f"--junitxml={junit}", timeout=120,
+        )
+    assert junit_outcomes(junit) == expected
+
+
+def test_vllm_not_serving_the_alias_is_said_once(pytester: pytest.Pytester, no_api_key: None) -> None:
+    # vLLM refuses (404) every request naming a model it does not serve: live-alias says so, nothing else runs
+    # (a real vLLM with another --served-model-name: tests/live/test_vllm_controls.py)
+    from .conftest import LIVE, junit_outcomes
+
+    with FaultServer("vllm-other-name") as server:
+        junit = pytester.path / "junit.xml"
+        pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "frank-archon", "--base-url", server.url, "-k",
+            "test_health or test_alias or test_chat or test_payload", "-p", "no:cacheprovider",
+            f"--junitxml={junit}", timeout=120,
+        )
+    assert junit_outcomes(junit) == {"live-health": "passed", "live-alias": "live-alias/not-listed",
+                                     "live-chat": "skipped", "live-payload": "skipped", "host-payload": "skipped"}

@@ -23,6 +23,7 @@ from tests.vllm_model import transcripts
 from . import vllm_reference as vr
 from .conftest import LIVE, junit_outcomes, live_checks
 
+# one boot for the module: under xdist, tox -e vllm's --dist loadscope sends the whole module to one worker
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 
@@ -123,3 +124,10 @@ def test_gate_against_the_real_vllm(
         "*PASS host-process-argv*runs the rendered argv through its interpreter*",
         '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
     ])
+
+
+def test_the_ledger_predicts_the_pool_vllm_reports(vllm_server: tuple[ReferenceServer, Path]) -> None:
+    """Issue 19: vLLM's ledger held to the real CPU boot -- VLLM_CPU_KVCACHE_SPACE=1 GiB in 128-token blocks of
+    1,024 B per token (2 layers x K and V x 2 KV heads x 32 x float32): 8,192 blocks, 2048.00 x 512 tokens."""
+    server, fleet_toml = vllm_server
+    vr.ledger_agrees(fleet_toml, server.log, server.url)

