@@ -4,7 +4,8 @@ Each entry (``fixtures/incidents/INC-nn.toml``) tells one incident's story (date
 root cause, fix) and how it is reproduced:
 
 - ``mutation``: an edit to the example fleet; the seams on the edited copy fail with exactly the
-  entry's failure codes (``reproduce`` runs them in this process, ``tests/test_catalogue.py`` in CI);
+  entry's failure codes (``fleetgate.runner.reproduce`` runs them in this process, ``tests/test_catalogue.py``
+  in CI);
 - ``server``: a misconfigured real llama-server in ``tests/live`` that fails the named live check;
 - ``host``: a host fault, caught by a host check against the running machine; ``test`` names the test in
   tests/host that reproduces it (``tests/test_catalogue_ids.py`` holds the test to the entry's codes and
@@ -19,7 +20,7 @@ show a rule failing where no single incident does.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,14 +33,11 @@ __all__ = [
     "Entry",
     "Expectation",
     "Mutation",
-    "Outcome",
     "Reproduction",
     "apply",
     "default_catalogue",
     "guarding",
     "load_catalogue",
-    "reproduce",
-    "run_seams",
 ]
 
 KINDS = ("mutation", "server", "host", "pending", "none")
@@ -255,86 +253,3 @@ def apply(entry: Entry, fleet_dir: Path, target: Path) -> Path:
                                                "expected exactly once")
         file.write_text(text.replace(mutation.replace, mutation.with_), encoding="utf-8")
     return target / "fleet.toml"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One check on one subject: ``passed``, ``skipped`` (with its reason) or ``failed`` (with its failure)."""
-
-    check: str
-    subject: str
-    outcome: str
-    code: str | None = None
-    text: str = ""
-
-
-def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Outcome]:
-    """Every seam on every subject it applies to, in this process -- what ``pytest seams/`` runs.
-
-    Subjects are chosen as the plugin chooses them (``fleetgate.plugin._seams_for``): every service of
-    the check's engines (a skip with the reason where the check cannot apply or the service did not
-    render), every timeout chain, the fleet itself for fleet-wide seams.
-    """
-    from fleetgate.checks import REGISTRY, NotApplicable, _load_all
-    from fleetgate.config import attempt_service
-    from fleetgate.failure import Failure
-    from fleetgate.manifest import load_fleet
-    from fleetgate.policies import policy_off
-    from fleetgate.timeouts import resolve_chains
-
-    _load_all()
-    fleet = load_fleet(fleet_toml)
-    attempts = {s.name: attempt_service(fleet, s) for s in fleet.services.values()}
-
-    def variables(name: str) -> dict[str, Any]:
-        attempt = attempts[name]
-        return dict(attempt.config.variables) if attempt.config else {}
-
-    chains = resolve_chains(fleet, variables)
-    wanted = set(checks) if checks is not None else None
-    outcomes: list[Outcome] = []
-    for check in sorted(REGISTRY.values(), key=lambda c: c.name):
-        if check.kind != "seam" or (wanted is not None and check.name not in wanted):
-            continue
-        subjects: list[tuple[str, Any, str | None]] = []
-        off = policy_off(fleet, check.name)
-        if off is not None:
-            subjects = [("fleet", None, off)]
-        elif check.subject == "timeout-chain":
-            subjects = [(chain.name, chain, next((f"{chain.name} holds {ref.owner}:{ref.variable}, and {ref.owner} did not render"
-                                                  for ref in chain.chain.chain if ref.owner in attempts
-                                                  and attempts[ref.owner].config is None), None) or check.why_not(chain))
-                        for chain in chains] or [("fleet", None, "no [[timeouts]] chain")]
-        elif check.subject == "fleet":
-            subjects = [(fleet.name, fleet, check.why_not(fleet))]
-        else:
-            for name, attempt in attempts.items():
-                if check.engines is not None and attempt.service.engine not in check.engines:
-                    continue
-                if check.name == "serve-script-renders":
-                    subjects.append((name, attempt, None))
-                elif attempt.config is None:
-                    subjects.append((name, None, f"{name} did not render"))
-                else:
-                    subjects.append((name, attempt.config, check.why_not(attempt.config)))
-            if not subjects:
-                subjects.append(("fleet", None, "the fleet declares no service of its engines"))
-        for name, subject, skip in subjects:
-            if skip:
-                outcomes.append(Outcome(check.name, name, "skipped", text=skip))
-                continue
-            try:
-                check(subject)
-            except NotApplicable as reason:
-                outcomes.append(Outcome(check.name, name, "skipped", text=str(reason)))
-            except Failure as failure:
-                text = str(failure).replace(f"{fleet.root}/", "")
-                outcomes.append(Outcome(check.name, name, "failed", failure.code, text))
-            else:
-                outcomes.append(Outcome(check.name, name, "passed"))
-    return outcomes
-
-
-def reproduce(entry: Entry, fleet_dir: Path, workdir: Path) -> list[Outcome]:
-    """Apply a mutation entry to a copy of the fleet and run every seam on it."""
-    return run_seams(apply(entry, fleet_dir, workdir / "fleet"))

@@ -3,7 +3,7 @@ libraries, its memory and cards (INC-53, INC-88, INC-75, INC-10, B-DV, B-RAM-1, 
 
 import pytest
 
-from fleetgate.plugin_host import HostCheck
+from fleetgate.plugin import HostCheck
 
 
 @pytest.mark.check("host-unit-state")

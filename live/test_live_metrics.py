@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleetgate.plugin_live import Live
+from fleetgate.plugin import Live
 
 
 @pytest.mark.check("live-metrics")

@@ -1,6 +1,6 @@
 """Every catchable incident is reproduced: its mutation of the example fleet fails exactly its failure codes.
 
-The seams run in this process on a mutated copy of fixtures/fleet (``fleetgate.incidents.reproduce``,
+The seams run in this process on a mutated copy of fixtures/fleet (``fleetgate.runner.reproduce``,
 the same subjects the plugin parametrises). An entry that no longer fails is stale and fails here; a
 check that fails besides the expected ones fails here; every other check keeps its clean-fleet outcome.
 """
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.incidents import Entry, Outcome, guarding, load_catalogue, reproduce, run_seams
+from fleetgate.incidents import Entry, guarding, load_catalogue
+from fleetgate.runner import Outcome, reproduce, run_seams
 from tests.test_mutations import CLEAN
 
 REPO = Path(__file__).resolve().parents[1]

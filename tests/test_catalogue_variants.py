@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.incidents import run_seams
+from fleetgate.runner import run_seams
 from tests.fleet_edits import Edit, edited_fleet
 from tests.test_mutations import CLEAN
 

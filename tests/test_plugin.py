@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -196,20 +197,51 @@ def test_a_broken_service_file_renders_the_fleet_once(pytester: pytest.Pytester,
     assert renders == Counter({name: 1 for name in SERVICES})
 
 
+def test_a_fleet_with_one_malformed_file_renders_once_per_run(pytester: pytest.Pytester, seams: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every seam of seams/ on a fleet whose frank-medium env file is malformed: the fleet is rendered once for the
+    whole run (the renders, the broken one with them, are the run's state), each service once."""
+    import fleetgate.config
+    import fleetgate.plugin._state
+
+    fleet = copy_fleet(pytester)
+    env = fleet / "scripts" / "frank-medium.env"
+    env.write_text(env.read_text().replace("CACHE_RAM=16384", "export CACHE_RAM=16384", 1))
+    fleets: list[str] = []
+    renders: Counter[str] = Counter()
+    real_fleet, real_service = fleetgate.plugin._state.attempt_services, fleetgate.config.attempt_service
+
+    def fleet_render(rendered: Any, **kwargs: Any) -> Any:
+        fleets.append(rendered.name)
+        return real_fleet(rendered, **kwargs)
+
+    def service_render(rendered: Any, service: Any) -> Any:
+        renders[service.name] += 1
+        return real_service(rendered, service)
+
+    monkeypatch.setattr(fleetgate.plugin._state, "attempt_services", fleet_render)
+    monkeypatch.setattr(fleetgate.config, "attempt_service", service_render)
+    recorder = pytester.inline_run(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}", "-p", "no:cacheprovider")
+    failed = [r.nodeid.rpartition("::")[2] for r in recorder.getreports("pytest_runtest_logreport") if r.failed]
+    assert failed == ["test_serve_script_renders[frank-medium]"]
+    assert fleets == ["frank"]
+    assert renders == Counter({name: 1 for name in SERVICES})
+
+
 def test_a_malformed_manifest_is_read_once(pytester: pytest.Pytester, seams: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import fleetgate.plugin
+    import fleetgate.plugin._state
 
     fleet = copy_fleet(pytester)
     manifest = fleet / "fleet.toml"
     manifest.write_text(manifest.read_text().replace("port = 7771", 'port = "7771"', 1))
     loads: list[Path] = []
-    real = fleetgate.plugin.load_fleet
+    real = fleetgate.plugin._state.load_fleet
 
     def counting(path: Path) -> object:
         loads.append(path)
         return real(path)
 
-    monkeypatch.setattr(fleetgate.plugin, "load_fleet", counting)
+    monkeypatch.setattr(fleetgate.plugin._state, "load_fleet", counting)
     modules = [str(seams / f"test_{name}.py") for name in ("render", "context", "fleet", "docs")]
     result = pytester.runpytest_inprocess(IMPORT_BY_PATH, *modules, f"--fleet={manifest}", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -234,7 +266,7 @@ def test_a_fleet_level_seam_skips_with_its_reason(pytester: pytest.Pytester, sea
     ])
     assert "AssertionError" not in result.stdout.str()
     # The catalogue's own runner decides the same way.
-    from fleetgate.incidents import run_seams
+    from fleetgate.runner import run_seams
 
     assert [(o.check, o.subject, o.outcome) for o in run_seams(manifest, checks=["docs-index"])] == [
         ("docs-index", "frank", "skipped")]
@@ -324,7 +356,28 @@ def test_pytest_without_the_plugin_says_so_in_one_line() -> None:
 
 
 def test_a_missing_dependency_is_named_in_one_line() -> None:
-    """fleetgate found on the path of a Python that lacks its requirements (httpx here): one line naming it."""
-    run = "import sys; sys.modules['httpx'] = None; import pytest; sys.exit(pytest.main(['seams/', '-q', '-p', 'no:cacheprovider']))"
+    """fleetgate found on the path of a Python that lacks its requirements (jsonschema here, which reads fleet.toml):
+    one line naming it."""
+    run = ("import sys; sys.modules['jsonschema'] = None; import pytest; "
+           "sys.exit(pytest.main(['seams/test_timeouts.py', '-q', '-p', 'no:cacheprovider']))")
+    line = _one_line_refusal([sys.executable, "-c", run])
+    assert line.startswith("ERROR: fleetgate needs the jsonschema package, which this Python"), line
+
+
+def test_the_seams_run_without_the_live_stack() -> None:
+    """httpx cannot be imported, and the seams run all the same: the live stack is imported only with --endpoint."""
+    run = ("import sys; sys.modules['httpx'] = None; import pytest; "
+           "code = pytest.main(['seams/test_timeouts.py', '-q', '-p', 'no:cacheprovider']); "
+           "print(sorted(m for m in sys.modules if m.startswith(('fleetgate.live', 'fleetgate.checks.live_')))); "
+           "sys.exit(code)")
+    done = subprocess.run([sys.executable, "-c", run], cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and "3 passed in " in lines[-2] and lines[-1] == "[]", (done.stdout, done.stderr)
+
+
+def test_the_live_gate_without_httpx_says_so_in_one_line() -> None:
+    """With --endpoint the live stack is needed: a Python without httpx is told so in one line."""
+    run = ("import sys; sys.modules['httpx'] = None; import pytest; "
+           "sys.exit(pytest.main(['live/test_live_identity.py', '--endpoint', 'reference', '-q', '-p', 'no:cacheprovider']))")
     line = _one_line_refusal([sys.executable, "-c", run])
     assert line.startswith("ERROR: fleetgate needs the httpx package, which this Python"), line

@@ -11,13 +11,15 @@ Live checks select their endpoints with ``applies``.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from fleetgate.failure import Failure, format_failure
 
-__all__ = ["REGISTRY", "Check", "NotApplicable", "check", "get_check"]
+__all__ = ["REGISTRY", "Check", "NotApplicable", "check", "find_check", "get_check", "load_checks"]
 
 Kind = Literal["seam", "live", "host"]
 F = TypeVar("F", bound=Callable[..., None])
@@ -59,11 +61,7 @@ class Check:
             if not failure.cites:
                 # A failure that names no rule of its own cites the check's rules.
                 failure.cites = self.cites
-            # Every failure names the catalogue's incidents that its code guards.
-            from fleetgate.incidents import guarding
-
-            failure.incidents = guarding(failure.code)
-            failure.args = (format_failure(failure),)
+                failure.args = (format_failure(failure),)
             raise
 
 
@@ -122,20 +120,36 @@ def check(
 
 
 def get_check(name: str) -> Check:
-    _load_all()
+    """The check named ``name``, every check module imported."""
+    load_checks()
+    return _registered(name)
+
+
+def find_check(name: str) -> Check:
+    """The check named ``name``, importing only the seam modules when it is a seam: the live and host modules
+    (httpx, testinfra) are imported for a name the seams do not register."""
+    load_checks("seam")
+    if name not in REGISTRY:
+        load_checks()
+    return _registered(name)
+
+
+def _registered(name: str) -> Check:
     try:
         return REGISTRY[name]
     except KeyError:
         raise KeyError(f"no check named {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
 
 
+def load_checks(*kinds: Kind) -> None:
+    """Import the check modules of these kinds (``seam_*``, ``live_*``, ``host_*``; all when none is named):
+    importing one registers its checks."""
+    prefixes = tuple(f"{kind}_" for kind in kinds or ("seam", "live", "host"))
+    for module in pkgutil.iter_modules(__path__):
+        if module.name.startswith(prefixes):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
 def _load_all() -> None:
-    """Import every check module (``seam_*``, ``live_*``, ``host_*``); importing one registers its checks."""
-    import importlib
-    import pkgutil
-
-    import fleetgate.checks as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        if module.name.startswith(("seam_", "live_", "host_")):
-            importlib.import_module(f"{package.__name__}.{module.name}")
+    """Import every check module (``seam_*``, ``live_*``, ``host_*``)."""
+    load_checks()

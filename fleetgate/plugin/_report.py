@@ -11,8 +11,6 @@
   (xfail) until the waiver's date; after it the failure fails again and names the expired waiver.
 - ``--fleetgate-report PATH`` writes the per-service document of ``schema/report.schema.json``.
 - The seams end with one block per service: outcomes, headroom per card, the tightest margin.
-
-Registered by ``fleetgate.plugin``.
 """
 
 from __future__ import annotations
@@ -28,16 +26,17 @@ from typing import Any
 
 import pytest
 
-from fleetgate.checks import Check, get_check
+from fleetgate.checks import Check, find_check
+from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Waiver
+from fleetgate.plugin import _state
+from fleetgate.plugin._item import CheckParam
 from fleetgate.replay import RequestLog, curl
 from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
 
 __all__: list[str] = []
 
-_LIVE_PROPERTY = "fleetgate-live"
-_REQUESTS = pytest.StashKey[RequestLog]()
 TODAY_ENV = "FLEETGATE_TODAY"
 """An ISO date that stands for today when waivers are judged (for rehearsing an expiry); default: today."""
 
@@ -61,7 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_Collector(config), "fleetgate-report-collector")
     for name in config.getoption("fleetgate_checks") or []:
         try:
-            get_check(name.split("/", 1)[0])
+            find_check(name.split("/", 1)[0])
         except KeyError as exc:
             raise pytest.UsageError(f"--check {name}: {exc.args[0]}") from None
 
@@ -92,11 +91,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _live_endpoint(item: pytest.Item) -> Any:
-    from fleetgate.plugin_live import Live
-
     callspec = getattr(item, "callspec", None)
     live = callspec.params.get("live") if callspec is not None else None
-    return live.endpoint if isinstance(live, Live) and live.check is not None else None
+    return live.endpoint if isinstance(live, CheckParam) and live.check is not None else None
 
 
 class _Progress:
@@ -142,7 +139,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if endpoint is None:
         return (yield)
     log = RequestLog()
-    item.stash[_REQUESTS] = log
+    item.stash[_state.REQUESTS] = log
     interval = float(item.config.getoption("--live-progress") or 0)
     with log.watching(getattr(endpoint, "client", None)):
         if interval > 0 and not _is_worker(item.config):
@@ -154,7 +151,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 def _replay(item: pytest.Item) -> str | None:
     """The curl that repeats the last request of a live check (the key as $VARIABLE)."""
     endpoint = _live_endpoint(item)
-    log = item.stash.get(_REQUESTS, None)
+    log = item.stash.get(_state.REQUESTS, None)
     if endpoint is None or log is None or log.last is None:
         return None
     contract = getattr(endpoint, "contract", None)
@@ -171,28 +168,16 @@ def _subject(item: pytest.Item) -> tuple[Check, str, Any] | None:
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return None
-    from fleetgate.plugin import Seam
-    from fleetgate.plugin_live import Live
-
-    seam = callspec.params.get("seam")
-    if isinstance(seam, Seam):
-        return seam.check, seam.name, seam.subject
-    live = callspec.params.get("live")
-    if isinstance(live, Live) and live.check is not None and live.endpoint is not None:
-        return live.check, live.endpoint.name, live.endpoint
     # Host checks run beside the live ones on the same --endpoint: they count in the service's summary line,
     # carry the same properties and honour the same waivers, so "0 failed" never hides a failing host check.
-    from fleetgate.plugin_host import HostCheck
-
-    host = callspec.params.get("host_check")
-    if isinstance(host, HostCheck) and host.check is not None and host.target is not None:
-        return host.check, host.target.name, host.target
+    for name in ("seam", "live", "host_check"):
+        param = callspec.params.get(name)
+        if isinstance(param, CheckParam) and param.check is not None:
+            return param.check, param.name, param.value
     return None
 
 
 def _figures(check: Check, subject: Any) -> dict[str, Any] | None:
-    from fleetgate.config import ServiceConfig
-
     if check.figures is None or not isinstance(subject, ServiceConfig) or not check.applies(subject):
         return None
     try:
@@ -231,9 +216,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if found is None:
         return report
     check, service, subject = found
-    from fleetgate.plugin import _FLEET
-
-    fleet = item.config.stash.get(_FLEET, None)
+    fleet = _state.fleet_if_loaded(item.config)
     failure = call.excinfo.value if call.excinfo is not None and isinstance(call.excinfo.value, Failure) else None
     code = failure.code if failure is not None and report.failed else None
     cites = tuple(dict.fromkeys([*check.cites, *(failure.cites if failure is not None else ())]))
@@ -278,7 +261,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _fleetgate_property(name: str) -> bool:
-    return name.startswith(PREFIX) or name == _LIVE_PROPERTY
+    return name.startswith(PREFIX) or name == _state.LIVE_PROPERTY
 
 
 def _gib(value: int) -> str:
@@ -291,6 +274,7 @@ class _Collector:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.report = FleetReport()
+        self._xml: Any = None
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -306,10 +290,10 @@ class _Collector:
 
     def _junit_xunit2(self, report: pytest.TestReport) -> None:
         """xunit2 has no <properties> in a test case: move fleetgate's to the suite, one JSON per case."""
-        from _pytest.junitxml import xml_key
-
-        xml = self.config.stash.get(xml_key, None)
-        if xml is None or xml.family != "xunit2":
+        if not self.config.getoption("xmlpath", None) or self.config.getini("junit_family") != "xunit2":
+            return
+        xml = self._junit_writer()
+        if xml is None:
             return
         ours = [(str(k), v) for k, v in report.user_properties if _fleetgate_property(str(k))]
         if not ours:
@@ -318,8 +302,16 @@ class _Collector:
         value: dict[str, Any] = {}
         for key, raw in ours:
             name = key.removeprefix(PREFIX)
-            value[name] = json.loads(str(raw)) if key == _LIVE_PROPERTY or name in JSON_PROPERTIES else str(raw)
+            value[name] = json.loads(str(raw)) if key == _state.LIVE_PROPERTY or name in JSON_PROPERTIES else str(raw)
         xml.add_global_property(f"fleetgate[{report.nodeid}]", json.dumps(value, sort_keys=True))
+
+    def _junit_writer(self) -> Any:
+        """pytest's JUnit writer, found among the registered plugins (the object behind the public
+        ``record_testsuite_property`` fixture: its ``add_global_property``), once."""
+        if self._xml is None:
+            self._xml = next((plugin for plugin in self.config.pluginmanager.get_plugins()
+                              if callable(getattr(plugin, "add_global_property", None))), None)
+        return self._xml
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         services = self.report.services
@@ -345,10 +337,8 @@ class _Collector:
         path = self.config.getoption("--fleetgate-report")
         if not path:
             return
-        from fleetgate.plugin import fleet_path
-
         try:
-            manifest = fleet_path(self.config)
+            manifest = _state.fleet_path(self.config)
         except pytest.UsageError:
             fleet = ""
         else:

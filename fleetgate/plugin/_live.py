@@ -1,4 +1,4 @@
-"""The live side of the pytest plugin: ``--endpoint``, parametrisation per service, the terminal summary.
+"""The live gate's hooks: ``--endpoint``, a live test parametrised per chosen service, the terminal summary.
 
 ``--endpoint NAME`` works like testinfra's ``--hosts``: repeat it (or pass ``all``) to choose the
 services to check; every test marked ``@pytest.mark.check(NAME)`` that takes a ``live`` argument runs
@@ -13,32 +13,28 @@ variable the contract names (``api_key_env``), else from ``--api-key-env`` (defa
 ``FLEETGATE_API_KEY``), and is never printed. Before the first check, a readiness probe (bounded by
 ``--wait-ready SECONDS``) makes sure health holds, the credentials are accepted and a request is not
 held beyond its bound; when one of these fails, the check it concerns says so once and every other check
-is not run. Registered by ``fleetgate.plugin``.
+is not run. The live stack (``fleetgate.live``, httpx, the live checks) is imported only when an endpoint
+is chosen.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Generator
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fleetgate.checks import Check, get_check
-from fleetgate.errors import InputError
-from fleetgate.failure import Failure
-from fleetgate.live import BUDGET_TOKENS, CheckRecord, LiveEndpoint, connect
-from fleetgate.live.endpoint import HEALTH, Halt, fmt_measured
+from fleetgate.checks import find_check
+from fleetgate.plugin import _state
+from fleetgate.plugin._item import SKIPPED_EXPLICITLY, CheckParam
+from fleetgate.runner import live_subjects
 
-__all__ = ["Live", "endpoint"]
+if TYPE_CHECKING:
+    from fleetgate.live import LiveEndpoint
 
-# The host checks (fleetgate.plugin_host) run per chosen endpoint too, and report in the same summary.
-pytest_plugins = ["fleetgate.plugin_host"]
-
-_ENDPOINTS = pytest.StashKey[dict[str, LiveEndpoint]]()
-SKIPPED_EXPLICITLY = "live tests skipped: --skip-live was given (pass --endpoint NAME to check an endpoint)"
-_PROPERTY = "fleetgate-live"
+__all__ = ["endpoint"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -88,117 +84,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _selected(config: pytest.Config) -> list[str]:
-    from fleetgate.plugin import _fleet
-
-    names: list[str] = config.getoption("--endpoint") or []
-    if not names:
-        return []
-    fleet = _fleet(config)
-    chosen: list[str] = []
-    for name in names:
-        if name == "all":
-            chosen += [
-                s.name for s in fleet.services.values() if s.state == "active" and s.name not in chosen
-            ]
-        elif name not in fleet.services:
-            raise pytest.UsageError(
-                f"--endpoint {name}: no such service in {fleet.path}; "
-                f"expected one of: {', '.join(fleet.services)}, all"
-            )
-        elif name not in chosen:
-            chosen.append(name)
-    return chosen
-
-
-def _base_urls(config: pytest.Config, names: list[str]) -> dict[str, str]:
-    urls: dict[str, str] = {}
-    for raw in config.getoption("--base-url") or []:
-        name, sep, url = raw.partition("=")
-        if sep and "://" not in name:
-            if name not in names:
-                raise pytest.UsageError(f"--base-url {raw}: {name} is not among the --endpoint services")
-            urls[name] = url
-        elif len(names) == 1:
-            urls[names[0]] = raw
-        else:
-            raise pytest.UsageError(
-                f"--base-url {raw}: with several endpoints say which: --base-url NAME=URL"
-            )
-    return urls
-
-
-def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
-    """The chosen endpoints, connected once per process (rendering only: no request is made here)."""
-    if _ENDPOINTS not in config.stash:
-        from fleetgate.plugin import _fleet
-        from fleetgate.reference import render_overrides
-
-        names = _selected(config)
-        urls = _base_urls(config, names)
-        fleet = _fleet(config)
-        local = render_overrides()
-        found: dict[str, LiveEndpoint] = {}
-        for name in names:
-            try:
-                found[name] = connect(
-                    fleet,
-                    fleet.services[name],
-                    base_url=urls.get(name),
-                    api_key_env=config.getoption("--api-key-env"),
-                    timeout=config.getoption("--live-timeout"),
-                    wait_ready=config.getoption("--wait-ready"),
-                    overrides=local.overrides,
-                    present=local.payload,
-                )
-            except InputError as exc:
-                raise pytest.UsageError(str(exc)) from None
-        config.stash[_ENDPOINTS] = found
-    return config.stash[_ENDPOINTS]
-
-
-@dataclass
-class Live:
-    """One live check on one endpoint; ``run()`` raises ``Failure`` when the contract does not hold."""
-
-    check: Check | None
-    endpoint: LiveEndpoint | None
-    skip_reason: str | None = None
-    record: CheckRecord | None = field(default=None, repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.endpoint.name if self.endpoint else "no-endpoint"
-
-    def run(self) -> None:
-        __tracebackhide__ = True
-        if self.endpoint is None or self.check is None:
-            pytest.skip(SKIPPED_EXPLICITLY)
-        if self.skip_reason:
-            pytest.skip(self.skip_reason)
-        halt = self.endpoint.prepare()
-        if halt is not None and halt.check != self.check.name and self.check.name != HEALTH:
-            pytest.skip(halt.reason)
-        with self.endpoint.recording(self.check.name) as record:
-            self.record = record
-            self.endpoint.bill_preflight(record)
-            try:
-                self.check(self.endpoint)  # the check that a halt concerns raises it itself
-            except Failure as failure:
-                late = (f"{self.check.name}/timeout", f"{self.check.name}/out-of-time")
-                if failure.code in late and self.endpoint.halt is None:
-                    # The endpoint stopped answering within the bound (--live-timeout, or one derived from the
-                    # run's rates): said once, here; the checks after it are not run rather than each failing
-                    # on the same silence.
-                    self.endpoint.halt = Halt(
-                        self.check.name,
-                        failure,
-                        f"not run: {self.endpoint.name} stopped answering within the bound "
-                        f"(see {self.check.name})",
-                    )
-                raise
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "live" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("check")
@@ -207,29 +92,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"{metafunc.definition.nodeid}: a test taking 'live' needs @pytest.mark.check(NAME)"
             )
         try:
-            check = get_check(marker.args[0])
+            check = find_check(marker.args[0])
         except KeyError as exc:
             raise pytest.UsageError(f"fleetgate: {exc.args[0]}") from None
         if check.kind != "live":
             raise pytest.UsageError(
                 f"fleetgate: {check.name} is a {check.kind} check; live tests take live checks"
             )
-        chosen = endpoints(metafunc.config)
-        lives = [
-            Live(
-                check,
-                e,
-                skip_reason=None
-                if check.applies(e)
-                else f"{check.name} does not apply to {e.name}: "
-                f"nothing in its rendered config or contract is what this check holds an endpoint to",
-            )
-            for e in chosen.values()
-        ] or [Live(None, None)]
+        chosen = _state.endpoints(metafunc.config)
+        lives = [CheckParam(check, subject, endpoint=chosen[subject.name]) for subject in live_subjects(check, chosen)]
+        lives = lives or [CheckParam(None, None, none_reason=SKIPPED_EXPLICITLY)]
         metafunc.parametrize("live", lives, ids=[live.name for live in lives])
     elif "endpoint" in metafunc.fixturenames:
-        chosen = endpoints(metafunc.config)
-        values: list[LiveEndpoint | None] = list(chosen.values()) or [None]
+        found = _state.endpoints(metafunc.config)
+        values: list[LiveEndpoint | None] = list(found.values()) or [None]
         metafunc.parametrize(
             "_fleetgate_endpoint", values, ids=[e.name if e else "no-endpoint" for e in values], indirect=True
         )
@@ -259,7 +135,7 @@ def pytest_runtest_makereport(
     live = callspec.params.get("live") if callspec is not None else None
     if (
         call.when == "call"
-        and isinstance(live, Live)
+        and isinstance(live, CheckParam)
         and live.record is not None
         and live.endpoint is not None
     ):
@@ -269,7 +145,7 @@ def pytest_runtest_makereport(
             record.note = str(observed) if observed else str(call.excinfo.value).splitlines()[0]
         report.user_properties.append(
             (
-                _PROPERTY,
+                _state.LIVE_PROPERTY,
                 json.dumps(
                     {
                         "service": live.endpoint.name,
@@ -305,11 +181,16 @@ class _Summary:
         if report.when != "call":
             return
         for key, value in report.user_properties:
-            if key == _PROPERTY:
+            if key == _state.LIVE_PROPERTY:
                 data = json.loads(str(value))
                 self.results.setdefault(data["service"], {})[data["check"]] = _Result(report.outcome, data)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.results:
+            return
+        # lazy: the live stack; there are live results only when endpoints were checked
+        from fleetgate.live.endpoint import BUDGET_TOKENS, fmt_measured
+
         for service, checks in self.results.items():
             first = next(iter(checks.values())).data
             terminalreporter.section(
@@ -350,4 +231,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Summary(), "fleetgate-live-summary")
     if config.getoption("--endpoint"):
-        endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected
+        _state.endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected

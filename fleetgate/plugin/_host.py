@@ -1,0 +1,76 @@
+"""The host side of the live gate's hooks: host checks per chosen endpoint, read through testinfra.
+
+A test marked ``@pytest.mark.check(NAME)`` that takes a ``host_check`` argument runs the registered host
+check NAME once per service chosen with ``--endpoint`` (test id: the service's name). The service's host
+is the fleet's ``hosts.NAME.address`` read through testinfra (loopback: ``local://``; else
+``ssh://ADDRESS``); ``--host-url [NAME=]SPEC`` overrides it with any testinfra host spec
+(``ssh://user@host``, ``paramiko://...``, ``docker://container``, ``local://``), like testinfra's
+``--hosts``. testinfra's own ``--ssh-config``, ``--ssh-identity-file`` and ``--sudo`` apply. Results join
+the live gate's per-service summary.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator
+
+import pytest
+
+from fleetgate.checks import find_check
+from fleetgate.plugin import _state
+from fleetgate.plugin._item import NO_ENDPOINT, CheckParam
+from fleetgate.runner import host_subjects
+
+__all__: list[str] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fleetgate-live")
+    group.addoption(
+        "--host-url",
+        action="append",
+        default=[],
+        metavar="[NAME=]SPEC",
+        help="read a service's host through this testinfra host spec (local://, ssh://user@host, docker://NAME, ...) "
+        "instead of its fleet.toml address (NAME= when several endpoints)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "host_check" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("check")
+    if marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test taking 'host_check' needs @pytest.mark.check(NAME)")
+    try:
+        check = find_check(marker.args[0])
+    except KeyError as exc:
+        raise pytest.UsageError(f"fleetgate: {exc.args[0]}") from None
+    if check.kind != "host":
+        raise pytest.UsageError(f"fleetgate: {check.name} is a {check.kind} check; host tests take host checks")
+    chosen = _state.endpoints(metafunc.config)
+    hosts = _state.targets(metafunc.config)
+    values = [CheckParam(check, subject, endpoint=chosen[subject.name]) for subject in host_subjects(check, hosts)]
+    values = values or [CheckParam(None, None, none_reason=NO_ENDPOINT)]
+    metafunc.parametrize("host_check", values, ids=[v.name for v in values])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    callspec = getattr(item, "callspec", None)
+    value = callspec.params.get("host_check") if callspec is not None else None
+    if call.when == "call" and isinstance(value, CheckParam) and value.subject is not None and value.check is not None:
+        target = value.value
+        if report.failed and call.excinfo is not None:
+            observed = getattr(call.excinfo.value, "code", None)
+            note = f"{observed}: {getattr(call.excinfo.value, 'observed', '')}" if observed else str(call.excinfo.value).splitlines()[0]
+        elif report.skipped:
+            note = value.skip_reason or "skipped"
+        else:
+            note = target.notes.get(value.check.name, f"on {target.spec}")
+        report.user_properties.append((_state.LIVE_PROPERTY, json.dumps({
+            "service": target.name, "url": value.endpoint.url, "engine": value.endpoint.engine, "check": value.check.name,
+            "note": note, "spent": 0, "requests": 0, "elapsed": value.elapsed, "measured": {},
+        })))
+    return report

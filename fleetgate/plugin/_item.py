@@ -1,0 +1,107 @@
+"""The one parameter of every test of a check: a check on one subject, run through ``fleetgate.runner``.
+
+A seam test takes ``seam``, a live test ``live``, a host test ``host_check``: each is a ``CheckParam`` whose
+``run()`` passes, skips with the reason the check cannot judge its subject, or raises the check's ``Failure``.
+A live or host check waits for its endpoint's readiness probe first, and its measurements are recorded for the
+per-service summary. ``Seam``, ``Live`` and ``HostCheck`` are its names in the test modules' annotations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from fleetgate.checks import Check
+from fleetgate.runner import Outcome, Subject, run
+
+__all__ = ["NO_ENDPOINT", "SKIPPED_EXPLICITLY", "CheckParam", "HostCheck", "Live", "Seam"]
+
+SKIPPED_EXPLICITLY = "live tests skipped: --skip-live was given (pass --endpoint NAME to check an endpoint)"
+NO_ENDPOINT = "no endpoint to check: pass --endpoint NAME (repeatable, or --endpoint all)"
+
+
+@dataclass
+class CheckParam:
+    """One check on one subject; ``check`` and ``subject`` are None for the one placeholder of a live or host test
+    run without an endpoint (it skips, naming the flag)."""
+
+    check: Check | None
+    subject: Subject | None
+    none_reason: str = NO_ENDPOINT
+    """The placeholder's skip reason."""
+    endpoint: Any = field(default=None, repr=False)
+    """The ``LiveEndpoint`` a live or host check concerns."""
+    record: Any = field(default=None, repr=False)
+    """What a live check measured and spent (a ``CheckRecord``), once it ran."""
+    elapsed: float = field(default=0.0, repr=False)
+    skip_reason: str | None = None
+    """Why it was not run, once it skipped (the host summary's note)."""
+
+    @property
+    def name(self) -> str:
+        """The test id: the subject's name (a service, a chain, the fleet), ``no-endpoint`` for the placeholder."""
+        return self.subject.name if self.subject is not None else "no-endpoint"
+
+    @property
+    def value(self) -> Any:
+        """What the check is called with (a rendered service, a chain, the fleet, an endpoint, a host)."""
+        return self.subject.value if self.subject is not None else None
+
+    @property
+    def policy_off(self) -> bool:
+        return self.subject is not None and self.subject.policy_off
+
+    def run(self) -> None:
+        __tracebackhide__ = True
+        if self.check is None or self.subject is None:
+            pytest.skip(self.none_reason)
+        if self.check.kind == "live":
+            outcome = self._live(self.check, self.subject)
+        else:
+            started = time.monotonic()
+            try:
+                outcome = run(self.check, self.subject)
+            finally:
+                self.elapsed = time.monotonic() - started
+        self._report(outcome)
+
+    def _live(self, check: Check, subject: Subject) -> Outcome:
+        __tracebackhide__ = True
+        if subject.skip_reason:
+            return run(check, subject)
+        from fleetgate.live.endpoint import HEALTH, Halt  # lazy: the live stack, imported only with --endpoint
+
+        endpoint = self.endpoint
+        halt = endpoint.prepare()
+        if halt is not None and halt.check != check.name and check.name != HEALTH:
+            pytest.skip(halt.reason)
+        with endpoint.recording(check.name) as record:
+            self.record = record
+            endpoint.bill_preflight(record)
+            outcome = run(check, subject)  # the check that a halt concerns raises it itself
+            late = (f"{check.name}/timeout", f"{check.name}/out-of-time")
+            if outcome.failure is not None and outcome.code in late and endpoint.halt is None:
+                # The endpoint stopped answering within the bound (--live-timeout, or one derived from the
+                # run's rates): said once, here; the checks after it are not run rather than each failing
+                # on the same silence.
+                endpoint.halt = Halt(check.name, outcome.failure,
+                                     f"not run: {endpoint.name} stopped answering within the bound (see {check.name})")
+            return outcome
+
+    def _report(self, outcome: Outcome) -> None:
+        __tracebackhide__ = True
+        if outcome.failure is not None:
+            raise outcome.failure
+        if outcome.outcome == "skipped":
+            self.skip_reason = outcome.text
+            # -rs lists reasons by file:line only: each names its subject.
+            pytest.skip(outcome.text if outcome.text.startswith(f"{self.name} ") or self.check is None
+                        or self.check.kind != "seam" else f"{self.name}: {outcome.text}")
+
+
+Seam = CheckParam
+Live = CheckParam
+HostCheck = CheckParam

@@ -1,0 +1,272 @@
+"""The plugin's run state: every stash key, and what is made once per run -- the fleet, its renders, its timeout
+chains, the chosen endpoints and their hosts. An error is remembered like a result (a malformed manifest is read
+once, a fleet whose renders cannot be made is not rendered again per test function).
+
+The hook modules read the run through these functions and nothing else; none of them keeps state of its own.
+The live stack (fleetgate.live, httpx, the reference's paths, testinfra) is imported here only when an endpoint
+is chosen (``--endpoint``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pytest
+
+from fleetgate.checks import load_checks
+from fleetgate.config import ServiceAttempt, attempt_services, unshare_attempts
+from fleetgate.errors import InputError
+from fleetgate.fleet import Fleet
+from fleetgate.manifest import load_fleet
+from fleetgate.plugin._missing import missing_requirement
+from fleetgate.replay import RequestLog
+from fleetgate.runner import chains_of
+from fleetgate.timeouts import ResolvedChain
+
+if TYPE_CHECKING:
+    from fleetgate.host import HostTarget
+    from fleetgate.live import LiveEndpoint
+
+__all__ = [
+    "LIVE_PROPERTY",
+    "REQUESTS",
+    "SETUP_ERROR",
+    "SHARED",
+    "Inputs",
+    "attempts",
+    "chains",
+    "endpoints",
+    "fleet",
+    "fleet_if_loaded",
+    "fleet_path",
+    "live_stack",
+    "targets",
+]
+
+T = TypeVar("T")
+
+SETUP_ERROR = pytest.StashKey[str]()
+"""The first error met while the seams were parametrised: reported once, as one line, when collection ends."""
+REQUESTS = pytest.StashKey[RequestLog]()
+"""A live test's requests (an item's stash), for the replay line of its failure."""
+SHARED = "fleetgate_attempts"
+"""The xdist controller's renders, in each worker's workerinput."""
+LIVE_PROPERTY = "fleetgate-live"
+"""The user property that carries a live or host result to the controller's per-service summary."""
+
+
+@dataclass(frozen=True)
+class _Memo(Generic[T]):
+    value: T | None = None
+    error: Exception | None = None
+
+
+_FLEET = pytest.StashKey[_Memo[Fleet]]()
+_ATTEMPTS = pytest.StashKey[_Memo[dict[str, ServiceAttempt]]]()
+_CHAINS = pytest.StashKey[_Memo[list[ResolvedChain]]]()
+_ENDPOINTS = pytest.StashKey[_Memo[dict[str, "LiveEndpoint"]]]()
+_TARGETS = pytest.StashKey[_Memo[dict[str, "HostTarget"]]]()
+
+
+def _once(config: pytest.Config, key: pytest.StashKey[_Memo[T]], make: Callable[[], T]) -> T:
+    """``make()`` once per run; its error (one line for the operator) is remembered and raised again likewise."""
+    memo = config.stash.get(key, None)
+    if memo is None:
+        try:
+            memo = _Memo(value=make())
+        except (InputError, pytest.UsageError) as error:
+            memo = _Memo(error=error)
+        config.stash[key] = memo
+    if memo.error is not None:
+        raise memo.error
+    return memo.value  # type: ignore[return-value]
+
+
+def fleet_path(config: pytest.Config) -> Path:
+    option = config.getoption("--fleet")
+    if option:
+        return Path(option).expanduser().resolve()
+    ini = config.getini("fleetgate_fleet")
+    if ini:
+        base = config.inipath.parent if config.inipath else config.rootpath
+        return (base / str(ini)).resolve()
+    raise pytest.UsageError("fleetgate: no fleet to check: pass --fleet PATH/fleet.toml or set fleetgate_fleet in the ini file")
+
+
+def fleet(config: pytest.Config) -> Fleet:
+    """The fleet, loaded once per run."""
+    return _once(config, _FLEET, lambda: load_fleet(fleet_path(config)))
+
+
+def fleet_if_loaded(config: pytest.Config) -> Fleet | None:
+    """The fleet when it has been loaded, else None (reports of a run that never read it)."""
+    memo = config.stash.get(_FLEET, None)
+    return memo.value if memo is not None else None
+
+
+def attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
+    """Every service rendered once per run: by the xdist controller for all its workers, else here.
+
+    A service whose files are broken is an attempt like any other (``serve-script-renders`` reports it).
+    """
+
+    def make() -> dict[str, ServiceAttempt]:
+        shared = getattr(config, "workerinput", {}).get(SHARED)
+        if shared is None:
+            return attempt_services(fleet(config))
+        made = unshare_attempts(shared)
+        if made and _FLEET not in config.stash:
+            config.stash[_FLEET] = _Memo(value=next(iter(made.values())).fleet)
+        return made
+
+    return _once(config, _ATTEMPTS, make)
+
+
+def chains(config: pytest.Config) -> list[ResolvedChain]:
+    return _once(config, _CHAINS, lambda: chains_of(fleet(config), attempts(config)))
+
+
+class Inputs:
+    """The seams' inputs (``fleetgate.runner.SeamInputs``) read from this run's state."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @property
+    def fleet(self) -> Fleet:
+        return fleet(self.config)
+
+    def attempts(self) -> Mapping[str, ServiceAttempt]:
+        return attempts(self.config)
+
+    def chains(self) -> Sequence[ResolvedChain]:
+        return chains(self.config)
+
+
+def live_stack() -> None:
+    """Import the live gate's modules (``fleetgate.live``: httpx; the live and host checks): a Python without one
+    of its requirements is told so in one line."""
+    try:
+        import fleetgate.live  # noqa: F401  (lazy: the live stack, only with --endpoint)
+
+        load_checks("live", "host")
+    except ModuleNotFoundError as missing:
+        error = missing_requirement(missing)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _selected(config: pytest.Config) -> list[str]:
+    names: list[str] = config.getoption("--endpoint") or []
+    if not names:
+        return []
+    services = fleet(config).services
+    chosen: list[str] = []
+    for name in names:
+        if name == "all":
+            chosen += [s.name for s in services.values() if s.state == "active" and s.name not in chosen]
+        elif name not in services:
+            raise pytest.UsageError(f"--endpoint {name}: no such service in {fleet(config).path}; "
+                                    f"expected one of: {', '.join(services)}, all")
+        elif name not in chosen:
+            chosen.append(name)
+    return chosen
+
+
+def _named(config: pytest.Config, option: str, names: list[str], what: str) -> dict[str, str]:
+    """``--OPTION [NAME=]VALUE`` per chosen endpoint (the NAME may be left out when one endpoint is chosen)."""
+    values: dict[str, str] = {}
+    for raw in config.getoption(option) or []:
+        name, sep, value = raw.partition("=")
+        if sep and "://" not in name:
+            if name not in names:
+                raise pytest.UsageError(f"{option} {raw}: {name} is not among the --endpoint services")
+            values[name] = value
+        elif len(names) == 1:
+            values[names[0]] = raw
+        else:
+            raise pytest.UsageError(f"{option} {raw}: with several endpoints say which: {option} NAME={what}")
+    return values
+
+
+def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
+    """The chosen endpoints, connected once per run (rendering only: no request is made here); none without
+    ``--endpoint``, and then the live stack is not imported."""
+
+    def make() -> dict[str, LiveEndpoint]:
+        names = _selected(config)
+        if not names:
+            return {}
+        urls = _named(config, "--base-url", names, "URL")
+        live_stack()
+        from fleetgate.live import connect  # lazy: the live stack, only with --endpoint
+        from fleetgate.reference import render_overrides  # lazy: imports httpx, only with --endpoint
+
+        chosen = fleet(config)
+        local = render_overrides()
+        found: dict[str, LiveEndpoint] = {}
+        for name in names:
+            try:
+                found[name] = connect(chosen, chosen.services[name], base_url=urls.get(name),
+                                      api_key_env=config.getoption("--api-key-env"),
+                                      timeout=config.getoption("--live-timeout"),
+                                      wait_ready=config.getoption("--wait-ready"),
+                                      overrides=local.overrides, present=local.payload)
+            except InputError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        return found
+
+    return _once(config, _ENDPOINTS, make)
+
+
+def _testinfra_options(config: pytest.Config) -> dict[str, Any]:
+    """testinfra's own connection options, when its plugin is loaded."""
+    options: dict[str, Any] = {}
+    for option, key in (("--ssh-config", "ssh_config"), ("--ssh-identity-file", "ssh_identity_file"),
+                        ("--sudo", "sudo"), ("--sudo-user", "sudo_user")):
+        try:
+            value = config.getoption(option)
+        except ValueError:
+            continue
+        if value:
+            options[key] = value
+    return options
+
+
+def targets(config: pytest.Config) -> dict[str, HostTarget]:
+    """The host of every chosen endpoint, read through testinfra (once per run)."""
+
+    def make() -> dict[str, HostTarget]:
+        chosen = endpoints(config)
+        if not chosen:
+            return {}
+        from urllib.parse import urlsplit
+
+        import testinfra  # lazy: the host side of the live stack, only with --endpoint
+
+        from fleetgate.host import LOOPBACK, HostTarget, default_spec  # lazy: only with --endpoint
+        from fleetgate.live import declared_port  # lazy: the live stack, only with --endpoint
+
+        specs = _named(config, "--host-url", list(chosen), "SPEC")
+        served = fleet(config)
+        options = _testinfra_options(config)
+        found: dict[str, HostTarget] = {}
+        for name, endpoint in chosen.items():
+            service = served.services[name]
+            if endpoint.config is None:
+                raise pytest.UsageError(f"--endpoint {name}: {service.name} did not render, so its host has nothing to be held to")
+            spec = specs.get(name) or default_spec(served.host_of(service).address)
+            # The engine is looked for where the files say it listens, never at the --base-url port as such
+            # (a proxy or a tunnel may hold that one); the --base-url port counts only on this same host.
+            port = declared_port(endpoint.config)
+            reached = urlsplit(endpoint.url)
+            local = spec == "local://" and reached.hostname in LOOPBACK
+            found[name] = HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **options), spec=spec,
+                                     port=port, reached_port=(reached.port or port) if local else None)
+        return found
+
+    return _once(config, _TARGETS, make)
