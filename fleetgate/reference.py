@@ -11,6 +11,7 @@ edit, so the files still declare what the process no longer does.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import random
@@ -35,6 +36,7 @@ __all__ = [
     "PortTakenError",
     "ReferenceError",
     "ReferenceServer",
+    "die_with_parent",
     "free_port",
     "launch",
     "llama_bin_dir",
@@ -234,6 +236,16 @@ def _wait_healthy(server: ReferenceServer, wait: float) -> None:
     )
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of an engine this process starts: the kernel sends it SIGTERM when its parent dies, so a
+    test run or ``fleetgate reference`` that is killed (SIGKILL, a CI timeout) never leaves the engine behind.
+    It survives the serve script's ``exec`` of the engine; the engine's own children are the engine's to end."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> ReferenceServer:
     """Start llama-server with this exact argv (``argv[0]`` is the binary name) on 127.0.0.1:port."""
     env = _engine_env({k: os.environ[k] for k in ("HOME", "LANG", "PATH") if k in os.environ})
@@ -247,6 +259,7 @@ def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> 
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     server = ReferenceServer(process=process, url=f"http://127.0.0.1:{port}", argv=tuple(argv), log=log)
     _wait_healthy(server, wait)
@@ -316,6 +329,7 @@ def start(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     server = ReferenceServer(
         process=process, url=f"http://127.0.0.1:{llama.port}", argv=rendered.argv, log=log, rendered=rendered

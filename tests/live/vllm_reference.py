@@ -23,7 +23,7 @@ import httpx
 
 from fleetgate.fleet import Fleet
 from fleetgate.manifest import load_fleet
-from fleetgate.reference import ReferenceError, ReferenceServer
+from fleetgate.reference import ReferenceError, ReferenceServer, die_with_parent
 from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,6 +135,7 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     server = ReferenceServer(process=process, url=f"http://127.0.0.1:{port}", argv=argv, log=log)
     deadline = started + wait
