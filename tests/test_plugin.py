@@ -364,6 +364,15 @@ def test_a_missing_dependency_is_named_in_one_line() -> None:
     assert line.startswith("ERROR: fleetgate needs the jsonschema package, which this Python"), line
 
 
+def test_a_missing_requirement_of_a_seam_check_is_named_in_one_line() -> None:
+    """promql-parser is imported by the alert-rule seams only: its absence is one line too, not a collection error per
+    seam module."""
+    run = ("import sys; sys.modules['promql_parser'] = None; import pytest; "
+           "sys.exit(pytest.main(['seams/', '-q', '-p', 'no:cacheprovider']))")
+    line = _one_line_refusal([sys.executable, "-c", run])
+    assert line.startswith("ERROR: fleetgate needs the promql_parser package, which this Python"), line
+
+
 def test_the_seams_run_without_the_live_stack() -> None:
     """httpx cannot be imported, and the seams run all the same: the live stack is imported only with --endpoint."""
     run = ("import sys; sys.modules['httpx'] = None; import pytest; "

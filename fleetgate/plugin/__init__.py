@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 
+from fleetgate.checks import load_checks
 from fleetgate.plugin._missing import missing_requirement
 
 __all__ = ["CheckParam", "HostCheck", "Live", "Seam", "fleet_path"]
@@ -35,6 +36,9 @@ try:
     # pytest's traceback. The live stack is not among them: it is imported with --endpoint (_state.live_stack).
     for _name in HOOK_MODULES:
         importlib.import_module(_name)
+    # The seam checks too: their requirements (promql-parser for the alert rules) would otherwise fail every seam
+    # module's collection, one traceback each.
+    load_checks("seam")
 except ModuleNotFoundError as missing:
     error = missing_requirement(missing)
     if error is None:
