@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
+from typing import Any
 
 from fleetgate.checks import REGISTRY, Check, _load_all
 
@@ -24,12 +25,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=_run)
 
 
-def _registered() -> list[Check]:
+def _registered() -> list[Check[Any]]:
     _load_all()
     return sorted(REGISTRY.values(), key=lambda c: (KINDS.index(c.kind), c.name))
 
 
-def counts(checks: list[Check]) -> list[str]:
+def counts(checks: list[Check[Any]]) -> list[str]:
     tally: Counter[str] = Counter(c.kind for c in checks)
     return [f"{tally.get(kind, 0)} {kind}" for kind in KINDS] + [f"{len(checks)} checks"]
 

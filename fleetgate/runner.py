@@ -138,7 +138,7 @@ def _unrendered(chain: ResolvedChain, attempts: Mapping[str, ServiceAttempt]) ->
     return None
 
 
-def seam_subjects(check: Check, inputs: SeamInputs) -> list[Subject]:
+def seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
     """Every subject the seam could concern: a subject the seam cannot judge is a skip, it never vanishes."""
     fleet = inputs.fleet
     off = policy_off(fleet, check.name)
@@ -159,7 +159,7 @@ def seam_subjects(check: Check, inputs: SeamInputs) -> list[Subject]:
     for name, attempt in inputs.attempts().items():
         if check.engines is not None and attempt.service.engine not in check.engines:
             continue
-        if check.name == RENDERS:
+        if check.on_attempt:
             subjects.append(Subject(name, attempt))
         elif attempt.config is None:
             subjects.append(Subject(name, None, skip_reason=f"{name} did not render: see {RENDERS}[{name}]"))
@@ -171,19 +171,17 @@ def seam_subjects(check: Check, inputs: SeamInputs) -> list[Subject]:
     return subjects
 
 
-def live_subjects(check: Check, endpoints: Mapping[str, Any]) -> list[Subject]:
+def live_subjects(check: Check[Any], endpoints: Mapping[str, Any]) -> list[Subject]:
     """Every chosen endpoint (a ``LiveEndpoint``); one the check does not apply to is a skip that says so."""
-    return [Subject(name, endpoint, skip_reason=None if check.applies(endpoint) else (
-        f"{check.name} does not apply to {name}: nothing in its rendered config or contract is what this check "
-        "holds an endpoint to")) for name, endpoint in endpoints.items()]
+    return [Subject(name, endpoint, skip_reason=check.why_not(endpoint)) for name, endpoint in endpoints.items()]
 
 
-def host_subjects(check: Check, targets: Mapping[str, Any]) -> list[Subject]:
+def host_subjects(check: Check[Any], targets: Mapping[str, Any]) -> list[Subject]:
     """Every chosen endpoint's host (a ``HostTarget``); one the check cannot judge is a skip naming why."""
     return [Subject(name, target, skip_reason=check.why_not(target)) for name, target in targets.items()]
 
 
-def run(check: Check, subject: Subject) -> Outcome:
+def run(check: Check[Any], subject: Subject) -> Outcome:
     """Run ``check`` on ``subject``: passed, skipped (the reason) or failed (the failure, its code and its text).
 
     Any other exception is a bug of the check, and is raised as it is.

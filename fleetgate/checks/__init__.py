@@ -1,63 +1,181 @@
-"""The one registry of checks.
+"""The one registry of checks, each declaring its subject, when it cannot apply, and its failure codes.
 
-A check is a plain typed function of one subject (a service's config, a timeout chain, a live
-endpoint) that returns nothing when the contract holds and raises ``Failure`` when it does not.
-A seam is parametrised over every subject it could concern (every service of the engines it names,
-every timeout chain), with the subject's name as the test id, so a seam never vanishes from a run:
-``requires`` says why a check cannot apply to a subject (naming what to declare), and the test skips
-with that reason; a check that can see only part of its subject raises ``NotApplicable`` for the rest.
-Live checks select their endpoints with ``applies``.
+A check is a plain typed function of one subject (a service's rendered config, a timeout chain, the fleet,
+a live endpoint, an endpoint's host) that returns nothing when the contract holds and raises a ``Failure``
+when it does not. It is declared once, by the factory of its subject's kind, and its function registered:
+
+    PINS = service_seam("contract-pins", cites=(...), summary="...", requires=_no_pins,
+                        codes={"sampler-differs": "the argv's sampler default is not the contract's"})
+
+    @PINS.register
+    def contract_pins(config: ServiceConfig) -> None:
+        ...
+        raise PINS.fail(config, "sampler-differs", where=..., observed=..., expected=..., fix=...)
+
+- **Subject**: one factory per kind (``service_seam``, ``attempt_seam``, ``chain_seam``, ``fleet_seam``,
+  ``live_check``, ``host_check``), so the type checker holds the function, ``requires`` and ``fail`` to the subject's type.
+- **Applicability, one way**: ``requires(subject)`` is why the check cannot judge a subject (naming what to
+  declare so that it can), or None. The runner (``fleetgate.runner``) turns a reason into a skip; a check that
+  finds out only while it runs that it cannot see part of its subject raises ``NotApplicable`` with the reason,
+  which the runner turns into the same skip. A seam's ``engines`` is not applicability but its subjects: the
+  services of other engines are not its subjects at all.
+- **Codes**: every failure branch is declared with what fired (``codes``); ``fail`` refuses a branch the check
+  did not declare, and the runner refuses a ``Failure`` whose code its check did not declare. The docs' code
+  tables, the coverage gate and the catalogue read ``Check.codes``. Every live check also declares
+  ``TRANSPORT_CODES``: the endpoint client's own failures (no answer, a refusal, a rate limit).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from fleetgate.failure import Failure, format_failure
+from fleetgate.failure import Deferred, Failure, format_failure
 
-__all__ = ["REGISTRY", "Check", "NotApplicable", "check", "find_check", "get_check", "load_checks"]
+if TYPE_CHECKING:
+    from fleetgate.config import ServiceAttempt, ServiceConfig
+    from fleetgate.fleet import Fleet
+    from fleetgate.host import HostTarget
+    from fleetgate.live.endpoint import LiveEndpoint
+    from fleetgate.timeouts import ResolvedChain
+
+__all__ = [
+    "REGISTRY",
+    "TRANSPORT_CODES",
+    "Check",
+    "NotApplicable",
+    "UndeclaredCode",
+    "attempt_seam",
+    "chain_seam",
+    "find_check",
+    "fleet_seam",
+    "get_check",
+    "host_check",
+    "live_check",
+    "load_checks",
+    "service_seam",
+]
 
 Kind = Literal["seam", "live", "host"]
-F = TypeVar("F", bound=Callable[..., None])
+SubjectKind = Literal["service", "timeout-chain", "fleet", "endpoint", "host"]
+
+
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=Named)
+
+TRANSPORT_CODES: Mapping[str, str] = {
+    "down": "nothing answers at the endpoint's address: no connection",
+    "timeout": "the endpoint took the connection but did not answer within the request's bound",
+    "not-json": "the answer is not the JSON the OpenAI API sends: something else listens, or the engine crashed mid-answer",
+    "truncated": "the answer stopped before its end: the engine or a proxy cut the stream",
+    "protocol": "the answer does not speak HTTP as the OpenAI API does",
+    "refused": "the endpoint answered the check's request with an error status",
+    "rate-limited": "a 429 or 503 with Retry-After still stood after the retries the request's bound allowed",
+    "not-served": "a document the check reads (/props, /v1/models) is not served as JSON with 200",
+    "metrics-unparsable": "/metrics answers, but not in the Prometheus text format",
+}
+"""The endpoint client's own failures, which any live check that makes a request can raise (fleetgate.live)."""
 
 
 class NotApplicable(Exception):
     """The check cannot judge this subject; the message names what to declare so that it can."""
 
 
-@dataclass(frozen=True)
-class Check:
+class UndeclaredCode(Exception):
+    """A check raised a failure code it does not declare: a bug of the check, never a verdict."""
+
+
+@dataclass(eq=False)
+class Check(Generic[S]):
+    """One check: what it judges, when it cannot, the codes it may fail with, and (once registered) its function."""
+
     name: str
     kind: Kind
-    subject: str
+    subject: SubjectKind
     """``service``, ``timeout-chain`` or ``fleet`` (the repository as a whole) for seams; ``endpoint`` for live
     checks; ``host`` for host checks."""
     cites: tuple[str, ...]
     summary: str
-    func: Callable[[Any], None]
-    applies: Callable[[Any], bool]
+    codes: Mapping[str, str]
+    """Every failure code the check can raise (``check/branch``), with what fired."""
+    requires: Callable[[S], str | None] | None = None
+    """Why the check cannot judge a subject (what to declare so it can), or None when it can."""
     engines: tuple[str, ...] | None = None
-    """Engines the check can apply to at all (known without rendering); None for any."""
-    figures: Callable[[Any], Mapping[str, Any]] | None = None
+    """A seam's engines: only their services are its subjects (known without rendering); None for any."""
+    figures: Callable[[S], Mapping[str, Any]] | None = None
     """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
-    requires: Callable[[Any], str | None] | None = None
-    """Why the check cannot apply to a subject (what to declare so it can), or None when it can."""
+    on_attempt: bool = False
+    """A seam that judges the render itself: it runs on every service's attempt, rendered or not."""
+    func: Callable[[S], None] | None = field(default=None, repr=False)
 
-    def why_not(self, subject: Any) -> str | None:
-        """None when the check applies to ``subject``; otherwise the reason it cannot."""
-        if self.requires is not None:
-            return self.requires(subject)
-        return None if self.applies(subject) else f"{self.name} does not apply to this subject"
+    def register(self, func: Callable[[S], None]) -> Callable[[S], None]:
+        """The decorator that gives the check its function and puts it in the registry."""
+        existing = REGISTRY.get(self.name)
+        # A module imported again (pytester, importlib.reload) registers its own checks again; two different
+        # functions under one name is a bug.
+        if existing is not None and existing.func is not None and existing.func.__qualname__ != func.__qualname__:
+            raise ValueError(f"check {self.name!r} registered twice: {existing.func.__module__} and {func.__module__}")
+        self.func = func
+        REGISTRY[self.name] = self
+        return func
 
-    def __call__(self, subject: Any) -> None:
+    def why_not(self, subject: S) -> str | None:
+        """None when the check can judge ``subject``; otherwise the reason it cannot (what to declare)."""
+        return self.requires(subject) if self.requires is not None else None
+
+    def code(self, branch: str) -> str:
+        """The full code of one of the check's declared branches."""
+        code = f"{self.name}/{branch}"
+        if code not in self.codes:
+            raise UndeclaredCode(f"check {self.name!r} does not declare the failure code {code!r}; it declares "
+                                 f"{', '.join(sorted(self.codes))}")
+        return code
+
+    def fail(
+        self,
+        subject: S | str,
+        branch: str,
+        *,
+        observed: str,
+        expected: str,
+        fix: str,
+        where: str | Deferred | None = None,
+        cites: Sequence[str] = (),
+        details: Sequence[str] = (),
+    ) -> Failure:
+        """The failure of one declared branch on ``subject`` (or on the service named so, for a fleet-wide check).
+
+        ``where`` defaults to the subject's URL for an endpoint; every other subject names its file:line."""
+        if where is None:
+            where = getattr(subject, "url", None)
+            if where is None:
+                raise ValueError(f"check {self.name!r}: a failure on {subject!r} needs a where")
+        return Failure(service=subject if isinstance(subject, str) else subject.name, check=self.name,
+                       code=self.code(branch), where=where, observed=observed, expected=expected, fix=fix,
+                       cites=cites, details=details)
+
+    def verify(self, failure: Failure) -> None:
+        """Refuse a failure whose code this check does not declare (one built outside ``fail``)."""
+        if failure.code not in self.codes:
+            raise UndeclaredCode(f"check {self.name!r} raised the failure code {failure.code!r}, which it does not "
+                                 f"declare; it declares {', '.join(sorted(self.codes))}")
+
+    def __call__(self, subject: S) -> None:
+        """Judge ``subject``: return when the contract holds, raise its ``Failure`` when it does not."""
         __tracebackhide__ = True
+        if self.func is None:
+            raise RuntimeError(f"check {self.name!r} is declared but has no registered function")
         try:
             self.func(subject)
         except Failure as failure:
+            self.verify(failure)
             if not failure.cites:
                 # A failure that names no rule of its own cites the check's rules.
                 failure.cites = self.cites
@@ -65,67 +183,100 @@ class Check:
             raise
 
 
-REGISTRY: dict[str, Check] = {}
+REGISTRY: dict[str, Check[Any]] = {}
 
 
-def _always(_: Any) -> bool:
-    return True
+def _declare(name: str, kind: Kind, subject: SubjectKind, codes: Mapping[str, str], **fields: Any) -> Check[Any]:
+    # A live check's own description of a transport branch (live-metrics' not-served) wins over the client's.
+    shared = TRANSPORT_CODES if kind == "live" else {}
+    full = {f"{name}/{branch}": what for branch, what in {**shared, **codes}.items()}
+    for code, what in full.items():
+        if not what.strip():
+            raise ValueError(f"check {name!r}: the failure code {code!r} declares no 'what fired'")
+    return Check(name=name, kind=kind, subject=subject, codes=full, **fields)
 
 
-def check(
+def service_seam(
     name: str,
     *,
-    kind: Kind,
-    subject: str,
     cites: tuple[str, ...],
     summary: str,
-    applies: Callable[[Any], bool] = _always,
+    codes: Mapping[str, str],
+    requires: Callable[[ServiceConfig], str | None] | None = None,
     engines: tuple[str, ...] | None = None,
-    figures: Callable[[Any], Mapping[str, Any]] | None = None,
-    requires: Callable[[Any], str | None] | None = None,
-) -> Callable[[F], F]:
-    if kind == "seam" and engines is not None:
-        # A seam is about its engines' services only: another engine's service is a reason, like any other.
-        selects = applies
-        needs = requires if requires is not None or applies is _always else (
-            lambda s: None if selects(s) else f"{name} does not apply to {getattr(s, 'name', 'this subject')}")
-        applies = _always
-
-        def requires(subject: Any) -> str | None:
-            engine = getattr(getattr(subject, "service", None), "engine", None)
-            if engine is not None and engine not in engines:
-                return f"{getattr(subject, 'name', 'this service')} runs {engine}; {name} is about {', '.join(engines)}"
-            return needs(subject) if needs is not None else None
-
-    if requires is not None:
-        if applies is not _always:
-            raise ValueError(f"check {name!r}: give requires or applies, not both")
-        reason = requires
-
-        def applies(subject: Any) -> bool:
-            return reason(subject) is None
-
-    def register(func: F) -> F:
-        existing = REGISTRY.get(name)
-        # A module imported again (pytester, importlib.reload) re-registers its own checks; two
-        # different functions under one name is a bug.
-        if existing is not None and existing.func.__qualname__ != func.__qualname__:
-            raise ValueError(f"check {name!r} registered twice: {existing.func.__module__} and {func.__module__}")
-        REGISTRY[name] = Check(name=name, kind=kind, subject=subject, cites=cites, summary=summary,
-                               func=func, applies=applies, engines=engines, figures=figures,
-                               requires=requires)
-        return func
-
-    return register
+    figures: Callable[[ServiceConfig], Mapping[str, Any]] | None = None,
+) -> Check[ServiceConfig]:
+    """A seam on every rendered service (of ``engines``, when given)."""
+    return _declare(name, "seam", "service", codes, cites=cites, summary=summary, requires=requires,
+                    engines=engines, figures=figures)
 
 
-def get_check(name: str) -> Check:
+def attempt_seam(
+    name: str,
+    *,
+    cites: tuple[str, ...],
+    summary: str,
+    codes: Mapping[str, str],
+) -> Check[ServiceAttempt]:
+    """A seam on every service's render attempt, the services that did not render included: the render's own judge."""
+    return _declare(name, "seam", "service", codes, cites=cites, summary=summary, on_attempt=True)
+
+
+def chain_seam(
+    name: str,
+    *,
+    cites: tuple[str, ...],
+    summary: str,
+    codes: Mapping[str, str],
+    requires: Callable[[ResolvedChain], str | None] | None = None,
+) -> Check[ResolvedChain]:
+    """A seam on every timeout chain fleet.toml declares, resolved against the rendered services."""
+    return _declare(name, "seam", "timeout-chain", codes, cites=cites, summary=summary, requires=requires)
+
+
+def fleet_seam(
+    name: str,
+    *,
+    cites: tuple[str, ...],
+    summary: str,
+    codes: Mapping[str, str],
+    requires: Callable[[Fleet], str | None] | None = None,
+) -> Check[Fleet]:
+    """A seam on the repository as a whole."""
+    return _declare(name, "seam", "fleet", codes, cites=cites, summary=summary, requires=requires)
+
+
+def live_check(
+    name: str,
+    *,
+    cites: tuple[str, ...],
+    summary: str,
+    codes: Mapping[str, str],
+    requires: Callable[[LiveEndpoint], str | None] | None = None,
+) -> Check[LiveEndpoint]:
+    """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own."""
+    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires)
+
+
+def host_check(
+    name: str,
+    *,
+    cites: tuple[str, ...],
+    summary: str,
+    codes: Mapping[str, str],
+    requires: Callable[[HostTarget], str | None] | None = None,
+) -> Check[HostTarget]:
+    """A check of a chosen endpoint's host (its unit, process and memory, read through testinfra)."""
+    return _declare(name, "host", "host", codes, cites=cites, summary=summary, requires=requires)
+
+
+def get_check(name: str) -> Check[Any]:
     """The check named ``name``, every check module imported."""
     load_checks()
     return _registered(name)
 
 
-def find_check(name: str) -> Check:
+def find_check(name: str) -> Check[Any]:
     """The check named ``name``, importing only the seam modules when it is a seam: the live and host modules
     (httpx, testinfra) are imported for a name the seams do not register."""
     load_checks("seam")
@@ -134,7 +285,7 @@ def find_check(name: str) -> Check:
     return _registered(name)
 
 
-def _registered(name: str) -> Check:
+def _registered(name: str) -> Check[Any]:
     try:
         return REGISTRY[name]
     except KeyError:

@@ -13,9 +13,8 @@ too and are not credited, so for an engine that mlocks its checkpoint the verdic
 
 from __future__ import annotations
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, host_check
 from fleetgate.checks._common import no_cards, no_profile
-from fleetgate.failure import Failure
 from fleetgate.fit import service_ledger
 from fleetgate.fleet import GIB
 from fleetgate.host import (
@@ -46,9 +45,21 @@ def _declares_gate(target: HostTarget) -> str | None:
     return None
 
 
-@check(MEM, kind="host", subject="host", requires=_declares_gate,
-       cites=("B-RAM-1", "B-RAM-2", "B-SH-5", "C-H-1", "INC-75"),
-       summary="MemAvailable (plus what the running engine would release) clears the declared pin gate")
+MEM_CHECK = host_check(
+    MEM,
+    cites=("B-RAM-1", "B-RAM-2", "B-SH-5", "C-H-1", "INC-75"),
+    summary="MemAvailable (plus what the running engine would release) clears the declared pin gate",
+    requires=_declares_gate,
+    codes={
+        "meminfo-unreadable": "the host's /proc/meminfo (or the file the pin gate names) cannot be read",
+        "meminfo-unparseable": "the meminfo file has no `MemAvailable` line (not /proc/meminfo, or a kernel before 3.14)",
+        "short": "MemAvailable plus the engine's RssAnon is short of the declared pin gate: a restart would be refused (INC-75)",
+        "process-unreadable": "the engine's process cannot be looked up: systemctl or /proc refused the read",
+    },
+)
+
+
+@MEM_CHECK.register
 def host_memavailable(target: HostTarget) -> None:
     gate = target.config.service.pin_gate
     assert gate is not None
@@ -57,31 +68,31 @@ def host_memavailable(target: HostTarget) -> None:
     try:
         text: str = target.host.file(path).content_string
     except Exception as exc:  # testinfra raises its own errors (or a plain one from the backend) for an unreadable file
-        raise Failure(service=target.name, check=MEM, code=f"{MEM}/meminfo-unreadable", where=where,
-                      observed=f"{path} cannot be read: {' '.join(str(exc).split())[:200]}",
-                      expected="the host's /proc/meminfo (or the file the pin gate names)",
-                      fix=f"correct meminfo in {gate.where}, or run the check where {path} is readable") from None
+        raise MEM_CHECK.fail(target, "meminfo-unreadable", where=where,
+                             observed=f"{path} cannot be read: {' '.join(str(exc).split())[:200]}",
+                             expected="the host's /proc/meminfo (or the file the pin gate names)",
+                             fix=f"correct meminfo in {gate.where}, or run the check where {path} is readable") from None
     available = meminfo(text).get("MemAvailable")
     if available is None:
         first = text.strip().splitlines()[0][:120] if text.strip() else "(empty)"
-        raise Failure(service=target.name, check=MEM, code=f"{MEM}/meminfo-unparseable", where=where,
-                      observed=f"no 'MemAvailable: N kB' line in {path} (it begins: {first!r})",
-                      expected="a /proc/meminfo with MemAvailable (Linux 3.14 or later)",
-                      fix=f"point meminfo in {gate.where} at the host's /proc/meminfo")
+        raise MEM_CHECK.fail(target, "meminfo-unparseable", where=where,
+                             observed=f"no 'MemAvailable: N kB' line in {path} (it begins: {first!r})",
+                             expected="a /proc/meminfo with MemAvailable (Linux 3.14 or later)",
+                             fix=f"point meminfo in {gate.where} at the host's /proc/meminfo")
     released, how = _released(target)
     after = available + released
     if after < gate.gate_bytes:
         short = gate.gate_bytes - after
-        raise Failure(service=target.name, check=MEM, code=f"{MEM}/short", where=where,
-                      observed=(f"MemAvailable {_gib(available)} + {how} = {_gib(after)}: "
-                                f"{_gib(short)} short of the pin gate"),
-                      expected=(f"at least {_gib(gate.gate_bytes)} (pinned {_gib(gate.pinned_bytes)} + the engine's floor "
-                                f"{_gib(gate.floor_bytes)}, {gate.where})"),
-                      details=["RssAnon is what the engine's exit releases; its file-backed and locked pages are not "
-                               "counted, so an engine that mlocks its checkpoint may clear with less"],
-                      fix=("a (re)start now would be refused by the pin gate (a crash loop under Restart=, INC-75): "
-                           "find what holds the RAM (a dying engine, page cache of another pool) and wait for it, "
-                           "or start with the serve script's bounded wait"))
+        raise MEM_CHECK.fail(target, "short", where=where,
+                             observed=(f"MemAvailable {_gib(available)} + {how} = {_gib(after)}: "
+                                       f"{_gib(short)} short of the pin gate"),
+                             expected=(f"at least {_gib(gate.gate_bytes)} (pinned {_gib(gate.pinned_bytes)} + the engine's floor "
+                                       f"{_gib(gate.floor_bytes)}, {gate.where})"),
+                             details=["RssAnon is what the engine's exit releases; its file-backed and locked pages are not "
+                                      "counted, so an engine that mlocks its checkpoint may clear with less"],
+                             fix=("a (re)start now would be refused by the pin gate (a crash loop under Restart=, INC-75): "
+                                  "find what holds the RAM (a dying engine, page cache of another pool) and wait for it, "
+                                  "or start with the serve script's bounded wait"))
 
 
 def _released(target: HostTarget) -> tuple[int, str]:
@@ -93,10 +104,10 @@ def _released(target: HostTarget) -> tuple[int, str]:
             return 0, f"0 B released ({target.name} is not running: {how} found none)"
         status = meminfo(target.proc_text(pid, "status"))
     except HostReadError as exc:
-        raise Failure(service=target.name, check=MEM, code=f"{MEM}/process-unreadable", where=target.spec,
-                      observed=str(exc),
-                      expected=f"{target.name}'s engine (or its absence), read through systemctl and /proc",
-                      fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
+        raise MEM_CHECK.fail(target, "process-unreadable", where=target.spec,
+                             observed=str(exc),
+                             expected=f"{target.name}'s engine (or its absence), read through systemctl and /proc",
+                             fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
     anon = status.get("RssAnon")
     if anon is None:  # a kernel before 4.5: nothing credited, which errs towards "short", never towards a pass
         return 0, f"0 B credited (no RssAnon in /proc/{pid}/status of {how})"
@@ -129,20 +140,35 @@ def _smi(target: HostTarget) -> tuple[str, list[SmiCard]]:
     result = target.host.run(command)
     where = f"{target.spec} {command}"
     if result.rc != 0:
-        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/smi-failed", where=where,
-                      observed=f"exited {result.rc}: {' '.join((result.stderr or result.stdout).split())[:200]}",
-                      expected="the cards' memory figures", fix="run the tool by hand on the host: the driver may be down")
+        raise VRAM_CHECK.fail(target, "smi-failed", where=where,
+                              observed=f"exited {result.rc}: {' '.join((result.stderr or result.stdout).split())[:200]}",
+                              expected="the cards' memory figures", fix="run the tool by hand on the host: the driver may be down")
     try:
         cards = (parse_rocm_smi if command == ROCM_SMI else parse_nvidia_smi)(result.stdout)
     except ValueError as exc:
-        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/unparseable", where=where,
-                      observed=str(exc), expected="the tool's documented output for this query",
-                      fix="a tool version whose output fleetgate does not read: report it with the output") from None
+        raise VRAM_CHECK.fail(target, "unparseable", where=where,
+                              observed=str(exc), expected="the tool's documented output for this query",
+                              fix="a tool version whose output fleetgate does not read: report it with the output") from None
     return command, cards
 
 
-@check(VRAM, kind="host", subject="host", requires=_has_ledger, cites=("C-H-3", "C-H-5", "INC-10", "B-FIT-1"),
-       summary="each card's used VRAM (nvidia-smi, rocm-smi) is within the declared tolerance of the ledger and keeps the floor")
+VRAM_CHECK = host_check(
+    VRAM,
+    cites=("C-H-3", "C-H-5", "INC-10", "B-FIT-1"),
+    summary="each card's used VRAM (nvidia-smi, rocm-smi) is within the declared tolerance of the ledger and keeps the floor",
+    requires=_has_ledger,
+    codes={
+        "smi-failed": "nvidia-smi or rocm-smi exited non-zero: no card figures (the driver may be down)",
+        "unparseable": "the SMI tool's output is not the documented shape fleetgate reads for this query",
+        "card-count": "the SMI tool shows another number of cards than `hosts.NAME.devices` declares",
+        "hotter": "a card uses more VRAM than the ledger predicts, beyond the host's `ledger_tolerance_gib` (INC-10)",
+        "colder": "a card uses less VRAM than the ledger predicts, beyond tolerance: no engine holds what the files place there",
+        "below-floor": "a serving card has less free VRAM than the host's `card_floor_gib`",
+    },
+)
+
+
+@VRAM_CHECK.register
 def host_vram_vs_ledger(target: HostTarget) -> None:
     config = target.config
     host = config.host
@@ -151,11 +177,11 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     declared = host.devices
     fleet_where = config.fleet.where
     if len(cards) != len(declared):
-        raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/card-count", where=where,
-                      observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {_gib(c.total)}" for c in cards),
-                      expected=f"{len(declared)}, as hosts.{host.name}.devices declares ({fleet_where('hosts', host.name, 'devices')}): "
-                               + ", ".join(d.name for d in declared),
-                      fix="a card is missing from the driver (reseat, link, driver) or fleet.toml's devices are stale")
+        raise VRAM_CHECK.fail(target, "card-count", where=where,
+                              observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {_gib(c.total)}" for c in cards),
+                              expected=f"{len(declared)}, as hosts.{host.name}.devices declares "
+                                       f"({fleet_where('hosts', host.name, 'devices')}): " + ", ".join(d.name for d in declared),
+                              fix="a card is missing from the driver (reseat, link, driver) or fleet.toml's devices are stale")
     tolerance = host.ledger_tolerance_bytes
     assert tolerance is not None
     by_name = {d.name: i for i, d in enumerate(declared)}
@@ -168,18 +194,18 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
         seen = cards[by_name[d.card.name]]
         if seen.used - d.total > tolerance:
             over = seen.used - d.total
-            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/hotter", where=where,
-                          observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(over)} more than the ledger",
-                          expected=f"at most {_gib(d.total)} + {_gib(tolerance)} ({within})", details=per_card,
-                          fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
-                               "calibrate the service's compute from this boot, and keep the floor with the real figure"))
+            raise VRAM_CHECK.fail(target, "hotter", where=where,
+                                  observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(over)} more than the ledger",
+                                  expected=f"at most {_gib(d.total)} + {_gib(tolerance)} ({within})", details=per_card,
+                                  fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
+                                       "calibrate the service's compute from this boot, and keep the floor with the real figure"))
         if d.total - seen.used > tolerance:
             under = d.total - seen.used
-            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/colder", where=where,
-                          observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
-                          expected=f"at least {_gib(d.total)} - {_gib(tolerance)} ({within})", details=per_card,
-                          fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
-                               "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
+            raise VRAM_CHECK.fail(target, "colder", where=where,
+                                  observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
+                                  expected=f"at least {_gib(d.total)} - {_gib(tolerance)} ({within})", details=per_card,
+                                  fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
+                                       "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
     floor = host.card_floor_bytes
     if floor is None:
         return
@@ -188,10 +214,10 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
             continue
         seen = cards[index]
         if seen.free < floor:
-            raise Failure(service=target.name, check=VRAM, code=f"{VRAM}/below-floor", where=where,
-                          observed=(f"{device.name} (#{seen.index}) has {_gib(seen.free)} free "
-                                    f"({_gib(seen.used)} used of {_gib(seen.total)})"),
-                          expected=(f">= {_gib(floor)} free (the floor of host {host.name}, "
-                                    f"{fleet_where('hosts', host.name, 'card_floor_gib')})"),
-                          fix="the card runs without its floor: a vision request or a longer prompt can OOM it; "
-                              "shrink the context or move a layer (fleetgate fit)")
+            raise VRAM_CHECK.fail(target, "below-floor", where=where,
+                                  observed=(f"{device.name} (#{seen.index}) has {_gib(seen.free)} free "
+                                            f"({_gib(seen.used)} used of {_gib(seen.total)})"),
+                                  expected=(f">= {_gib(floor)} free (the floor of host {host.name}, "
+                                            f"{fleet_where('hosts', host.name, 'card_floor_gib')})"),
+                                  fix="the card runs without its floor: a vision request or a longer prompt can OOM it; "
+                                      "shrink the context or move a layer (fleetgate fit)")

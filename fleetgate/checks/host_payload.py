@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from fleetgate.checks import check
-from fleetgate.failure import Failure
+from fleetgate.checks import host_check
 from fleetgate.host import HostTarget
 from fleetgate.payload import read_manifest
 
@@ -26,8 +25,20 @@ def _has_manifest(target: HostTarget) -> str | None:
     return None
 
 
-@check(NAME, kind="host", subject="host", requires=_has_manifest, cites=("B-SW-3", "INC-02", "INC-17"),
-       summary="every payload file of the fetch manifest is on the host with its declared size and sha256")
+CHECK = host_check(
+    NAME,
+    cites=("B-SW-3", "INC-02", "INC-17"),
+    summary="every payload file of the fetch manifest is on the host with its declared size and sha256",
+    requires=_has_manifest,
+    codes={
+        "missing": "a file of the fetch manifest is not on the host, where the argv (else the manifest) puts it",
+        "size-differs": "a payload file on the host is not the size the fetch manifest declares (a partial download, another file)",
+        "sha256-differs": "a payload file's sha256 on the host is not the one the fetch manifest declares",
+    },
+)
+
+
+@CHECK.register
 def host_payload(target: HostTarget) -> None:
     manifest = target.config.service.payload_manifest
     assert manifest is not None
@@ -37,18 +48,18 @@ def host_payload(target: HostTarget) -> None:
         file = target.host.file(path)
         where = f"{target.spec} {path}"
         if not file.exists:
-            raise Failure(service=target.name, check=NAME, code=f"{NAME}/missing", where=where,
-                          observed=f"{path} does not exist on the host",
-                          expected=f"the payload file the manifest declares ({entry.where})",
-                          fix="fetch it with the service's fetch script")
+            raise CHECK.fail(target, "missing", where=where,
+                             observed=f"{path} does not exist on the host",
+                             expected=f"the payload file the manifest declares ({entry.where})",
+                             fix="fetch it with the service's fetch script")
         size = file.size
         if size != entry.size:
-            raise Failure(service=target.name, check=NAME, code=f"{NAME}/size-differs", where=where,
-                          observed=f"{path} is {size:,} B", expected=f"{entry.size:,} B ({entry.where})",
-                          fix="a partial download or another file: fetch again (or correct the manifest from the Hub)")
+            raise CHECK.fail(target, "size-differs", where=where,
+                             observed=f"{path} is {size:,} B", expected=f"{entry.size:,} B ({entry.where})",
+                             fix="a partial download or another file: fetch again (or correct the manifest from the Hub)")
         if entry.sha256 is not None:
             digest = file.sha256sum
             if digest != entry.sha256:
-                raise Failure(service=target.name, check=NAME, code=f"{NAME}/sha256-differs", where=where,
-                              observed=f"sha256 {digest}", expected=f"sha256 {entry.sha256} ({entry.where})",
-                              fix="the bytes are not the declared file: fetch again and compare with the Hub's LFS oid")
+                raise CHECK.fail(target, "sha256-differs", where=where,
+                                 observed=f"sha256 {digest}", expected=f"sha256 {entry.sha256} ({entry.where})",
+                                 fix="the bytes are not the declared file: fetch again and compare with the Hub's LFS oid")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from fleetgate.checks import check
-from fleetgate.failure import Failure
+from fleetgate.checks import Check, host_check
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
 
 __all__: list[str] = []
@@ -70,7 +69,14 @@ def _locate(target: HostTarget) -> tuple[int | None, str, int | None, str]:
     return pid, how, moved, route
 
 
-def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: bool = False,
+PROCESS_CODES = {
+    "no-process": "no engine process found: not the unit's MainPID, and nothing listens on the service's port",
+    "process-unreadable": "systemctl or /proc refused to show the engine's process",
+}
+"""What every check that reads the engine's process can fail with besides its own codes."""
+
+
+def _process(target: HostTarget, check: Check[HostTarget], *, cmdline: bool = False, environ: bool = False,
              libraries: bool = False) -> _Process:
     """The engine's process and what the check reads of it; any read the host refuses is one failure."""
     __tracebackhide__ = True
@@ -86,13 +92,13 @@ def _process(target: HostTarget, name: str, *, cmdline: bool = False, environ: b
                 moved_to=moved, route=route,
             )
     except HostReadError as exc:
-        raise Failure(service=target.name, check=name, code=f"{name}/process-unreadable", where=target.spec,
-                      observed=str(exc), expected=f"{target.name}'s engine process, read through systemctl and /proc",
-                      fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
-    raise Failure(service=target.name, check=name, code=f"{name}/no-process", where=f"{target.spec} {how}",
-                  observed=f"no process found as {how}" + (f"; {route}" if route else ""),
-                  expected=f"{target.name}'s engine running on {target.spec}",
-                  fix="start the service (or point --host-url at the host it runs on)")
+        raise check.fail(target, "process-unreadable", where=target.spec,
+                         observed=str(exc), expected=f"{target.name}'s engine process, read through systemctl and /proc",
+                         fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
+    raise check.fail(target, "no-process", where=f"{target.spec} {how}",
+                     observed=f"no process found as {how}" + (f"; {route}" if route else ""),
+                     expected=f"{target.name}'s engine running on {target.spec}",
+                     fix="start the service (or point --host-url at the host it runs on)")
 
 
 def _on_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
@@ -106,10 +112,20 @@ def _on_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
     return tuple(words)
 
 
-@check(ARGV, kind="host", subject="host", cites=("INC-53", "C-ID-1", "C-ID-2"),
-       summary="/proc/<MainPID>/cmdline is exactly the argv the files render")
+ARGV_CHECK = host_check(
+    ARGV,
+    cites=("INC-53", "C-ID-1", "C-ID-2"),
+    summary="/proc/<MainPID>/cmdline is exactly the argv the files render",
+    codes={
+        **PROCESS_CODES,
+        "argv-differs": "the engine's /proc/PID/cmdline is not exactly the argv the files render (INC-53)",
+    },
+)
+
+
+@ARGV_CHECK.register
 def host_process_argv(target: HostTarget) -> None:
-    process = _process(target, ARGV, cmdline=True)
+    process = _process(target, ARGV_CHECK, cmdline=True)
     pid, running = process.pid, process.cmdline
     rendered = target.config.rendered.argv
     moved = ""
@@ -126,15 +142,14 @@ def host_process_argv(target: HostTarget) -> None:
     if seen != rendered:
         extra = [w for w in seen if w not in rendered]
         missing = [w for w in rendered if w not in seen]
-        raise Failure(service=target.name, check=ARGV, code=f"{ARGV}/argv-differs",
-                      where=f"{target.spec} /proc/{pid}/cmdline",
-                      observed=f"PID {pid} ({process.how}) runs {shlex.join(running)}",
-                      details=[f"not rendered: {shlex.join(extra)}" if extra else "not rendered: (none)",
-                               f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)",
-                               *([process.route] if process.route else [])],
-                      expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name}{moved})",
-                      fix=("the process is not what the files declare: find what started it (a drop-in, a hand start, "
-                           "a stale unit) and restart the service from the repository"))
+        raise ARGV_CHECK.fail(target, "argv-differs", where=f"{target.spec} /proc/{pid}/cmdline",
+                              observed=f"PID {pid} ({process.how}) runs {shlex.join(running)}",
+                              details=[f"not rendered: {shlex.join(extra)}" if extra else "not rendered: (none)",
+                                       f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)",
+                                       *([process.route] if process.route else [])],
+                              expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name}{moved})",
+                              fix=("the process is not what the files declare: find what started it (a drop-in, a hand start, "
+                                   "a stale unit) and restart the service from the repository"))
     target.notes[ARGV] = f"PID {pid} runs the rendered argv{through}{moved}" + (f"; {process.route}" if process.route else "")
 
 
@@ -154,31 +169,41 @@ def _has_api_key(target: HostTarget, argv: tuple[str, ...], environ: dict[str, s
     return flagged or bool(environ.get("VLLM_API_KEY"))
 
 
-@check(EXPOSURE, kind="host", subject="host", cites=("C-L-1",),
-       summary="an engine listening beyond loopback (the host's listening sockets) requires an API key")
+EXPOSURE_CHECK = host_check(
+    EXPOSURE,
+    cites=("C-L-1",),
+    summary="an engine listening beyond loopback (the host's listening sockets) requires an API key",
+    codes={
+        **PROCESS_CODES,
+        "sockets-unreadable": "`ss -ltnp` failed on the host: the engine's listening sockets cannot be read",
+        "open-without-key": "the engine listens beyond loopback and was given no API key in its argv or environment (C-L-1)",
+    },
+)
+
+
+@EXPOSURE_CHECK.register
 def host_exposure(target: HostTarget) -> None:
-    process = _process(target, EXPOSURE, cmdline=True, environ=True)
+    process = _process(target, EXPOSURE_CHECK, cmdline=True, environ=True)
     pid = process.pid
     result = target.host.run("ss -ltnpH")
     if result.rc != 0:
-        raise Failure(service=target.name, check=EXPOSURE, code=f"{EXPOSURE}/sockets-unreadable",
-                      where=f"{target.spec} ss -ltnpH", observed=f"ss exited {result.rc}: {result.stderr.strip()[:200]}",
-                      expected="the host's listening TCP sockets with their processes",
-                      fix="install iproute2's ss on the host, or run the check where it can read the sockets (--sudo)")
+        raise EXPOSURE_CHECK.fail(target, "sockets-unreadable", where=f"{target.spec} ss -ltnpH",
+                                  observed=f"ss exited {result.rc}: {result.stderr.strip()[:200]}",
+                                  expected="the host's listening TCP sockets with their processes",
+                                  fix="install iproute2's ss on the host, or run the check where it can read the sockets (--sudo)")
     addresses = sorted({line.split()[3] for line in result.stdout.splitlines()
                         if f"pid={pid}," in line and len(line.split()) >= 4})
     exposed = [a for a in addresses if not _loopback(a)]
     environ = dict(word.partition("=")[::2] for word in process.environ)
     keyed = _has_api_key(target, process.cmdline, environ)
     if exposed and not keyed:
-        raise Failure(service=target.name, check=EXPOSURE, code=f"{EXPOSURE}/open-without-key",
-                      where=f"{target.spec} ss -ltnp",
-                      observed=f"PID {pid} listens on {', '.join(exposed)} and was given no API key (none in "
-                      f"/proc/{pid}/cmdline or its environment)",
-                      expected="an engine reachable beyond loopback requires a key; otherwise it listens on loopback "
-                      "only (a proxy or tunnel in front)",
-                      fix="bind the engine to 127.0.0.1 (--host) behind a proxy or tunnel, or give it a key "
-                      "(--api-key-file): anyone who reaches this host can use the endpoint and read its /props and /slots")
+        raise EXPOSURE_CHECK.fail(target, "open-without-key", where=f"{target.spec} ss -ltnp",
+                                  observed=f"PID {pid} listens on {', '.join(exposed)} and was given no API key (none in "
+                                  f"/proc/{pid}/cmdline or its environment)",
+                                  expected="an engine reachable beyond loopback requires a key; otherwise it listens on loopback "
+                                  "only (a proxy or tunnel in front)",
+                                  fix="bind the engine to 127.0.0.1 (--host) behind a proxy or tunnel, or give it a key "
+                                  "(--api-key-file): anyone who reaches this host can use the endpoint and read its /props and /slots")
     where = ", ".join(addresses) or "no TCP socket"
     target.notes[EXPOSURE] = (f"PID {pid} listens on {where}" + (" with an API key" if exposed else " (loopback only)"))
 
@@ -187,10 +212,21 @@ def _visibility(names: object) -> bool:
     return isinstance(names, str) and names.endswith("_VISIBLE_DEVICES")
 
 
-@check(ENV, kind="host", subject="host", cites=("B-DV-1", "B-DV-2", "B-DV-3", "INC-19", "INC-29"),
-       summary="the process environment carries exactly the device-visibility variables the files declare")
+ENV_CHECK = host_check(
+    ENV,
+    cites=("B-DV-1", "B-DV-2", "B-DV-3", "INC-19", "INC-29"),
+    summary="the process environment carries exactly the device-visibility variables the files declare",
+    codes={
+        **PROCESS_CODES,
+        "visibility-differs": "a `*_VISIBLE_DEVICES` variable the files declare is missing or other in the process environment",
+        "undeclared-visibility": "the process environment carries a `*_VISIBLE_DEVICES` variable the files do not set",
+    },
+)
+
+
+@ENV_CHECK.register
 def host_process_env(target: HostTarget) -> None:
-    process = _process(target, ENV, environ=True)
+    process = _process(target, ENV_CHECK, environ=True)
     pid = process.pid
     environ = dict(word.partition("=")[::2] for word in process.environ)
     declared = {k: v for k, v in target.config.rendered.env.items() if _visibility(k)}
@@ -198,29 +234,41 @@ def host_process_env(target: HostTarget) -> None:
     where = f"{target.spec} /proc/{pid}/environ"
     for name, value in declared.items():
         if running.get(name) != value:
-            raise Failure(service=target.name, check=ENV, code=f"{ENV}/visibility-differs", where=where,
-                          observed=f"{name}={running[name]}" if name in running else f"no {name} in the process environment",
-                          expected=f"{name}={value} ({target.config.where_variable(name)})",
-                          fix="the engine sees other cards than the files say: restart it from the unit")
+            raise ENV_CHECK.fail(target, "visibility-differs", where=where,
+                                 observed=f"{name}={running[name]}" if name in running else f"no {name} in the process environment",
+                                 expected=f"{name}={value} ({target.config.where_variable(name)})",
+                                 fix="the engine sees other cards than the files say: restart it from the unit")
     undeclared = sorted(set(running) - set(declared))
     if undeclared:
-        raise Failure(service=target.name, check=ENV, code=f"{ENV}/undeclared-visibility", where=where,
-                      observed=", ".join(f"{n}={running[n]}" for n in undeclared),
-                      expected=("only " + ", ".join(f"{k}={v}" for k, v in declared.items())) if declared
-                      else "no device-visibility variable (the files set none)",
-                      fix="a variable the repository does not set reached the engine: find the drop-in or shell that set it")
+        raise ENV_CHECK.fail(target, "undeclared-visibility", where=where,
+                             observed=", ".join(f"{n}={running[n]}" for n in undeclared),
+                             expected=("only " + ", ".join(f"{k}={v}" for k, v in declared.items())) if declared
+                             else "no device-visibility variable (the files set none)",
+                             fix="a variable the repository does not set reached the engine: find the drop-in or shell that set it")
 
 
-@check(LIBS, kind="host", subject="host", cites=("B-UN-3", "INC-01", "C-H-9"),
-       summary="bundled runtime libraries are loaded from the depth the binary's RUNPATH names ($ORIGIN/...)")
+LIBS_CHECK = host_check(
+    LIBS,
+    cites=("B-UN-3", "INC-01", "C-H-9"),
+    summary="bundled runtime libraries are loaded from the depth the binary's RUNPATH names ($ORIGIN/...)",
+    codes={
+        **PROCESS_CODES,
+        "readelf-failed": "`readelf -d` of the engine's binary failed on the host: its RUNPATH cannot be read",
+        "not-at-depth": "a bundled library is loaded from another directory than the binary's RUNPATH ($ORIGIN/...) names (B-UN-3)",
+        "tensile-missing": "a bundled rocBLAS has no rocblas/library/TensileLibrary.dat beside it: the first request dies (INC-01)",
+    },
+)
+
+
+@LIBS_CHECK.register
 def host_runtime_libs(target: HostTarget) -> None:
-    process = _process(target, LIBS, libraries=True)
+    process = _process(target, LIBS_CHECK, libraries=True)
     pid, binary = process.pid, process.exe
     result = target.host.run(f"readelf -d {shlex.quote(str(binary))}")
     if result.rc != 0:
-        raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/readelf-failed", where=f"{target.spec} readelf -d {binary}",
-                      observed=f"readelf exited {result.rc}: {result.stderr.strip()[:200]}",
-                      expected="the binary's dynamic section", fix="install binutils on the host")
+        raise LIBS_CHECK.fail(target, "readelf-failed", where=f"{target.spec} readelf -d {binary}",
+                              observed=f"readelf exited {result.rc}: {result.stderr.strip()[:200]}",
+                              expected="the binary's dynamic section", fix="install binutils on the host")
     needed, paths = runpath(result.stdout)
     origin = str(binary).rsplit("/", 1)[0]
     expected_dirs = {p.replace("$ORIGIN", origin).replace("${ORIGIN}", origin).rstrip("/") for p in paths}
@@ -237,19 +285,19 @@ def host_runtime_libs(target: HostTarget) -> None:
             continue
         directory = path.rsplit("/", 1)[0]
         if _normal(directory) not in expected_dirs:
-            raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/not-at-depth", where=f"{target.spec} /proc/{pid}/maps",
-                          observed=f"{lib} is loaded from {directory}",
-                          expected=(f"the bundled copy at the binary's RUNPATH: {', '.join(sorted(expected_dirs))}"
-                                    if expected_dirs else f"{binary} to carry a RUNPATH ($ORIGIN/...) for its bundled libraries"),
-                          fix=("copy the build's lib directory with its structure (cp -r SRC/. DST/, never into a missing "
-                               "DST): the loader and rocBLAS/hipBLASLt look at a fixed depth under the binary"))
+            raise LIBS_CHECK.fail(target, "not-at-depth", where=f"{target.spec} /proc/{pid}/maps",
+                                  observed=f"{lib} is loaded from {directory}",
+                                  expected=(f"the bundled copy at the binary's RUNPATH: {', '.join(sorted(expected_dirs))}"
+                                            if expected_dirs else f"{binary} to carry a RUNPATH ($ORIGIN/...) for its bundled libraries"),
+                                  fix=("copy the build's lib directory with its structure (cp -r SRC/. DST/, never into a missing "
+                                       "DST): the loader and rocBLAS/hipBLASLt look at a fixed depth under the binary"))
         if lib.startswith("librocblas"):
             tensile = f"{directory}/rocblas/library/TensileLibrary.dat"
             if not target.host.file(tensile).exists:
-                raise Failure(service=target.name, check=LIBS, code=f"{LIBS}/tensile-missing", where=f"{target.spec} {tensile}",
-                              observed=f"{tensile} does not exist: the first request dies in rocBLAS after /health is green",
-                              expected="rocBLAS's device code at rocblas/library/ under the bundled lib directory",
-                              fix="copy rocblas/library/ (and hipblaslt/library/) to the depth the loader expects")
+                raise LIBS_CHECK.fail(target, "tensile-missing", where=f"{target.spec} {tensile}",
+                                      observed=f"{tensile} does not exist: the first request dies in rocBLAS after /health is green",
+                                      expected="rocBLAS's device code at rocblas/library/ under the bundled lib directory",
+                                      fix="copy rocblas/library/ (and hipblaslt/library/) to the depth the loader expects")
 
 
 def _normal(path: str) -> str:

@@ -11,7 +11,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import live_check
 from fleetgate.live.client import Reply
 from fleetgate.live.endpoint import (
     TEMPLATE_ALLOWANCE_TOKENS,
@@ -34,8 +34,13 @@ the prefill at the measured rate, when that is shorter) beyond a one-token reque
 instant -- which waits in the same queue for a slot -- did work it should not have, whatever the rate."""
 
 
-def _knows_drafter(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.speculative is not None and endpoint.dialect.drafts_metric is not None
+def _no_drafter(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.speculative is None:
+        return (f"{DRAFTER} does not apply to {endpoint.name}: fleetgate reads no command line of its engine "
+                f"({endpoint.engine}) to say whether it drafts")
+    if endpoint.dialect.drafts_metric is None:
+        return f"{DRAFTER} does not apply to {endpoint.name}: its engine ({endpoint.engine}) exports no drafting counter"
+    return None
 
 
 def _slot_types(endpoint: LiveEndpoint) -> set[str] | None:
@@ -65,16 +70,25 @@ def _acceptance_floor(endpoint: LiveEndpoint) -> tuple[float | None, str]:
     return None, "no floor declared (contract draft_acceptance_min) and no acceptance alert rule"
 
 
-@check(
+DRAFTER_CHECK = live_check(
     DRAFTER,
-    kind="live",
-    subject="endpoint",
     cites=("C-SP-1", "C-SP-5", "B-OB-2", "INC-16"),
-    applies=_knows_drafter,
     summary="where a drafter is declared: the declared spec type runs (/slots), it drafts on a request built "
     "to draft, acceptance clears the floor (contract, else the fleet's alert rule), and every spec counter "
     "exists and moves by what the response reports; where none is declared, nothing drafts",
+    requires=_no_drafter,
+    codes={
+        "counter-missing": "a speculative-decoding counter the drafter alerts watch is not in /metrics (B-OB-2, INC-16)",
+        "other-type": "the slots run another `--spec-type` than the rendered one (/slots)",
+        "not-drafting": "a drafter is declared, but a counting request drafts nothing: no counter moves, timings show no draft (INC-16)",
+        "undeclared-drafter": "the endpoint drafts although its files declare no drafter",
+        "counters-frozen": "the spec counters in /metrics moved less than the answer's own timings report (INC-16)",
+        "acceptance-below-floor": "draft acceptance on a counting request is below the floor (contract, else the fleet's alert rule)",
+    },
 )
+
+
+@DRAFTER_CHECK.register
 def live_drafter(endpoint: LiveEndpoint) -> None:
     dialect, contract = endpoint.dialect, endpoint.contract
     assert dialect.drafts_metric is not None
@@ -101,16 +115,14 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if before is not None and after is not None:
         missing = [m for m in counters if m not in after]
         if contract.speculative and missing:
-            raise endpoint.fail(
-                DRAFTER,
-                code="counter-missing",
-                where=endpoint.url + "/metrics",
-                cites=("B-OB-2", "INC-16"),
-                observed=f"/metrics has no {', '.join(missing)}",
-                expected="the engine's speculative-decoding counters, which the drafter alert rules watch",
-                fix="a counter that is not exported cannot move: the drafter-off alert can never fire; check the "
-                "engine build and whatever serves /metrics",
-            )
+            raise DRAFTER_CHECK.fail(endpoint, "counter-missing",
+                                         where=endpoint.url + "/metrics",
+                                         cites=("B-OB-2", "INC-16"),
+                                         observed=f"/metrics has no {', '.join(missing)}",
+                                         expected="the engine's speculative-decoding counters, which the drafter alert rules watch",
+                                         fix="a counter that is not exported cannot move: the drafter-off alert can never fire; check the "
+                                         "engine build and whatever serves /metrics",
+                                     )
         moved = {m: after.get(m, 0.0) - before.get(m, 0.0) for m in counters}
     evidence = []
     if moved:
@@ -122,57 +134,49 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if running is not None:
         evidence.append(f"/slots spec type {', '.join(sorted(running)) or 'none'}")
     if contract.speculative and running and running != set(contract.spec_types):
-        raise endpoint.fail(
-            DRAFTER,
-            code="other-type",
-            where=endpoint.where_flag("spec_type"),
-            cites=("C-SP-1",),
-            observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
-            expected=f"--spec-type {','.join(contract.spec_types)}, as rendered",
-            fix="the process was started with another drafter than the files declare: restart it from the env "
-            "file",
-        )
+        raise DRAFTER_CHECK.fail(endpoint, "other-type",
+                                     where=endpoint.where_flag("spec_type"),
+                                     cites=("C-SP-1",),
+                                     observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
+                                     expected=f"--spec-type {','.join(contract.spec_types)}, as rendered",
+                                     fix="the process was started with another drafter than the files declare: restart it from the env "
+                                     "file",
+                                 )
     drafting = moved.get(dialect.drafts_metric, 0.0) > 0 or (drafted or 0) > 0
     if contract.speculative and not drafting:
-        raise endpoint.fail(
-            DRAFTER,
-            code="not-drafting",
-            where=endpoint.where_flag("spec_type"),
-            cites=("C-SP-1", "INC-16"),
-            observed="no drafting across a counting request: " + "; ".join(evidence),
-            expected=f"drafts on a request built to draft: the rendered config runs --spec-type "
-            f"{','.join(contract.spec_types)}",
-            fix="the drafter is declared but not running: read the load log for the draft model and "
-            "'adding speculative implementation'; without --spec-type nothing drafts even with a draft model",
-        )
+        raise DRAFTER_CHECK.fail(endpoint, "not-drafting",
+                                     where=endpoint.where_flag("spec_type"),
+                                     cites=("C-SP-1", "INC-16"),
+                                     observed="no drafting across a counting request: " + "; ".join(evidence),
+                                     expected=f"drafts on a request built to draft: the rendered config runs --spec-type "
+                                     f"{','.join(contract.spec_types)}",
+                                     fix="the drafter is declared but not running: read the load log for the draft model and "
+                                     "'adding speculative implementation'; without --spec-type nothing drafts even with a draft model",
+                                 )
     if not contract.speculative and drafting:
-        raise endpoint.fail(
-            DRAFTER,
-            code="undeclared-drafter",
-            where=endpoint.where_flag("spec_type"),
-            cites=("C-SP-1",),
-            observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
-            expected="no speculative decoding (no --spec-type in the rendered config)",
-            fix="the process was started with flags the files do not have: restart it from the env file",
-        )
+        raise DRAFTER_CHECK.fail(endpoint, "undeclared-drafter",
+                                     where=endpoint.where_flag("spec_type"),
+                                     cites=("C-SP-1",),
+                                     observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
+                                     expected="no speculative decoding (no --spec-type in the rendered config)",
+                                     fix="the process was started with flags the files do not have: restart it from the env file",
+                                 )
     if not contract.speculative:
         endpoint.note("; ".join(evidence))
         return
     if moved and drafted is not None and accepted is not None and dialect.draft_tokens_metric and dialect.accepted_metric:
         counted = (moved[dialect.draft_tokens_metric], moved[dialect.accepted_metric])
         if counted[0] < drafted or counted[1] < accepted:
-            raise endpoint.fail(
-                DRAFTER,
-                code="counters-frozen",
-                where=endpoint.url + "/metrics",
-                cites=("B-OB-2", "INC-16"),
-                observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
-                f"{dialect.draft_tokens_metric} moved by {counted[0]:g} and {dialect.accepted_metric} by "
-                f"{counted[1]:g}",
-                expected="the counters move at least by what the answer reports",
-                fix="what Prometheus scrapes is not what the engine counts (a caching proxy, a stale exporter): "
-                "the drafter alerts watch frozen numbers",
-            )
+            raise DRAFTER_CHECK.fail(endpoint, "counters-frozen",
+                                         where=endpoint.url + "/metrics",
+                                         cites=("B-OB-2", "INC-16"),
+                                         observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
+                                         f"{dialect.draft_tokens_metric} moved by {counted[0]:g} and {dialect.accepted_metric} by "
+                                         f"{counted[1]:g}",
+                                         expected="the counters move at least by what the answer reports",
+                                         fix="what Prometheus scrapes is not what the engine counts (a caching proxy, a stale exporter): "
+                                         "the drafter alerts watch frozen numbers",
+                                     )
     if drafted is None and moved and dialect.draft_tokens_metric and dialect.accepted_metric:
         drafted = int(moved[dialect.draft_tokens_metric])
         accepted = int(moved[dialect.accepted_metric])
@@ -181,17 +185,15 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         acceptance = accepted / drafted
         endpoint.measure("draft_acceptance", acceptance)
         if floor is not None and acceptance < floor:
-            raise endpoint.fail(
-                DRAFTER,
-                code="acceptance-below-floor",
-                where=endpoint.where_flag("spec_type"),
-                cites=("C-SP-5", "B-OB-2"),
-                observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
-                f"request: " + "; ".join(evidence),
-                expected=f"acceptance at least {floor:g} ({floor_why})",
-                fix="the drafter costs more than it saves: check that it is the declared draft model and type, "
-                "and that its vocabulary matches the target's",
-            )
+            raise DRAFTER_CHECK.fail(endpoint, "acceptance-below-floor",
+                                         where=endpoint.where_flag("spec_type"),
+                                         cites=("C-SP-5", "B-OB-2"),
+                                         observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
+                                         f"request: " + "; ".join(evidence),
+                                         expected=f"acceptance at least {floor:g} ({floor_why})",
+                                         fix="the drafter costs more than it saves: check that it is the declared draft model and type, "
+                                         "and that its vocabulary matches the target's",
+                                     )
         endpoint.note(
             f"drafting: {accepted}/{drafted} accepted ({acceptance:.2f}, floor "
             f"{floor if floor is not None else 'none'}); " + "; ".join(evidence)
@@ -200,8 +202,11 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         endpoint.note("; ".join(evidence))
 
 
-def _caches(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.prefix_caching is True
+def _no_prefix_cache(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.prefix_caching is True:
+        return None
+    return (f"{PREFIX} does not apply to {endpoint.name}: its rendered command line turns no prefix cache on "
+            "(vLLM: --enable-prefix-caching), or fleetgate reads none for its engine")
 
 
 def _move_slots_on(endpoint: LiveEndpoint, salt: str) -> int:
@@ -230,15 +235,19 @@ def _move_slots_on(endpoint: LiveEndpoint, salt: str) -> int:
     return n_slots
 
 
-@check(
+PREFIX_CHECK = live_check(
     PREFIX,
-    kind="live",
-    subject="endpoint",
     cites=("C-CA-1", "C-CA-5", "INC-11", "INC-43"),
-    applies=_caches,
     summary="a conversation that returns after every slot has moved on is served from the prompt cache "
     "(cached tokens reported)",
+    requires=_no_prefix_cache,
+    codes={
+        "not-reused": "a conversation returning after every slot moved on had under half its prompt served from cache",
+    },
 )
+
+
+@PREFIX_CHECK.register
 def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     # A salt makes the prompt new to this server; the return must then come from the cache.
     salt = secrets.token_hex(4)
@@ -267,17 +276,15 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
         endpoint.measure("prefill_tok_s", float(cold_rate))
     away = f"after {moved} other conversations took every slot" if moved else "repeated at once"
     if not isinstance(prompt, int) or cached is None or cached < prompt // 2:
-        raise endpoint.fail(
-            PREFIX,
-            code="not-reused",
-            where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
-            cites=("C-CA-1",),
-            observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
-            f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
-            expected="at least half the prompt served from cache when the conversation returns",
-            fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
-            "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)",
-        )
+        raise PREFIX_CHECK.fail(endpoint, "not-reused",
+                                    where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
+                                    cites=("C-CA-1",),
+                                    observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
+                                    f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
+                                    expected="at least half the prompt served from cache when the conversation returns",
+                                    fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
+                                    "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)",
+                                )
     endpoint.measure("cached_tokens", cached)
     endpoint.note(
         f"returned {away}: reused {cached}/{prompt} tokens ({first.elapsed:.2f} s cold, "
@@ -285,8 +292,10 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     )
 
 
-def _has_window(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.window is not None
+def _no_window(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.window is not None:
+        return None
+    return f"{CAPACITY} does not apply to {endpoint.name}: neither its rendered config nor its contract gives a context window"
 
 
 def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: int) -> Reply:
@@ -297,26 +306,33 @@ def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: 
     try:
         return endpoint.chat(CAPACITY, body, bound=bound)
     except OutOfTime as late:
-        raise endpoint.fail(
-            CAPACITY,
-            code="out-of-time",
-            where=late.url,
-            cites=("C-CAP-13",),
-            observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither refused nor answered",
-            expected=late.expected,
-            fix="a refusal comes before prefill, an accepted prompt within its prefill at this run's rates: "
-            "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it",
-        ) from None
+        raise CAPACITY_CHECK.fail(endpoint, "out-of-time",
+                                      where=late.url,
+                                      cites=("C-CAP-13",),
+                                      observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither "
+                                               "refused nor answered",
+                                      expected=late.expected,
+                                      fix="a refusal comes before prefill, an accepted prompt within its prefill at this run's rates: "
+                                      "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it",
+                                  ) from None
 
 
-@check(
+CAPACITY_CHECK = live_check(
     CAPACITY,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-13", "C-CA-8", "INC-83"),
-    applies=_has_window,
     summary="a prompt just over the per-slot window is refused before prefill, naming its token count",
+    requires=_no_window,
+    codes={
+        "out-of-time": "the over-window prompt was neither refused nor answered within the bound this run's rates derive",
+        "accepted": "a prompt just over the per-slot window was accepted and prefilled: the process holds a larger window",
+        "unexplained-refusal": "the over-window prompt was refused without naming its token count (C-CA-8)",
+        "other-window": "the refusal names another window than the declared per-slot one, or a count not over it (INC-83)",
+        "slow-refusal": "the over-window prompt was refused later than a refusal before prefill takes (1 s, or half the prefill)",
+    },
 )
+
+
+@CAPACITY_CHECK.register
 def live_capacity(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
     window = contract.window
@@ -347,28 +363,24 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     )
     if reply.ok:
         prompt = usage_of(reply.json).get("prompt_tokens")
-        raise endpoint.fail(
-            CAPACITY,
-            code="accepted",
-            where=where,
-            cites=("C-CAP-13",),
-            observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
-            expected=f"a refusal: the window is {window} tokens",
-            fix="the process holds a larger window than the files declare: restart from the env file, or "
-            "declare it",
-        )
+        raise CAPACITY_CHECK.fail(endpoint, "accepted",
+                                      where=where,
+                                      cites=("C-CAP-13",),
+                                      observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
+                                      expected=f"a refusal: the window is {window} tokens",
+                                      fix="the process holds a larger window than the files declare: restart from the env file, or "
+                                      "declare it",
+                                  )
     refusal = endpoint.dialect.over_window(reply.status, reply.json, reply.error_message())
     if refusal is None or refusal.prompt_tokens is None:
-        raise endpoint.fail(
-            CAPACITY,
-            code="unexplained-refusal",
-            where=reply.url,
-            cites=("C-CA-8",),
-            observed=reply.brief(),
-            expected="a refusal that names the prompt's token count (the free calibration of C-CA-8)",
-            fix="the engine refuses without saying why: clients cannot tell an oversized prompt from an "
-            "outage",
-        )
+        raise CAPACITY_CHECK.fail(endpoint, "unexplained-refusal",
+                                      where=reply.url,
+                                      cites=("C-CA-8",),
+                                      observed=reply.brief(),
+                                      expected="a refusal that names the prompt's token count (the free calibration of C-CA-8)",
+                                      fix="the engine refuses without saying why: clients cannot tell an oversized prompt from an "
+                                      "outage",
+                                  )
     problems = []
     if refusal.prompt_tokens <= window:
         problems.append(
@@ -377,17 +389,15 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     if refusal.window is not None and refusal.window != window:
         problems.append(f"the engine's window is {refusal.window} tokens, not {window}")
     if problems:
-        raise endpoint.fail(
-            CAPACITY,
-            code="other-window",
-            where=where,
-            cites=("C-CAP-13", "C-CA-8", "INC-83"),
-            observed="; ".join(problems),
-            expected=f"a refusal at the {window}-token window clients are told "
-            f"(fleet.toml context_window {contract.context_window})",
-            fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
-            "declare",
-        )
+        raise CAPACITY_CHECK.fail(endpoint, "other-window",
+                                      where=where,
+                                      cites=("C-CAP-13", "C-CA-8", "INC-83"),
+                                      observed="; ".join(problems),
+                                      expected=f"a refusal at the {window}-token window clients are told "
+                                      f"(fleet.toml context_window {contract.context_window})",
+                                      fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
+                                      "declare",
+                                  )
     prefill = refusal.prompt_tokens / rate if rate else None
     base, base_why = REFUSAL_FLOOR_S, f"{REFUSAL_FLOOR_S:g} s"
     if prefill is not None and prefill / 2 < base:
@@ -400,16 +410,14 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         bound = base + overhead
         bound_why = f"{base_why} + {overhead:.2f} s request overhead measured"
     if reply.elapsed > bound:
-        raise endpoint.fail(
-            CAPACITY,
-            code="slow-refusal",
-            where=reply.url,
-            cites=("C-CAP-13", "C-CA-8"),
-            observed=f"the {refusal.prompt_tokens}-token prompt was refused after {reply.elapsed:.2f} s",
-            expected=f"a refusal before prefill: within {bound:.2f} s ({bound_why})",
-            fix="the refusal comes after work it should not need (prefill, a queue, a proxy that holds "
-            "errors): clients wait that long for every oversized prompt",
-        )
+        raise CAPACITY_CHECK.fail(endpoint, "slow-refusal",
+                                      where=reply.url,
+                                      cites=("C-CAP-13", "C-CA-8"),
+                                      observed=f"the {refusal.prompt_tokens}-token prompt was refused after {reply.elapsed:.2f} s",
+                                      expected=f"a refusal before prefill: within {bound:.2f} s ({bound_why})",
+                                      fix="the refusal comes after work it should not need (prefill, a queue, a proxy that holds "
+                                      "errors): clients wait that long for every oversized prompt",
+                                  )
     before = f"; prefilling it would take {prefill:.1f} s" if prefill else ""
     endpoint.measure("refusal_ms", reply.elapsed * 1000)
     endpoint.note(

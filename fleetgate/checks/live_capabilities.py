@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-from fleetgate.checks import check
+from fleetgate.checks import live_check
 from fleetgate.live.client import Reply, shorten
 from fleetgate.live.endpoint import (
     LiveEndpoint,
@@ -79,8 +79,10 @@ _EXAMPLE: list[dict[str, Any]] = [
 _QUESTION = {"role": "user", "content": "What is the weather in Paris in celsius?"}
 
 
-def _declares_tools(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.tools is True
+def _no_tools(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.tools is True:
+        return None
+    return f"{TOOLS} does not apply to {endpoint.name}: its contract does not promise tool calls (contract.tools)"
 
 
 def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
@@ -89,28 +91,34 @@ def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
     try:
         return endpoint.chat(TOOLS, body, bound=bound)
     except OutOfTime as late:
-        raise endpoint.fail(
-            TOOLS,
-            code="out-of-time",
-            where=late.url,
-            cites=("C-CAP-2",),
-            observed=f"tool_choice {body['tool_choice']}: {late.observed}",
-            expected=late.expected,
-            fix="the engine took longer than its own rates allow (a stuck slot, a queue, a proxy that holds "
-            "requests with tools); the gate ran on in the meantime, so the other checks' rates are this "
-            "machine's: read the engine's log for this request",
-        ) from None
+        raise TOOLS_CHECK.fail(endpoint, "out-of-time",
+                                   where=late.url,
+                                   cites=("C-CAP-2",),
+                                   observed=f"tool_choice {body['tool_choice']}: {late.observed}",
+                                   expected=late.expected,
+                                   fix="the engine took longer than its own rates allow (a stuck slot, a queue, a proxy that holds "
+                                   "requests with tools); the gate ran on in the meantime, so the other checks' rates are this "
+                                   "machine's: read the engine's log for this request",
+                               ) from None
 
 
-@check(
+TOOLS_CHECK = live_check(
     TOOLS,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-2",),
-    applies=_declares_tools,
     summary="tool_choice required returns finish_reason tool_calls with exactly one call whose arguments "
     "validate against the tool's JSON Schema; tool_choice none returns no call",
+    requires=_no_tools,
+    codes={
+        "out-of-time": "a tool request got no answer within the bound this run's measured rates derive",
+        "no-structured-call": "`tool_choice: required` gave no single well-formed, schema-valid call with finish_reason `tool_calls`",
+        "none-refused": "`tool_choice: none` was refused with an error status",
+        "call-despite-none": "`tool_choice: none` was answered with a tool call",
+        "call-as-text": "under `tool_choice: auto` (vLLM) the model's call was left as text in the content, not in tool_calls",
+    },
 )
+
+
+@TOOLS_CHECK.register
 def live_tool_calls(endpoint: LiveEndpoint) -> None:
     schema = WEATHER_TOOL["function"]["parameters"]
     base: dict[str, Any] = {
@@ -164,39 +172,33 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
         if not (isinstance(call, dict) and call.get("id") and call.get("type") == "function"):
             problems.append(f"the call lacks an id or type=function: {shorten(json.dumps(call), 100)}")
     if problems:
-        raise endpoint.fail(
-            TOOLS,
-            code="no-structured-call",
-            where=reply.url,
-            cites=("C-CAP-2",),
-            observed="tool_choice required: " + "; ".join(problems),
-            expected="finish_reason 'tool_calls', exactly one call to get_weather, arguments valid "
-            "against its schema",
-            fix=fix,
-        )
+        raise TOOLS_CHECK.fail(endpoint, "no-structured-call",
+                                   where=reply.url,
+                                   cites=("C-CAP-2",),
+                                   observed="tool_choice required: " + "; ".join(problems),
+                                   expected="finish_reason 'tool_calls', exactly one call to get_weather, arguments valid "
+                                   "against its schema",
+                                   fix=fix,
+                               )
     arguments = calls[0]["function"]["arguments"]
     reply = _tool_chat(endpoint, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
-        raise endpoint.fail(
-            TOOLS,
-            code="none-refused",
-            where=reply.url,
-            observed=f"tool_choice none: {reply.brief()}",
-            expected="200 without a tool call",
-            fix=fix,
-        )
+        raise TOOLS_CHECK.fail(endpoint, "none-refused",
+                                   where=reply.url,
+                                   observed=f"tool_choice none: {reply.brief()}",
+                                   expected="200 without a tool call",
+                                   fix=fix,
+                               )
     none_calls = message_of(reply.json).get("tool_calls")
     if none_calls or finish_reason_of(reply.json) == "tool_calls":
-        raise endpoint.fail(
-            TOOLS,
-            code="call-despite-none",
-            where=reply.url,
-            cites=("C-CAP-2",),
-            observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
-            f"finish_reason {finish_reason_of(reply.json)!r}",
-            expected="no tool call when the client says none",
-            fix=fix,
-        )
+        raise TOOLS_CHECK.fail(endpoint, "call-despite-none",
+                                   where=reply.url,
+                                   cites=("C-CAP-2",),
+                                   observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
+                                   f"finish_reason {finish_reason_of(reply.json)!r}",
+                                   expected="no tool call when the client says none",
+                                   fix=fix,
+                               )
     auto = _auto_tool_call(endpoint, base)
     endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}")
 
@@ -224,24 +226,24 @@ def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
     content = message.get("content") if isinstance(message.get("content"), str) else ""
     name = WEATHER_TOOL["function"]["name"]
     if not calls and name in (content or ""):
-        raise endpoint.fail(
-            TOOLS,
-            code="call-as-text",
-            where=endpoint.where_flag("tool_call_parser"),
-            cites=("C-CAP-2",),
-            observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
-            f"is in the content: {shorten(content or '', 100)!r}",
-            expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
-            fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
-            "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text",
-        )
+        raise TOOLS_CHECK.fail(endpoint, "call-as-text",
+                                   where=endpoint.where_flag("tool_call_parser"),
+                                   cites=("C-CAP-2",),
+                                   observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
+                                   f"is in the content: {shorten(content or '', 100)!r}",
+                                   expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
+                                   fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
+                                   "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text",
+                               )
     if calls:
         return f"; auto -> {len(calls)} parsed call(s)"
     return "; auto -> no call (the model wrote none: the parser was not exercised)"
 
 
-def _vision_declared(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.vision is not None
+def _vision_undeclared(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.vision is not None:
+        return None
+    return f"{VISION} does not apply to {endpoint.name}: its contract says nothing of images (contract.vision)"
 
 
 def _image_message(text: str, png: bytes | None) -> list[dict[str, Any]]:
@@ -251,15 +253,22 @@ def _image_message(text: str, png: bytes | None) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}]
 
 
-@check(
+VISION_CHECK = live_check(
     VISION,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-1", "C-CAP-5", "C-CAP-6", "INC-08", "INC-84"),
-    applies=_vision_declared,
     summary="where vision is declared an image is accepted and billed as prompt tokens (and /props says "
     "vision); where it is not, an image is refused cleanly",
+    requires=_vision_undeclared,
+    codes={
+        "image-accepted": "an endpoint declared text-only accepted an image, or /props reports vision",
+        "foreign-refusal": "a text-only endpoint's refusal of an image is not the engine's own (an auth layer, a proxy, a crash)",
+        "not-accepted": "a vision endpoint refused the image, or /props does not report vision (INC-08)",
+        "image-not-billed": "the image request was billed no more prompt tokens than its text alone: the image never reached the model",
+    },
 )
+
+
+@VISION_CHECK.register
 def live_vision(endpoint: LiveEndpoint) -> None:
     declared = bool(endpoint.contract.vision)
     where = endpoint.where_contract("vision")
@@ -281,34 +290,30 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     )
     if not declared:
         if with_image.ok or modality:
-            raise endpoint.fail(
-                VISION,
-                code="image-accepted",
-                where=where,
-                cites=("C-CAP-6",),
-                observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
-                expected="a refusal: the contract says vision = false",
-                fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
-                "vision = true "
-                "so clients send images",
-            )
+            raise VISION_CHECK.fail(endpoint, "image-accepted",
+                                        where=where,
+                                        cites=("C-CAP-6",),
+                                        observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
+                                        expected="a refusal: the contract says vision = false",
+                                        fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
+                                        "vision = true "
+                                        "so clients send images",
+                                    )
         message = with_image.error_message()
         own = endpoint.dialect.image_refusal
         if own is None or with_image.status != own[0] or not own[1].search(message):
-            raise endpoint.fail(
-                VISION,
-                code="foreign-refusal",
-                where=with_image.url,
-                cites=("C-CAP-6",),
-                observed=with_image.brief(),
-                expected=(
-                    f"the engine's own refusal of image input (HTTP {own[0]} matching {own[1].pattern!r})"
-                    if own
-                    else "the engine's own refusal of image input"
-                ),
-                fix="something other than the engine's image check answered (an auth layer, a proxy, a crash): "
-                "the gate cannot tell that images are refused; read the status and fix what answered",
-            )
+            raise VISION_CHECK.fail(endpoint, "foreign-refusal",
+                                        where=with_image.url,
+                                        cites=("C-CAP-6",),
+                                        observed=with_image.brief(),
+                                        expected=(
+                                            f"the engine's own refusal of image input (HTTP {own[0]} matching {own[1].pattern!r})"
+                                            if own
+                                            else "the engine's own refusal of image input"
+                                        ),
+                                        fix="something other than the engine's image check answered (an auth layer, a proxy, a crash): "
+                                        "the gate cannot tell that images are refused; read the status and fix what answered",
+                                    )
         endpoint.note(f"text-only: image refused ({with_image.brief()[:60]})")
         return
     problems = []
@@ -317,17 +322,15 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if not with_image.ok:
         problems.append(f"the image request answered {with_image.brief()}")
     if problems:
-        raise endpoint.fail(
-            VISION,
-            code="not-accepted",
-            where=endpoint.where_flag("mmproj"),
-            cites=("C-CAP-1", "C-CAP-6", "INC-08"),
-            observed="; ".join(problems),
-            expected="an endpoint that accepts images (the contract declares vision = true)",
-            fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
-            "endpoint comes "
-            "up healthy and text-only",
-        )
+        raise VISION_CHECK.fail(endpoint, "not-accepted",
+                                    where=endpoint.where_flag("mmproj"),
+                                    cites=("C-CAP-1", "C-CAP-6", "INC-08"),
+                                    observed="; ".join(problems),
+                                    expected="an endpoint that accepts images (the contract declares vision = true)",
+                                    fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
+                                    "endpoint comes "
+                                    "up healthy and text-only",
+                                )
     text_only = endpoint.chat(
         VISION,
         {
@@ -342,32 +345,36 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if not (
         isinstance(with_tokens, int) and isinstance(without_tokens, int) and with_tokens > without_tokens
     ):
-        raise endpoint.fail(
-            VISION,
-            code="image-not-billed",
-            where=with_image.url,
-            cites=("C-CAP-5", "INC-84"),
-            observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
-            expected="more prompt tokens with the image: the image must reach the model as tokens",
-            fix="the image is dropped before the model (a client field the engine ignores, or no projector)",
-        )
+        raise VISION_CHECK.fail(endpoint, "image-not-billed",
+                                    where=with_image.url,
+                                    cites=("C-CAP-5", "INC-84"),
+                                    observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
+                                    expected="more prompt tokens with the image: the image must reach the model as tokens",
+                                    fix="the image is dropped before the model (a client field the engine ignores, or no projector)",
+                                )
     image_tokens = with_tokens - without_tokens
     endpoint.measure("image_tokens", image_tokens)
     endpoint.note(f"image accepted, {image_tokens} image tokens billed")
 
 
-def _vision_true(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.vision is True
+def _no_vision(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.vision is True:
+        return None
+    return f"{COLOUR} does not apply to {endpoint.name}: its contract does not promise vision (contract.vision = true)"
 
 
-@check(
+COLOUR_CHECK = live_check(
     COLOUR,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-3", "C-CAP-4"),
-    applies=_vision_true,
     summary="a generated solid-colour PNG is named back (the model sees the pixels)",
+    requires=_no_vision,
+    codes={
+        "colour-not-named": "the answer for a solid red PNG does not name 'red': the model does not see the pixels",
+    },
 )
+
+
+@COLOUR_CHECK.register
 def live_vision_colour(endpoint: LiveEndpoint) -> None:
     png = solid_png(COLOURS["red"], 256)
     reply = endpoint.chat(
@@ -391,22 +398,22 @@ def live_vision_colour(endpoint: LiveEndpoint) -> None:
         message.get(endpoint.contract.reasoning_field or "content") or ""
     )
     if not re.search(r"\bred\b", text, re.I):
-        raise endpoint.fail(
-            COLOUR,
-            code="colour-not-named",
-            where=reply.url,
-            cites=("C-CAP-3",),
-            observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
-            expected="'red'",
-            fix="the image reaches the model but the model does not see it: a projector that does not "
-            "belong to "
-            "this model (or a broken one), or an image the client sends in a field the engine ignores",
-        )
+        raise COLOUR_CHECK.fail(endpoint, "colour-not-named",
+                                    where=reply.url,
+                                    cites=("C-CAP-3",),
+                                    observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
+                                    expected="'red'",
+                                    fix="the image reaches the model but the model does not see it: a projector that does not "
+                                    "belong to "
+                                    "this model (or a broken one), or an image the client sends in a field the engine ignores",
+                                )
     endpoint.note(f"named the colour: {shorten(text, 40)!r}")
 
 
-def _declares_reasoning(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.reasoning_field is not None
+def _no_reasoning(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.reasoning_field is not None:
+        return None
+    return f"{REASONING} does not apply to {endpoint.name}: its contract declares no reasoning field (contract.reasoning_field)"
 
 
 _TAGS = re.compile(r"</?think>|<\|channel\|>|</?reasoning>", re.I)
@@ -414,16 +421,22 @@ ANSWER_TOKENS = 16
 """Tokens of answer the reasoning probe leaves after the trace budget."""
 
 
-@check(
+REASONING_CHECK = live_check(
     REASONING,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-8", "C-CAP-9", "INC-72"),
-    applies=_declares_reasoning,
     summary="with thinking on, a client gets the trace in the declared field and a non-empty answer in content "
     "within the reasoning budget, and no think tag in the content (the model is kept from writing tags itself, "
     "so any tag there is the engine's)",
+    requires=_no_reasoning,
+    codes={
+        "tags-in-content": "a think tag reached the content: the engine did not parse the trace out of it (INC-72)",
+        "no-trace": "with thinking on, the declared reasoning field came back empty (the trace elsewhere, or none) (INC-72)",
+        "no-answer": "with thinking on, the content stayed empty within the budget + 16 tokens: the trace never ended",
+    },
 )
+
+
+@REASONING_CHECK.register
 def live_reasoning(endpoint: LiveEndpoint) -> None:
     field = endpoint.contract.reasoning_field
     assert field is not None
@@ -455,59 +468,59 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
     where = endpoint.where_flag("reasoning_budget") if budget is not None else endpoint.where_contract("reasoning_field")
     tags = _TAGS.findall(content or "")
     if tags:
-        raise endpoint.fail(
-            REASONING,
-            code="tags-in-content",
-            where=endpoint.where_flag("reasoning_format"),
-            cites=("C-CAP-8", "INC-72"),
-            observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
-            expected=f"the trace parsed out of the content into message.{field}",
-            fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
-            "the content); vLLM: --reasoning-parser",
-        )
+        raise REASONING_CHECK.fail(endpoint, "tags-in-content",
+                                       where=endpoint.where_flag("reasoning_format"),
+                                       cites=("C-CAP-8", "INC-72"),
+                                       observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
+                                       expected=f"the trace parsed out of the content into message.{field}",
+                                       fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
+                                       "the content); vLLM: --reasoning-parser",
+                                   )
     if not isinstance(trace, str) or not trace.strip():
-        raise endpoint.fail(
-            REASONING,
-            code="no-trace",
-            where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
-            cites=("C-CAP-8", "INC-72"),
-            observed=f"message.{field} is {shorten(repr(trace), 40)}"
-            + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
-            + f"; content {shorten(content or '', 60)!r}",
-            expected=f"the trace in message.{field} (fleet.toml reasoning_field), within {budget_words}",
-            fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
-            "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)",
-        )
+        raise REASONING_CHECK.fail(endpoint, "no-trace",
+                                       where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
+                                       cites=("C-CAP-8", "INC-72"),
+                                       observed=f"message.{field} is {shorten(repr(trace), 40)}"
+                                       + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
+                                       + f"; content {shorten(content or '', 60)!r}",
+                                       expected=f"the trace in message.{field} (fleet.toml reasoning_field), within {budget_words}",
+                                       fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
+                                       "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)",
+                                   )
     if not (content or "").strip():
-        raise endpoint.fail(
-            REASONING,
-            code="no-answer",
-            where=where,
-            cites=("C-CAP-9",),
-            observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
-            f"({len(trace)} chars); content {content!r}",
-            expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
-            fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
-            "max_tokens gets an empty answer; set a budget below what clients ask for",
-        )
+        raise REASONING_CHECK.fail(endpoint, "no-answer",
+                                       where=where,
+                                       cites=("C-CAP-9",),
+                                       observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
+                                       f"({len(trace)} chars); content {content!r}",
+                                       expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
+                                       fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
+                                       "max_tokens gets an empty answer; set a budget below what clients ask for",
+                                   )
     endpoint.note(
         f"trace in {field} ({len(trace)} chars), answer in content ({len(content or '')} chars) "
         f"within {max_tokens} tokens ({budget_words})"
     )
 
 
-def _declares_efforts(endpoint: LiveEndpoint) -> bool:
-    return bool(endpoint.contract.reasoning_effort)
+def _no_efforts(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.reasoning_effort:
+        return None
+    return f"{EFFORT} does not apply to {endpoint.name}: its contract declares no reasoning_effort statuses"
 
 
-@check(
+EFFORT_CHECK = live_check(
     EFFORT,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-10", "C-CAP-11", "INC-26"),
-    applies=_declares_efforts,
     summary="each reasoning_effort value answers the status fleet.toml declares for it",
+    requires=_no_efforts,
+    codes={
+        "other-status": "a `reasoning_effort` value answered another HTTP status than fleet.toml declares for it (INC-26)",
+    },
 )
+
+
+@EFFORT_CHECK.register
 def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
     wrong = []
     seen = []
@@ -528,15 +541,13 @@ def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
                 + (f" ({shorten(reply.error_message(), 80)})" if not reply.ok else "")
             )
     if wrong:
-        raise endpoint.fail(
-            EFFORT,
-            code="other-status",
-            where=endpoint.where_contract("reasoning_effort"),
-            cites=("C-CAP-10", "INC-26"),
-            observed="; ".join(wrong),
-            expected="the statuses of fleet.toml's reasoning_effort map (what clients are told)",
-            fix="the template changed, or the map is stale: update the map and every client's copy "
-            "(models.yml) "
-            "in the same pass",
-        )
+        raise EFFORT_CHECK.fail(endpoint, "other-status",
+                                    where=endpoint.where_contract("reasoning_effort"),
+                                    cites=("C-CAP-10", "INC-26"),
+                                    observed="; ".join(wrong),
+                                    expected="the statuses of fleet.toml's reasoning_effort map (what clients are told)",
+                                    fix="the template changed, or the map is stale: update the map and every client's copy "
+                                    "(models.yml) "
+                                    "in the same pass",
+                                )
     endpoint.note(", ".join(seen))

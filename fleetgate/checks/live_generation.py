@@ -15,7 +15,7 @@ import itertools
 import re
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import live_check
 from fleetgate.live.client import StreamReply, shorten
 from fleetgate.live.endpoint import (
     OVERHEAD_FLOOR_S,
@@ -51,15 +51,22 @@ def _text(message: Any, field: str | None) -> str:
     return text
 
 
-@check(
+CHAT_CHECK = live_check(
     CHAT,
-    kind="live",
-    subject="endpoint",
     cites=("C-L-3", "C-H-9", "C-PF-1", "INC-01", "INC-33", "INC-55"),
     summary="a real chat completion answers 200 with generated text (not garbage) and usage; a request "
     "without max_tokens whose grammar admits one answer gets all of it (a server-side cap fails); decode rate "
     "from timings",
+    codes={
+        "slower-than-bound": "the one-token readiness request took longer than its bound: something holds every request",
+        "empty-answer": "the completion carries no text (content or the reasoning field) or no completion_tokens",
+        "cut-by-server": "a request without max_tokens got less than the one answer its grammar admits: a server-side cap",
+        "garbage": "the completion has not a single letter (INC-33)",
+    },
 )
+
+
+@CHAT_CHECK.register
 def live_chat(endpoint: LiveEndpoint) -> None:
     # The readiness probe's one-token request: held beyond its bound outside the engine, it stops the run.
     halt = endpoint.prepare()
@@ -86,17 +93,15 @@ def live_chat(endpoint: LiveEndpoint) -> None:
     completion = usage_of(reply.json).get("completion_tokens")
     finish = finish_reason_of(reply.json)
     if not text.strip() or not isinstance(completion, int) or completion < 1:
-        raise endpoint.fail(
-            CHAT,
-            code="empty-answer",
-            where=reply.url,
-            cites=("C-L-3", "INC-33"),
-            observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
-            f"usage.completion_tokens {completion!r}",
-            expected="generated text (content, or the declared reasoning field) and "
-            "usage.completion_tokens >= 1",
-            fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template",
-        )
+        raise CHAT_CHECK.fail(endpoint, "empty-answer",
+                                  where=reply.url,
+                                  cites=("C-L-3", "INC-33"),
+                                  observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
+                                  f"usage.completion_tokens {completion!r}",
+                                  expected="generated text (content, or the declared reasoning field) and "
+                                  "usage.completion_tokens >= 1",
+                                  fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template",
+                              )
     fixed = endpoint.dialect.fixed_answer
     if fixed is not None:
         # No max_tokens: the grammar ends the answer. A server-side cap (which applies only to requests
@@ -115,29 +120,25 @@ def live_chat(endpoint: LiveEndpoint) -> None:
         endpoint.require_ok(CHAT, capped, expected="200 with the one answer the grammar admits", cites=("C-L-3",))
         got = message_of(capped.json).get("content")
         if finish_reason_of(capped.json) != "stop" or got != answer:
-            raise endpoint.fail(
-                CHAT,
-                code="cut-by-server",
-                where=endpoint.where_flag("n_predict"),
-                cites=("C-L-3",),
-                observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
-                f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
-                f"finish_reason {finish_reason_of(capped.json)!r})",
-                expected=f"{answer!r}, finish_reason 'stop'",
-                fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
-                "-n): their answers are truncated; drop the cap or raise it above any answer",
-            )
+            raise CHAT_CHECK.fail(endpoint, "cut-by-server",
+                                      where=endpoint.where_flag("n_predict"),
+                                      cites=("C-L-3",),
+                                      observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
+                                      f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
+                                      f"finish_reason {finish_reason_of(capped.json)!r})",
+                                      expected=f"{answer!r}, finish_reason 'stop'",
+                                      fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
+                                      "-n): their answers are truncated; drop the cap or raise it above any answer",
+                                  )
     if not _LETTER.search(text):
-        raise endpoint.fail(
-            CHAT,
-            code="garbage",
-            where=reply.url,
-            cites=("INC-33",),
-            observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
-            expected="text: an answer to 'Write one short sentence about the sea' has letters in any language",
-            fix="the model computes garbage (INC-33: NaNs from a broken payload, a kernel or a sampler "
-            "setting such as a server-wide logit bias): check the payload and the engine's flags",
-        )
+        raise CHAT_CHECK.fail(endpoint, "garbage",
+                                  where=reply.url,
+                                  cites=("INC-33",),
+                                  observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
+                                  expected="text: an answer to 'Write one short sentence about the sea' has letters in any language",
+                                  fix="the model computes garbage (INC-33: NaNs from a broken payload, a kernel or a sampler "
+                                  "setting such as a server-wide logit bias): check the payload and the engine's flags",
+                              )
     timings = timings_of(reply.json)
     decode = timings.get("predicted_per_second")
     if isinstance(decode, int | float):
@@ -164,15 +165,22 @@ def _token_times(stream: StreamReply) -> list[float]:
     ]
 
 
-@check(
+STREAM_CHECK = live_check(
     STREAM,
-    kind="live",
-    subject="endpoint",
     cites=("C-L-3", "C-PF-1"),
     summary="a stream keeps one id, opens with the assistant role, has exactly one finish chunk, usage when "
     "asked, and ends with [DONE]; its first token comes within the TTFT bound, no gap exceeds the chunk bound, "
     "and its tokens arrive as the engine makes them, not all at once",
+    codes={
+        "malformed": "a stream broke the shape: more than one id, no role first, not one finish chunk, no usage or no [DONE]",
+        "no-tokens": "a stream finished without any chunk carrying generated text",
+        "too-slow": "a stream's first token or a gap between its chunks went over its bound (ttft_s, chunk_gap_s, else timings)",
+        "buffered": "a stream's tokens arrived within 25 % of the engine's generation time: held back and released at once",
+    },
 )
+
+
+@STREAM_CHECK.register
 def live_stream(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Count from one to five in words."}],
@@ -194,25 +202,21 @@ def live_stream(endpoint: LiveEndpoint) -> None:
 def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "the stream") -> str:
     """Fail the check on a refused, malformed, empty, slow or buffered stream; the note for a good one."""
     if stream.rate_limited:
-        raise endpoint.fail(
-            STREAM,
-            code="rate-limited",
-            where=stream.url,
-            observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After "
-            f"{stream.retry_after:g} s, still after {stream.retries} retries within the request's bound",
-            expected="an event stream once the endpoint's Retry-After has passed",
-            fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
-            "saturated, or give the gate's key a limit that admits its requests",
-        )
+        raise STREAM_CHECK.fail(endpoint, "rate-limited",
+                                    where=stream.url,
+                                    observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After "
+                                    f"{stream.retry_after:g} s, still after {stream.retries} retries within the request's bound",
+                                    expected="an event stream once the endpoint's Retry-After has passed",
+                                    fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
+                                    "saturated, or give the gate's key a limit that admits its requests",
+                                )
     if stream.status != 200:
-        raise endpoint.fail(
-            STREAM,
-            code="refused",
-            where=stream.url,
-            observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
-            expected="200 and an event stream",
-            fix="read the engine log for the refused stream",
-        )
+        raise STREAM_CHECK.fail(endpoint, "refused",
+                                    where=stream.url,
+                                    observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
+                                    expected="200 and an event stream",
+                                    fix="read the engine log for the refused stream",
+                                )
     problems: list[str] = []
     chunks = [e for e in stream.events if isinstance(e, dict)]
     ids = {c.get("id") for c in chunks}
@@ -243,26 +247,22 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     elif stream.after_done:
         problems.append(f"{stream.after_done} events after [DONE]")
     if problems:
-        raise endpoint.fail(
-            STREAM,
-            code="malformed",
-            where=stream.url,
-            cites=("C-L-3",),
-            observed=f"{which}: " + "; ".join(problems),
-            expected="one id, role=assistant first, exactly one finish_reason, a usage chunk, then [DONE]",
-            fix="clients (and proxies) wait for the finish chunk and [DONE]: check the engine build and "
-            "any proxy between the client and the engine",
-        )
+        raise STREAM_CHECK.fail(endpoint, "malformed",
+                                    where=stream.url,
+                                    cites=("C-L-3",),
+                                    observed=f"{which}: " + "; ".join(problems),
+                                    expected="one id, role=assistant first, exactly one finish_reason, a usage chunk, then [DONE]",
+                                    fix="clients (and proxies) wait for the finish chunk and [DONE]: check the engine build and "
+                                    "any proxy between the client and the engine",
+                                )
     times = _token_times(stream)
     if not times:
-        raise endpoint.fail(
-            STREAM,
-            code="no-tokens",
-            where=stream.url,
-            observed=f"{len(chunks)} chunks, none carrying generated text",
-            expected="the generated tokens as deltas",
-            fix="read the engine log: the stream finished without generating",
-        )
+        raise STREAM_CHECK.fail(endpoint, "no-tokens",
+                                    where=stream.url,
+                                    observed=f"{len(chunks)} chunks, none carrying generated text",
+                                    expected="the generated tokens as deltas",
+                                    fix="read the engine log: the stream finished without generating",
+                                )
     timings: dict[str, Any] = next(
         (c["timings"] for c in reversed(chunks) if isinstance(c.get("timings"), dict)), {}
     )
@@ -276,32 +276,28 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     if gaps and max(gaps) > gap_bound:
         slow.append(f"a gap of {max(gaps):.2f} s between chunks (bound {gap_bound:.1f} s: {gap_why})")
     if slow:
-        raise endpoint.fail(
-            STREAM,
-            code="too-slow",
-            where=stream.url,
-            cites=("C-PF-1",),
-            observed=f"{which}: " + "; ".join(slow),
-            expected="the first token and every next chunk within the contract's bounds (ttft_s, chunk_gap_s), "
-            "else within what the engine itself reports spending on this answer (timings) plus the margin",
-            fix="something holds the stream between the engine and the client (a proxy, a saturated host), or "
-            "the engine is slower than the contract promises",
-        )
+        raise STREAM_CHECK.fail(endpoint, "too-slow",
+                                    where=stream.url,
+                                    cites=("C-PF-1",),
+                                    observed=f"{which}: " + "; ".join(slow),
+                                    expected="the first token and every next chunk within the contract's bounds (ttft_s, chunk_gap_s), "
+                                    "else within what the engine itself reports spending on this answer (timings) plus the margin",
+                                    fix="something holds the stream between the engine and the client (a proxy, a saturated host), or "
+                                    "the engine is slower than the contract promises",
+                                )
     engine_ms = timings.get("predicted_ms")
     span = times[-1] - times[0]
     if isinstance(engine_ms, int | float) and len(times) >= 3 and span < BUFFERED_FRACTION * engine_ms / 1000:
-        raise endpoint.fail(
-            STREAM,
-            code="buffered",
-            where=stream.url,
-            cites=("C-L-3", "C-PF-1"),
-            observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
-            f"the engine reports {engine_ms:.0f} ms generating them (timings.predicted_ms)",
-            expected=f"tokens as they are generated: spread over at least {BUFFERED_FRACTION:.0%} of the "
-            "engine's generation time",
-            fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
-            "clients see nothing until the answer is complete",
-        )
+        raise STREAM_CHECK.fail(endpoint, "buffered",
+                                    where=stream.url,
+                                    cites=("C-L-3", "C-PF-1"),
+                                    observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
+                                    f"the engine reports {engine_ms:.0f} ms generating them (timings.predicted_ms)",
+                                    expected=f"tokens as they are generated: spread over at least {BUFFERED_FRACTION:.0%} of the "
+                                    "engine's generation time",
+                                    fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
+                                    "clients see nothing until the answer is complete",
+                                )
     if which == "the stream":
         endpoint.measure("ttft_ms", times[0] * 1000)
     spread = f", spread over {span * 1000:.0f} ms" if len(times) > 1 else ""
@@ -351,13 +347,17 @@ def _gap_bound(endpoint: LiveEndpoint, timings: Any) -> tuple[float, str]:
     return OVERHEAD_FLOOR_S, "no generation time reported"
 
 
-@check(
+DETERMINISM_CHECK = live_check(
     DETERMINISM,
-    kind="live",
-    subject="endpoint",
     cites=("C-SP-6", "B-H-7"),
     summary="the same prompt at temperature 0 gives the same text twice (speculation must be lossless)",
+    codes={
+        "differs": "the same prompt at temperature 0 gave different text twice",
+    },
 )
+
+
+@DETERMINISM_CHECK.register
 def live_determinism(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "List the first five prime numbers."}],
@@ -372,15 +372,13 @@ def live_determinism(endpoint: LiveEndpoint) -> None:
         endpoint.require_ok(DETERMINISM, reply)
         texts.append(_text(message_of(reply.json), endpoint.contract.reasoning_field))
     if texts[0] != texts[1]:
-        raise endpoint.fail(
-            DETERMINISM,
-            code="differs",
-            where=endpoint.url,
-            cites=("C-SP-6", "B-H-7"),
-            observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",
-            expected="identical text at temperature 0",
-            fix="greedy decoding must not depend on the drafter or on batching: compare with speculation "
-            "off; a kernel or drafter that changes greedy text is a correctness bug",
-        )
+        raise DETERMINISM_CHECK.fail(endpoint, "differs",
+                                         where=endpoint.url,
+                                         cites=("C-SP-6", "B-H-7"),
+                                         observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",
+                                         expected="identical text at temperature 0",
+                                         fix="greedy decoding must not depend on the drafter or on batching: compare with speculation "
+                                         "off; a kernel or drafter that changes greedy text is a correctness bug",
+                                     )
     why = endpoint.dialect.speculation_fixed_why if endpoint.contract.speculative else ""
     endpoint.note(f"identical twice: {shorten(texts[0], 48)!r}" + (f"; {why}" if why else ""))

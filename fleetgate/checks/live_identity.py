@@ -8,11 +8,12 @@ per-slot window and the sampler defaults, all compared with the rendered config.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import live_check
 from fleetgate.errors import InputError
 from fleetgate.live.endpoint import LiveEndpoint
 
@@ -23,13 +24,21 @@ SLOTS = "live-slots"
 SAMPLER = "live-sampler-defaults"
 
 
-@check(
+HEALTH_CHECK = live_check(
     HEALTH,
-    kind="live",
-    subject="endpoint",
     cites=("C-L-1", "INC-48"),
     summary="the endpoint answers its health probe with 200 within the bound",
+    # The readiness probe (fleetgate.live.endpoint) raises these before any check runs; this check reports them.
+    codes={
+        "loading": "the health probe answered 503 (the model is still loading) within --wait-ready",
+        "unhealthy": "the health probe answered an error status other than 503, 401 and 403",
+        "unauthorized": "the endpoint refused the gate's credentials (401 or 403): no check can run",
+        "not-engine-health": "a 200 health answer that is not the engine's own (a login page, a proxy's page)",
+    },
 )
+
+
+@HEALTH_CHECK.register
 def live_health(endpoint: LiveEndpoint) -> None:
     # The readiness probe (LiveEndpoint.prepare: health within --wait-ready, credentials accepted) ran
     # before any check; what it found is this check's verdict, said once.
@@ -44,13 +53,17 @@ def live_health(endpoint: LiveEndpoint) -> None:
         endpoint.note("200 (the one-token readiness request was refused: see the generating checks)")
 
 
-@check(
+ALIAS_CHECK = live_check(
     ALIAS,
-    kind="live",
-    subject="endpoint",
     cites=("C-L-2", "INC-53"),
     summary="/v1/models lists the alias the files declare (clients address the model by it)",
+    codes={
+        "not-listed": "/v1/models does not list the declared alias (INC-53)",
+    },
 )
+
+
+@ALIAS_CHECK.register
 def live_alias(endpoint: LiveEndpoint) -> None:
     alias = endpoint.contract.alias
     body = endpoint.get_json(ALIAS, "/v1/models", cites=("C-L-2",))
@@ -67,17 +80,15 @@ def live_alias(endpoint: LiveEndpoint) -> None:
         endpoint.note(f"serves {', '.join(served) or 'nothing'} (no alias declared)")
         return
     if alias not in served:
-        raise endpoint.fail(
-            ALIAS,
-            code="not-listed",
-            where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
-            cites=("C-L-2", "INC-53"),
-            observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
-            expected=f"{alias!r}, the alias the rendered config passes",
-            fix="the running process was not started from these files (a drop-in, a manual start, a stale "
-            "unit): "
-            "restart the unit and check DropInPaths, then the process argv",
-        )
+        raise ALIAS_CHECK.fail(endpoint, "not-listed",
+                                   where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
+                                   cites=("C-L-2", "INC-53"),
+                                   observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
+                                   expected=f"{alias!r}, the alias the rendered config passes",
+                                   fix="the running process was not started from these files (a drop-in, a manual start, a stale "
+                                   "unit): "
+                                   "restart the unit and check DropInPaths, then the process argv",
+                               )
     endpoint.note(f"serves {alias!r}")
 
 
@@ -86,8 +97,13 @@ def _props(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def _reports_payload(endpoint: LiveEndpoint) -> bool:
-    return endpoint.dialect.has_props or endpoint.engine == "vllm"
+def _no_payload_report(check: str) -> Callable[[LiveEndpoint], str | None]:
+    def reason(endpoint: LiveEndpoint) -> str | None:
+        if endpoint.dialect.has_props or endpoint.engine == "vllm":
+            return None
+        return (f"{check} does not apply to {endpoint.name}: its engine ({endpoint.engine}) reports neither its "
+                "loaded model nor its slots (no /props)")
+    return reason
 
 
 def _model_entry(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
@@ -137,16 +153,22 @@ def _norm_ftype(name: str) -> str:
     return name.replace(" ", "_")
 
 
-@check(
+PAYLOAD_CHECK = live_check(
     PAYLOAD,
-    kind="live",
-    subject="endpoint",
     cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
-    applies=_reports_payload,
     summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
     "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "
     "quantisation) against the declared file's header",
+    requires=_no_payload_report(PAYLOAD),
+    codes={
+        "other-path": "the loaded model's path (/props model_path, vLLM's /v1/models root) is not the rendered `--model` (INC-53)",
+        "header-unreadable": "the path matches, but the declared GGUF's header cannot be read where the gate runs (no profile of it)",
+        "other-model": "what the engine reports of the loaded model (parameters, vocabulary, size, quantisation) is not the payload's",
+    },
 )
+
+
+@PAYLOAD_CHECK.register
 def live_payload(endpoint: LiveEndpoint) -> None:
     expected = endpoint.contract.model_path
     if endpoint.dialect.has_props:
@@ -159,17 +181,15 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         endpoint.note(f"loaded {loaded} (the rendered config names no model to compare)")
         return
     if loaded != expected:
-        raise endpoint.fail(
-            PAYLOAD,
-            code="other-path",
-            where=endpoint.where_flag("model"),
-            cites=("C-ID-2", "INC-53"),
-            observed=f"{source} = {loaded!r}",
-            expected=f"{expected!r}, the model the serve script renders",
-            fix="the process serves another payload than the files say: check DropInPaths, "
-            "/proc/<MainPID>/cmdline, "
-            "then restart the unit from the repository's env file",
-        )
+        raise PAYLOAD_CHECK.fail(endpoint, "other-path",
+                                     where=endpoint.where_flag("model"),
+                                     cites=("C-ID-2", "INC-53"),
+                                     observed=f"{source} = {loaded!r}",
+                                     expected=f"{expected!r}, the model the serve script renders",
+                                     fix="the process serves another payload than the files say: check DropInPaths, "
+                                     "/proc/<MainPID>/cmdline, "
+                                     "then restart the unit from the repository's env file",
+                                 )
     checkpoint = None if endpoint.dialect.has_props else _declared_checkpoint(endpoint)
     if checkpoint is None and (not endpoint.dialect.has_props or not expected.endswith(".gguf")):
         endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare)")
@@ -193,15 +213,13 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         declared, origin = _declared_identity(endpoint, expected)
         served = {}
     if isinstance(declared, str):
-        raise endpoint.fail(
-            PAYLOAD,
-            code="header-unreadable",
-            where=endpoint.where_flag("model"),
-            cites=("INC-53",),
-            observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
-            expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
-            fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)",
-        )
+        raise PAYLOAD_CHECK.fail(endpoint, "header-unreadable",
+                                     where=endpoint.where_flag("model"),
+                                     cites=("INC-53",),
+                                     observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
+                                     expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
+                                     fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)",
+                                 )
     assert isinstance(declared, dict) and isinstance(served, dict)
     if checkpoint is None:
         meta = _model_entry(endpoint, PAYLOAD).get("meta")
@@ -221,18 +239,16 @@ def live_payload(endpoint: LiveEndpoint) -> None:
     compared = (", ".join(k for k in keys if declared.get(k) is not None) if checkpoint is not None
                 else "parameters, vocabulary, size and quantisation")
     if wrong:
-        raise endpoint.fail(
-            PAYLOAD,
-            code="other-model",
-            where=endpoint.where_flag("model"),
-            cites=("C-ID-2", "INC-53"),
-            observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
-            + "; ".join(wrong),
-            expected=f"the loaded model's {compared} equal {origin}'s",
-            fix="the process loaded another file than the one the files declare (another model under the "
-            "declared name, or the file changed after the process loaded it): fetch the declared payload, "
-            "restart the unit, then check which payload was deployed",
-        )
+        raise PAYLOAD_CHECK.fail(endpoint, "other-model",
+                                     where=endpoint.where_flag("model"),
+                                     cites=("C-ID-2", "INC-53"),
+                                     observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
+                                     + "; ".join(wrong),
+                                     expected=f"the loaded model's {compared} equal {origin}'s",
+                                     fix="the process loaded another file than the one the files declare (another model under the "
+                                     "declared name, or the file changed after the process loaded it): fetch the declared payload, "
+                                     "restart the unit, then check which payload was deployed",
+                                 )
     if checkpoint is not None:
         endpoint.note(f"loaded {Path(str(loaded)).name}: {declared.get('weight_bytes'):,} bytes of weights, "
                       f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root)")
@@ -319,15 +335,19 @@ def _declared_identity(endpoint: LiveEndpoint, path: str) -> tuple[dict[str, Any
     return _declared_header(path), "the file's header"
 
 
-@check(
+SLOTS_CHECK = live_check(
     SLOTS,
-    kind="live",
-    subject="endpoint",
     cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
-    applies=_reports_payload,
     summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
     "(vLLM: /v1/models max_model_len equals --max-model-len)",
+    requires=_no_payload_report(SLOTS),
+    codes={
+        "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
+    },
 )
+
+
+@SLOTS_CHECK.register
 def live_slots(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
     if endpoint.dialect.has_props:
@@ -344,36 +364,43 @@ def live_slots(endpoint: LiveEndpoint) -> None:
     if contract.slot_ctx is not None and n_ctx != contract.slot_ctx:
         problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}")
     if problems:
-        raise endpoint.fail(
-            SLOTS,
-            code="other-shape",
-            where=endpoint.where_flag("ctx_size"),
-            cites=("C-ID-6", "C-CAP-13"),
-            observed=f"/props: {'; '.join(problems)}",
-            expected=(
-                f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
-                "rendered; "
-                f"clients are told {contract.context_window})"
-            ),
-            fix="the process runs another context shape than the env file: a prompt the clients think "
-            "fits is "
-            "refused with a hard 400; restart from the env file, or fix the env file and tell clients",
-        )
+        raise SLOTS_CHECK.fail(endpoint, "other-shape",
+                                   where=endpoint.where_flag("ctx_size"),
+                                   cites=("C-ID-6", "C-CAP-13"),
+                                   observed=f"/props: {'; '.join(problems)}",
+                                   expected=(
+                                       f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
+                                       "rendered; "
+                                       f"clients are told {contract.context_window})"
+                                   ),
+                                   fix="the process runs another context shape than the env file: a prompt the clients think "
+                                   "fits is "
+                                   "refused with a hard 400; restart from the env file, or fix the env file and tell clients",
+                               )
     endpoint.note(f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens")
 
 
-def _has_sampler(endpoint: LiveEndpoint) -> bool:
-    return endpoint.dialect.has_props and bool(endpoint.contract.sampler)
+def _no_sampler(endpoint: LiveEndpoint) -> str | None:
+    if not endpoint.dialect.has_props:
+        return f"{SAMPLER} does not apply to {endpoint.name}: its engine ({endpoint.engine}) serves no /props to read defaults from"
+    if not endpoint.contract.sampler:
+        return (f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler "
+                "default (--temp, --top-k, --top-p, --min-p)")
+    return None
 
 
-@check(
+SAMPLER_CHECK = live_check(
     SAMPLER,
-    kind="live",
-    subject="endpoint",
     cites=("C-CAP-1", "B-UN-8"),
-    applies=_has_sampler,
     summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones",
+    requires=_no_sampler,
+    codes={
+        "other-defaults": "a /props sampler default (temperature, top_k, top_p, min_p) is not the rendered one (B-UN-8)",
+    },
 )
+
+
+@SAMPLER_CHECK.register
 def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
     props = _props(endpoint, SAMPLER)
     settings = props.get("default_generation_settings")
@@ -394,13 +421,11 @@ def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
             )
             first_dest = first_dest or ("temp" if key == "temperature" else key)
     if wrong:
-        raise endpoint.fail(
-            SAMPLER,
-            code="other-defaults",
-            where=endpoint.where_flag(first_dest),
-            cites=("C-CAP-1", "B-UN-8"),
-            observed="/props default_generation_settings: " + "; ".join(wrong),
-            expected=", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()) + " (as rendered)",
-            fix="clients that send no sampler settings get the process's defaults: restart from the env file",
-        )
+        raise SAMPLER_CHECK.fail(endpoint, "other-defaults",
+                                     where=endpoint.where_flag(first_dest),
+                                     cites=("C-CAP-1", "B-UN-8"),
+                                     observed="/props default_generation_settings: " + "; ".join(wrong),
+                                     expected=", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()) + " (as rendered)",
+                                     fix="clients that send no sampler settings get the process's defaults: restart from the env file",
+                                 )
     endpoint.note(", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()))

@@ -6,41 +6,47 @@ After the llama.cpp cutover the rules still watched vllm: series and things llam
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import live_check
 from fleetgate.live.endpoint import LiveEndpoint
 from fleetgate.live.metrics import PROMETHEUS_SERIES, RuleSelector
 
 METRICS = "live-metrics"
 
 
-def _declares_metrics(endpoint: LiveEndpoint) -> bool:
-    return endpoint.contract.metrics
+def _no_metrics(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.metrics:
+        return None
+    return (f"{METRICS} does not apply to {endpoint.name}: its rendered command line does not turn /metrics on "
+            "(--metrics) and its contract lists no /metrics endpoint")
 
 
-@check(
+METRICS_CHECK = live_check(
     METRICS,
-    kind="live",
-    subject="endpoint",
     cites=("B-OB-1", "B-OB-2", "B-OB-3", "INC-24"),
-    applies=_declares_metrics,
     summary="/metrics is served where the files turn it on, and exports every series of every rule that names "
     "this service (a job matcher), whatever its namespace, and of every unscoped rule in the engine's namespace",
+    requires=_no_metrics,
+    codes={
+        "not-served": "/metrics answers an error status (llama.cpp: 501) although the rendered config turns metrics on",
+        "rule-series-missing": "a series that a rule naming this service (or an unscoped one of its namespace) watches is not exported",
+    },
 )
+
+
+@METRICS_CHECK.register
 def live_metrics(endpoint: LiveEndpoint) -> None:
     values = endpoint.metrics(METRICS)
     if values is None:
         reply = endpoint.get("/metrics")
-        raise endpoint.fail(
-            METRICS,
-            code="not-served",
-            where=endpoint.where_flag("metrics"),
-            cites=("B-OB-1",),
-            observed=f"GET /metrics: {reply.brief()}",
-            expected="Prometheus text: the rendered config turns metrics on",
-            fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
-            "script; "
-            "every alert on this endpoint is blind until then",
-        )
+        raise METRICS_CHECK.fail(endpoint, "not-served",
+                                     where=endpoint.where_flag("metrics"),
+                                     cites=("B-OB-1",),
+                                     observed=f"GET /metrics: {reply.brief()}",
+                                     expected="Prometheus text: the rendered config turns metrics on",
+                                     fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
+                                     "script; "
+                                     "every alert on this endpoint is blind until then",
+                                 )
     namespace = endpoint.dialect.namespace
     watched = _watched(endpoint)
     missing = []
@@ -48,18 +54,16 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
         if selector.series not in values and f"{selector.alert}: {selector.series}" not in missing:
             missing.append(f"{selector.alert}: {selector.series} ({selector.where})")
     if missing:
-        raise endpoint.fail(
-            METRICS,
-            code="rule-series-missing",
-            where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
-            cites=("B-OB-1", "INC-24"),
-            observed=f"{len(missing)} series named by the rules are not exported",
-            details=tuple(missing),
-            expected=f"every series of the rules that name {endpoint.name} (and of the unscoped {namespace}: "
-            f"rules) is in /metrics ({len(values)} series exported)",
-            fix="rewrite the rule on a series this engine exports, or retire it: a rule on a missing "
-            "series never fires",
-        )
+        raise METRICS_CHECK.fail(endpoint, "rule-series-missing",
+                                     where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
+                                     cites=("B-OB-1", "INC-24"),
+                                     observed=f"{len(missing)} series named by the rules are not exported",
+                                     details=tuple(missing),
+                                     expected=f"every series of the rules that name {endpoint.name} (and of the unscoped {namespace}: "
+                                     f"rules) is in /metrics ({len(values)} series exported)",
+                                     fix="rewrite the rule on a series this engine exports, or retire it: a rule on a missing "
+                                     "series never fires",
+                                 )
     names = sorted({s.series for s in watched})
     endpoint.note(f"{len(values)} series exported; all {len(names)} the rules name are there")
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import shlex
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llamacpp import BUILD
-from fleetgate.failure import Failure
 
 __all__ = ["NAME", "table_note"]
 
@@ -53,8 +52,34 @@ def table_note(config: ServiceConfig) -> str:
     return f"{table} ({origin}{fork}{floating})"
 
 
-@check(NAME, kind="seam", subject="service", cites=(), requires=_is_llama, engines=("llama.cpp",),
-       summary="every flag is one the service's llama-server build accepts, with a value of the type it expects")
+CHECK = service_seam(
+    NAME,
+    cites=(),
+    summary="every flag is one the service's llama-server build accepts, with a value of the type it expects",
+    requires=_is_llama,
+    engines=("llama.cpp",),
+    codes={
+        "removed-flag": (
+            "a flag the service's build no longer takes: the message names the build that dropped it (or refuses it as removed) and what "
+            "to use instead"
+        ),
+        "newer-flag": "a flag added after the service's build: the message names the first build that has it",
+        "refused-value": (
+            "a value the service's llama-server build refuses at startup: not a number it reads, out of range, not one of its choices"
+        ),
+        "rejected-flag": (
+            "a flag no llama-server build on record (9093 to 11434) has -- the message names the nearest spelling -- or one without its "
+            "value"
+        ),
+        "stray-positional": (
+            "a word that is neither a flag nor a flag's value (a variable that expanded to `true` after a switch): llama-server takes no "
+            "positional and stops with `invalid argument`"
+        ),
+    },
+)
+
+
+@CHECK.register
 def engine_accepts_argv(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -93,20 +118,18 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
     # The first problem in argv order names the branch: a flag no build has (or one without its value), a
     # flag the build dropped, one added after it, or a known flag with a value the build's handler refuses.
     kind = kinds[0]
-    raise Failure(
-        code=(f"{NAME}/removed-flag" if kind == "removed" else f"{NAME}/newer-flag" if kind == "newer"
-              else f"{NAME}/refused-value" if kind == "value" else f"{NAME}/rejected-flag"),
-        service=config.name, check=NAME,
-        where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
-        observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
-        details=lines,
-        expected=f"only flags and values this build accepts, read with {table_note(config)}",
-        fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
-             else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
-             if kind == "newer" else
-             "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
-             "either"),
-    )
+    raise CHECK.fail(config, "removed-flag" if kind == "removed" else "newer-flag" if kind == "newer"
+                               else "refused-value" if kind == "value" else "rejected-flag",
+                         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
+                         observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
+                         details=lines,
+                         expected=f"only flags and values this build accepts, read with {table_note(config)}",
+                         fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
+                              else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
+                              if kind == "newer" else
+                              "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
+                              "either"),
+                     )
 
 
 def _stray_positionals(config: ServiceConfig) -> None:
@@ -121,9 +144,8 @@ def _stray_positionals(config: ServiceConfig) -> None:
     argv = config.rendered.argv
     index, word = stray[0]
     before = argv[index - 1] if index >= 1 else ""
-    raise Failure(
-        code=f"{NAME}/stray-positional",
-        service=config.name, check=NAME,
+    raise CHECK.fail(
+        config, "stray-positional",
         where=config.rendered.first_traced(shlex.join(argv[max(index - 1, 1):index + 1])) or str(config.rendered.script),
         observed=(f"argv[{index}] {word!r} (after {before!r}) is not a flag or a flag's value: llama-server "
                   f"(build {BUILD}) stops at startup with 'invalid argument: {word}'"),

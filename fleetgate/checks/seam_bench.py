@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.fleet import Bench
 from fleetgate.render import RenderRefused, render
 
@@ -64,40 +63,40 @@ def _values(argv: tuple[str, ...]) -> dict[str, list[str]]:
 def _llama_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
     if "-c" in argv or "--ctx-size" in argv:
         flag = "-c" if "-c" in argv else "--ctx-size"
-        raise Failure(code=f"{NAME}/ctx-not-a-bench-flag", service=config.name, check=NAME, cites=("B-H-2", "INC-23"),
-                      where=_line(bench, f" {flag} "),
-                      observed=f"{bench.script.name}: llama-bench {flag}: llama-bench has no context flag",
-                      expected="the context as a consequence of the test: n_ctx = n_prompt + n_gen + n_depth (-p, -n, -d)",
-                      fix="drop -c; put KV in front of the measurement with -d <depth>")
+        raise CHECK.fail(config, "ctx-not-a-bench-flag", cites=("B-H-2", "INC-23"),
+                         where=_line(bench, f" {flag} "),
+                         observed=f"{bench.script.name}: llama-bench {flag}: llama-bench has no context flag",
+                         expected="the context as a consequence of the test: n_ctx = n_prompt + n_gen + n_depth (-p, -n, -d)",
+                         fix="drop -c; put KV in front of the measurement with -d <depth>")
     values = _values(argv)
     llama = config.llama
     cards = len(llama.devices) if llama is not None and llama.devices else 1
     for param, flag in (("tensor_split", "-ts"), ("device", "-dev")):
         parts = values.get(param, [])
         if cards > 1 and len(parts) > 1 and any("/" not in p for p in parts):
-            raise Failure(code=f"{NAME}/comma-splits-devices", service=config.name, check=NAME, cites=("B-H-1", "INC-20"),
-                      where=_line(bench, f"{flag} "),
-                      observed=f"{bench.script.name}: llama-bench {flag} {','.join(parts)}: ',' separates sweep values, so each value is a "
-                        f"one-device configuration",
-                      expected=f"{flag} with '/' between the {cards} devices of one configuration (e.g. {'/'.join(parts)})",
-                      fix="write the service's comma list with '/' for llama-bench; the comma form silently benches "
-                        "each card on its own")
+            raise CHECK.fail(config, "comma-splits-devices", cites=("B-H-1", "INC-20"),
+                             where=_line(bench, f"{flag} "),
+                             observed=f"{bench.script.name}: llama-bench {flag} {','.join(parts)}: ',' separates sweep "
+                                      "values, so each value is a one-device configuration",
+                             expected=f"{flag} with '/' between the {cards} devices of one configuration (e.g. {'/'.join(parts)})",
+                             fix="write the service's comma list with '/' for llama-bench; the comma form silently benches "
+                               "each card on its own")
     swept = {p: v for p, v in values.items() if len(v) > 1}
     if swept:
         what = ", ".join(f"{p} {','.join(v)}" for p, v in sorted(swept.items()))
-        raise Failure(code=f"{NAME}/sweep-in-one-invocation", service=config.name, check=NAME, cites=("B-H-3", "INC-22"),
-                      where=_line(bench, "llama-bench"),
-                      observed=f"{bench.script.name}: one llama-bench call sweeps {what}",
-                      expected="one llama-bench invocation per cell",
-                      fix="loop over the cells in the harness: a test that cannot allocate calls exit(1) and takes the rest "
-                    "of the sweep with it")
+        raise CHECK.fail(config, "sweep-in-one-invocation", cites=("B-H-3", "INC-22"),
+                           where=_line(bench, "llama-bench"),
+                           observed=f"{bench.script.name}: one llama-bench call sweeps {what}",
+                           expected="one llama-bench invocation per cell",
+                           fix="loop over the cells in the harness: a test that cannot allocate calls exit(1) and takes the rest "
+                         "of the sweep with it")
     gens = [int(n) for n in values.get("n_gen", ["128"]) if n.isdigit()]
     if any(gens) and not values.get("n_depth"):
-        raise Failure(code=f"{NAME}/no-depth", service=config.name, check=NAME, cites=("B-H-2", "INC-23"),
-                      where=_line(bench, "llama-bench"),
-                      observed=f"{bench.script.name}: a decode test (-n) without -d: it runs with n_prompt = 0, at ~zero depth",
-                      expected="-d <depth>: KV in front of the measurement, like the deployed window",
-                      fix="add -d; and read llama-bench's decode figure as the drafterless, single-slot baseline it is")
+        raise CHECK.fail(config, "no-depth", cites=("B-H-2", "INC-23"),
+                         where=_line(bench, "llama-bench"),
+                         observed=f"{bench.script.name}: a decode test (-n) without -d: it runs with n_prompt = 0, at ~zero depth",
+                         expected="-d <depth>: KV in front of the measurement, like the deployed window",
+                         fix="add -d; and read llama-bench's decode figure as the drafterless, single-slot baseline it is")
 
 
 def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
@@ -119,13 +118,13 @@ def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> 
     wanted = {"LimitMEMLOCK": "infinity", **({"User": user.value} if user else {})}
     missing = {k: v for k, v in wanted.items() if props.get(k) != v}
     if missing:
-        raise Failure(code=f"{NAME}/not-the-units-limits", service=config.name, check=NAME, cites=("B-H-4", "B-RAM-4", "INC-21"),
-                      where=_line(bench, "systemd-run"),
-                      observed=f"{bench.script.name}: systemd-run " + " ".join(f"{k}={props.get(k, '(unset)')}" for k in missing),
-                      expected="the service unit's " + ", ".join(f"{k}={v}" for k, v in missing.items())
-                    + f" ({unit.path if unit is not None else 'its unit'})",
-                      fix="pass --property=LimitMEMLOCK=infinity --property=User=... : a shell's 8 MiB of memlock fails the "
-                    "load for a reason that has nothing to do with the model")
+        raise CHECK.fail(config, "not-the-units-limits", cites=("B-H-4", "B-RAM-4", "INC-21"),
+                           where=_line(bench, "systemd-run"),
+                           observed=f"{bench.script.name}: systemd-run " + " ".join(f"{k}={props.get(k, '(unset)')}" for k in missing),
+                           expected="the service unit's " + ", ".join(f"{k}={v}" for k, v in missing.items())
+                         + f" ({unit.path if unit is not None else 'its unit'})",
+                           fix="pass --property=LimitMEMLOCK=infinity --property=User=... : a shell's 8 MiB of memlock fails the "
+                         "load for a reason that has nothing to do with the model")
 
 
 def _vllm_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
@@ -133,28 +132,44 @@ def _vllm_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> N
         return
     args = set(argv) | {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     if "--tokenizer" not in args:
-        raise Failure(code=f"{NAME}/no-tokenizer", service=config.name, check=NAME, cites=("B-H-5", "INC-41"),
-                      where=_line(bench, "vllm bench"),
-                      observed=(f"{bench.script.name}: vllm bench serve without --tokenizer: the client resolves the "
-                                "served alias on HuggingFace"),
-                      expected="--tokenizer /models/<snapshot> (with /models mounted)",
-                      fix="pass --tokenizer: without it the run is green-looking and produces no numbers")
+        raise CHECK.fail(config, "no-tokenizer", cites=("B-H-5", "INC-41"),
+                         where=_line(bench, "vllm bench"),
+                         observed=(f"{bench.script.name}: vllm bench serve without --tokenizer: the client resolves the "
+                                   "served alias on HuggingFace"),
+                         expected="--tokenizer /models/<snapshot> (with /models mounted)",
+                         fix="pass --tokenizer: without it the run is green-looking and produces no numbers")
     if "--ignore-eos" not in args:
-        raise Failure(code=f"{NAME}/no-ignore-eos", service=config.name, check=NAME, cites=("B-H-8", "INC-55"),
-                      where=_line(bench, "vllm bench"),
-                      observed=(f"{bench.script.name}: vllm bench serve without --ignore-eos: generations stop on "
-                                "their own, so the decode rate reads low"),
-                      expected="--ignore-eos, so every request generates its --random-output-len",
-                      fix="add --ignore-eos and read the engine's own timings")
+        raise CHECK.fail(config, "no-ignore-eos", cites=("B-H-8", "INC-55"),
+                         where=_line(bench, "vllm bench"),
+                         observed=(f"{bench.script.name}: vllm bench serve without --ignore-eos: generations stop on "
+                                   "their own, so the decode rate reads low"),
+                         expected="--ignore-eos, so every request generates its --random-output-len",
+                         fix="add --ignore-eos and read the engine's own timings")
 
 
 _READERS = {"llama-bench": _llama_bench, "systemd-run": _systemd_run, "vllm": _vllm_bench}
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_bench,
-       cites=("B-H-1", "B-H-2", "B-H-3", "B-H-4", "B-H-5", "B-H-8", "INC-20", "INC-21", "INC-22", "INC-23", "INC-41",
+CHECK = service_seam(
+    NAME,
+    cites=("B-H-1", "B-H-2", "B-H-3", "B-H-4", "B-H-5", "B-H-8", "INC-20", "INC-21", "INC-22", "INC-23", "INC-41",
               "INC-55"),
-       summary="the bench harnesses a service declares call their programs the way those programs measure it")
+    summary="the bench harnesses a service declares call their programs the way those programs measure it",
+    requires=_no_bench,
+    codes={
+        "ctx-not-a-bench-flag": "a harness passes `-c` to llama-bench, which has none (B-H-2)",
+        "comma-splits-devices": "llama-bench `-ts`/`-dev` with `,`: each card benched alone (INC-20)",
+        "sweep-in-one-invocation": "one llama-bench call sweeps several cells (INC-22)",
+        "no-depth": "a llama-bench decode test without `-d` runs at ~zero depth (INC-23)",
+        "not-the-units-limits": "the transient unit lacks the service unit's memlock limit or user (INC-21)",
+        "no-tokenizer": "`vllm bench serve` without `--tokenizer` (INC-41)",
+        "no-ignore-eos": "`vllm bench serve` without `--ignore-eos` (INC-55)",
+        "does-not-run": "a harness never calls its program",
+    },
+)
+
+
+@CHECK.register
 def bench_harness(config: ServiceConfig) -> None:
     for bench in config.service.benches:
         pseudo = replace(config.service, name=f"{config.name}:{bench.script.name}", binary=bench.binary,
@@ -162,11 +177,11 @@ def bench_harness(config: ServiceConfig) -> None:
         try:
             rendered = render(config.fleet, pseudo)
         except RenderRefused as refused:
-            raise Failure(code=f"{NAME}/does-not-run", service=config.name, check=NAME, cites=("B-H-3",),
-                      where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),
-                      observed=f"{bench.script.name}: the harness never calls {bench.binary}: {refused.message}",
-                      expected=f"a harness that runs {bench.binary}",
-                      fix="fix the harness (it runs under bash with the program stubbed, like a serve script)") from None
+            raise CHECK.fail(config, "does-not-run", cites=("B-H-3",),
+                             where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),
+                             observed=f"{bench.script.name}: the harness never calls {bench.binary}: {refused.message}",
+                             expected=f"a harness that runs {bench.binary}",
+                             fix="fix the harness (it runs under bash with the program stubbed, like a serve script)") from None
         reader = _READERS.get(bench.binary)
         if reader is None:
             continue

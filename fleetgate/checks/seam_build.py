@@ -15,9 +15,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.render import Rendered, RenderRefused, render
 
 __all__ = ["NAME"]
@@ -77,8 +76,20 @@ def _landings(rendered: Rendered) -> dict[str, str]:
     return landed
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_build, cites=("B-DV-5", "B-UN-3", "INC-01", "INC-18"),
-       summary="the engine's build targets the host's GPU architecture and bundles its runtime at the loader's depth")
+CHECK = service_seam(
+    NAME,
+    cites=("B-DV-5", "B-UN-3", "INC-01", "INC-18"),
+    summary="the engine's build targets the host's GPU architecture and bundles its runtime at the loader's depth",
+    requires=_no_build,
+    codes={
+        "does-not-run": "the build script never runs its build tool",
+        "wrong-gpu-target": "the build targets another GPU architecture than the host's (INC-18)",
+        "runtime-off-depth": "bundled rocBLAS/hipBLASLt device code lands off the loader's depth (INC-01)",
+    },
+)
+
+
+@CHECK.register
 def build_script(config: ServiceConfig) -> None:
     build = config.service.build
     assert build is not None
@@ -87,11 +98,11 @@ def build_script(config: ServiceConfig) -> None:
     try:
         rendered = render(config.fleet, pseudo)
     except RenderRefused as refused:
-        raise Failure(code=f"{NAME}/does-not-run", service=config.name, check=NAME, cites=("B-DV-5",),
-                      where=f"{build.script}:{refused.line}" if refused.line else str(build.script),
-                      observed=f"the build script never runs {build.binary}: {refused.message}",
-                      expected=f"a build that runs {build.binary}",
-                      fix="fix the script (it runs under bash with the build tool stubbed)") from None
+        raise CHECK.fail(config, "does-not-run", cites=("B-DV-5",),
+                         where=f"{build.script}:{refused.line}" if refused.line else str(build.script),
+                         observed=f"the build script never runs {build.binary}: {refused.message}",
+                         expected=f"a build that runs {build.binary}",
+                         fix="fix the script (it runs under bash with the build tool stubbed)") from None
     calls = (*rendered.extra_invocations, rendered.argv)
     configure = next((argv for argv in calls if _build_dir(argv) is not None), None)
     arch = config.host.gpu_arch
@@ -101,13 +112,13 @@ def build_script(config: ServiceConfig) -> None:
         wrong = {key: value for key, value in targets.items() if value.replace(",", ";").split(";") != [arch]}
         if not targets or wrong:
             shown = ", ".join(f"{k}={v}" for k, v in (wrong or targets).items()) or "no GPU target"
-            raise Failure(code=f"{NAME}/wrong-gpu-target", service=config.name, check=NAME, cites=("B-DV-5", "INC-18"),
-                          where=str(build.script),
-                          observed=f"the configure step builds for {shown}",
-                          expected=f"exactly {arch}, the architecture of host {config.host.name}'s cards "
-                                   f"({config.fleet.where('hosts', config.host.name, 'gpu_arch')})",
-                          fix=f"build for {arch} only: a sibling architecture's binary links, loads the model and then "
-                              "segfaults")
+            raise CHECK.fail(config, "wrong-gpu-target", cites=("B-DV-5", "INC-18"),
+                             where=str(build.script),
+                             observed=f"the configure step builds for {shown}",
+                             expected=f"exactly {arch}, the architecture of host {config.host.name}'s cards "
+                                      f"({config.fleet.where('hosts', config.host.name, 'gpu_arch')})",
+                             fix=f"build for {arch} only: a sibling architecture's binary links, loads the model and then "
+                                 "segfaults")
     prefix = _build_dir(configure) if configure is not None else None
     if prefix is None:
         return
@@ -118,11 +129,10 @@ def build_script(config: ServiceConfig) -> None:
         for src in sources:
             got = landed[src] if src.endswith("/library") else f"{landed[src]}/library"
             if got != want:
-                raise Failure(code=f"{NAME}/runtime-off-depth", service=config.name, check=NAME,
-                              cites=("B-UN-3", "INC-01"), where=str(build.script),
-                              observed=f"cp -r {src} lands at {got}",
-                              expected=f"{want}: the fixed depth {library} reads its device code from next to bin/",
-                              details=["a destination that does not exist yet is created AS the copy, one level too "
-                                       "shallow; the engine then answers /health and dies on the first request"],
-                              fix="create every destination before copying into it (mkdir -p), or copy SRC/. into the "
-                                  "full destination path")
+                raise CHECK.fail(config, "runtime-off-depth", cites=("B-UN-3", "INC-01"), where=str(build.script),
+                                 observed=f"cp -r {src} lands at {got}",
+                                 expected=f"{want}: the fixed depth {library} reads its device code from next to bin/",
+                                 details=["a destination that does not exist yet is created AS the copy, one level too "
+                                          "shallow; the engine then answers /health and dies on the first request"],
+                                 fix="create every destination before copying into it (mkdir -p), or copy SRC/. into the "
+                                     "full destination path")

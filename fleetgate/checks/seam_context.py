@@ -9,11 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.checks._common import no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
-from fleetgate.failure import Failure
 from fleetgate.policies import policy_on
 
 DIVIDE = "slots-divide-context"
@@ -24,9 +23,22 @@ def _is_llama(config: ServiceConfig) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(DIVIDE, kind="seam", subject="service", cites=("B-CTX-1", "B-CTX-5", "INC-07"), requires=_is_llama,
-       engines=("llama.cpp",),
-       summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told")
+DIVIDE_CHECK = service_seam(
+    DIVIDE,
+    cites=("B-CTX-1", "B-CTX-5", "INC-07"),
+    summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told",
+    requires=_is_llama,
+    engines=("llama.cpp",),
+    codes={
+        "no-ctx-size": "no `--ctx-size`: the pool is the GGUF's trained context",
+        "slot-padding": "`--ctx-size` is not slots x a multiple of 256: llama.cpp pads it (policy `slot-padding`)",
+        "fewer-slots-than-clients": "fewer slots than the contract's `slots` (conversations run at once, INC-07)",
+        "slot-not-client-window": "the per-slot window is not the contract's `context_window`",
+    },
+)
+
+
+@DIVIDE_CHECK.register
 def slots_divide_context(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -34,9 +46,9 @@ def slots_divide_context(config: ServiceConfig) -> None:
     ctx_use = llama.use("ctx_size")
     where = config.where_flag(ctx_use)
     if llama.ctx_size == 0:
-        raise Failure(
-            code=f"{DIVIDE}/no-ctx-size",
-            service=config.name, check=DIVIDE, where=str(config.rendered.script),
+        raise DIVIDE_CHECK.fail(
+            config, "no-ctx-size",
+            where=str(config.rendered.script),
             observed="no --ctx-size: the pool is whatever the GGUF's trained context is",
             expected="an explicit --ctx-size, so the pool and the slot window are the fleet's decision",
             fix="pass --ctx-size (slots x per-slot window) from the env file",
@@ -44,9 +56,9 @@ def slots_divide_context(config: ServiceConfig) -> None:
     shape = context_shape(llama, n_ctx_train)
     assert shape is not None
     if not shape.unified and llama.ctx_size != shape.n_ctx and policy_on(config.fleet, "slot-padding"):
-        raise Failure(
-            code=f"{DIVIDE}/slot-padding",
-            service=config.name, check=DIVIDE, where=where,
+        raise DIVIDE_CHECK.fail(
+            config, "slot-padding",
+            where=where,
             observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
                       f"{shape.n_ctx_seq} and the pool to {shape.n_ctx}"),
             expected="--ctx-size = slots x per-slot window, each slot a multiple of 256",
@@ -54,9 +66,9 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
     slots = config.service.contract.slots
     if slots is not None and shape.n_seq_max < slots:
-        raise Failure(
-            code=f"{DIVIDE}/fewer-slots-than-clients",
-            service=config.name, check=DIVIDE, cites=("B-CTX-1", "INC-07"),
+        raise DIVIDE_CHECK.fail(
+            config, "fewer-slots-than-clients",
+            cites=("B-CTX-1", "INC-07"),
             where=config.where_flag(llama.use("parallel") or llama.use("ctx_size")),
             observed=(f"--parallel {llama.n_slots}: {shape.n_seq_max} slot(s) for the {slots} conversations clients "
                       "run at once"),
@@ -67,9 +79,9 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
     window = config.service.contract.context_window
     if window is not None and shape.n_ctx_seq != window:
-        raise Failure(
-            code=f"{DIVIDE}/slot-not-client-window",
-            service=config.name, check=DIVIDE, where=where,
+        raise DIVIDE_CHECK.fail(
+            config, "slot-not-client-window",
+            where=where,
             observed=(f"each of {shape.n_seq_max} slots holds {shape.n_ctx_seq} tokens "
                       f"(--ctx-size {llama.ctx_size} / --parallel {llama.n_slots}"
                       f"{', unified KV' if shape.unified else ''})"),
@@ -89,9 +101,19 @@ def _no_trained_window(config: ServiceConfig) -> str | None:
     return _is_llama(config) or no_profile(config, "n_ctx_train")
 
 
-@check(TRAINED, kind="seam", subject="service", cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"), requires=_no_trained_window,
-       engines=("llama.cpp",),
-       summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation")
+TRAINED_CHECK = service_seam(
+    TRAINED,
+    cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"),
+    summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation",
+    requires=_no_trained_window,
+    engines=("llama.cpp",),
+    codes={
+        "past-trained-window": "a slot reaches past the trained window, undeclared",
+    },
+)
+
+
+@TRAINED_CHECK.register
 def slot_within_trained_window(config: ServiceConfig) -> None:
     llama, profile = config.llama, config.profile
     assert llama is not None and profile is not None and profile.n_ctx_train is not None
@@ -102,9 +124,9 @@ def slot_within_trained_window(config: ServiceConfig) -> None:
     limit = int(profile.n_ctx_train * ratio)
     if shape.n_ctx_seq > limit:
         declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
-        raise Failure(
-            code=f"{TRAINED}/past-trained-window",
-            service=config.name, check=TRAINED, where=config.where_flag(llama.use("ctx_size")),
+        raise TRAINED_CHECK.fail(
+            config, "past-trained-window",
+            where=config.where_flag(llama.use("ctx_size")),
             observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
                       f"the trained {profile.n_ctx_train} of {profile.name}"
                       f" (rope scaling: {profile.rope_scaling or 'unknown'})"),
@@ -160,26 +182,42 @@ def _no_shape_flags(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(POOL, kind="seam", subject="service", requires=_no_shape_flags, engines=("openai",),
-       cites=("B-CTX-8", "B-CTX-1", "B-CTX-5"),
-       summary="an engine without an argv model (halogen): the slots divide its pool exactly, and each slot is the "
-               "window clients are told")
+POOL_CHECK = service_seam(
+    POOL,
+    cites=("B-CTX-8", "B-CTX-1", "B-CTX-5"),
+    summary="an engine without an argv model (halogen): the slots divide its pool exactly, and each slot is the "
+               "window clients are told",
+    requires=_no_shape_flags,
+    engines=("openai",),
+    codes={
+        "flag-missing": (
+            "an engine without an argv model (halogen) whose rendered argv lacks a `shape_flags` flag, or gives it no positive integer"
+        ),
+        "uneven": "a pool the slots do not divide exactly",
+        "slot-not-client-window": "pool / slots other than the contract's `context_window` (B-CTX-8: dragoon's 401,408 = 2 x 200,704)",
+    },
+)
+
+
+@POOL_CHECK.register
 def slots_divide_pool(config: ServiceConfig) -> None:
     flags = config.service.shape_flags
     assert flags is not None
     shape = declared_shape(config)
     if shape is None:
         given = {f: _flag_value(config.rendered.argv, f) for f in (flags.slots, flags.pool)}
-        raise Failure(
-            code=f"{POOL}/flag-missing", service=config.name, check=POOL, where=str(config.rendered.script),
+        raise POOL_CHECK.fail(
+            config, "flag-missing",
+            where=str(config.rendered.script),
             observed="the rendered argv gives " + ", ".join(f"{f} {v if v is not None else '(absent)'}" for f, v in given.items()),
             expected=f"{flags.slots} and {flags.pool} as positive integers (fleet.toml shape_flags): the engine's "
                      "defaults are not the fleet's decision",
             fix=f"pass {flags.slots} and {flags.pool} from the env file",
         )
     if shape.pool % shape.slots:
-        raise Failure(
-            code=f"{POOL}/uneven", service=config.name, check=POOL, where=str(config.rendered.script),
+        raise POOL_CHECK.fail(
+            config, "uneven",
+            where=str(config.rendered.script),
             observed=f"{shape.pool_where} {shape.pool} over {shape.slots_where} {shape.slots}: "
                      f"{shape.pool / shape.slots:,.1f} positions per slot",
             expected=f"a pool of slots x per-slot window ({shape.slots} x {shape.per_slot} = {shape.slots * shape.per_slot})",
@@ -187,8 +225,9 @@ def slots_divide_pool(config: ServiceConfig) -> None:
         )
     window = config.service.contract.context_window
     if window is not None and shape.per_slot != window:
-        raise Failure(
-            code=f"{POOL}/slot-not-client-window", service=config.name, check=POOL, where=str(config.rendered.script),
+        raise POOL_CHECK.fail(
+            config, "slot-not-client-window",
+            where=str(config.rendered.script),
             observed=(f"each of {shape.slots} slots holds {shape.per_slot} positions ({shape.pool_where} {shape.pool} / "
                       f"{shape.slots_where} {shape.slots})"),
             expected=f"{window} per slot: the context_window clients are told (fleet.toml contract)",

@@ -21,9 +21,8 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, fleet_seam
 from fleetgate.errors import InputError
-from fleetgate.failure import Failure
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
 
 __all__ = ["co_resident_states"]
@@ -163,9 +162,23 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     return {device.card.name: device.total for device in ledger.cards}
 
 
-@check(CO, kind="seam", subject="fleet", cites=(), requires=_nothing_shared,
-       summary="services that can hold one card at once (llama-swap groups that are not exclusive, two units on one "
-               "host) fit it together")
+CO_CHECK = fleet_seam(
+    CO,
+    cites=(),
+    summary="services that can hold one card at once (llama-swap groups that are not exclusive, two units on one "
+               "host) fit it together",
+    requires=_nothing_shared,
+    codes={
+        "over-card": (
+            "services that can run at once on one host (llama-swap groups that keep models loaded together, models a llama.cpp router "
+            "keeps loaded under `--models-max`, two services of one host not declared `exclusive_with`) do not fit a card together, "
+            "leaving its floor (docs/sources.md, \"Co-residence\")"
+        ),
+    },
+)
+
+
+@CO_CHECK.register
 def co_residence_fits(fleet: Fleet) -> None:
     over: list[tuple[int, _HostStates, Device, list[str], dict[str, dict[str, int]]]] = []
     for found in co_resident_states(fleet):
@@ -196,8 +209,8 @@ def co_residence_fits(fleet: Fleet) -> None:
     _, found, card, members, usage = max(over, key=lambda o: o[0])
     floor = found.host.card_floor_bytes or 0
     total = sum(usage[n].get(card.name, 0) for n in members)
-    raise Failure(
-        service=fleet.name, check=CO, code=f"{CO}/over-card",
+    raise CO_CHECK.fail(
+        fleet, "over-card",
         where=found.where[members[0]],
         observed=(f"{' + '.join(members)} can run at once on {found.host.name}'s {card.name}: {total / GIB:.2f} GiB of "
                   f"{card.vram_bytes / GIB:.2f} GiB"),

@@ -24,7 +24,7 @@ import ipaddress
 import shlex
 from dataclasses import replace
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.config import ServiceConfig
 from fleetgate.deploy import Probe, read_probes
@@ -79,39 +79,55 @@ def _listens(config: ServiceConfig) -> tuple[str, int, bool]:
     return _flag(argv, "--host") or "", port, tls
 
 
-def _fail(check_name: str, config: ServiceConfig, probe: Probe, *, code: str, observed: str, expected: str,
-          fix: str) -> Failure:
+def _fail(config: ServiceConfig, probe: Probe, *, code: str, observed: str, expected: str, fix: str) -> Failure:
     """The failure of one probe branch; the raise site names the branch (``code``)."""
-    failure = Failure(service=config.name, check=check_name, code=f"{check_name}/{code}", where=probe.where,
-                      observed=f"{probe.url} ({probe.budget_s} s budget): {observed}", expected=expected,
+    return CHECK.fail(config, code, where=probe.where, observed=f"{probe.url} ({probe.budget_s} s budget): {observed}",
+                      expected=expected,
                       fix=fix + "; a probe that cannot succeed burns its whole budget and aborts the run (INC-81)")
-    return failure
 
 
-@check(NAME, kind="seam", subject="service", requires=_deployed, engines=("llama.cpp", "vllm", "openai"),
-       cites=("B-TO-6", "B-UN-6", "INC-81"),
-       summary="the deploy script's readiness probe for the service can succeed: its scheme, address, port and "
-               "path are where the rendered engine answers")
+CHECK = service_seam(
+    NAME,
+    cites=("B-TO-6", "B-UN-6", "INC-81"),
+    summary="the deploy script's readiness probe for the service can succeed: its scheme, address, port and "
+               "path are where the rendered engine answers",
+    requires=_deployed,
+    engines=("llama.cpp", "vllm", "openai"),
+    codes={
+        "missing": "a service the deploy script deploys with no readiness probe (B-TO-6)",
+        "scheme": "a probe scheme the rendered engine does not serve (https without TLS flags, or http with them) (INC-81)",
+        "port": "a probe port other than the rendered port",
+        "host": (
+            "a probe address that does not reach the engine from its own host (another machine, or a loopback-bound engine probed "
+            "off-loopback) (B-UN-6)"
+        ),
+        "path": "a probe path that is not a readiness endpoint of the engine (`/health`, or the contract's endpoints)",
+    },
+)
+
+
+@CHECK.register
 def deploy_probes(config: ServiceConfig) -> None:
     table = config.fleet.deploy_probes
     assert table is not None
     probe = read_probes(table).get(config.name)
     if probe is None:
-        raise Failure(
-            service=config.name, check=NAME, code=f"{NAME}/missing", where=str(table),
+        raise CHECK.fail(
+            config, "missing",
+            where=str(table),
             observed=f"no probe for {config.name}: the deploy restarts its unit and gates on nothing",
             expected=f"'{config.name} http://127.0.0.1:{config.service.port}/health BUDGET' in {table.name}",
             fix="add the service's readiness probe to the table the deploy script reads",
         )
     bind, port, tls = _listens(config)
     if (probe.scheme == "https") != tls:
-        raise _fail(NAME, config, probe, code="scheme",
+        raise _fail(config, probe, code="scheme",
                     observed=f"{probe.scheme}:// against an engine that serves " + ("TLS" if tls else "plain HTTP"),
                     expected=f"{'https' if tls else 'http'}://, the scheme the rendered argv serves",
                     fix="probe with the scheme the engine answers")
     probe_port = probe.port or (443 if probe.scheme == "https" else 80)
     if probe_port != port:
-        raise _fail(NAME, config, probe, code="port",
+        raise _fail(config, probe, code="port",
                     observed=f"port {probe_port}, where nothing of {config.name} listens",
                     expected=f"port {port}, as the rendered argv binds it",
                     fix="probe the port the service listens on")
@@ -120,14 +136,14 @@ def deploy_probes(config: ServiceConfig) -> None:
         probe.host == address and (bind in _ALL or bind == address))
     if not reaches:
         bound = "binds every interface" if bind in _ALL else f"binds {bind} only"
-        raise _fail(NAME, config, probe, code="host",
+        raise _fail(config, probe, code="host",
                     observed=f"{probe.host} does not reach the engine from {config.service.host}, where the deploy runs: it {bound}",
                     expected="127.0.0.1 (the deploy probes from the service's own host)"
                              + (f", or {address}" if address and bind in _ALL else ""),
                     fix="probe the engine over loopback on its own host")
     paths = HEALTH.get(config.service.engine) or config.service.contract.endpoints
     if paths and probe.path not in paths:
-        raise _fail(NAME, config, probe, code="path",
+        raise _fail(config, probe, code="path",
                     observed=f"{probe.path} is not a readiness endpoint of {config.service.engine}",
                     expected=f"one of {', '.join(paths)}",
                     fix="probe /health: it answers 200 only once the model is loaded")
@@ -185,10 +201,25 @@ def _tested(calls: tuple[tuple[str, ...], ...]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-@check(PAYLOAD, kind="seam", subject="service", requires=_gated, engines=("llama.cpp", "vllm", "openai"),
-       cites=("B-MM-4", "B-SW-1", "INC-76"),
-       summary="the deploy script's payload-existence gate, run with its defaults, tests the files the env file "
-               "names and the unit loads: model and mmproj")
+PAYLOAD_CHECK = service_seam(
+    PAYLOAD,
+    cites=("B-MM-4", "B-SW-1", "INC-76"),
+    summary="the deploy script's payload-existence gate, run with its defaults, tests the files the env file "
+               "names and the unit loads: model and mmproj",
+    requires=_gated,
+    engines=("llama.cpp", "vllm", "openai"),
+    codes={
+        "does-not-run": "`deploy.sh HOST --service NAME` exits before any `ssh` call: the gate cannot be seen",
+        "other-payload": (
+            "the deploy script's payload gate, run with its defaults (`LLM_<SVC>_MODEL_FILE`, `LLM_<SVC>_MMPROJ`), tests a file the env "
+            "file does not name: a default left on a retired payload, at the file and line bash set it (INC-76, B-SW-1)"
+        ),
+        "untested": "a payload file the unit loads (model, mmproj) that the deploy's gate never tests (B-MM-4)",
+    },
+)
+
+
+@PAYLOAD_CHECK.register
 def deploy_payload(config: ServiceConfig) -> None:
     script = config.fleet.deploy_script
     assert script is not None
@@ -198,8 +229,8 @@ def deploy_payload(config: ServiceConfig) -> None:
     try:
         run = render(config.fleet, pseudo, args=(host, "--service", config.name))
     except RenderRefused as refused:
-        raise Failure(
-            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/does-not-run",
+        raise PAYLOAD_CHECK.fail(
+            config, "does-not-run",
             where=f"{script}:{refused.line}" if refused.line else str(script),
             observed=f"{script.name} {host} --service {config.name} calls no ssh: {refused.message}",
             expected="a deploy that tests the unit's payload on the host before it restarts anything",
@@ -214,8 +245,9 @@ def deploy_payload(config: ServiceConfig) -> None:
     stale = [path for path in tested if path not in named]
     if stale:
         wheres = [run.first_traced(path) or str(script) for path in stale]
-        raise Failure(
-            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/other-payload", where=wheres[0],
+        raise PAYLOAD_CHECK.fail(
+            config, "other-payload",
+            where=wheres[0],
             observed=(f"{script.name} {host} --service {config.name} gates on {stale[0]}, which neither the env file nor "
                       "fleet.toml's payload names"),
             expected="the gate tests the payload the env file names: " + "; ".join(listed),
@@ -226,8 +258,8 @@ def deploy_payload(config: ServiceConfig) -> None:
     untested = [origin for origin in payload if _loads(config, origin.value) and origin.value not in tested]
     if untested:
         origin = untested[0]
-        raise Failure(
-            service=config.name, check=PAYLOAD, code=f"{PAYLOAD}/untested",
+        raise PAYLOAD_CHECK.fail(
+            config, "untested",
             where=str(script),
             observed=(f"{script.name} {host} --service {config.name} never tests {origin.value} "
                       f"({origin.name}, {origin.where}), which the unit loads"

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.fleet import Device
 
 NAME = "device-visibility"
@@ -57,18 +56,33 @@ def _no_devices(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
-       requires=_no_devices, engines=("llama.cpp", "vllm"),
-       summary="visibility variables leave exactly the serving cards the engine is told to use")
+CHECK = service_seam(
+    NAME,
+    cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
+    summary="visibility variables leave exactly the serving cards the engine is told to use",
+    requires=_no_devices,
+    engines=("llama.cpp", "vllm"),
+    codes={
+        "nothing-visible": "the visibility variables leave no device (hipErrorNoDevice)",
+        "non-serving-card-visible": "a non-serving device (an iGPU) is visible to the engine",
+        "too-few-visible": "fewer visible devices than `--device`/tensor parallelism needs",
+        "tensor-split-length": "`--device` and `--tensor-split` of different lengths",
+        "compose-no-gpu": "a compose service is granted no GPU (no `deploy.resources.reservations.devices`, `gpus:` or `runtime: nvidia`)",
+        "compose-unknown-device": "a compose GPU grant names a device id that is not an index of the host's cards",
+    },
+)
+
+
+@CHECK.register
 def device_visibility(config: ServiceConfig) -> None:
     env = dict(config.rendered.env)
     seen = visible_devices(_granted(config), env)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                                                      "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
     if seen.problem or not seen.devices:
-        raise Failure(
-            code=f"{NAME}/nothing-visible",
-            service=config.name, check=NAME, where=where,
+        raise CHECK.fail(
+            config, "nothing-visible",
+            where=where,
             observed=seen.problem or "no device left visible",
             details=list(seen.steps),
             expected="a non-empty device set: ROCR filters first, HIP/CUDA index into the filtered list",
@@ -76,9 +90,9 @@ def device_visibility(config: ServiceConfig) -> None:
         )
     hidden = [d for d in seen.devices if not d.serves]
     if hidden:
-        raise Failure(
-            code=f"{NAME}/non-serving-card-visible",
-            service=config.name, check=NAME, where=where,
+        raise CHECK.fail(
+            config, "non-serving-card-visible",
+            where=where,
             observed=f"{', '.join(d.name for d in hidden)} is visible to the engine",
             details=list(seen.steps) or [f"no visibility variable: all {len(config.host.devices)} devices enumerate"],
             expected=f"only the serving cards ({', '.join(d.name for d in config.host.cards)})",
@@ -87,9 +101,9 @@ def device_visibility(config: ServiceConfig) -> None:
         )
     needed = _devices_needed(config)
     if needed > len(seen.devices):
-        raise Failure(
-            code=f"{NAME}/too-few-visible",
-            service=config.name, check=NAME, where=where,
+        raise CHECK.fail(
+            config, "too-few-visible",
+            where=where,
             observed=f"{len(seen.devices)} visible device(s) for an engine configured for {needed}",
             details=list(seen.steps),
             expected=f"at least {needed} visible serving cards",
@@ -97,9 +111,9 @@ def device_visibility(config: ServiceConfig) -> None:
         )
     llama = config.llama
     if llama is not None and llama.devices and llama.tensor_split and len(llama.devices) != len(llama.tensor_split):
-        raise Failure(
-            code=f"{NAME}/tensor-split-length",
-            service=config.name, check=NAME, cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
+        raise CHECK.fail(
+            config, "tensor-split-length",
+            cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
             observed=f"--device {','.join(llama.devices)} ({len(llama.devices)}) with --tensor-split "
                      f"{','.join(f'{v:g}' for v in llama.tensor_split)} ({len(llama.tensor_split)} entries)",
             expected="one --tensor-split entry per --device entry",
@@ -115,9 +129,9 @@ def _granted(config: ServiceConfig) -> tuple[Device, ...]:
         return config.host.devices
     grant = compose.gpus
     if grant is None:
-        raise Failure(
-            code=f"{NAME}/compose-no-gpu",
-            service=config.name, check=NAME, where=f"{compose.path}:{compose.line}",
+        raise CHECK.fail(
+            config, "compose-no-gpu",
+            where=f"{compose.path}:{compose.line}",
             observed=(f"compose service {compose.name} is granted no GPU: no deploy.resources.reservations.devices, "
                       "no gpus:, no runtime: nvidia"),
             expected=f"the container granted the serving cards ({', '.join(d.name for d in config.host.cards)})",
@@ -129,9 +143,9 @@ def _granted(config: ServiceConfig) -> tuple[Device, ...]:
         return config.host.devices
     past = [str(i) for i in grant.indices if i >= len(config.host.devices)]
     if grant.unknown or past:
-        raise Failure(
-            code=f"{NAME}/compose-unknown-device",
-            service=config.name, check=NAME, where=grant.where,
+        raise CHECK.fail(
+            config, "compose-unknown-device",
+            where=grant.where,
             observed=f"{grant.how} names {', '.join([*grant.unknown, *past])}, not a card of host {config.host.name}",
             details=[f"{d.index}: {d.name}" for d in config.host.devices],
             expected=f"device indices of the host's {len(config.host.devices)} device(s), in enumeration order",

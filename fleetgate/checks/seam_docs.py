@@ -21,11 +21,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgate.checks import check
+from fleetgate.checks import fleet_seam, service_seam
 from fleetgate.checks.seam_context import declared_shape
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
-from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet
 
 __all__ = ["IndexEntry", "Shape", "read_index"]
@@ -69,9 +68,24 @@ def _has_index(fleet: Fleet) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="fleet", requires=_has_index, cites=("B-DOC-1", "B-DOC-2", "B-DOC-3", "B-DOC-5", "B-DOC-6"),
-       summary="every docs page is registered in the index, every deployed service has a page, and the status "
-               "markers say what fleet.toml deploys")
+CHECK = fleet_seam(
+    NAME,
+    cites=("B-DOC-1", "B-DOC-2", "B-DOC-3", "B-DOC-5", "B-DOC-6"),
+    summary="every docs page is registered in the index, every deployed service has a page, and the status "
+               "markers say what fleet.toml deploys",
+    requires=_has_index,
+    codes={
+        "dead-link": "the index links a page that does not exist",
+        "service-missing": "an active service without an index entry (B-DOC-5)",
+        "index-status": "an index marker that contradicts the service's state (INC-27)",
+        "page-status": "a page's `status:` that contradicts its index marker (INC-67)",
+        "not-yet-deployed": "\"not yet deployed\" on a deployed service's page (B-DOC-6)",
+        "unregistered-page": "a docs page the index does not link (INC-47)",
+    },
+)
+
+
+@CHECK.register
 def docs_index(fleet: Fleet) -> None:
     index = fleet.docs_index
     assert index is not None
@@ -79,48 +93,45 @@ def docs_index(fleet: Fleet) -> None:
     registered = {entry.page: entry for entry in entries}
     for entry in entries:
         if not entry.page.is_file():
-            raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/dead-link", where=f"{index}:{entry.line}",
-                          observed=f"the index links {entry.page.name}, which does not exist",
-                          expected="every index entry names a page of the docs directory",
-                          fix="restore the page or drop the entry (a rename moves both)")
+            raise CHECK.fail(fleet, "dead-link", where=f"{index}:{entry.line}",
+                             observed=f"the index links {entry.page.name}, which does not exist",
+                             expected="every index entry names a page of the docs directory",
+                             fix="restore the page or drop the entry (a rename moves both)")
     for service in fleet.services.values():
         page = (index.parent / f"{service.name}.md").resolve()
         listed = registered.get(page)
         if listed is None:
             if service.state == "active":
-                raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/service-missing",
-                              where=fleet.where("services", service.name),
-                              observed=f"{service.name} is deployed but the index has no {page.name} entry",
-                              expected="every deployed service in the active-deployment list (B-DOC-5, INC-82)",
-                              fix=f"write {page.name} and register it in {index.name}")
+                raise CHECK.fail(fleet, "service-missing", where=fleet.where("services", service.name),
+                                 observed=f"{service.name} is deployed but the index has no {page.name} entry",
+                                 expected="every deployed service in the active-deployment list (B-DOC-5, INC-82)",
+                                 fix=f"write {page.name} and register it in {index.name}")
             continue
         allowed = ALLOWED[service.state]
         if listed.marker not in allowed:
-            raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/index-status", where=f"{index}:{listed.line}",
-                          observed=f"the index marks {service.name} {listed.marker or '(no marker)'}",
-                          expected=f"{' or '.join(allowed)}: fleet.toml says state = {service.state!r}",
-                          fix="sweep the markers in the cutover commit (INC-27, INC-67)")
+            raise CHECK.fail(fleet, "index-status", where=f"{index}:{listed.line}",
+                             observed=f"the index marks {service.name} {listed.marker or '(no marker)'}",
+                             expected=f"{' or '.join(allowed)}: fleet.toml says state = {service.state!r}",
+                             fix="sweep the markers in the cutover commit (INC-27, INC-67)")
         status, line = _page_status(page)
         if status != listed.marker:
-            raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/page-status",
-                          where=f"{page}:{line}" if line else str(page),
-                          observed=f"{page.name} says status: {status or '(none)'}",
-                          expected=f"{listed.marker}, as the index marks it",
-                          fix="the page header and the index move together (INC-67: a header still said LIVE)")
+            raise CHECK.fail(fleet, "page-status", where=f"{page}:{line}" if line else str(page),
+                             observed=f"{page.name} says status: {status or '(none)'}",
+                             expected=f"{listed.marker}, as the index marks it",
+                             fix="the page header and the index move together (INC-67: a header still said LIVE)")
         if service.state == "active":
             for number, text in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
                 if NOT_YET in text.lower():
-                    raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/not-yet-deployed",
-                                  where=f"{page}:{number}",
-                                  observed=f"{page.name} still says '{text.strip()[:120]}'",
-                                  expected="no 'not yet deployed' clause on the page of a deployed service (B-DOC-6)",
-                                  fix="retire the clause in the deploy commit")
+                    raise CHECK.fail(fleet, "not-yet-deployed", where=f"{page}:{number}",
+                                     observed=f"{page.name} still says '{text.strip()[:120]}'",
+                                     expected="no 'not yet deployed' clause on the page of a deployed service (B-DOC-6)",
+                                     fix="retire the clause in the deploy commit")
     for page in sorted(index.parent.glob("*.md")):
         if page.resolve() != index.resolve() and page.resolve() not in registered:
-            raise Failure(service=fleet.name, check=NAME, code=f"{NAME}/unregistered-page", where=str(page),
-                          observed=f"{page.name} is not linked from {index.name}",
-                          expected="every page registered in the index (INC-47)",
-                          fix=f"add '- [{page.stem}]({page.name}) — STATUS — one line' to {index.name}")
+            raise CHECK.fail(fleet, "unregistered-page", where=str(page),
+                             observed=f"{page.name} is not linked from {index.name}",
+                             expected="every page registered in the index (INC-47)",
+                             fix=f"add '- [{page.stem}]({page.name}) — STATUS — one line' to {index.name}")
 
 
 SHAPES = "docs-shapes"
@@ -191,10 +202,25 @@ def _lines_about(config: ServiceConfig) -> list[tuple[Path, int, str]]:
     return found
 
 
-@check(SHAPES, kind="seam", subject="service", requires=_no_shape, engines=("llama.cpp", "vllm", "openai"),
-       cites=("B-DOC-4", "INC-60", "INC-66", "INC-82", "INC-86"),
-       summary="the shapes (slots x window, ctx) and the engine the index and the service's page give are "
-               "what the env files render")
+SHAPES_CHECK = service_seam(
+    SHAPES,
+    cites=("B-DOC-4", "INC-60", "INC-66", "INC-82", "INC-86"),
+    summary="the shapes (slots x window, ctx) and the engine the index and the service's page give are "
+               "what the env files render",
+    requires=_no_shape,
+    engines=("llama.cpp", "vllm", "openai"),
+    codes={
+        "shape-differs": (
+            "an index line (intro, mermaid node, list item) or the service's page gives slots x window other than the rendered shape "
+            "(INC-60, INC-82, B-DOC-4)"
+        ),
+        "context-differs": "a `WINDOW ctx` the rendered per-slot window is not (INC-66)",
+        "engine-differs": "a line about the service names another engine (llama.cpp, vLLM, SGLang) (INC-86)",
+    },
+)
+
+
+@SHAPES_CHECK.register
 def docs_shapes(config: ServiceConfig) -> None:
     shape = _shape(config)
     assert shape is not None
@@ -202,8 +228,9 @@ def docs_shapes(config: ServiceConfig) -> None:
         for match in _SHAPE.finditer(line):
             slots, window = int(match.group("slots")), int(match.group("window").replace(",", ""))
             if (slots, window) != (shape.slots, shape.window):
-                raise Failure(
-                    service=config.name, check=SHAPES, code=f"{SHAPES}/shape-differs", where=f"{path}:{number}",
+                raise SHAPES_CHECK.fail(
+                    config, "shape-differs",
+                    where=f"{path}:{number}",
                     observed=f"the docs describe {config.name} as {match.group(0)}: '{line.strip()[:140]}'",
                     expected=f"{shape.text()}, as the env files render it ({shape.source})",
                     fix="re-key the intro, topology and list to the deployed shape in the commit that changes it "
@@ -212,8 +239,9 @@ def docs_shapes(config: ServiceConfig) -> None:
         for match in _CONTEXT.finditer(line):
             window = int(match.group("window").replace(",", ""))
             if window != shape.window:
-                raise Failure(
-                    service=config.name, check=SHAPES, code=f"{SHAPES}/context-differs", where=f"{path}:{number}",
+                raise SHAPES_CHECK.fail(
+                    config, "context-differs",
+                    where=f"{path}:{number}",
                     observed=f"the docs give {config.name} {match.group(0)}: '{line.strip()[:140]}'",
                     expected=f"{shape.window:,} ctx per slot, as the env files render it ({shape.source})",
                     fix="correct the row in the commit that raises or lowers the context (INC-66)",
@@ -223,8 +251,9 @@ def docs_shapes(config: ServiceConfig) -> None:
                 continue
             said = next((w for w in words if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", line)), None)
             if said is not None:
-                raise Failure(
-                    service=config.name, check=SHAPES, code=f"{SHAPES}/engine-differs", where=f"{path}:{number}",
+                raise SHAPES_CHECK.fail(
+                    config, "engine-differs",
+                    where=f"{path}:{number}",
                     observed=f"the docs say {config.name} runs {said}: '{line.strip()[:140]}'",
                     expected=f"{config.service.engine}, the engine fleet.toml declares and the serve script execs",
                     fix="catch the entry up with the cutover (INC-86: the index entries missed the SGLang cutover)",

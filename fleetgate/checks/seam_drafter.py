@@ -12,11 +12,10 @@ when a draft model is loaded, so under ``draft-mtp`` they are ignored.
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
-from fleetgate.checks.seam_memory import _ledger
+from fleetgate.checks.seam_memory import LEDGER_CODES, _ledger
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.fit import CONTEXT_DRAFTERS, HOST, Buffer, Ledger, calibrations_of
 
 NAME = "drafter-placement"
@@ -63,10 +62,29 @@ def _buffers(ledger: Ledger, context: str) -> list[Buffer]:
     return [b for d in (*ledger.devices, ledger.host) for b in d.buffers if b.context == context]
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_placement, engines=("llama.cpp",),
-       cites=("B-FIT-13", "B-FIT-7", "INC-03", "INC-10", "INC-58"),
-       summary="the draft context (its weights, KV and compute) runs on the card its calibration was measured on, "
-               "and no draft flag names a placement the engine ignores")
+CHECK = service_seam(
+    NAME,
+    cites=("B-FIT-13", "B-FIT-7", "INC-03", "INC-10", "INC-58"),
+    summary="the draft context (its weights, KV and compute) runs on the card its calibration was measured on, "
+               "and no draft flag names a placement the engine ignores",
+    requires=_no_placement,
+    engines=("llama.cpp",),
+    codes={
+        **LEDGER_CODES,
+        "ignored-under-mtp": (
+            "`--spec-draft-device` (or `-ngld 0`) under `draft-mtp` names a placement the engine ignores, other than the card the MTP head "
+            "runs on (B-FIT-13)"
+        ),
+        "on-host": "the draft context's weights or KV land in host memory (`--spec-draft-device none`, `-ngld 0`, `--no-kv-offload`)",
+        "off-sized-card": (
+            "the draft context runs on a card other than the one its compute calibration was measured on (a moved `--spec-draft-device`, a "
+            "reordered `--device` that moves the MTP head)"
+        ),
+    },
+)
+
+
+@CHECK.register
 def drafter_placement(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -74,7 +92,7 @@ def drafter_placement(config: ServiceConfig) -> None:
     assert context is not None
     sized = _sized_for(config, context)
     calibrated = config.fleet.where("services", config.name, "calibration")
-    ledger = _ledger(config, NAME)  # an unknown device or cache type fails as every memory seam does
+    ledger = _ledger(config, CHECK)  # an unknown device or cache type fails as every memory seam does
     buffers = _buffers(ledger, context)
     cards = sorted({b.device for b in buffers if b.device != HOST.name and b.buffer in (*_PLACED, "compute")})
     device_use = llama.use("spec_draft_device")
@@ -85,9 +103,9 @@ def drafter_placement(config: ServiceConfig) -> None:
         contradicts = (named and named != cards) or ngl == "0"
         if contradicts:
             flags = " ".join(f"{u.flag} {u.value}" for u in (device_use, ngl_use) if u is not None)
-            raise Failure(
-                code=f"{NAME}/ignored-under-mtp",
-                service=config.name, check=NAME, cites=("B-FIT-13",),
+            raise CHECK.fail(
+                config, "ignored-under-mtp",
+                cites=("B-FIT-13",),
                 where=config.where_flag(device_use or ngl_use),
                 observed=(f"{flags} under --spec-type {','.join(llama.spec_types)}: the MTP context runs on the "
                           f"target's own nextn block, on {', '.join(cards) or 'the host'}; the engine reads the "
@@ -108,9 +126,9 @@ def drafter_placement(config: ServiceConfig) -> None:
         else:
             causes = ["--no-kv-offload (every KV cache, the draft's too, stays in host memory)"]
             where = config.where_flag(None)
-        raise Failure(
-            code=f"{NAME}/on-host",
-            service=config.name, check=NAME, cites=("B-FIT-13", "B-FIT-7"), where=where,
+        raise CHECK.fail(
+            config, "on-host",
+            cites=("B-FIT-13", "B-FIT-7"), where=where,
             observed=f"the {_LABEL[context]} keeps {placed} in host memory: {', '.join(causes) or 'no draft device'}",
             expected=f"the draft context on {', '.join(sized)}, where it was sized and measured ({calibrated})",
             fix=("a drafter on the host drafts at the CPU's speed and its KV crosses the bus every step: give it the "
@@ -121,9 +139,9 @@ def drafter_placement(config: ServiceConfig) -> None:
         held = {c: sum(b.bytes for b in buffers if b.device == c) for c in off}
         lever = device_use if context == "draft" and device_use is not None else (
             llama.use("device") or llama.use("tensor_split") or llama.use("spec_type"))
-        raise Failure(
-            code=f"{NAME}/off-sized-card",
-            service=config.name, check=NAME, cites=("B-FIT-13",),
+        raise CHECK.fail(
+            config, "off-sized-card",
+            cites=("B-FIT-13",),
             where=config.where_flag(lever),
             observed=(f"the {_LABEL[context]} runs on {', '.join(cards)}: "
                       + ", ".join(f"{c} holds {gib(n)} of it" for c, n in held.items())),

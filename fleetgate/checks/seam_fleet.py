@@ -3,9 +3,8 @@ declared one, inf/nan in the manifest)."""
 
 from __future__ import annotations
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, fleet_seam, service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Service
 
 FINITE = "fleet-numbers-finite"
@@ -13,14 +12,23 @@ UNIQUE = "service-ports-unique"
 PORT = "rendered-port-matches"
 
 
-@check(FINITE, kind="seam", subject="fleet", cites=(),
-       summary="every number in fleet.toml is finite (TOML allows inf and nan; no fleet value means them)")
+FINITE_CHECK = fleet_seam(
+    FINITE,
+    cites=(),
+    summary="every number in fleet.toml is finite (TOML allows inf and nan; no fleet value means them)",
+    codes={
+        "non-finite": "`inf` or `nan` anywhere in fleet.toml",
+    },
+)
+
+
+@FINITE_CHECK.register
 def fleet_numbers_finite(fleet: Fleet) -> None:
     if not fleet.non_finite:
         return
     first = fleet.non_finite[0]
-    raise Failure(
-        service=fleet.name, check=FINITE, code=f"{FINITE}/non-finite",
+    raise FINITE_CHECK.fail(
+        fleet, "non-finite",
         where=f"{fleet.path}:{first.line}" if first.line else str(fleet.path),
         observed=f"{len(fleet.non_finite)} value(s) that are not finite numbers",
         details=[f"{bad.key} = {bad.value} (line {bad.line})" for bad in fleet.non_finite],
@@ -29,8 +37,17 @@ def fleet_numbers_finite(fleet: Fleet) -> None:
     )
 
 
-@check(UNIQUE, kind="seam", subject="fleet", cites=(),
-       summary="no two active services of a host declare the same port")
+UNIQUE_CHECK = fleet_seam(
+    UNIQUE,
+    cites=(),
+    summary="no two active services of a host declare the same port",
+    codes={
+        "duplicate": "two active services on one host:port (models of one llama-swap config share its port: no clash)",
+    },
+)
+
+
+@UNIQUE_CHECK.register
 def service_ports_unique(fleet: Fleet) -> None:
     seen: dict[tuple[str, int], str] = {}
     clashes: list[str] = []
@@ -46,8 +63,8 @@ def service_ports_unique(fleet: Fleet) -> None:
         else:
             seen[key] = service.name
     if clashes:
-        raise Failure(
-            service=fleet.name, check=UNIQUE, code=f"{UNIQUE}/duplicate",
+        raise UNIQUE_CHECK.fail(
+            fleet, "duplicate",
             where=fleet.where("services", clashes[0].split(" and ")[1].split(" both")[0], "port"),
             observed=f"{len(clashes)} host:port pair(s) declared by two active services",
             details=clashes,
@@ -62,12 +79,37 @@ def _same_llama_swap(first: Service, second: Service) -> bool:
             or (first.models_preset is not None and first.models_preset == second.models_preset))
 
 
-def _has_port(config: ServiceConfig) -> bool:
-    return config.llama is not None or config.vllm is not None
+def _no_port(config: ServiceConfig) -> str | None:
+    if config.llama is not None or config.vllm is not None:
+        return None
+    return f"{PORT} does not apply to {config.name}"
 
 
-@check(PORT, kind="seam", subject="service", cites=(), applies=_has_port, engines=("llama.cpp", "vllm"),
-       summary="the port the serve script passes the engine is the port fleet.toml declares")
+PORT_CHECK = service_seam(
+    PORT,
+    cites=(),
+    summary="the port the serve script passes the engine is the port fleet.toml declares",
+    requires=_no_port,
+    engines=("llama.cpp", "vllm"),
+    codes={
+        "run-not-published": "a `docker run`/`podman run` without `--network host` publishes (`-p`) no port for the one the engine binds",
+        "run-published-differs": (
+            "a `docker run -p HOST:CONTAINER` publishes the engine's port on a host port other than fleet.toml's `port`"
+        ),
+        "differs": (
+            "the port the service really binds (its rendered argv) is not fleet.toml's `port` (through a `docker run -p HOST:CONTAINER`, "
+            "the host port; behind llama-swap, the port its `proxy:` forwards to)"
+        ),
+        "not-published": (
+            "a compose service on a bridge network publishes no port for the one the engine listens on inside: no client on the host "
+            "reaches it"
+        ),
+        "published-differs": "a compose service publishes the engine's port on a host port other than fleet.toml's `port` (`ports:`)",
+    },
+)
+
+
+@PORT_CHECK.register
 def rendered_port_matches(config: ServiceConfig) -> None:
     if config.llama is not None:
         port, use = config.llama.port, config.llama.use("port")
@@ -92,8 +134,8 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         # docker run -p HOST:CONTAINER: clients reach the engine's port through the host port that publishes it.
         published = run.host_port(port)
         if published is None:
-            raise Failure(
-                service=config.name, check=PORT, code=f"{PORT}/run-not-published",
+            raise PORT_CHECK.fail(
+                config, "run-not-published",
                 where=str(config.rendered.script),
                 observed=(f"the engine listens on {port} in the container"
                           + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")
@@ -104,8 +146,8 @@ def rendered_port_matches(config: ServiceConfig) -> None:
             )
         if published == declared:
             return
-        raise Failure(
-            service=config.name, check=PORT, code=f"{PORT}/run-published-differs",
+        raise PORT_CHECK.fail(
+            config, "run-published-differs",
             where=str(config.rendered.script),
             observed=f"the {run.client} run line publishes the engine's port {port} on host port {published}",
             expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
@@ -113,8 +155,8 @@ def rendered_port_matches(config: ServiceConfig) -> None:
         )
     if port == declared:
         return
-    raise Failure(
-        service=config.name, check=PORT, code=f"{PORT}/differs",
+    raise PORT_CHECK.fail(
+        config, "differs",
         where=config.where_flag(use) if use is not None else str(config.rendered.script),
         observed=(f"the engine listens on {port}" + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")),
         expected=(f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)"
@@ -129,8 +171,8 @@ def _compose_published(config: ServiceConfig, port: int, declared: int) -> None:
     assert compose is not None
     mapped = compose.published(port)
     if mapped is None:
-        raise Failure(
-            service=config.name, check=PORT, code=f"{PORT}/not-published",
+        raise PORT_CHECK.fail(
+            config, "not-published",
             where=compose.ports[0].where if compose.ports else compose.command_where,
             observed=(f"the engine listens on {port} inside the container, and no ports: entry of {compose.name} "
                       "publishes it"),
@@ -140,8 +182,9 @@ def _compose_published(config: ServiceConfig, port: int, declared: int) -> None:
                 "nothing outside the container reaches an unpublished port",
         )
     if mapped.published != declared:
-        raise Failure(
-            service=config.name, check=PORT, code=f"{PORT}/published-differs", where=mapped.where,
+        raise PORT_CHECK.fail(
+            config, "published-differs",
+            where=mapped.where,
             observed=(f"ports: publishes the engine's port {port} on host port "
                       f"{mapped.published if mapped.published is not None else '(an ephemeral one docker picks)'}"),
             expected=f"host port {declared}, as fleet.toml declares (where clients and the live gate look)",

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import Check, NotApplicable, service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Deferred, Failure
+from fleetgate.failure import Deferred
 from fleetgate.fit import (
     CONTEXT_DRAFTERS,
     TERMS,
@@ -56,15 +56,21 @@ def _no_card_ledger(config: ServiceConfig) -> str | None:
     return _no_ledger(config) or no_cards(config)
 
 
-def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
+LEDGER_CODES = {
+    "unknown-device": "`--device` names a card the host does not have",
+    "unknown-cache-type": "a KV cache type the engine refuses",
+}
+"""What every seam that builds the service's ledger can fail with besides its own codes."""
+
+
+def _ledger(config: ServiceConfig, check: Check[ServiceConfig]) -> Ledger:
     try:
         return service_ledger(config)
     except KeyError as exc:
         llama = config.llama
         assert llama is not None
-        raise Failure(
-            code=f"{check_name}/unknown-device",
-            service=config.name, check=check_name, where=config.where_flag(llama.use("device")),
+        raise check.fail(
+            config, "unknown-device", where=config.where_flag(llama.use("device")),
             observed=f"--device names {exc.args[0]!r}, which host {config.host.name} has no card for",
             expected=f"one of: {', '.join(d.name for d in config.host.cards)}",
             fix="name the devices as llama.cpp enumerates them on that host (fleet.toml hosts.*.devices)",
@@ -72,9 +78,8 @@ def _ledger(config: ServiceConfig, check_name: str) -> Ledger:
     except ValueError as exc:
         llama = config.llama
         assert llama is not None
-        raise Failure(
-            code=f"{check_name}/unknown-cache-type",
-            service=config.name, check=check_name,
+        raise check.fail(
+            config, "unknown-cache-type",
             where=config.where_flag(llama.use("cache_type_k") or llama.use("cache_type_v")),
             observed=str(exc), expected="a KV cache type the engine accepts",
             fix="llama-server stops at startup with 'Unsupported cache type': pick one of the listed types",
@@ -141,12 +146,26 @@ def _cache_margin(config: ServiceConfig) -> dict[str, object]:
                              "ram_margin_bytes": config.host.ram_bytes // 2 - cap}}
 
 
-@check(FLOOR, kind="seam", subject="service", requires=_no_card_ledger, engines=("llama.cpp",), figures=_headroom,
-       cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-11", "B-FIT-16", "B-FIT-17", "B-FIT-19",
+FLOOR_CHECK = service_seam(
+    FLOOR,
+    cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-11", "B-FIT-16", "B-FIT-17", "B-FIT-19",
               "INC-03", "INC-04", "INC-05", "INC-10", "INC-58", "INC-74"),
-       summary="every card keeps the host's floor of free VRAM once the ledger has placed everything")
+    summary="every card keeps the host's floor of free VRAM once the ledger has placed everything",
+    requires=_no_card_ledger,
+    engines=("llama.cpp",),
+    figures=_headroom,
+    codes={
+        **LEDGER_CODES,
+        "below-floor": "a card keeps less free VRAM than the host's floor",
+        "buffer-unplaceable": "a card cannot place its largest compute buffer after weights, KV and state (INC-05)",
+        "unmeasured-compute": "compute buffers priced by estimate at a ubatch no boot measured (INC-74)",
+    },
+)
+
+
+@FLOOR_CHECK.register
 def card_floor(config: ServiceConfig) -> None:
-    ledger = _ledger(config, FLOOR)
+    ledger = _ledger(config, FLOOR_CHECK)
     declared = config.host.card_floor_bytes
     floor = declared or 0
     # Weights, KV and state that already break the floor are the split's or the context's doing; a card
@@ -164,9 +183,9 @@ def card_floor(config: ServiceConfig) -> None:
     else:
         where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
         expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
-    raise Failure(
-        code=f"{FLOOR}/below-floor",
-        service=config.name, check=FLOOR, where=_lever(config),
+    raise FLOOR_CHECK.fail(
+        config, "below-floor",
+        where=_lever(config),
         observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
         expected=expected,
         details=[_card(d) for d in ledger.cards],
@@ -199,9 +218,9 @@ def _contiguity(config: ServiceConfig, ledger: Ledger) -> None:
             continue
         llama = config.llama
         assert llama is not None
-        raise Failure(
-            code=f"{FLOOR}/buffer-unplaceable",
-            service=config.name, check=FLOOR, cites=("B-FIT-11", "B-FIT-10", "INC-05"),
+        raise FLOOR_CHECK.fail(
+            config, "buffer-unplaceable",
+            cites=("B-FIT-11", "B-FIT-10", "INC-05"),
             where=config.where_flag(llama.use("ubatch_size") or llama.use("batch_size")),
             observed=(f"{d.card.name} cannot place its {largest.context} compute buffer of {largest.bytes / MiB:.0f} MiB "
                       f"at ubatch {ledger.n_ubatch} ({largest.basis}): {gib(max(room, 0))} is left after weights, KV, "
@@ -225,9 +244,9 @@ def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
     estimated = [(d.card.name, b) for d in ledger.cards for b in d.buffers if b.buffer == "compute" and b.basis == "estimate"]
     if not estimated:
         return
-    raise Failure(
-        code=f"{FLOOR}/unmeasured-compute",
-        service=config.name, check=FLOOR, cites=("B-FIT-19", "B-FIT-10", "INC-74"),
+    raise FLOOR_CHECK.fail(
+        config, "unmeasured-compute",
+        cites=("B-FIT-19", "B-FIT-10", "INC-74"),
         where=config.where_flag(llama.use("ubatch_size")),
         observed=(f"--ubatch-size {ledger.n_ubatch}: no boot measured this rung; "
                   + ", ".join(f"{card} {b.context} {b.bytes / MiB:.0f} MiB" for card, b in estimated)
@@ -257,11 +276,23 @@ def _no_split(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(BALANCE, kind="seam", subject="service", requires=_no_split, engines=("llama.cpp",), figures=_balance_margin,
-       cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
-       summary="the cards of a layer split differ by at most the host's declared slack")
+BALANCE_CHECK = service_seam(
+    BALANCE,
+    cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
+    summary="the cards of a layer split differ by at most the host's declared slack",
+    requires=_no_split,
+    engines=("llama.cpp",),
+    figures=_balance_margin,
+    codes={
+        **LEDGER_CODES,
+        "gap-over-slack": "the cards of a layer split differ by more than the host's slack",
+    },
+)
+
+
+@BALANCE_CHECK.register
 def card_balance(config: ServiceConfig) -> None:
-    ledger = _ledger(config, BALANCE)
+    ledger = _ledger(config, BALANCE_CHECK)
     slack = config.host.balance_slack_bytes
     assert slack is not None
     cards = ledger.cards
@@ -273,9 +304,9 @@ def card_balance(config: ServiceConfig) -> None:
     if gap <= slack:
         return
     where_slack = config.fleet.where("hosts", config.host.name, "balance_slack_gib")
-    raise Failure(
-        code=f"{BALANCE}/gap-over-slack",
-        service=config.name, check=BALANCE, where=_lever(config),
+    raise BALANCE_CHECK.fail(
+        config, "gap-over-slack",
+        where=_lever(config),
         observed=f"{heaviest.card.name} holds {gib(gap)} more than {lightest.card.name}",
         expected=f"a gap <= {gib(slack)} (the slack of host {config.host.name}, {where_slack})",
         details=[_card(d) for d in cards],
@@ -287,9 +318,28 @@ def _is_llama(config: ServiceConfig) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
-@check(CACHE, kind="seam", subject="service", requires=_is_llama, engines=("llama.cpp",), figures=_cache_margin,
-       cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
-       summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM")
+CACHE_CHECK = service_seam(
+    CACHE,
+    cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
+    summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM",
+    requires=_is_llama,
+    engines=("llama.cpp",),
+    figures=_cache_margin,
+    codes={
+        **LEDGER_CODES,
+        "unbounded": "`--cache-ram -1` on a shared host",
+        "over-half-ram": "`--cache-ram` above half the host RAM",
+        "below-slot-state": "`--cache-ram` below one slot's saved state (target KV, recurrent rows, draft state)",
+        "checkpoints-over-cap": (
+            "the slot's state fits, but not with its context checkpoints: each of `--ctx-checkpoints` (default 32) saves the target's "
+            "recurrent/windowed state and the draft context's whole state (a plain KV cache, the MTP head's, ignores the partial flag), "
+            "and the cache entry is state + checkpoints (B-PC-5)"
+        ),
+    },
+)
+
+
+@CACHE_CHECK.register
 def prompt_cache_holds_slot(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -299,33 +349,33 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
     ram = f"half the host RAM: {gib(half)}, {config.fleet.where('hosts', config.host.name, 'ram_gib')}"
     # The bounds of the cache need no ledger: they hold whether or not the model is known.
     if llama.cache_ram_mib < 0:
-        raise Failure(
-            code=f"{CACHE}/unbounded",
-            service=config.name, check=CACHE, cites=("B-PC-3",), where=where,
+        raise CACHE_CHECK.fail(
+            config, "unbounded",
+            cites=("B-PC-3",), where=where,
             observed="--cache-ram -1: the prompt cache may grow without bound",
             expected=f"a bounded cap: at least one slot's state and at most {ram}",
             fix="on a shared host the cache is bounded: set --cache-ram to one slot's state rounded up",
         )
     if cap > half:
-        raise Failure(
-            code=f"{CACHE}/over-half-ram",
-            service=config.name, check=CACHE, cites=("B-PC-2",), where=where,
+        raise CACHE_CHECK.fail(
+            config, "over-half-ram",
+            cites=("B-PC-2",), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
             expected=f"<= {ram}",
             fix="the cache is host RAM beside the co-tenants: cap it at one slot's state rounded up",
         )
     if reason := _no_ledger(config):
         raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
-    state = _ledger(config, CACHE).slot_state
+    state = _ledger(config, CACHE_CHECK).slot_state
     slot = state.target_kv + state.recurrent + state.draft
     parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
              f"{gib(state.recurrent)}, draft state {gib(state.draft)}")
     refused = ["an entry larger than the cap is refused ('prompt state size ... exceeds cache size "
                f"limit {llama.cache_ram_mib:.3f} MiB, skipping') and the conversation is prefilled again"]
     if cap < slot:
-        raise Failure(
-            code=f"{CACHE}/below-slot-state",
-            service=config.name, check=CACHE, cites=("B-PC-1", "INC-11"), where=where,
+        raise CACHE_CHECK.fail(
+            config, "below-slot-state",
+            cites=("B-PC-1", "INC-11"), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is {gib(slot)}",
             expected=f">= {gib(slot)}: {parts}",
             details=refused,
@@ -361,9 +411,9 @@ def _checkpoints_fit(config: ServiceConfig, state: SlotState, cap: int, slot: in
     use = llama.use("ctx_checkpoints")
     held = (f"{n} checkpoints x ({gib(target)} of the target's recurrent / windowed state + {gib(draft)} of the "
             f"draft context's state) = {gib(n * (target + draft))}")
-    raise Failure(
-        code=f"{CACHE}/checkpoints-over-cap",
-        service=config.name, check=CACHE, cites=("B-PC-1", "B-PC-5", "INC-11"),
+    raise CACHE_CHECK.fail(
+        config, "checkpoints-over-cap",
+        cites=("B-PC-1", "B-PC-5", "INC-11"),
         where=config.where_flag(use) if use is not None else config.where_flag(llama.use("cache_ram")),
         observed=(f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)} holds one slot's state ({gib(slot)}) but "
                   f"not its checkpoints: --ctx-checkpoints {n}{'' if use is not None else ' (the build default)'}, "
@@ -416,12 +466,24 @@ def _at_measured_geometry(config: ServiceConfig, ledger: Ledger) -> Ledger:
     return _ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
 
 
-@check(DRAFTER, kind="seam", subject="service", requires=_no_draft_context, engines=("llama.cpp",), cites=("B-FIT-7", "INC-03", "INC-58"),
-       summary="the draft context's KV (the target's whole context unless the drafter has a window) fits")
+DRAFTER_CHECK = service_seam(
+    DRAFTER,
+    cites=("B-FIT-7", "INC-03", "INC-58"),
+    summary="the draft context's KV (the target's whole context unless the drafter has a window) fits",
+    requires=_no_draft_context,
+    engines=("llama.cpp",),
+    codes={
+        **LEDGER_CODES,
+        "below-floor": "the draft context's KV takes a card below its floor",
+    },
+)
+
+
+@DRAFTER_CHECK.register
 def drafter_kv_fits(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
-    ledger = _at_measured_geometry(config, _ledger(config, DRAFTER))
+    ledger = _at_measured_geometry(config, _ledger(config, DRAFTER_CHECK))
     floor = config.host.card_floor_bytes or 0
     draft = config.draft_profile
     mtp = "draft-mtp" in llama.spec_types and llama.spec_draft_model is None
@@ -442,9 +504,9 @@ def drafter_kv_fits(config: ServiceConfig) -> None:
         where: str | Deferred = config.where_flag(llama.use("spec_type"))
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
-        raise Failure(
-            code=f"{DRAFTER}/below-floor",
-            service=config.name, check=DRAFTER, where=where,
+        raise DRAFTER_CHECK.fail(
+            config, "below-floor",
+            where=where,
             observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
             expected=f">= {gib(floor)} free on the card that carries the draft context",
             details=[_card(d) for d in ledger.cards]

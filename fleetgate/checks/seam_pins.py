@@ -6,9 +6,8 @@ is what it will do. A live check (live-sampler-defaults) reads the same values b
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 
 __all__ = ["NAME"]
 
@@ -28,8 +27,22 @@ def _no_pins(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_pins, engines=("llama.cpp",), cites=("B-UN-8", "B-UN-9", "B-UN-10"),
-       summary="the sampler defaults, reasoning and KV precision the contract promises are what the argv passes")
+CHECK = service_seam(
+    NAME,
+    cites=("B-UN-8", "B-UN-9", "B-UN-10"),
+    summary="the sampler defaults, reasoning and KV precision the contract promises are what the argv passes",
+    requires=_no_pins,
+    engines=("llama.cpp",),
+    codes={
+        "sampler-differs": "a sampler default the argv serves is not the contract's (B-UN-8)",
+        "reasoning-budget": "`--reasoning-budget` is not the contract's (B-UN-9)",
+        "reasoning-in-content": "`--reasoning-format none` where the contract promises `reasoning_content` (B-UN-9)",
+        "kv-precision": "a KV cache type other than the contract's `kv_cache_type` (B-UN-10)",
+    },
+)
+
+
+@CHECK.register
 def contract_pins(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -40,8 +53,9 @@ def contract_pins(config: ServiceConfig) -> None:
         value = getattr(llama, dest)
         got = _DEFAULTS[key] if value is None else value
         if abs(float(got) - float(wanted)) > 1e-9:
-            raise Failure(
-                code=f"{NAME}/sampler-differs", service=config.name, check=NAME, cites=("B-UN-8",),
+            raise CHECK.fail(
+                config, "sampler-differs",
+                cites=("B-UN-8",),
                 where=config.where_flag(llama.use(dest)),
                 observed=f"{flag} {got:g}" + (" (not passed: the build's default)" if value is None else ""),
                 expected=f"{key} = {wanted:g}, the sampler default clients are promised ({where_contract})",
@@ -50,16 +64,18 @@ def contract_pins(config: ServiceConfig) -> None:
     if contract.reasoning_budget is not None:
         got_budget = -1 if llama.reasoning_budget is None else llama.reasoning_budget
         if got_budget != contract.reasoning_budget:
-            raise Failure(
-                code=f"{NAME}/reasoning-budget", service=config.name, check=NAME, cites=("B-UN-9",),
+            raise CHECK.fail(
+                config, "reasoning-budget",
+                cites=("B-UN-9",),
                 where=config.where_flag(llama.use("reasoning_budget")),
                 observed=f"--reasoning-budget {got_budget}",
                 expected=f"{contract.reasoning_budget} ({where_contract})",
                 fix="pass the promised budget: 0 turns thinking off, -1 leaves it unlimited",
             )
     if contract.reasoning_field == "reasoning_content" and (llama.reasoning_format or "auto") == "none":
-        raise Failure(
-            code=f"{NAME}/reasoning-in-content", service=config.name, check=NAME, cites=("B-UN-9",),
+        raise CHECK.fail(
+            config, "reasoning-in-content",
+            cites=("B-UN-9",),
             where=config.where_flag(llama.use("reasoning_format")),
             observed="--reasoning-format none: the trace stays inside content",
             expected=f"the trace in reasoning_content, as the contract says ({where_contract}): --reasoning-format deepseek",
@@ -69,8 +85,9 @@ def contract_pins(config: ServiceConfig) -> None:
         kv = {"K": (llama.cache_type_k, "cache_type_k"), "V": (llama.cache_type_v, "cache_type_v")}
         for which, (value, dest) in kv.items():
             if value != contract.kv_cache_type:
-                raise Failure(
-                    code=f"{NAME}/kv-precision", service=config.name, check=NAME, cites=("B-UN-10",),
+                raise CHECK.fail(
+                    config, "kv-precision",
+                    cites=("B-UN-10",),
                     where=config.where_flag(llama.use(dest)),
                     observed=f"the {which} cache is {value}",
                     expected=f"{contract.kv_cache_type} for K and V ({where_contract})",

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 
 NAME = "profile-declared"
 
 
-@check(NAME, kind="seam", subject="service", cites=(), engines=("llama.cpp",),
-       summary="a llama.cpp service declares its model's profile, which the ledger and the context seams read")
+CHECK = service_seam(
+    NAME,
+    cites=(),
+    summary="a llama.cpp service declares its model's profile, which the ledger and the context seams read",
+    engines=("llama.cpp",),
+    codes={
+        "missing": "a llama.cpp service without `profile =`",
+    },
+)
+
+
+@CHECK.register
 def profile_declared(config: ServiceConfig) -> None:
     if config.profile is None:
-        raise Failure(
-            code=f"{NAME}/missing",
-            service=config.name, check=NAME, where=config.fleet.where("services", config.name),
+        raise CHECK.fail(
+            config, "missing",
+            where=config.fleet.where("services", config.name),
             observed=f"services.{config.name} declares no profile: the card floor, balance, drafter and "
                      "prompt-cache seams and the trained-window seam cannot see this service",
             expected="profile = \"profiles/MODEL.toml\" (or the GGUF itself), so the ledger can place the model",

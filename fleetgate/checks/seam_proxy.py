@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import math
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, fleet_seam
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.errors import InputError
-from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Proxy
 
 __all__ = ["ROUTINGS"]
@@ -58,17 +57,35 @@ def _int(entry: EnvEntry, *, minimum: int) -> int:
     return int(value)
 
 
-@check(ROUTING, kind="seam", subject="fleet", requires=_has_proxy, cites=("B-UN-14", "INC-37", "INC-38"),
-       summary="a routing proxy pins only continuations (ROUTING=adaptive) and knows a conversation by its first 4 KiB "
-               "(AFFINITY_BYTES)")
+ROUTING_CHECK = fleet_seam(
+    ROUTING,
+    cites=("B-UN-14", "INC-37", "INC-38"),
+    summary="a routing proxy pins only continuations (ROUTING=adaptive) and knows a conversation by its first 4 KiB "
+               "(AFFINITY_BYTES)",
+    requires=_has_proxy,
+    codes={
+        "not-adaptive": (
+            "a routing proxy's `ROUTING` other than `adaptive`: `affinity` hashes fresh prefixes and sends a same-prefix burst to one card "
+            "(INC-37), `roundrobin` pins no continuation (B-UN-14)"
+        ),
+        "affinity-window": (
+            "`AFFINITY_BYTES` other than 4096: wider, every conversation shorter than the window never pins (INC-38); narrower, "
+            "conversations sharing that much prefix are taken for one (B-UN-14)"
+        ),
+    },
+)
+
+
+@ROUTING_CHECK.register
 def proxy_routing(fleet: Fleet) -> None:
     for proxy in fleet.proxies.values():
         env = parse_env_file(proxy.config, proxy.dialect)
         routing = env.get("ROUTING")
         if routing is not None and routing.value != "adaptive":
             known = routing.value in ROUTINGS
-            raise Failure(
-                service=fleet.name, check=ROUTING, code=f"{ROUTING}/not-adaptive", where=routing.where,
+            raise ROUTING_CHECK.fail(
+                fleet, "not-adaptive",
+                where=routing.where,
                 cites=("B-UN-14", "INC-37"),
                 observed=f"{proxy.name}: ROUTING={routing.value}: " + (_WHY_NOT[routing.value] if known else
                                                         f"not a policy of the proxy ({', '.join(ROUTINGS)})"),
@@ -80,8 +97,9 @@ def proxy_routing(fleet: Fleet) -> None:
         window = env.get("AFFINITY_BYTES")
         size = _int(window, minimum=1) if window is not None else AFFINITY_BYTES
         if window is not None and size != AFFINITY_BYTES:
-            raise Failure(
-                service=fleet.name, check=ROUTING, code=f"{ROUTING}/affinity-window", where=window.where,
+            raise ROUTING_CHECK.fail(
+                fleet, "affinity-window",
+                where=window.where,
                 cites=("B-UN-14", "INC-38"),
                 observed=f"{proxy.name}: AFFINITY_BYTES={window.value}: a conversation is known by its first {size:,} bytes"
                          + ("; one shorter than that cannot be told from its own tail, so its turns hash differently "
@@ -114,17 +132,31 @@ def _capacity(proxy: Proxy) -> tuple[int, int, int, int, str, str]:
     return cards, per_card, live, need, how, replicas.where
 
 
-@check(CAPACITY, kind="seam", subject="fleet", requires=_has_proxy, cites=("INC-39", "INC-40"),
-       summary="the load a routing proxy is sized for -- cached prefixes plus live sequences on the fullest card -- fits "
-               "a replica's KV pool, whatever the placement or admission")
+CAPACITY_CHECK = fleet_seam(
+    CAPACITY,
+    cites=("INC-39", "INC-40"),
+    summary="the load a routing proxy is sized for -- cached prefixes plus live sequences on the fullest card -- fits "
+               "a replica's KV pool, whatever the placement or admission",
+    requires=_has_proxy,
+    codes={
+        "over-pool": (
+            "the load a proxy is sized for (`conversations` in fleet.toml), on its fullest card -- cached prefixes plus live sequences, "
+            "live held to `LARGE_LIMIT` where admission applies -- exceeds a replica's KV pool (`replica_kv_pool`): no placement or "
+            "admission changes the sum (INC-39, INC-40)"
+        ),
+    },
+)
+
+
+@CAPACITY_CHECK.register
 def proxy_capacity(fleet: Fleet) -> None:
     for proxy in fleet.proxies.values():
         len_replicas, per_card, live, need, how, where_replicas = _capacity(proxy)
         tokens = proxy.conversation_tokens
         assert proxy.pool_tokens is not None and proxy.conversations is not None and tokens is not None
         if need > proxy.pool_tokens:
-            raise Failure(
-                service=fleet.name, check=CAPACITY, code=f"{CAPACITY}/over-pool",
+            raise CAPACITY_CHECK.fail(
+                fleet, "over-pool",
                 where=fleet.where("proxies", proxy.name, "conversations"),
                 observed=(f"{proxy.name}: {per_card} x {tokens:,} cached + {live} x {tokens:,} live = {need:,} tokens on one card: "
                           f"{proxy.conversations} conversations over the {len_replicas} replicas of {where_replicas} put "

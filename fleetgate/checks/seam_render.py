@@ -5,23 +5,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from fleetgate.checks import check
+from fleetgate.checks import attempt_seam
 from fleetgate.config import ServiceAttempt
-from fleetgate.failure import Failure
 from fleetgate.render import Origin
 
 NAME = "serve-script-renders"
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-3", "B-SH-4", "B-MM-2", "B-SP-5", "INC-53"),
-       summary="the serve script, run as its unit runs it, starts the engine and reads only this repository's env files")
+CHECK = attempt_seam(
+    NAME,
+    cites=("B-SH-3", "B-SH-4", "B-MM-2", "B-SP-5", "INC-53"),
+    summary="the serve script, run as its unit runs it, starts the engine and reads only this repository's env files",
+    codes={
+        "broken-input": (
+            "a file that starts the service (unit, drop-in, env file, script, profile) cannot be read as its consumer reads it, or names "
+            "another script or a file outside the repository: that service fails in one line, every other service is judged (INC-53's "
+            "bench arm)"
+        ),
+        "refused": "the serve script exits without starting the engine",
+        "undeclared-env-file": "the script reads an env file other than the declared one",
+        "sources-outside-repo": "the script sources a file outside this repository (INC-53)",
+    },
+)
+
+
+@CHECK.register
 def serve_script_renders(attempt: ServiceAttempt) -> None:
     fleet, service = attempt.fleet, attempt.service
     if attempt.broken is not None:
         broken = attempt.broken
-        raise Failure(
-            code=f"{NAME}/broken-input",
-            service=service.name, check=NAME,
+        raise CHECK.fail(
+            service.name, "broken-input",
             where=f"{broken.path}:{broken.line}" if broken.line else str(broken.path),
             observed=broken.message,
             expected=(f"the files that start {service.name} (unit, drop-ins, env files, serve script, profiles) read "
@@ -34,9 +48,9 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
         outside = next((s for s in refused.sourced if not s.inside_repo), None)
         if outside is not None:
             _outside_repo(service.name, fleet.deploy_root, outside.target, outside.caller, refused.inputs, refused.message)
-        raise Failure(
-            code=f"{NAME}/refused",
-            service=service.name, check=NAME, where=where,
+        raise CHECK.fail(
+            service.name, "refused",
+            where=where,
             observed=refused.message,
             expected=f"it execs {service.binary} with the unit's environment and the declared payload present",
             details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-3:]],
@@ -54,9 +68,9 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
             and config.rendered.unit.kind == "systemd" and not config.rendered.unit.all("Service", "EnvironmentFile"):
         names = [s.target.rsplit("/", 1)[-1] for s in read]
         if declared.name not in names:
-            raise Failure(
-                code=f"{NAME}/undeclared-env-file",
-                service=service.name, check=NAME, where=read[-1].caller,
+            raise CHECK.fail(
+                service.name, "undeclared-env-file",
+                where=read[-1].caller,
                 observed=f"the serve script reads {', '.join(s.target for s in read)}",
                 expected=f"it reads the declared env file {declared.relative_to(fleet.root)}",
                 fix="point the unit or the script at the declared env file, or declare the one it really reads",
@@ -66,9 +80,9 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
 def _outside_repo(service: str, deploy_root: str | None, target: str, caller: str,
                   inputs: Mapping[str, Origin], outcome: str | None) -> NoReturn:
     setter = next((o for o in inputs.values() if o.value == target), None)
-    raise Failure(
-        code=f"{NAME}/sources-outside-repo",
-        service=service, check=NAME, where=setter.where if setter else caller,
+    raise CHECK.fail(
+        service, "sources-outside-repo",
+        where=setter.where if setter else caller,
         observed=(f"the serve script ({caller}) sources {target}, outside this repository"
                   + (f", because {setter.name} is set by {setter.via}" if setter else "")),
         expected=f"only env files of this repository (deployed under {deploy_root})",

@@ -19,12 +19,11 @@ from pathlib import Path
 import promql_parser
 import yaml
 
-from fleetgate.checks import check
+from fleetgate.checks import fleet_seam, service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.llama_metrics import load_llama_metrics
 from fleetgate.engines.vllm import load_release
 from fleetgate.errors import InputError
-from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Service
 
 __all__ = ["Selector", "exported", "selectors"]
@@ -183,8 +182,21 @@ def _has_rules(fleet: Fleet) -> str | None:
     return None
 
 
-@check(EXPORTED, kind="seam", subject="fleet", requires=_has_rules, cites=("B-OB-1", "B-OB-3", "INC-24"),
-       summary="every series a rule or dashboard names is exported by the engine of the job it names")
+EXPORTED_CHECK = fleet_seam(
+    EXPORTED,
+    cites=("B-OB-1", "B-OB-3", "INC-24"),
+    summary="every series a rule or dashboard names is exported by the engine of the job it names",
+    requires=_has_rules,
+    codes={
+        "wrong-engine": "a series read from a job whose engine exports another namespace",
+        "unknown-namespace": "a series of an engine no service of the fleet runs or ever could",
+        "engine-not-deployed": "rules on an engine no deployed service runs any more",
+        "not-exported": "a rule or dashboard names a series its engine does not export (INC-24, B-OB-3)",
+    },
+)
+
+
+@EXPORTED_CHECK.register
 def rules_exported(fleet: Fleet) -> None:
     services = _deployed(fleet)
     engines = {NAMESPACE[s.engine] for s in services if s.engine in NAMESPACE}
@@ -196,23 +208,26 @@ def rules_exported(fleet: Fleet) -> None:
         if selector.job is not None and selector.job[0] in ("=", "=~"):
             wrong = [s for s in jobs if NAMESPACE.get(s.engine) != namespace]
             if wrong:
-                raise Failure(
-                    service=fleet.name, check=EXPORTED, code=f"{EXPORTED}/wrong-engine", where=selector.where,
+                raise EXPORTED_CHECK.fail(
+                    fleet, "wrong-engine",
+                    where=selector.where,
                     observed=(f"{selector.owner} reads {selector.series} from job {selector.job[1]!r}, which is "
                               + ", ".join(f"{s.name} ({s.engine})" for s in wrong)),
                     expected=f"{namespace}: series only from jobs whose engine exports them",
                     fix="re-cut the rule for the engine the job runs now (a cutover changes the metric namespace)",
                 )
         if namespace not in NAMESPACE.values():
-            raise Failure(
-                service=fleet.name, check=EXPORTED, code=f"{EXPORTED}/unknown-namespace", where=selector.where,
+            raise EXPORTED_CHECK.fail(
+                fleet, "unknown-namespace",
+                where=selector.where,
                 observed=f"{selector.owner} names {selector.series}: no engine of this fleet exports {namespace}:*",
                 expected=f"series of {', '.join(sorted(engines))}",
                 fix="retire the rule, or re-cut it on the engine that serves the job now",
             )
         if namespace not in engines:
-            raise Failure(
-                service=fleet.name, check=EXPORTED, code=f"{EXPORTED}/engine-not-deployed", where=selector.where,
+            raise EXPORTED_CHECK.fail(
+                fleet, "engine-not-deployed",
+                where=selector.where,
                 observed=f"{selector.owner} names {selector.series}, but no deployed service runs {namespace}",
                 expected=f"series of the engines the fleet runs: {', '.join(sorted(engines))}",
                 fix="re-cut the rules after the cutover: the old engine's series no longer exist (INC-24)",
@@ -220,8 +235,9 @@ def rules_exported(fleet: Fleet) -> None:
         provenance, series = exported(namespace)
         if selector.series not in series:
             close = sorted(s for s in series if s.rsplit("_", 1)[0] in selector.series or selector.series.rsplit("_", 1)[0] in s)
-            raise Failure(
-                service=fleet.name, check=EXPORTED, code=f"{EXPORTED}/not-exported", where=selector.where,
+            raise EXPORTED_CHECK.fail(
+                fleet, "not-exported",
+                where=selector.where,
                 observed=f"{selector.owner} names {selector.series}, which the engine does not export: the rule can never fire",
                 expected=f"a series of {provenance}" + (f"; similar: {', '.join(close[:4])}" if close else ""),
                 fix="watch a series the engine exports, or retire the rule",
@@ -238,8 +254,19 @@ def _drafts(config: ServiceConfig) -> str | None:
     return f"{config.name} decodes without a drafter: there is no drafter to lose"
 
 
-@check(DRAFTER, kind="seam", subject="service", requires=_drafts, engines=("llama.cpp", "vllm"), cites=("B-OB-2", "INC-16"),
-       summary="a spec-decoding service has an alert on its drafter going quiet")
+DRAFTER_CHECK = service_seam(
+    DRAFTER,
+    cites=("B-OB-2", "INC-16"),
+    summary="a spec-decoding service has an alert on its drafter going quiet",
+    requires=_drafts,
+    engines=("llama.cpp", "vllm"),
+    codes={
+        "missing": "a spec-decoding service without a drafter-off alert (B-OB-2)",
+    },
+)
+
+
+@DRAFTER_CHECK.register
 def rules_drafter_alert(config: ServiceConfig) -> None:
     namespace = "llamacpp" if config.llama is not None else "vllm"
     series = f"{namespace}:spec_decode_num_drafts_total"
@@ -247,8 +274,8 @@ def rules_drafter_alert(config: ServiceConfig) -> None:
         if selector.series == series and selector.names_job(config.name):
             return
     rules = ", ".join(str(p.relative_to(config.fleet.root)) for p in config.fleet.rules) or "no rules files"
-    raise Failure(
-        service=config.name, check=DRAFTER, code=f"{DRAFTER}/missing",
+    raise DRAFTER_CHECK.fail(
+        config, "missing",
         where=config.fleet.where("rules") if config.fleet.rules else str(config.fleet.path),
         observed=f"no rule in {rules} watches {series} for {config.name}",
         expected=f"a drafter-off alert: rate({series}[10m]) == 0 while tokens flow (LlmSpecDecodeOff)",
@@ -276,8 +303,18 @@ def _has_retired(fleet: Fleet) -> str | None:
     return None
 
 
-@check(RETIRED, kind="seam", subject="fleet", requires=_has_retired, cites=("B-OB-5", "B-DOC-10"),
-       summary="no retired service, job or variable name in the repository's live files (history and comments excepted)")
+RETIRED_CHECK = fleet_seam(
+    RETIRED,
+    cites=("B-OB-5", "B-DOC-10"),
+    summary="no retired service, job or variable name in the repository's live files (history and comments excepted)",
+    requires=_has_retired,
+    codes={
+        "found": "a retired name in a live file of the repository (B-OB-5, B-DOC-10)",
+    },
+)
+
+
+@RETIRED_CHECK.register
 def retired_names(fleet: Fleet) -> None:
     for path in _live_files(fleet):
         try:
@@ -289,8 +326,9 @@ def retired_names(fleet: Fleet) -> None:
                 continue
             for name in fleet.retired_names:
                 if name in line:
-                    raise Failure(
-                        service=fleet.name, check=RETIRED, code=f"{RETIRED}/found", where=f"{path}:{number}",
+                    raise RETIRED_CHECK.fail(
+                        fleet, "found",
+                        where=f"{path}:{number}",
                         observed=f"{name!r} in {line.strip()[:160]!r}",
                         expected=f"no retired name ({', '.join(fleet.retired_names)}) outside history and comments",
                         fix="finish the rename: units, scripts, env files, jobs, rules and dashboards move in lockstep",

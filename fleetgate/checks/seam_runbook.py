@@ -20,9 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 
 NAME = "runbook-settings"
 HEADING = "deployed configuration"
@@ -84,9 +83,9 @@ def _settings(config: ServiceConfig, page: Path, rows: list[tuple[int, str]]) ->
         names = _CELL.findall(cells[0]) if cells else []
         values = _CELL.findall(cells[1]) if len(cells) > 1 else []
         if not names or len(names) != len(values) or not all(_ENV.match(n) or _FLAG.match(n) for n in names):
-            raise Failure(
-                code=f"{NAME}/bad-row",
-                service=config.name, check=NAME, where=f"{page}:{number}",
+            raise CHECK.fail(
+                config, "bad-row",
+                where=f"{page}:{number}",
                 observed=f"'{row.strip()[:160]}'",
                 expected=("| `SETTING` | `VALUE` | why |: each setting a flag (`--kv-positions`) or an environment "
                           "variable (`HALOGEN_CACHE_INPLACE`) in backticks, as many values as settings, "
@@ -113,10 +112,28 @@ def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
     return value
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_runbook_table, engines=("llama.cpp", "vllm", "openai"),
-       cites=("B-UN-12", "B-CTX-8", "B-DOC-4"),
-       summary="every setting the service's runbook requires (its Deployed configuration table: flags and engine "
-               "environment) is what the rendered engine runs with")
+CHECK = service_seam(
+    NAME,
+    cites=("B-UN-12", "B-CTX-8", "B-DOC-4"),
+    summary="every setting the service's runbook requires (its Deployed configuration table: flags and engine "
+               "environment) is what the rendered engine runs with",
+    requires=_no_runbook_table,
+    engines=("llama.cpp", "vllm", "openai"),
+    codes={
+        "bad-row": (
+            "a row of a runbook's `## Deployed configuration` table without a backticked setting (flag or variable) and as many backticked "
+            "values, named at its file and line"
+        ),
+        "flag-differs": "a flag the runbook requires, absent from the rendered argv or with another value",
+        "env-differs": (
+            "an engine environment variable the runbook requires, unset or with another value (halogen's `HALOGEN_CACHE_INPLACE=1`, "
+            "B-UN-12)"
+        ),
+    },
+)
+
+
+@CHECK.register
 def runbook_settings(config: ServiceConfig) -> None:
     page = _page(config)
     assert page is not None
@@ -128,9 +145,9 @@ def runbook_settings(config: ServiceConfig) -> None:
         if setting.name.startswith("-"):
             have = _flag_value(argv, setting.name)
             if have != setting.value:
-                raise Failure(
-                    code=f"{NAME}/flag-differs",
-                    service=config.name, check=NAME, cites=("B-DOC-4", "B-CTX-8"), where=required,
+                raise CHECK.fail(
+                    config, "flag-differs",
+                    cites=("B-DOC-4", "B-CTX-8"), where=required,
                     observed=(f"the engine is started with {setting.name} {have}" if have is not None
                               else f"the rendered argv has no {setting.name}"),
                     expected=f"{setting.name} {setting.value}, as the runbook requires ({required})",
@@ -142,9 +159,9 @@ def runbook_settings(config: ServiceConfig) -> None:
         have = env.get(setting.name)
         if have != setting.value:
             origin = config.variables.get(setting.name)
-            raise Failure(
-                code=f"{NAME}/env-differs",
-                service=config.name, check=NAME, cites=("B-UN-12",),
+            raise CHECK.fail(
+                config, "env-differs",
+                cites=("B-UN-12",),
                 where=origin.where if origin is not None else str(config.rendered.script),
                 observed=(f"the engine starts with {setting.name}={have}" if have is not None
                           else f"the engine's environment has no {setting.name}: it runs the engine's default"),

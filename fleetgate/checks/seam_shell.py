@@ -6,9 +6,8 @@ does not read the script: it renders it twice, as bash does, and compares.
 
 from __future__ import annotations
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.render import RenderRefused, render
 
 NAME = "empty-means-omit"
@@ -31,8 +30,20 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-SH-1", "INC-57"), requires=_no_omittable,
-       summary="setting an omittable variable to the empty string omits the flag it feeds")
+CHECK = service_seam(
+    NAME,
+    cites=("B-SH-1", "INC-57"),
+    summary="setting an omittable variable to the empty string omits the flag it feeds",
+    requires=_no_omittable,
+    codes={
+        "feeds-no-flag": "an omittable variable sets no flag",
+        "refuses-empty": "the script stops when an omittable variable is empty",
+        "empty-keeps-flag": "an empty omittable variable still passes its flag (INC-57)",
+    },
+)
+
+
+@CHECK.register
 def empty_means_omit(config: ServiceConfig) -> None:
     for variable in config.service.omittable:
         sentinel = f"fleetgate-probe-{variable.lower()}"
@@ -44,9 +55,9 @@ def empty_means_omit(config: ServiceConfig) -> None:
                                 f"services.{config.name}.omittable") from None
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
-            raise Failure(
-                code=f"{NAME}/feeds-no-flag",
-                service=config.name, check=NAME, where=config.fleet.where("services", config.name, "omittable"),
+            raise CHECK.fail(
+                config, "feeds-no-flag",
+                where=config.fleet.where("services", config.name, "omittable"),
                 observed=f"{variable} feeds no flag of the rendered argv",
                 expected=f"{variable} (declared omittable) to set a flag's value",
                 fix=f"remove {variable} from omittable, or make the serve script pass it",
@@ -54,18 +65,18 @@ def empty_means_omit(config: ServiceConfig) -> None:
         try:
             empty = render(config.fleet, config.service, overrides={variable: ""})
         except RenderRefused as refused:
-            raise Failure(
-                code=f"{NAME}/refuses-empty",
-                service=config.name, check=NAME, where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
+            raise CHECK.fail(
+                config, "refuses-empty",
+                where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
                 observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
                 expected=f"an empty {variable} omits {flag}",
                 fix=f"treat an empty {variable} as 'omit {flag}' in the serve script",
             ) from None
         if flag in empty.argv:
             value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
-            raise Failure(
-                code=f"{NAME}/empty-keeps-flag",
-                service=config.name, check=NAME, where=str(config.rendered.script),
+            raise CHECK.fail(
+                config, "empty-keeps-flag",
+                where=str(config.rendered.script),
                 observed=f"with {variable}= (empty) the engine still gets {flag} {value}",
                 expected=f"an explicitly empty {variable} omits {flag} (that arm is unreachable otherwise)",
                 fix=(f"use ${{{variable}=default}}, not ${{{variable}:=default}} or ${{{variable}:-default}}: "

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 
 NAME = "speculative-wiring"
 
@@ -25,9 +24,25 @@ def _no_speculation(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_speculation, engines=("llama.cpp",),
-       cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
-       summary="one draft context, a draft model only where the type needs one, depth within the drafter's block")
+CHECK = service_seam(
+    NAME,
+    cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
+    summary="one draft context, a draft model only where the type needs one, depth within the drafter's block",
+    requires=_no_speculation,
+    engines=("llama.cpp",),
+    codes={
+        "draft-model-without-type": "`--spec-draft-model` without `--spec-type` (INC-16)",
+        "chained-draft-contexts": "two context-backed drafter types in one chain",
+        "type-without-draft-model": "a drafter type that needs `--spec-draft-model`, without it",
+        "draft-model-under-mtp": "`--spec-draft-model` under `draft-mtp`",
+        "mtp-without-nextn": "`draft-mtp` on a model without nextn (MTP) layers",
+        "depth-past-block": "`--spec-draft-n-max` past the drafter's block",
+        "ngram-window": "the ngram-mod window is not the contract's measured one",
+    },
+)
+
+
+@CHECK.register
 def speculative_wiring(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
@@ -37,18 +52,18 @@ def speculative_wiring(config: ServiceConfig) -> None:
     model_use = llama.use("spec_draft_model")
 
     if llama.spec_draft_model is not None and not types:
-        raise Failure(
-            code=f"{NAME}/draft-model-without-type",
-            service=config.name, check=NAME, cites=("INC-16",), where=config.where_flag(model_use),
+        raise CHECK.fail(
+            config, "draft-model-without-type",
+            cites=("INC-16",), where=config.where_flag(model_use),
             observed=f"--spec-draft-model {llama.spec_draft_model} with no --spec-type",
             expected="a --spec-type naming the drafter: speculation is off unless a type is named (default: none)",
             fix="pass --spec-type (draft-dflash, draft-simple, ...) -- a drafter that loads but never drafts costs VRAM for nothing",
         )
     chained = [t for t in types if t in CONTEXT_TYPES]
     if len(chained) > 1:
-        raise Failure(
-            code=f"{NAME}/chained-draft-contexts",
-            service=config.name, check=NAME, cites=("B-SP-2", "INC-13"), where=where_types,
+        raise CHECK.fail(
+            config, "chained-draft-contexts",
+            cites=("B-SP-2", "INC-13"), where=where_types,
             observed=f"--spec-type {','.join(types)} chains {len(chained)} context-backed drafters ({', '.join(chained)})",
             expected="at most one of draft-simple/eagle3/mtp/dflash/dspark: a chain has ONE draft context",
             fix=("pick one drafter; draftless ngram types may ride beside it. draft-mtp,draft-dflash dies at load with "
@@ -56,17 +71,17 @@ def speculative_wiring(config: ServiceConfig) -> None:
         )
     needs_model = [t for t in types if t in NEEDS_DRAFT_MODEL]
     if needs_model and llama.spec_draft_model is None:
-        raise Failure(
-            code=f"{NAME}/type-without-draft-model",
-            service=config.name, check=NAME, cites=("B-SP-3",), where=where_types,
+        raise CHECK.fail(
+            config, "type-without-draft-model",
+            cites=("B-SP-3",), where=where_types,
             observed=f"--spec-type {','.join(types)} without --spec-draft-model",
             expected=f"{needs_model[0]} loads its drafter from --spec-draft-model",
             fix="pass the drafter GGUF in the branch of the serve script that selects this type",
         )
     if "draft-mtp" in types and llama.spec_draft_model is not None:
-        raise Failure(
-            code=f"{NAME}/draft-model-under-mtp",
-            service=config.name, check=NAME, cites=("B-SP-3", "INC-13"), where=config.where_flag(model_use),
+        raise CHECK.fail(
+            config, "draft-model-under-mtp",
+            cites=("B-SP-3", "INC-13"), where=config.where_flag(model_use),
             observed=f"--spec-type draft-mtp with --spec-draft-model {llama.spec_draft_model}",
             expected="no --spec-draft-model under draft-mtp: the MTP context runs on the target's own nextn layers",
             fix="pass --spec-draft-model in the block-diffusion (dflash/dspark) branch of the serve script ONLY",
@@ -74,9 +89,9 @@ def speculative_wiring(config: ServiceConfig) -> None:
     if "draft-mtp" in types and config.profile is not None:
         nextn = config.profile.raw.get("model", {}).get("nextn_layers")
         if nextn == 0:
-            raise Failure(
-                code=f"{NAME}/mtp-without-nextn",
-                service=config.name, check=NAME, cites=("B-SP-2",), where=where_types,
+            raise CHECK.fail(
+                config, "mtp-without-nextn",
+                cites=("B-SP-2",), where=where_types,
                 observed=f"--spec-type draft-mtp on {config.profile.name}, which has no nextn (MTP) layers",
                 expected="a target GGUF that carries its MTP head",
                 fix="use a GGUF with the MTP head, or a separate drafter type",
@@ -90,9 +105,9 @@ def speculative_wiring(config: ServiceConfig) -> None:
             # yields a full block. A larger n_max is clamped at load with a warning.
             limit = drafter.block_size if (blocks[0] == "draft-dspark" and anchor) else drafter.block_size - 1
             if llama.spec_draft_n_max > limit:
-                raise Failure(
-                    code=f"{NAME}/depth-past-block",
-                    service=config.name, check=NAME, cites=("B-SP-1", "B-SP-8"),
+                raise CHECK.fail(
+                    config, "depth-past-block",
+                    cites=("B-SP-1", "B-SP-8"),
                     where=config.where_flag(llama.use("spec_draft_n_max")),
                     observed=(f"--spec-draft-n-max {llama.spec_draft_n_max} with {config.draft_profile.name} "
                               f"(block_size {drafter.block_size})"),
@@ -103,9 +118,9 @@ def speculative_wiring(config: ServiceConfig) -> None:
         want = config.service.contract.ngram_window
         have = (llama.spec_ngram_mod_n_min, llama.spec_ngram_mod_n_max)
         if have != want:
-            raise Failure(
-                code=f"{NAME}/ngram-window",
-                service=config.name, check=NAME, cites=("B-SP-6", "INC-15"),
+            raise CHECK.fail(
+                config, "ngram-window",
+                cites=("B-SP-6", "INC-15"),
                 where=config.where_flag(llama.use("spec_ngram_mod_n_min") or llama.use("spec_ngram_mod_n_max")),
                 observed=f"ngram-mod window {have[0]}/{have[1]}",
                 expected=f"{want[0]}/{want[1]}, the measured window (fleet.toml contract.ngram_window)",
@@ -137,16 +152,31 @@ def _needs(config: ServiceConfig, feature: str) -> bool:
     raise AssertionError(feature)
 
 
-@check(BUILD, kind="seam", subject="service", requires=_no_engine_build, engines=("llama.cpp",), cites=("B-SP-10",),
-       summary="the declared engine build is at least the one that brought each feature the rendered argv uses "
-               "(vendor fork: draft-mtp with a quantized V cache needs build 10777)")
+BUILD_CHECK = service_seam(
+    BUILD,
+    cites=("B-SP-10",),
+    summary="the declared engine build is at least the one that brought each feature the rendered argv uses "
+               "(vendor fork: draft-mtp with a quantized V cache needs build 10777)",
+    requires=_no_engine_build,
+    engines=("llama.cpp",),
+    codes={
+        "below-minimum": (
+            "the declared engine build (`engine_build = { fork, number }`) is older than the build that brought a feature the argv uses "
+            "(vendor 10777: draft-mtp with a quantized V cache, B-SP-10)"
+        ),
+    },
+)
+
+
+@BUILD_CHECK.register
 def engine_build_minimum(config: ServiceConfig) -> None:
     build, llama = config.service.engine_build, config.llama
     assert build is not None and llama is not None
     for fork, feature, minimum, rule in MINIMUMS:
         if build.fork == fork and build.number is not None and build.number < minimum and _needs(config, feature):
-            raise Failure(
-                code=f"{BUILD}/below-minimum", service=config.name, check=BUILD, cites=(rule,),
+            raise BUILD_CHECK.fail(
+                config, "below-minimum",
+                cites=(rule,),
                 where=config.fleet.where("services", config.name, "engine_build"),
                 observed=(f"{fork} build {build.number} runs {feature} (--spec-type {','.join(llama.spec_types)}, "
                           f"--cache-type-v {llama.cache_type_v})"),

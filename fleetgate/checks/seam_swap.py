@@ -20,9 +20,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import Origin, Rendered, RenderRefused, render
@@ -56,8 +55,24 @@ def _profiles(config: ServiceConfig) -> list[tuple[str, Profile]]:
     return found
 
 
-@check(NAME, kind="seam", subject="service", requires=_has_manifest, cites=("B-SW-1", "B-SW-3", "INC-02", "INC-76"),
-       summary="fleet.toml and the fetch manifest name one payload, at the profiled size")
+CHECK = service_seam(
+    NAME,
+    cites=("B-SW-1", "B-SW-3", "INC-02", "INC-76"),
+    summary="fleet.toml and the fetch manifest name one payload, at the profiled size",
+    requires=_has_manifest,
+    codes={
+        "not-in-manifest": "a declared payload file the fetch manifest does not fetch (B-SW-1)",
+        "not-declared": "the fetch manifest fetches a file the payload does not declare",
+        "profile-unmatched": (
+            "a profiled sidecar the argv does not name matches no manifest file (by the profile's `file`, else its name): its size cannot "
+            "be held"
+        ),
+        "size-differs": "a manifest size other than the file's profiled size (INC-02, B-SW-3)",
+    },
+)
+
+
+@CHECK.register
 def payload_consistency(config: ServiceConfig) -> None:
     manifest_path = config.service.payload_manifest
     assert manifest_path is not None
@@ -65,15 +80,17 @@ def payload_consistency(config: ServiceConfig) -> None:
     declared = set(config.service.payload)
     where_payload = config.fleet.where("services", config.name, "payload")
     for path in sorted(declared - set(manifest)):
-        raise Failure(
-            service=config.name, check=NAME, code=f"{NAME}/not-in-manifest", where=str(manifest_path),
+        raise CHECK.fail(
+            config, "not-in-manifest",
+            where=str(manifest_path),
             observed=f"{path} is declared payload ({where_payload}) but the fetch manifest does not fetch or verify it",
             expected="every payload file in the manifest, with its size",
             fix="add the file to the manifest (size from the Hub, sha256 from its LFS oid), or drop it from payload",
         )
     for path in sorted(set(manifest) - declared):
-        raise Failure(
-            service=config.name, check=NAME, code=f"{NAME}/not-declared", where=manifest[path].where,
+        raise CHECK.fail(
+            config, "not-declared",
+            where=manifest[path].where,
             observed=f"the fetch manifest fetches {path}, which fleet.toml's payload does not declare",
             expected=f"the manifest and payload ({where_payload}) name the same files",
             fix="a swap updates every consumer in one pass: fleet.toml, env file, serve script, fetch and deploy scripts",
@@ -90,16 +107,18 @@ def payload_consistency(config: ServiceConfig) -> None:
         else:  # a sidecar the argv does not name: the file the profile names, else its model name
             entry = by_name.get(profile.file or "") or by_stem.get(profile.name)
             if entry is None:
-                raise Failure(
-                    service=config.name, check=NAME, code=f"{NAME}/profile-unmatched", where=str(profile.path),
+                raise CHECK.fail(
+                    config, "profile-unmatched",
+                    where=str(profile.path),
                     observed=(f"the {flag.lstrip('-')} profile ({profile.name}, {profile.file_bytes:,} B) matches no file "
                               "of the fetch manifest, and the rendered argv does not name one"),
                     expected=f"[model] file = the payload file's name, one of: {', '.join(sorted(by_name))}",
                     fix="name the file in the profile's [model] file, or drop the profile that no payload file carries",
                 )
         if entry is not None and entry.size != profile.file_bytes:
-            raise Failure(
-                service=config.name, check=NAME, code=f"{NAME}/size-differs", where=entry.where,
+            raise CHECK.fail(
+                config, "size-differs",
+                where=entry.where,
                 observed=f"{PurePosixPath(entry.path).name}: the manifest declares {entry.size:,} B",
                 expected=f"{profile.file_bytes:,} B, the file's size ({profile.name} profile)",
                 fix="take the size from the Hub's file listing, not from a partial download (INC-02: --verify-only "
@@ -120,8 +139,21 @@ def _names_payload(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(DEFAULTS, kind="seam", subject="service", requires=_names_payload, cites=("B-SW-2", "B-SW-1", "INC-68"),
-       summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one")
+DEFAULTS_CHECK = service_seam(
+    DEFAULTS,
+    cites=("B-SW-2", "B-SW-1", "INC-68"),
+    summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one",
+    requires=_names_payload,
+    codes={
+        "other-payload": (
+            "with a payload variable of the env file unset, the serve script's default (`${MODEL:-...}`) loads or tests another file than "
+            "the env file names (B-SW-2, INC-68)"
+        ),
+    },
+)
+
+
+@DEFAULTS_CHECK.register
 def payload_defaults(config: ServiceConfig) -> None:
     declared = set(config.service.payload)
     variables = payload_variables(config)
@@ -153,8 +185,9 @@ def payload_defaults(config: ServiceConfig) -> None:
 
 def _other(config: ServiceConfig, origin: Origin, path: str, how: str) -> None:
     __tracebackhide__ = True
-    raise Failure(
-        service=config.name, check=DEFAULTS, code=f"{DEFAULTS}/other-payload", where=str(config.rendered.script),
+    raise DEFAULTS_CHECK.fail(
+        config, "other-payload",
+        where=str(config.rendered.script),
         observed=f"with {origin.name} unset the serve script uses {path} ({how})",
         expected=f"its default to name the env file's payload: {origin.value} ({origin.where})",
         fix=("a swap re-keys every consumer in one pass (INC-68): point the script's ${" + origin.name + ":-...} default "

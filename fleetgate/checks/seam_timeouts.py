@@ -2,32 +2,45 @@
 
 from __future__ import annotations
 
-from fleetgate.checks import check
-from fleetgate.failure import Failure
+from fleetgate.checks import chain_seam
 from fleetgate.timeouts import ResolvedChain
 
 NAME = "timeouts-nest"
 
 
-@check(NAME, kind="seam", subject="timeout-chain", cites=("B-TO-1", "B-TO-2", "B-TO-3", "B-TO-4"),
-       summary="each waiter's budget is strictly longer than the budget of what it waits on")
+CHECK = chain_seam(
+    NAME,
+    cites=("B-TO-1", "B-TO-2", "B-TO-3", "B-TO-4"),
+    summary="each waiter's budget is strictly longer than the budget of what it waits on",
+    codes={
+        "client-env-unreadable": (
+            "a client's env file (fleet.toml `[clients]`) cannot be read as its dialect reads it: each chain that holds the client fails "
+            "with the reader's one line (file, line, what was expected); every service is still judged"
+        ),
+        "budget-not-seconds": "a budget of a chain is unset or not a number of seconds",
+        "not-strictly-longer": "a waiter's budget is not strictly longer than what it waits on",
+    },
+)
+
+
+@CHECK.register
 def timeouts_nest(resolved: ResolvedChain) -> None:
     cites = resolved.chain.cites
     for budget in resolved.budgets:
         if budget.unreadable:
             owner = budget.name.split(":")[0]
-            raise Failure(
-                code=f"{NAME}/client-env-unreadable",
-                service=resolved.name, check=NAME, where=budget.where, cites=cites,
+            raise CHECK.fail(
+                resolved, "client-env-unreadable",
+                where=budget.where, cites=cites,
                 observed=f"{owner}'s env file cannot be read as its consumer reads it: {budget.problem}",
                 expected=f"{budget.name} read from an env file in the dialect fleet.toml declares for {owner}",
                 fix=f"fix that line of {owner}'s env file, or declare the dialect that reads it ([clients.{owner}] dialect)",
             )
     for budget in resolved.budgets:
         if budget.problem is not None:
-            raise Failure(
-                code=f"{NAME}/budget-not-seconds",
-                service=resolved.name, check=NAME, where=budget.where, cites=cites,
+            raise CHECK.fail(
+                resolved, "budget-not-seconds",
+                where=budget.where, cites=cites,
                 observed=budget.problem,
                 expected=f"{budget.name} set to a number of seconds",
                 fix=f"set {budget.name.split(':')[-1]} in its env file, or drop it from the chain in fleet.toml",
@@ -36,9 +49,9 @@ def timeouts_nest(resolved: ResolvedChain) -> None:
         assert inner.seconds is not None and outer.seconds is not None
         if not outer.seconds > inner.seconds:
             relation = "equal to" if outer.seconds == inner.seconds else "shorter than"
-            raise Failure(
-                code=f"{NAME}/not-strictly-longer",
-                service=resolved.name, check=NAME, cites=cites,
+            raise CHECK.fail(
+                resolved, "not-strictly-longer",
+                cites=cites,
                 where=outer.where if outer.raw is not None else inner.where,
                 observed=f"{outer.name} = {outer.seconds:g} s is {relation} {inner.name} = {inner.seconds:g} s",
                 expected=f"{outer.name} > {inner.name} (strictly: {resolved.chain.why})",

@@ -14,9 +14,8 @@ import shlex
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.render import RenderRefused, map_to_repo, render
 from fleetgate.units import Setting, Unit
 
@@ -72,9 +71,20 @@ def _service_section(unit: Unit) -> str:
     return "Container" if unit.kind == "quadlet" else "Service"
 
 
-@check(INSTALL, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
-       cites=("B-UN-1", "B-UN-2", "INC-35"),
-       summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)")
+INSTALL_CHECK = service_seam(
+    INSTALL,
+    cites=("B-UN-1", "B-UN-2", "INC-35"),
+    summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)",
+    requires=_has_unit,
+    engines=_ENGINES,
+    codes={
+        "no-wanted-by": "the unit has no `[Install] WantedBy=`: it stays dark after a reboot (INC-35)",
+        "wrong-target": "`WantedBy=` is not multi-user.target (root unit) or default.target (Quadlet)",
+    },
+)
+
+
+@INSTALL_CHECK.register
 def unit_install(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
@@ -82,60 +92,89 @@ def unit_install(config: ServiceConfig) -> None:
     wanted = unit.all("Install", "WantedBy")
     targets = [t for s in wanted for t in s.value.split()]
     if not wanted:
-        raise Failure(
-            service=config.name, check=INSTALL, code=f"{INSTALL}/no-wanted-by", where=str(unit.path),
+        raise INSTALL_CHECK.fail(
+            config, "no-wanted-by",
+            where=str(unit.path),
             observed="no [Install] WantedBy=: `systemctl enable` has nothing to link, the service stays dark after a reboot",
             expected=f"[Install] WantedBy={target}",
             fix=f"add [Install] WantedBy={target}" + (" (and Linger=yes for the user)" if unit.kind == "quadlet" else ""),
         )
     if target not in targets:
-        raise Failure(
-            service=config.name, check=INSTALL, code=f"{INSTALL}/wrong-target", where=wanted[-1].where,
+        raise INSTALL_CHECK.fail(
+            config, "wrong-target",
+            where=wanted[-1].where,
             observed=f"WantedBy={' '.join(targets)}",
             expected=f"WantedBy={target} ({_STARTS[unit.kind]})",
             fix=f"install the unit into {target}",
         )
 
 
-@check(USER, kind="seam", subject="service", requires=_systemd, engines=_ENGINES, cites=("B-UN-1",),
-       summary="a root systemd unit runs the engine as the fleet's user, never as root")
+USER_CHECK = service_seam(
+    USER,
+    cites=("B-UN-1",),
+    summary="a root systemd unit runs the engine as the fleet's user, never as root",
+    requires=_systemd,
+    engines=_ENGINES,
+    codes={
+        "missing": "a root unit without `User=`: the engine runs as root",
+        "root": "`User=root`",
+    },
+)
+
+
+@USER_CHECK.register
 def unit_user(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
     user = unit.last("Service", "User")
     if user is None:
-        raise Failure(
-            service=config.name, check=USER, code=f"{USER}/missing", where=str(unit.path),
+        raise USER_CHECK.fail(
+            config, "missing",
+            where=str(unit.path),
             observed="no User=: systemd runs the engine as root",
             expected="User= naming an unprivileged service user",
             fix="add User= to [Service]",
         )
     if user.value in ("root", "0"):
-        raise Failure(
-            service=config.name, check=USER, code=f"{USER}/root", where=user.where,
+        raise USER_CHECK.fail(
+            config, "root",
+            where=user.where,
             observed=f"User={user.value}",
             expected="an unprivileged service user, not root",
             fix="run the engine as the fleet's user; only the unit itself is root's",
         )
 
 
-@check(MEMLOCK, kind="seam", subject="service", requires=_rocm, engines=("llama.cpp", "vllm"),
-       cites=("B-RAM-4", "INC-21"),
-       summary="a ROCm engine's unit grants unlimited locked memory for the staging buffers")
+MEMLOCK_CHECK = service_seam(
+    MEMLOCK,
+    cites=("B-RAM-4", "INC-21"),
+    summary="a ROCm engine's unit grants unlimited locked memory for the staging buffers",
+    requires=_rocm,
+    engines=("llama.cpp", "vllm"),
+    codes={
+        "missing": "a ROCm engine's unit without `LimitMEMLOCK=` (INC-21)",
+        "limited": "`LimitMEMLOCK=` other than infinity",
+    },
+)
+
+
+@MEMLOCK_CHECK.register
 def unit_memlock(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
     limit = unit.last("Service", "LimitMEMLOCK")
     if limit is None:
-        raise Failure(
-            service=config.name, check=MEMLOCK, code=f"{MEMLOCK}/missing", where=str(unit.path),
+        raise MEMLOCK_CHECK.fail(
+            config, "missing",
+            where=str(unit.path),
             observed="no LimitMEMLOCK=: the engine gets the default 8 MiB of locked memory and the load fails",
             expected="LimitMEMLOCK=infinity",
             fix="add LimitMEMLOCK=infinity to [Service] (ROCm pins its staging buffers)",
         )
     if limit.value.strip().lower() != "infinity":
-        raise Failure(
-            service=config.name, check=MEMLOCK, code=f"{MEMLOCK}/limited", where=limit.where,
+        raise MEMLOCK_CHECK.fail(
+            config, "limited",
+            where=limit.where,
             observed=f"LimitMEMLOCK={limit.value}",
             expected="LimitMEMLOCK=infinity (an SSH shell's 8 MiB is what failed the load, INC-21)",
             fix="set LimitMEMLOCK=infinity",
@@ -146,16 +185,32 @@ def unit_memlock(config: ServiceConfig) -> None:
 _RESTART_VALUES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 
 
-@check(RESTART, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-UN-2",),
-       summary="the unit restarts the engine when it dies (Restart=on-failure or always)")
+RESTART_CHECK = service_seam(
+    RESTART,
+    cites=("B-UN-2",),
+    summary="the unit restarts the engine when it dies (Restart=on-failure or always)",
+    requires=_has_unit,
+    engines=_ENGINES,
+    codes={
+        "invalid-value": (
+            "a `Restart=` value systemd does not parse (`Restart=${RESTART_MODE}`: no variable is expanded there): it is ignored and "
+            "`Restart=no` applies"
+        ),
+        "no-restart": "no `Restart=` (or `Restart=no`)",
+    },
+)
+
+
+@RESTART_CHECK.register
 def unit_restart(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
     restart = unit.last("Service", "Restart")
     if restart is not None and restart.value.strip() not in (*_RESTART_VALUES, ""):
         expanded = "$" in restart.value or "%" in restart.value
-        raise Failure(
-            service=config.name, check=RESTART, code=f"{RESTART}/invalid-value", where=restart.where,
+        raise RESTART_CHECK.fail(
+            config, "invalid-value",
+            where=restart.where,
             observed=(f"Restart={restart.value}: "
                       + ("systemd expands no variable in Restart= (only in Exec*= lines), so " if expanded else "")
                       + "systemd logs 'Failed to parse service restart specifier, ignoring' and keeps the default "
@@ -164,8 +219,8 @@ def unit_restart(config: ServiceConfig) -> None:
             fix="write Restart=on-failure (or always) in the unit itself; an env file cannot set it",
         )
     if restart is None or restart.value in ("no", ""):
-        raise Failure(
-            service=config.name, check=RESTART, code=f"{RESTART}/no-restart",
+        raise RESTART_CHECK.fail(
+            config, "no-restart",
             where=restart.where if restart else str(unit.path),
             observed=f"Restart={restart.value}" if restart else "no Restart=: systemd leaves a dead engine dead",
             expected="Restart=on-failure (or always)",
@@ -173,9 +228,23 @@ def unit_restart(config: ServiceConfig) -> None:
         )
 
 
-@check(ENV_FILES, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES,
-       cites=("B-SH-4", "INC-53"),
-       summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository")
+ENV_FILES_CHECK = service_seam(
+    ENV_FILES,
+    cites=("B-SH-4", "INC-53"),
+    summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository",
+    requires=_has_unit,
+    engines=_ENGINES,
+    codes={
+        "outside-repo": "an `EnvironmentFile=`, optional `-` ones included, outside this repository (INC-53)",
+        "literal-expansion": (
+            "a shell expansion (`${MODEL_PATH:-/path}`, `$(...)`) in an `EnvironmentFile=` value, which expands nothing, reaches the "
+            "engine's argv or its own variables as those characters"
+        ),
+    },
+)
+
+
+@ENV_FILES_CHECK.register
 def unit_env_files(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
@@ -188,8 +257,9 @@ def unit_env_files(config: ServiceConfig) -> None:
         if template is not None and template.writes in (None, path):
             continue  # fleet.toml declares the repository's template and the script that renders this file
         if local is None or not local.is_file():
-            raise Failure(
-                service=config.name, check=ENV_FILES, code=f"{ENV_FILES}/outside-repo", where=setting.where,
+            raise ENV_FILES_CHECK.fail(
+                config, "outside-repo",
+                where=setting.where,
                 observed=(f"EnvironmentFile={setting.value}: "
                           + ("optional, so systemd loads it whenever it exists on the host -- a render cannot see it"
                              if optional else "not a file of this repository")),
@@ -223,8 +293,9 @@ def _literal_expansions(config: ServiceConfig) -> None:
         literal = match.group(0)
         if not any(literal in word for word in reached):
             continue
-        raise Failure(
-            service=config.name, check=ENV_FILES, code=f"{ENV_FILES}/literal-expansion", where=origin.where,
+        raise ENV_FILES_CHECK.fail(
+            config, "literal-expansion",
+            where=origin.where,
             observed=(f"{origin.name}={origin.value}: an EnvironmentFile= (systemd's, podman's) expands nothing, so the "
                       "engine is "
                       f"handed the characters {literal!r}"),
@@ -264,8 +335,9 @@ def _shell_expansions(config: ServiceConfig, unit: Unit) -> None:
         name = line.invalid[0]
         plain = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
         variable = plain.group(0) if plain else "NAME"
-        raise Failure(
-            service=config.name, check=EXEC_ARGS, code=f"{EXEC_ARGS}/shell-expansion", where=setting.where,
+        raise EXEC_ARGS_CHECK.fail(
+            config, "shell-expansion",
+            where=setting.where,
             observed=(f"ExecStart= holds ${{{name}}}: systemd substitutes only $NAME and ${{NAME}}, so it looks up a "
                       f"variable literally named {name!r}, finds none, and passes an empty string"),
             expected="${NAME} or $NAME only (systemd.service(5), Command lines); a default belongs in Environment=",
@@ -274,8 +346,23 @@ def _shell_expansions(config: ServiceConfig, unit: Unit) -> None:
         )
 
 
-@check(EXEC_ARGS, kind="seam", subject="service", requires=_has_unit, engines=_ENGINES, cites=("B-SH-3",),
-       summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes")
+EXEC_ARGS_CHECK = service_seam(
+    EXEC_ARGS,
+    cites=("B-SH-3",),
+    summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes",
+    requires=_has_unit,
+    engines=_ENGINES,
+    codes={
+        "shell-expansion": (
+            "`${NAME:-x}` (or another shell-only form) in `ExecStart=`: systemd looks up a variable named `NAME:-x` and passes an empty "
+            "string"
+        ),
+        "refused": "the serve script refuses the arguments `ExecStart=` passes (B-SH-3)",
+    },
+)
+
+
+@EXEC_ARGS_CHECK.register
 def unit_exec_args(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
@@ -290,8 +377,9 @@ def unit_exec_args(config: ServiceConfig) -> None:
     try:
         render(config.fleet, config.service, args=args)
     except RenderRefused as refused:
-        raise Failure(
-            service=config.name, check=EXEC_ARGS, code=f"{EXEC_ARGS}/refused", where=setting.where,
+        raise EXEC_ARGS_CHECK.fail(
+            config, "refused",
+            where=setting.where,
             observed=f"{setting.key}= passes {shlex.join(args)}; with them the serve script {refused.message}",
             expected="only arguments the serve script takes (this fleet's scripts take none: every tunable is in the env file)",
             details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-2:]],
@@ -299,22 +387,36 @@ def unit_exec_args(config: ServiceConfig) -> None:
         ) from None
 
 
-@check(IMAGE, kind="seam", subject="service", requires=_quadlet, engines=_ENGINES, cites=("B-VL-15", "INC-36"),
-       summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)")
+IMAGE_CHECK = service_seam(
+    IMAGE,
+    cites=("B-VL-15", "INC-36"),
+    summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)",
+    requires=_quadlet,
+    engines=_ENGINES,
+    codes={
+        "missing": "a Quadlet without `Image=`",
+        "not-local-tag": "a registry-prefixed `Image=` (INC-36)",
+    },
+)
+
+
+@IMAGE_CHECK.register
 def quadlet_image(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
     image = unit.last("Container", "Image")
     if image is None:
-        raise Failure(
-            service=config.name, check=IMAGE, code=f"{IMAGE}/missing", where=str(unit.path),
+        raise IMAGE_CHECK.fail(
+            config, "missing",
+            where=str(unit.path),
             observed="no Image= in [Container]", expected="Image=localhost/NAME:TAG",
             fix="name the locally built image",
         )
     name = image.value
     if not name.startswith("localhost/") or ":" not in name.split("/", 1)[1]:
-        raise Failure(
-            service=config.name, check=IMAGE, code=f"{IMAGE}/not-local-tag", where=image.where,
+        raise IMAGE_CHECK.fail(
+            config, "not-local-tag",
+            where=image.where,
             observed=f"Image={name}",
             expected="Image=localhost/NAME:TAG: this host's Quadlet cannot create from a registry-prefixed ref in local storage",
             fix="re-tag the image as localhost/NAME:TAG (podman tag) and name that",
@@ -331,8 +433,19 @@ def mounts(unit: Unit) -> list[tuple[str, str, Setting]]:
     return found
 
 
-@check(CACHE, kind="seam", subject="service", requires=_quadlet, engines=("vllm",), cites=("B-VL-13", "INC-79"),
-       summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume")
+CACHE_CHECK = service_seam(
+    CACHE,
+    cites=("B-VL-13", "INC-79"),
+    summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume",
+    requires=_quadlet,
+    engines=("vllm",),
+    codes={
+        "not-persisted": "no host volume at `/root/.cache` for a containerised vLLM (INC-79)",
+    },
+)
+
+
+@CACHE_CHECK.register
 def quadlet_compile_cache(config: ServiceConfig) -> None:
     unit = _unit(config)
     assert unit is not None
@@ -341,8 +454,9 @@ def quadlet_compile_cache(config: ServiceConfig) -> None:
     for host, container, _ in mounts(unit):
         if PurePosixPath(container) == PurePosixPath("/root/.cache") and host.startswith("/"):
             return
-    raise Failure(
-        service=config.name, check=CACHE, code=f"{CACHE}/not-persisted", where=str(unit.path),
+    raise CACHE_CHECK.fail(
+        config, "not-persisted",
+        where=str(unit.path),
         observed="no Volume= at /root/.cache: torch.compile's cache lands in the container's ephemeral layer",
         expected="Volume=HOST_DIR:/root/.cache (every recreate re-pays torch.compile, 181 s)",
         fix="add Volume=/home/USER/.cache/SERVICE:/root/.cache",
@@ -371,10 +485,26 @@ def _container(config: ServiceConfig) -> str | None:
     return None if config.rendered.compose is not None else _quadlet(config)
 
 
-@check(PATHS, kind="seam", subject="service", requires=_container, engines=_ENGINES,
-       cites=("B-VL-14", "B-VL-16", "INC-85"),
-       summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
-               "behind it: in the repository, or among the payload the host is declared to hold")
+PATHS_CHECK = service_seam(
+    PATHS,
+    cites=("B-VL-14", "B-VL-16", "INC-85"),
+    summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
+               "behind it: in the repository, or among the payload the host is declared to hold",
+    requires=_container,
+    engines=_ENGINES,
+    codes={
+        "not-mounted": "a path the containerised engine is given lies in no `Volume=` (INC-85, B-VL-14)",
+        "missing-in-repo": "a mounted repository file the engine is given is not committed (B-VL-16)",
+        "compose-not-mounted": "a path a compose service's engine is given lies in no bind mount of `volumes:`",
+        "compose-missing-in-repo": "a compose bind mount holds the repository, and the file the engine is given there is not committed",
+        "payload-undeclared": (
+            "a compose service's bind mount puts a path the engine is given on a host file fleet.toml's `payload` does not name"
+        ),
+    },
+)
+
+
+@PATHS_CHECK.register
 def quadlet_container_paths(config: ServiceConfig) -> None:
     if config.rendered.compose is not None:
         _compose_paths(config)
@@ -393,8 +523,9 @@ def quadlet_container_paths(config: ServiceConfig) -> None:
             hit = (PurePosixPath(host) / rest, setting)
             break
         if hit is None:
-            raise Failure(
-                service=config.name, check=PATHS, code=f"{PATHS}/not-mounted", where=config.where_flag(
+            raise PATHS_CHECK.fail(
+                config, "not-mounted",
+                where=config.where_flag(
                     config.vllm.use(what.split()[0].lstrip("-").replace("-", "_")) if config.vllm else None),
                 observed=f"{what} {path}: no Volume= mounts it, so the container cannot see it",
                 expected=f"a path inside one of: {', '.join(c for _, c, _ in volumes) or 'no volumes'}",
@@ -404,8 +535,9 @@ def quadlet_container_paths(config: ServiceConfig) -> None:
         host_path, setting = hit
         local = map_to_repo(config.fleet, str(host_path))
         if local is not None and not local.exists():
-            raise Failure(
-                service=config.name, check=PATHS, code=f"{PATHS}/missing-in-repo", where=setting.where,
+            raise PATHS_CHECK.fail(
+                config, "missing-in-repo",
+                where=setting.where,
                 observed=f"{what} {path} is {host_path} on the host, which is not in this repository",
                 expected=f"{local.relative_to(config.fleet.root)} committed, since the volume mounts the repository",
                 fix="commit the file, or point the variable at the one that is committed",
@@ -420,8 +552,9 @@ def _compose_paths(config: ServiceConfig) -> None:
     for what, path in container_paths(config):
         host = compose.host_path(path)
         if host is None:
-            raise Failure(
-                service=config.name, check=PATHS, code=f"{PATHS}/compose-not-mounted", where=compose.command_where,
+            raise PATHS_CHECK.fail(
+                config, "compose-not-mounted",
+                where=compose.command_where,
                 observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
                 expected=f"a path inside one of: {', '.join(m.target for m in compose.mounts) or 'no bind mounts'}",
                 details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
@@ -430,8 +563,9 @@ def _compose_paths(config: ServiceConfig) -> None:
         local = map_to_repo(config.fleet, host)
         if local is not None:
             if not local.exists():
-                raise Failure(
-                    service=config.name, check=PATHS, code=f"{PATHS}/compose-missing-in-repo", where=compose.command_where,
+                raise PATHS_CHECK.fail(
+                    config, "compose-missing-in-repo",
+                    where=compose.command_where,
                     observed=f"{what} {path} is {host} on the host, which is not in this repository",
                     expected=f"{local.relative_to(config.fleet.root)} committed, since the bind mount holds the repository",
                     fix="commit the file, or point the path at the one that is committed",
@@ -439,8 +573,9 @@ def _compose_paths(config: ServiceConfig) -> None:
             continue
         inside = PurePosixPath(host)
         if declared and not any(inside == p or p in inside.parents for p in declared):
-            raise Failure(
-                service=config.name, check=PATHS, code=f"{PATHS}/payload-undeclared", where=compose.command_where,
+            raise PATHS_CHECK.fail(
+                config, "payload-undeclared",
+                where=compose.command_where,
                 observed=f"{what} {path} is {host} on the host (through volumes:), which fleet.toml's payload does not name",
                 expected=f"one of the declared payload: {', '.join(config.service.payload)}",
                 details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Deferred, Failure
+from fleetgate.failure import Deferred
 
 NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
@@ -36,18 +36,31 @@ def _no_vision_contract(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", cites=("B-MM-1", "B-MM-2", "INC-08"), requires=_no_vision_contract,
-       engines=("llama.cpp",),
-       summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares")
+CHECK = service_seam(
+    NAME,
+    cites=("B-MM-1", "B-MM-2", "INC-08"),
+    summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares",
+    requires=_no_vision_contract,
+    engines=("llama.cpp",),
+    codes={
+        "no-mmproj": "vision declared, no `--mmproj` (no autoload in this build)",
+        "mmproj-not-in-payload": "`--mmproj` is not among the service's payload files",
+        "not-concurrent-projector": "several slots with a projector other than the contract's `concurrent_mmproj` (INC-59)",
+        "mmproj-on-text-only": "`--mmproj` on an endpoint whose contract says `vision = false`",
+    },
+)
+
+
+@CHECK.register
 def vision_mmproj(config: ServiceConfig) -> None:
     llama = config.llama
     assert llama is not None
     vision = config.service.contract.vision
     payload_where = config.fleet.where("services", config.name, "payload")
     if vision and llama.mmproj is None:
-        raise Failure(
-            code=f"{NAME}/no-mmproj",
-            service=config.name, check=NAME, where=str(config.rendered.script),
+        raise CHECK.fail(
+            config, "no-mmproj",
+            where=str(config.rendered.script),
             observed="no --mmproj in the rendered argv",
             expected="--mmproj <projector.gguf>: the contract declares vision, and this build does not autoload "
                      "mmproj*.gguf from the model directory",
@@ -55,9 +68,9 @@ def vision_mmproj(config: ServiceConfig) -> None:
                 "request answers 500 'image input is not supported'",
         )
     if vision and llama.mmproj is not None and config.host_path(llama.mmproj) not in config.service.payload:
-        raise Failure(
-            code=f"{NAME}/mmproj-not-in-payload",
-            service=config.name, check=NAME, where=config.where_flag(llama.use("mmproj")),
+        raise CHECK.fail(
+            config, "mmproj-not-in-payload",
+            where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj}, which the service's payload does not list",
             expected=f"a projector among the payload files ({payload_where})",
             fix="declare the projector file in fleet.toml's payload (the deploy preflight checks those) or fix the path",
@@ -66,9 +79,9 @@ def vision_mmproj(config: ServiceConfig) -> None:
     if vision and llama.mmproj is not None and wanted and llama.n_slots > 1:
         found = _projector_type(llama.mmproj)
         if found is None or found.upper() != wanted.upper():
-            raise Failure(
-                code=f"{NAME}/not-concurrent-projector",
-                service=config.name, check=NAME, cites=("B-MM-3", "INC-59"), where=_where_mmproj(config),
+            raise CHECK.fail(
+                config, "not-concurrent-projector",
+                cites=("B-MM-3", "INC-59"), where=_where_mmproj(config),
                 observed=(f"--mmproj {llama.mmproj} ({found or 'type not in the file name'}) at --parallel "
                           f"{llama.n_slots}"),
                 expected=(f"the publisher's {wanted} projector for concurrent image requests "
@@ -76,9 +89,9 @@ def vision_mmproj(config: ServiceConfig) -> None:
                 fix=f"serve the {wanted} mmproj (and list it in the payload), or run one slot",
             )
     if vision is False and llama.mmproj is not None:
-        raise Failure(
-            code=f"{NAME}/mmproj-on-text-only",
-            service=config.name, check=NAME, where=config.where_flag(llama.use("mmproj")),
+        raise CHECK.fail(
+            config, "mmproj-on-text-only",
+            where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj} on an endpoint whose contract says vision = false",
             expected="no projector on a text-only endpoint",
             fix="drop --mmproj (it costs VRAM) or declare vision = true",

@@ -9,9 +9,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 from fleetgate.policies import policy_on
 
 NAME = "vllm-memory-knobs"
@@ -21,19 +20,36 @@ def _is_vllm(config: ServiceConfig) -> str | None:
     return None if config.vllm is not None else f"{config.name} renders no vLLM command line"
 
 
-@check(NAME, kind="seam", subject="service", requires=_is_vllm, engines=("vllm",),
-       cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-32", "INC-42", "INC-78",
+CHECK = service_seam(
+    NAME,
+    cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-32", "INC-42", "INC-78",
               "INC-87"),
-       summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this shape")
+    summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this shape",
+    requires=_is_vllm,
+    engines=("vllm",),
+    codes={
+        "over-ceiling": "`--gpu-memory-utilization` above the host's ceiling",
+        "pool-below-max-model-len": "the measured pool cannot hold one max-length request",
+        "misspelt-shape-flag": "a shape flag is misspelt, so the knob falls back to vLLM's default",
+        "unmeasured-shape": (
+            "TP, max sequences, chunk, fill or KV dtype of no measured boot, named at its own line (INC-31, INC-32, INC-87)"
+        ),
+        "kv-memory-not-zero": "`--kv-cache-memory` given, but not a literal 0 (policy `vllm-kv-cache-memory`)",
+        "kv-memory-omitted": "the serve script drops `--kv-cache-memory` (a blank KV_MEM, INC-30; policy `vllm-kv-cache-memory`)",
+    },
+)
+
+
+@CHECK.register
 def vllm_memory_knobs(config: ServiceConfig) -> None:
     vllm = config.vllm
     assert vllm is not None
     ceiling = config.host.vllm_max_gpu_memory_utilization
     if ceiling is not None and vllm.gpu_memory_utilization > ceiling:
         card = config.host.cards[0]
-        raise Failure(
-            code=f"{NAME}/over-ceiling",
-            service=config.name, check=NAME, cites=("B-VL-1", "INC-42", "INC-78"),
+        raise CHECK.fail(
+            config, "over-ceiling",
+            cites=("B-VL-1", "INC-42", "INC-78"),
             where=config.where_flag(vllm.use("gpu_memory_utilization")),
             observed=(f"--gpu-memory-utilization {vllm.gpu_memory_utilization:g} asks "
                       f"{vllm.gpu_memory_utilization * card.vram_bytes / (1 << 30):.2f} GiB of {card.name}"),
@@ -57,9 +73,9 @@ def vllm_memory_knobs(config: ServiceConfig) -> None:
         _unmeasured(config, pools, shape)
     pool = int(matching[0]["tokens"])
     if vllm.max_model_len is not None and pool < vllm.max_model_len:
-        raise Failure(
-            code=f"{NAME}/pool-below-max-model-len",
-            service=config.name, check=NAME, cites=("B-VL-4", "B-VL-5"),
+        raise CHECK.fail(
+            config, "pool-below-max-model-len",
+            cites=("B-VL-4", "B-VL-5"),
             where=config.where_flag(vllm.use("max_model_len")),
             observed=(f"--max-model-len {vllm.max_model_len} against a measured pool of {pool} tokens "
                       f"({pool / vllm.max_model_len:.2f}x)"),
@@ -108,9 +124,9 @@ def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[
         # The knob's flag is not in the argv: a misspelling of it is the cause, not a new shape.
         close = difflib.get_close_matches(flags[key], [p.flag for p in vllm.problems if p.flag.startswith("--")], n=1, cutoff=0.85)
         if close:
-            raise Failure(
-                code=f"{NAME}/misspelt-shape-flag",
-                service=config.name, check=NAME, cites=("B-VL-3", "B-VL-5"), where=str(config.rendered.script),
+            raise CHECK.fail(
+                config, "misspelt-shape-flag",
+                cites=("B-VL-3", "B-VL-5"), where=str(config.rendered.script),
                 observed=(f"{close[0]} is not a flag of this model of vLLM's argv, and {flags[key]} is absent: "
                           f"{labels[key]} falls back to vLLM's default ({shape[key]})"),
                 expected=f"{flags[key]} as the measured boot had it ({nearest.get(key) if nearest else '?'})",
@@ -118,9 +134,9 @@ def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[
             )
     observed = ", ".join(f"{flags[key]} {shape[key]}" for key in moved)
     measured = "; ".join(_describe(p) for p in pools) or "none"
-    raise Failure(
-        code=f"{NAME}/unmeasured-shape",
-        service=config.name, check=NAME, cites=("B-VL-3", "B-VL-4", "B-VL-5", "INC-31", "INC-32", "INC-87"),
+    raise CHECK.fail(
+        config, "unmeasured-shape",
+        cites=("B-VL-3", "B-VL-4", "B-VL-5", "INC-31", "INC-32", "INC-87"),
         where=config.where_flag(vllm.use(moved[0])),
         observed=f"{observed}: no boot measured at this shape ({', '.join(labels[k] for k in moved)} moved)",
         expected=f"a shape whose KV pool was measured (calibration.kv_pool: {measured})",
@@ -136,9 +152,9 @@ def _kv_memory(config: ServiceConfig) -> None:
     assert vllm is not None
     origin = config.variables.get("KV_MEM")
     if vllm.kv_cache_memory is not None:
-        raise Failure(
-            code=f"{NAME}/kv-memory-not-zero",
-            service=config.name, check=NAME, cites=("B-VL-2", "INC-30"),
+        raise CHECK.fail(
+            config, "kv-memory-not-zero",
+            cites=("B-VL-2", "INC-30"),
             where=config.where_flag(vllm.use("kv_cache_memory")),
             observed=f"--kv-cache-memory {vllm.kv_cache_memory!r}",
             expected="--kv-cache-memory 0 (profile this shape), passed literally",
@@ -146,9 +162,9 @@ def _kv_memory(config: ServiceConfig) -> None:
         )
     blank = origin is not None and not origin.value.strip()
     details = [f"KV_MEM is {'blank' if blank else repr(origin.value)} at {origin.where}" if origin else "KV_MEM is not set"]
-    raise Failure(
-        code=f"{NAME}/kv-memory-omitted",
-        service=config.name, check=NAME, cites=("B-VL-2", "B-SH-2", "INC-30"),
+    raise CHECK.fail(
+        config, "kv-memory-omitted",
+        cites=("B-VL-2", "B-SH-2", "INC-30"),
         where=str(config.rendered.script),
         observed="no --kv-cache-memory in the rendered argv: the serve script drops the flag, and the KV cache is "
                  "sized from gpu_memory_utilization alone",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import shlex
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.vllm import DEFAULT_RELEASE, RADIANCE, Fork, load_release, read_as_vllm, releases
-from fleetgate.failure import Deferred, Failure
+from fleetgate.failure import Deferred
 
 __all__ = ["fork_of", "release_of"]
 
@@ -57,10 +57,26 @@ def _where(config: ServiceConfig, flag: str) -> str | Deferred:
     return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)
 
 
-@check(ARGV, kind="seam", subject="service", requires=_release_known, engines=("vllm",),
-       cites=("B-VL-8", "B-VL-11"),
-       summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
-               "--speculative-config fits SpeculativeConfig")
+ARGV_CHECK = service_seam(
+    ARGV,
+    cites=("B-VL-8", "B-VL-11"),
+    summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
+               "--speculative-config fits SpeculativeConfig",
+    requires=_release_known,
+    engines=("vllm",),
+    codes={
+        "unknown-flag": (
+            "an option the service's vLLM release (`engine_build = { version }`, else 0.13.0; 0.32.0 also held) and its fork do not have"
+        ),
+        "ambiguous-flag": "an abbreviation that is a prefix of several options",
+        "missing-value": "an option that takes a value, given none",
+        "bad-value": "a value vLLM's parser refuses (type, choice, JSON)",
+        "speculative-config": "`--speculative-config` outside `SpeculativeConfig`'s fields, types or methods",
+    },
+)
+
+
+@ARGV_CHECK.register
 def vllm_argv(config: ServiceConfig) -> None:
     fork = fork_of(config)
     release = load_release(release_of(config)).with_fork(fork)
@@ -69,35 +85,47 @@ def vllm_argv(config: ServiceConfig) -> None:
     _, problems = read_as_vllm(config.rendered.argv, release)
     if problems:
         first = problems[0]
-        raise Failure(
-            service=config.name, check=ARGV, where=_where(config, first.flag),
-            code=(f"{ARGV}/unknown-flag" if first.kind == "unknown-flag"
-                  else f"{ARGV}/ambiguous-flag" if first.kind == "ambiguous-flag"
-                  else f"{ARGV}/missing-value" if first.kind == "missing-value"
-                  else f"{ARGV}/bad-value" if first.kind == "bad-value"
-                  else f"{ARGV}/speculative-config"),
-            observed=first.message,
-            details=[p.message for p in problems[1:]],
-            expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
-                     "engine refuses this at start, after the container is up",
-            fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file",
-        )
+        raise ARGV_CHECK.fail(config, "unknown-flag" if first.kind == "unknown-flag"
+                                        else "ambiguous-flag" if first.kind == "ambiguous-flag"
+                                        else "missing-value" if first.kind == "missing-value"
+                                        else "bad-value" if first.kind == "bad-value"
+                                        else "speculative-config",
+                                  where=_where(config, first.flag),
+                                  observed=first.message,
+                                  details=[p.message for p in problems[1:]],
+                                  expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
+                                           "engine refuses this at start, after the container is up",
+                                  fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file",
+                              )
 
 
-def _llama_or_vllm(config: ServiceConfig) -> bool:
-    return config.vllm is not None or config.llama is not None
+def _no_engine_argv(config: ServiceConfig) -> str | None:
+    if config.vllm is not None or config.llama is not None:
+        return None
+    return f"{FORBIDDEN} does not apply to {config.name}"
 
 
-@check(FORBIDDEN, kind="seam", subject="service", applies=_llama_or_vllm, engines=("llama.cpp", "vllm"),
-       cites=("INC-88", "B-VL-8", "B-FIT-12"),
-       summary="no --expert-precise-memory on vLLM (INC-88), no --fit on for llama.cpp (B-FIT-12)")
+FORBIDDEN_CHECK = service_seam(
+    FORBIDDEN,
+    cites=("INC-88", "B-VL-8", "B-FIT-12"),
+    summary="no --expert-precise-memory on vLLM (INC-88), no --fit on for llama.cpp (B-FIT-12)",
+    requires=_no_engine_argv,
+    engines=("llama.cpp", "vllm"),
+    codes={
+        "expert-precise-memory": "`--expert-precise-memory` deployed (INC-88, B-VL-8)",
+        "fit-on": "`--fit on` (B-FIT-12)",
+    },
+)
+
+
+@FORBIDDEN_CHECK.register
 def forbidden_flags(config: ServiceConfig) -> None:
     argv = config.rendered.argv
     if config.vllm is not None:
         found, _ = read_as_vllm(argv, load_release().with_fork(RADIANCE))
         if "--expert-precise-memory" in found:
-            raise Failure(
-                service=config.name, check=FORBIDDEN, code=f"{FORBIDDEN}/expert-precise-memory",
+            raise FORBIDDEN_CHECK.fail(
+                config, "expert-precise-memory",
                 where=str(config.rendered.script), cites=("INC-88", "B-VL-8"),
                 observed="--expert-precise-memory is deployed: 31.73 of 31.86 GiB planned, ~0.13 GiB left at boot",
                 expected="the flag absent (the serve script may keep it as an opt-in, off)",
@@ -109,8 +137,9 @@ def forbidden_flags(config: ServiceConfig) -> None:
         if name in ("--fit", "-fit"):
             value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
             if value == "on":
-                raise Failure(
-                    service=config.name, check=FORBIDDEN, code=f"{FORBIDDEN}/fit-on", cites=("B-FIT-12",),
+                raise FORBIDDEN_CHECK.fail(
+                    config, "fit-on",
+                    cites=("B-FIT-12",),
                     where=config.where_variable("FIT") if "FIT" in config.variables else str(config.rendered.script),
                     observed=f"{shlex.join(argv[i:i + (1 if eq else 2)])}: llama-server shrinks unset context and layers to fit",
                     expected="--fit off with --gpu-layers 999: everything on the cards, nothing resized behind the seams' back",

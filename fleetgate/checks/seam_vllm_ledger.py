@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib
 from fleetgate.config import ServiceConfig
 from fleetgate.errors import InputError
-from fleetgate.failure import Failure
 from fleetgate.ledger_vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
 
 NAME = "vllm-starts"
@@ -92,18 +91,34 @@ def _terms(ledger: VllmLedger, target: Checkpoint) -> list[str]:
     ]
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_ledger, engines=("vllm",), figures=_figures,
-       cites=("B-VL-4", "B-VL-5", "B-VL-6", "B-VL-7"),
-       summary="vLLM starts: each rank's weights fit its budget, and the KV pool holds one --max-model-len sequence")
+CHECK = service_seam(
+    NAME,
+    cites=("B-VL-4", "B-VL-5", "B-VL-6", "B-VL-7"),
+    summary="vLLM starts: each rank's weights fit its budget, and the KV pool holds one --max-model-len sequence",
+    requires=_no_ledger,
+    engines=("vllm",),
+    figures=_figures,
+    codes={
+        "weights-exceed-budget": (
+            "vLLM's ledger: a rank's weights (and drafter's) exceed `--gpu-memory-utilization` x the card: it will not start"
+        ),
+        "pool-below-one-sequence": (
+            "vLLM's ledger: the KV pool cannot hold one `--max-model-len` sequence: it will not start (docs/ledger.md, \"vLLM\")"
+        ),
+    },
+)
+
+
+@CHECK.register
 def vllm_starts(config: ServiceConfig) -> None:
     vllm = config.vllm
     assert vllm is not None and config.profile is not None
     ledger = service_vllm_ledger(config)
     target, _ = _checkpoints(config)
     if not ledger.weights_fit:
-        raise Failure(
-            code=f"{NAME}/weights-exceed-budget",
-            service=config.name, check=NAME, cites=("B-VL-7",),
+        raise CHECK.fail(
+            config, "weights-exceed-budget",
+            cites=("B-VL-7",),
             where=config.where_flag(vllm.use("tensor_parallel_size") or vllm.use("model")),
             observed=(f"will not start: each rank loads {gib(ledger.weights + ledger.drafter)} of weights (drafter "
                       f"included) into a budget of {gib(ledger.budget)} on {ledger.card}"),
@@ -116,9 +131,9 @@ def vllm_starts(config: ServiceConfig) -> None:
     if ledger.pool < ledger.per_sequence:
         certain = "" if ledger.peak or "pinned" in ledger.peak_basis else \
             " (the pool is an upper bound: no boot of this shape measured the profiled peak)"
-        raise Failure(
-            code=f"{NAME}/pool-below-one-sequence",
-            service=config.name, check=NAME, cites=("B-VL-4", "B-VL-5", "B-VL-6"),
+        raise CHECK.fail(
+            config, "pool-below-one-sequence",
+            cites=("B-VL-4", "B-VL-5", "B-VL-6"),
             where=config.where_flag(vllm.use("max_model_len") or vllm.use("kv_cache_memory")),
             observed=(f"will not start: one {ledger.max_model_len:,}-token sequence needs {gib(ledger.per_sequence)} of "
                       f"KV per rank, the pool is {gib(ledger.pool)}{certain}"),

@@ -15,10 +15,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fleetgate.checks import NotApplicable, check
+from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.engines.vllm import RADIANCE, load_release, read_as_vllm
-from fleetgate.failure import Failure
 
 NAME = "vllm-mm-limits"
 DEFAULT_LIMIT = 999  # vllm/config/multimodal.py: per modality when --limit-mm-per-prompt does not name it
@@ -43,10 +42,23 @@ def _count(value: Any) -> int | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_vision_contract, engines=("vllm",),
-       cites=("B-MM-6", "B-VL-3"),
-       summary="a vision endpoint passes --limit-mm-per-prompt with the contract's per-prompt limits, keeps images "
-               "on, and profiles the encoder")
+CHECK = service_seam(
+    NAME,
+    cites=("B-MM-6", "B-VL-3"),
+    summary="a vision endpoint passes --limit-mm-per-prompt with the contract's per-prompt limits, keeps images "
+               "on, and profiles the encoder",
+    requires=_no_vision_contract,
+    engines=("vllm",),
+    codes={
+        "images-off": "an image limit of 0 on a vision endpoint (B-MM-6)",
+        "profiling-skipped": "`--skip-mm-profiling` on a vision endpoint: the KV pool is sized without the encoder",
+        "limits-dropped": "no `--limit-mm-per-prompt` where the contract declares `mm_limits`: vLLM's default is 999 per modality",
+        "limit-differs": "a modality's per-prompt limit other than the contract's `mm_limits`",
+    },
+)
+
+
+@CHECK.register
 def vllm_mm_limits(config: ServiceConfig) -> None:
     vllm = config.vllm
     assert vllm is not None
@@ -59,9 +71,9 @@ def vllm_mm_limits(config: ServiceConfig) -> None:
     contract_where = config.fleet.where("services", config.name, "contract")
     image = _count(limits.get("image")) if limits is not None else None
     if image == 0:
-        raise Failure(
-            code=f"{NAME}/images-off",
-            service=config.name, check=NAME, cites=("B-MM-6",), where=where,
+        raise CHECK.fail(
+            config, "images-off",
+            cites=("B-MM-6",), where=where,
             observed=f"--limit-mm-per-prompt {json.dumps(dict(limits or {}))}: 0 images per prompt turns vision off",
             expected=f"images on: the contract declares vision = true ({contract_where})",
             fix="give the image modality the per-prompt limit clients are told; 0 is how vLLM disables a modality",
@@ -69,9 +81,9 @@ def vllm_mm_limits(config: ServiceConfig) -> None:
     found, _ = read_as_vllm(config.rendered.argv, load_release().with_fork(RADIANCE))
     skip = found.get("--skip-mm-profiling")
     if skip is not None and config.rendered.argv[skip[0]].split("=", 1)[0] != "--no-skip-mm-profiling":
-        raise Failure(
-            code=f"{NAME}/profiling-skipped",
-            service=config.name, check=NAME, cites=("B-VL-3", "B-MM-6"), where=str(config.rendered.script),
+        raise CHECK.fail(
+            config, "profiling-skipped",
+            cites=("B-VL-3", "B-MM-6"), where=str(config.rendered.script),
             observed=("--skip-mm-profiling on a vision endpoint: the KV pool is sized without the encoder's "
                       "activations, so the first large image request allocates on a card the pool already filled"),
             expected="the encoder profiled at the per-prompt limits, as the measured pool was (calibration.kv_pool)",
@@ -83,9 +95,9 @@ def vllm_mm_limits(config: ServiceConfig) -> None:
             f"{config.name} declares no per-prompt multimodal limits: set services.{config.name}.contract.mm_limits "
             "(e.g. { image = 8 }) to hold --limit-mm-per-prompt to them")
     if limits is None:
-        raise Failure(
-            code=f"{NAME}/limits-dropped",
-            service=config.name, check=NAME, cites=("B-MM-6", "B-VL-3"), where=where,
+        raise CHECK.fail(
+            config, "limits-dropped",
+            cites=("B-MM-6", "B-VL-3"), where=where,
             observed=(f"no --limit-mm-per-prompt in the rendered argv: vLLM allows {DEFAULT_LIMIT} items of every "
                       "modality the model supports per prompt, and profiles the encoder for that many"),
             expected=(f"--limit-mm-per-prompt '{json.dumps(dict(wanted))}' (contract.mm_limits, "
@@ -95,9 +107,9 @@ def vllm_mm_limits(config: ServiceConfig) -> None:
         )
     differs = {m: _count(limits.get(m)) for m, n in wanted.items() if _count(limits.get(m)) != n}
     if differs:
-        raise Failure(
-            code=f"{NAME}/limit-differs",
-            service=config.name, check=NAME, cites=("B-MM-6", "B-VL-3"), where=where,
+        raise CHECK.fail(
+            config, "limit-differs",
+            cites=("B-MM-6", "B-VL-3"), where=where,
             observed="; ".join(f"{m}: {DEFAULT_LIMIT if n is None else n} per prompt" for m, n in differs.items())
             + f" (--limit-mm-per-prompt {json.dumps(dict(limits))})",
             expected=(f"{json.dumps(dict(wanted))} (contract.mm_limits, "

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fleetgate.checks import check
+from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.failure import Failure
 
 NAME = "vllm-speculative-depth"
 
@@ -39,10 +38,21 @@ def _no_drafter(config: ServiceConfig) -> str | None:
     return None
 
 
-@check(NAME, kind="seam", subject="service", requires=_no_drafter, engines=("vllm",),
-       cites=("B-SP-11", "B-SP-4", "B-SP-1", "B-SP-8"),
-       summary="num_speculative_tokens within the drafter's block and at a depth the fleet measured for that "
-               "method and drafter")
+CHECK = service_seam(
+    NAME,
+    cites=("B-SP-11", "B-SP-4", "B-SP-1", "B-SP-8"),
+    summary="num_speculative_tokens within the drafter's block and at a depth the fleet measured for that "
+               "method and drafter",
+    requires=_no_drafter,
+    engines=("vllm",),
+    codes={
+        "past-block": "`num_speculative_tokens` past a block drafter's `block_size - 1` (B-SP-1)",
+        "unmeasured-depth": "a method, drafter and depth no arm of `calibration.speculative` measured (B-SP-11, B-SP-4)",
+    },
+)
+
+
+@CHECK.register
 def vllm_speculative_depth(config: ServiceConfig) -> None:
     vllm = config.vllm
     assert vllm is not None and vllm.speculative_config is not None
@@ -54,9 +64,9 @@ def vllm_speculative_depth(config: ServiceConfig) -> None:
     mine = [a for a in arms if a.get("method") == method and a.get("model", model) == model]
     blocks = sorted({int(a["block_size"]) for a in mine if "block_size" in a})
     if isinstance(depth, int) and blocks and depth > blocks[0] - 1:
-        raise Failure(
-            code=f"{NAME}/past-block",
-            service=config.name, check=NAME, cites=("B-SP-1", "B-SP-8", "B-SP-11"), where=where,
+        raise CHECK.fail(
+            config, "past-block",
+            cites=("B-SP-1", "B-SP-8", "B-SP-11"), where=where,
             observed=(f"num_speculative_tokens {depth} with the {method} drafter {model} "
                       f"(block_size {blocks[0]}, {declared})"),
             expected=f"<= {blocks[0] - 1} (block_size - 1): the block's first position is the last accepted token",
@@ -66,9 +76,9 @@ def vllm_speculative_depth(config: ServiceConfig) -> None:
     if depth not in measured:
         arms_text = "; ".join(f"{a.get('method')} {a.get('model', '(any drafter)')} depth {a.get('num_speculative_tokens')}"
                               for a in arms)
-        raise Failure(
-            code=f"{NAME}/unmeasured-depth",
-            service=config.name, check=NAME, cites=("B-SP-11", "B-SP-4"), where=where,
+        raise CHECK.fail(
+            config, "unmeasured-depth",
+            cites=("B-SP-11", "B-SP-4"), where=where,
             observed=(f"--speculative-config method {method}, drafter {model}, num_speculative_tokens {depth}: "
                       + (f"measured only at depth {', '.join(map(str, measured))}" if measured
                          else "no arm of this method and drafter was measured")),

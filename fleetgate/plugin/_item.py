@@ -28,7 +28,7 @@ class CheckParam:
     """One check on one subject; ``check`` and ``subject`` are None for the one placeholder of a live or host test
     run without an endpoint (it skips, naming the flag)."""
 
-    check: Check | None
+    check: Check[Any] | None
     subject: Subject | None
     none_reason: str = NO_ENDPOINT
     """The placeholder's skip reason."""
@@ -68,7 +68,7 @@ class CheckParam:
                 self.elapsed = time.monotonic() - started
         self._report(outcome)
 
-    def _live(self, check: Check, subject: Subject) -> Outcome:
+    def _live(self, check: Check[Any], subject: Subject) -> Outcome:
         __tracebackhide__ = True
         if subject.skip_reason:
             return run(check, subject)

@@ -163,7 +163,7 @@ def _replay(item: pytest.Item) -> str | None:
 # -- properties and waivers (in the process that runs the test: an xdist worker) -------------------
 
 
-def _subject(item: pytest.Item) -> tuple[Check, str, Any] | None:
+def _subject(item: pytest.Item) -> tuple[Check[Any], str, Any] | None:
     """(check, service, subject) of a test parametrised by the plugin, else None."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
@@ -177,8 +177,8 @@ def _subject(item: pytest.Item) -> tuple[Check, str, Any] | None:
     return None
 
 
-def _figures(check: Check, subject: Any) -> dict[str, Any] | None:
-    if check.figures is None or not isinstance(subject, ServiceConfig) or not check.applies(subject):
+def _figures(check: Check[Any], subject: Any) -> dict[str, Any] | None:
+    if check.figures is None or not isinstance(subject, ServiceConfig) or check.why_not(subject) is not None:
         return None
     try:
         return dict(check.figures(subject))

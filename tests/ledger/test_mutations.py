@@ -112,7 +112,7 @@ def run_service_seams(fleet_path: Path) -> dict[tuple[str, str], Failure]:
             if check.kind != "seam" or check.subject != "service":
                 continue
             subject = attempt if name == "serve-script-renders" else attempt.config
-            if subject is None or (subject is attempt.config and not check.applies(subject)):
+            if subject is None or (subject is attempt.config and check.why_not(subject) is not None):
                 continue
             try:
                 check(subject)

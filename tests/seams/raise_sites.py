@@ -1,12 +1,19 @@
-"""The failure-raising lines of fleetgate/checks, found by reading the source (AST), and their codes.
+"""The failure-raising lines of fleetgate/checks, found by reading the source (AST), and the codes they raise.
 
-A raise site is ``raise Failure(...)``, ``raise X.f(...)`` where ``f`` is a function of fleetgate
-annotated to return a ``Failure`` (a failure factory: ``endpoint.fail``), or ``return Failure(...)``
-in a function of fleetgate/checks. Each site's code is read from its ``code=`` argument and rendered
-with the module's string constants (``f"{NAME}/no-mmproj"`` -> ``vision-mmproj/no-mmproj``); a code
-without a slash is a branch of the check named by the call's first argument (``endpoint.fail(CHAT,
-code="garbage")``). A factory that takes no ``code`` names the branch itself (``unreachable``: one per
-transport error kind) and its sites are listed as ``CHECK/<factory>``.
+Every check declares its codes (``fleetgate.checks``: ``codes=`` of its declaration); this finds where each is
+raised, so that tests can hold the two to each other and the coverage gate can name the lines no test ran.
+
+A raise site is a ``raise`` or ``return`` of:
+
+- ``X.fail(subject, BRANCH, ...)``, where ``X`` is a module-level declaration (``X = service_seam(NAME, ...)``):
+  the code is ``NAME/BRANCH``, each branch of ``A if ... else B`` counted;
+- ``check.fail(subject, BRANCH, ...)``, where ``check`` is a parameter (a helper shared by several checks, such
+  as the ledger's): the code is ``{check}/BRANCH``, raised for whichever check the caller passes;
+- a module function annotated ``-> Failure`` that takes ``code`` and builds its failure with ``X.fail(subject,
+  code, ...)``: the code is ``NAME/CODE`` from the call's ``code=`` argument.
+
+``endpoint_sites()`` reads the readiness failures that fleetgate/live/endpoint.py raises for the live checks that
+report them (``Failure(code=f"{HEALTH}/loading", ...)``).
 
 Used by tests/seams/test_raise_sites.py and by the coverage gate (tests/seams/coverage_gate.py).
 """
@@ -20,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "fleetgate"
 CHECKS = PACKAGE / "checks"
+ENDPOINT = PACKAGE / "live" / "endpoint.py"
+DECLARATIONS = ("service_seam", "chain_seam", "fleet_seam", "live_check", "host_check")
 
 
 @dataclass(frozen=True)
@@ -27,40 +36,14 @@ class Site:
     path: Path
     line: int
     kind: str
-    """``seam`` or ``live`` (from the module's name)."""
+    """``seam``, ``live`` or ``host`` (from the module's name)."""
     codes: tuple[str, ...]
-    """The rendered failure code (two for ``code=A if ... else B``); empty when the site gives none."""
-    own_code: bool = False
-    """The factory names the branch itself (no ``code`` argument to give)."""
+    """The rendered failure code (two for ``A if ... else B``); empty when the site gives none it can read."""
 
     @property
     def where(self) -> str:
         path = self.path.relative_to(REPO) if self.path.is_relative_to(REPO) else self.path
         return f"{path}:{self.line}"
-
-
-def _annotation_is_failure(node: ast.expr | None) -> bool:
-    if isinstance(node, ast.Name):
-        return node.id == "Failure"
-    if isinstance(node, ast.Constant):
-        return node.value == "Failure"
-    if isinstance(node, ast.Attribute):
-        return node.attr == "Failure"
-    return False
-
-
-def failure_factories() -> dict[str, str]:
-    """Functions of fleetgate annotated ``-> Failure``, by name: ``param`` when the caller passes the code,
-    ``own`` when the function sets it itself, ``none`` when no code is given at all."""
-    factories: dict[str, str] = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _annotation_is_failure(node.returns):
-                params = [a.arg for a in node.args.args + node.args.kwonlyargs]
-                sets_code = any(isinstance(call, ast.Call) and _callee(call) == "Failure"
-                                and any(k.arg == "code" for k in call.keywords) for call in ast.walk(node))
-                factories[node.name] = "param" if "code" in params else "own" if sets_code else "none"
-    return factories
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
@@ -95,43 +78,89 @@ def _render(node: ast.expr, constants: dict[str, str]) -> str | None:
     return None
 
 
-def _callee(call: ast.Call) -> str | None:
-    if isinstance(call.func, ast.Name):
-        return call.func.id
-    if isinstance(call.func, ast.Attribute):
-        return call.func.attr
+def declarations(tree: ast.Module, constants: dict[str, str]) -> dict[str, str]:
+    """Module-level check declarations: variable -> check name (``PINS = service_seam(NAME, ...)``)."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                and node.value.func.id in DECLARATIONS and node.value.args):
+            name = _render(node.value.args[0], constants)
+            if name is not None:
+                found[node.targets[0].id] = name
+    return found
+
+
+def _fail_owner(call: ast.Call) -> str | None:
+    """``X`` of ``X.fail(...)``."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "fail" and isinstance(call.func.value, ast.Name):
+        return call.func.value.id
     return None
 
 
-def _site(path: Path, line: int, call: ast.Call, constants: dict[str, str], factories: dict[str, str]) -> Site | None:
-    name = _callee(call)
+def _factories(tree: ast.Module, decls: dict[str, str]) -> dict[str, str]:
+    """Module functions annotated ``-> Failure`` that take ``code`` and fail a declared check: name -> check name."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and isinstance(node.returns, ast.Name | ast.Constant)):
+            continue
+        returns = node.returns.id if isinstance(node.returns, ast.Name) else node.returns.value
+        params = {a.arg for a in node.args.args + node.args.kwonlyargs}
+        if returns != "Failure" or "code" not in params:
+            continue
+        for call in ast.walk(node):
+            owner = _fail_owner(call) if isinstance(call, ast.Call) else None
+            if owner in decls:
+                found[node.name] = decls[owner]
+    return found
+
+
+def _site(path: Path, line: int, call: ast.Call, constants: dict[str, str], decls: dict[str, str],
+          factories: dict[str, str]) -> Site | None:
     kind = "live" if path.name.startswith("live_") else "host" if path.name.startswith("host_") else "seam"
-    if name != "Failure" and name not in factories:
-        return None
-    code_arg = next((k.value for k in call.keywords if k.arg == "code"), None)
-    check = _render(call.args[0], constants) if call.args else None
-    if name != "Failure" and factories[name] == "own":
-        return Site(path, line, kind, (f"{check}/<{name}>",), own_code=True)
-    if code_arg is None:
-        return Site(path, line, kind, ())
-    codes = _render_all(code_arg, constants)
-    return Site(path, line, kind, tuple(c if "/" in c or check is None else f"{check}/{c}" for c in codes))
+    owner = _fail_owner(call)
+    if owner is not None and len(call.args) >= 2:
+        branch = call.args[1]
+        if isinstance(branch, ast.Name) and branch.id not in constants:
+            return None  # a factory's own body: its callers are the sites
+        check = decls.get(owner, "{" + owner + "}")
+        return Site(path, line, kind, tuple(f"{check}/{b}" for b in _render_all(branch, constants)))
+    if isinstance(call.func, ast.Name) and call.func.id in factories:
+        code = next((k.value for k in call.keywords if k.arg == "code"), None)
+        branches = _render_all(code, constants) if code is not None else ()
+        return Site(path, line, kind, tuple(f"{factories[call.func.id]}/{b}" for b in branches))
+    return None
 
 
-def raise_sites(checks: Path = CHECKS, factories: dict[str, str] | None = None) -> list[Site]:
+def raise_sites(checks: Path = CHECKS) -> list[Site]:
     """Every failure-raising line of fleetgate/checks, in file and line order."""
-    factories = failure_factories() if factories is None else factories
     sites = []
     for path in sorted(checks.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         constants = _constants(tree)
+        decls = declarations(tree, constants)
+        factories = _factories(tree, decls)
         for node in ast.walk(tree):
             value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
             if isinstance(value, ast.Call):
-                site = _site(path, node.lineno, value, constants, factories)
+                site = _site(path, node.lineno, value, constants, decls, factories)
                 if site is not None:
                     sites.append(site)
     return sorted(sites, key=lambda s: (str(s.path), s.line))
+
+
+def endpoint_sites(path: Path = ENDPOINT) -> list[Site]:
+    """The readiness failures the endpoint client raises for the live checks that report them."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    constants = _constants(tree)
+    sites = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Failure":
+            code = next((k.value for k in node.keywords if k.arg == "code"), None)
+            codes = _render_all(code, constants) if code is not None else ()
+            if codes and all("{" not in c for c in codes):
+                sites.append(Site(path, node.lineno, "live", codes))
+    return sorted(sites, key=lambda s: s.line)
 
 
 if __name__ == "__main__":
