@@ -8,7 +8,7 @@ from typing import Any
 
 from fleetgate.checks import REGISTRY, Check, _load_all
 
-__all__ = ["counts", "register"]
+__all__ = ["code_lines", "counts", "register"]
 
 KINDS = ("seam", "live", "host")
 
@@ -21,7 +21,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--counts", action="store_true", help="how many seam, live and host checks there are")
-    what.add_argument("--kind", choices=KINDS, help="list the checks of one kind only")
+    what.add_argument("--codes", action="store_true",
+                      help="every failure code each check declares, with what fired (what --deselect, waivers and "
+                      "JUnit properties name)")
+    parser.add_argument("--kind", choices=KINDS, help="only the checks of one kind")
     parser.set_defaults(func=_run)
 
 
@@ -35,6 +38,13 @@ def counts(checks: list[Check[Any]]) -> list[str]:
     return [f"{tally.get(kind, 0)} {kind}" for kind in KINDS] + [f"{len(checks)} checks"]
 
 
+def code_lines(checks: list[Check[Any]]) -> list[str]:
+    """``CODE  what fired``, one line per declared code, checks in the listing's order."""
+    codes = [(code, what) for c in checks for code, what in c.codes.items()]
+    width = max((len(code) for code, _ in codes), default=0)
+    return [f"{code:<{width}}  {what}" for code, what in codes]
+
+
 def _run(args: argparse.Namespace) -> int:
     checks = _registered()
     if args.counts:
@@ -42,6 +52,10 @@ def _run(args: argparse.Namespace) -> int:
             print(line)
         return 0
     shown = [c for c in checks if args.kind in (None, c.kind)]
+    if args.codes:
+        for line in code_lines(shown):
+            print(line)
+        return 0
     width = max(len(c.name) for c in shown)
     for c in shown:
         print(f"{c.kind:<5} {c.name:<{width}}  {c.subject:<14} {c.summary}")

@@ -160,13 +160,24 @@ def _load_entry(path: Path, *, catalogue: bool) -> Entry:
         passes = tuple(_skip(path, s) for s in data.get("passes", ()))
     except KeyError as exc:
         raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
-    problems = _problems(reproduction, mutations, expect, data, incident=incident)
+    problems = _problems(reproduction, mutations, expect, data, incident=incident) or _twice(expect)
     if problems:
         raise InputError(path, None, problems)
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
     return Entry(path=path, incident=incident, id=_str(data, "id", path), seed=str(data.get("seed", "")),
                  cites=tuple(data.get("cites", ())),
                  codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
+
+
+def _twice(expect: tuple[Expectation, ...]) -> str:
+    """A check fails a subject once, with one code: a second expectation of the pair could never be met."""
+    seen: dict[tuple[str, str], str] = {}
+    for e in expect:
+        earlier = seen.setdefault((e.subject, e.check), e.code)
+        if earlier != e.code:
+            return (f"expect: '{e.subject}: {earlier}' and '{e.subject}: {e.code}': a check fails a subject with one "
+                    "code; keep the one that fires")
+    return ""
 
 
 def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any],

@@ -122,11 +122,17 @@ def test_host_reproductions_name_a_host_test_that_asserts_their_codes() -> None:
     assert named == 3  # INC-10, INC-34, INC-75
 
 
-def test_mutation_codes_belong_to_registered_seams() -> None:
+def test_every_code_the_catalogue_names_is_declared_by_its_check() -> None:
+    """A mutation's expected codes are seam codes, a server or host entry's codes its check's: each one declared
+    by that check (fleetgate.checks, ``codes=``), so an entry cannot expect a branch no check can raise."""
     _load_all()
-    for entry in ENTRIES:
+    for entry in [*ENTRIES, *load_catalogue(REPO / "fixtures" / "branches")]:
         for e in entry.expect:
             assert e.check in REGISTRY and REGISTRY[e.check].kind == "seam", f"{entry.id}: {e.code}"
+            assert e.code in REGISTRY[e.check].codes, f"{entry.id}: {e.check} declares no {e.code}"
+        for code in entry.codes:
+            check = REGISTRY.get(code.split("/", 1)[0])
+            assert check is not None and code in check.codes, f"{entry.id}: no check declares {code}"
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -137,6 +143,9 @@ def test_mutation_codes_belong_to_registered_seams() -> None:
     ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n[reproduction]\nkind = "maybe"\n',
      "kind: expected one of"),
     ('id = "INC-99"\nname = [\n', "not valid TOML"),
+    ('id = "INC-99"\nname = "x"\ndate = "d"\nservice = "s"\nsymptom = "s"\ncause = "c"\nfix = "f"\n'
+     'expect = ["svc: card-floor/short", "svc: card-floor/unknown-device"]\n[[mutation]]\nfile = "f"\ncreate = ""\n',
+     "a check fails a subject with one code"),
 ])
 def test_a_malformed_entry_is_one_line(tmp_path: Path, text: str, message: str) -> None:
     (tmp_path / "INC-99.toml").write_text(text, encoding="utf-8")

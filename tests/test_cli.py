@@ -106,12 +106,12 @@ def test_a_closed_stdout_ends_quietly(tmp_path: Path) -> None:
 
 def test_checks_counts_the_seams_the_docs_list_codes_for(capsys: pytest.CaptureFixture[str]) -> None:
     """`fleetgate checks --counts` is what the README points at for counts: it must agree with docs/seams.md's
-    code table, an independent record (one row per failure code; ``CHECK/...`` rows are shared by every seam)."""
+    code table, an independent record (one row per failure code)."""
     assert main(["checks", "--counts"]) == 0
     printed = dict(reversed(line.split(" ", 1)) for line in capsys.readouterr().out.splitlines())
     page = (Path(__file__).parent.parent / "docs" / "seams.md").read_text(encoding="utf-8")
     codes = re.findall(r"^\| `([A-Za-z-]+)/[a-z-]+` \|", page, flags=re.MULTILINE)
-    assert int(printed["seam"]) == len(set(codes) - {"CHECK"})
+    assert int(printed["seam"]) == len(set(codes))
     assert int(printed["checks"]) == sum(int(printed[kind]) for kind in ("seam", "live", "host"))
 
 
@@ -122,3 +122,13 @@ def test_checks_lists_the_live_checks_docs_live_describes(capsys: pytest.Capture
     described = re.findall(r"^\| `(live-[a-z-]+)` \|", page, flags=re.MULTILINE)
     assert [row.split()[1] for row in rows[:-2]] == sorted(described)
     assert rows[-1] == f"0 seam; {len(described)} live; 0 host; {len(described)} checks"
+
+
+def test_checks_codes_prints_the_seam_codes_docs_seams_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    """`fleetgate checks --codes` prints each declared code with what fired: for the seams, exactly the rows of
+    docs/seams.md's code table."""
+    assert main(["checks", "--codes", "--kind", "seam"]) == 0
+    printed = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
+    page = (Path(__file__).parent.parent / "docs" / "seams.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([A-Za-z-]+/[a-z0-9-]+)` \| (.*) \|$", page, flags=re.MULTILINE)
+    assert sorted((code, what) for code, what in printed) == sorted(rows)
