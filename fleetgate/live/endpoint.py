@@ -436,7 +436,7 @@ class LiveEndpoint:
 
     # -- requests -------------------------------------------------------------------------------------
 
-    def fail(
+    def _fail(
         self,
         check: str,
         *,
@@ -448,6 +448,8 @@ class LiveEndpoint:
         cites: tuple[str, ...] = (),
         details: tuple[str, ...] = (),
     ) -> Failure:
+        """A failure of the client's own (``fleetgate.checks.TRANSPORT_CODES``), or of a branch the calling check
+        declares and passes (``require_ok(code=...)``): the check's run refuses an undeclared one."""
         return Failure(
             service=self.name,
             check=check,
@@ -474,13 +476,13 @@ class LiveEndpoint:
         if reply.rate_limited:
             raise self.rate_limited(check, reply)
         if not reply.ok:
-            raise self.fail(
+            raise self._fail(
                 check, code=code, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix
             )
 
     def rate_limited(self, check: str, reply: Reply) -> Failure:
         """A 429/503 with ``Retry-After`` that still stood after the retries the request's bound allowed."""
-        return self.fail(
+        return self._fail(
             check,
             code="rate-limited",
             where=reply.url,
@@ -525,7 +527,7 @@ class LiveEndpoint:
         except EndpointError as error:
             raise self.unreachable(check, error, cites=cites) from None
         if not reply.ok:
-            raise self.fail(
+            raise self._fail(
                 check,
                 code="not-served",
                 where=reply.url,
@@ -603,7 +605,7 @@ class LiveEndpoint:
         try:
             return parse_metrics(reply.text)
         except ValueError as exc:
-            raise self.fail(
+            raise self._fail(
                 check,
                 code="metrics-unparsable",
                 where=reply.url,
