@@ -127,7 +127,12 @@ class Check(Generic[S]):
         return func
 
     def why_not(self, subject: S) -> str | None:
-        """None when the check can judge ``subject``; otherwise the reason it cannot (what to declare)."""
+        """None when the check can judge ``subject``; otherwise the reason it cannot (what to declare). A service of
+        an engine the seam is not about is a reason too, for a caller that did not choose its subjects by engine."""
+        if self.engines is not None:
+            engine = getattr(getattr(subject, "service", None), "engine", None)
+            if engine is not None and engine not in self.engines:
+                return f"{subject.name} runs {engine}; {self.name} is about {', '.join(self.engines)}"
         return self.requires(subject) if self.requires is not None else None
 
     def code(self, branch: str) -> str:
