@@ -18,7 +18,8 @@ from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.fleet import Bench
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 __all__ = ["NAME"]
 

@@ -18,7 +18,8 @@ from dataclasses import replace
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.render import Rendered, RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import Rendered, RenderRefused
 
 __all__ = ["NAME"]
 

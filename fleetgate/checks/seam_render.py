@@ -8,7 +8,7 @@ from typing import NoReturn
 from fleetgate.checks import check
 from fleetgate.config import ServiceAttempt
 from fleetgate.failure import Failure
-from fleetgate.render import Origin
+from fleetgate.render_types import Origin
 
 NAME = "serve-script-renders"
 

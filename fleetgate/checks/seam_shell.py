@@ -9,7 +9,8 @@ from __future__ import annotations
 from fleetgate.checks import NotApplicable, check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 NAME = "empty-means-omit"
 

@@ -25,7 +25,8 @@ from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import Origin, Rendered, RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import Origin, Rendered, RenderRefused
 
 __all__ = ["payload_variables"]
 

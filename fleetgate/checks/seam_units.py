@@ -17,7 +17,8 @@ from pathlib import PurePosixPath
 from fleetgate.checks import check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.render import RenderRefused, map_to_repo, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused, map_to_repo
 from fleetgate.units import Setting, Unit
 
 __all__ = ["container_paths", "mounts"]
