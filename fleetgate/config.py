@@ -25,7 +25,8 @@ from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import Origin, Rendered, RenderRefused, map_to_repo, render
+from fleetgate.render import render
+from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable
 
 __all__ = [

@@ -556,7 +556,7 @@ def _sandbox_render(root: Path, deploy_root: str | None, name: str, engine: Engi
                 if env_template is not None else None)
     fleet, service = _stub_fleet(root, deploy_root, name, engine, serve_script=script.resolve(),
                                  unit=unit.resolve() if unit else None, payload=payload, env_template=template)
-    from fleetgate.render import RenderRefused
+    from fleetgate.render_types import RenderRefused
 
     # A script that tests its payload before it starts the engine (`[ -f "$MODEL" ] || exit 1`) is rendered again
     # with each file it asked for present, as the seams render it with the declared payload: a few rounds at most.

@@ -27,7 +27,9 @@ import httpx
 
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
+from fleetgate.render import render
+from fleetgate.render_inputs import service_inputs
+from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
 
 __all__ = [
     "MODEL_FILE",

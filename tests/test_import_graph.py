@@ -18,14 +18,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "fleetgate"
 
-# The one circle left: the start shapes of fleetgate.sources build render's types (Origin, Rendered) and render
-# dispatches to them. It goes with render's split into finding inputs and running the script (issue 17, item 4).
-KNOWN_CIRCLE = {
-    ("fleetgate.sources.compose", "fleetgate.render"),
-    ("fleetgate.sources.llama_swap", "fleetgate.render"),
-    ("fleetgate.sources.router_preset", "fleetgate.render"),
-}
-
 # What `pytest seams/` never needs: the endpoint client and its dialects (httpx), the reference server, the host
 # read through testinfra, the live and host checks.
 LIVE_STACK = ("fleetgate.live", "fleetgate.reference", "fleetgate.host", "fleetgate.checks.live_", "fleetgate.checks.host_")
@@ -162,11 +154,8 @@ def test_the_graph_is_read_from_the_source() -> None:
 
 
 def test_no_import_circle() -> None:
-    """Module-level and function-local imports together form no circle (the known one aside, until render splits)."""
-    known = [e for e in EDGES if (e.source, e.target) in KNOWN_CIRCLE]
-    assert {(e.source, e.target) for e in known} == KNOWN_CIRCLE, "the known circle is gone: empty KNOWN_CIRCLE"
-    assert all(e.local for e in known)
-    circles = _circle_edges([e for e in EDGES if (e.source, e.target) not in KNOWN_CIRCLE])
+    """Module-level and function-local imports together form no circle."""
+    circles = _circle_edges(EDGES)
     assert circles == [], "imports that close a circle:\n" + "\n".join(circles)
 
 
@@ -175,7 +164,7 @@ def test_no_function_local_import_dodges_a_circle() -> None:
     top = [e for e in EDGES if not e.local]
     dodging = []
     for edge in EDGES:
-        if edge.local and edge.target in MODULES and (edge.source, edge.target) not in KNOWN_CIRCLE:
+        if edge.local and edge.target in MODULES:
             back = _path(_graph([*top, edge]), edge.target, edge.source)
             if back is not None:
                 dodging.append(f"{edge.where}: at module level, {edge.source} -> {' -> '.join(back)}")

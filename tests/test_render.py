@@ -10,7 +10,8 @@ import pytest
 
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 FLEET_TOML = """
 [fleet]

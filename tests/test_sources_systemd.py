@@ -127,7 +127,8 @@ def test_a_broken_inline_script_is_one_line_naming_file_and_line(tmp_path: Path,
 
 
 def test_an_inline_script_that_exits_names_the_exec_start_line(tmp_path: Path) -> None:
-    from fleetgate.render import RenderRefused, render
+    from fleetgate.render import render
+    from fleetgate.render_types import RenderRefused
 
     fleet = _unit_exec_fleet(tmp_path, "ExecStart=/bin/bash -c 'echo no model >&2; exit 3'")
     with pytest.raises(RenderRefused) as caught:

@@ -17,7 +17,8 @@ from dataclasses import replace
 from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.fleet import Bench
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 __all__ = ["NAME"]
 

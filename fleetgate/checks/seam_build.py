@@ -17,7 +17,8 @@ from dataclasses import replace
 
 from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.render import Rendered, RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import Rendered, RenderRefused
 
 __all__ = ["NAME"]
 

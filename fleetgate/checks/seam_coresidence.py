@@ -137,7 +137,7 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
     from fleetgate.config import load_service
     from fleetgate.fit import service_ledger
-    from fleetgate.render import RenderRefused
+    from fleetgate.render_types import RenderRefused
 
     service = fleet.services[name]
     try:

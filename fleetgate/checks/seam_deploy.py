@@ -29,7 +29,8 @@ from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.config import ServiceConfig
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 __all__: list[str] = []
 

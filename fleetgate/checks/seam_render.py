@@ -7,7 +7,7 @@ from typing import NoReturn
 
 from fleetgate.checks import attempt_seam
 from fleetgate.config import ServiceAttempt
-from fleetgate.render import Origin
+from fleetgate.render_types import Origin
 
 NAME = "serve-script-renders"
 

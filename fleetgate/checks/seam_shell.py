@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.render import RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused
 
 NAME = "empty-means-omit"
 

@@ -24,7 +24,8 @@ from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import Origin, Rendered, RenderRefused, render
+from fleetgate.render import render
+from fleetgate.render_types import Origin, Rendered, RenderRefused
 
 __all__ = ["payload_variables"]
 

@@ -16,7 +16,8 @@ from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
-from fleetgate.render import RenderRefused, map_to_repo, render
+from fleetgate.render import render
+from fleetgate.render_types import RenderRefused, map_to_repo
 from fleetgate.units import Setting, Unit
 
 __all__ = ["container_paths", "mounts"]

@@ -34,10 +34,10 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.errors import InputError, read_text
+from fleetgate.render_types import Origin, Rendered, map_to_repo
 
 if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
-    from fleetgate.render import Origin, Rendered
 
 __all__ = ["ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "interpolate", "list_services", "read_compose",
            "render_compose"]
@@ -204,8 +204,6 @@ def _braced(text: str, i: int, env: Mapping[str, str], path: Path | str, line: i
 def _dotenv(path: Path, env: Mapping[str, str], what: str, via: str) -> dict[str, Origin]:
     """A compose env file (``.env`` or ``env_file:``): ``KEY=VALUE`` lines, ``#`` comments, ``export`` allowed; single
     quotes literal, double quotes with escapes and interpolation, unquoted values interpolated with ``' #'`` comments."""
-    from fleetgate.render import Origin
-
     found: dict[str, Origin] = {}
     scope = dict(env)
     for number, raw in enumerate(read_text(path, what).splitlines(), start=1):
@@ -341,8 +339,6 @@ def _load(path: Path) -> Node:
 
 def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str | None] | None = None) -> ComposeService:
     """The compose service a fleet service names, read the way compose reads it."""
-    from fleetgate.render import Origin, map_to_repo
-
     assert service.compose is not None
     path = service.compose
     name = service.compose_service or service.name
@@ -533,8 +529,6 @@ def _env_files(reader: _Reader, node: Node, what: str) -> list[tuple[str, bool, 
 
 
 def _environment(reader: _Reader, node: Node, what: str) -> dict[str, Origin]:
-    from fleetgate.render import Origin
-
     found: dict[str, Origin] = {}
     if isinstance(node, SequenceNode):
         for i, item in enumerate(node.value):
@@ -793,8 +787,6 @@ def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
 
 def render_compose(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
     """A compose service as a rendered config: the container's argv and environment; nothing runs."""
-    from fleetgate.render import Rendered
-
     read = read_compose(fleet, service, overrides=overrides)
     env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            **{name: origin.value for name, origin in read.env.items()}}

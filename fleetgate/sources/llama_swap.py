@@ -42,10 +42,10 @@ from urllib.parse import urlsplit
 import yaml
 
 from fleetgate.errors import InputError, read_text
+from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
-    from fleetgate.render import Rendered
 
 __all__ = ["DEFAULT_GROUP", "SwapConfig", "SwapGroup", "SwapModel", "read_config", "render_service", "split_command"]
 
@@ -559,8 +559,6 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
     model's ``env``; ``overrides`` replace variables of it as they do a unit's. The port llama-swap forwards to is
     the engine's (``Rendered.upstream_port``); the fleet's declared ``port`` is llama-swap's own listen port.
     """
-    from fleetgate.render import SYSTEMD_DEFAULT_PATH, Origin, Rendered
-
     assert service.llama_swap is not None
     config = read_config(service.llama_swap)
     name = service.llama_swap_model or service.name

@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError, read_text
+from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
 if TYPE_CHECKING:
     from fleetgate.engines.llama_builds import Variant
     from fleetgate.fleet import Fleet, Service
-    from fleetgate.render import Rendered
 
 __all__ = ["DEFAULT_MODELS_MAX", "GLOBAL", "Preset", "PresetSection", "child_argv", "load_on_startup", "read_preset",
            "render_service", "router_models_max"]
@@ -235,7 +235,6 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
     variables of it as they do a unit's.
     """
     from fleetgate.engines.llamacpp import llama_table_build
-    from fleetgate.render import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
     assert service.models_preset is not None
     preset = read_preset(service.models_preset)

@@ -570,7 +570,8 @@ def test_a_render_with_lingering_children_ends_when_the_script_does(world: World
 
 def test_a_timeout_kills_the_whole_tree(world: World) -> None:
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import RenderRefused, render
+    from fleetgate.render import render
+    from fleetgate.render_types import RenderRefused
 
     _script("for i in 1 2 3; do setsid bash -c 'while :; do sleep 1; done' {token} & done\nwhile :; do sleep 0.1; done\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")

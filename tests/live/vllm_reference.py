@@ -24,7 +24,9 @@ import httpx
 from fleetgate.fleet import Fleet
 from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, ReferenceServer, die_with_parent
-from fleetgate.render import SYSTEMD_DEFAULT_PATH, Rendered, render, service_inputs
+from fleetgate.render import render
+from fleetgate.render_inputs import service_inputs
+from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "vllm-reference"
