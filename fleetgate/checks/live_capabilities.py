@@ -5,6 +5,9 @@ finish_reason stop: llama.cpp#22786, vLLM#11786), images that reach the model (I
 not loaded and every image answered 500; INC-84: the legacy field is ignored), the reasoning trace
 in the field clients read (INC-72) and never as tags in the content (llama.cpp#23320), and the
 reasoning efforts the template accepts (INC-26).
+
+One module over 500 lines for one reason: the five probes share the request shapes and bounds of a capability
+request (a tool call's worked example, an image message, the thinking switch), each used by two or more of them.
 """
 
 from __future__ import annotations

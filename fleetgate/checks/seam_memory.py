@@ -1,5 +1,9 @@
 """The ledger holds the host's floors: each card, the balance, the drafter, the prompt cache (B.2, B.3).
 
+One module over 500 lines for one reason: the four seams read one ledger of the service through the same
+helpers (building it, failing an unknown device or cache type alike, naming each card's terms and the split
+that would fit), and splitting them would put those helpers in a module of their own for no reader's gain.
+
 The figures come from fleetgate.fit, which mirrors llama.cpp build 11434's allocations (weights, KV,
 recurrent state, drafter, projector) and takes compute buffers from the service's calibrations (each
 naming the boot it was measured on) or from an estimate, marked as such in every message.

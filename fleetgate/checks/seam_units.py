@@ -8,11 +8,8 @@ shape (``User=``, ``WantedBy=multi-user.target``); a Quadlet is a rootless conta
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
-from collections.abc import Iterator
-from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
 from fleetgate.config import ServiceConfig
@@ -20,7 +17,7 @@ from fleetgate.render import render
 from fleetgate.render_types import RenderRefused, map_to_repo
 from fleetgate.units import Setting, Unit
 
-__all__ = ["container_paths", "mounts"]
+__all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of"]
 
 INSTALL = "unit-install"
 USER = "unit-user"
@@ -28,15 +25,12 @@ MEMLOCK = "unit-memlock"
 RESTART = "unit-restart"
 ENV_FILES = "unit-env-files"
 EXEC_ARGS = "unit-exec-args"
-IMAGE = "quadlet-image"
-CACHE = "quadlet-compile-cache"
-PATHS = "container-paths"
 
-_ENGINES = ("llama.cpp", "vllm", "openai")
+UNIT_ENGINES = ("llama.cpp", "vllm", "openai")
 _STARTS = {"quadlet": "a rootless Quadlet starts with the user manager", "systemd": "a root unit starts with the system"}
 
 
-def _unit(config: ServiceConfig) -> Unit | None:
+def unit_of(config: ServiceConfig) -> Unit | None:
     return config.rendered.unit
 
 
@@ -55,7 +49,7 @@ def _systemd(config: ServiceConfig) -> str | None:
     return _has_unit(config)
 
 
-def _quadlet(config: ServiceConfig) -> str | None:
+def not_a_quadlet(config: ServiceConfig) -> str | None:
     unit = config.rendered.unit
     if unit is not None and unit.kind == "systemd":
         return f"{config.name} is a systemd unit, not a Quadlet .container: no image or volumes to hold"
@@ -77,7 +71,7 @@ INSTALL_CHECK = service_seam(
     cites=("B-UN-1", "B-UN-2", "INC-35"),
     summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)",
     requires=_has_unit,
-    engines=_ENGINES,
+    engines=UNIT_ENGINES,
     codes={
         "no-wanted-by": "the unit has no `[Install] WantedBy=`: it stays dark after a reboot (INC-35)",
         "wrong-target": "`WantedBy=` is not multi-user.target (root unit) or default.target (Quadlet)",
@@ -87,7 +81,7 @@ INSTALL_CHECK = service_seam(
 
 @INSTALL_CHECK.register
 def unit_install(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     target = "default.target" if unit.kind == "quadlet" else "multi-user.target"
     wanted = unit.all("Install", "WantedBy")
@@ -115,7 +109,7 @@ USER_CHECK = service_seam(
     cites=("B-UN-1",),
     summary="a root systemd unit runs the engine as the fleet's user, never as root",
     requires=_systemd,
-    engines=_ENGINES,
+    engines=UNIT_ENGINES,
     codes={
         "missing": "a root unit without `User=`: the engine runs as root",
         "root": "`User=root`",
@@ -125,7 +119,7 @@ USER_CHECK = service_seam(
 
 @USER_CHECK.register
 def unit_user(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     user = unit.last("Service", "User")
     if user is None:
@@ -161,7 +155,7 @@ MEMLOCK_CHECK = service_seam(
 
 @MEMLOCK_CHECK.register
 def unit_memlock(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     limit = unit.last("Service", "LimitMEMLOCK")
     if limit is None:
@@ -191,7 +185,7 @@ RESTART_CHECK = service_seam(
     cites=("B-UN-2",),
     summary="the unit restarts the engine when it dies (Restart=on-failure or always)",
     requires=_has_unit,
-    engines=_ENGINES,
+    engines=UNIT_ENGINES,
     codes={
         "invalid-value": (
             "a `Restart=` value systemd does not parse (`Restart=${RESTART_MODE}`: no variable is expanded there): it is ignored and "
@@ -204,7 +198,7 @@ RESTART_CHECK = service_seam(
 
 @RESTART_CHECK.register
 def unit_restart(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     restart = unit.last("Service", "Restart")
     if restart is not None and restart.value.strip() not in (*_RESTART_VALUES, ""):
@@ -234,7 +228,7 @@ ENV_FILES_CHECK = service_seam(
     cites=("B-SH-4", "INC-53"),
     summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository",
     requires=_has_unit,
-    engines=_ENGINES,
+    engines=UNIT_ENGINES,
     codes={
         "outside-repo": "an `EnvironmentFile=`, optional `-` ones included, outside this repository (INC-53)",
         "literal-expansion": (
@@ -247,7 +241,7 @@ ENV_FILES_CHECK = service_seam(
 
 @ENV_FILES_CHECK.register
 def unit_env_files(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     _literal_expansions(config)
     for setting in unit.all(_service_section(unit), "EnvironmentFile"):
@@ -352,7 +346,7 @@ EXEC_ARGS_CHECK = service_seam(
     cites=("B-SH-3",),
     summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes",
     requires=_has_unit,
-    engines=_ENGINES,
+    engines=UNIT_ENGINES,
     codes={
         "shell-expansion": (
             "`${NAME:-x}` (or another shell-only form) in `ExecStart=`: systemd looks up a variable named `NAME:-x` and passes an empty "
@@ -365,7 +359,7 @@ EXEC_ARGS_CHECK = service_seam(
 
 @EXEC_ARGS_CHECK.register
 def unit_exec_args(config: ServiceConfig) -> None:
-    unit = _unit(config)
+    unit = unit_of(config)
     assert unit is not None
     if unit.kind == "systemd" and unit.all("Service", "ExecStart"):
         _shell_expansions(config, unit)
@@ -386,199 +380,3 @@ def unit_exec_args(config: ServiceConfig) -> None:
             details=[f"stderr: {line}" for line in refused.stderr.strip().splitlines()[-2:]],
             fix=f"move the arguments into the env file and drop them from {setting.key}=",
         ) from None
-
-
-IMAGE_CHECK = service_seam(
-    IMAGE,
-    cites=("B-VL-15", "INC-36"),
-    summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)",
-    requires=_quadlet,
-    engines=_ENGINES,
-    codes={
-        "missing": "a Quadlet without `Image=`",
-        "not-local-tag": "a registry-prefixed `Image=` (INC-36)",
-    },
-)
-
-
-@IMAGE_CHECK.register
-def quadlet_image(config: ServiceConfig) -> None:
-    unit = _unit(config)
-    assert unit is not None
-    image = unit.last("Container", "Image")
-    if image is None:
-        raise IMAGE_CHECK.fail(
-            config, "missing",
-            where=str(unit.path),
-            observed="no Image= in [Container]", expected="Image=localhost/NAME:TAG",
-            fix="name the locally built image",
-        )
-    name = image.value
-    if not name.startswith("localhost/") or ":" not in name.split("/", 1)[1]:
-        raise IMAGE_CHECK.fail(
-            config, "not-local-tag",
-            where=image.where,
-            observed=f"Image={name}",
-            expected="Image=localhost/NAME:TAG: this host's Quadlet cannot create from a registry-prefixed ref in local storage",
-            fix="re-tag the image as localhost/NAME:TAG (podman tag) and name that",
-        )
-
-
-def mounts(unit: Unit) -> list[tuple[str, str, Setting]]:
-    """(host path, container path, setting) of every bind ``Volume=`` of a Quadlet."""
-    found = []
-    for setting in unit.all("Container", "Volume"):
-        parts = setting.value.split(":")
-        if len(parts) >= 2:
-            found.append((parts[0], parts[1], setting))
-    return found
-
-
-CACHE_CHECK = service_seam(
-    CACHE,
-    cites=("B-VL-13", "INC-79"),
-    summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume",
-    requires=_quadlet,
-    engines=("vllm",),
-    codes={
-        "not-persisted": "no host volume at `/root/.cache` for a containerised vLLM (INC-79)",
-    },
-)
-
-
-@CACHE_CHECK.register
-def quadlet_compile_cache(config: ServiceConfig) -> None:
-    unit = _unit(config)
-    assert unit is not None
-    if config.vllm is None:
-        return
-    for host, container, _ in mounts(unit):
-        if PurePosixPath(container) == PurePosixPath("/root/.cache") and host.startswith("/"):
-            return
-    raise CACHE_CHECK.fail(
-        config, "not-persisted",
-        where=str(unit.path),
-        observed="no Volume= at /root/.cache: torch.compile's cache lands in the container's ephemeral layer",
-        expected="Volume=HOST_DIR:/root/.cache (every recreate re-pays torch.compile, 181 s)",
-        fix="add Volume=/home/USER/.cache/SERVICE:/root/.cache",
-    )
-
-
-def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
-    """(what, path) for every absolute path the rendered argv hands the engine, JSON values included."""
-    argv = config.rendered.argv
-    for i, arg in enumerate(argv[1:], start=1):
-        flag = argv[i - 1] if argv[i - 1].startswith("-") else "argument"
-        if arg.startswith("/"):
-            yield flag, arg
-        elif arg.startswith("{"):
-            try:
-                value = json.loads(arg)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    if isinstance(item, str) and item.startswith("/"):
-                        yield f"{flag} {key}", item
-
-
-def _container(config: ServiceConfig) -> str | None:
-    return None if config.rendered.compose is not None else _quadlet(config)
-
-
-PATHS_CHECK = service_seam(
-    PATHS,
-    cites=("B-VL-14", "B-VL-16", "INC-85"),
-    summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
-               "behind it: in the repository, or among the payload the host is declared to hold",
-    requires=_container,
-    engines=_ENGINES,
-    codes={
-        "not-mounted": "a path the containerised engine is given lies in no `Volume=` (INC-85, B-VL-14)",
-        "missing-in-repo": "a mounted repository file the engine is given is not committed (B-VL-16)",
-        "compose-not-mounted": "a path a compose service's engine is given lies in no bind mount of `volumes:`",
-        "compose-missing-in-repo": "a compose bind mount holds the repository, and the file the engine is given there is not committed",
-        "payload-undeclared": (
-            "a compose service's bind mount puts a path the engine is given on a host file fleet.toml's `payload` does not name"
-        ),
-    },
-)
-
-
-@PATHS_CHECK.register
-def quadlet_container_paths(config: ServiceConfig) -> None:
-    if config.rendered.compose is not None:
-        _compose_paths(config)
-        return
-    unit = _unit(config)
-    assert unit is not None
-    volumes = mounts(unit)
-    for what, path in container_paths(config):
-        inside = PurePosixPath(path)
-        hit = None
-        for host, container, setting in volumes:
-            try:
-                rest = inside.relative_to(PurePosixPath(container))
-            except ValueError:
-                continue
-            hit = (PurePosixPath(host) / rest, setting)
-            break
-        if hit is None:
-            raise PATHS_CHECK.fail(
-                config, "not-mounted",
-                where=config.where_flag(
-                    config.vllm.use(what.split()[0].lstrip("-").replace("-", "_")) if config.vllm else None),
-                observed=f"{what} {path}: no Volume= mounts it, so the container cannot see it",
-                expected=f"a path inside one of: {', '.join(c for _, c, _ in volumes) or 'no volumes'}",
-                details=[f"{s.where}: Volume={s.value}" for _, _, s in volumes],
-                fix="hand the engine the container path (the same conversion every other path gets), not the host path",
-            )
-        host_path, setting = hit
-        local = map_to_repo(config.fleet, str(host_path))
-        if local is not None and not local.exists():
-            raise PATHS_CHECK.fail(
-                config, "missing-in-repo",
-                where=setting.where,
-                observed=f"{what} {path} is {host_path} on the host, which is not in this repository",
-                expected=f"{local.relative_to(config.fleet.root)} committed, since the volume mounts the repository",
-                fix="commit the file, or point the variable at the one that is committed",
-            )
-
-
-def _compose_paths(config: ServiceConfig) -> None:
-    """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload."""
-    compose = config.rendered.compose
-    assert compose is not None
-    declared = [PurePosixPath(p) for p in config.service.payload if p.startswith("/")]
-    for what, path in container_paths(config):
-        host = compose.host_path(path)
-        if host is None:
-            raise PATHS_CHECK.fail(
-                config, "compose-not-mounted",
-                where=compose.command_where,
-                observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
-                expected=f"a path inside one of: {', '.join(m.target for m in compose.mounts) or 'no bind mounts'}",
-                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
-                fix="mount the host directory in volumes:, or hand the engine the container path it is mounted at",
-            )
-        local = map_to_repo(config.fleet, host)
-        if local is not None:
-            if not local.exists():
-                raise PATHS_CHECK.fail(
-                    config, "compose-missing-in-repo",
-                    where=compose.command_where,
-                    observed=f"{what} {path} is {host} on the host, which is not in this repository",
-                    expected=f"{local.relative_to(config.fleet.root)} committed, since the bind mount holds the repository",
-                    fix="commit the file, or point the path at the one that is committed",
-                )
-            continue
-        inside = PurePosixPath(host)
-        if declared and not any(inside == p or p in inside.parents for p in declared):
-            raise PATHS_CHECK.fail(
-                config, "payload-undeclared",
-                where=compose.command_where,
-                observed=f"{what} {path} is {host} on the host (through volumes:), which fleet.toml's payload does not name",
-                expected=f"one of the declared payload: {', '.join(config.service.payload)}",
-                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
-                fix="declare the file in services.NAME.payload (what the host must hold), or fix the mount or the path",
-            )
