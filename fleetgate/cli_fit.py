@@ -33,10 +33,10 @@ from fleetgate.fit import (
     summarize,
     sweep_tensor_split,
 )
+from fleetgate.fleet import GIB, gib
 
 __all__ = ["register"]
 
-GiB = 1 << 30
 ROWS: tuple[tuple[str, str], ...] = (
     ("model", "model (blocks)"), ("output", "output"), ("kv", "KV"), ("recurrent", "recurrent (RS)"),
     ("draft", "draft"), ("projector", "projector"), ("compute", "compute"), ("runtime", "runtime"),
@@ -264,11 +264,11 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
         raise InputError(config.fleet.path, config.service.line, reason)
     ledger = service_vllm_ledger(config)
     if not ledger.weights_fit:
-        verdict = (f"FAILS: will not start: each rank loads {(ledger.weights + ledger.drafter) / GiB:.2f} GiB of weights "
-                   f"into a budget of {ledger.budget / GiB:.2f} GiB")
+        verdict = (f"FAILS: will not start: each rank loads {gib(ledger.weights + ledger.drafter)} of weights "
+                   f"into a budget of {gib(ledger.budget)}")
     elif ledger.pool < ledger.per_sequence:
         verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
-                   f"{ledger.per_sequence / GiB:.2f} GiB of KV per rank, the pool is {ledger.pool / GiB:.2f} GiB")
+                   f"{gib(ledger.per_sequence)} of KV per rank, the pool is {gib(ledger.pool)}")
     else:
         verdict = ""
     code = 0 if ledger.starts else 1
@@ -280,7 +280,7 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
     out = [verdict, ""] if verdict else []
     out += [f"{config.name} on {config.host.name}: vLLM, TP {ledger.tp}, --max-model-len {ledger.max_model_len}, "
             f"--max-num-seqs {ledger.max_num_seqs}, KV {vllm.kv_cache_dtype}",
-            f"  per rank ({ledger.card}, {ledger.card_bytes / GiB:.2f} GiB)     GiB"]
+            f"  per rank ({ledger.card}, {gib(ledger.card_bytes)})     GiB"]
     rows = [("budget", ledger.budget, f"{ledger.utilization:g} x the card"),
             ("weights", ledger.weights, config.profile.name if config.profile else ""),
             ("drafter", ledger.drafter, config.draft_profile.name if config.draft_profile else "none"),
@@ -288,7 +288,7 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
             ("KV pool", ledger.pool, ledger.pool_from),
             ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
                                                   f"{ledger.state_per_sequence:,} B of state")]
-    out += [f"  {label:<16}{value / GiB:>9.2f}   {why}" for label, value, why in rows]
+    out += [f"  {label:<16}{value / GIB:>9.2f}   {why}" for label, value, why in rows]
     if ledger.starts:
         out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
                    f"(--max-num-seqs {ledger.max_num_seqs}); {ledger.tokens:,} tokens of attention cache")
@@ -301,10 +301,10 @@ def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], s
     """What to change when the fit fails: the nearest split that clears every floor (and the slack), or why none."""
     if verdict.fits:
         return None
-    limits = f"every card's floor ({verdict.floor / GiB:.2f} GiB" + (")" if verdict.floor_declared else
+    limits = f"every card's floor ({gib(verdict.floor)}" + (")" if verdict.floor_declared else
                                                                      ", none declared)")
     if verdict.slack is not None:
-        limits += f" and the slack ({verdict.slack / GiB:.2f} GiB)"
+        limits += f" and the slack ({gib(verdict.slack)})"
     if not rows:
         return (f"no -ts lever here (a split of two cards is what fleetgate sweeps): shrink what the card holds "
                 f"(-c, -ctk/-ctv q8_0, -ub, -ngl, the drafter) until it clears {limits}")
@@ -313,7 +313,7 @@ def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], s
         return (f"no -ts split of these two cards clears {limits} at this shape: lower -c, the KV type, -ub or "
                 f"-ngl ({sweep})")
     return (f"-ts {best.tensor_split[0]},{best.tensor_split[1]} clears {limits}: free "
-            f"{best.free[0] / GiB:.2f} / {best.free[1] / GiB:.2f} GiB, gap {best.gap / GiB:.2f} GiB "
+            f"{best.free[0] / GIB:.2f} / {gib(best.free[1])}, gap {gib(best.gap)} "
             f"({sweep})")
 
 
@@ -321,12 +321,12 @@ def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
     """The failing cards first (the worst at the top), then the fix; nothing when the fit holds."""
     if verdict.fits:
         return []
-    floor = f"{verdict.floor / GiB:.2f} GiB" + ("" if verdict.floor_declared else " (none declared)")
-    lines = [f"FAILS: {d.card.name} keeps {(d.free or 0) / GiB:.2f} GiB free, below its floor of {floor}"
+    floor = f"{gib(verdict.floor)}" + ("" if verdict.floor_declared else " (none declared)")
+    lines = [f"FAILS: {d.card.name} keeps {gib(d.free or 0)} free, below its floor of {floor}"
              for d in verdict.failing]
     if verdict.slack_fails and verdict.gap is not None and verdict.slack is not None:
-        lines.append(f"FAILS: the cards differ by {verdict.gap / GiB:.2f} GiB, over the slack of "
-                     f"{verdict.slack / GiB:.2f} GiB")
+        lines.append(f"FAILS: the cards differ by {gib(verdict.gap)}, over the slack of "
+                     f"{gib(verdict.slack)}")
     if fix:
         lines.append(f"fix: {fix}")
     return [*lines, ""]
@@ -519,8 +519,8 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
            ram: int | None, reconstructed: Sequence[str], floor_declared: bool = True) -> str:
     devices = list(ledger.devices)
     host = ledger.host
-    big = max(d.total for d in (*devices, host)) >= GiB or any(d.card.vram_bytes for d in devices)
-    unit, unit_name = (GiB, "GiB") if big else (1 << 20, "MiB")
+    big = max(d.total for d in (*devices, host)) >= GIB or any(d.card.vram_bytes for d in devices)
+    unit, unit_name = (GIB, "GiB") if big else (1 << 20, "MiB")
 
     def fmt(value: int | None) -> str:
         return "-" if value is None else f"{value / unit:.2f}"
@@ -549,12 +549,12 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     checks = []
     if floor is not None and cards:
         short = [d.card.name for d in cards if d.card.vram_bytes is not None and (d.free or 0) < floor]
-        checks.append(f"floor {floor / GiB:.2f} GiB{'' if floor_declared else ' (none declared)'}: "
+        checks.append(f"floor {gib(floor)}{'' if floor_declared else ' (none declared)'}: "
                       + ("FAILS on " + ", ".join(short) if short else "ok"))
     if slack is not None and len(cards) > 1:
         gap = max(d.total for d in cards) - min(d.total for d in cards)
         verdict = "ok" if gap <= slack else "FAILS"
-        checks.append(f"gap {gap / GiB:.2f} GiB, slack {slack / GiB:.2f} GiB: {verdict}")
+        checks.append(f"gap {gib(gap)}, slack {gib(slack)}: {verdict}")
     state = ledger.slot_state
     cap = cache_ram_mib * (1 << 20)
     cache = (f"prompt cache: one slot's state is {fmt(state.total)} {unit_name} (KV {fmt(state.target_kv)}, "
@@ -565,7 +565,7 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     else:
         cache += ": holds it" if cap >= state.total else ": too small, FAILS"
         if ram is not None:
-            cache += f"; half the RAM is {ram / 2 / GiB:.2f} GiB"
+            cache += f"; half the RAM is {gib(ram / 2)}"
     out += ["", *(f"  {c}" for c in checks), f"  {cache}"]
     out.append("  c = calibrated on a boot, e = estimate (no boot measured it); the rest is derived"
                + (" from a reconstructed profile:" if reconstructed else ""))
@@ -583,9 +583,9 @@ def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float],
                  slack: int | None, names: Sequence[str]) -> str:
     first = round(current[0]) if len(current) == 2 else 0
     shown = list(rows)  # the whole range: the split that fits may be far from this one
-    limits = [f"floor {floor / GiB:.2f} GiB" if floor is not None else "floor 0.00 GiB (none declared)"]
+    limits = [f"floor {gib(floor)}" if floor is not None else "floor 0.00 GiB (none declared)"]
     if slack is not None:
-        limits.append(f"slack {slack / GiB:.2f} GiB")
+        limits.append(f"slack {gib(slack)}")
     declared = ", ".join(limits)
     out = [title, f"  -ts sweep ({declared}); one step moves one block",
            f"  {'':2}{'-ts':<8}{names[0] + ' free':>13}{names[1] + ' free':>13}{'gap':>9}  verdict"]
@@ -594,9 +594,9 @@ def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float],
         if r.slack_ok is False:
             fails.append("slack")
         marker = ">" if r.tensor_split[0] == first else ""
-        cells = [f"{r.free[0] / GiB:.2f}{' !' if not r.floor_ok[0] else '  '}",
-                 f"{r.free[1] / GiB:.2f}{' !' if not r.floor_ok[1] else '  '}",
-                 f"{r.gap / GiB:.2f}{' !' if r.slack_ok is False else '  '}"]
+        cells = [f"{r.free[0] / GIB:.2f}{' !' if not r.floor_ok[0] else '  '}",
+                 f"{r.free[1] / GIB:.2f}{' !' if not r.floor_ok[1] else '  '}",
+                 f"{r.gap / GIB:.2f}{' !' if r.slack_ok is False else '  '}"]
         verdict = "ok" if not fails else "FAILS " + ", ".join(fails)
         out.append(f"  {marker:<2}{r.tensor_split[0]},{r.tensor_split[1]:<5}{cells[0]:>13}{cells[1]:>13}"
                    f"{cells[2]:>9}  {verdict}{'   <- this service' if marker else ''}")
