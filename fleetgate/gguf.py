@@ -17,6 +17,9 @@ the file, so a profile written from a GGUF and the engine agree on every layer:
 
 A profile is TOML. Its ``[layers] pattern`` has one letter per block: ``A`` full attention, ``S``
 sliding-window attention, ``R`` recurrent, ``N`` nextn (MTP) block.
+
+A header without the file (by HTTP range requests), split GGUFs and the profile of any source are
+``fleetgate.gguf_remote``'s.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ def tensor_bytes(ggml_type: str, shape: Sequence[int]) -> int:
     return row_bytes(ggml_type, shape[0]) * math.prod(shape[1:]) if shape else 0
 
 
-_MAX_ARRAY = 4096
+MAX_ARRAY = 4096
 
 
 @lru_cache(maxsize=1)
@@ -153,7 +156,7 @@ def _reader_class() -> type[Any]:
     The stock reader decodes every element of every array one numpy slice at a time: a 262k-token
     vocabulary (tokens, scores, types) costs it about ten seconds. This subclass lets the package parse
     everything else (magic, version, scalar keys, tensor infos, alignment) and only skips arrays of more
-    than ``_MAX_ARRAY`` elements, keeping their length.
+    than ``MAX_ARRAY`` elements, keeping their length.
     """
     import struct
 
@@ -179,7 +182,7 @@ def _reader_class() -> type[Any]:
             raw_itype = self._get(orig_offs, np.uint32)
             alen = self._get(orig_offs + 4, np.uint64)
             count = int(alen[0])
-            if count <= _MAX_ARRAY:
+            if count <= MAX_ARRAY:
                 return super()._get_field_parts(orig_offs, raw_type)
             itype = GGUFValueType(int(raw_itype[0]))
             offs = orig_offs + 12
@@ -203,8 +206,8 @@ def _reader_class() -> type[Any]:
 # the fewest bytes one key/value and one tensor description take in a GGUF v2/v3 header
 # (ggml/src/gguf.cpp: a key is a u64 length and its bytes, a u32 type and a value; a tensor's name, n_dims,
 # at least one u64 dimension, a u32 type and a u64 offset)
-_MIN_KV_BYTES = 8 + 1 + 4 + 1
-_MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
+MIN_KV_BYTES = 8 + 1 + 4 + 1
+MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
 
 
 def _check_counts(path: Path, start: bytes, size: int) -> None:
@@ -216,7 +219,7 @@ def _check_counts(path: Path, start: bytes, size: int) -> None:
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", start, 4)
     if version not in (2, 3):
         raise InputError(path, None, f"GGUF version {version}; expected 2 or 3 (little-endian)")
-    if 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES > size:
+    if 24 + n_kv * MIN_KV_BYTES + n_tensors * MIN_TENSOR_BYTES > size:
         raise InputError(path, None, f"the header claims {n_tensors} tensors and {n_kv} keys, more than the "
                                      f"file's {size} bytes can hold; expected a whole, unaltered GGUF")
 
@@ -459,218 +462,3 @@ def profile_toml(data: Mapping[str, Any], *, comment: str = "") -> str:
             else:
                 lines.append(f"{key} = {_value(value)}")
     return "\n".join(lines) + "\n"
-
-
-# -- a GGUF header read front to back, without the file: by HTTP range requests (fleetgate.rangeread) ------------
-
-# the value types of a GGUF key (ggml/src/gguf.cpp, gguf_type): struct format and size of the scalars
-_SCALARS: Mapping[int, tuple[str, int]] = {
-    0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4), 6: ("<f", 4),
-    7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8),
-}
-_STRING, _ARRAY = 8, 9
-MAX_STRING = 16 << 20
-"""No one string of a header (a chat template is the longest, ~100 KiB) is read past 16 MiB."""
-_MAX_DIMS = 4  # GGML_MAX_DIMS
-
-
-def _stream_header(src: Any, name: str) -> Header:
-    """Parse a GGUF header from a ``RangeReader``: every count and length is checked against the file's size
-    and the header cap before anything is allocated or read for it."""
-    import struct
-
-    from gguf import GGMLQuantizationType
-
-    start = src.read(24)
-    if len(start) < 24:
-        raise src.error(f"truncated GGUF header: {len(start)} bytes; expected at least 24")
-    if start[:4] != b"GGUF":
-        raise src.error(f"not a GGUF file: starts with {bytes(start[:4])!r}, expected b'GGUF'")
-    version, n_tensors, n_kv = struct.unpack_from("<IQQ", start, 4)
-    if version not in (2, 3):
-        raise src.error(f"GGUF version {version}; expected 2 or 3 (little-endian)")
-    least = 24 + n_kv * _MIN_KV_BYTES + n_tensors * _MIN_TENSOR_BYTES
-    bound = min(src.size, src.limit) if src.size is not None else src.limit
-    if least > bound:
-        what = f"the file's {src.size} bytes" if src.size is not None and src.size < src.limit else \
-            f"the {src.limit >> 20} MiB header cap"
-        raise src.error(f"the header claims {n_tensors} tensors and {n_kv} keys (at least {least} bytes), more "
-                        f"than {what} can hold; expected a whole, unaltered GGUF")
-
-    def scalar(code: int) -> Any:
-        fmt, size = _SCALARS[code]
-        return struct.unpack(fmt, src.read(size))[0]
-
-    def room(nbytes: int, what: str) -> None:
-        end = src.position + nbytes
-        if end > bound:
-            raise src.error(f"{what} claims {nbytes} bytes at byte {src.position}, past "
-                            f"{'the file' if bound == src.size else 'the header cap'} ({bound} bytes); "
-                            "expected a whole, unaltered GGUF")
-
-    def string(what: str) -> bytes:
-        (length,) = struct.unpack("<Q", src.read(8))
-        if length > MAX_STRING:
-            raise src.error(f"{what} claims a string of {length} bytes; expected at most {MAX_STRING >> 20} MiB")
-        room(length, what)
-        return bytes(src.read(length))
-
-    def value(code: int, key: str) -> Any:
-        if code in _SCALARS:
-            return scalar(code)
-        if code == _STRING:
-            return string(f"key {key!r}")
-        if code != _ARRAY:
-            raise src.error(f"key {key!r} has value type {code}; expected a GGUF type 0-12")
-        item = scalar(4)
-        (count,) = struct.unpack("<Q", src.read(8))
-        width = _SCALARS[item][1] if item in _SCALARS else 8 if item == _STRING else None
-        if width is None:
-            raise src.error(f"key {key!r} is an array of type {item}; expected numbers or strings")
-        room(count * width, f"key {key!r} ({count} entries)")
-        if count > _MAX_ARRAY:
-            if item in _SCALARS:
-                src.skip(count * width)
-            else:
-                for _ in range(count):
-                    (length,) = struct.unpack("<Q", src.read(8))
-                    room(length, f"key {key!r}")
-                    src.skip(length)
-            return {"array_length": count}
-        if item in _SCALARS:
-            fmt, size = _SCALARS[item]
-            return list(struct.unpack(f"<{count}{fmt[1]}", src.read(count * size)))
-        return [string(f"key {key!r}") for _ in range(count)]
-
-    fields: dict[str, Any] = {}
-    for _ in range(n_kv):
-        raw_key = string("a key name")
-        key = raw_key.decode("utf-8", errors="replace")
-        code = scalar(4)
-        got = value(code, key)
-        if isinstance(got, bytes):
-            try:
-                got = got.decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-        elif isinstance(got, list) and got and isinstance(got[0], bytes):
-            try:
-                got = [g.decode("utf-8") for g in got]
-            except UnicodeDecodeError:
-                continue
-        fields[key] = got
-    infos = []
-    for _ in range(n_tensors):
-        tname = string("a tensor name").decode("utf-8", errors="replace")
-        n_dims = scalar(4)
-        if not 1 <= n_dims <= _MAX_DIMS:
-            raise src.error(f"tensor {tname!r} has {n_dims} dimensions; expected 1 to {_MAX_DIMS}")
-        dims = struct.unpack(f"<{n_dims}Q", src.read(8 * n_dims))
-        type_code, offset = scalar(4), scalar(10)
-        try:
-            type_name = GGMLQuantizationType(type_code).name
-        except ValueError:
-            raise src.error(f"tensor {tname!r} has ggml type {type_code}; expected a known ggml type") from None
-        if any(d >= 1 << 40 for d in dims):
-            raise src.error(f"tensor {tname!r} has shape {list(dims)}; expected dimensions below 2**40")
-        infos.append((tname, type_name, tuple(int(d) for d in dims), int(offset)))
-    alignment = fields.get("general.alignment", 32)
-    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise src.error(f"general.alignment is {alignment!r}; expected a power of two")
-    data_offset = -(-src.position // alignment) * alignment
-    try:
-        tensors = tuple(TensorInfo(name=n, ggml_type=t, shape=s, nbytes=tensor_bytes(t, s), offset=o)
-                        for n, t, s, o in infos)
-    except (KeyError, ZeroDivisionError):
-        raise src.error("a tensor of a ggml type fleetgate cannot size; expected the types of ggml/src/ggml.c") from None
-    if src.size is not None:
-        for tensor in tensors:
-            if (tensor.offset or 0) + tensor.nbytes > src.size - data_offset:
-                raise src.error(f"tensor {tensor.name!r} ({tensor.nbytes} bytes at data offset {tensor.offset}) runs "
-                                f"past the file's end ({src.size} bytes); expected a whole, unaltered GGUF")
-    return Header(path=Path(name), file_bytes=src.size if src.size is not None else data_offset,
-                  data_offset=data_offset, fields=fields, tensors=tensors)
-
-
-@dataclass(frozen=True)
-class SourceRead:
-    """What reading a header by range cost: the proof that the file was not downloaded."""
-
-    source: str
-    file_bytes: int
-    header_bytes: int
-    transferred: int
-    requests: int
-    connections: int
-    ignored_range: bool
-
-
-def read_remote_header(source: str, *, limit: int | None = None, timeout: float = 20.0) -> tuple[Header, SourceRead]:
-    """A GGUF header by HTTP range requests (``hf://``, ``https://``, ``http://``), the tensor data never read."""
-    from fleetgate.rangeread import DEFAULT_LIMIT, RangeReader
-
-    with RangeReader(source, limit=limit or DEFAULT_LIMIT, timeout=timeout) as src:
-        name = src.url.rsplit("/", 1)[-1].split("?", 1)[0]
-        from urllib.parse import unquote
-
-        header = _stream_header(src, unquote(name))
-        read = SourceRead(source=source, file_bytes=header.file_bytes, header_bytes=header.data_offset,
-                          transferred=src.transferred, requests=src.requests, connections=src.connections,
-                          ignored_range=src.ignores_range)
-    return header, read
-
-
-def _merge_splits(parts: Sequence[Header], names: Sequence[str], where: Any) -> Header:
-    """One header of a split GGUF's parts (gguf-split): the first part's keys, every part's tensors.
-
-    ``split.count`` must equal the number of parts and ``split.no`` each part's index; a tensor's offset
-    stays within its own part (the loader maps each part on its own: src/llama-model-loader.cpp).
-    """
-    first = parts[0]
-    for i, (part, name) in enumerate(zip(parts, names, strict=True)):
-        count, no = part.fields.get("split.count"), part.fields.get("split.no")
-        if count is not None and (count != len(parts) or no != i):
-            raise where(name, f"split.no {no} of split.count {count}; expected part {i} of {len(parts)}")
-    tensors = tuple(t for part in parts for t in part.tensors)
-    declared = first.fields.get("split.tensors.count")
-    if isinstance(declared, int) and declared != len(tensors):
-        raise where(names[0], f"split.tensors.count is {declared} but the {len(parts)} parts hold "
-                              f"{len(tensors)} tensors; expected every part")
-    return Header(path=first.path, file_bytes=sum(p.file_bytes for p in parts), data_offset=first.data_offset,
-                  fields=first.fields, tensors=tensors)
-
-
-def read_any_header(source: str) -> tuple[Header, list[SourceRead]]:
-    """A local GGUF or a URL, split GGUFs (``-00001-of-0000N``) read part by part; errors are one line."""
-    from fleetgate.rangeread import RemoteError, is_remote, split_parts
-
-    names = split_parts(source)
-    if is_remote(source):
-        results = [read_remote_header(name) for name in names]
-        parts, reads = [h for h, _ in results], [r for _, r in results]
-
-        def where(name: str, message: str) -> InputError:
-            return RemoteError(name, message)
-    else:
-        parts, reads = [read_header(Path(name)) for name in names], []
-
-        def where(name: str, message: str) -> InputError:
-            return InputError(Path(name), None, message)
-    header = parts[0] if len(parts) == 1 else _merge_splits(parts, names, where)
-    return header, reads
-
-
-def source_profile(source: str) -> tuple[dict[str, Any], list[SourceRead]]:
-    """The profile data of a GGUF named by a path or a URL; a remote header's problems name the URL."""
-    from fleetgate.rangeread import RemoteError, is_remote
-
-    header, reads = read_any_header(source)
-    try:
-        data = profile_data(header)
-    except InputError as exc:
-        if is_remote(source) and not isinstance(exc, RemoteError):
-            raise RemoteError(source, exc.message) from None
-        raise
-    if is_remote(source):
-        data["model"]["url"] = source
-    return data, reads

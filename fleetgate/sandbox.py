@@ -1,4 +1,7 @@
-"""Run a fleet's bash (serve scripts, env files in the bash dialect) in a sandbox of its own.
+"""Run a fleet's bash (serve scripts, env files in the bash dialect) in a sandbox of its own. One module for one
+job, running a command there: the spec, the host layout it is checked against, the request sent to the sandbox
+parent, the result read back with the bounds' messages (one protocol with ``_sandbox_parent.py``), and the opt-out
+that runs the same command without one; the opt-in render cache is ``fleetgate.sandbox_cache``.
 
 The sandbox is made of Linux namespaces: a user namespace (so no privilege is needed), a mount namespace
 whose root is a size-bounded tmpfs, a UTS namespace (a host name of its own), a network namespace with
@@ -49,9 +52,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
 
 from fleetgate.errors import InputError
+from fleetgate.sandbox_cache import CACHE_ENV, cache_dir, cache_key, cache_load, cache_store
 
 __all__ = [
     "CACHE_ENV",
@@ -451,15 +454,15 @@ def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
         if "\0" in item:
             raise ValueError(f"NUL in a sandbox argument: {item!r}")
     request = _request(spec)
-    cache = _cache_dir()
+    cache = cache_dir()
     repo = spec.read_only[0][0] if spec.read_only else None
     key, snapshot = None, None
     if cache is not None:
         request["track"] = repo is not None
-        key, snapshot = _cache_key(request, repo)
-        hit = _cache_load(cache, key, repo, snapshot)
+        key, snapshot = cache_key(request, repo, _code_version())
+        hit = cache_load(cache, key, repo, snapshot)
         if hit is not None:
-            return hit
+            return SandboxResult(hit[0], False, hit[1], True, None)
     answer = _exchange(request, spec.timeout + _GRACE_S + 5)
     if answer[0] == "end":
         if answer[1]:
@@ -473,123 +476,16 @@ def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
     overrun = _overrun(status, files.get("stderr", b""))
     result = SandboxResult(rc, bool(timed_out), files, True, overrun)
     if cache is not None and key is not None and not timed_out and overrun is None and (repo is None or opened is not None):
-        _cache_store(cache, key, repo, snapshot, opened if isinstance(opened, list) else [], result)
+        cache_store(cache, key, repo, snapshot, opened if isinstance(opened, list) else [], result.returncode, result.files)
     return result
-
-
-# --- The render cache (the suite's, off by default) ---------------------------------------------------------------
-
-CACHE_ENV = "FLEETGATE_RENDER_CACHE"
-"""A directory (this user's, not writable by others) where sandboxed runs are kept by the content of their inputs.
-Unset (the default), nothing is kept. The test suite sets it to a session directory of its own."""
-_REPO_MARK = "\0fleetgate-repo\0"
-
-
-def _cache_dir() -> Path | None:
-    value = os.environ.get(CACHE_ENV, "")
-    if not value:
-        return None
-    try:
-        info = os.stat(value, follow_symlinks=False)
-    except OSError:
-        return None
-    if not os.path.isdir(value) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        return None
-    return Path(value)
 
 
 @cache
 def _code_version() -> bytes:
-    """The sandbox's own code: a run kept by another version is never used."""
-    own = Path(__file__).read_bytes()
+    """The sandbox's own code (this module, the cache's, the parent's text): a run kept by another version is never
+    used."""
+    own = Path(__file__).read_bytes() + Path(__file__).with_name("sandbox_cache.py").read_bytes()
     return hashlib.sha256(own + _parent_text().encode("utf-8")).digest()
-
-
-def _normalised(value: object, repo: str) -> object:
-    """``value`` with the repository's path replaced by a mark: a copy of the fleet elsewhere is the same input."""
-    if isinstance(value, str):
-        return value.replace(repo, _REPO_MARK)
-    if isinstance(value, bytes):
-        return value.replace(repo.encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
-    if isinstance(value, (list, tuple)):
-        return [_normalised(item, repo) for item in value]
-    if isinstance(value, dict):
-        return {k: _normalised(v, repo) for k, v in sorted(value.items())}
-    return value
-
-
-def _snapshot(repo: Path) -> dict[str, tuple[str, int, int, bytes]]:
-    """Every entry of the repository: relative path -> (kind, mode, content digest or link target). Read before the
-    run, so a file changed during it cannot be kept under its new content."""
-    entries: dict[str, tuple[str, int, int, bytes]] = {}
-    for directory, dirnames, filenames in os.walk(repo):
-        base = os.path.relpath(directory, repo)
-        for name in (*dirnames, *filenames):
-            path = os.path.join(directory, name)
-            relative = name if base == "." else f"{base}/{name}"
-            try:
-                info = os.lstat(path)
-                if os.path.islink(path):
-                    entries[relative] = ("link", info.st_mode, 0, os.readlink(path).encode("utf-8", "surrogateescape"))
-                elif os.path.isdir(path):
-                    entries[relative] = ("dir", info.st_mode, 0, b"")
-                elif os.path.isfile(path):
-                    entries[relative] = ("file", info.st_mode, info.st_size, hashlib.sha256(Path(path).read_bytes()).digest())
-                else:
-                    entries[relative] = ("other", info.st_mode, 0, b"")
-            except OSError:
-                entries[relative] = ("gone", 0, 0, b"")
-    return entries
-
-
-def _listing(snapshot: Mapping[str, tuple[str, int, int, bytes]]) -> bytes:
-    """What a run sees of the repository without opening a file (a stat, a glob, a listing): every name, its kind,
-    mode and size, a link's target. Not the times: a copy of the fleet has new ones."""
-    shape = sorted((path, kind, mode, size, digest if kind == "link" else b"")
-                   for path, (kind, mode, size, digest) in snapshot.items())
-    return hashlib.sha256(marshal.dumps(shape)).digest()
-
-
-def _cache_key(request: Mapping[str, object], repo: Path | None) -> tuple[str, dict[str, tuple[str, int, int, bytes]] | None]:
-    shaped = _normalised(dict(request), str(repo)) if repo is not None else dict(request)
-    snapshot = _snapshot(repo) if repo is not None else None
-    digest = hashlib.sha256(_code_version() + marshal.dumps(cast(Any, shaped)))
-    if snapshot is not None:
-        digest.update(_listing(snapshot))
-    return digest.hexdigest(), snapshot
-
-
-def _cache_load(cache: Path, key: str, repo: Path | None,
-                snapshot: Mapping[str, tuple[str, int, int, bytes]] | None) -> SandboxResult | None:
-    try:
-        stored = marshal.loads((cache / key).read_bytes())
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-    opened, rc, files = stored
-    if snapshot is not None:
-        for path, digest in opened:
-            if snapshot.get(path, ("", 0, 0, b""))[3] != digest:
-                return None
-    if repo is not None:
-        files = {name: content.replace(_REPO_MARK.encode(), str(repo).encode("utf-8", "surrogateescape"))
-                 for name, content in files.items()}
-    return SandboxResult(rc, False, files, True, None)
-
-
-def _cache_store(cache: Path, key: str, repo: Path | None, snapshot: Mapping[str, tuple[str, int, int, bytes]] | None,
-                 opened: list[str], result: SandboxResult) -> None:
-    files = dict(result.files)
-    if repo is not None:
-        files = {name: content.replace(str(repo).encode("utf-8", "surrogateescape"), _REPO_MARK.encode())
-                 for name, content in files.items()}
-    deps = [(path, (snapshot or {}).get(path, ("", 0, 0, b""))[3]) for path in opened]
-    staging = cache / f".{key}.{os.getpid()}.{threading.get_ident()}"
-    try:
-        staging.write_bytes(marshal.dumps((deps, result.returncode, files)))
-        os.replace(staging, cache / key)
-    except OSError:
-        with contextlib.suppress(OSError):
-            staging.unlink()
 
 
 # What programs print when a bound stops them: fork(2) failing with EAGAIN at RLIMIT_NPROC (bash,

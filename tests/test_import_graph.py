@@ -27,7 +27,6 @@ LIVE_PACKAGES = ("httpx", "httpcore", "testinfra")
 # that keeps the live stack out of `pytest seams/` (issue 22), imported only when --endpoint is given.
 LAZY = {
     ("fleetgate.plugin._state", "fleetgate.live"): "live_stack(): the endpoint client (httpx), only with --endpoint",
-    ("fleetgate.plugin._state", "fleetgate.reference"): "endpoints(): the reference's model paths (httpx), only with --endpoint",
     ("fleetgate.plugin._state", "fleetgate.host"): "targets(): the hosts of the chosen endpoints, only with --endpoint",
     ("fleetgate.plugin._item", "fleetgate.live.endpoint"): "a live check's run: readiness and halts, only with --endpoint",
     ("fleetgate.plugin._live", "fleetgate.live.endpoint"): "the live summary's figures, only when live checks ran",
@@ -210,6 +209,14 @@ def test_pytest_seams_imports_no_live_stack_module() -> None:
     loaded = done.stdout.split()
     assert "fleetgate.checks.seam_render" in loaded and "fleetgate.plugin._seams" in loaded
     assert [m for m in loaded if m.startswith(LIVE_STACK) or m.partition(".")[0] in LIVE_PACKAGES] == []
+
+
+def test_the_live_path_knows_nothing_of_the_reference() -> None:
+    """The plugin and the live library never import the suite's reference endpoint (``fleetgate reference``'s
+    module): what a machine gives a serve script beyond its files comes from the conftest.py of whoever runs the
+    gate (``pytest_fleetgate_live_render``)."""
+    assert [e.where for e in EDGES if e.source.startswith(("fleetgate.plugin", "fleetgate.live"))
+            and e.target == "fleetgate.reference"] == []
 
 
 def _imported_names(path: Path) -> set[str]:

@@ -1,17 +1,16 @@
-"""Small helpers shared by the check modules: formatting, and the reasons a seam cannot apply."""
+"""Small helpers shared by the check modules: formatting (``gib`` is ``fleetgate.fleet.gib``), and the reasons a seam
+cannot apply."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fleetgate.fleet import gib
+
 if TYPE_CHECKING:
     from fleetgate.config import ServiceConfig
 
 __all__ = ["gib", "mib", "no_cards", "no_profile"]
-
-
-def gib(value: float) -> str:
-    return f"{value / (1 << 30):.2f} GiB"
 
 
 def mib(value: float) -> str:

@@ -1,4 +1,6 @@
 """llama-server's command line (common/arg.cpp of the build the service runs; 11434 unless told), as a typed config.
+One module for one reading of one engine file: the option table, the value rules the engine applies at startup, the
+typed config and its slot arithmetic all mirror common/arg.cpp together, and a build's change lands in one place.
 
 The engine applies ``LLAMA_ARG_*`` environment variables first and the command line after them; a
 ``--long_name`` is read as ``--long-name``; a repeated flag keeps its last value except ``--spec-type``,

@@ -19,9 +19,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from fleetgate.config import ServiceConfig
+from fleetgate.fleet import LOOPBACK
 
 __all__ = [
-    "LOOPBACK",
     "HostTarget",
     "SmiCard",
     "SystemdUnit",
@@ -38,7 +38,6 @@ __all__ = [
     "unit_name",
 ]
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _PROPERTIES = (
     "Id", "LoadState", "ActiveState", "SubState", "MainPID", "NRestarts", "DropInPaths", "EnvironmentFiles",
     "LimitMEMLOCK", "User", "UnitFileState", "FragmentPath", "SourcePath",

@@ -1,20 +1,21 @@
 """The live gate's library: reach a running endpoint and hold it to the contract its files declare.
 
 ``connect()`` renders the service the way it runs on this machine, derives its contract, and opens
-a bounded HTTP client to it. Nothing here imports pytest.
+a bounded HTTP client to it. What that machine gives the serve script beyond its files (a ``LocalRender``) is
+the caller's to say; nothing here guesses it. Nothing here imports pytest.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from fleetgate.config import ServiceConfig, load_service
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.engines.vllm import parse_vllm
 from fleetgate.errors import InputError
-from fleetgate.fleet import Fleet, Service
+from fleetgate.fleet import LOOPBACK, Fleet, Service
 from fleetgate.live.client import Client, EndpointError, Reply, StreamReply
 from fleetgate.live.contract import LiveContract, derive_contract
 from fleetgate.live.dialects import Dialect, dialect_for
@@ -30,6 +31,7 @@ __all__ = [
     "EndpointError",
     "LiveContract",
     "LiveEndpoint",
+    "LocalRender",
     "Reply",
     "RuleSelector",
     "RuleThreshold",
@@ -41,6 +43,16 @@ __all__ = [
 ]
 
 DEFAULT_API_KEY_ENV = "FLEETGATE_API_KEY"
+
+
+@dataclass(frozen=True)
+class LocalRender:
+    """What the machine that runs the engine gives its serve script beyond what the files say, for the live
+    render: variables (a model directory that differs per machine) and the files that exist there besides the
+    declared payload."""
+
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    payload: tuple[str, ...] = ()
 
 
 def live_config(
@@ -88,7 +100,7 @@ def default_url(fleet: Fleet, config: ServiceConfig) -> str:
             f"{service.name} listens; declare hosts.{service.host}.address, or pass --base-url "
             f"{service.name}=URL",
         )
-    if listen in ("127.0.0.1", "localhost", "::1"):
+    if listen in LOOPBACK:
         address = "127.0.0.1"
     return f"http://{address}:{port}"
 

@@ -1,7 +1,10 @@
 """One running endpoint as the live checks see it: its contract, its client, and what was measured.
 
 Every request goes through here, so the gate knows what it spent (generated tokens, seconds) and
-what it measured (TTFT, prefill and decode rates, draft acceptance, cached tokens) per check.
+what it measured (TTFT, prefill and decode rates, draft acceptance, cached tokens) per check. One module
+for one object: the readiness probe, the bounds derived from the run's own rates, the budget and the failures
+all read and write the same ``LiveEndpoint`` (the probe's requests are billed, bounded and halted like any
+check's), so splitting it would split one object's state across modules.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ __all__: list[str] = []
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("fleetgate-live")
+    group = parser.getgroup(_state.LIVE)
     group.addoption(
         "--host-url",
         action="append",
@@ -69,7 +69,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             note = value.skip_reason or "skipped"
         else:
             note = target.notes.get(value.check.name, f"on {target.spec}")
-        report.user_properties.append((_state.LIVE_PROPERTY, json.dumps({
+        report.user_properties.append((_state.LIVE, json.dumps({
             "service": target.name, "url": value.endpoint.url, "engine": value.endpoint.engine, "check": value.check.name,
             "note": note, "spent": 0, "requests": 0, "elapsed": value.elapsed, "measured": {},
         })))

@@ -15,6 +15,10 @@ variable the contract names (``api_key_env``), else from ``--api-key-env`` (defa
 held beyond its bound; when one of these fails, the check it concerns says so once and every other check
 is not run. The live stack (``fleetgate.live``, httpx, the live checks) is imported only when an endpoint
 is chosen.
+
+A service is held to its files as the machine that runs its engine renders them. What that machine gives the serve
+script beyond the files (a model directory that differs per machine, a file that exists only there) is said by a
+conftest.py's ``pytest_fleetgate_live_render`` hook (below); without one, the files alone.
 """
 
 from __future__ import annotations
@@ -32,15 +36,29 @@ from fleetgate.plugin._item import SKIPPED_EXPLICITLY, CheckParam
 from fleetgate.runner import live_subjects
 
 if TYPE_CHECKING:
-    from fleetgate.live import LiveEndpoint
+    from fleetgate.fleet import Fleet, Service
+    from fleetgate.live import LiveEndpoint, LocalRender
 
 __all__ = ["endpoint"]
 
 
+class _Hooks:
+    """The live gate's hook, for a conftest.py to implement."""
+
+    @pytest.hookspec(firstresult=True)
+    def pytest_fleetgate_live_render(self, config: pytest.Config, fleet: Fleet, service: Service) -> LocalRender | None:
+        """What the machine that runs ``service``'s engine gives its serve script beyond its files, for the live
+        render (a ``fleetgate.live.LocalRender``: variables, and files present there besides the declared payload);
+        None: the files alone. Called once per chosen endpoint, before anything is collected."""
+        raise NotImplementedError  # a specification: pluggy calls the implementations, never this
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(_Hooks)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup(
-        "fleetgate-live", "fleetgate live gate: check running endpoints against their contract"
-    )
+    group = parser.getgroup(_state.LIVE, "fleetgate live gate: check running endpoints against their contract")
     group.addoption(
         "--endpoint",
         action="append",
@@ -145,7 +163,7 @@ def pytest_runtest_makereport(
             record.note = str(observed) if observed else str(call.excinfo.value).splitlines()[0]
         report.user_properties.append(
             (
-                _state.LIVE_PROPERTY,
+                _state.LIVE,
                 json.dumps(
                     {
                         "service": live.endpoint.name,
@@ -181,7 +199,7 @@ class _Summary:
         if report.when != "call":
             return
         for key, value in report.user_properties:
-            if key == _state.LIVE_PROPERTY:
+            if key == _state.LIVE:
                 data = json.loads(str(value))
                 self.results.setdefault(data["service"], {})[data["check"]] = _Result(report.outcome, data)
 
@@ -229,6 +247,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Summary(), "fleetgate-live-summary")
+    config.pluginmanager.register(_Summary(), f"{_state.LIVE}-summary")
     if config.getoption("--endpoint"):
         _state.endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected

@@ -29,7 +29,7 @@ import pytest
 from fleetgate.checks import Check, find_check
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.fleet import Fleet, Waiver
+from fleetgate.fleet import Fleet, Waiver, gib
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
 from fleetgate.replay import RequestLog, curl
@@ -105,7 +105,7 @@ class _Progress:
         self.interval = interval
         self.stop = threading.Event()
         self.start = time.monotonic()
-        self.thread = threading.Thread(target=self._run, name="fleetgate-live-progress", daemon=True)
+        self.thread = threading.Thread(target=self._run, name=f"{_state.LIVE}-progress", daemon=True)
 
     def _run(self) -> None:
         config = self.item.config
@@ -261,11 +261,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def _fleetgate_property(name: str) -> bool:
-    return name.startswith(PREFIX) or name == _state.LIVE_PROPERTY
-
-
-def _gib(value: int) -> str:
-    return f"{value / (1 << 30):.2f} GiB"
+    return name.startswith(PREFIX) or name == _state.LIVE
 
 
 class _Collector:
@@ -302,7 +298,7 @@ class _Collector:
         value: dict[str, Any] = {}
         for key, raw in ours:
             name = key.removeprefix(PREFIX)
-            value[name] = json.loads(str(raw)) if key == _state.LIVE_PROPERTY or name in JSON_PROPERTIES else str(raw)
+            value[name] = json.loads(str(raw)) if key == _state.LIVE or name in JSON_PROPERTIES else str(raw)
         xml.add_global_property(f"fleetgate[{report.nodeid}]", json.dumps(value, sort_keys=True))
 
     def _junit_writer(self) -> Any:
@@ -324,11 +320,11 @@ class _Collector:
             extra = "".join(f", {result.outcomes[k]} {k}" for k in ("xfailed", "xpassed", "error") if k in result.outcomes)
             terminalreporter.write_line(f"{name}: {counts}{extra}")
             if result.headroom:
-                cards = ", ".join(f"{card} {_gib(value)}" for card, value in sorted(result.headroom.items()))
+                cards = ", ".join(f"{card} {gib(value)}" for card, value in sorted(result.headroom.items()))
                 terminalreporter.write_line(f"  headroom above the floor: {cards}")
             tightest = result.tightest()
             if tightest is not None:
-                terminalreporter.write_line(f"  tightest margin: {_gib(tightest[1])} ({tightest[0]})")
+                terminalreporter.write_line(f"  tightest margin: {gib(tightest[1])} ({tightest[0]})")
             for entry in result.checks:
                 if "waiver" in entry:
                     terminalreporter.write_line(f"  {entry['check']}: {entry['waiver']}")

@@ -20,6 +20,7 @@ from fleetgate.checks import REGISTRY, find_check, load_checks
 from fleetgate.config import share_attempts
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
+from fleetgate.fleet import LOOPBACK
 from fleetgate.incidents import load_catalogue
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
@@ -146,9 +147,6 @@ def _relative(config: pytest.Config, text: str) -> str:
     return text.replace(f"{fleet.root}/", "") if fleet is not None else text
 
 
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
-
-
 class OfflineError(OSError):
     """A seam tried to leave the machine (an OSError, so socket helpers clean up as for any refusal)."""
 
@@ -162,7 +160,7 @@ def _fleetgate_hermetic_seams(request: pytest.FixtureRequest, monkeypatch: pytes
 
     def connect(sock: socket.socket, address: Any) -> Any:
         host = address[0] if isinstance(address, tuple) else address
-        if isinstance(host, str) and host not in _LOOPBACK and not host.startswith("/"):
+        if isinstance(host, str) and host not in LOOPBACK and not host.startswith("/"):
             raise OfflineError(f"fleetgate seams are offline: refused a connection to {address!r}")
         return original(sock, address)
 

@@ -3,12 +3,14 @@ chains, the chosen endpoints and their hosts. An error is remembered like a resu
 once, a fleet whose renders cannot be made is not rendered again per test function).
 
 The hook modules read the run through these functions and nothing else; none of them keeps state of its own.
-The live stack (fleetgate.live, httpx, the reference's paths, testinfra) is imported here only when an endpoint
-is chosen (``--endpoint``).
+The live stack (fleetgate.live, httpx, testinfra) is imported here only when an endpoint is chosen
+(``--endpoint``). What the engine's machine gives a serve script beyond its files (a model directory that differs
+per machine) comes from a conftest.py's ``pytest_fleetgate_live_render``, never from a guess of the plugin's.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from fleetgate.checks import load_checks
 from fleetgate.config import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.errors import InputError
-from fleetgate.fleet import Fleet
+from fleetgate.fleet import LOOPBACK, Fleet, Service
 from fleetgate.manifest import load_fleet
 from fleetgate.plugin._missing import missing_requirement
 from fleetgate.replay import RequestLog
@@ -28,10 +30,10 @@ from fleetgate.timeouts import ResolvedChain
 
 if TYPE_CHECKING:
     from fleetgate.host import HostTarget
-    from fleetgate.live import LiveEndpoint
+    from fleetgate.live import LiveEndpoint, LocalRender
 
 __all__ = [
-    "LIVE_PROPERTY",
+    "LIVE",
     "REQUESTS",
     "SETUP_ERROR",
     "SHARED",
@@ -54,8 +56,9 @@ REQUESTS = pytest.StashKey[RequestLog]()
 """A live test's requests (an item's stash), for the replay line of its failure."""
 SHARED = "fleetgate_attempts"
 """The xdist controller's renders, in each worker's workerinput."""
-LIVE_PROPERTY = "fleetgate-live"
-"""The user property that carries a live or host result to the controller's per-service summary."""
+LIVE = "fleetgate-live"
+"""The live gate's name: its option group (``--endpoint`` and the rest, ``--host-url``), the user property that
+carries a live or host result to the controller's per-service summary, and that summary's plugin."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,28 @@ def _named(config: pytest.Config, option: str, names: list[str], what: str) -> d
     return values
 
 
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _local_render(config: pytest.Config, chosen: Fleet, service: Service) -> LocalRender:
+    """What the engine's machine gives this service's serve script beyond its files, as a conftest.py says through
+    ``pytest_fleetgate_live_render`` (nothing, where none does); a value of another shape is one line."""
+    from fleetgate.live import LocalRender  # lazy: the live stack, only with --endpoint
+
+    given = config.hook.pytest_fleetgate_live_render(config=config, fleet=chosen, service=service)
+    if given is None:
+        return LocalRender()
+    if (not isinstance(given, LocalRender) or not isinstance(given.overrides, Mapping)
+            or not all(isinstance(k, str) and _VARIABLE.fullmatch(k) and isinstance(v, str)
+                       for k, v in given.overrides.items())
+            or not isinstance(given.payload, tuple)
+            or not all(isinstance(p, str) and p.startswith("/") for p in given.payload)):
+        raise pytest.UsageError(
+            f"pytest_fleetgate_live_render returned {given!r} for {service.name}; expected None or "
+            "fleetgate.live.LocalRender(overrides={VARIABLE: 'value'}, payload=('/absolute/path', ...))")
+    return given
+
+
 def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
     """The chosen endpoints, connected once per run (rendering only: no request is made here); none without
     ``--endpoint``, and then the live stack is not imported."""
@@ -204,12 +229,11 @@ def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
         urls = _named(config, "--base-url", names, "URL")
         live_stack()
         from fleetgate.live import connect  # lazy: the live stack, only with --endpoint
-        from fleetgate.reference import render_overrides  # lazy: imports httpx, only with --endpoint
 
         chosen = fleet(config)
-        local = render_overrides()
         found: dict[str, LiveEndpoint] = {}
         for name in names:
+            local = _local_render(config, chosen, chosen.services[name])
             try:
                 found[name] = connect(chosen, chosen.services[name], base_url=urls.get(name),
                                       api_key_env=config.getoption("--api-key-env"),
@@ -248,7 +272,7 @@ def targets(config: pytest.Config) -> dict[str, HostTarget]:
 
         import testinfra  # lazy: the host side of the live stack, only with --endpoint
 
-        from fleetgate.host import LOOPBACK, HostTarget, default_spec  # lazy: only with --endpoint
+        from fleetgate.host import HostTarget, default_spec  # lazy: only with --endpoint
         from fleetgate.live import declared_port  # lazy: the live stack, only with --endpoint
 
         specs = _named(config, "--host-url", list(chosen), "SPEC")

@@ -1,4 +1,7 @@
 """A docker compose / podman compose service read the way compose reads it: the engine's argv and environment.
+One module for one reader: interpolation, env files, entrypoint and command, ports, mounts and device grants are the
+fields of one service node, read by one ``_Reader`` that keeps every value's line (its split would follow render's,
+which is another change's).
 
 Nothing runs: no container client is called, compose is data. The file is read with PyYAML's node API so that every
 value keeps its line. What is read, as the compose specification says (compose-spec ``05-services.md``,

@@ -1,5 +1,7 @@
 """llama-swap's ``config.yaml`` read the way llama-swap reads it (mostlygeek/llama-swap, proxy/config/config.go,
-``LoadConfigFromReader``; model_config.go; matrix.go, matrix_dsl.go).
+``LoadConfigFromReader``; model_config.go; matrix.go, matrix_dsl.go). One module for one reader: the steps below are
+llama-swap's own load, in its order, each needing what the one before it made (its split would follow render's,
+which is another change's).
 
 What llama-swap does with a model, in order, and what is done here:
 

@@ -19,7 +19,8 @@ import pytest
 
 from fleetgate.cli import main
 from fleetgate.errors import InputError
-from fleetgate.gguf import profile_data, read_header, source_profile
+from fleetgate.gguf import profile_data, read_header
+from fleetgate.gguf_remote import source_profile
 from fleetgate.profile import load_profile
 from fleetgate.rangeread import RemoteError, hf_url
 from tests.ledger.range_server import Served, serve

@@ -146,3 +146,40 @@ def test_over_window_refusals_are_read_per_dialect(
     message = str(error.get("message", "")) if isinstance(error, dict) else ""
     refusal = dialect_for(engine).over_window(status, body, message)  # type: ignore[arg-type]
     assert (refusal.prompt_tokens, refusal.window) == numbers if refusal else numbers is None
+
+
+def test_a_local_render_of_another_shape_is_one_line(pytester: pytest.Pytester) -> None:
+    """What a conftest.py's ``pytest_fleetgate_live_render`` gives the live render must be a LocalRender (or None):
+    anything else is a usage error naming what was expected, before anything is collected."""
+    pytester.makepyfile(other_shape="""
+        import pytest
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_fleetgate_live_render(service):
+            return {"REFERENCE_MODELS": "/elsewhere"}
+    """)
+    result = pytester.runpytest_subprocess(str(LIVE), "--endpoint", "reference", "-p", "other_shape", "-p",
+                                           "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest_fleetgate_live_render returned {'REFERENCE_MODELS': '/elsewhere'} for "
+                                 "reference; expected None or fleetgate.live.LocalRender(overrides={VARIABLE: 'value'}, "
+                                 "payload=('/absolute/path', ...))"])
+
+
+def test_the_live_render_takes_what_the_hook_gives(pytester: pytest.Pytester) -> None:
+    """The variables a conftest.py's ``pytest_fleetgate_live_render`` gives reach the serve script of the live render
+    (and only the declared payload exists there unless it names more): the reference then looks for its model where
+    the hook says."""
+    pytester.makepyfile(elsewhere="""
+        import pytest
+        from fleetgate.live import LocalRender
+
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_fleetgate_live_render(service):
+            return LocalRender(overrides={"REFERENCE_MODELS": "/nowhere"})
+    """)
+    result = pytester.runpytest_subprocess(str(LIVE), "--endpoint", "reference", "-p", "elsewhere", "-p",
+                                           "no:cacheprovider", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: *serve-reference.sh:15: the serve script exited 1 without starting llama-server: "
+                                 "model file missing: /nowhere/SmolLM2-135M-Instruct.Q4_1.gguf *"])

@@ -1,0 +1,350 @@
+"""``fleetgate init``'s discovery: the bounded walk, the ``deploy_root`` the units vote for, YAML files told apart
+(compose files, llama-swap configs), llama.cpp router presets, and ``discover()``, which hands each file to the
+reader of its shape (``fleetgate.init.units`` for units and serve scripts)."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from fleetgate.errors import InputError, read_text
+from fleetgate.init.found import (
+    DEFAULT_PORT,
+    ENGINE_BINARIES,
+    ENGINE_COMMAND,
+    Context,
+    Discovery,
+    Found,
+    Note,
+    engine_of,
+    model_paths,
+    port_of,
+    rel_path,
+    service_name,
+    shell_script,
+    stub_fleet,
+    unprefixed,
+)
+from fleetgate.init.units import from_script, from_unit, sandbox_render
+from fleetgate.units import Unit, parse_unit, split_command
+
+__all__ = ["discover"]
+
+
+MAX_FILES = 20000
+"""The walk stops after this many directory entries (a repository, not a disk)."""
+MAX_DEPTH = 12
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", ".venv", "venv", ".tox", "__pycache__", ".mypy_cache",
+                       ".ruff_cache", ".pytest_cache", "site-packages", ".nox", ".cache"})
+COMPOSE_NAMES = frozenset({"compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml",
+                           "podman-compose.yaml", "podman-compose.yml", "container-compose.yaml",
+                           "container-compose.yml"})
+
+
+# --- the walk ---------------------------------------------------------------------------------------------------
+
+
+def _walk(root: Path, start: Path, notes: list[Note]) -> Iterator[Path]:
+    """Regular files under ``start``, never leaving ``root`` by a symlink, bounded in entries and depth."""
+    real_root = root.resolve()
+    seen = 0
+    base_depth = len(start.parts)
+    for directory, dirs, files in os.walk(start, followlinks=False):
+        here = Path(directory)
+        depth = len(here.parts) - base_depth
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not (here / d / "pyvenv.cfg").exists()
+                         and not (here / d).is_symlink())
+        if depth >= MAX_DEPTH:
+            dirs[:] = []
+        for name in sorted(files):
+            seen += 1
+            if seen > MAX_FILES:
+                notes.append(Note(start, None, f"more than {MAX_FILES} files: the walk stopped there; pass the "
+                                  "directories that hold the units and compose files"))
+                return
+            path = here / name
+            if path.is_symlink():
+                try:
+                    real = path.resolve(strict=True)
+                except (OSError, RuntimeError):
+                    continue
+                if real != real_root and real_root not in real.parents:
+                    if _interesting(name):
+                        notes.append(Note(path, None, f"a symlink to {real}, outside {root}: not read"))
+                    continue
+            if path.is_file():
+                yield path
+
+
+def _interesting(name: str) -> bool:
+    return name.endswith((".service", ".container", ".yaml", ".yml", ".ini"))
+
+
+# --- deploy_root --------------------------------------------------------------------------------------------------
+
+
+def _mapped_root(root: Path, host_path: str, *, directory: bool = False) -> str | None:
+    """The host prefix under which ``host_path`` is a file of the repository (the longest tail that exists)."""
+    if not host_path.startswith("/") or "\0" in host_path:
+        return None
+    parts = PurePosixPath(host_path).parts[1:]
+    real_root = root.resolve()
+    for i in range(1, len(parts)):
+        local = root.joinpath(*parts[i:])
+        try:
+            real = local.resolve()
+        except (OSError, RuntimeError):
+            continue
+        if real_root not in real.parents:
+            continue
+        if local.is_file() or (directory and local.is_dir()):
+            return "/" + "/".join(parts[:i])
+    return None
+
+
+def _unit_host_paths(unit: Unit) -> Iterator[tuple[str, bool]]:
+    """Absolute paths a unit names: env files, the words of its command line, a Quadlet's volume sources."""
+    for section in ("Service", "Container"):
+        for setting in unit.all(section, "EnvironmentFile"):
+            yield setting.value.lstrip("-"), False
+    for setting in (*unit.all("Service", "ExecStart"), *unit.all("Container", "Exec")):
+        try:
+            words = split_command(unprefixed(setting))
+        except InputError:
+            continue
+        for word in words:
+            yield word, False
+    for setting in unit.all("Container", "Volume"):
+        source = setting.value.split(":", 1)[0]
+        yield source, True
+
+
+# --- YAML: compose files and llama-swap configs -----------------------------------------------------------------
+
+
+def _yaml(ctx: Context, path: Path) -> Any:
+    """A YAML file's data, only to tell a compose file from a llama-swap config (each is then read by its reader);
+    None when it is neither readable nor YAML (one line when its name or its top-level keys say it was meant as one)."""
+    try:
+        text = read_text(path, "the YAML file")
+    except InputError as exc:
+        if path.name in COMPOSE_NAMES:
+            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+        return None
+    shaped = path.name in COMPOSE_NAMES or re.search(r"^(services|models):", text, re.M) is not None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        if shaped:
+            mark = getattr(exc, "problem_mark", None)
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            ctx.notes.append(Note(path, mark.line + 1 if mark is not None else None,
+                                  f"not YAML ({problem}); expected a compose file or a llama-swap config: skipped"))
+        return None
+    except RecursionError:
+        ctx.notes.append(Note(path, None, "YAML nested too deeply: skipped"))
+        return None
+
+
+def _from_compose(ctx: Context, path: Path) -> list[Found]:
+    """Each service of a compose file whose container starts an engine, read by ``fleetgate.sources.compose`` (the
+    reader the seams render it with): the argv and environment of the container, the host port ``ports:`` publishes
+    the engine's port on, the host paths the bind mounts give the model paths."""
+    from fleetgate.sources.compose import list_services, read_compose
+
+    rel = rel_path(ctx.root, path)
+    found: list[Found] = []
+    for entry in list_services(path):
+        engine = ENGINE_BINARIES.get(entry.program or "")
+        if engine is None:
+            continue
+        fleet, stub = stub_fleet(ctx.root, ctx.deploy_root, entry.name, engine, compose=path, compose_service=entry.name)
+        read = read_compose(fleet, stub)
+        env = {key: origin.value for key, origin in read.env.items()}
+        args = read.argv[1:]
+        listen = port_of(engine, args, env) or DEFAULT_PORT[engine]
+        where = f"{rel}:{entry.line}"
+        published = None if read.host_network else read.published(listen)
+        if published is not None and published.published is not None:
+            port, port_from = published.published, f"ports: in {where} (the engine listens on {listen} in the container)"
+        elif read.host_network:
+            port, port_from = listen, f"network_mode: host, the engine's port ({where})"
+        else:
+            port, port_from = listen, f"the engine's port in the container; no ports: entry publishes it on a known host port ({where})"
+        payload: list[str] = []
+        for model in model_paths(engine, args, env):
+            host_path = read.host_path(model)
+            # A relative bind source is where the repository lies on the host: unknown without a deploy_root.
+            if host_path is None or (ctx.deploy_root is None and host_path.startswith(str(ctx.root) + "/")):
+                ctx.notes.append(Note(path, entry.line, f"services.{entry.name}: the model {model} is a path in the "
+                                      "container that no bind mount with a host path maps; payload left out"))
+            else:
+                payload.append(host_path)
+        found.append(Found(name=service_name(entry.name, ctx.taken), engine=engine, port=port, port_from=port_from,
+                           source=where, payload=tuple(payload), compose=rel, compose_service=entry.name))
+    return found
+
+
+LLAMA_SWAP_LISTEN = 8080
+"""llama-swap's own port when it runs without ``--listen`` (``:8080``): where clients reach every model."""
+
+
+def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
+    """Each model of a llama-swap config whose ``cmd`` starts an engine, read by ``fleetgate.sources.llama_swap``
+    (macros, ``${PORT}``, ``env`` as llama-swap reads them). Every model's port is llama-swap's own listen port,
+    where clients reach it; the engine's ``${PORT}`` is llama-swap's business (rendered-port-matches holds the engine
+    to the model's ``proxy:``)."""
+    from fleetgate.sources.llama_swap import read_config
+
+    rel = rel_path(ctx.root, path)
+    config = read_config(path)
+    found: list[Found] = []
+    for model_id, model in config.models.items():
+        hit = engine_of(model.argv)
+        if hit is None:
+            if model.argv and posixpath.basename(model.argv[0]) in ("docker", "podman"):
+                ctx.notes.append(Note(path, model.cmd_line, f"models.{model_id}.cmd runs {model.argv[0]}: a container "
+                                      "start, which the llama-swap reader does not read yet: skipped"))
+            continue
+        engine, first = hit
+        args = model.argv[first:]
+        env = {key: value for key, (value, _) in model.env.items()}
+        found.append(Found(name=service_name(model_id, ctx.taken), engine=engine, port=LLAMA_SWAP_LISTEN,
+                           port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
+                           source=f"{rel}:{model.line}", payload=tuple(model_paths(engine, args, env)),
+                           llama_swap=rel, llama_swap_model=model_id))
+    return found
+
+
+ROUTER_PORT = 8080
+"""llama-server's own default ``--port``: where the router listens when started without one."""
+
+
+def _from_router_preset(ctx: Context, path: Path) -> list[Found]:
+    """Each model of a llama.cpp router preset (``--models-preset FILE.ini``) that names a model file or repository
+    (``model``/``m``, ``hf-repo``/``hf``, ``LLAMA_ARG_MODEL``, in its section or ``[*]``), read by
+    ``fleetgate.sources.router_preset`` as llama-server reads it. An INI file with no such section is not a preset:
+    nothing is found in it. Every model's port is the router's, its default 8080."""
+    from fleetgate.engines.llamacpp import BUILD
+    from fleetgate.sources.router_preset import child_argv, read_preset
+
+    preset = read_preset(path)
+    model_keys = {"model", "m", "LLAMA_ARG_MODEL", "hf-repo", "hf", "hfr", "LLAMA_ARG_HF_REPO"}
+    shared = set(preset.global_section.keys) if preset.global_section is not None else set()
+    names = [n for n in sorted(preset.sections) if (set(preset.sections[n].keys) | shared) & model_keys]
+    rel = rel_path(ctx.root, path)
+    found: list[Found] = []
+    for name in names:
+        argv, _ = child_argv(preset, name, "llama-server", BUILD)
+        found.append(Found(name=service_name(name, ctx.taken), engine="llama.cpp", port=ROUTER_PORT,
+                           port_from="llama-server's default --port 8080 for the router (edit it if the router runs "
+                                     "with another)",
+                           source=f"{rel}:{preset.sections[name].line}", payload=tuple(model_paths("llama.cpp", argv[1:], {})),
+                           models_preset=rel, preset_model=name))
+    return found
+
+
+# --- discovery ---------------------------------------------------------------------------------------------------
+
+
+def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = True) -> Discovery:
+    """Every engine endpoint the files under ``paths`` (default: ``root``) start; ``root`` is where fleet.toml
+    goes, and every file it names is relative to it. Bad files are notes, and discovery goes on."""
+    root = root.resolve()
+    notes: list[Note] = []
+    files: dict[Path, None] = {}
+    for start in paths or (root,):
+        for file in _walk(root, start.resolve(), notes):
+            if root in file.parents:
+                files[file] = None
+            elif _interesting(file.name):
+                notes.append(Note(file, None, f"outside {root}, the directory of fleet.toml, which names files under "
+                                  "it only: not read"))
+    units: list[tuple[Path, Unit]] = []
+    yamls: list[Path] = []
+    presets: list[Path] = []
+    for file in files:
+        if file.suffix in (".service", ".container"):
+            try:
+                units.append((file, parse_unit(file, root=root)))
+            except InputError as exc:
+                notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+        elif file.suffix in (".yaml", ".yml"):
+            yamls.append(file)
+        elif file.suffix == ".ini":
+            presets.append(file)
+
+    votes: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for file, unit in units:
+        for host_path, directory in _unit_host_paths(unit):
+            mapped = _mapped_root(root, host_path, directory=directory)
+            if mapped is not None:
+                votes[mapped] += 1
+                first.setdefault(mapped, f"{host_path} ({rel_path(root, file)}) is {host_path[len(mapped) + 1:]} here")
+    deploy_root = votes.most_common(1)[0][0] if votes else None
+    for other in votes:
+        if other != deploy_root:
+            notes.append(Note(root, None, f"deploy_root: units also name the repository under {other} "
+                              f"({first[other]}); fleet.toml takes {deploy_root}, the most named"))
+
+    ctx = Context(root=root, deploy_root=deploy_root, notes=notes, taken=set(),
+                   render=sandbox_render if render_scripts else None, files=tuple(files))
+    services: list[Found] = []
+    read: Counter[str] = Counter()
+    for file, unit in units:
+        read["units"] += 1
+        try:
+            found = from_unit(ctx, file, unit)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        if found is not None:
+            services.append(found)
+    started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
+    for file in files:
+        if file in started or file.suffix in (".service", ".container", ".yaml", ".yml", ".ini") or not _standalone(file):
+            continue
+        read["serve scripts"] += 1
+        found = from_script(ctx, file, None, None, {}, rel_path(root, file))
+        if found is not None:
+            services.append(found)
+    for file in yamls:
+        data = _yaml(ctx, file)
+        if not isinstance(data, dict):
+            continue
+        try:
+            if isinstance(data.get("services"), dict) and any(
+                    isinstance(s, dict) and ("image" in s or "command" in s) for s in data["services"].values()):
+                read["compose files"] += 1
+                services += _from_compose(ctx, file)
+            elif isinstance(data.get("models"), dict) and any(
+                    isinstance(m, dict) and "cmd" in m for m in data["models"].values()):
+                read["llama-swap configs"] += 1
+                services += _from_llama_swap(ctx, file)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+    for file in presets:
+        try:
+            found_presets = _from_router_preset(ctx, file)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        if found_presets:
+            read["router presets"] += 1
+            services += found_presets
+    return Discovery(root=root, services=tuple(services), notes=tuple(notes), deploy_root=deploy_root,
+                     deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
+
+
+def _standalone(file: Path) -> bool:
+    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
+    text = shell_script(file)
+    return text is not None and ENGINE_COMMAND.search(text) is not None

@@ -1,0 +1,295 @@
+"""``fleetgate init``'s reading of systemd units, Quadlet ``.container`` files and serve scripts: an ``ExecStart=``
+that runs the engine itself, one that runs a repository script (rendered in the sandbox as the seams render it), an
+inline ``bash -c``, a ``docker run``/``podman run`` line, and an ``EnvironmentFile=`` that a script writes from a
+template."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from fleetgate.envfile import parse_env_file
+from fleetgate.errors import InputError, read_text
+from fleetgate.init.found import (
+    DEFAULT_PORT,
+    ENGINE_BINARIES,
+    Context,
+    EngineName,
+    Found,
+    Note,
+    ScriptRender,
+    engine_of,
+    model_paths,
+    port_of,
+    rel_path,
+    repository_file,
+    service_name,
+    shell_script,
+    stub_fleet,
+    unprefixed,
+)
+from fleetgate.units import Setting, Unit, split_command, split_environment_assignments
+
+__all__ = ["from_script", "from_unit", "sandbox_render"]
+
+
+_MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin")
+
+
+def _unit_env(ctx: Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
+    env: dict[str, str] = {}
+    files: list[Path] = []
+    for setting in unit.all(section, "Environment"):
+        env.update(split_environment_assignments(setting))
+    for setting in unit.all(section, "EnvironmentFile"):
+        value = setting.value
+        local = repository_file(ctx.root, ctx.deploy_root, value.lstrip("-"))
+        if local is None:
+            rendered_by = _env_template(ctx, value.lstrip("-"))
+            if rendered_by is not None:
+                ctx.templates[value.lstrip("-")] = rendered_by
+            elif not value.startswith("-"):
+                ctx.notes.append(Note(setting.path, setting.line, f"EnvironmentFile={value} is not a file of this "
+                                      "repository (under the deploy_root found); its variables are unknown to init"))
+            continue
+        files.append(local)
+        env.update(parse_env_file(local, "systemd" if section == "Service" else "podman").values_dict())
+    return env, files
+
+
+_TEMPLATE_WORD = re.compile(r"[\w./-]+\.(?:in|tmpl|template)(?![\w.-])")
+
+
+def _env_template(ctx: Context, host_path: str) -> tuple[Path, Path] | None:
+    """The install script of the repository that writes ``host_path`` (names it) and the one template file of the
+    repository it names (``*.in``, ``*.tmpl``, ``*.template``): the pair fleet.toml declares as
+    ``env_file = { template, script }``, which the render runs in its sandbox. None unless exactly one script fits."""
+    found: list[tuple[Path, Path]] = []
+    real_root = ctx.root.resolve()
+    for file in ctx.files:
+        text = shell_script(file) if file.suffix not in (".service", ".container", ".yaml", ".yml") else None
+        if text is None:
+            continue
+        if not re.search(rf"{re.escape(host_path)}(?![\w./-])", text):
+            continue
+        templates = set()
+        for word in _TEMPLATE_WORD.findall(text):
+            for base in (file.parent, ctx.root):
+                local = (base / word).resolve()
+                if real_root in local.parents and local.is_file():
+                    templates.add(local)
+                    break
+        if len(templates) == 1:
+            found.append((templates.pop(), file.resolve()))
+    return found[0] if len(found) == 1 else None
+
+
+def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
+    if unit.kind == "quadlet":
+        return _from_quadlet(ctx, unit)
+    starts = unit.all("Service", "ExecStart")
+    if not starts:
+        return None
+    setting = starts[-1]
+    words = split_command(unprefixed(setting))
+    if not words:
+        return None
+    env, env_files = _unit_env(ctx, unit, "Service")
+    rel = rel_path(ctx.root, path)
+    hit = engine_of(words)
+    if hit is not None:
+        from fleetgate.sources.systemd import expand_exec
+
+        engine, start = hit
+        name = service_name(path.stem, ctx.taken)
+        templates = {ctx.templates[s.value.lstrip("-")] for s in unit.all("Service", "EnvironmentFile")
+                     if s.value.lstrip("-") in ctx.templates}
+        template = templates.pop() if len(templates) == 1 else None
+        argv: Sequence[str] = expand_exec(setting, env).argv
+        how = f"--port in {rel}:{setting.line}"
+        if template is not None and ctx.render is not None:
+            # The env file is the install script's output: rendered in the sandbox as the seams render it.
+            try:
+                rendered = ctx.render(ctx.root, ctx.deploy_root, name, engine, path, path, (), template)
+                argv, env = rendered.argv, rendered.env
+                how = f"--port as {rel_path(ctx.root, template[1])} renders {rel_path(ctx.root, template[0])} for {rel}"
+            except InputError as exc:
+                ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel} with its env file from "
+                                      f"{rel_path(ctx.root, template[1])}: {exc.message}"))
+        args = argv[start:]
+        port = port_of(engine, args, env)
+        return Found(name=name, engine=engine,
+                     port=port or DEFAULT_PORT[engine],
+                     port_from=how if port else f"{engine}'s default port (no --port with a number)",
+                     source=f"{rel}:{setting.line}", payload=tuple(model_paths(engine, args, env)), unit=rel,
+                     env_template=(rel_path(ctx.root, template[0]), rel_path(ctx.root, template[1])) if template else None)
+    if posixpath.basename(words[0]) in ("bash", "sh") and len(words) > 2 and words[1] == "-c":
+        return _from_inline(ctx, unit, setting, words[2], env)
+    script = next((s for s in (repository_file(ctx.root, ctx.deploy_root, w) for w in words) if s is not None), None)
+    if script is None:
+        return None
+    return from_script(ctx, script, path, env_files[0] if len(env_files) == 1 else None, env,
+                        f"{rel}:{setting.line}")
+
+
+def _from_inline(ctx: Context, unit: Unit, setting: Setting, script: str, env: Mapping[str, str]) -> Found | None:
+    """``bash -c '...; exec llama-server ...'``: the engine's words after it, with the unit's variables put in."""
+    try:
+        words = shlex.split(script, comments=True, posix=True)
+    except ValueError as exc:
+        ctx.notes.append(Note(setting.path, setting.line, f"ExecStart= runs bash -c with a script init cannot split "
+                              f"({exc}); expected every quote closed"))
+        return None
+    for i, word in enumerate(words):
+        engine = ENGINE_BINARIES.get(posixpath.basename(word))
+        if engine is None:
+            continue
+        args: list[str] = []
+        for w in words[i + 1:]:
+            if w in (";", "&&", "||", "|") or w.endswith(";"):
+                if w.endswith(";") and len(w) > 1:
+                    args.append(w[:-1])
+                break
+            args.append(re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), w))
+        port = port_of(engine, args, env)
+        rel = rel_path(ctx.root, unit.path)
+        return Found(name=service_name(unit.path.stem, ctx.taken), engine=engine, port=port or DEFAULT_PORT[engine],
+                     port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
+                     source=f"{rel}:{setting.line}", payload=tuple(model_paths(engine, args, env)), unit=rel)
+    return None
+
+
+def _from_quadlet(ctx: Context, unit: Unit) -> Found | None:
+    exec_setting = unit.last("Container", "Exec")
+    if exec_setting is None:
+        return None
+    volumes = [tuple(s.value.split(":")[:2]) for s in unit.all("Container", "Volume") if ":" in s.value]
+    env, env_files = _unit_env(ctx, unit, "Container")
+    for word in split_command(exec_setting):
+        for host, container in volumes:
+            container = container.rstrip("/")
+            if word == container or word.startswith(container + "/"):
+                script = repository_file(ctx.root, ctx.deploy_root, host.rstrip("/") + word[len(container):])
+                if script is not None:
+                    found = from_script(ctx, script, unit.path, env_files[0] if len(env_files) == 1 else None, env,
+                                         f"{rel_path(ctx.root, unit.path)}:{exec_setting.line}")
+                    # The argv names the model as the container sees it: the host holds it where Volume= maps it from.
+                    return replace(found, payload=tuple(_host_side(p, volumes) for p in found.payload)) if found else None
+    if engine_of(split_command(exec_setting)) is not None:
+        ctx.notes.append(Note(exec_setting.path, exec_setting.line, "Exec= runs the engine itself in the container: "
+                              "init writes Quadlets that run a serve script of the repository only; declare it by hand"))
+    return None
+
+
+def _host_side(path: str, volumes: Sequence[tuple[str, ...]]) -> str:
+    for host, container in volumes:
+        container = container.rstrip("/")
+        if host.startswith("/") and (path == container or path.startswith(container + "/")):
+            return host.rstrip("/") + path[len(container):]
+    return path
+
+
+_ENGINE_WORD = re.compile(r"(?<![\w.-])(llama-server|vllm)(?![\w.-])")
+_CONTAINER_RUN = re.compile(r"(?<![\w.-])(?:docker|podman)\s+(?:container\s+)?run(?![\w.-])")
+
+
+def from_script(ctx: Context, script: Path, unit: Path | None, env_file: Path | None, env: Mapping[str, str],
+                 source: str) -> Found | None:
+    """A serve script: rendered in the sandbox (the engine stubbed) for its port and its model."""
+    try:
+        text = read_text(script, "the serve script")
+    except InputError as exc:
+        ctx.notes.append(Note(exc.path, exc.line, exc.message))
+        return None
+    match = _ENGINE_WORD.search(text)
+    if match is not None:
+        engines: tuple[EngineName, ...] = (ENGINE_BINARIES[match.group(1)],)
+    elif _CONTAINER_RUN.search(text):
+        # `docker run IMAGE ...`: the image is the engine, known only once the render records the run line.
+        engines = ("llama.cpp", "vllm")
+    else:
+        return None
+    name = service_name((unit or script).stem, ctx.taken)
+    rel_script = rel_path(ctx.root, script)
+    guesses = tuple(v for v in env.values() if v.startswith("/") and v.endswith(_MODEL_SUFFIXES))
+    engine = engines[0]
+    rendered = ScriptRender((), {}, ())
+    if ctx.render is not None:
+        for engine in engines:
+            try:
+                rendered = ctx.render(ctx.root, ctx.deploy_root, name, engine, script, unit, guesses)
+                break
+            except InputError as exc:
+                if engine == engines[-1]:
+                    ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel_script} for its port and model: "
+                                          f"{exc.message}"))
+    if match is None and rendered.container is None:
+        return None  # a container run of no engine image init knows
+    argv, engine_env = rendered.argv, rendered.env
+    args = argv[(engine_of(argv) or (engine, 1))[1]:] if argv else ()
+    port = port_of(engine, args, engine_env) if argv else None
+    if argv and engine == "vllm" and args[:1] != ("serve",):
+        return None  # `vllm bench serve`, `vllm collect-env`: a vllm command that serves nothing
+    payload = model_paths(engine, args, engine_env)
+    run = rendered.container
+    if port is None:
+        port_from = f"{engine}'s default port (no --port with a number rendered)"
+    else:
+        port_from = f"--port as {rel_script} renders it"
+    if run is not None:
+        listen = port or DEFAULT_PORT[engine]
+        published = run.host_port(listen)
+        if published is not None:
+            port, port_from = published, (f"the host port {run.client} run publishes the engine's {listen} on, as "
+                                          f"{rel_script} renders it")
+        else:
+            port_from = f"the engine's port in the container: the {run.client} run line of {rel_script} publishes none"
+        payload = [run.host_path(p) or p for p in payload]
+    env_rel = rel_path(ctx.root, env_file) if env_file is not None else rendered.sourced[0] if len(rendered.sourced) == 1 else None
+    return Found(name=name, engine=engine, port=port or DEFAULT_PORT[engine], port_from=port_from,
+                 source=source, payload=tuple(payload),
+                 unit=rel_path(ctx.root, unit) if unit is not None else None, serve_script=rel_script,
+                 env_file=env_rel)
+
+
+def sandbox_render(root: Path, deploy_root: str | None, name: str, engine: EngineName, script: Path, unit: Path | None,
+                    payload: tuple[str, ...], env_template: tuple[Path, Path] | None = None) -> ScriptRender:
+    """Render one script as the seams do, with a fleet of that one service (nothing written, nothing started)."""
+    from fleetgate.fleet import EnvTemplate
+    from fleetgate.render import render
+
+    template = (EnvTemplate(template=env_template[0], script=env_template[1], writes=None, where="fleetgate init")
+                if env_template is not None else None)
+    fleet, service = stub_fleet(root, deploy_root, name, engine, serve_script=script.resolve(),
+                                 unit=unit.resolve() if unit else None, payload=payload, env_template=template)
+    from fleetgate.render_types import RenderRefused
+
+    # A script that tests its payload before it starts the engine (`[ -f "$MODEL" ] || exit 1`) is rendered again
+    # with each file it asked for present, as the seams render it with the declared payload: a few rounds at most.
+    for _ in range(6):
+        try:
+            rendered = render(fleet, service)
+            break
+        except RenderRefused as refused:
+            missing = tuple(t.path for t in refused.tests
+                            if not t.answer and t.path.startswith("/") and t.path not in service.payload)
+            if not missing:
+                raise
+            service = replace(service, payload=(*service.payload, *missing))
+    else:
+        raise InputError(script, None, "the script kept asking for more files than init supplies; declare its payload")
+    real_root = root.resolve()
+    sourced: list[str] = []
+    for item in rendered.sourced:
+        if not item.inside_repo:
+            continue
+        local = repository_file(root, deploy_root, item.target)
+        if local is None and item.target.startswith(str(real_root) + "/"):
+            local = Path(item.target)
+        if local is not None:
+            sourced.append(local.resolve().relative_to(real_root).as_posix())
+    return ScriptRender(rendered.argv, dict(rendered.env), tuple(dict.fromkeys(sourced)), rendered.container)
