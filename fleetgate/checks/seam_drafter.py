@@ -17,7 +17,10 @@ from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.checks.seam_memory import _ledger
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
-from fleetgate.fit import CONTEXT_DRAFTERS, HOST, Buffer, Ledger, calibrations_of
+from fleetgate.ledger.accounts import Buffer, Ledger
+from fleetgate.ledger.devices import HOST
+from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
+from fleetgate.ledger.service import calibrations_of
 
 NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).
