@@ -15,7 +15,7 @@ from fleetgate.checks._common import gib
 from fleetgate.config import ServiceConfig
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
-from fleetgate.ledger_vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
+from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
 
 NAME = "vllm-starts"
 

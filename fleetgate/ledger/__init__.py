@@ -17,7 +17,8 @@ in the order ``build.build_ledger`` books them (each module's docstring cites th
 
 Beside them: ``devices`` (devices and their buffer types), ``accounts`` (buffers, the ledger and its JSON form),
 ``options`` (options read by flag), ``build`` (the phases in order, and the ledger they add up to), ``verdict``
-(fits or not; the ``--tensor-split`` sweep) and ``service`` (a rendered fleet service's ledger and sweep).
+(fits or not; the ``--tensor-split`` sweep), ``service`` (a rendered fleet service's ledger and sweep), and
+``vllm`` (vLLM's ledger at start).
 """
 
 from __future__ import annotations
