@@ -16,7 +16,6 @@ from __future__ import annotations
 from fleetgate.checks import NotApplicable, check
 from fleetgate.checks._common import no_cards, no_profile
 from fleetgate.failure import Failure
-from fleetgate.fit import service_ledger
 from fleetgate.fleet import GIB
 from fleetgate.host import (
     NVIDIA_SMI,
@@ -28,6 +27,7 @@ from fleetgate.host import (
     parse_nvidia_smi,
     parse_rocm_smi,
 )
+from fleetgate.ledger.service import service_ledger
 
 __all__: list[str] = []
 

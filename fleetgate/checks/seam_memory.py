@@ -1,6 +1,6 @@
 """The ledger holds the host's floors: each card, the balance, the drafter, the prompt cache (B.2, B.3).
 
-The figures come from fleetgate.fit, which mirrors llama.cpp build 11434's allocations (weights, KV,
+The figures come from fleetgate.ledger, which mirrors llama.cpp build 11434's allocations (weights, KV,
 recurrent state, drafter, projector) and takes compute buffers from the service's calibrations (each
 naming the boot it was measured on) or from an estimate, marked as such in every message.
 """
@@ -14,20 +14,10 @@ from fleetgate.checks import NotApplicable, check
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Deferred, Failure
-from fleetgate.fit import (
-    CONTEXT_DRAFTERS,
-    TERMS,
-    DeviceLedger,
-    Ledger,
-    SlotState,
-    SweepRow,
-    _ledger_builder,
-    arm_rungs,
-    calibrations_of,
-    service_ledger,
-    service_sweep,
-    sweep_tensor_split,
-)
+from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
+from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
+from fleetgate.ledger.service import _ledger_builder, arm_rungs, calibrations_of, service_ledger, service_sweep
+from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.toml_keys import locate_key
 
 FLOOR = "card-floor"
