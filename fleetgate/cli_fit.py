@@ -16,22 +16,13 @@ from typing import Any
 
 from fleetgate.cli import parse_size, write_stdout
 from fleetgate.errors import InputError
-from fleetgate.fit import (
-    Card,
-    DeviceLedger,
-    Ledger,
-    SweepRow,
-    Verdict,
-    build_ledger,
-    judge,
-    local_cpu_features,
-    nearest_fitting,
-    service_ledger,
-    service_sweep,
-    summarize,
-    sweep_tensor_split,
-)
 from fleetgate.fleet import GIB, gib
+from fleetgate.ledger.accounts import DeviceLedger, Ledger, summarize
+from fleetgate.ledger.build import build_ledger
+from fleetgate.ledger.devices import DEVICE_KINDS, Card
+from fleetgate.ledger.service import service_ledger, service_sweep
+from fleetgate.ledger.verdict import SweepRow, Verdict, judge, nearest_fitting, sweep_tensor_split
+from fleetgate.ledger.weights import local_cpu_features
 
 __all__ = ["register"]
 
@@ -241,8 +232,6 @@ def _verdict_json(verdict: Verdict, fix: str | None) -> dict[str, Any]:
 
 def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> list[Card]:
     """The --card options of a bare command line, each naming a device the command line has."""
-    from fleetgate.fit import DEVICE_KINDS
-
     sizes: dict[str, tuple[int, str | None]] = {}
     for spec in specs:
         name, sep, value = spec.partition("=")

@@ -61,7 +61,7 @@ def _profile(args: argparse.Namespace) -> int:
     from fleetgate.gguf_remote import source_profile
 
     if args.safetensors:
-        from fleetgate.ledger_vllm import safetensors_bytes
+        from fleetgate.ledger.vllm import safetensors_bytes
 
         total, files = safetensors_bytes(args.safetensors)
         return write_stdout(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"

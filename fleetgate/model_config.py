@@ -2,7 +2,7 @@
 
 What a checkpoint states about its shape, before any file of weights is at hand: the blocks and which kind
 each is (full attention, sliding window, linear attention / recurrent), KV heads and head size, the
-vocabulary, the trained context, the dtype. vLLM's ledger (fleetgate.ledger_vllm) sizes its KV cache from
+vocabulary, the trained context, the dtype. vLLM's ledger (fleetgate.ledger.vllm) sizes its KV cache from
 it; ``fleetgate profile --from-config`` writes a llama.cpp profile from it (``source = "config"``), with the
 weights spread over the blocks by parameter count from a declared file size.
 

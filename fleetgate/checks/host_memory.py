@@ -14,9 +14,7 @@ too and are not credited, so for an engine that mlocks its checkpoint the verdic
 from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, host_check
-from fleetgate.checks._common import no_cards, no_profile
-from fleetgate.fit import service_ledger
-from fleetgate.fleet import GIB
+from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.host import (
     NVIDIA_SMI,
     ROCM_SMI,
@@ -27,15 +25,12 @@ from fleetgate.host import (
     parse_nvidia_smi,
     parse_rocm_smi,
 )
+from fleetgate.ledger.service import service_ledger
 
 __all__: list[str] = []
 
 MEM = "host-memavailable"
 VRAM = "host-vram-vs-ledger"
-
-
-def _gib(value: int) -> str:
-    return f"{value / GIB:.2f} GiB"
 
 
 def _declares_gate(target: HostTarget) -> str | None:
@@ -84,10 +79,10 @@ def host_memavailable(target: HostTarget) -> None:
     if after < gate.gate_bytes:
         short = gate.gate_bytes - after
         raise MEM_CHECK.fail(target, "short", where=where,
-                             observed=(f"MemAvailable {_gib(available)} + {how} = {_gib(after)}: "
-                                       f"{_gib(short)} short of the pin gate"),
-                             expected=(f"at least {_gib(gate.gate_bytes)} (pinned {_gib(gate.pinned_bytes)} + the engine's floor "
-                                       f"{_gib(gate.floor_bytes)}, {gate.where})"),
+                             observed=(f"MemAvailable {gib(available)} + {how} = {gib(after)}: "
+                                       f"{gib(short)} short of the pin gate"),
+                             expected=(f"at least {gib(gate.gate_bytes)} (pinned {gib(gate.pinned_bytes)} + the engine's floor "
+                                       f"{gib(gate.floor_bytes)}, {gate.where})"),
                              details=["RssAnon is what the engine's exit releases; its file-backed and locked pages are not "
                                       "counted, so an engine that mlocks its checkpoint may clear with less"],
                              fix=("a (re)start now would be refused by the pin gate (a crash loop under Restart=, INC-75): "
@@ -111,7 +106,7 @@ def _released(target: HostTarget) -> tuple[int, str]:
     anon = status.get("RssAnon")
     if anon is None:  # a kernel before 4.5: nothing credited, which errs towards "short", never towards a pass
         return 0, f"0 B credited (no RssAnon in /proc/{pid}/status of {how})"
-    return anon, f"{_gib(anon)} RssAnon of PID {pid} released by the restart ({how})"
+    return anon, f"{gib(anon)} RssAnon of PID {pid} released by the restart ({how})"
 
 
 def _has_ledger(target: HostTarget) -> str | None:
@@ -178,7 +173,7 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     fleet_where = config.fleet.where
     if len(cards) != len(declared):
         raise VRAM_CHECK.fail(target, "card-count", where=where,
-                              observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {_gib(c.total)}" for c in cards),
+                              observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {gib(c.total)}" for c in cards),
                               expected=f"{len(declared)}, as hosts.{host.name}.devices declares "
                                        f"({fleet_where('hosts', host.name, 'devices')}): " + ", ".join(d.name for d in declared),
                               fix="a card is missing from the driver (reseat, link, driver) or fleet.toml's devices are stale")
@@ -188,22 +183,22 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     ledger = service_ledger(config)
     within = (f"the ledger of the rendered config, fleetgate fit {target.name}; "
               f"tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')}")
-    per_card = [f"{x.card.name}: ledger {_gib(x.total)}, {command.split()[0]} {_gib(cards[by_name[x.card.name]].used)}"
+    per_card = [f"{x.card.name}: ledger {gib(x.total)}, {command.split()[0]} {gib(cards[by_name[x.card.name]].used)}"
                 for x in ledger.cards]
     for d in ledger.cards:
         seen = cards[by_name[d.card.name]]
         if seen.used - d.total > tolerance:
             over = seen.used - d.total
             raise VRAM_CHECK.fail(target, "hotter", where=where,
-                                  observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(over)} more than the ledger",
-                                  expected=f"at most {_gib(d.total)} + {_gib(tolerance)} ({within})", details=per_card,
+                                  observed=f"{d.card.name} (#{seen.index}) uses {gib(seen.used)}, {gib(over)} more than the ledger",
+                                  expected=f"at most {gib(d.total)} + {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
                                        "calibrate the service's compute from this boot, and keep the floor with the real figure"))
         if d.total - seen.used > tolerance:
             under = d.total - seen.used
             raise VRAM_CHECK.fail(target, "colder", where=where,
-                                  observed=f"{d.card.name} (#{seen.index}) uses {_gib(seen.used)}, {_gib(under)} less than the ledger",
-                                  expected=f"at least {_gib(d.total)} - {_gib(tolerance)} ({within})", details=per_card,
+                                  observed=f"{d.card.name} (#{seen.index}) uses {gib(seen.used)}, {gib(under)} less than the ledger",
+                                  expected=f"at least {gib(d.total)} - {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
                                        "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))
     floor = host.card_floor_bytes
@@ -215,9 +210,9 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
         seen = cards[index]
         if seen.free < floor:
             raise VRAM_CHECK.fail(target, "below-floor", where=where,
-                                  observed=(f"{device.name} (#{seen.index}) has {_gib(seen.free)} free "
-                                            f"({_gib(seen.used)} used of {_gib(seen.total)})"),
-                                  expected=(f">= {_gib(floor)} free (the floor of host {host.name}, "
+                                  observed=(f"{device.name} (#{seen.index}) has {gib(seen.free)} free "
+                                            f"({gib(seen.used)} used of {gib(seen.total)})"),
+                                  expected=(f">= {gib(floor)} free (the floor of host {host.name}, "
                                             f"{fleet_where('hosts', host.name, 'card_floor_gib')})"),
                                   fix="the card runs without its floor: a vision request or a longer prompt can OOM it; "
                                       "shrink the context or move a layer (fleetgate fit)")

@@ -285,7 +285,7 @@ def _declared_checkpoint(endpoint: LiveEndpoint) -> tuple[dict[str, Any], str] |
     profile = config.profile if config is not None else None
     if profile is None or profile.raw.get("model", {}).get("source") != "checkpoint":
         return None
-    from fleetgate.ledger_vllm import checkpoint_of
+    from fleetgate.ledger.vllm import checkpoint_of
 
     declared: dict[str, Any] = {"weight_bytes": checkpoint_of(profile).weight_bytes}
     declared.update(_config_keys(profile.raw.get("config")))
@@ -297,7 +297,7 @@ def _checkpoint_at(path: str) -> dict[str, Any] | str:
     they cannot be read here."""
     import json
 
-    from fleetgate.ledger_vllm import safetensors_bytes
+    from fleetgate.ledger.vllm import safetensors_bytes
 
     if "://" in path:
         return f"{path} is not a local directory (the gate reads no checkpoint over the network)"

@@ -9,7 +9,7 @@ What can run at once on a host:
 - every other active service of the host (a unit, a script, another llama-swap), unless fleet.toml says two
   services never run together (``exclusive_with``).
 
-Each service's share of a card is its ledger there: llama.cpp's (``fleetgate.fit.service_ledger``: weights, KV,
+Each service's share of a card is its ledger there: llama.cpp's (``fleetgate.ledger.service.service_ledger``: weights, KV,
 compute, ...), or vLLM's budget (``--gpu-memory-utilization`` x the card, on each of its first TP x PP cards: what
 vLLM claims at start). The check fails when some state of two or more services leaves a card less than the host's
 ``card_floor_gib`` (0 when undeclared); one service alone over a card is card-floor's finding, not this one's.
@@ -136,7 +136,7 @@ def _nothing_shared(fleet: Fleet) -> str | None:
 def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
     from fleetgate.config import load_service
-    from fleetgate.fit import service_ledger
+    from fleetgate.ledger.service import service_ledger
     from fleetgate.render_types import RenderRefused
 
     service = fleet.services[name]

@@ -2,7 +2,7 @@
 
 Which card the fleet sized the drafter for is what it measured: the device of the compute calibrations of
 the draft context (``context = "mtp"`` for the model's own MTP head, ``"draft"`` for a separate drafter).
-Where the engine really puts the draft context is the ledger's placement (fleetgate.fit), which mirrors
+Where the engine really puts the draft context is the ledger's placement (fleetgate.ledger), which mirrors
 common/speculative.cpp (``common_base_params_to_speculative``): a separate drafter takes its devices from
 ``--spec-draft-device`` (``none``: the host) and its layers from ``--spec-draft-ngl``; ``--no-kv-offload``
 keeps every KV cache, the draft's too, in host memory; and an MTP context runs on the target model itself,
@@ -16,7 +16,10 @@ from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.checks.seam_memory import LEDGER_CODES, _ledger
 from fleetgate.config import ServiceConfig
-from fleetgate.fit import CONTEXT_DRAFTERS, HOST, Buffer, Ledger, calibrations_of
+from fleetgate.ledger.accounts import Buffer, Ledger
+from fleetgate.ledger.devices import HOST
+from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
+from fleetgate.ledger.service import calibrations_of
 
 NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).

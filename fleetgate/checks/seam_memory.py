@@ -4,7 +4,7 @@ One module over 500 lines for one reason: the four seams read one ledger of the 
 helpers (building it, failing an unknown device or cache type alike, naming each card's terms and the split
 that would fit), and splitting them would put those helpers in a module of their own for no reader's gain.
 
-The figures come from fleetgate.fit, which mirrors llama.cpp build 11434's allocations (weights, KV,
+The figures come from fleetgate.ledger, which mirrors llama.cpp build 11434's allocations (weights, KV,
 recurrent state, drafter, projector) and takes compute buffers from the service's calibrations (each
 naming the boot it was measured on) or from an estimate, marked as such in every message.
 """
@@ -18,20 +18,10 @@ from fleetgate.checks import Check, NotApplicable, service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.config import ServiceConfig
 from fleetgate.failure import Deferred
-from fleetgate.fit import (
-    CONTEXT_DRAFTERS,
-    TERMS,
-    DeviceLedger,
-    Ledger,
-    SlotState,
-    SweepRow,
-    _ledger_builder,
-    arm_rungs,
-    calibrations_of,
-    service_ledger,
-    service_sweep,
-    sweep_tensor_split,
-)
+from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
+from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
+from fleetgate.ledger.service import _ledger_builder, arm_rungs, calibrations_of, service_ledger, service_sweep
+from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.toml_keys import locate_key
 
 FLOOR = "card-floor"

@@ -1,4 +1,4 @@
-"""vLLM's ledger (fleetgate.ledger_vllm): the service starts the way vLLM decides it at boot (B-VL-4..7).
+"""vLLM's ledger (fleetgate.ledger.vllm): the service starts the way vLLM decides it at boot (B-VL-4..7).
 
 Per tensor-parallel rank: the checkpoint's weights (and the drafter's) within the budget that
 ``--gpu-memory-utilization`` gives the card, and a KV pool that holds one ``--max-model-len`` sequence. Both
@@ -14,7 +14,7 @@ from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib
 from fleetgate.config import ServiceConfig
 from fleetgate.errors import InputError
-from fleetgate.ledger_vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
+from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
 
 NAME = "vllm-starts"
 

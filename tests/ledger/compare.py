@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleetgate.fit import Ledger
+from fleetgate.ledger.accounts import Ledger
 from tests.ledger.engine import MiB, Observed
 
 EXACT_BUFFERS = ("model", "KV", "KV (SWA)", "RS")

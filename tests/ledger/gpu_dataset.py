@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.engines.llamacpp import parse_llama_server
-from fleetgate.fit import Card, Ledger, build_ledger
+from fleetgate.ledger.accounts import Ledger
+from fleetgate.ledger.build import build_ledger
+from fleetgate.ledger.devices import Card
 from fleetgate.profile import load_profile
 
 DATA = Path(__file__).parent / "data"
@@ -143,15 +145,15 @@ def needed_factors() -> dict[tuple[str, str, str], tuple[str, float]]:
     """Per compute buffer (boot, device, context): its kind and the factor that puts its estimate exactly at the
     engine's buffer. An estimate is linear in its factor (the structural peak times the factor, plus the fixed
     COMPUTE_MARGIN), so the ledger is built with every factor at 0 and at 1 and the line is solved."""
-    from fleetgate import fit
-    kept = fit.COMPUTE_FACTORS
+    from fleetgate.ledger import compute
+    kept = compute.COMPUTE_FACTORS
     built: list[dict[tuple[str, str, str], ComputeRow]] = []
     try:
         for factor in (0.0, 1.0):
-            fit.COMPUTE_FACTORS = {key: factor for key in kept}  # type: ignore[misc]
+            compute.COMPUTE_FACTORS = {key: factor for key in kept}  # type: ignore[misc]
             built.append({(r.boot, r.device, r.context): r for r in compute_rows()})
     finally:
-        fit.COMPUTE_FACTORS = kept  # type: ignore[misc]
+        compute.COMPUTE_FACTORS = kept  # type: ignore[misc]
     at_0, at_1 = built
     return {key: (row.role, (row.observed - at_0[key].estimate) / (row.estimate - at_0[key].estimate))
             for key, row in at_1.items() if row.estimate > at_0[key].estimate}
@@ -196,7 +198,7 @@ def markdown() -> None:
     by_role: dict[str, list[float]] = {}
     for row in compute_rows():
         by_role.setdefault(row.role, []).append(row.ratio)
-    from fleetgate.fit import COMPUTE_FACTORS
+    from fleetgate.ledger.compute import COMPUTE_FACTORS
     for role, ratios in sorted(by_role.items()):
         ratios.sort()
         factor = COMPUTE_FACTORS.get(tuple(role.split("/")))  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fleetgate.fit import local_cpu_features
+from fleetgate.ledger.weights import local_cpu_features
 from tests.ledger.cases import CASES, Case
 from tests.ledger.engine import find_engine, model_paths, run_server
 from tests.ledger.tiny_models import DflashShape, Qwen35Shape, write_dflash, write_qwen35

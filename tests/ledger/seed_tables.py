@@ -18,7 +18,9 @@ from pathlib import Path
 
 from fleetgate.config import load_service
 from fleetgate.engines.llamacpp import parse_llama_server
-from fleetgate.fit import Calibration, Card, Ledger, build_ledger
+from fleetgate.ledger.accounts import Calibration, Ledger
+from fleetgate.ledger.build import build_ledger
+from fleetgate.ledger.devices import Card
 from fleetgate.manifest import load_fleet
 from fleetgate.profile import load_profile
 
@@ -165,9 +167,9 @@ def calibrate_b() -> list[Calibration]:
 def main(argv: list[str]) -> int:
     if "--no-rollback" in argv:
         # hypothesis: a build that keeps no recurrent rollback rows for drafters (n_rs_seq = 0)
-        import fleetgate.fit
+        import fleetgate.ledger.recurrent
 
-        fleetgate.fit.ROLLBACK_DRAFTERS = frozenset()
+        fleetgate.ledger.recurrent.ROLLBACK_DRAFTERS = frozenset()
     set_a = derive_set_a()
     set_b = calibrate_b()
     print("| source | -ts | ctx | ub | drafter | mmproj | card | measured | ledger | residual | basis |")

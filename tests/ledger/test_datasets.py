@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from fleetgate.fit import COMPUTE_FACTORS, COMPUTE_MARGIN, RUNTIMES, output_buffer
+from fleetgate.ledger.compute import COMPUTE_FACTORS, COMPUTE_MARGIN
+from fleetgate.ledger.outputs import output_buffer
+from fleetgate.ledger.runtime import RUNTIMES
 from fleetgate.profile import load_profile
 from tests.ledger.gpu_dataset import DATA, MiB, compute_rows, datasets, ledger_of, needed_factors, rows
 

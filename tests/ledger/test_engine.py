@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.engines.llamacpp import parse_llama_server
-from fleetgate.fit import build_ledger
+from fleetgate.ledger.build import build_ledger
 from fleetgate.profile import load_profile
 from tests.ledger.cases import CASES, Case
 from tests.ledger.compare import compare, table

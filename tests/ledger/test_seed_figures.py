@@ -11,7 +11,10 @@ import pytest
 
 from fleetgate.config import ServiceConfig, load_service
 from fleetgate.engines.llamacpp import parse_llama_server
-from fleetgate.fit import Card, Ledger, build_ledger, calibrations_of, service_ledger
+from fleetgate.ledger.accounts import Ledger
+from fleetgate.ledger.build import build_ledger
+from fleetgate.ledger.devices import Card
+from fleetgate.ledger.service import calibrations_of, service_ledger
 from fleetgate.manifest import load_fleet
 from fleetgate.profile import load_profile
 from tests.ledger.seed_tables import ROWS, Row, calibrate_b, derive_set_a, ledger_for

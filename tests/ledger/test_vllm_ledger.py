@@ -1,4 +1,4 @@
-"""vLLM's ledger (fleetgate.ledger_vllm) and its seam, vllm-starts, held to the seeds' measured vLLM boots.
+"""vLLM's ledger (fleetgate.ledger.vllm) and its seam, vllm-starts, held to the seeds' measured vLLM boots.
 
 Each expected figure below is worked from the seeds or the model card by hand, not read from the code:
 frank-archon's budget is E.31's "0.98 -> 31.22 GiB per card", its pool the 14.42 GiB it measured, the KV per
@@ -20,7 +20,7 @@ from fleetgate.cli import main
 from fleetgate.config import ServiceConfig, load_service
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
-from fleetgate.ledger_vllm import safetensors_bytes
+from fleetgate.ledger.vllm import safetensors_bytes
 from fleetgate.manifest import load_fleet
 from fleetgate.model_config import load_model_config
 from fleetgate.profile import load_profile

@@ -5,7 +5,7 @@ breaks, and every other check must keep the reference's outcome (tests/live/test
 
 A boot costs minutes of CPU, so misconfigurations whose checks are independent share one boot; the test asserts that
 boot's full outcome table, and each boot's entry says why its misconfigurations do not interact. Each boot is also
-held to vLLM's ledger (fleetgate/ledger_vllm.py): the KV pool, blocks and concurrency vLLM printed and exported at
+held to vLLM's ledger (fleetgate/ledger/vllm.py): the KV pool, blocks and concurrency vLLM printed and exported at
 start against what the ledger predicts from the running copy's files.
 
 Without an interpreter that has vLLM the tests skip (or fail under tox -e vllm), as test_vllm_real.py does.

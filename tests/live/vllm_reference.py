@@ -224,7 +224,7 @@ def cache_config_info(url: str) -> dict[str, str]:
 
 def ledger_agrees(fleet_toml: Path, log: Path, url: str) -> None:
     """vLLM's own figures at start -- its log line and ``vllm:cache_config_info`` -- equal the ledger
-    (fleetgate/ledger_vllm.py) of the files it ran: the pool, the block size, the blocks, the window, the
+    (fleetgate/ledger/vllm.py) of the files it ran: the pool, the block size, the blocks, the window, the
     concurrency as printed (two decimals) and the tokens it prints (concurrency x window, truncated)."""
     from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
     from fleetgate.config import load_service
