@@ -22,7 +22,7 @@ from fleetgate.fleet import Fleet
 from fleetgate.manifest import load_fleet
 
 if TYPE_CHECKING:
-    from fleetgate.config import ServiceConfig
+    from fleetgate.rendered import RenderedService
 
 __all__ = ["argv_lines", "main", "parse_size", "resolve_fleet", "write_stdout"]
 
@@ -98,7 +98,7 @@ def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from fleetgate.config import load_service
+    from fleetgate.rendered import load_service
 
     fleet = resolve_fleet(args.fleet, only=args.service)
     if args.service not in fleet.services:
@@ -129,7 +129,7 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _builds_lines(config: ServiceConfig) -> list[str]:
+def _builds_lines(config: RenderedService) -> list[str]:
     """``render --builds``: the llama.cpp builds on record whose parser accepts every flag of the rendered argv."""
     if config.llama is None:
         return [f"--builds: {config.name} runs {config.service.engine}; option tables per build exist for llama.cpp only"]
@@ -163,7 +163,7 @@ def _builds_lines(config: ServiceConfig) -> list[str]:
 _NUMBER = re.compile(r"^-(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 
-def _flag_indices(config: ServiceConfig) -> set[int] | None:
+def _flag_indices(config: RenderedService) -> set[int] | None:
     """argv positions the engine's own option table reads as flags (None when it has none)."""
     parsed = config.llama.parsed if config.llama else config.vllm.parsed if config.vllm else None
     if parsed is None:

@@ -78,7 +78,7 @@ def _fit(args: argparse.Namespace) -> int:
 
 def _fit_service(args: argparse.Namespace, name: str) -> int:
     from fleetgate.cli import resolve_fleet
-    from fleetgate.config import load_service
+    from fleetgate.rendered import load_service
 
     fleet = resolve_fleet(args.fleet, only=name)
     service = fleet.services.get(name)

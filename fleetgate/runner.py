@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fleetgate.checks import REGISTRY, Check, NotApplicable, load_checks
-from fleetgate.config import ServiceAttempt, attempt_services
 from fleetgate.failure import Failure, format_failure
 from fleetgate.fleet import Fleet
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
+from fleetgate.rendered import ServiceAttempt, attempt_services
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = [

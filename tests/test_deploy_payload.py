@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from fleetgate.checks import get_check
-from fleetgate.config import load_service
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
+from fleetgate.rendered import load_service
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"

@@ -206,9 +206,9 @@ def test_a_value_the_engine_refuses_fails_the_argv_seam_with_its_code(
     import shutil
 
     from fleetgate.checks.seam_argv import engine_accepts_argv
-    from fleetgate.config import load_service
     from fleetgate.failure import Failure
     from fleetgate.manifest import load_fleet
+    from fleetgate.rendered import load_service
 
     fleet_dir = tmp_path / "fleet"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleet", fleet_dir)

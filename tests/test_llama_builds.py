@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from fleetgate.checks.seam_argv import engine_accepts_argv
-from fleetgate.config import load_service
 from fleetgate.engines.extract_llama_args import server_options
 from fleetgate.engines.llama_builds import load_builds, resolve_tag
 from fleetgate.engines.llama_help import parse_help
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
+from fleetgate.rendered import load_service
 from tests.fleet_edits import edited_fleet
 
 

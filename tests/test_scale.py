@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import fleetgate.config
-from fleetgate.config import attempt_services, load_service, share_attempts, unshare_attempts
+import fleetgate.rendered
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred, Failure
 from fleetgate.manifest import load_fleet
+from fleetgate.rendered import attempt_services, load_service, share_attempts, unshare_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
@@ -73,13 +73,13 @@ def test_where_flag_renders_only_when_a_failure_shows_it(monkeypatch: pytest.Mon
     config = load_service(fleet, fleet.services["frank-medium"])
     assert config.llama is not None
     calls: list[object] = []
-    real = fleetgate.config.render
+    real = fleetgate.rendered.render
 
     def counting(*args: object, **kwargs: object) -> object:
         calls.append(kwargs.get("overrides"))
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fleetgate.config, "render", counting)
+    monkeypatch.setattr(fleetgate.rendered, "render", counting)
     where = config.where_flag(config.llama.use("ctx_size"))
     assert isinstance(where, Deferred) and calls == []
     failure = Failure(service="frank-medium", check="c", where=where, observed="o", expected="e", fix="f")
@@ -90,15 +90,15 @@ def test_where_flag_renders_only_when_a_failure_shows_it(monkeypatch: pytest.Mon
 
 
 COUNTER = '''
-import json, os, fleetgate.config
-_real = fleetgate.config.render
+import json, os, fleetgate.rendered
+_real = fleetgate.rendered.render
 def _counting(fleet, service, **kwargs):
     if not kwargs.get("overrides"):
         path = os.path.join({out!r}, f"{{os.getpid()}}-{{os.environ.get('PYTEST_XDIST_WORKER', 'controller')}}")
         with open(path, "a") as f:
             f.write(service.name + "\\n")
     return _real(fleet, service, **kwargs)
-fleetgate.config.render = _counting
+fleetgate.rendered.render = _counting
 '''
 
 

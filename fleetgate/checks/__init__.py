@@ -8,7 +8,7 @@ when it does not. It is declared once, by the factory of its subject's kind, and
                         codes={"sampler-differs": "the argv's sampler default is not the contract's"})
 
     @PINS.register
-    def contract_pins(config: ServiceConfig) -> None:
+    def contract_pins(config: RenderedService) -> None:
         ...
         raise PINS.fail(config, "sampler-differs", where=..., observed=..., expected=..., fix=...)
 
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 from fleetgate.failure import Deferred, Failure, format_failure
 
 if TYPE_CHECKING:
-    from fleetgate.config import ServiceAttempt, ServiceConfig
     from fleetgate.fleet import Fleet
     from fleetgate.host import HostTarget
     from fleetgate.live.endpoint import LiveEndpoint
+    from fleetgate.rendered import RenderedService, ServiceAttempt
     from fleetgate.timeouts import ResolvedChain
 
 __all__ = [
@@ -207,10 +207,10 @@ def service_seam(
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
-    requires: Callable[[ServiceConfig], str | None] | None = None,
+    requires: Callable[[RenderedService], str | None] | None = None,
     engines: tuple[str, ...] | None = None,
-    figures: Callable[[ServiceConfig], Mapping[str, Any]] | None = None,
-) -> Check[ServiceConfig]:
+    figures: Callable[[RenderedService], Mapping[str, Any]] | None = None,
+) -> Check[RenderedService]:
     """A seam on every rendered service (of ``engines``, when given)."""
     return _declare(name, "seam", "service", codes, cites=cites, summary=summary, requires=requires,
                     engines=engines, figures=figures)

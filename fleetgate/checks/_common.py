@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from fleetgate.fleet import gib
 
 if TYPE_CHECKING:
-    from fleetgate.config import ServiceConfig
+    from fleetgate.rendered import RenderedService
 
 __all__ = ["gib", "mib", "no_cards", "no_profile"]
 
@@ -17,7 +17,7 @@ def mib(value: float) -> str:
     return f"{value / (1 << 20):,.0f} MiB"
 
 
-def no_profile(config: ServiceConfig, needs: str = "") -> str | None:
+def no_profile(config: RenderedService, needs: str = "") -> str | None:
     """Why a seam that reads the model's profile cannot apply (None when the profile is there)."""
     if config.profile is None:
         return (f"{config.name} declares no model profile: set services.{config.name}.profile in fleet.toml "
@@ -27,7 +27,7 @@ def no_profile(config: ServiceConfig, needs: str = "") -> str | None:
     return None
 
 
-def no_cards(config: ServiceConfig) -> str | None:
+def no_cards(config: RenderedService) -> str | None:
     """Why a seam about the host's cards cannot apply (None when the host declares some)."""
     if not config.host.cards:
         return (f"host {config.host.name} declares no serving device (CPU only): declare its cards in "

@@ -13,16 +13,16 @@ from __future__ import annotations
 import shlex
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llamacpp import BUILD
+from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
 
 NAME = "engine-accepts-argv"
 
 
-def _is_llama(config: ServiceConfig) -> str | None:
+def _is_llama(config: RenderedService) -> str | None:
     if config.llama is None:
         return f"{config.name} renders no llama-server command line"
     build = config.service.engine_build
@@ -35,7 +35,7 @@ def _is_llama(config: ServiceConfig) -> str | None:
     return None
 
 
-def table_note(config: ServiceConfig) -> str:
+def table_note(config: RenderedService) -> str:
     """Which build's table read the service's argv, and how sure that is."""
     assert config.llama is not None
     declared = config.service.engine_build
@@ -80,7 +80,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def engine_accepts_argv(config: ServiceConfig) -> None:
+def engine_accepts_argv(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     if not llama.problems:
@@ -132,7 +132,7 @@ def engine_accepts_argv(config: ServiceConfig) -> None:
                      )
 
 
-def _stray_positionals(config: ServiceConfig) -> None:
+def _stray_positionals(config: RenderedService) -> None:
     """llama-server takes no positional argument: its parser refuses any word that is not a flag or a flag's value
     (common/arg.cpp, common_params_parse_ex: "invalid argument"). The usual source is a variable that held a flag's
     value with the flag gone (``--jinja $JINJA`` with JINJA=true reads as ``--jinja true``)."""

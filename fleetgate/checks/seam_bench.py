@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.fleet import Bench
 from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
+from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME"]
 
@@ -33,7 +33,7 @@ _SWEEP = {"-b": "batch", "--batch-size": "batch", "-ub": "ubatch", "--ubatch-siz
           "--cache-type-v": "cache_type_v", "-sm": "split_mode", "--split-mode": "split_mode"}
 
 
-def _no_bench(config: ServiceConfig) -> str | None:
+def _no_bench(config: RenderedService) -> str | None:
     if not config.service.benches:
         return f"{config.name} declares no bench harness (services.{config.name}.bench in fleet.toml)"
     return None
@@ -61,7 +61,7 @@ def _values(argv: tuple[str, ...]) -> dict[str, list[str]]:
     return found
 
 
-def _llama_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
+def _llama_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -> None:
     if "-c" in argv or "--ctx-size" in argv:
         flag = "-c" if "-c" in argv else "--ctx-size"
         raise CHECK.fail(config, "ctx-not-a-bench-flag", cites=("B-H-2", "INC-23"),
@@ -100,7 +100,7 @@ def _llama_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> 
                          fix="add -d; and read llama-bench's decode figure as the drafterless, single-slot baseline it is")
 
 
-def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
+def _systemd_run(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -> None:
     props: dict[str, str] = {}
     i = 1
     while i < len(argv):
@@ -128,7 +128,7 @@ def _systemd_run(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> 
                          "load for a reason that has nothing to do with the model")
 
 
-def _vllm_bench(config: ServiceConfig, bench: Bench, argv: tuple[str, ...]) -> None:
+def _vllm_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -> None:
     if argv[1:3] != ("bench", "serve"):
         return
     args = set(argv) | {a.split("=", 1)[0] for a in argv if a.startswith("--")}
@@ -171,7 +171,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def bench_harness(config: ServiceConfig) -> None:
+def bench_harness(config: RenderedService) -> None:
     for bench in config.service.benches:
         pseudo = replace(config.service, name=f"{config.name}:{bench.script.name}", binary=bench.binary,
                          serve_script=bench.script, env_file=None, unit=None)

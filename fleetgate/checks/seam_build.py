@@ -16,9 +16,9 @@ import posixpath
 from dataclasses import replace
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.render import render
 from fleetgate.render_types import Rendered, RenderRefused
+from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME"]
 
@@ -27,7 +27,7 @@ _TARGET_KEYS = ("AMDGPU_TARGETS", "GPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMA
 _RUNTIME = ("rocblas", "hipblaslt")
 
 
-def _no_build(config: ServiceConfig) -> str | None:
+def _no_build(config: RenderedService) -> str | None:
     if config.service.build is None:
         return f"{config.name} declares no build script (services.{config.name}.build in fleet.toml)"
     return None
@@ -91,7 +91,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def build_script(config: ServiceConfig) -> None:
+def build_script(config: RenderedService) -> None:
     build = config.service.build
     assert build is not None
     pseudo = replace(config.service, name=f"{config.name}:build", binary=build.binary, serve_script=build.script,

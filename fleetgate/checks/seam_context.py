@@ -11,15 +11,15 @@ from dataclasses import dataclass
 
 from fleetgate.checks import service_seam
 from fleetgate.checks._common import no_profile
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.policies import policy_on
+from fleetgate.rendered import RenderedService
 
 DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"
 
 
-def _is_llama(config: ServiceConfig) -> str | None:
+def _is_llama(config: RenderedService) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
@@ -39,7 +39,7 @@ DIVIDE_CHECK = service_seam(
 
 
 @DIVIDE_CHECK.register
-def slots_divide_context(config: ServiceConfig) -> None:
+def slots_divide_context(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     n_ctx_train = config.profile.n_ctx_train if config.profile else None
@@ -92,7 +92,7 @@ def slots_divide_context(config: ServiceConfig) -> None:
         )
 
 
-def _no_trained_window(config: ServiceConfig) -> str | None:
+def _no_trained_window(config: RenderedService) -> str | None:
     extrapolation = config.service.extrapolation
     if extrapolation is not None and not math.isfinite(extrapolation.max_ratio):
         # The manifest's inf/nan is fleet-numbers-finite's finding; no window can be held to it.
@@ -114,7 +114,7 @@ TRAINED_CHECK = service_seam(
 
 
 @TRAINED_CHECK.register
-def slot_within_trained_window(config: ServiceConfig) -> None:
+def slot_within_trained_window(config: RenderedService) -> None:
     llama, profile = config.llama, config.profile
     assert llama is not None and profile is not None and profile.n_ctx_train is not None
     shape = context_shape(llama, profile.n_ctx_train)
@@ -161,7 +161,7 @@ def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
     return value
 
 
-def declared_shape(config: ServiceConfig) -> PoolShape | None:
+def declared_shape(config: RenderedService) -> PoolShape | None:
     """Slots and pool of an engine read through the flags fleet.toml names (``shape_flags``); None when the
     argv does not give both as positive integers."""
     flags = config.service.shape_flags
@@ -173,7 +173,7 @@ def declared_shape(config: ServiceConfig) -> PoolShape | None:
     return PoolShape(int(slots), int(pool), flags.slots, flags.pool)
 
 
-def _no_shape_flags(config: ServiceConfig) -> str | None:
+def _no_shape_flags(config: RenderedService) -> str | None:
     if config.llama is not None or config.vllm is not None:
         return f"{config.name}'s engine has its own argv model: slots-divide-context and the memory seams hold its shape"
     if config.service.shape_flags is None:
@@ -200,7 +200,7 @@ POOL_CHECK = service_seam(
 
 
 @POOL_CHECK.register
-def slots_divide_pool(config: ServiceConfig) -> None:
+def slots_divide_pool(config: RenderedService) -> None:
     flags = config.service.shape_flags
     assert flags is not None
     shape = declared_shape(config)

@@ -135,9 +135,9 @@ def _nothing_shared(fleet: Fleet) -> str | None:
 
 def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
-    from fleetgate.config import load_service
     from fleetgate.ledger.service import service_ledger
     from fleetgate.render_types import RenderRefused
+    from fleetgate.rendered import load_service
 
     service = fleet.services[name]
     try:

@@ -26,11 +26,11 @@ from dataclasses import replace
 
 from fleetgate.checks import service_seam
 from fleetgate.checks.seam_swap import payload_variables
-from fleetgate.config import ServiceConfig
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
 from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
+from fleetgate.rendered import RenderedService
 
 __all__: list[str] = []
 
@@ -41,7 +41,7 @@ _ALL = ("0.0.0.0", "::", "")
 HEALTH = {"llama.cpp": ("/health",), "vllm": ("/health",)}
 
 
-def _deployed(config: ServiceConfig) -> str | None:
+def _deployed(config: RenderedService) -> str | None:
     if config.fleet.deploy_probes is None:
         return (f"{config.fleet.path.name} names no deploy_probes: name the deploy script's probe table to hold "
                 "each deploy's readiness gate to the service")
@@ -69,7 +69,7 @@ def _flag(argv: tuple[str, ...], name: str) -> str | None:
     return value
 
 
-def _listens(config: ServiceConfig) -> tuple[str, int, bool]:
+def _listens(config: RenderedService) -> tuple[str, int, bool]:
     """(bind address, port, TLS) of the rendered engine; "" binds every interface."""
     argv = config.rendered.argv
     tls = any(a.split("=", 1)[0].startswith(("--ssl", "--tls")) for a in argv[1:])
@@ -80,7 +80,7 @@ def _listens(config: ServiceConfig) -> tuple[str, int, bool]:
     return _flag(argv, "--host") or "", port, tls
 
 
-def _fail(config: ServiceConfig, probe: Probe, *, code: str, observed: str, expected: str, fix: str) -> Failure:
+def _fail(config: RenderedService, probe: Probe, *, code: str, observed: str, expected: str, fix: str) -> Failure:
     """The failure of one probe branch; the raise site names the branch (``code``)."""
     return CHECK.fail(config, code, where=probe.where, observed=f"{probe.url} ({probe.budget_s} s budget): {observed}",
                       expected=expected,
@@ -108,7 +108,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def deploy_probes(config: ServiceConfig) -> None:
+def deploy_probes(config: RenderedService) -> None:
     table = config.fleet.deploy_probes
     assert table is not None
     probe = read_probes(table).get(config.name)
@@ -156,11 +156,11 @@ _SSH_VALUED = set("bceilmopBDEFIJLOPQRSwW")
 _EXISTS = ("-e", "-f", "-r", "-s", "-d")
 
 
-def _loads(config: ServiceConfig, path: str) -> bool:
+def _loads(config: RenderedService, path: str) -> bool:
     return any(arg == path or arg.endswith(f"={path}") for arg in config.rendered.args)
 
 
-def _gated(config: ServiceConfig) -> str | None:
+def _gated(config: RenderedService) -> str | None:
     if config.fleet.deploy_script is None:
         return (f"{config.fleet.path.name} names no deploy_script: name the deploy script to hold its payload gate "
                 "to the files each unit loads")
@@ -221,7 +221,7 @@ PAYLOAD_CHECK = service_seam(
 
 
 @PAYLOAD_CHECK.register
-def deploy_payload(config: ServiceConfig) -> None:
+def deploy_payload(config: RenderedService) -> None:
     script = config.fleet.deploy_script
     assert script is not None
     host = config.service.host

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.fleet import Device
+from fleetgate.rendered import RenderedService
 
 NAME = "device-visibility"
 
@@ -49,7 +49,7 @@ def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Vis
     return Visibility(devices, tuple(steps))
 
 
-def _no_devices(config: ServiceConfig) -> str | None:
+def _no_devices(config: RenderedService) -> str | None:
     if not config.host.devices:
         return (f"host {config.host.name} declares no device (CPU only): declare its devices, in "
                 f"enumeration order, in hosts.{config.host.name}.devices")
@@ -74,7 +74,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def device_visibility(config: ServiceConfig) -> None:
+def device_visibility(config: RenderedService) -> None:
     env = dict(config.rendered.env)
     seen = visible_devices(_granted(config), env)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
@@ -121,7 +121,7 @@ def device_visibility(config: ServiceConfig) -> None:
         )
 
 
-def _granted(config: ServiceConfig) -> tuple[Device, ...]:
+def _granted(config: RenderedService) -> tuple[Device, ...]:
     """The devices the engine's process can enumerate: the host's, or those a compose service is granted."""
     __tracebackhide__ = True
     compose = config.rendered.compose
@@ -154,7 +154,7 @@ def _granted(config: ServiceConfig) -> tuple[Device, ...]:
     return tuple(config.host.devices[i] for i in grant.indices)
 
 
-def _devices_needed(config: ServiceConfig) -> int:
+def _devices_needed(config: RenderedService) -> int:
     if config.llama is not None:
         names = set(config.llama.devices) | set(config.llama.spec_draft_device)
         indices = [int(n[len(n.rstrip("0123456789")):]) for n in names if n[-1:].isdigit()]

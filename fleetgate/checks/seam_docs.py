@@ -23,9 +23,9 @@ from pathlib import Path
 
 from fleetgate.checks import fleet_seam, service_seam
 from fleetgate.checks.seam_context import declared_shape
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.fleet import Fleet
+from fleetgate.rendered import RenderedService
 
 __all__ = ["IndexEntry", "Shape", "read_index"]
 
@@ -154,7 +154,7 @@ class Shape:
         return f"{self.slots} x {self.window:,}"
 
 
-def _shape(config: ServiceConfig) -> Shape | None:
+def _shape(config: RenderedService) -> Shape | None:
     """Slots and per-slot window as the engine builds them from the rendered argv."""
     if config.llama is not None:
         n_ctx_train = config.profile.n_ctx_train if config.profile else None
@@ -172,7 +172,7 @@ def _shape(config: ServiceConfig) -> Shape | None:
     return None
 
 
-def _no_shape(config: ServiceConfig) -> str | None:
+def _no_shape(config: RenderedService) -> str | None:
     if config.fleet.docs_index is None:
         return _has_index(config.fleet)
     if _shape(config) is None:
@@ -185,7 +185,7 @@ def _mentions(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
 
 
-def _lines_about(config: ServiceConfig) -> list[tuple[Path, int, str]]:
+def _lines_about(config: RenderedService) -> list[tuple[Path, int, str]]:
     """Lines of the index and of the service's page that name this service and no other."""
     index = config.fleet.docs_index
     assert index is not None
@@ -221,7 +221,7 @@ SHAPES_CHECK = service_seam(
 
 
 @SHAPES_CHECK.register
-def docs_shapes(config: ServiceConfig) -> None:
+def docs_shapes(config: RenderedService) -> None:
     shape = _shape(config)
     assert shape is not None
     for path, number, line in _lines_about(config):

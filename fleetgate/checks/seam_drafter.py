@@ -15,11 +15,11 @@ from __future__ import annotations
 from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.checks.seam_memory import LEDGER_CODES, _ledger
-from fleetgate.config import ServiceConfig
 from fleetgate.ledger.accounts import Buffer, Ledger
 from fleetgate.ledger.devices import HOST
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
 from fleetgate.ledger.service import calibrations_of
+from fleetgate.rendered import RenderedService
 
 NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).
@@ -27,7 +27,7 @@ _PLACED = ("model", "KV", "KV (SWA)")
 _LABEL = {"mtp": "MTP context", "draft": "draft model's context"}
 
 
-def _context(config: ServiceConfig) -> str | None:
+def _context(config: RenderedService) -> str | None:
     """``mtp`` (the target's own head), ``draft`` (a separate drafter) or None (no draft context)."""
     llama = config.llama
     assert llama is not None
@@ -39,11 +39,11 @@ def _context(config: ServiceConfig) -> str | None:
     return None
 
 
-def _sized_for(config: ServiceConfig, context: str) -> list[str]:
+def _sized_for(config: RenderedService, context: str) -> list[str]:
     return sorted({c.device for c in calibrations_of(config.service) if c.context == context})
 
 
-def _no_placement(config: ServiceConfig) -> str | None:
+def _no_placement(config: RenderedService) -> str | None:
     if config.llama is None:
         return f"{config.name} renders no llama-server command line"
     context = _context(config)
@@ -88,7 +88,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def drafter_placement(config: ServiceConfig) -> None:
+def drafter_placement(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     context = _context(config)

@@ -4,8 +4,8 @@ declared one, inf/nan in the manifest)."""
 from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, fleet_seam, service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.fleet import Fleet, Service
+from fleetgate.rendered import RenderedService
 
 FINITE = "fleet-numbers-finite"
 UNIQUE = "service-ports-unique"
@@ -79,7 +79,7 @@ def _same_llama_swap(first: Service, second: Service) -> bool:
             or (first.models_preset is not None and first.models_preset == second.models_preset))
 
 
-def _no_port(config: ServiceConfig) -> str | None:
+def _no_port(config: RenderedService) -> str | None:
     if config.llama is not None or config.vllm is not None:
         return None
     return f"{PORT} does not apply to {config.name}"
@@ -110,7 +110,7 @@ PORT_CHECK = service_seam(
 
 
 @PORT_CHECK.register
-def rendered_port_matches(config: ServiceConfig) -> None:
+def rendered_port_matches(config: RenderedService) -> None:
     if config.llama is not None:
         port, use = config.llama.port, config.llama.use("port")
         default = "llama-server's default 8080"
@@ -165,7 +165,7 @@ def rendered_port_matches(config: ServiceConfig) -> None:
     )
 
 
-def _compose_published(config: ServiceConfig, port: int, declared: int) -> None:
+def _compose_published(config: RenderedService, port: int, declared: int) -> None:
     """In a compose service on a bridge network clients reach the port ``ports:`` publishes, not the engine's own."""
     compose = config.rendered.compose
     assert compose is not None

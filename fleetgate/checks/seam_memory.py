@@ -16,12 +16,12 @@ from pathlib import Path
 
 from fleetgate.checks import Check, NotApplicable, service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
-from fleetgate.config import ServiceConfig
 from fleetgate.failure import Deferred
 from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
 from fleetgate.ledger.service import _ledger_builder, arm_rungs, calibrations_of, service_ledger, service_sweep
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
+from fleetgate.rendered import RenderedService
 from fleetgate.toml_keys import locate_key
 
 FLOOR = "card-floor"
@@ -40,12 +40,12 @@ def _profile_where(path: Path, table: str) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def _no_ledger(config: ServiceConfig) -> str | None:
+def _no_ledger(config: RenderedService) -> str | None:
     """Why the ledger cannot be built for this service (it needs the model's profile)."""
     return no_profile(config, "block_count")
 
 
-def _no_card_ledger(config: ServiceConfig) -> str | None:
+def _no_card_ledger(config: RenderedService) -> str | None:
     """Why there is no ledger of cards: no profile, or a host without cards (CPU only)."""
     return _no_ledger(config) or no_cards(config)
 
@@ -57,7 +57,7 @@ LEDGER_CODES = {
 """What every seam that builds the service's ledger can fail with besides its own codes."""
 
 
-def _ledger(config: ServiceConfig, check: Check[ServiceConfig]) -> Ledger:
+def _ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
     try:
         return service_ledger(config)
     except KeyError as exc:
@@ -89,7 +89,7 @@ def _card(d: DeviceLedger) -> str:
             f"{gib(d.free or 0)}; blocks {blocks}{' + output' if d.holds_output else ''}")
 
 
-def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
+def _split_fix(config: RenderedService, rows: list[SweepRow]) -> str:
     llama = config.llama
     assert llama is not None
     good = [r for r in rows if r.ok]
@@ -107,20 +107,20 @@ def _split_fix(config: ServiceConfig, rows: list[SweepRow]) -> str:
             f"one -ts step moves one block, and blocks are not the same size ({sweep})")
 
 
-def _lever(config: ServiceConfig) -> Deferred:
+def _lever(config: RenderedService) -> Deferred:
     llama = config.llama
     assert llama is not None
     return config.where_flag(llama.use("tensor_split") or llama.use("ctx_size"))
 
 
-def _headroom(config: ServiceConfig) -> dict[str, object]:
+def _headroom(config: RenderedService) -> dict[str, object]:
     ledger = service_ledger(config)
     floor = config.host.card_floor_bytes or 0
     return {"free_bytes": {d.card.name: d.free or 0 for d in ledger.cards},
             "headroom_bytes": {d.card.name: (d.free or 0) - floor for d in ledger.cards}}
 
 
-def _balance_margin(config: ServiceConfig) -> dict[str, object]:
+def _balance_margin(config: RenderedService) -> dict[str, object]:
     cards = service_ledger(config).cards
     slack = config.host.balance_slack_bytes
     if slack is None or len(cards) < 2:
@@ -129,7 +129,7 @@ def _balance_margin(config: ServiceConfig) -> dict[str, object]:
     return {"balance_margin_bytes": slack - (max(totals) - min(totals))}
 
 
-def _cache_margin(config: ServiceConfig) -> dict[str, object]:
+def _cache_margin(config: RenderedService) -> dict[str, object]:
     llama = config.llama
     assert llama is not None
     state = service_ledger(config).slot_state
@@ -158,7 +158,7 @@ FLOOR_CHECK = service_seam(
 
 
 @FLOOR_CHECK.register
-def card_floor(config: ServiceConfig) -> None:
+def card_floor(config: RenderedService) -> None:
     ledger = _ledger(config, FLOOR_CHECK)
     declared = config.host.card_floor_bytes
     floor = declared or 0
@@ -192,7 +192,7 @@ def _before_compute(d: DeviceLedger) -> int:
     return (d.card.vram_bytes or 0) - sum(b.bytes for b in d.buffers if b.buffer != "compute")
 
 
-def _contiguity(config: ServiceConfig, ledger: Ledger) -> None:
+def _contiguity(config: RenderedService, ledger: Ledger) -> None:
     """The largest compute buffer must be placeable in what its card has left after weights, KV and state.
 
     Compute buffers are reserved last (src/llama-context.cpp, after the model and the memory module), each
@@ -226,7 +226,7 @@ def _contiguity(config: ServiceConfig, ledger: Ledger) -> None:
         )
 
 
-def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
+def _measured_compute(config: RenderedService, ledger: Ledger) -> None:
     """A service whose compute buffers were measured must not be priced by estimate at a new ubatch (B-FIT-19)."""
     measured = sorted({c.ubatch for c in calibrations_of(config.service)})
     if not measured or ledger.n_ubatch in measured:
@@ -253,7 +253,7 @@ def _measured_compute(config: ServiceConfig, ledger: Ledger) -> None:
     )
 
 
-def _no_split(config: ServiceConfig) -> str | None:
+def _no_split(config: RenderedService) -> str | None:
     """Why there is no layer split across cards to balance."""
     llama = config.llama
     if llama is None:
@@ -285,7 +285,7 @@ BALANCE_CHECK = service_seam(
 
 
 @BALANCE_CHECK.register
-def card_balance(config: ServiceConfig) -> None:
+def card_balance(config: RenderedService) -> None:
     ledger = _ledger(config, BALANCE_CHECK)
     slack = config.host.balance_slack_bytes
     assert slack is not None
@@ -308,7 +308,7 @@ def card_balance(config: ServiceConfig) -> None:
     )
 
 
-def _is_llama(config: ServiceConfig) -> str | None:
+def _is_llama(config: RenderedService) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
@@ -334,7 +334,7 @@ CACHE_CHECK = service_seam(
 
 
 @CACHE_CHECK.register
-def prompt_cache_holds_slot(config: ServiceConfig) -> None:
+def prompt_cache_holds_slot(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     where = config.where_flag(llama.use("cache_ram"))
@@ -379,7 +379,7 @@ def prompt_cache_holds_slot(config: ServiceConfig) -> None:
     _checkpoints_fit(config, state, cap, slot, parts, refused)
 
 
-def _checkpoints_fit(config: ServiceConfig, state: SlotState, cap: int, slot: int, parts: str,
+def _checkpoints_fit(config: RenderedService, state: SlotState, cap: int, slot: int, parts: str,
                      refused: list[str]) -> None:
     """A cache entry is the slot's state plus every context checkpoint the slot holds (B-PC-5, INC-11).
 
@@ -421,7 +421,7 @@ def _checkpoints_fit(config: ServiceConfig, state: SlotState, cap: int, slot: in
     )
 
 
-def _no_draft_context(config: ServiceConfig) -> str | None:
+def _no_draft_context(config: RenderedService) -> str | None:
     """Why there is no draft context on a card to account for."""
     llama = config.llama
     if llama is None:
@@ -432,7 +432,7 @@ def _no_draft_context(config: ServiceConfig) -> str | None:
     return _no_card_ledger(config)
 
 
-def _split_is_the_lever(config: ServiceConfig, ledger: Ledger) -> bool:
+def _split_is_the_lever(config: RenderedService, ledger: Ledger) -> bool:
     """Whether some -ts step clears every card's floor with the drafter as it is: then the split is what
     moved, card-floor says so with the nearest such step, and the drafter is not to blame."""
     llama = config.llama
@@ -444,7 +444,7 @@ def _split_is_the_lever(config: ServiceConfig, ledger: Ledger) -> bool:
     return any(all(r.floor_ok) for r in rows)
 
 
-def _at_measured_geometry(config: ServiceConfig, ledger: Ledger) -> Ledger:
+def _at_measured_geometry(config: RenderedService, ledger: Ledger) -> Ledger:
     """The ledger with the batch geometry the service's compute buffers were measured at.
 
     The drafter check judges the drafter: a ubatch or batch change moves the compute buffers, which
@@ -474,7 +474,7 @@ DRAFTER_CHECK = service_seam(
 
 
 @DRAFTER_CHECK.register
-def drafter_kv_fits(config: ServiceConfig) -> None:
+def drafter_kv_fits(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     ledger = _at_measured_geometry(config, _ledger(config, DRAFTER_CHECK))

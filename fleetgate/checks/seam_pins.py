@@ -7,7 +7,7 @@ is what it will do. A live check (live-sampler-defaults) reads the same values b
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
+from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME"]
 
@@ -17,7 +17,7 @@ _DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}
 _FLAGS = {"temperature": ("temp", "--temp"), "top_p": ("top_p", "--top-p"), "top_k": ("top_k", "--top-k")}
 
 
-def _no_pins(config: ServiceConfig) -> str | None:
+def _no_pins(config: RenderedService) -> str | None:
     if config.llama is None:
         return f"{config.name} renders no llama-server command line"
     c = config.service.contract
@@ -43,7 +43,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def contract_pins(config: ServiceConfig) -> None:
+def contract_pins(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     contract = config.service.contract

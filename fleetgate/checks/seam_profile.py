@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
+from fleetgate.rendered import RenderedService
 
 NAME = "profile-declared"
 
@@ -20,7 +20,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def profile_declared(config: ServiceConfig) -> None:
+def profile_declared(config: RenderedService) -> None:
     if config.profile is None:
         raise CHECK.fail(
             config, "missing",

@@ -14,8 +14,8 @@ from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
 from fleetgate.checks.seam_units import UNIT_ENGINES, not_a_quadlet, unit_of
-from fleetgate.config import ServiceConfig
 from fleetgate.render_types import map_to_repo
+from fleetgate.rendered import RenderedService
 from fleetgate.units import Setting, Unit
 
 __all__ = ["container_paths", "mounts"]
@@ -39,7 +39,7 @@ IMAGE_CHECK = service_seam(
 
 
 @IMAGE_CHECK.register
-def quadlet_image(config: ServiceConfig) -> None:
+def quadlet_image(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     image = unit.last("Container", "Image")
@@ -84,7 +84,7 @@ CACHE_CHECK = service_seam(
 
 
 @CACHE_CHECK.register
-def quadlet_compile_cache(config: ServiceConfig) -> None:
+def quadlet_compile_cache(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     if config.vllm is None:
@@ -101,7 +101,7 @@ def quadlet_compile_cache(config: ServiceConfig) -> None:
     )
 
 
-def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
+def container_paths(config: RenderedService) -> Iterator[tuple[str, str]]:
     """(what, path) for every absolute path the rendered argv hands the engine, JSON values included."""
     argv = config.rendered.argv
     for i, arg in enumerate(argv[1:], start=1):
@@ -119,7 +119,7 @@ def container_paths(config: ServiceConfig) -> Iterator[tuple[str, str]]:
                         yield f"{flag} {key}", item
 
 
-def _container(config: ServiceConfig) -> str | None:
+def _container(config: RenderedService) -> str | None:
     return None if config.rendered.compose is not None else not_a_quadlet(config)
 
 
@@ -143,7 +143,7 @@ PATHS_CHECK = service_seam(
 
 
 @PATHS_CHECK.register
-def quadlet_container_paths(config: ServiceConfig) -> None:
+def quadlet_container_paths(config: RenderedService) -> None:
     if config.rendered.compose is not None:
         _compose_paths(config)
         return
@@ -182,7 +182,7 @@ def quadlet_container_paths(config: ServiceConfig) -> None:
             )
 
 
-def _compose_paths(config: ServiceConfig) -> None:
+def _compose_paths(config: RenderedService) -> None:
     """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload."""
     compose = config.rendered.compose
     assert compose is not None

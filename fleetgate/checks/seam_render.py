@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from fleetgate.checks import attempt_seam
-from fleetgate.config import ServiceAttempt
 from fleetgate.render_types import Origin
+from fleetgate.rendered import ServiceAttempt
 
 NAME = "serve-script-renders"
 

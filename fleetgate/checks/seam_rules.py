@@ -20,11 +20,11 @@ import promql_parser
 import yaml
 
 from fleetgate.checks import fleet_seam, service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.llama_metrics import load_llama_metrics
 from fleetgate.engines.vllm import load_release
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, Service
+from fleetgate.rendered import RenderedService
 
 __all__ = ["Selector", "exported", "selectors"]
 
@@ -244,7 +244,7 @@ def rules_exported(fleet: Fleet) -> None:
             )
 
 
-def _drafts(config: ServiceConfig) -> str | None:
+def _drafts(config: RenderedService) -> str | None:
     if config.service.state == "undeployed":
         return f"{config.name} is not deployed: nothing to alert on"
     if config.llama is not None and any(t and t != "none" for t in config.llama.spec_types):
@@ -267,7 +267,7 @@ DRAFTER_CHECK = service_seam(
 
 
 @DRAFTER_CHECK.register
-def rules_drafter_alert(config: ServiceConfig) -> None:
+def rules_drafter_alert(config: RenderedService) -> None:
     namespace = "llamacpp" if config.llama is not None else "vllm"
     series = f"{namespace}:spec_decode_num_drafts_total"
     for selector in selectors(config.fleet, dashboards=False):

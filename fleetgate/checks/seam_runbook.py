@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
+from fleetgate.rendered import RenderedService
 
 NAME = "runbook-settings"
 HEADING = "deployed configuration"
@@ -37,7 +37,7 @@ class Setting:
     line: int
 
 
-def _page(config: ServiceConfig) -> Path | None:
+def _page(config: RenderedService) -> Path | None:
     index = config.fleet.docs_index
     if index is None:
         return None
@@ -63,7 +63,7 @@ def _table(page: Path) -> list[tuple[int, str]] | None:
     return rows[2:]  # the header row and the |---| rule
 
 
-def _no_runbook_table(config: ServiceConfig) -> str | None:
+def _no_runbook_table(config: RenderedService) -> str | None:
     if config.fleet.docs_index is None:
         return (f"{config.fleet.path.name} names no docs_index: the runbooks (docs/{config.name}.md beside it) "
                 "cannot be read")
@@ -76,7 +76,7 @@ def _no_runbook_table(config: ServiceConfig) -> str | None:
     return None
 
 
-def _settings(config: ServiceConfig, page: Path, rows: list[tuple[int, str]]) -> list[Setting]:
+def _settings(config: RenderedService, page: Path, rows: list[tuple[int, str]]) -> list[Setting]:
     found: list[Setting] = []
     for number, row in rows:
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
@@ -134,7 +134,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def runbook_settings(config: ServiceConfig) -> None:
+def runbook_settings(config: RenderedService) -> None:
     page = _page(config)
     assert page is not None
     rows = _table(page)

@@ -7,14 +7,14 @@ does not read the script: it renders it twice, as bash does, and compares.
 from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
+from fleetgate.rendered import RenderedService
 
 NAME = "empty-means-omit"
 
 
-def _no_omittable(config: ServiceConfig) -> str | None:
+def _no_omittable(config: RenderedService) -> str | None:
     if not config.service.omittable:
         return (f"{config.name} declares no omittable variable: list in services.{config.name}.omittable "
                 "each variable whose empty value must omit its flag")
@@ -45,7 +45,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def empty_means_omit(config: ServiceConfig) -> None:
+def empty_means_omit(config: RenderedService) -> None:
     for variable in config.service.omittable:
         sentinel = f"fleetgate-probe-{variable.lower()}"
         try:

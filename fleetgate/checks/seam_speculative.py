@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
+from fleetgate.rendered import RenderedService
 
 NAME = "speculative-wiring"
 
@@ -15,7 +15,7 @@ NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "
 BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
-def _no_speculation(config: ServiceConfig) -> str | None:
+def _no_speculation(config: RenderedService) -> str | None:
     llama = config.llama
     if llama is None:
         return f"{config.name} renders no llama-server command line"
@@ -43,7 +43,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def speculative_wiring(config: ServiceConfig) -> None:
+def speculative_wiring(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     types = [t for t in llama.spec_types if t != "none"]
@@ -135,7 +135,7 @@ MINIMUMS = (
 )
 
 
-def _no_engine_build(config: ServiceConfig) -> str | None:
+def _no_engine_build(config: RenderedService) -> str | None:
     if config.llama is None:
         return f"{config.name} renders no llama-server command line"
     if config.service.engine_build is None:
@@ -144,7 +144,7 @@ def _no_engine_build(config: ServiceConfig) -> str | None:
     return None
 
 
-def _needs(config: ServiceConfig, feature: str) -> bool:
+def _needs(config: RenderedService, feature: str) -> bool:
     llama = config.llama
     assert llama is not None
     if feature == "draft-mtp with a quantized V cache":
@@ -169,7 +169,7 @@ BUILD_CHECK = service_seam(
 
 
 @BUILD_CHECK.register
-def engine_build_minimum(config: ServiceConfig) -> None:
+def engine_build_minimum(config: RenderedService) -> None:
     build, llama = config.service.engine_build, config.llama
     assert build is not None and llama is not None
     for fork, feature, minimum, rule in MINIMUMS:

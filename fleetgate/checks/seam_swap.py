@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import render
 from fleetgate.render_types import Origin, Rendered, RenderRefused
+from fleetgate.rendered import RenderedService
 
 __all__ = ["payload_variables"]
 
@@ -34,20 +34,20 @@ DEFAULTS = "payload-defaults"
 _PAYLOAD_FLAGS = {"--model", "-m", "--mmproj", "-mm", "--spec-draft-model", "-md", "--model-draft"}
 
 
-def _has_manifest(config: ServiceConfig) -> str | None:
+def _has_manifest(config: RenderedService) -> str | None:
     if config.service.payload_manifest is None:
         return (f"{config.name} declares no payload_manifest in fleet.toml: name the fetch script's manifest "
                 "('SIZE SHA256 PATH' per file) to hold the payload's consumers together")
     return None
 
 
-def _argv_payload(config: ServiceConfig) -> dict[str, str]:
+def _argv_payload(config: RenderedService) -> dict[str, str]:
     """flag -> path for every payload file the rendered argv names."""
     argv = config.rendered.argv
     return {argv[i]: argv[i + 1] for i in range(1, len(argv) - 1) if argv[i] in _PAYLOAD_FLAGS}
 
 
-def _profiles(config: ServiceConfig) -> list[tuple[str, Profile]]:
+def _profiles(config: RenderedService) -> list[tuple[str, Profile]]:
     found = []
     for flag, path in (("--model", config.service.profile), ("--spec-draft-model", config.service.draft_profile),
                        ("--mmproj", config.service.projector_profile)):
@@ -74,7 +74,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def payload_consistency(config: ServiceConfig) -> None:
+def payload_consistency(config: RenderedService) -> None:
     manifest_path = config.service.payload_manifest
     assert manifest_path is not None
     manifest = {entry.path: entry for entry in read_manifest(manifest_path)}
@@ -127,13 +127,13 @@ def payload_consistency(config: ServiceConfig) -> None:
             )
 
 
-def payload_variables(config: ServiceConfig) -> list[Origin]:
+def payload_variables(config: RenderedService) -> list[Origin]:
     """The env file's variables whose value is a declared payload file (MODEL=, MMPROJ=, CHECKPOINT=)."""
     declared = set(config.service.payload)
     return [origin for origin in config.variables.values() if origin.value in declared]
 
 
-def _names_payload(config: ServiceConfig) -> str | None:
+def _names_payload(config: RenderedService) -> str | None:
     if not payload_variables(config):
         return (f"no variable of {config.name}'s env files names a declared payload file: nothing whose serve-script "
                 "default could name another (declare the payload in fleet.toml and set it in the env file)")
@@ -155,7 +155,7 @@ DEFAULTS_CHECK = service_seam(
 
 
 @DEFAULTS_CHECK.register
-def payload_defaults(config: ServiceConfig) -> None:
+def payload_defaults(config: RenderedService) -> None:
     declared = set(config.service.payload)
     variables = payload_variables(config)
 
@@ -184,7 +184,7 @@ def payload_defaults(config: ServiceConfig) -> None:
             _other(config, origin, loaded[0], "the rendered argv with the variable unset")
 
 
-def _other(config: ServiceConfig, origin: Origin, path: str, how: str) -> None:
+def _other(config: RenderedService, origin: Origin, path: str, how: str) -> None:
     __tracebackhide__ = True
     raise DEFAULTS_CHECK.fail(
         config, "other-payload",

@@ -12,9 +12,9 @@ import re
 import shlex
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.render import render
 from fleetgate.render_types import RenderRefused, map_to_repo
+from fleetgate.rendered import RenderedService
 from fleetgate.units import Setting, Unit
 
 __all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of"]
@@ -30,11 +30,11 @@ UNIT_ENGINES = ("llama.cpp", "vllm", "openai")
 _STARTS = {"quadlet": "a rootless Quadlet starts with the user manager", "systemd": "a root unit starts with the system"}
 
 
-def unit_of(config: ServiceConfig) -> Unit | None:
+def unit_of(config: RenderedService) -> Unit | None:
     return config.rendered.unit
 
 
-def _has_unit(config: ServiceConfig) -> str | None:
+def _has_unit(config: RenderedService) -> str | None:
     if config.rendered.compose is not None:
         return f"{config.name} is a compose service ({config.rendered.compose.path.name}): no systemd unit to hold"
     if config.rendered.unit is None:
@@ -42,21 +42,21 @@ def _has_unit(config: ServiceConfig) -> str | None:
     return None
 
 
-def _systemd(config: ServiceConfig) -> str | None:
+def _systemd(config: RenderedService) -> str | None:
     unit = config.rendered.unit
     if unit is not None and unit.kind == "quadlet":
         return f"{config.name} is a rootless Quadlet: it runs as the user whose manager starts it, not as User="
     return _has_unit(config)
 
 
-def not_a_quadlet(config: ServiceConfig) -> str | None:
+def not_a_quadlet(config: RenderedService) -> str | None:
     unit = config.rendered.unit
     if unit is not None and unit.kind == "systemd":
         return f"{config.name} is a systemd unit, not a Quadlet .container: no image or volumes to hold"
     return _has_unit(config)
 
 
-def _rocm(config: ServiceConfig) -> str | None:
+def _rocm(config: RenderedService) -> str | None:
     if not any(d.name.startswith("ROCm") for d in config.host.devices if d.serves):
         return f"{config.service.host} has no ROCm card: the unlimited memlock is for ROCm's staging buffers"
     return _systemd(config)
@@ -80,7 +80,7 @@ INSTALL_CHECK = service_seam(
 
 
 @INSTALL_CHECK.register
-def unit_install(config: ServiceConfig) -> None:
+def unit_install(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     target = "default.target" if unit.kind == "quadlet" else "multi-user.target"
@@ -118,7 +118,7 @@ USER_CHECK = service_seam(
 
 
 @USER_CHECK.register
-def unit_user(config: ServiceConfig) -> None:
+def unit_user(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     user = unit.last("Service", "User")
@@ -154,7 +154,7 @@ MEMLOCK_CHECK = service_seam(
 
 
 @MEMLOCK_CHECK.register
-def unit_memlock(config: ServiceConfig) -> None:
+def unit_memlock(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     limit = unit.last("Service", "LimitMEMLOCK")
@@ -197,7 +197,7 @@ RESTART_CHECK = service_seam(
 
 
 @RESTART_CHECK.register
-def unit_restart(config: ServiceConfig) -> None:
+def unit_restart(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     restart = unit.last("Service", "Restart")
@@ -240,7 +240,7 @@ ENV_FILES_CHECK = service_seam(
 
 
 @ENV_FILES_CHECK.register
-def unit_env_files(config: ServiceConfig) -> None:
+def unit_env_files(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     _literal_expansions(config)
@@ -272,7 +272,7 @@ _SHELL_ONLY = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*:?[-=+?][^}]*\}|\$\(|`")
 _ENGINE_READS = ("LLAMA_", "VLLM_", "GGML_", "HF_", "CUDA_", "HIP_", "ROCR_", "HSA_", "NCCL_", "PYTORCH_")
 
 
-def _literal_expansions(config: ServiceConfig) -> None:
+def _literal_expansions(config: RenderedService) -> None:
     """An EnvironmentFile= value written for a shell (``${MODEL_PATH:-/models/x.gguf}``) is kept literally by
     systemd (src/basic/env-file.c expands nothing): when that literal reaches the engine's argv or environment,
     the engine is handed the characters ``${...}`` instead of a path."""
@@ -300,7 +300,7 @@ def _literal_expansions(config: ServiceConfig) -> None:
         )
 
 
-def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, ...]] | None:
+def _exec_args(config: RenderedService, unit: Unit) -> tuple[Setting, tuple[str, ...]] | None:
     if unit.kind == "quadlet":
         setting = unit.last("Container", "Exec")
         if setting is None:
@@ -319,7 +319,7 @@ def _exec_args(config: ServiceConfig, unit: Unit) -> tuple[Setting, tuple[str, .
     return None
 
 
-def _shell_expansions(config: ServiceConfig, unit: Unit) -> None:
+def _shell_expansions(config: RenderedService, unit: Unit) -> None:
     """systemd expands ExecStart= itself, and a shell's expansion is not systemd's."""
     from fleetgate.sources.systemd import expand_exec
 
@@ -358,7 +358,7 @@ EXEC_ARGS_CHECK = service_seam(
 
 
 @EXEC_ARGS_CHECK.register
-def unit_exec_args(config: ServiceConfig) -> None:
+def unit_exec_args(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     if unit.kind == "systemd" and unit.all("Service", "ExecStart"):

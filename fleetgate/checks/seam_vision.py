@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.failure import Deferred
+from fleetgate.rendered import RenderedService
 
 NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
 _TYPE = re.compile(r"(?:^|[-_.])(F32|F16|BF16|Q8_0|Q6_K|Q5_K_M|Q4_K_M|Q4_0|Q4_1)(?=[-_.]|$)", re.IGNORECASE)
 
 
-def _where_mmproj(config: ServiceConfig) -> str | Deferred:
+def _where_mmproj(config: RenderedService) -> str | Deferred:
     """The variable that holds the projector's path (a serve script that tests the file defeats re-rendering)."""
     llama = config.llama
     assert llama is not None
@@ -28,7 +28,7 @@ def _projector_type(path: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _no_vision_contract(config: ServiceConfig) -> str | None:
+def _no_vision_contract(config: RenderedService) -> str | None:
     if config.llama is None:
         return f"{config.name} renders no llama-server command line"
     if config.service.contract.vision is None:
@@ -52,7 +52,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def vision_mmproj(config: ServiceConfig) -> None:
+def vision_mmproj(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     vision = config.service.contract.vision

@@ -10,13 +10,13 @@ import difflib
 from typing import Any
 
 from fleetgate.checks import NotApplicable, service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.policies import policy_on
+from fleetgate.rendered import RenderedService
 
 NAME = "vllm-memory-knobs"
 
 
-def _is_vllm(config: ServiceConfig) -> str | None:
+def _is_vllm(config: RenderedService) -> str | None:
     return None if config.vllm is not None else f"{config.name} renders no vLLM command line"
 
 
@@ -41,7 +41,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def vllm_memory_knobs(config: ServiceConfig) -> None:
+def vllm_memory_knobs(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None
     ceiling = config.host.vllm_max_gpu_memory_utilization
@@ -108,7 +108,7 @@ def _describe(pool: dict[str, Any]) -> str:
     return ", ".join(f"{label} {pool.get(key, DEFAULTS.get(key, '?'))}" for key, label in SHAPE)
 
 
-def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[str, Any]) -> None:
+def _unmeasured(config: RenderedService, pools: list[dict[str, Any]], shape: dict[str, Any]) -> None:
     """No measured boot at this shape: name the knobs that moved from the nearest one, at their own line."""
     vllm = config.vllm
     assert vllm is not None
@@ -146,7 +146,7 @@ def _unmeasured(config: ServiceConfig, pools: list[dict[str, Any]], shape: dict[
     )
 
 
-def _kv_memory(config: ServiceConfig) -> None:
+def _kv_memory(config: RenderedService) -> None:
     """--kv-cache-memory is not a literal 0: blame the file that made it so (B-VL-2, INC-30)."""
     vllm = config.vllm
     assert vllm is not None

@@ -10,9 +10,9 @@ from __future__ import annotations
 import shlex
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.vllm import DEFAULT_RELEASE, RADIANCE, Fork, load_release, read_as_vllm, releases
 from fleetgate.failure import Deferred
+from fleetgate.rendered import RenderedService
 
 __all__ = ["fork_of", "release_of"]
 
@@ -20,7 +20,7 @@ ARGV = "vllm-argv"
 FORBIDDEN = "forbidden-flags"
 
 
-def fork_of(config: ServiceConfig) -> Fork | None:
+def fork_of(config: RenderedService) -> Fork | None:
     """The vLLM fork a service runs, from its Quadlet's image reference (localhost/radiance-vllm:TAG)."""
     unit = config.rendered.unit
     image = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
@@ -29,11 +29,11 @@ def fork_of(config: ServiceConfig) -> Fork | None:
     return None
 
 
-def _is_vllm(config: ServiceConfig) -> bool:
+def _is_vllm(config: RenderedService) -> bool:
     return config.vllm is not None
 
 
-def _release_known(config: ServiceConfig) -> str | None:
+def _release_known(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
     build = config.service.engine_build
@@ -45,13 +45,13 @@ def _release_known(config: ServiceConfig) -> str | None:
     return None
 
 
-def release_of(config: ServiceConfig) -> str:
+def release_of(config: RenderedService) -> str:
     """The vLLM release whose options read the service's argv: its engine_build version, else 0.13.0."""
     build = config.service.engine_build
     return build.version if build is not None and build.version is not None else DEFAULT_RELEASE
 
 
-def _where(config: ServiceConfig, flag: str) -> str | Deferred:
+def _where(config: RenderedService, flag: str) -> str | Deferred:
     assert config.vllm is not None
     dest = flag.lstrip("-").replace("-", "_")
     return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)
@@ -77,7 +77,7 @@ ARGV_CHECK = service_seam(
 
 
 @ARGV_CHECK.register
-def vllm_argv(config: ServiceConfig) -> None:
+def vllm_argv(config: RenderedService) -> None:
     fork = fork_of(config)
     release = load_release(release_of(config)).with_fork(fork)
     build = config.service.engine_build
@@ -99,7 +99,7 @@ def vllm_argv(config: ServiceConfig) -> None:
                               )
 
 
-def _no_engine_argv(config: ServiceConfig) -> str | None:
+def _no_engine_argv(config: RenderedService) -> str | None:
     if config.vllm is not None or config.llama is not None:
         return None
     return f"{FORBIDDEN} does not apply to {config.name}"
@@ -119,7 +119,7 @@ FORBIDDEN_CHECK = service_seam(
 
 
 @FORBIDDEN_CHECK.register
-def forbidden_flags(config: ServiceConfig) -> None:
+def forbidden_flags(config: RenderedService) -> None:
     argv = config.rendered.argv
     if config.vllm is not None:
         found, _ = read_as_vllm(argv, load_release().with_fork(RADIANCE))

@@ -12,14 +12,14 @@ from typing import Any
 
 from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib
-from fleetgate.config import ServiceConfig
 from fleetgate.errors import InputError
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
+from fleetgate.rendered import RenderedService
 
 NAME = "vllm-starts"
 
 
-def _no_ledger(config: ServiceConfig) -> str | None:
+def _no_ledger(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
     if config.profile is None:
@@ -33,19 +33,19 @@ def _no_ledger(config: ServiceConfig) -> str | None:
     return None
 
 
-def _cpu_space(config: ServiceConfig) -> str | None:
+def _cpu_space(config: RenderedService) -> str | None:
     """The engine's VLLM_CPU_KVCACHE_SPACE where vLLM's CPU build serves it (a host without serving cards)."""
     value = config.rendered.env.get("VLLM_CPU_KVCACHE_SPACE")
     return value if value is not None and value.strip() else None
 
 
-def _checkpoints(config: ServiceConfig) -> tuple[Checkpoint, Checkpoint | None]:
+def _checkpoints(config: RenderedService) -> tuple[Checkpoint, Checkpoint | None]:
     assert config.profile is not None
     drafter = checkpoint_of(config.draft_profile) if config.draft_profile is not None else None
     return checkpoint_of(config.profile), drafter
 
 
-def service_vllm_ledger(config: ServiceConfig) -> VllmLedger:
+def service_vllm_ledger(config: RenderedService) -> VllmLedger:
     """The ledger of a rendered vLLM service on its host's first serving card (every rank has one such card)."""
     from fleetgate.checks.seam_vllm import _differs
 
@@ -73,7 +73,7 @@ def service_vllm_ledger(config: ServiceConfig) -> VllmLedger:
         raise InputError(config.profile.path if config.profile else config.rendered.script, None, str(exc)) from None
 
 
-def _figures(config: ServiceConfig) -> dict[str, Any]:
+def _figures(config: RenderedService) -> dict[str, Any]:
     return {"vllm_ledger": service_vllm_ledger(config).summary()}
 
 
@@ -110,7 +110,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def vllm_starts(config: ServiceConfig) -> None:
+def vllm_starts(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None and config.profile is not None
     ledger = service_vllm_ledger(config)

@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgate.checks import NotApplicable, service_seam
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.vllm import RADIANCE, load_release, read_as_vllm
+from fleetgate.rendered import RenderedService
 
 NAME = "vllm-mm-limits"
 DEFAULT_LIMIT = 999  # vllm/config/multimodal.py: per modality when --limit-mm-per-prompt does not name it
 
 
-def _no_vision_contract(config: ServiceConfig) -> str | None:
+def _no_vision_contract(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
     if config.service.contract.vision is None:
@@ -59,7 +59,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def vllm_mm_limits(config: ServiceConfig) -> None:
+def vllm_mm_limits(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None
     contract = config.service.contract

@@ -16,17 +16,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgate.checks import service_seam
-from fleetgate.config import ServiceConfig
+from fleetgate.rendered import RenderedService
 
 NAME = "vllm-speculative-depth"
 
 
-def _arms(config: ServiceConfig) -> list[Mapping[str, Any]]:
+def _arms(config: RenderedService) -> list[Mapping[str, Any]]:
     raw = config.service.calibration.get("speculative", [])
     return [a for a in raw if isinstance(a, Mapping)]
 
 
-def _no_drafter(config: ServiceConfig) -> str | None:
+def _no_drafter(config: RenderedService) -> str | None:
     vllm = config.vllm
     if vllm is None:
         return f"{config.name} renders no vLLM command line"
@@ -53,7 +53,7 @@ CHECK = service_seam(
 
 
 @CHECK.register
-def vllm_speculative_depth(config: ServiceConfig) -> None:
+def vllm_speculative_depth(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None and vllm.speculative_config is not None
     spec = vllm.speculative_config

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from fleetgate.config import ServiceConfig
 from fleetgate.fleet import LOOPBACK
+from fleetgate.rendered import RenderedService
 
 __all__ = [
     "HostTarget",
@@ -51,7 +51,7 @@ def default_spec(address: str | None) -> str:
     return f"ssh://{address}"
 
 
-def unit_name(config: ServiceConfig) -> str | None:
+def unit_name(config: RenderedService) -> str | None:
     """The unit's name on the host: ``NAME.service``; a Quadlet ``NAME.container`` generates ``NAME.service``."""
     unit = config.rendered.unit
     if unit is None:
@@ -213,7 +213,7 @@ def listening_pid(host: Any, port: int) -> int | None:
 class HostTarget:
     """One service on its host: the rendered config and a testinfra Host to read the machine through."""
 
-    config: ServiceConfig
+    config: RenderedService
     host: Any
     """A ``testinfra.host.Host``."""
     spec: str

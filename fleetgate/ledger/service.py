@@ -1,4 +1,4 @@
-"""The ledger of a rendered fleet service (``fleetgate.config.ServiceConfig``) on its host's cards: the compute
+"""The ledger of a rendered fleet service (``fleetgate.rendered.RenderedService``) on its host's cards: the compute
 calibrations and documented arms its fleet.toml declares, the ledger built once per rendered config for all the
 memory seams, and its ``--tensor-split`` sweep against the host's floor and slack."""
 
@@ -55,7 +55,7 @@ _LEDGERS: dict[int, tuple[Any, Ledger]] = {}
 
 
 def service_ledger(config: Any) -> Ledger:
-    """The ledger of a rendered llama.cpp service (``fleetgate.config.ServiceConfig``) on its host's cards.
+    """The ledger of a rendered llama.cpp service (``fleetgate.rendered.RenderedService``) on its host's cards.
 
     Built once per rendered config, for all the memory seams. Raises KeyError for a ``--device`` name
     the host has no card for.

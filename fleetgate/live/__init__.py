@@ -11,7 +11,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from fleetgate.config import ServiceConfig, load_service
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.engines.vllm import parse_vllm
 from fleetgate.errors import InputError
@@ -22,6 +21,7 @@ from fleetgate.live.dialects import Dialect, dialect_for
 from fleetgate.live.endpoint import BUDGET_TOKENS, CheckRecord, LiveEndpoint
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, rule_selectors, rule_thresholds
 from fleetgate.render import render
+from fleetgate.rendered import RenderedService, load_service
 
 __all__ = [
     "BUDGET_TOKENS",
@@ -57,7 +57,7 @@ class LocalRender:
 
 def live_config(
     fleet: Fleet, service: Service, overrides: Mapping[str, str] | None = None, present: tuple[str, ...] = ()
-) -> ServiceConfig:
+) -> RenderedService:
     """The service rendered as it runs here: ``overrides`` are variables this machine supplies, ``present``
     files that exist here besides the declared payload."""
     config = load_service(fleet, service)
@@ -73,7 +73,7 @@ def live_config(
     )
 
 
-def declared_port(config: ServiceConfig) -> int:
+def declared_port(config: RenderedService) -> int:
     """The port the service's files say its engine listens on: the rendered ``--port``, else fleet.toml's."""
     if config.llama is not None:
         return config.llama.port
@@ -82,7 +82,7 @@ def declared_port(config: ServiceConfig) -> int:
     return config.service.port
 
 
-def default_url(fleet: Fleet, config: ServiceConfig) -> str:
+def default_url(fleet: Fleet, config: RenderedService) -> str:
     """Where the service listens: its host's ``address`` (loopback when it binds loopback only: the gate
     then runs on that host). A host without an address is an error: the gate never guesses 127.0.0.1."""
     service = config.service

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from fleetgate.config import ServiceConfig
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.fleet import Engine
+from fleetgate.rendered import RenderedService
 
 __all__ = ["LiveContract", "derive_contract"]
 
@@ -62,7 +62,7 @@ class LiveContract:
 _SAMPLERS = (("temperature", "temp"), ("top_k", "top_k"), ("top_p", "top_p"), ("min_p", "min_p"))
 
 
-def derive_contract(config: ServiceConfig) -> LiveContract:
+def derive_contract(config: RenderedService) -> LiveContract:
     service = config.service
     declared = service.contract
     base = LiveContract(

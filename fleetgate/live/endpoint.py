@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.live.client import Client, EndpointError, Reply, StreamReply, shorten
 from fleetgate.live.contract import LiveContract
 from fleetgate.live.dialects import Dialect
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, parse_metrics
+from fleetgate.rendered import RenderedService
 
 __all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
            "prompt_tokens_at_most"]
@@ -151,7 +151,7 @@ class LiveEndpoint:
     contract: LiveContract
     dialect: Dialect
     client: Client
-    config: ServiceConfig | None
+    config: RenderedService | None
     rules: tuple[RuleSelector, ...] = ()
     rule_thresholds: tuple[RuleThreshold, ...] = ()
     timeout: float = 60.0

@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from fleetgate.checks import Check, find_check
-from fleetgate.config import ServiceConfig
 from fleetgate.failure import Failure
 from fleetgate.fleet import Fleet, Waiver, gib
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
+from fleetgate.rendered import RenderedService
 from fleetgate.replay import RequestLog, curl
 from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
 
@@ -178,7 +178,7 @@ def _subject(item: pytest.Item) -> tuple[Check[Any], str, Any] | None:
 
 
 def _figures(check: Check[Any], subject: Any) -> dict[str, Any] | None:
-    if check.figures is None or not isinstance(subject, ServiceConfig) or check.why_not(subject) is not None:
+    if check.figures is None or not isinstance(subject, RenderedService) or check.why_not(subject) is not None:
         return None
     try:
         return dict(check.figures(subject))

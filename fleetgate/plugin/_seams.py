@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from fleetgate.checks import REGISTRY, find_check, load_checks
-from fleetgate.config import share_attempts
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.fleet import LOOPBACK
 from fleetgate.incidents import load_catalogue
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
+from fleetgate.rendered import share_attempts
 from fleetgate.runner import NotASeam, seam_subjects
 
 __all__: list[str] = []

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pytest
 
 from fleetgate.checks import load_checks
-from fleetgate.config import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.errors import InputError
 from fleetgate.fleet import LOOPBACK, Fleet, Service
 from fleetgate.manifest import load_fleet
 from fleetgate.plugin._missing import missing_requirement
+from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.replay import RequestLog
 from fleetgate.runner import chains_of
 from fleetgate.timeouts import ResolvedChain

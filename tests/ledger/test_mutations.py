@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from fleetgate.checks import REGISTRY, get_check
-from fleetgate.config import attempt_service
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
+from fleetgate.rendered import attempt_service
 
 FLEET = Path(__file__).resolve().parents[2] / "fixtures" / "fleet"
 ENV = "scripts/frank-medium.env"

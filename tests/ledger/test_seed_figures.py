@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.config import ServiceConfig, load_service
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.accounts import Ledger
 from fleetgate.ledger.build import build_ledger
@@ -17,6 +16,7 @@ from fleetgate.ledger.devices import Card
 from fleetgate.ledger.service import calibrations_of, service_ledger
 from fleetgate.manifest import load_fleet
 from fleetgate.profile import load_profile
+from fleetgate.rendered import RenderedService, load_service
 from tests.ledger.seed_tables import ROWS, Row, calibrate_b, derive_set_a, ledger_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,12 +24,12 @@ FLEET = ROOT / "fixtures" / "fleet"
 MiB, GiB = 1 << 20, 1 << 30
 
 
-def _service(name: str) -> ServiceConfig:
+def _service(name: str) -> RenderedService:
     fleet = load_fleet(FLEET / "fleet.toml")
     return load_service(fleet, fleet.services[name])
 
 
-def _with(config: ServiceConfig, *extra: str) -> Ledger:
+def _with(config: RenderedService, *extra: str) -> Ledger:
     assert config.profile is not None
     cards = [Card(d.name, d.vram_bytes) for d in config.host.cards]
     return build_ledger(parse_llama_server([*config.rendered.argv, *extra]), config.profile, cards=cards)

@@ -17,13 +17,13 @@ import pytest
 from fleetgate.checks import get_check
 from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
 from fleetgate.cli import main
-from fleetgate.config import ServiceConfig, load_service
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.ledger.vllm import safetensors_bytes
 from fleetgate.manifest import load_fleet
 from fleetgate.model_config import load_model_config
 from fleetgate.profile import load_profile
+from fleetgate.rendered import RenderedService, load_service
 from tests.fleet_edits import FLEET, edited_fleet
 from tests.ledger.range_server import serve
 
@@ -209,7 +209,7 @@ def test_a_remote_safetensors_source_is_recorded_not_fetched_by_the_seams(tmp_pa
 VLLM_REFERENCE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-reference"
 
 
-def _vllm_reference(tmp_path: Path, edits: list[tuple[str, str, str]] | None = None) -> ServiceConfig:
+def _vllm_reference(tmp_path: Path, edits: list[tuple[str, str, str]] | None = None) -> RenderedService:
     import shutil
 
     target = tmp_path / "vllm-reference"

@@ -227,7 +227,7 @@ def ledger_agrees(fleet_toml: Path, log: Path, url: str) -> None:
     (fleetgate/ledger/vllm.py) of the files it ran: the pool, the block size, the blocks, the window, the
     concurrency as printed (two decimals) and the tokens it prints (concurrency x window, truncated)."""
     from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
-    from fleetgate.config import load_service
+    from fleetgate.rendered import load_service
 
     fleet = load_fleet(fleet_toml)
     ledger = service_vllm_ledger(load_service(fleet, fleet.services[SERVICE]))

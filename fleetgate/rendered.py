@@ -1,4 +1,5 @@
-"""A service as it really runs: fleet entry + rendered argv/env + the engine's typed config + profiles.
+"""A service as it really runs (``RenderedService``): fleet entry + rendered argv/env + the engine's typed config +
+profiles; and one attempt to render it (``ServiceAttempt``), which holds the error when it did not render.
 
 Seams and the contract read this; nothing here re-parses a file the renderer already read.
 """
@@ -30,8 +31,8 @@ from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable
 
 __all__ = [
+    "RenderedService",
     "ServiceAttempt",
-    "ServiceConfig",
     "attempt_service",
     "attempt_services",
     "load_service",
@@ -41,7 +42,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class ServiceConfig:
+class RenderedService:
     fleet: Fleet
     service: Service
     rendered: Rendered
@@ -153,7 +154,7 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     return replace(service, engine_build=build)
 
 
-def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
+def load_service(fleet: Fleet, service: Service) -> RenderedService:
     rendered = render(fleet, service)
     service = _with_image_build(service, rendered)
     if rendered.compose is not None and rendered.compose.engine_build is not None and service.engine_build is None:
@@ -161,7 +162,7 @@ def load_service(fleet: Fleet, service: Service) -> ServiceConfig:
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
              if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None
-    return ServiceConfig(
+    return RenderedService(
         fleet=fleet,
         service=service,
         rendered=rendered,
@@ -179,7 +180,7 @@ class ServiceAttempt:
 
     fleet: Fleet
     service: Service
-    config: ServiceConfig | None
+    config: RenderedService | None
     refused: RenderRefused | None
     broken: InputError | None = None
 
