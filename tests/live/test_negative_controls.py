@@ -11,7 +11,6 @@ Together with test_faults.py, test_proxies.py and test_bounds.py, every register
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from fleetgate.checks import REGISTRY, TRANSPORT_CODES, load_checks
 from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, model_dir
 
 from .conftest import TEXT_DECIDED_CODES, VARIANTS, Edit, Gate, drop, expected_outcomes, live_checks, set_value, variants_for
@@ -169,18 +169,13 @@ ON_REFERENCE = {
 
 
 def _raised_codes() -> set[str]:
-    """Every failure code a live check module raises by name (``endpoint.fail(CHECK, code="...")``) and the
-    readiness codes (fleetgate/live/endpoint.py)."""
-    import importlib
-
-    codes = {"live-health/loading", "live-health/unauthorized", "live-health/not-engine-health",
-             "live-chat/slower-than-bound", "live-chat/rate-limited"}
-    for module_name in ("live_caches", "live_capabilities", "live_generation", "live_identity", "live_metrics"):
-        module = importlib.import_module(f"fleetgate.checks.{module_name}")
-        source = Path(str(module.__file__)).read_text(encoding="utf-8")
-        for constant, code in re.findall(r'endpoint\.fail\(\s*([A-Z_]+),\s*code="([a-z-]+)"', source):
-            codes.add(f"{getattr(module, constant)}/{code}")
-    return codes
+    """Every failure code a live check declares as its own (``fleetgate.checks``: its ``codes=``, the readiness
+    codes the endpoint client raises for live-health and live-chat among them), and the rate limit. The client's
+    other transport codes are the fault and proxy tests' (FAULT_CODES, PROXY_CODES)."""
+    load_checks("live")
+    own = {code for check in REGISTRY.values() if check.kind == "live" for code in check.codes
+           if code.split("/", 1)[1] not in TRANSPORT_CODES}
+    return own | {"live-chat/rate-limited"}
 
 
 def test_every_live_failure_code_has_a_reproduction() -> None:
