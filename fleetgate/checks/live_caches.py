@@ -116,13 +116,12 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         missing = [m for m in counters if m not in after]
         if contract.speculative and missing:
             raise DRAFTER_CHECK.fail(endpoint, "counter-missing",
-                                         where=endpoint.url + "/metrics",
-                                         cites=("B-OB-2", "INC-16"),
-                                         observed=f"/metrics has no {', '.join(missing)}",
-                                         expected="the engine's speculative-decoding counters, which the drafter alert rules watch",
-                                         fix="a counter that is not exported cannot move: the drafter-off alert can never fire; check the "
-                                         "engine build and whatever serves /metrics",
-                                     )
+                                     where=endpoint.url + "/metrics",
+                                     cites=("B-OB-2", "INC-16"),
+                                     observed=f"/metrics has no {', '.join(missing)}",
+                                     expected="the engine's speculative-decoding counters, which the drafter alert rules watch",
+                                     fix="a counter that is not exported cannot move: the drafter-off alert can never fire; check the "
+                                     "engine build and whatever serves /metrics")
         moved = {m: after.get(m, 0.0) - before.get(m, 0.0) for m in counters}
     evidence = []
     if moved:
@@ -135,32 +134,29 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         evidence.append(f"/slots spec type {', '.join(sorted(running)) or 'none'}")
     if contract.speculative and running and running != set(contract.spec_types):
         raise DRAFTER_CHECK.fail(endpoint, "other-type",
-                                     where=endpoint.where_flag("spec_type"),
-                                     cites=("C-SP-1",),
-                                     observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
-                                     expected=f"--spec-type {','.join(contract.spec_types)}, as rendered",
-                                     fix="the process was started with another drafter than the files declare: restart it from the env "
-                                     "file",
-                                 )
+                                 where=endpoint.where_flag("spec_type"),
+                                 cites=("C-SP-1",),
+                                 observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
+                                 expected=f"--spec-type {','.join(contract.spec_types)}, as rendered",
+                                 fix="the process was started with another drafter than the files declare: restart it from the env "
+                                 "file")
     drafting = moved.get(dialect.drafts_metric, 0.0) > 0 or (drafted or 0) > 0
     if contract.speculative and not drafting:
         raise DRAFTER_CHECK.fail(endpoint, "not-drafting",
-                                     where=endpoint.where_flag("spec_type"),
-                                     cites=("C-SP-1", "INC-16"),
-                                     observed="no drafting across a counting request: " + "; ".join(evidence),
-                                     expected=f"drafts on a request built to draft: the rendered config runs --spec-type "
-                                     f"{','.join(contract.spec_types)}",
-                                     fix="the drafter is declared but not running: read the load log for the draft model and "
-                                     "'adding speculative implementation'; without --spec-type nothing drafts even with a draft model",
-                                 )
+                                 where=endpoint.where_flag("spec_type"),
+                                 cites=("C-SP-1", "INC-16"),
+                                 observed="no drafting across a counting request: " + "; ".join(evidence),
+                                 expected=f"drafts on a request built to draft: the rendered config runs --spec-type "
+                                 f"{','.join(contract.spec_types)}",
+                                 fix="the drafter is declared but not running: read the load log for the draft model and "
+                                 "'adding speculative implementation'; without --spec-type nothing drafts even with a draft model")
     if not contract.speculative and drafting:
         raise DRAFTER_CHECK.fail(endpoint, "undeclared-drafter",
-                                     where=endpoint.where_flag("spec_type"),
-                                     cites=("C-SP-1",),
-                                     observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
-                                     expected="no speculative decoding (no --spec-type in the rendered config)",
-                                     fix="the process was started with flags the files do not have: restart it from the env file",
-                                 )
+                                 where=endpoint.where_flag("spec_type"),
+                                 cites=("C-SP-1",),
+                                 observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
+                                 expected="no speculative decoding (no --spec-type in the rendered config)",
+                                 fix="the process was started with flags the files do not have: restart it from the env file")
     if not contract.speculative:
         endpoint.note("; ".join(evidence))
         return
@@ -168,15 +164,14 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         counted = (moved[dialect.draft_tokens_metric], moved[dialect.accepted_metric])
         if counted[0] < drafted or counted[1] < accepted:
             raise DRAFTER_CHECK.fail(endpoint, "counters-frozen",
-                                         where=endpoint.url + "/metrics",
-                                         cites=("B-OB-2", "INC-16"),
-                                         observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
-                                         f"{dialect.draft_tokens_metric} moved by {counted[0]:g} and {dialect.accepted_metric} by "
-                                         f"{counted[1]:g}",
-                                         expected="the counters move at least by what the answer reports",
-                                         fix="what Prometheus scrapes is not what the engine counts (a caching proxy, a stale exporter): "
-                                         "the drafter alerts watch frozen numbers",
-                                     )
+                                     where=endpoint.url + "/metrics",
+                                     cites=("B-OB-2", "INC-16"),
+                                     observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
+                                     f"{dialect.draft_tokens_metric} moved by {counted[0]:g} and {dialect.accepted_metric} by "
+                                     f"{counted[1]:g}",
+                                     expected="the counters move at least by what the answer reports",
+                                     fix="what Prometheus scrapes is not what the engine counts (a caching proxy, a stale exporter): "
+                                     "the drafter alerts watch frozen numbers")
     if drafted is None and moved and dialect.draft_tokens_metric and dialect.accepted_metric:
         drafted = int(moved[dialect.draft_tokens_metric])
         accepted = int(moved[dialect.accepted_metric])
@@ -186,14 +181,13 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         endpoint.measure("draft_acceptance", acceptance)
         if floor is not None and acceptance < floor:
             raise DRAFTER_CHECK.fail(endpoint, "acceptance-below-floor",
-                                         where=endpoint.where_flag("spec_type"),
-                                         cites=("C-SP-5", "B-OB-2"),
-                                         observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
-                                         f"request: " + "; ".join(evidence),
-                                         expected=f"acceptance at least {floor:g} ({floor_why})",
-                                         fix="the drafter costs more than it saves: check that it is the declared draft model and type, "
-                                         "and that its vocabulary matches the target's",
-                                     )
+                                     where=endpoint.where_flag("spec_type"),
+                                     cites=("C-SP-5", "B-OB-2"),
+                                     observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
+                                     f"request: " + "; ".join(evidence),
+                                     expected=f"acceptance at least {floor:g} ({floor_why})",
+                                     fix="the drafter costs more than it saves: check that it is the declared draft model and type, "
+                                     "and that its vocabulary matches the target's")
         endpoint.note(
             f"drafting: {accepted}/{drafted} accepted ({acceptance:.2f}, floor "
             f"{floor if floor is not None else 'none'}); " + "; ".join(evidence)
@@ -277,14 +271,13 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     away = f"after {moved} other conversations took every slot" if moved else "repeated at once"
     if not isinstance(prompt, int) or cached is None or cached < prompt // 2:
         raise PREFIX_CHECK.fail(endpoint, "not-reused",
-                                    where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
-                                    cites=("C-CA-1",),
-                                    observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
-                                    f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
-                                    expected="at least half the prompt served from cache when the conversation returns",
-                                    fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
-                                    "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)",
-                                )
+                                where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
+                                cites=("C-CA-1",),
+                                observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
+                                f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
+                                expected="at least half the prompt served from cache when the conversation returns",
+                                fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
+                                "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)")
     endpoint.measure("cached_tokens", cached)
     endpoint.note(
         f"returned {away}: reused {cached}/{prompt} tokens ({first.elapsed:.2f} s cold, "
@@ -307,14 +300,13 @@ def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: 
         return endpoint.chat(CAPACITY, body, bound=bound)
     except OutOfTime as late:
         raise CAPACITY_CHECK.fail(endpoint, "out-of-time",
-                                      where=late.url,
-                                      cites=("C-CAP-13",),
-                                      observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither "
-                                               "refused nor answered",
-                                      expected=late.expected,
-                                      fix="a refusal comes before prefill, an accepted prompt within its prefill at this run's rates: "
-                                      "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it",
-                                  ) from None
+                                  where=late.url,
+                                  cites=("C-CAP-13",),
+                                  observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither "
+                                           "refused nor answered",
+                                  expected=late.expected,
+                                  fix="a refusal comes before prefill, an accepted prompt within its prefill at this run's rates: "
+                                  "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it") from None
 
 
 CAPACITY_CHECK = live_check(
@@ -364,23 +356,21 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     if reply.ok:
         prompt = usage_of(reply.json).get("prompt_tokens")
         raise CAPACITY_CHECK.fail(endpoint, "accepted",
-                                      where=where,
-                                      cites=("C-CAP-13",),
-                                      observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
-                                      expected=f"a refusal: the window is {window} tokens",
-                                      fix="the process holds a larger window than the files declare: restart from the env file, or "
-                                      "declare it",
-                                  )
+                                  where=where,
+                                  cites=("C-CAP-13",),
+                                  observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
+                                  expected=f"a refusal: the window is {window} tokens",
+                                  fix="the process holds a larger window than the files declare: restart from the env file, or "
+                                  "declare it")
     refusal = endpoint.dialect.over_window(reply.status, reply.json, reply.error_message())
     if refusal is None or refusal.prompt_tokens is None:
         raise CAPACITY_CHECK.fail(endpoint, "unexplained-refusal",
-                                      where=reply.url,
-                                      cites=("C-CA-8",),
-                                      observed=reply.brief(),
-                                      expected="a refusal that names the prompt's token count (the free calibration of C-CA-8)",
-                                      fix="the engine refuses without saying why: clients cannot tell an oversized prompt from an "
-                                      "outage",
-                                  )
+                                  where=reply.url,
+                                  cites=("C-CA-8",),
+                                  observed=reply.brief(),
+                                  expected="a refusal that names the prompt's token count (the free calibration of C-CA-8)",
+                                  fix="the engine refuses without saying why: clients cannot tell an oversized prompt from an "
+                                  "outage")
     problems = []
     if refusal.prompt_tokens <= window:
         problems.append(
@@ -390,14 +380,13 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         problems.append(f"the engine's window is {refusal.window} tokens, not {window}")
     if problems:
         raise CAPACITY_CHECK.fail(endpoint, "other-window",
-                                      where=where,
-                                      cites=("C-CAP-13", "C-CA-8", "INC-83"),
-                                      observed="; ".join(problems),
-                                      expected=f"a refusal at the {window}-token window clients are told "
-                                      f"(fleet.toml context_window {contract.context_window})",
-                                      fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
-                                      "declare",
-                                  )
+                                  where=where,
+                                  cites=("C-CAP-13", "C-CA-8", "INC-83"),
+                                  observed="; ".join(problems),
+                                  expected=f"a refusal at the {window}-token window clients are told "
+                                  f"(fleet.toml context_window {contract.context_window})",
+                                  fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
+                                  "declare")
     prefill = refusal.prompt_tokens / rate if rate else None
     base, base_why = REFUSAL_FLOOR_S, f"{REFUSAL_FLOOR_S:g} s"
     if prefill is not None and prefill / 2 < base:
@@ -411,13 +400,12 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         bound_why = f"{base_why} + {overhead:.2f} s request overhead measured"
     if reply.elapsed > bound:
         raise CAPACITY_CHECK.fail(endpoint, "slow-refusal",
-                                      where=reply.url,
-                                      cites=("C-CAP-13", "C-CA-8"),
-                                      observed=f"the {refusal.prompt_tokens}-token prompt was refused after {reply.elapsed:.2f} s",
-                                      expected=f"a refusal before prefill: within {bound:.2f} s ({bound_why})",
-                                      fix="the refusal comes after work it should not need (prefill, a queue, a proxy that holds "
-                                      "errors): clients wait that long for every oversized prompt",
-                                  )
+                                  where=reply.url,
+                                  cites=("C-CAP-13", "C-CA-8"),
+                                  observed=f"the {refusal.prompt_tokens}-token prompt was refused after {reply.elapsed:.2f} s",
+                                  expected=f"a refusal before prefill: within {bound:.2f} s ({bound_why})",
+                                  fix="the refusal comes after work it should not need (prefill, a queue, a proxy that holds "
+                                  "errors): clients wait that long for every oversized prompt")
     before = f"; prefilling it would take {prefill:.1f} s" if prefill else ""
     endpoint.measure("refusal_ms", reply.elapsed * 1000)
     endpoint.note(

@@ -95,14 +95,13 @@ def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
         return endpoint.chat(TOOLS, body, bound=bound)
     except OutOfTime as late:
         raise TOOLS_CHECK.fail(endpoint, "out-of-time",
-                                   where=late.url,
-                                   cites=("C-CAP-2",),
-                                   observed=f"tool_choice {body['tool_choice']}: {late.observed}",
-                                   expected=late.expected,
-                                   fix="the engine took longer than its own rates allow (a stuck slot, a queue, a proxy that holds "
-                                   "requests with tools); the gate ran on in the meantime, so the other checks' rates are this "
-                                   "machine's: read the engine's log for this request",
-                               ) from None
+                               where=late.url,
+                               cites=("C-CAP-2",),
+                               observed=f"tool_choice {body['tool_choice']}: {late.observed}",
+                               expected=late.expected,
+                               fix="the engine took longer than its own rates allow (a stuck slot, a queue, a proxy that holds "
+                               "requests with tools); the gate ran on in the meantime, so the other checks' rates are this "
+                               "machine's: read the engine's log for this request") from None
 
 
 TOOLS_CHECK = live_check(
@@ -176,32 +175,29 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
             problems.append(f"the call lacks an id or type=function: {shorten(json.dumps(call), 100)}")
     if problems:
         raise TOOLS_CHECK.fail(endpoint, "no-structured-call",
-                                   where=reply.url,
-                                   cites=("C-CAP-2",),
-                                   observed="tool_choice required: " + "; ".join(problems),
-                                   expected="finish_reason 'tool_calls', exactly one call to get_weather, arguments valid "
-                                   "against its schema",
-                                   fix=fix,
-                               )
+                               where=reply.url,
+                               cites=("C-CAP-2",),
+                               observed="tool_choice required: " + "; ".join(problems),
+                               expected="finish_reason 'tool_calls', exactly one call to get_weather, arguments valid "
+                               "against its schema",
+                               fix=fix)
     arguments = calls[0]["function"]["arguments"]
     reply = _tool_chat(endpoint, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
         raise TOOLS_CHECK.fail(endpoint, "none-refused",
-                                   where=reply.url,
-                                   observed=f"tool_choice none: {reply.brief()}",
-                                   expected="200 without a tool call",
-                                   fix=fix,
-                               )
+                               where=reply.url,
+                               observed=f"tool_choice none: {reply.brief()}",
+                               expected="200 without a tool call",
+                               fix=fix)
     none_calls = message_of(reply.json).get("tool_calls")
     if none_calls or finish_reason_of(reply.json) == "tool_calls":
         raise TOOLS_CHECK.fail(endpoint, "call-despite-none",
-                                   where=reply.url,
-                                   cites=("C-CAP-2",),
-                                   observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
-                                   f"finish_reason {finish_reason_of(reply.json)!r}",
-                                   expected="no tool call when the client says none",
-                                   fix=fix,
-                               )
+                               where=reply.url,
+                               cites=("C-CAP-2",),
+                               observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
+                               f"finish_reason {finish_reason_of(reply.json)!r}",
+                               expected="no tool call when the client says none",
+                               fix=fix)
     auto = _auto_tool_call(endpoint, base)
     endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}")
 
@@ -230,14 +226,13 @@ def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
     name = WEATHER_TOOL["function"]["name"]
     if not calls and name in (content or ""):
         raise TOOLS_CHECK.fail(endpoint, "call-as-text",
-                                   where=endpoint.where_flag("tool_call_parser"),
-                                   cites=("C-CAP-2",),
-                                   observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
-                                   f"is in the content: {shorten(content or '', 100)!r}",
-                                   expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
-                                   fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
-                                   "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text",
-                               )
+                               where=endpoint.where_flag("tool_call_parser"),
+                               cites=("C-CAP-2",),
+                               observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
+                               f"is in the content: {shorten(content or '', 100)!r}",
+                               expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
+                               fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
+                               "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text")
     if calls:
         return f"; auto -> {len(calls)} parsed call(s)"
     return "; auto -> no call (the model wrote none: the parser was not exercised)"
@@ -294,29 +289,27 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if not declared:
         if with_image.ok or modality:
             raise VISION_CHECK.fail(endpoint, "image-accepted",
-                                        where=where,
-                                        cites=("C-CAP-6",),
-                                        observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
-                                        expected="a refusal: the contract says vision = false",
-                                        fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
-                                        "vision = true "
-                                        "so clients send images",
-                                    )
+                                    where=where,
+                                    cites=("C-CAP-6",),
+                                    observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
+                                    expected="a refusal: the contract says vision = false",
+                                    fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
+                                    "vision = true "
+                                    "so clients send images")
         message = with_image.error_message()
         own = endpoint.dialect.image_refusal
         if own is None or with_image.status != own[0] or not own[1].search(message):
             raise VISION_CHECK.fail(endpoint, "foreign-refusal",
-                                        where=with_image.url,
-                                        cites=("C-CAP-6",),
-                                        observed=with_image.brief(),
-                                        expected=(
-                                            f"the engine's own refusal of image input (HTTP {own[0]} matching {own[1].pattern!r})"
-                                            if own
-                                            else "the engine's own refusal of image input"
+                                    where=with_image.url,
+                                    cites=("C-CAP-6",),
+                                    observed=with_image.brief(),
+                                    expected=(
+                                        f"the engine's own refusal of image input (HTTP {own[0]} matching {own[1].pattern!r})"
+                                        if own
+                                        else "the engine's own refusal of image input"
                                         ),
-                                        fix="something other than the engine's image check answered (an auth layer, a proxy, a crash): "
-                                        "the gate cannot tell that images are refused; read the status and fix what answered",
-                                    )
+                                    fix="something other than the engine's image check answered (an auth layer, a proxy, a crash): "
+                                    "the gate cannot tell that images are refused; read the status and fix what answered")
         endpoint.note(f"text-only: image refused ({with_image.brief()[:60]})")
         return
     problems = []
@@ -326,14 +319,13 @@ def live_vision(endpoint: LiveEndpoint) -> None:
         problems.append(f"the image request answered {with_image.brief()}")
     if problems:
         raise VISION_CHECK.fail(endpoint, "not-accepted",
-                                    where=endpoint.where_flag("mmproj"),
-                                    cites=("C-CAP-1", "C-CAP-6", "INC-08"),
-                                    observed="; ".join(problems),
-                                    expected="an endpoint that accepts images (the contract declares vision = true)",
-                                    fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
-                                    "endpoint comes "
-                                    "up healthy and text-only",
-                                )
+                                where=endpoint.where_flag("mmproj"),
+                                cites=("C-CAP-1", "C-CAP-6", "INC-08"),
+                                observed="; ".join(problems),
+                                expected="an endpoint that accepts images (the contract declares vision = true)",
+                                fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
+                                "endpoint comes "
+                                "up healthy and text-only")
     text_only = endpoint.chat(
         VISION,
         {
@@ -349,12 +341,11 @@ def live_vision(endpoint: LiveEndpoint) -> None:
         isinstance(with_tokens, int) and isinstance(without_tokens, int) and with_tokens > without_tokens
     ):
         raise VISION_CHECK.fail(endpoint, "image-not-billed",
-                                    where=with_image.url,
-                                    cites=("C-CAP-5", "INC-84"),
-                                    observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
-                                    expected="more prompt tokens with the image: the image must reach the model as tokens",
-                                    fix="the image is dropped before the model (a client field the engine ignores, or no projector)",
-                                )
+                                where=with_image.url,
+                                cites=("C-CAP-5", "INC-84"),
+                                observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
+                                expected="more prompt tokens with the image: the image must reach the model as tokens",
+                                fix="the image is dropped before the model (a client field the engine ignores, or no projector)")
     image_tokens = with_tokens - without_tokens
     endpoint.measure("image_tokens", image_tokens)
     endpoint.note(f"image accepted, {image_tokens} image tokens billed")
@@ -402,14 +393,13 @@ def live_vision_colour(endpoint: LiveEndpoint) -> None:
     )
     if not re.search(r"\bred\b", text, re.I):
         raise COLOUR_CHECK.fail(endpoint, "colour-not-named",
-                                    where=reply.url,
-                                    cites=("C-CAP-3",),
-                                    observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
-                                    expected="'red'",
-                                    fix="the image reaches the model but the model does not see it: a projector that does not "
-                                    "belong to "
-                                    "this model (or a broken one), or an image the client sends in a field the engine ignores",
-                                )
+                                where=reply.url,
+                                cites=("C-CAP-3",),
+                                observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
+                                expected="'red'",
+                                fix="the image reaches the model but the model does not see it: a projector that does not "
+                                "belong to "
+                                "this model (or a broken one), or an image the client sends in a field the engine ignores")
     endpoint.note(f"named the colour: {shorten(text, 40)!r}")
 
 
@@ -472,34 +462,31 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
     tags = _TAGS.findall(content or "")
     if tags:
         raise REASONING_CHECK.fail(endpoint, "tags-in-content",
-                                       where=endpoint.where_flag("reasoning_format"),
-                                       cites=("C-CAP-8", "INC-72"),
-                                       observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
-                                       expected=f"the trace parsed out of the content into message.{field}",
-                                       fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
-                                       "the content); vLLM: --reasoning-parser",
-                                   )
+                                   where=endpoint.where_flag("reasoning_format"),
+                                   cites=("C-CAP-8", "INC-72"),
+                                   observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
+                                   expected=f"the trace parsed out of the content into message.{field}",
+                                   fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
+                                   "the content); vLLM: --reasoning-parser")
     if not isinstance(trace, str) or not trace.strip():
         raise REASONING_CHECK.fail(endpoint, "no-trace",
-                                       where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
-                                       cites=("C-CAP-8", "INC-72"),
-                                       observed=f"message.{field} is {shorten(repr(trace), 40)}"
-                                       + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
-                                       + f"; content {shorten(content or '', 60)!r}",
-                                       expected=f"the trace in message.{field} (fleet.toml reasoning_field), within {budget_words}",
-                                       fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
-                                       "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)",
-                                   )
+                                   where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
+                                   cites=("C-CAP-8", "INC-72"),
+                                   observed=f"message.{field} is {shorten(repr(trace), 40)}"
+                                   + (f" while message.{elsewhere[0]} carries the trace" if elsewhere else "")
+                                   + f"; content {shorten(content or '', 60)!r}",
+                                   expected=f"the trace in message.{field} (fleet.toml reasoning_field), within {budget_words}",
+                                   fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
+                                   "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)")
     if not (content or "").strip():
         raise REASONING_CHECK.fail(endpoint, "no-answer",
-                                       where=where,
-                                       cites=("C-CAP-9",),
-                                       observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
-                                       f"({len(trace)} chars); content {content!r}",
-                                       expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
-                                       fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
-                                       "max_tokens gets an empty answer; set a budget below what clients ask for",
-                                   )
+                                   where=where,
+                                   cites=("C-CAP-9",),
+                                   observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
+                                   f"({len(trace)} chars); content {content!r}",
+                                   expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
+                                   fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
+                                   "max_tokens gets an empty answer; set a budget below what clients ask for")
     endpoint.note(
         f"trace in {field} ({len(trace)} chars), answer in content ({len(content or '')} chars) "
         f"within {max_tokens} tokens ({budget_words})"
@@ -545,12 +532,11 @@ def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
             )
     if wrong:
         raise EFFORT_CHECK.fail(endpoint, "other-status",
-                                    where=endpoint.where_contract("reasoning_effort"),
-                                    cites=("C-CAP-10", "INC-26"),
-                                    observed="; ".join(wrong),
-                                    expected="the statuses of fleet.toml's reasoning_effort map (what clients are told)",
-                                    fix="the template changed, or the map is stale: update the map and every client's copy "
-                                    "(models.yml) "
-                                    "in the same pass",
-                                )
+                                where=endpoint.where_contract("reasoning_effort"),
+                                cites=("C-CAP-10", "INC-26"),
+                                observed="; ".join(wrong),
+                                expected="the statuses of fleet.toml's reasoning_effort map (what clients are told)",
+                                fix="the template changed, or the map is stale: update the map and every client's copy "
+                                "(models.yml) "
+                                "in the same pass")
     endpoint.note(", ".join(seen))

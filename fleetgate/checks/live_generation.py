@@ -94,14 +94,13 @@ def live_chat(endpoint: LiveEndpoint) -> None:
     finish = finish_reason_of(reply.json)
     if not text.strip() or not isinstance(completion, int) or completion < 1:
         raise CHAT_CHECK.fail(endpoint, "empty-answer",
-                                  where=reply.url,
-                                  cites=("C-L-3", "INC-33"),
-                                  observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
-                                  f"usage.completion_tokens {completion!r}",
-                                  expected="generated text (content, or the declared reasoning field) and "
-                                  "usage.completion_tokens >= 1",
-                                  fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template",
-                              )
+                              where=reply.url,
+                              cites=("C-L-3", "INC-33"),
+                              observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
+                              f"usage.completion_tokens {completion!r}",
+                              expected="generated text (content, or the declared reasoning field) and "
+                              "usage.completion_tokens >= 1",
+                              fix="an empty answer from a healthy server: check the payload (NaNs) and the chat template")
     fixed = endpoint.dialect.fixed_answer
     if fixed is not None:
         # No max_tokens: the grammar ends the answer. A server-side cap (which applies only to requests
@@ -121,24 +120,22 @@ def live_chat(endpoint: LiveEndpoint) -> None:
         got = message_of(capped.json).get("content")
         if finish_reason_of(capped.json) != "stop" or got != answer:
             raise CHAT_CHECK.fail(endpoint, "cut-by-server",
-                                      where=endpoint.where_flag("n_predict"),
-                                      cites=("C-L-3",),
-                                      observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
-                                      f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
-                                      f"finish_reason {finish_reason_of(capped.json)!r})",
-                                      expected=f"{answer!r}, finish_reason 'stop'",
-                                      fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
-                                      "-n): their answers are truncated; drop the cap or raise it above any answer",
-                                  )
+                                  where=endpoint.where_flag("n_predict"),
+                                  cites=("C-L-3",),
+                                  observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
+                                  f"{shorten(str(got), 60)!r} ({usage_of(capped.json).get('completion_tokens')} tokens, "
+                                  f"finish_reason {finish_reason_of(capped.json)!r})",
+                                  expected=f"{answer!r}, finish_reason 'stop'",
+                                  fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
+                                  "-n): their answers are truncated; drop the cap or raise it above any answer")
     if not _LETTER.search(text):
         raise CHAT_CHECK.fail(endpoint, "garbage",
-                                  where=reply.url,
-                                  cites=("INC-33",),
-                                  observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
-                                  expected="text: an answer to 'Write one short sentence about the sea' has letters in any language",
-                                  fix="the model computes garbage (INC-33: NaNs from a broken payload, a kernel or a sampler "
-                                  "setting such as a server-wide logit bias): check the payload and the engine's flags",
-                              )
+                              where=reply.url,
+                              cites=("INC-33",),
+                              observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
+                              expected="text: an answer to 'Write one short sentence about the sea' has letters in any language",
+                              fix="the model computes garbage (INC-33: NaNs from a broken payload, a kernel or a sampler "
+                              "setting such as a server-wide logit bias): check the payload and the engine's flags")
     timings = timings_of(reply.json)
     decode = timings.get("predicted_per_second")
     if isinstance(decode, int | float):
@@ -203,20 +200,18 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     """Fail the check on a refused, malformed, empty, slow or buffered stream; the note for a good one."""
     if stream.rate_limited:
         raise STREAM_CHECK.fail(endpoint, "rate-limited",
-                                    where=stream.url,
-                                    observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After "
-                                    f"{stream.retry_after:g} s, still after {stream.retries} retries within the request's bound",
-                                    expected="an event stream once the endpoint's Retry-After has passed",
-                                    fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
-                                    "saturated, or give the gate's key a limit that admits its requests",
-                                )
+                                where=stream.url,
+                                observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After "
+                                f"{stream.retry_after:g} s, still after {stream.retries} retries within the request's bound",
+                                expected="an event stream once the endpoint's Retry-After has passed",
+                                fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
+                                "saturated, or give the gate's key a limit that admits its requests")
     if stream.status != 200:
         raise STREAM_CHECK.fail(endpoint, "refused",
-                                    where=stream.url,
-                                    observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
-                                    expected="200 and an event stream",
-                                    fix="read the engine log for the refused stream",
-                                )
+                                where=stream.url,
+                                observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
+                                expected="200 and an event stream",
+                                fix="read the engine log for the refused stream")
     problems: list[str] = []
     chunks = [e for e in stream.events if isinstance(e, dict)]
     ids = {c.get("id") for c in chunks}
@@ -248,21 +243,19 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
         problems.append(f"{stream.after_done} events after [DONE]")
     if problems:
         raise STREAM_CHECK.fail(endpoint, "malformed",
-                                    where=stream.url,
-                                    cites=("C-L-3",),
-                                    observed=f"{which}: " + "; ".join(problems),
-                                    expected="one id, role=assistant first, exactly one finish_reason, a usage chunk, then [DONE]",
-                                    fix="clients (and proxies) wait for the finish chunk and [DONE]: check the engine build and "
-                                    "any proxy between the client and the engine",
-                                )
+                                where=stream.url,
+                                cites=("C-L-3",),
+                                observed=f"{which}: " + "; ".join(problems),
+                                expected="one id, role=assistant first, exactly one finish_reason, a usage chunk, then [DONE]",
+                                fix="clients (and proxies) wait for the finish chunk and [DONE]: check the engine build and "
+                                "any proxy between the client and the engine")
     times = _token_times(stream)
     if not times:
         raise STREAM_CHECK.fail(endpoint, "no-tokens",
-                                    where=stream.url,
-                                    observed=f"{len(chunks)} chunks, none carrying generated text",
-                                    expected="the generated tokens as deltas",
-                                    fix="read the engine log: the stream finished without generating",
-                                )
+                                where=stream.url,
+                                observed=f"{len(chunks)} chunks, none carrying generated text",
+                                expected="the generated tokens as deltas",
+                                fix="read the engine log: the stream finished without generating")
     timings: dict[str, Any] = next(
         (c["timings"] for c in reversed(chunks) if isinstance(c.get("timings"), dict)), {}
     )
@@ -277,27 +270,25 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
         slow.append(f"a gap of {max(gaps):.2f} s between chunks (bound {gap_bound:.1f} s: {gap_why})")
     if slow:
         raise STREAM_CHECK.fail(endpoint, "too-slow",
-                                    where=stream.url,
-                                    cites=("C-PF-1",),
-                                    observed=f"{which}: " + "; ".join(slow),
-                                    expected="the first token and every next chunk within the contract's bounds (ttft_s, chunk_gap_s), "
-                                    "else within what the engine itself reports spending on this answer (timings) plus the margin",
-                                    fix="something holds the stream between the engine and the client (a proxy, a saturated host), or "
-                                    "the engine is slower than the contract promises",
-                                )
+                                where=stream.url,
+                                cites=("C-PF-1",),
+                                observed=f"{which}: " + "; ".join(slow),
+                                expected="the first token and every next chunk within the contract's bounds (ttft_s, chunk_gap_s), "
+                                "else within what the engine itself reports spending on this answer (timings) plus the margin",
+                                fix="something holds the stream between the engine and the client (a proxy, a saturated host), or "
+                                "the engine is slower than the contract promises")
     engine_ms = timings.get("predicted_ms")
     span = times[-1] - times[0]
     if isinstance(engine_ms, int | float) and len(times) >= 3 and span < BUFFERED_FRACTION * engine_ms / 1000:
         raise STREAM_CHECK.fail(endpoint, "buffered",
-                                    where=stream.url,
-                                    cites=("C-L-3", "C-PF-1"),
-                                    observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
-                                    f"the engine reports {engine_ms:.0f} ms generating them (timings.predicted_ms)",
-                                    expected=f"tokens as they are generated: spread over at least {BUFFERED_FRACTION:.0%} of the "
-                                    "engine's generation time",
-                                    fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
-                                    "clients see nothing until the answer is complete",
-                                )
+                                where=stream.url,
+                                cites=("C-L-3", "C-PF-1"),
+                                observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
+                                f"the engine reports {engine_ms:.0f} ms generating them (timings.predicted_ms)",
+                                expected=f"tokens as they are generated: spread over at least {BUFFERED_FRACTION:.0%} of the "
+                                "engine's generation time",
+                                fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
+                                "clients see nothing until the answer is complete")
     if which == "the stream":
         endpoint.measure("ttft_ms", times[0] * 1000)
     spread = f", spread over {span * 1000:.0f} ms" if len(times) > 1 else ""
@@ -373,12 +364,11 @@ def live_determinism(endpoint: LiveEndpoint) -> None:
         texts.append(_text(message_of(reply.json), endpoint.contract.reasoning_field))
     if texts[0] != texts[1]:
         raise DETERMINISM_CHECK.fail(endpoint, "differs",
-                                         where=endpoint.url,
-                                         cites=("C-SP-6", "B-H-7"),
-                                         observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",
-                                         expected="identical text at temperature 0",
-                                         fix="greedy decoding must not depend on the drafter or on batching: compare with speculation "
-                                         "off; a kernel or drafter that changes greedy text is a correctness bug",
-                                     )
+                                     where=endpoint.url,
+                                     cites=("C-SP-6", "B-H-7"),
+                                     observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",
+                                     expected="identical text at temperature 0",
+                                     fix="greedy decoding must not depend on the drafter or on batching: compare with speculation "
+                                     "off; a kernel or drafter that changes greedy text is a correctness bug")
     why = endpoint.dialect.speculation_fixed_why if endpoint.contract.speculative else ""
     endpoint.note(f"identical twice: {shorten(texts[0], 48)!r}" + (f"; {why}" if why else ""))

@@ -81,14 +81,13 @@ def live_alias(endpoint: LiveEndpoint) -> None:
         return
     if alias not in served:
         raise ALIAS_CHECK.fail(endpoint, "not-listed",
-                                   where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
-                                   cites=("C-L-2", "INC-53"),
-                                   observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
-                                   expected=f"{alias!r}, the alias the rendered config passes",
-                                   fix="the running process was not started from these files (a drop-in, a manual start, a stale "
-                                   "unit): "
-                                   "restart the unit and check DropInPaths, then the process argv",
-                               )
+                               where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
+                               cites=("C-L-2", "INC-53"),
+                               observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
+                               expected=f"{alias!r}, the alias the rendered config passes",
+                               fix="the running process was not started from these files (a drop-in, a manual start, a stale "
+                               "unit): "
+                               "restart the unit and check DropInPaths, then the process argv")
     endpoint.note(f"serves {alias!r}")
 
 
@@ -182,14 +181,13 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         return
     if loaded != expected:
         raise PAYLOAD_CHECK.fail(endpoint, "other-path",
-                                     where=endpoint.where_flag("model"),
-                                     cites=("C-ID-2", "INC-53"),
-                                     observed=f"{source} = {loaded!r}",
-                                     expected=f"{expected!r}, the model the serve script renders",
-                                     fix="the process serves another payload than the files say: check DropInPaths, "
-                                     "/proc/<MainPID>/cmdline, "
-                                     "then restart the unit from the repository's env file",
-                                 )
+                                 where=endpoint.where_flag("model"),
+                                 cites=("C-ID-2", "INC-53"),
+                                 observed=f"{source} = {loaded!r}",
+                                 expected=f"{expected!r}, the model the serve script renders",
+                                 fix="the process serves another payload than the files say: check DropInPaths, "
+                                 "/proc/<MainPID>/cmdline, "
+                                 "then restart the unit from the repository's env file")
     checkpoint = None if endpoint.dialect.has_props else _declared_checkpoint(endpoint)
     if checkpoint is None and (not endpoint.dialect.has_props or not expected.endswith(".gguf")):
         endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare)")
@@ -214,12 +212,11 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         served = {}
     if isinstance(declared, str):
         raise PAYLOAD_CHECK.fail(endpoint, "header-unreadable",
-                                     where=endpoint.where_flag("model"),
-                                     cites=("INC-53",),
-                                     observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
-                                     expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
-                                     fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)",
-                                 )
+                                 where=endpoint.where_flag("model"),
+                                 cites=("INC-53",),
+                                 observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
+                                 expected="the declared GGUF readable where the gate runs, to compare with what the engine loaded",
+                                 fix="run the gate on the service's host (the path alone cannot tell two files apart: INC-53)")
     assert isinstance(declared, dict) and isinstance(served, dict)
     if checkpoint is None:
         meta = _model_entry(endpoint, PAYLOAD).get("meta")
@@ -240,15 +237,14 @@ def live_payload(endpoint: LiveEndpoint) -> None:
                 else "parameters, vocabulary, size and quantisation")
     if wrong:
         raise PAYLOAD_CHECK.fail(endpoint, "other-model",
-                                     where=endpoint.where_flag("model"),
-                                     cites=("C-ID-2", "INC-53"),
-                                     observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
-                                     + "; ".join(wrong),
-                                     expected=f"the loaded model's {compared} equal {origin}'s",
-                                     fix="the process loaded another file than the one the files declare (another model under the "
-                                     "declared name, or the file changed after the process loaded it): fetch the declared payload, "
-                                     "restart the unit, then check which payload was deployed",
-                                 )
+                                 where=endpoint.where_flag("model"),
+                                 cites=("C-ID-2", "INC-53"),
+                                 observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
+                                 + "; ".join(wrong),
+                                 expected=f"the loaded model's {compared} equal {origin}'s",
+                                 fix="the process loaded another file than the one the files declare (another model under the "
+                                 "declared name, or the file changed after the process loaded it): fetch the declared payload, "
+                                 "restart the unit, then check which payload was deployed")
     if checkpoint is not None:
         endpoint.note(f"loaded {Path(str(loaded)).name}: {declared.get('weight_bytes'):,} bytes of weights, "
                       f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root)")
@@ -365,18 +361,17 @@ def live_slots(endpoint: LiveEndpoint) -> None:
         problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}")
     if problems:
         raise SLOTS_CHECK.fail(endpoint, "other-shape",
-                                   where=endpoint.where_flag("ctx_size"),
-                                   cites=("C-ID-6", "C-CAP-13"),
-                                   observed=f"/props: {'; '.join(problems)}",
-                                   expected=(
-                                       f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
-                                       "rendered; "
-                                       f"clients are told {contract.context_window})"
+                               where=endpoint.where_flag("ctx_size"),
+                               cites=("C-ID-6", "C-CAP-13"),
+                               observed=f"/props: {'; '.join(problems)}",
+                               expected=(
+                                   f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
+                                   "rendered; "
+                                   f"clients are told {contract.context_window})"
                                    ),
-                                   fix="the process runs another context shape than the env file: a prompt the clients think "
-                                   "fits is "
-                                   "refused with a hard 400; restart from the env file, or fix the env file and tell clients",
-                               )
+                               fix="the process runs another context shape than the env file: a prompt the clients think "
+                               "fits is "
+                               "refused with a hard 400; restart from the env file, or fix the env file and tell clients")
     endpoint.note(f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens")
 
 
@@ -422,10 +417,9 @@ def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
             first_dest = first_dest or ("temp" if key == "temperature" else key)
     if wrong:
         raise SAMPLER_CHECK.fail(endpoint, "other-defaults",
-                                     where=endpoint.where_flag(first_dest),
-                                     cites=("C-CAP-1", "B-UN-8"),
-                                     observed="/props default_generation_settings: " + "; ".join(wrong),
-                                     expected=", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()) + " (as rendered)",
-                                     fix="clients that send no sampler settings get the process's defaults: restart from the env file",
-                                 )
+                                 where=endpoint.where_flag(first_dest),
+                                 cites=("C-CAP-1", "B-UN-8"),
+                                 observed="/props default_generation_settings: " + "; ".join(wrong),
+                                 expected=", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()) + " (as rendered)",
+                                 fix="clients that send no sampler settings get the process's defaults: restart from the env file")
     endpoint.note(", ".join(f"{k} {v:g}" for k, v in endpoint.contract.sampler.items()))

@@ -39,14 +39,13 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
     if values is None:
         reply = endpoint.get("/metrics")
         raise METRICS_CHECK.fail(endpoint, "not-served",
-                                     where=endpoint.where_flag("metrics"),
-                                     cites=("B-OB-1",),
-                                     observed=f"GET /metrics: {reply.brief()}",
-                                     expected="Prometheus text: the rendered config turns metrics on",
-                                     fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
-                                     "script; "
-                                     "every alert on this endpoint is blind until then",
-                                 )
+                                 where=endpoint.where_flag("metrics"),
+                                 cites=("B-OB-1",),
+                                 observed=f"GET /metrics: {reply.brief()}",
+                                 expected="Prometheus text: the rendered config turns metrics on",
+                                 fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
+                                 "script; "
+                                 "every alert on this endpoint is blind until then")
     namespace = endpoint.dialect.namespace
     watched = _watched(endpoint)
     missing = []
@@ -55,15 +54,14 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
             missing.append(f"{selector.alert}: {selector.series} ({selector.where})")
     if missing:
         raise METRICS_CHECK.fail(endpoint, "rule-series-missing",
-                                     where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
-                                     cites=("B-OB-1", "INC-24"),
-                                     observed=f"{len(missing)} series named by the rules are not exported",
-                                     details=tuple(missing),
-                                     expected=f"every series of the rules that name {endpoint.name} (and of the unscoped {namespace}: "
-                                     f"rules) is in /metrics ({len(values)} series exported)",
-                                     fix="rewrite the rule on a series this engine exports, or retire it: a rule on a missing "
-                                     "series never fires",
-                                 )
+                                 where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
+                                 cites=("B-OB-1", "INC-24"),
+                                 observed=f"{len(missing)} series named by the rules are not exported",
+                                 details=tuple(missing),
+                                 expected=f"every series of the rules that name {endpoint.name} (and of the unscoped {namespace}: "
+                                 f"rules) is in /metrics ({len(values)} series exported)",
+                                 fix="rewrite the rule on a series this engine exports, or retire it: a rule on a missing "
+                                 "series never fires")
     names = sorted({s.series for s in watched})
     endpoint.note(f"{len(values)} series exported; all {len(names)} the rules name are there")
 

@@ -119,17 +119,16 @@ def engine_accepts_argv(config: RenderedService) -> None:
     # flag the build dropped, one added after it, or a known flag with a value the build's handler refuses.
     kind = kinds[0]
     raise CHECK.fail(config, "removed-flag" if kind == "removed" else "newer-flag" if kind == "newer"
-                               else "refused-value" if kind == "value" else "rejected-flag",
-                         where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
-                         observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
-                         details=lines,
-                         expected=f"only flags and values this build accepts, read with {table_note(config)}",
-                         fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
-                              else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
-                              if kind == "newer" else
-                              "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
-                              "either"),
-                     )
+                           else "refused-value" if kind == "value" else "rejected-flag",
+                     where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
+                     observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
+                     details=lines,
+                     expected=f"only flags and values this build accepts, read with {table_note(config)}",
+                     fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
+                          else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
+                          if kind == "newer" else
+                          "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
+                          "either"))
 
 
 def _stray_positionals(config: RenderedService) -> None:

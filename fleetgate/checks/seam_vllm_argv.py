@@ -86,17 +86,16 @@ def vllm_argv(config: RenderedService) -> None:
     if problems:
         first = problems[0]
         raise ARGV_CHECK.fail(config, "unknown-flag" if first.kind == "unknown-flag"
-                                        else "ambiguous-flag" if first.kind == "ambiguous-flag"
-                                        else "missing-value" if first.kind == "missing-value"
-                                        else "bad-value" if first.kind == "bad-value"
-                                        else "speculative-config",
-                                  where=_where(config, first.flag),
-                                  observed=first.message,
-                                  details=[p.message for p in problems[1:]],
-                                  expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
-                                           "engine refuses this at start, after the container is up",
-                                  fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file",
-                              )
+                                    else "ambiguous-flag" if first.kind == "ambiguous-flag"
+                                    else "missing-value" if first.kind == "missing-value"
+                                    else "bad-value" if first.kind == "bad-value"
+                                    else "speculative-config",
+                              where=_where(config, first.flag),
+                              observed=first.message,
+                              details=[p.message for p in problems[1:]],
+                              expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
+                                       "engine refuses this at start, after the container is up",
+                              fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
 
 
 def _no_engine_argv(config: RenderedService) -> str | None:
