@@ -15,6 +15,7 @@ Every variable keeps the file and line it came from, so a failure can point at i
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,8 +237,29 @@ def _parse_podman(text: str, path: Path) -> list[EnvEntry]:
 _XTRACE_ASSIGN = re.compile(r"^\++(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
+# What bash set for a file, by its text: a render reads a service's env file every time it runs (the service's own
+# render, each payload-defaults variant, the bench and deploy gates), and each read was a sandboxed bash. Keyed on
+# the text, so an edited file is read again; bash reads it from stdin and sees no file of the repository (only the
+# host's program directories), so the text is all it depends on, and the entries take the path they are read by.
+# Only what bash read without an error is kept.
+_SOURCED: dict[str, tuple[tuple[str, str, int], ...]] = {}
+_SOURCED_LOCK = threading.Lock()
+
+
 def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
     """Let bash read it, in the render's sandbox: source the file in an empty environment and collect what it set."""
+    with _SOURCED_LOCK:
+        known = _SOURCED.get(text)
+    if known is None:
+        known = tuple((e.name, e.value, e.line) for e in _source_with_bash(text, path))
+        with _SOURCED_LOCK:
+            if len(_SOURCED) >= 4096:
+                _SOURCED.clear()
+            _SOURCED[text] = known
+    return [EnvEntry(name, value, path, line) for name, value, line in known]
+
+
+def _source_with_bash(text: str, path: Path) -> list[EnvEntry]:
     from fleetgate.sandbox import INSIDE, SandboxSpec, run
 
     script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /run/fleetgate/stdin; set +x; env -0'
