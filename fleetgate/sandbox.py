@@ -140,9 +140,19 @@ def _opted_out() -> bool:
     return os.environ.get(OPT_OUT, "") not in ("", "0")
 
 
+_PROBE_LOCK = threading.Lock()
+
+
 @cache
 def sandbox_problem() -> str | None:
     """None when this machine can make the sandbox, else one line saying why not (one probe run, once)."""
+    # Renders start side by side: without the lock, each thread that asked before the first answer probed again.
+    with _PROBE_LOCK:
+        return _probe()
+
+
+@cache
+def _probe() -> str | None:
     if os.name != "posix" or not hasattr(os, "pidfd_open") or sys.platform != "linux":
         return "the sandbox needs Linux (user, mount, network and PID namespaces; pidfd, Linux 5.3+)"
     try:
