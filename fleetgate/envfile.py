@@ -15,6 +15,7 @@ Every variable keeps the file and line it came from, so a failure can point at i
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,8 +237,74 @@ def _parse_podman(text: str, path: Path) -> list[EnvEntry]:
 _XTRACE_ASSIGN = re.compile(r"^\++(\d+):\s*(?:declare -x |export )?([A-Za-z_][A-Za-z0-9_]*)=")
 
 
+# What bash set for a file, by its text: a render reads a service's env file every time it runs (the service's own
+# render, each payload-defaults variant, the bench and deploy gates), and each read was a sandboxed bash. Keyed on
+# the text, so an edited file is read again; bash reads it from stdin and sees no file of the repository (only the
+# host's program directories), so the text is all it depends on, and the entries take the path they are read by.
+# Only what bash read without an error is kept.
+_SOURCED: dict[str, tuple[tuple[str, str, int], ...]] = {}
+_SOURCED_LOCK = threading.Lock()
+
+
+# The plain dialect: every line blank, a comment, or one NAME=VALUE (optionally after `export`, optionally followed by
+# a comment) whose value bash takes as it is written: no quote, expansion, escape, glob, tilde or blank in it. What
+# bash sets from such a file is each name's last value, at the line of its last assignment, so it is read here
+# without starting bash. Names bash treats specially (its own variables, PATH, the locale, PS4 that shapes the
+# trace) and anything else go to bash.
+_PLAIN_LINE = re.compile(r"[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_]*)=([A-Za-z0-9_./:,@%+=-]*)(?:[ \t]+#[^\n]*)?[ \t]*")
+_PLAIN_SKIP = re.compile(r"[ \t]*(?:#[^\n]*)?")
+_PLAIN_TEXT = re.compile(r"[\x20-\x7e\t\n]*")
+_BASH_OWN = frozenset({
+    "_", "BASH", "BASHOPTS", "BASHPID", "CDPATH", "CHILD_MAX", "COLUMNS", "COPROC", "DIRSTACK", "EMACS", "ENV", "EUID",
+    "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GROUPS", "HOME", "HOSTFILE", "HOSTNAME", "HOSTTYPE",
+    "IFS", "IGNOREEOF", "INPUTRC", "INSIDE_EMACS", "LANG", "LINENO", "LINES", "MACHTYPE", "OLDPWD", "OPTARG", "OPTERR",
+    "OPTIND", "OSTYPE", "PATH", "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PWD", "RANDOM", "REPLY", "SECONDS", "SHELL",
+    "SHELLOPTS", "SHLVL", "SRANDOM", "TERM", "TIMEFORMAT", "TMOUT", "TMPDIR", "UID", "auto_resume", "histchars",
+})
+_BASH_OWN_PREFIXES = ("BASH", "COMP", "EPOCH", "GLOB", "HIST", "LC_", "MAIL", "PROMPT", "PS", "READLINE", "TEXTDOMAIN")
+_PLAIN_MAX = 64 * 1024
+
+
+def _read_plain(text: str, path: Path) -> list[EnvEntry] | None:
+    """The entries bash would set from ``text``, when every line is in the plain dialect; None when bash must read it."""
+    if len(text) > _PLAIN_MAX or not _PLAIN_TEXT.fullmatch(text):
+        return None
+    last: dict[str, EnvEntry] = {}
+    for number, line in enumerate(text.split("\n"), start=1):
+        assignment = _PLAIN_LINE.fullmatch(line)
+        if assignment is None:
+            if _PLAIN_SKIP.fullmatch(line):
+                continue
+            return None
+        name, value = assignment.groups()
+        if name in _BASH_OWN or name.startswith(_BASH_OWN_PREFIXES):
+            return None
+        last.pop(name, None)
+        last[name] = EnvEntry(name, value, path, number)
+    return sorted(last.values(), key=lambda e: e.line)
+
+
 def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
-    """Let bash read it, in the render's sandbox: source the file in an empty environment and collect what it set."""
+    """Let bash read it, in the render's sandbox: source the file in an empty environment and collect what it set.
+    A file in the plain dialect is read here instead, where the sandbox could run bash on it (so that a machine
+    without one refuses as it would for any bash file)."""
+    from fleetgate import sandbox
+
+    plain = _read_plain(text, path)
+    if plain is not None and sandbox.sandbox_problem() is None:
+        return plain
+    with _SOURCED_LOCK:
+        known = _SOURCED.get(text)
+    if known is None:
+        known = tuple((e.name, e.value, e.line) for e in _source_with_bash(text, path))
+        with _SOURCED_LOCK:
+            if len(_SOURCED) >= 4096:
+                _SOURCED.clear()
+            _SOURCED[text] = known
+    return [EnvEntry(name, value, path, line) for name, value, line in known]
+
+
+def _source_with_bash(text: str, path: Path) -> list[EnvEntry]:
     from fleetgate.sandbox import INSIDE, SandboxSpec, run
 
     script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /run/fleetgate/stdin; set +x; env -0'

@@ -28,7 +28,7 @@ from pathlib import Path
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file, parse_env_text
 from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_sandbox import RENDER_TIMEOUT_S, read_invocations, repo_mounts
+from fleetgate.render_sandbox import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
 from fleetgate.sandbox import INSIDE, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
@@ -334,6 +334,9 @@ def inline_command(inline: InlineScript, origins: Mapping[str, Origin],
 
 
 def _require_inline_bash(script: str, setting: Setting) -> None:
+    content = script.encode("utf-8", "surrogateescape")
+    if parsed_before("inline", content):
+        return
     try:
         check = subprocess.run(["/bin/bash", "--noprofile", "--norc", "-n", "-c", script, "fleetgate-inline"],
                                capture_output=True, check=False, timeout=10, env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
@@ -345,6 +348,7 @@ def _require_inline_bash(script: str, setting: Setting) -> None:
         message = said[0].split(": ", 2)[-1] if said else f"bash -n exited {check.returncode}"
         raise InputError(setting.path, setting.line, f"ExecStart=: the inline script does not parse: {message}; expected "
                          "a script bash can parse")
+    parsed_now("inline", content)
 
 
 def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:

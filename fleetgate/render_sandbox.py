@@ -37,8 +37,8 @@ from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit
 
 __all__ = ["RENDER_TIMEOUT_S", "engine_environment", "inline_records", "last_error", "last_traced_line", "missing_directories",
-           "missing_engine_paths", "read_invocations", "read_sourced", "read_tests", "read_writes", "repo_mounts",
-           "require_bash", "require_program_name", "run_script", "script_as_run"]
+           "missing_engine_paths", "parsed_before", "parsed_now", "read_invocations", "read_sourced", "read_tests",
+           "read_writes", "repo_mounts", "require_bash", "require_program_name", "run_script", "script_as_run"]
 
 _READ_ONLY_TOOLS = (
     "awk", "basename", "cat", "cut", "date", "dirname", "env", "expr", "false", "grep", "head", "id",
@@ -282,9 +282,22 @@ def _read_only_tools() -> dict[str, str]:
     return found
 
 
-# Scripts bash has parsed already, by path and content: a script is parsed once per process, not once per render
-# (each ``bash -n`` is a fork of this process). Keyed on the bytes, so an edited script is parsed again.
+# Scripts bash has parsed without an error, by content: a script is parsed once per process, not once per render
+# (each ``bash -n`` is a fork of this process), and a copy of it elsewhere (another service's harness) is not parsed
+# again: what bash says of a script it parses depends on its bytes alone, and its path only names it in an error,
+# which is never kept. Keyed on the bytes, so an edited script is parsed again.
 _PARSED: set[tuple[str, bytes]] = set()
+
+
+def parsed_before(kind: str, content: bytes) -> bool:
+    """Whether bash parsed this content (a script ``file``, an ``inline`` -c string) without an error before."""
+    return (kind, hashlib.sha256(content).digest()) in _PARSED
+
+
+def parsed_now(kind: str, content: bytes) -> None:
+    if len(_PARSED) > 4096:
+        _PARSED.clear()
+    _PARSED.add((kind, hashlib.sha256(content).digest()))
 
 
 def require_bash(script: Path) -> None:
@@ -293,13 +306,10 @@ def require_bash(script: Path) -> None:
     first = content.split(b"\n", 1)[0].decode("utf-8", "replace")
     if first.startswith("#!") and "bash" not in first:
         raise InputError(script, 1, f"shebang {first!r}: fleetgate renders bash serve scripts; expected #!/bin/bash or #!/usr/bin/env bash")
-    key = (str(script), hashlib.sha256(content).digest())
-    if key in _PARSED:
+    if parsed_before("file", content):
         return
     _parse_with_bash(script)
-    if len(_PARSED) > 4096:
-        _PARSED.clear()
-    _PARSED.add(key)
+    parsed_now("file", content)
 
 
 def _parse_with_bash(script: Path) -> None:

@@ -6,13 +6,15 @@ Seams and the contract read this; nothing here re-parses a file the renderer alr
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import io
 import os
 import pickle
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -36,6 +38,8 @@ __all__ = [
     "attempt_service",
     "attempt_services",
     "load_service",
+    "run_attempt",
+    "run_attempts",
     "share_attempts",
     "unshare_attempts",
 ]
@@ -226,6 +230,31 @@ def attempt_services(fleet: Fleet, *, jobs: int | None = None) -> dict[str, Serv
             for future in futures:
                 future.cancel()
             raise
+
+
+_RUN_ATTEMPTS: ContextVar[Callable[[], Mapping[str, ServiceAttempt] | None] | None] = ContextVar(
+    "fleetgate_run_attempts", default=None)
+
+
+@contextlib.contextmanager
+def run_attempts(made: Callable[[], Mapping[str, ServiceAttempt] | None] | None) -> Iterator[None]:
+    """While a check runs: the renders its run has made (``made()``: None while it has made none), so that a fleet
+    seam that needs a service's render reads the one every other seam judged instead of rendering it again."""
+    token = _RUN_ATTEMPTS.set(made)
+    try:
+        yield
+    finally:
+        _RUN_ATTEMPTS.reset(token)
+
+
+def run_attempt(fleet: Fleet, service: Service) -> ServiceAttempt | None:
+    """The attempt of ``service`` that the running check's run made, when it made one of this fleet; else None."""
+    made = _RUN_ATTEMPTS.get()
+    attempts = made() if made is not None else None
+    attempt = attempts.get(service.name) if attempts is not None else None
+    if attempt is None or attempt.fleet is not fleet or attempt.service is not service:
+        return None
+    return attempt
 
 
 def _reduce_refused(refused: RenderRefused) -> tuple[Callable[..., RenderRefused], tuple[Any, ...]]:

@@ -18,7 +18,7 @@ catalogue entry's mutation (``tests/test_catalogue.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -30,7 +30,7 @@ from fleetgate.fleet import Fleet
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
-from fleetgate.rendered import ServiceAttempt, attempt_services
+from fleetgate.rendered import ServiceAttempt, attempt_services, run_attempts
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = [
@@ -62,6 +62,9 @@ class Subject:
     skip_reason: str | None = None
     policy_off: bool = False
     """The skip is a policy the fleet does not keep (the plugin reports it once per policy, at fleet.toml)."""
+    made_attempts: Callable[[], Mapping[str, ServiceAttempt] | None] | None = field(default=None, compare=False, repr=False)
+    """A fleet seam's: the renders its run has made so far (None while none), which the check reads rather than
+    rendering a service again (``fleetgate.rendered.run_attempt``)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,10 @@ class FleetInputs:
     def _attempts(self) -> dict[str, ServiceAttempt]:
         return attempt_services(self._fleet)
 
+    def made_attempts(self) -> Mapping[str, ServiceAttempt] | None:
+        """The renders, when they have been made; None before (nothing is rendered for asking)."""
+        return self.__dict__.get("_attempts")
+
     @cached_property
     def _chains(self) -> list[ResolvedChain]:
         return chains_of(self._fleet, self._attempts)
@@ -152,7 +159,8 @@ def seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
         return chains or [Subject("fleet", None, skip_reason=(
             f"{fleet.path.name} declares no [[timeouts]] chain: declare the budgets that must nest"))]
     if check.subject == "fleet":
-        return [Subject(fleet.name, fleet, skip_reason=check.why_not(fleet))]
+        return [Subject(fleet.name, fleet, skip_reason=check.why_not(fleet),
+                        made_attempts=getattr(inputs, "made_attempts", None))]
     if check.kind != "seam" or check.subject != "service":
         raise NotASeam(f"check {check.name!r} is a {check.kind} check on {check.subject!r}, not a seam")
     subjects: list[Subject] = []
@@ -190,7 +198,8 @@ def run(check: Check[Any], subject: Subject) -> Outcome:
     if subject.skip_reason:
         return Outcome(check.name, subject.name, "skipped", text=subject.skip_reason)
     try:
-        check(subject.value)
+        with run_attempts(subject.made_attempts):
+            check(subject.value)
     except NotApplicable as reason:
         return Outcome(check.name, subject.name, "skipped", text=str(reason))
     except Failure as failure:

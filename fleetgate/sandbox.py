@@ -39,6 +39,7 @@ import marshal
 import math
 import os
 import posixpath
+import queue
 import shutil
 import signal
 import socket
@@ -47,11 +48,12 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from fleetgate.errors import InputError
 from fleetgate.sandbox_cache import CACHE_ENV, cache_dir, cache_key, cache_load, cache_store
@@ -138,9 +140,19 @@ def _opted_out() -> bool:
     return os.environ.get(OPT_OUT, "") not in ("", "0")
 
 
+_PROBE_LOCK = threading.Lock()
+
+
 @cache
 def sandbox_problem() -> str | None:
     """None when this machine can make the sandbox, else one line saying why not (one probe run, once)."""
+    # Renders start side by side: without the lock, each thread that asked before the first answer probed again.
+    with _PROBE_LOCK:
+        return _probe()
+
+
+@cache
+def _probe() -> str | None:
     if os.name != "posix" or not hasattr(os, "pidfd_open") or sys.platform != "linux":
         return "the sandbox needs Linux (user, mount, network and PID namespaces; pidfd, Linux 5.3+)"
     try:
@@ -296,11 +308,13 @@ class _Parent:
         # a fork of this process, and the command may read its cmdline.
         # Python finds its library from the directory it starts in when argv[0] is no path: its own bin directory.
         executable = os.path.realpath(sys.executable)
-        self.process = subprocess.Popen(
-            ["fleetgate-sandbox", "-I", "-S", "-c", _parent_text(), str(self.owner), str(theirs.fileno())],
-            executable=executable, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd=os.path.dirname(executable))
-        theirs.close()
+        try:
+            self.process = _from_lasting_thread(lambda: subprocess.Popen(
+                ["fleetgate-sandbox", "-I", "-S", "-c", _parent_text(), str(self.owner), str(theirs.fileno())],
+                executable=executable, env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd=os.path.dirname(executable)))
+        finally:
+            theirs.close()
         self.control = ours
         self.lock = threading.Lock()
         atexit.register(self.close)
@@ -332,6 +346,42 @@ class _Parent:
 
 _PARENT: _Parent | None = None
 _PARENT_LOCK = threading.Lock()
+
+_T = TypeVar("_T")
+_SPAWNER: tuple[int, queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]]] | None = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _from_lasting_thread(make: Callable[[], _T]) -> _T:
+    """``make()`` in a thread that lasts as long as this process: the main thread, else one kept for it.
+
+    The parent's death signal (PR_SET_PDEATHSIG, which ends it with its owner) follows the thread that started
+    it, not the process: started from a render pool's thread, the parent was killed when that pool ended, and
+    the next run started another."""
+    if threading.current_thread() is threading.main_thread():
+        return make()
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None or _SPAWNER[0] != os.getpid():
+            requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]] = queue.SimpleQueue()
+            threading.Thread(target=_spawn_forever, args=(requests,), name="fleetgate-sandbox-spawner", daemon=True).start()
+            _SPAWNER = (os.getpid(), requests)
+        requests = _SPAWNER[1]
+    answer: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    requests.put((make, answer))
+    ok, value = answer.get()
+    if not ok:
+        raise value
+    return cast(_T, value)
+
+
+def _spawn_forever(requests: queue.SimpleQueue[tuple[Callable[[], Any], queue.SimpleQueue[tuple[bool, Any]]]]) -> None:
+    while True:
+        make, answer = requests.get()
+        try:
+            answer.put((True, make()))
+        except BaseException as exc:  # handed to the caller, raised there
+            answer.put((False, exc))
 
 
 def _parent() -> _Parent:

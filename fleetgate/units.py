@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -179,14 +180,14 @@ def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
     (the fleet repository; by default the unit's own directory) by its real path, like an env file: one
     symlinked out of it is refused in one line, before anything of it is read."""
     kind: UnitKind = "quadlet" if path.suffix in {".container", ".kube", ".pod"} else "systemd"
-    settings = list(_parse_file(path))
+    settings = list(_read_settings(path))
     drop_in_dir = path.with_name(path.name + ".d")
     drop_ins: list[Path] = []
     if drop_in_dir.is_dir():
         for conf in sorted(drop_in_dir.glob("*.conf"), key=lambda p: p.name):
             _confined(conf, root if root is not None else path.parent)
             drop_ins.append(conf)
-            settings.extend(_parse_file(conf))
+            settings.extend(_read_settings(conf))
     users = [s.value for s in settings if s.key == "User" and "%" not in s.value]
     user = users[-1] if users else None
     unit_name = path.name if kind == "systemd" else path.stem + ".service"
@@ -213,8 +214,18 @@ def _confined(conf: Path, root: Path) -> None:
         raise InputError(conf, None, "the drop-in is not a regular file; expected a unit file fragment")
 
 
-def _parse_file(path: Path) -> Iterator[Setting]:
-    text = read_text(path, "the unit file")
+def _read_settings(path: Path) -> tuple[Setting, ...]:
+    """The file's settings, parsed once per path and content: a render reads its service's unit (and drop-ins)
+    several times (inputs, ExecStart=, the engine's exec), and every seam that renders it again reads it again."""
+    return _parse_text(path, read_text(path, "the unit file"))
+
+
+@lru_cache(maxsize=1024)
+def _parse_text(path: Path, text: str) -> tuple[Setting, ...]:
+    return tuple(_parse_file(path, text))
+
+
+def _parse_file(path: Path, text: str) -> Iterator[Setting]:
     section: str | None = None
     lines = text.split("\n")
     number = 0

@@ -137,12 +137,15 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
     from fleetgate.ledger.service import service_ledger
     from fleetgate.render_types import RenderRefused
-    from fleetgate.rendered import load_service
+    from fleetgate.rendered import load_service, run_attempt
 
     service = fleet.services[name]
+    attempt = run_attempt(fleet, service)  # the run's render of it, when the run has made one
     try:
-        config = load_service(fleet, service)
+        config = attempt.config if attempt is not None else load_service(fleet, service)
     except (RenderRefused, InputError):
+        config = None
+    if config is None:
         raise NotApplicable(f"{name} did not render: see serve-script-renders[{name}]") from None
     if config.vllm is not None:
         pp_use = config.vllm.use("pipeline_parallel_size")

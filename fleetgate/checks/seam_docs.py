@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from fleetgate.checks import fleet_seam, service_seam
@@ -185,21 +186,39 @@ def _mentions(name: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w-]){re.escape(name)}(?![\w-])")
 
 
+_WORD = re.compile(r"[\w-]+")
+
+
 def _lines_about(config: RenderedService) -> list[tuple[Path, int, str]]:
     """Lines of the index and of the service's page that name this service and no other."""
     index = config.fleet.docs_index
     assert index is not None
+    names = frozenset(config.fleet.services)
+    by_words = all(_WORD.fullmatch(n) for n in names)
     own = _mentions(config.name)
-    others = [_mentions(n) for n in config.fleet.services if n != config.name]
+    others = [] if by_words else [_mentions(n) for n in sorted(names) if n != config.name]
     found = []
     page = (index.parent / f"{config.name}.md").resolve()
     for path, whole_page in ((index, False), (page, True)):
         if not path.is_file():
             continue
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        text = path.read_text(encoding="utf-8")
+        if by_words:
+            # A name of word characters and dashes (fleet.toml's schema) is mentioned where it is a whole run of
+            # them: each line's runs (read once per text), looked up, say what one pattern per service says.
+            for number, line, words in _words_of_lines(text):
+                if (whole_page or config.name in words) and not any(w in names and w != config.name for w in words):
+                    found.append((path, number, line))
+            continue
+        for number, line in enumerate(text.splitlines(), start=1):
             if (whole_page or own.search(line)) and not any(o.search(line) for o in others):
                 found.append((path, number, line))
     return found
+
+
+@lru_cache(maxsize=64)
+def _words_of_lines(text: str) -> tuple[tuple[int, str, frozenset[str]], ...]:
+    return tuple((number, line, frozenset(_WORD.findall(line))) for number, line in enumerate(text.splitlines(), start=1))
 
 
 SHAPES_CHECK = service_seam(

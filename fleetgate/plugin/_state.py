@@ -145,6 +145,11 @@ class Inputs:
     def attempts(self) -> Mapping[str, ServiceAttempt]:
         return attempts(self.config)
 
+    def made_attempts(self) -> Mapping[str, ServiceAttempt] | None:
+        """The renders, when this run has made them (or been given them); None before."""
+        memo = self.config.stash.get(_ATTEMPTS, None)
+        return memo.value if memo is not None else None
+
     def chains(self) -> Sequence[ResolvedChain]:
         return chains(self.config)
 

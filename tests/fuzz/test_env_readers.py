@@ -57,3 +57,29 @@ def test_bash_reads_anything_in_its_sandbox_as_values_or_one_line(text: str) -> 
     result = assert_reads_or_one_line(lambda: parse_env_text(text, PATH, "bash"))
     # The sandbox itself failing is no answer about the file: that would make this property vacuous.
     assert not isinstance(result, SandboxUnavailable), str(result)
+
+
+# Mostly what the plain dialect holds, with what sends a file to bash mixed in: a name bash treats as its own, a
+# character bash would expand, quote, split or glob.
+_PLAINISH_NAME = st.one_of(st.sampled_from(["A", "MODEL", "x_1", "if", "export", "PORT", "TZ"]),
+                           st.sampled_from(["_", "PATH", "PS4", "LC_ALL", "HOME", "SHLVL"]))
+_PLAINISH_VALUE = st.one_of(st.text(st.sampled_from(list("az09_./:,@%+=-")), max_size=12),
+                            st.text(st.sampled_from(list("az09_./:,@%+=-~$'\" \t#\\*{}!é")), max_size=12))
+_PLAINISH_LINE = st.one_of(
+    st.sampled_from(["", "  ", "\t", "# a comment", "  # $x 'q' \\"]),
+    st.tuples(st.sampled_from(["", "  ", "\t", "export ", " export\t"]), _PLAINISH_NAME,
+              st.one_of(st.just("="), st.sampled_from(["+=", " ="])), _PLAINISH_VALUE,
+              st.one_of(st.sampled_from(["", " ", "\t", " # c"]), st.just("#c"))).map("".join),
+)
+
+
+@given(st.lists(_PLAINISH_LINE, max_size=6).map("\n".join), st.booleans())
+def test_a_plain_bash_file_read_without_bash_is_what_bash_sets(text: str, newline: bool) -> None:
+    """The bash dialect's plain files (NAME=VALUE lines bash takes as written) are read without starting bash: what
+    is read must be what bash, sourcing the file in its sandbox, sets, at the same lines."""
+    from fleetgate.envfile import _read_plain, _source_with_bash
+
+    text += "\n" if newline else ""
+    plain = _read_plain(text, PATH)
+    if plain is not None:
+        assert [(e.name, e.value, e.line) for e in plain] == [(e.name, e.value, e.line) for e in _source_with_bash(text, PATH)]
