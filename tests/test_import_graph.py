@@ -20,17 +20,18 @@ PACKAGE = REPO / "fleetgate"
 
 # What `pytest seams/` never needs: the endpoint client and its dialects (httpx), the reference server, the host
 # read through testinfra, the live and host checks.
-LIVE_STACK = ("fleetgate.live", "fleetgate.reference", "fleetgate.host", "fleetgate.checks.live_", "fleetgate.checks.host_")
+LIVE_STACK = ("fleetgate.live", "fleetgate.gate", "fleetgate.reference", "fleetgate.host", "fleetgate.checks.live_", "fleetgate.checks.host_")
 LIVE_PACKAGES = ("httpx", "httpcore", "testinfra")
 
 # Function-local imports of the live stack by what the seams import, each with its reason: they are the laziness
 # that keeps the live stack out of `pytest seams/` (issue 22), imported only when --endpoint is given.
 LAZY = {
     ("fleetgate.plugin._state", "fleetgate.live"): "live_stack(): the endpoint client (httpx), only with --endpoint",
-    ("fleetgate.plugin._state", "fleetgate.host"): "targets(): the hosts of the chosen endpoints, only with --endpoint",
-    ("fleetgate.plugin._item", "fleetgate.live.endpoint"): "a live check's run: readiness and halts, only with --endpoint",
+    ("fleetgate.plugin._state", "fleetgate.gate"): "targets(): a testinfra Host per chosen endpoint, only with --endpoint",
+    ("fleetgate.plugin._item", "fleetgate.gate"): "a live or host check's run: readiness, halts, its time, only with --endpoint",
+    ("fleetgate.plugin._live", "fleetgate.gate"): "a live check's summary note, only when live checks ran",
+    ("fleetgate.plugin._host", "fleetgate.gate"): "a host check's summary note, only when host checks ran",
     ("fleetgate.plugin._live", "fleetgate.live.endpoint"): "the live summary's figures, only when live checks ran",
-    ("fleetgate.plugin._state", "testinfra"): "targets(): a testinfra Host per chosen endpoint, only with --endpoint",
     ("fleetgate.engines.llama_metrics", "httpx"): "main(): a maintainer's re-capture of /metrics, never run by a seam",
 }
 
@@ -148,7 +149,8 @@ def test_the_graph_is_read_from_the_source() -> None:
     arrows = {(e.source, e.target, e.local) for e in EDGES}
     assert ("fleetgate.runner", "fleetgate.checks", False) in arrows
     assert ("fleetgate.plugin._state", "fleetgate.live", True) in arrows
-    assert ("fleetgate.plugin._state", "testinfra", True) in arrows
+    assert ("fleetgate.plugin._state", "fleetgate.gate", True) in arrows
+    assert ("fleetgate.gate", "testinfra", False) in arrows
     assert not any(e.source == "fleetgate.plugin._state" and e.target == "fleetgate.host" and not e.local for e in EDGES)
 
 

@@ -61,14 +61,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     callspec = getattr(item, "callspec", None)
     value = callspec.params.get("host_check") if callspec is not None else None
     if call.when == "call" and isinstance(value, CheckParam) and value.subject is not None and value.check is not None:
+        from fleetgate.gate import host_note  # lazy: the live stack; a host check runs only with --endpoint
+
         target = value.value
-        if report.failed and call.excinfo is not None:
-            observed = getattr(call.excinfo.value, "code", None)
-            note = f"{observed}: {getattr(call.excinfo.value, 'observed', '')}" if observed else str(call.excinfo.value).splitlines()[0]
-        elif report.skipped:
-            note = value.skip_reason or "skipped"
-        else:
-            note = target.notes.get(value.check.name, f"on {target.spec}")
+        failure = call.excinfo.value if report.failed and call.excinfo is not None else None
+        note = host_note(target, value.check.name, failure, (value.skip_reason or "") if report.skipped else None)
         report.user_properties.append((_state.LIVE, json.dumps({
             "service": target.name, "url": value.endpoint.url, "engine": value.endpoint.engine, "check": value.check.name,
             "note": note, "spent": 0, "requests": 0, "elapsed": value.elapsed, "measured": {},

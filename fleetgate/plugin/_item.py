@@ -8,7 +8,6 @@ per-service summary. ``Seam``, ``Live`` and ``HostCheck`` are its names in the t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,36 +59,19 @@ class CheckParam:
             pytest.skip(self.none_reason)
         if self.check.kind == "live":
             outcome = self._live(self.check, self.subject)
+        elif self.check.kind == "host":
+            from fleetgate.gate import run_host  # lazy: the live stack, imported only with --endpoint
+
+            outcome, self.elapsed = run_host(self.check, self.subject)
         else:
-            started = time.monotonic()
-            try:
-                outcome = run(self.check, self.subject)
-            finally:
-                self.elapsed = time.monotonic() - started
+            outcome = run(self.check, self.subject)
         self._report(outcome)
 
     def _live(self, check: Check[Any], subject: Subject) -> Outcome:
-        __tracebackhide__ = True
-        if subject.skip_reason:
-            return run(check, subject)
-        from fleetgate.live.endpoint import HEALTH, Halt  # lazy: the live stack, imported only with --endpoint
+        from fleetgate.gate import run_live  # lazy: the live stack, imported only with --endpoint
 
-        endpoint = self.endpoint
-        halt = endpoint.prepare()
-        if halt is not None and halt.check != check.name and check.name != HEALTH:
-            pytest.skip(halt.reason)
-        with endpoint.recording(check.name) as record:
-            self.record = record
-            endpoint.bill_preflight(record)
-            outcome = run(check, subject)  # the check that a halt concerns raises it itself
-            late = (f"{check.name}/timeout", f"{check.name}/out-of-time")
-            if outcome.failure is not None and outcome.code in late and endpoint.halt is None:
-                # The endpoint stopped answering within the bound (--live-timeout, or one derived from the
-                # run's rates): said once, here; the checks after it are not run rather than each failing
-                # on the same silence.
-                endpoint.halt = Halt(check.name, outcome.failure,
-                                     f"not run: {endpoint.name} stopped answering within the bound (see {check.name})")
-            return outcome
+        outcome, self.record = run_live(check, subject)
+        return outcome
 
     def _report(self, outcome: Outcome) -> None:
         __tracebackhide__ = True

@@ -157,10 +157,11 @@ def pytest_runtest_makereport(
         and live.record is not None
         and live.endpoint is not None
     ):
+        from fleetgate.gate import live_note  # lazy: the live stack; a live record exists only with --endpoint
+
         record = live.record
         if report.failed and call.excinfo is not None:
-            observed = getattr(call.excinfo.value, "observed", None)
-            record.note = str(observed) if observed else str(call.excinfo.value).splitlines()[0]
+            record.note = live_note(record, call.excinfo.value)
         report.user_properties.append(
             (
                 _state.LIVE,

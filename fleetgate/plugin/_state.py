@@ -20,7 +20,7 @@ import pytest
 
 from fleetgate.checks import load_checks
 from fleetgate.errors import InputError
-from fleetgate.fleet import LOOPBACK, Fleet, Service
+from fleetgate.fleet import Fleet, Service
 from fleetgate.manifest import load_fleet
 from fleetgate.plugin._missing import missing_requirement
 from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
@@ -273,29 +273,16 @@ def targets(config: pytest.Config) -> dict[str, HostTarget]:
         chosen = endpoints(config)
         if not chosen:
             return {}
-        from urllib.parse import urlsplit
-
-        import testinfra  # lazy: the host side of the live stack, only with --endpoint
-
-        from fleetgate.host import HostTarget, default_spec  # lazy: only with --endpoint
-        from fleetgate.live import declared_port  # lazy: the live stack, only with --endpoint
+        from fleetgate.gate import host_target  # lazy: the live stack, only with --endpoint
 
         specs = _named(config, "--host-url", list(chosen), "SPEC")
         served = fleet(config)
         options = _testinfra_options(config)
         found: dict[str, HostTarget] = {}
         for name, endpoint in chosen.items():
-            service = served.services[name]
             if endpoint.config is None:
-                raise pytest.UsageError(f"--endpoint {name}: {service.name} did not render, so its host has nothing to be held to")
-            spec = specs.get(name) or default_spec(served.host_of(service).address)
-            # The engine is looked for where the files say it listens, never at the --base-url port as such
-            # (a proxy or a tunnel may hold that one); the --base-url port counts only on this same host.
-            port = declared_port(endpoint.config)
-            reached = urlsplit(endpoint.url)
-            local = spec == "local://" and reached.hostname in LOOPBACK
-            found[name] = HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **options), spec=spec,
-                                     port=port, reached_port=(reached.port or port) if local else None)
+                raise pytest.UsageError(f"--endpoint {name}: {name} did not render, so its host has nothing to be held to")
+            found[name] = host_target(served, endpoint, specs.get(name), options)
         return found
 
     return _once(config, _TARGETS, make)

@@ -6,12 +6,13 @@ failure with the install command, never a silent skip: CI installs both (tox env
 
 from __future__ import annotations
 
+import ast
 import gc
 import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +21,8 @@ import pytest
 
 from fleetgate.checks import REGISTRY, get_check
 from fleetgate.fleet import Fleet
+from fleetgate.gate import GateRun
+from fleetgate.gate import run_gate as run_gate_here
 from fleetgate.manifest import load_fleet
 from fleetgate.reference import (
     ReferenceError,
@@ -28,6 +31,7 @@ from fleetgate.reference import (
     llama_bin_dir,
     model_dir,
     on_free_port,
+    render_overrides,
     render_reference,
     start,
 )
@@ -301,13 +305,85 @@ def junit_outcomes(path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def gate(pytester: pytest.Pytester, declared_home: Path) -> Callable[..., Gate]:
+def plugin_gate(pytester: pytest.Pytester, declared_home: Path) -> Callable[..., Gate]:
+    """The gate as an operator runs it: ``pytest live/ --endpoint reference`` in a subprocess (its summary, JUnit,
+    xdist, the replay line). For what only the plugin does; a check's verdict is ``gate``'s to prove."""
+
     def run(
         url: str, *args: str, fleet_toml: Path | None = None, port: int | None = None, variant: str = "shipped"
     ) -> Gate:
         return run_gate(
             pytester, url, *args, home=declared_home, fleet_toml=fleet_toml, port=port, variant=variant
         )
+
+    return run
+
+
+def _gate_order() -> tuple[str, ...]:
+    """The checks of ``live/``'s test modules in the order pytest runs them: module by module (sorted by name), each
+    test in the order it is defined. Read from the modules themselves, so a test added there is run here too."""
+    order: list[str] = []
+    for module in sorted(LIVE.glob("test_*.py")):
+        for node in ast.parse(module.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef):
+                for decorator in node.decorator_list:
+                    if (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.check"
+                            and isinstance(decorator.args[0], ast.Constant)):
+                        order.append(str(decorator.args[0].value))
+    return tuple(order)
+
+
+GATE_ORDER = _gate_order()
+
+
+@dataclass
+class GateHere:
+    """One run of the gate in this process (``fleetgate.gate.run_gate``): the same outcomes and notes ``Gate``
+    reads from a subprocess run, without the subprocess."""
+
+    run: GateRun
+
+    @property
+    def outcomes(self) -> dict[str, str]:
+        """check -> ``passed``, ``skipped``, or the failure code that fired."""
+        return self.run.verdicts
+
+    @property
+    def checks(self) -> dict[str, tuple[str, str]]:
+        words = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIPPED"}
+        return {name: (words[o.outcome], self.run.notes[name]) for name, o in self.run.outcomes.items()}
+
+    @property
+    def output(self) -> str:
+        return self.run.text()
+
+    def note(self, check: str) -> str:
+        return self.run.notes[check]
+
+    def spent(self) -> int:
+        return self.run.spent
+
+    def checks_took(self) -> float:
+        return self.run.elapsed
+
+
+@pytest.fixture
+def gate(declared_home: Path) -> Callable[..., GateHere]:
+    """The gate's live and host checks at ``url`` in this process (every check of ``live/``, else ``only`` of them
+    in that order), against a declared copy of the fleet (``fleet_toml``'s, else the example's) whose reference
+    listens on ``port`` (default: the URL's), with the render this machine gives the reference (root conftest.py)."""
+
+    def run(
+        url: str, *, only: Iterable[str] | None = None, live_timeout: float = 60.0, wait_ready: float = 0.0,
+        fleet_toml: Path | None = None, port: int | None = None, variant: str = "shipped",
+    ) -> GateHere:
+        source = fleet_toml.parent if fleet_toml else FLEET_DIR
+        declared = load_fleet(declare(source, declared_home, port=port or server_port(url), variant=variant))
+        wanted = set(only) if only is not None else set(GATE_ORDER)
+        assert wanted <= set(GATE_ORDER), wanted - set(GATE_ORDER)
+        checks = [name for name in GATE_ORDER if name in wanted]
+        return GateHere(run_gate_here(declared, "reference", checks, base_url=url, timeout=live_timeout,
+                                      wait_ready=wait_ready, local=render_overrides()))
 
     return run
 

@@ -20,23 +20,23 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Edit, Gate
+from .conftest import Edit, GateHere
 from .faults import FaultServer
 
-SHORT = ("--live-timeout", "3")
+SHORT_S = 3.0
 
 
 @pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # a refusal or a prefill: no generated text decides it
 def test_an_oversized_window_is_accepted_past_a_short_live_timeout(
     control: Callable[[Edit | str], ReferenceServer],
-    gate: Callable[..., Gate],
+    gate: Callable[..., GateHere],
     variant: str,
     no_api_key: None,
 ) -> None:
     """A 4096-token slot where 2048 is declared: the oversized prompt is prefilled, not refused; the request
     waits what its prefill takes at the measured rate, not the 3 s --live-timeout."""
     server = control("ctx-size-8192")  # conftest.SHARED_EDITS: test_under_load.py starts the same server
-    run = gate(server.url, *SHORT, "-k", "test_capacity", variant=variant)
+    run = gate(server.url, live_timeout=SHORT_S, only=("live-capacity",), variant=variant)
     assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
 
 
@@ -44,19 +44,19 @@ def test_an_oversized_window_is_accepted_past_a_short_live_timeout(
 # other answers, so the bound derived from them (about 6 s) is longer than --live-timeout 2 s and far shorter
 # than the 30 s hang.
 BOUND_FAULTS = {
-    "hang-oversized": ("test_capacity", {"live-capacity": "live-capacity/out-of-time"}),
-    "hang-tools": ("test_tool_calls", {"live-tool-calls": "live-tool-calls/out-of-time"}),
+    "hang-oversized": {"live-capacity": "live-capacity/out-of-time"},
+    "hang-tools": {"live-tool-calls": "live-tool-calls/out-of-time"},
 }
-BOUND_CODES = {code for _, outcomes in BOUND_FAULTS.values() for code in outcomes.values()}
+BOUND_CODES = {code for outcomes in BOUND_FAULTS.values() for code in outcomes.values()}
 
 
 @pytest.mark.parametrize("mode", list(BOUND_FAULTS))
 def test_a_request_never_answered_runs_out_of_its_derived_bound_once(
-    mode: str, gate: Callable[..., Gate], no_api_key: None
+    mode: str, gate: Callable[..., GateHere], no_api_key: None
 ) -> None:
-    selection, expected = BOUND_FAULTS[mode]
+    expected = BOUND_FAULTS[mode]
     with FaultServer(mode) as server:
-        run = gate(server.url, "-k", selection, "--live-timeout", "2")
+        run = gate(server.url, only=expected, live_timeout=2)
     assert run.outcomes == expected, run.output
     (check,) = expected
     failure = run.note(check)

@@ -14,7 +14,7 @@ import pytest
 
 from fleetgate.reference import free_port
 
-from .conftest import Gate
+from .conftest import Gate, GateHere
 from .faults import FaultServer
 
 # mode -> the outcome of each check run (the failure code, or skipped: not run before health holds)
@@ -45,16 +45,6 @@ FAULTS: dict[str, dict[str, str]] = {
 CHECK_S = 3.0
 """What one request, and one check, of a fault run may take: the 2 s --live-timeout, and a second more."""
 FAULT_CODES = {code for outcomes in FAULTS.values() for code in outcomes.values() if "/" in code}
-_TESTS = {
-    "live-health": "health",
-    "live-chat": "chat",
-    "live-stream": "stream",
-    "live-alias": "alias",
-    "live-determinism": "determinism",
-    "live-capacity": "capacity",
-    "live-tool-calls": "tool_calls",
-    "live-vision": "vision",
-}
 # faults that need the contract to declare what they break (a fleet copy)
 DECLARE: dict[str, dict[str, Callable[[str], str]]] = {
     "vision-unbilled": {
@@ -67,16 +57,15 @@ DECLARE: dict[str, dict[str, Callable[[str], str]]] = {
 
 @pytest.mark.parametrize("mode", list(FAULTS))
 def test_fault(
-    mode: str, gate: Callable[..., Gate], fleet_copy: Callable[..., Path], no_api_key: None
+    mode: str, gate: Callable[..., GateHere], fleet_copy: Callable[..., Path], no_api_key: None
 ) -> None:
     expected = FAULTS[mode]
-    selection = " or ".join(sorted({f"test_{_TESTS[c]}" for c in expected if c in _TESTS}))
     fleet_toml = fleet_copy(DECLARE[mode]) if mode in DECLARE else None
     if mode == "down":
-        run = gate(f"http://127.0.0.1:{free_port()}", "-k", selection, "--live-timeout", "2")
+        run = gate(f"http://127.0.0.1:{free_port()}", only=expected, live_timeout=2)
     else:
         with FaultServer(mode) as server:
-            run = gate(server.url, "-k", selection, "--live-timeout", "2", fleet_toml=fleet_toml)
+            run = gate(server.url, only=expected, live_timeout=2, fleet_toml=fleet_toml)
     assert run.outcomes == expected, run.output
     # Bounded, as the gate measures itself (the wall clock of the whole run adds a pytest process's start-up,
     # collection and the fleet's render, which a loaded machine stretches): every failed request says how long
@@ -91,12 +80,12 @@ def test_fault(
 
 
 def test_an_echoed_api_key_never_reaches_the_output(
-    gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
+    plugin_gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secret = "sk-fleetgate-test-0123456789"
     monkeypatch.setenv("FLEETGATE_API_KEY", secret)
     with FaultServer("echo-auth") as server:
-        run = gate(server.url, "-k", "test_health or test_chat or test_alias")
+        run = plugin_gate(server.url, "-k", "test_health or test_chat or test_alias")
     assert run.outcomes == {
         "live-health": "live-health/unhealthy",
         "live-chat": "skipped",

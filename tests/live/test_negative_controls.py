@@ -22,7 +22,7 @@ import pytest
 from fleetgate.checks import REGISTRY, TRANSPORT_CODES, load_checks
 from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, model_dir
 
-from .conftest import TEXT_DECIDED_CODES, VARIANTS, Edit, Gate, drop, expected_outcomes, live_checks, set_value, variants_for
+from .conftest import TEXT_DECIDED_CODES, VARIANTS, Edit, GateHere, drop, expected_outcomes, live_checks, set_value, variants_for
 from .mmproj import IMAGE_TOKENS, write_random_projector
 from .test_bounds import BOUND_CODES
 from .test_faults import FAULT_CODES
@@ -225,7 +225,7 @@ def test_control(
     reference_in: ReferenceServer,
     control: Callable[[Edit | str], ReferenceServer],
     fleet_copy: Callable[[FleetEdits], Path],
-    gate: Callable[..., Gate],
+    gate: Callable[..., GateHere],
     tmp_path: Path,
     request: pytest.FixtureRequest,
     no_api_key: None,

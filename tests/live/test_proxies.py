@@ -13,40 +13,39 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Gate, expected_outcomes, server_port, variants_for
+from .conftest import GateHere, expected_outcomes, server_port, variants_for
 from .faults import FaultProxy
 
 NOT_RUN = "skipped"
 
-# mode -> (proxy delay, extra gate arguments, the outcome of every check that does not pass, or None
-# when every check but the named ones is not run)
-PROXIES: dict[str, tuple[float, tuple[str, ...], dict[str, str], bool]] = {
-    "freeze-metrics": (0, (), {"live-drafter": "live-drafter/counters-frozen"}, False),
+# mode -> (proxy delay, the outcome of every check that does not pass, whether every live check but the named ones
+# is not run)
+PROXIES: dict[str, tuple[float, dict[str, str], bool]] = {
+    "freeze-metrics": (0, {"live-drafter": "live-drafter/counters-frozen"}, False),
     "strip-spec-metrics": (
         0,
-        (),
         # the rules name the spec series too: live-metrics sees them missing as well
         {"live-drafter": "live-drafter/counter-missing", "live-metrics": "live-metrics/rule-series-missing"},
         False,
     ),
-    "zero-acceptance": (0, (), {"live-drafter": "live-drafter/acceptance-below-floor"}, False),
-    "stall-stream": (20, (), {"live-stream": "live-stream/too-slow"}, False),
-    "buffer": (0, (), {"live-stream": "live-stream/buffered"}, False),
-    "slow-refusal": (4, (), {"live-capacity": "live-capacity/slow-refusal"}, False),
-    "unauthorized-images": (0, (), {"live-vision": "live-vision/foreign-refusal"}, False),
-    "unauthorized": (0, (), {"live-health": "live-health/unauthorized"}, True),
-    "loading": (60, (), {"live-health": "live-health/loading"}, True),
-    "delay": (20, (), {"live-health": "passed", "live-chat": "live-chat/slower-than-bound"}, True),
+    "zero-acceptance": (0, {"live-drafter": "live-drafter/acceptance-below-floor"}, False),
+    "stall-stream": (20, {"live-stream": "live-stream/too-slow"}, False),
+    "buffer": (0, {"live-stream": "live-stream/buffered"}, False),
+    "slow-refusal": (4, {"live-capacity": "live-capacity/slow-refusal"}, False),
+    "unauthorized-images": (0, {"live-vision": "live-vision/foreign-refusal"}, False),
+    "unauthorized": (0, {"live-health": "live-health/unauthorized"}, True),
+    "loading": (60, {"live-health": "live-health/loading"}, True),
+    "delay": (20, {"live-health": "passed", "live-chat": "live-chat/slower-than-bound"}, True),
     # one 429 with Retry-After: 1 is waited out within the request's bound: nothing fails
-    "rate-limit-once": (0, (), {}, False),
+    "rate-limit-once": (0, {}, False),
     # a rate limit that persists is said once, as such
-    "rate-limited": (0, (), {"live-health": "passed", "live-chat": "live-chat/rate-limited"}, True),
+    "rate-limited": (0, {"live-health": "passed", "live-chat": "live-chat/rate-limited"}, True),
     # every event stream answered 429 with Retry-After: 1 (other requests pass): named as rate limiting
-    "rate-limit-streams": (0, (), {"live-stream": "live-stream/rate-limited"}, False),
+    "rate-limit-streams": (0, {"live-stream": "live-stream/rate-limited"}, False),
     # the first stream passes whole, the second is cut: the gate streams twice
-    "cut-second-stream": (0, (), {"live-stream": "live-stream/truncated"}, False),
+    "cut-second-stream": (0, {"live-stream": "live-stream/truncated"}, False),
 }
-PROXY_CODES = {code for _, _, failing, _ in PROXIES.values() for code in failing.values() if "/" in code}
+PROXY_CODES = {code for _, failing, _ in PROXIES.values() for code in failing.values() if "/" in code}
 
 
 def _halted(failing: dict[str, str]) -> dict[str, str]:
@@ -65,14 +64,14 @@ def test_proxy(
     mode: str,
     variant: str,
     reference_in: ReferenceServer,
-    gate: Callable[..., Gate],
+    gate: Callable[..., GateHere],
     no_api_key: None,
 ) -> None:
-    delay, args, failing, halted = PROXIES[mode]
+    delay, failing, halted = PROXIES[mode]
     assert variants_for(failing) == [variant], "a proxy's fault that generated text decides: run it under every variant"
     with FaultProxy(reference_in.url, mode, delay=delay) as proxy:
         # the engine is declared at its own port: the host checks judge it, not the proxy (said once)
-        run = gate(proxy.url, *args, port=server_port(reference_in.url), variant=variant)
+        run = gate(proxy.url, port=server_port(reference_in.url), variant=variant)
     expected = _halted(failing) if halted else expected_outcomes(failing)
     assert run.outcomes == expected, run.output
     if mode == "rate-limit-once":
@@ -91,9 +90,9 @@ def test_proxy(
 
 
 def test_wait_ready_waits_for_a_loading_server(
-    reference: ReferenceServer, gate: Callable[..., Gate], no_api_key: None
+    reference: ReferenceServer, gate: Callable[..., GateHere], no_api_key: None
 ) -> None:
     with FaultProxy(reference.url, "loading", delay=3) as proxy:
-        run = gate(proxy.url, "--wait-ready", "30", "-k", "test_health or test_alias or test_slots",
+        run = gate(proxy.url, wait_ready=30, only=("live-health", "live-alias", "live-slots"),
                    port=server_port(reference.url))
     assert run.outcomes == {"live-health": "passed", "live-alias": "passed", "live-slots": "passed"}, run.output

@@ -6,6 +6,7 @@ the reference's serve script for real. The same run is repeated under xdist (-n 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -27,9 +28,9 @@ def test_the_reference_runs_exactly_what_the_seams_render(reference: ReferenceSe
 
 
 def test_gate_passes_against_the_reference(
-    variant: str, reference_in: ReferenceServer, gate: type[Gate], no_api_key: None
+    variant: str, reference_in: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None
 ) -> None:
-    run = gate(reference_in.url, variant=variant)
+    run = plugin_gate(reference_in.url, variant=variant)
     run.result.assert_outcomes(passed=21, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     run.result.stdout.fnmatch_lines(
@@ -47,8 +48,8 @@ def test_gate_passes_against_the_reference(
     assert run.spent() <= BUDGET_TOKENS
 
 
-def test_gate_passes_under_xdist(reference: ReferenceServer, gate: type[Gate], no_api_key: None) -> None:
-    run = gate(reference.url, "-n", "4")
+def test_gate_passes_under_xdist(reference: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None) -> None:
+    run = plugin_gate(reference.url, "-n", "4")
     run.result.assert_outcomes(passed=21, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     assert run.spent() <= BUDGET_TOKENS

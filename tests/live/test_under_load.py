@@ -19,7 +19,7 @@ import pytest
 
 from fleetgate.reference import ReferenceServer
 
-from .conftest import Edit, Gate, expected_outcomes
+from .conftest import Edit, GateHere, expected_outcomes
 
 HOG_SECONDS = 280
 """Each busy loop ends by itself after this long (the gate's own subprocess bound is 300 s)."""
@@ -58,7 +58,7 @@ def cpu_hog() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def test_the_reference_gate_holds_under_a_cpu_hog(
-    reference: ReferenceServer, gate: Callable[..., Gate], cpu_hog: list[subprocess.Popen[bytes]], no_api_key: None
+    reference: ReferenceServer, gate: Callable[..., GateHere], cpu_hog: list[subprocess.Popen[bytes]], no_api_key: None
 ) -> None:
     assert all(hog.poll() is None for hog in cpu_hog)  # the machine is busy while the gate runs
     run = gate(reference.url)
@@ -69,7 +69,7 @@ def test_the_reference_gate_holds_under_a_cpu_hog(
 @pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # slots and a refusal: no generated text decides them
 def test_a_control_gives_its_verdict_under_a_cpu_hog(
     control: Callable[[Edit | str], ReferenceServer],
-    gate: Callable[..., Gate],
+    gate: Callable[..., GateHere],
     variant: str,
     cpu_hog: list[subprocess.Popen[bytes]],
     no_api_key: None,
@@ -90,7 +90,7 @@ def test_a_control_gives_its_verdict_under_a_cpu_hog(
 @pytest.mark.parametrize("variant", ["shipped"], indirect=True)  # a prefill: no generated text decides it
 def test_an_oversized_window_is_accepted_under_a_cpu_hog(
     control: Callable[[Edit | str], ReferenceServer],
-    gate: Callable[..., Gate],
+    gate: Callable[..., GateHere],
     variant: str,
     cpu_hog: list[subprocess.Popen[bytes]],
     no_api_key: None,
@@ -100,6 +100,6 @@ def test_an_oversized_window_is_accepted_under_a_cpu_hog(
     ``accepted``; bounded by the prefill rate measured in the same run, it is ``accepted`` under load too
     (tests/live/test_bounds.py holds the idle run)."""
     server = control("ctx-size-8192")  # test_bounds.py's server (conftest.SHARED_EDITS)
-    run = gate(server.url, "--live-timeout", "3", "-k", "test_capacity", variant=variant)
+    run = gate(server.url, live_timeout=3, only=("live-capacity",), variant=variant)
     assert all(hog.poll() is None for hog in cpu_hog), "a busy loop ended before the gate did"
     assert run.outcomes == {"live-capacity": "live-capacity/accepted"}, run.output
