@@ -38,6 +38,8 @@ MODES = (
     "tools-auto-refused",
     "tools-auto-as-text",
     "vllm-other-name",
+    "speculative-burst",
+    "burst-of-many-steps",
 )
 # vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
 # --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
@@ -45,6 +47,14 @@ MODES = (
 AUTO_TOOL_MODES = ("tools-auto-refused", "tools-auto-as-text")
 # Rates the hang-* modes' answers report (timings): a fast engine, so the bounds derived from them are short.
 FAST_TIMINGS = {"prompt_n": 50, "prompt_ms": 5.0, "predicted_n": 10, "predicted_ms": 50.0}
+# A stream sent whole at once, and what the engine reports making it: 4 tokens in one speculative step (3 drafts
+# accepted with the step's own token: a healthy engine sends them together), and 12 tokens in 6 steps (held back).
+BURSTS = {
+    "speculative-burst": (4, {"prompt_n": 9, "prompt_ms": 5.0, "predicted_n": 4, "predicted_ms": 46.0,
+                              "predicted_per_second": 87.0, "draft_n": 3, "draft_n_accepted": 3}),
+    "burst-of-many-steps": (12, {"prompt_n": 9, "prompt_ms": 5.0, "predicted_n": 12, "predicted_ms": 400.0,
+                                 "predicted_per_second": 30.0, "draft_n": 8, "draft_n_accepted": 6}),
+}
 # What vLLM's /v1/models says about the loaded model (vllm/entrypoints/openai: ModelCard root and
 # max_model_len), for frank-archon as its files declare it, and after another payload was loaded.
 VLLM_MODELS = {
@@ -155,7 +165,7 @@ class FaultServer:
         if mode == "refuse-unexplained":
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
             return
-        if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty"):
+        if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty", *BURSTS):
             self._stream(handler, mode)
             return
         if (mode == "hang-tools" and body.get("tools")) or (mode == "hang-oversized" and len(json.dumps(body)) > 4096):
@@ -198,7 +208,14 @@ class FaultServer:
             return
         delta: dict[str, Any] = {"role": "assistant", "content": "" if mode == "stream-empty" else "one"}
         events: list[Any] = [{"id": "a", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}]
-        if mode == "bad-stream":
+        if mode in BURSTS:
+            tokens, timings = BURSTS[mode]
+            events += [{"id": "a", "choices": [{"index": 0, "delta": {"content": " more"}, "finish_reason": None}]}
+                       for _ in range(tokens - 1)]
+            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+                           "timings": timings})
+            events.append({"id": "a", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": tokens}})
+        elif mode == "bad-stream":
             # another id, no role first, two finish chunks, no usage chunk
             events = [
                 {"id": "a", "choices": [{"index": 0, "delta": {"content": "one"}, "finish_reason": None}]},
