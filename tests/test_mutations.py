@@ -1,10 +1,11 @@
 """Every seam is shown failing: each catalogued mutation of the example fleet changes exactly its outcomes.
 
-The seams run on a mutated copy of fixtures/fleet through the real plugin (pytester). The outcome of
-every (subject, check) is compared with the clean fleet's, written out below: the entry's failures
-(subject and failure code), the checks it turns into skips, and nothing else may change. Two catalogues
-share this one harness: fixtures/incidents (past incidents) and fixtures/branches (one mutation per
-seam failure code that no incident reaches).
+The seams run on a mutated copy of fixtures/fleet through the runner the plugin and the catalogue share
+(``fleetgate.runner.run_seams``, in this process). The outcome of every (subject, check) is compared with the
+clean fleet's, written out below: the entry's failures (subject and failure code), the checks it turns into
+skips, and nothing else may change. Two catalogues share this one harness: fixtures/incidents (past incidents)
+and fixtures/branches (one mutation per seam failure code that no incident reaches). The clean fleet and a sample
+of the mutations also run through the real plugin (pytester): the same outcomes and failure texts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.incidents import Entry, apply, load_catalogue
+from fleetgate.runner import run_seams as run_seams_here
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
@@ -168,16 +170,50 @@ def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> tuple[dict[tuple[s
     return outcomes, texts
 
 
+def outcomes_here(fleet_toml: Path) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
+    """``run_seams``'s outcomes through the runner in this process: the same (subject, check) keys and values."""
+    outcomes: dict[tuple[str, str], str] = {}
+    texts: dict[tuple[str, str], str] = {}
+    for outcome in run_seams_here(fleet_toml):
+        key = (outcome.subject, outcome.check)
+        assert key not in outcomes, f"{key} judged twice"
+        outcomes[key] = outcome.code if outcome.code is not None else outcome.outcome
+        if outcome.failure is not None:
+            texts[key] = outcome.text
+    return outcomes, texts
+
+
 def test_the_example_fleet_gives_exactly_the_written_outcomes(pytester: pytest.Pytester) -> None:
     outcomes, texts = run_seams(pytester, FLEET / "fleet.toml")
     assert not texts, list(texts.values())
     assert outcomes == CLEAN
+    assert outcomes_here(FLEET / "fleet.toml") == (CLEAN, {})
 
 
-@pytest.mark.parametrize("entry", CATALOGUE, ids=[f"{e.path.parent.name}/{e.path.stem}" for e in CATALOGUE])
-def test_mutation_changes_exactly_its_outcomes(entry: Entry, pytester: pytest.Pytester, tmp_path: Path) -> None:
+def _ids(entries: Iterable[Entry]) -> list[str]:
+    return [f"{e.path.parent.name}/{e.path.stem}" for e in entries]
+
+
+# Through the plugin as well: a rule mutation, a service that no longer renders (every other seam of it skips), a
+# fleet-wide seam's failure.
+PLUGIN_SAMPLE = [e for e in CATALOGUE if e.path.stem in ("B-CTX-3", "serve-script-renders.broken-input", "service-ports-unique.duplicate")]
+
+
+@pytest.mark.parametrize("entry", PLUGIN_SAMPLE, ids=_ids(PLUGIN_SAMPLE))
+def test_the_plugin_gives_the_runners_outcomes(entry: Entry, pytester: pytest.Pytester, tmp_path: Path) -> None:
     fleet_toml = apply(entry, FLEET, tmp_path / "fleet")
     outcomes, texts = run_seams(pytester, fleet_toml)
+    here, texts_here = outcomes_here(fleet_toml)
+    assert outcomes == here
+    assert set(texts) == set(texts_here) != set()
+    for key, text in texts.items():
+        assert texts_here[key] in text, (key, text, texts_here[key])
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=_ids(CATALOGUE))
+def test_mutation_changes_exactly_its_outcomes(entry: Entry, tmp_path: Path) -> None:
+    fleet_toml = apply(entry, FLEET, tmp_path / "fleet")
+    outcomes, texts = outcomes_here(fleet_toml)
     expected = dict(CLEAN)
     failing = {(e.subject, e.check) for e in entry.expect}
     for subject, check in entry.skip:
