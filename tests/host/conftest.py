@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from fleetgate.gate import run_gate
 from fleetgate.manifest import load_fleet
-from fleetgate.reference import ReferenceError, free_port, llama_bin_dir, model_dir, render_reference, start
+from fleetgate.reference import (
+    ReferenceError,
+    free_port,
+    llama_bin_dir,
+    model_dir,
+    render_overrides,
+    render_reference,
+    start,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "fleet"
@@ -96,15 +106,46 @@ def unit_fleet_copy(fleet_dir: Path, port: int) -> tuple[Path, str]:
 
 @dataclass
 class HostGate:
-    result: pytest.RunResult
     checks: dict[str, tuple[str, str]]
+    """check -> (PASS, FAIL or SKIPPED, the summary's note)."""
+    output: str
+    result: pytest.RunResult | None = None
+    """The plugin's run (``run_host_gate_plugin``); None for a run in this process."""
+
+    @property
+    def plugin_result(self) -> pytest.RunResult:
+        assert self.result is not None, "a run in this process has no pytest result: use run_host_gate_plugin"
+        return self.result
 
     def outcomes(self) -> dict[str, str]:
         """check -> PASS / SKIPPED / the failure code."""
         return {name: (note.split(":", 1)[0] if word == "FAIL" else word) for name, (word, note) in self.checks.items()}
 
 
-def run_host_gate(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpoint: str = "reference") -> HostGate:
+def _host_order() -> list[str]:
+    """The host checks of live/test_host.py, in the order pytest runs them."""
+    return [str(d.args[0].value) for node in ast.parse(HOST_TESTS.read_text(encoding="utf-8")).body
+            if isinstance(node, ast.FunctionDef) for d in node.decorator_list
+            if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.check" and isinstance(d.args[0], ast.Constant)]
+
+
+HOST_ORDER = _host_order()
+
+
+def run_host_gate(fleet_toml: Path, *, only: Iterable[str] | None = None, base_url: str | None = None,
+                  host_url: str | None = None, endpoint: str = "reference") -> HostGate:
+    """The host checks (every one of live/test_host.py, else ``only`` of them) on ``endpoint``'s host, in this process
+    (``fleetgate.gate.run_gate``), with the render this machine gives the reference (the root conftest.py's)."""
+    wanted = set(only) if only is not None else set(HOST_ORDER)
+    assert wanted <= set(HOST_ORDER), wanted - set(HOST_ORDER)
+    run = run_gate(load_fleet(fleet_toml), endpoint, [c for c in HOST_ORDER if c in wanted], base_url=base_url,
+                   host_spec=host_url, local=render_overrides())
+    words = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIPPED"}
+    return HostGate({name: (words[o.outcome], run.notes[name]) for name, o in run.outcomes.items()}, run.text())
+
+
+def run_host_gate_plugin(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpoint: str = "reference") -> HostGate:
+    """The host checks through the plugin: ``pytest live/test_host.py --endpoint ENDPOINT`` in a subprocess."""
     result = pytester.runpytest_subprocess(str(HOST_TESTS), "--endpoint", endpoint, "--fleet", str(fleet_toml),
                                            "-p", "no:cacheprovider", *args, timeout=120)
     checks = {}
@@ -112,7 +153,7 @@ def run_host_gate(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpo
         match = _LINE.match(line)
         if match:
             checks[match.group(2)] = (match.group(1), match.group(3))
-    return HostGate(result, checks)
+    return HostGate(checks, result.stdout.str() + result.stderr.str(), result)
 
 
 @dataclass

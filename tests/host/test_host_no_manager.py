@@ -17,19 +17,19 @@ SYSTEMD_CHECKS = ("host-unit-state", "host-unit-drop-ins", "host-unit-limits", "
 PROCESS_CHECKS = ("host-process-argv", "host-process-env", "host-exposure", "host-runtime-libs")
 
 
-def test_a_unit_no_manager_shows(pytester: pytest.Pytester, tmp_path: Path, port: int, engine: None) -> None:
+def test_a_unit_no_manager_shows(tmp_path: Path, port: int, engine: None) -> None:
     fleet_toml, _ = unit_fleet_copy(tmp_path / "fleet", port)
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     if Path("/run/systemd/system").is_dir():  # systemd is this machine's init: the unit is just not installed
         expected = {**{c: f"{c}/not-loaded" for c in SYSTEMD_CHECKS}, **{c: f"{c}/no-process" for c in PROCESS_CHECKS}}
     else:
         expected = {**{c: f"{c}/systemctl-failed" for c in SYSTEMD_CHECKS},
                     **{c: f"{c}/process-unreadable" for c in PROCESS_CHECKS}}
     assert gate.outcomes() == {**expected, "host-payload": "PASS", "host-memavailable": "SKIPPED",
-                               "host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
+                               "host-vram-vs-ledger": "SKIPPED"}, gate.output
 
 
-def test_no_readelf_on_the_host_fails_the_libs_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+def test_no_readelf_on_the_host_fails_the_libs_check(tmp_path: Path, port: int,
                                                       reference_on: Callable[[Path], None],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """A host without binutils: every tool the checks use is on PATH but readelf."""
@@ -42,15 +42,15 @@ def test_no_readelf_on_the_host_fails_the_libs_check(pytester: pytest.Pytester, 
             if tool.name != "readelf" and not (tools / tool.name).exists():
                 (tools / tool.name).symlink_to(tool)
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{tools}")
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**{c: "SKIPPED" for c in SYSTEMD_CHECKS}, "host-process-argv": "PASS",
                                "host-process-env": "PASS", "host-exposure": "PASS",
                                "host-runtime-libs": "host-runtime-libs/readelf-failed",
                                "host-payload": "PASS", "host-memavailable": "SKIPPED",
-                               "host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
+                               "host-vram-vs-ledger": "SKIPPED"}, gate.output
 
 
-def test_a_rootless_quadlet_whose_user_does_not_linger(pytester: pytest.Pytester, tmp_path: Path, port: int,
+def test_a_rootless_quadlet_whose_user_does_not_linger(tmp_path: Path, port: int,
                                                        engine: None) -> None:
     """The reference as a Quadlet of the user who owns the checkout: that user does not linger here (B-UN-2), and
     there is no user manager to show the unit."""
@@ -75,7 +75,7 @@ WantedBy=default.target
                           encoding="utf-8")
     owner = fleet_dir.owner()
     assert not Path(f"/var/lib/systemd/linger/{owner}").exists()
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {
         "host-unit-state": "host-unit-state/systemctl-failed",
         "host-unit-drop-ins": "host-unit-drop-ins/systemctl-failed",
@@ -85,4 +85,4 @@ WantedBy=default.target
         "host-payload": "PASS",
         "host-memavailable": "SKIPPED",
         "host-vram-vs-ledger": "SKIPPED",
-    }, gate.result.stdout.str()
+    }, gate.output

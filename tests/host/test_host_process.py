@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.reference import free_port, llama_bin_dir
-from tests.host.conftest import Process, fleet_copy, run_host_gate
+from tests.host.conftest import Process, fleet_copy, run_host_gate, run_host_gate_plugin
 
 UNIT_SKIP = "SKIPPED"
 NO_UNIT = {"host-unit-state": UNIT_SKIP, "host-unit-drop-ins": UNIT_SKIP, "host-unit-limits": UNIT_SKIP,
@@ -28,12 +28,12 @@ def test_the_reference_passes_every_host_check_that_applies(
         pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     reference_on(fleet_toml)
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate_plugin(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
-                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
     for name in ("host-unit-state", "host-unit-drop-ins", "host-unit-limits", "host-boot-persistence"):
         assert "reference has no unit in fleet.toml" in gate.checks[name][1]
-    gate.result.assert_outcomes(passed=5, skipped=6)
+    gate.plugin_result.assert_outcomes(passed=5, skipped=6)
 
 
 def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
@@ -45,40 +45,40 @@ def test_another_argv_fails_the_argv_check(pytester: pytest.Pytester, tmp_path: 
         return [*argv[:index + 1], "2048", *argv[index + 2:]]
 
     processes(fleet_toml, edit=other_context)
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate_plugin(pytester, fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS", "host-exposure": "PASS",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
-    gate.result.assert_outcomes(passed=4, failed=1, skipped=6)
+                               "host-runtime-libs": "PASS"}, gate.output
+    gate.plugin_result.assert_outcomes(passed=4, failed=1, skipped=6)
     # The service's summary line counts the host checks too: its "failed" is the host check's failure.
-    gate.result.stdout.fnmatch_lines(["*fleetgate: per service*", "reference: 4 passed, 1 failed, 6 skipped"])
+    gate.plugin_result.stdout.fnmatch_lines(["*fleetgate: per service*", "reference: 4 passed, 1 failed, 6 skipped"])
 
 
 def test_an_undeclared_visibility_variable_fails_the_env_check(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     processes(fleet_toml, env={"CUDA_VISIBLE_DEVICES": "1"})
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
                                "host-process-env": "host-process-env/undeclared-visibility",
-                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
 
 
 def test_a_declared_visibility_variable_missing_fails_the_env_check(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The process was started before the env file declared HIP_VISIBLE_DEVICES (a restart is due)."""
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     processes(fleet_toml)
     env = fleet_toml.parent / "scripts" / "reference.env"
     env.write_text(env.read_text(encoding="utf-8") + "HIP_VISIBLE_DEVICES=0\n", encoding="utf-8")
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
                                "host-process-env": "host-process-env/visibility-differs",
-                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
 
 
 def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The binary copied without its lib directory still runs (LD_LIBRARY_PATH finds the libraries
     elsewhere): the flattened-copy shape of INC-01, where the loader's fixed depth is broken."""
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
@@ -86,23 +86,23 @@ def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
     lonely.parent.mkdir()
     shutil.copy2(llama_bin_dir() / "llama-server", lonely)
     processes(fleet_toml, binary=lonely, env={"LD_LIBRARY_PATH": str(llama_bin_dir())})
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
-                               "host-exposure": "PASS", "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.result.stdout.str()
+                               "host-exposure": "PASS", "host-runtime-libs": "host-runtime-libs/not-at-depth"}, gate.output
 
 
-def test_nothing_running_fails_every_process_check(pytester: pytest.Pytester, tmp_path: Path, port: int,
+def test_nothing_running_fails_every_process_check(tmp_path: Path, port: int,
                                                     engine: None) -> None:
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/no-process",
                                "host-process-env": "host-process-env/no-process",
                                "host-exposure": "host-exposure/no-process",
-                               "host-runtime-libs": "host-runtime-libs/no-process"}, gate.result.stdout.str()
+                               "host-runtime-libs": "host-runtime-libs/no-process"}, gate.output
 
 
 def test_the_payload_check_fails_on_each_wrong_declaration(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+        tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
     """The reference's real model file against a manifest that declares another sha256, another size, and a
     file the host does not have."""
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
@@ -119,12 +119,12 @@ def test_the_payload_check_fails_on_each_wrong_declaration(
     for code, text in cases.items():
         assert text != clean
         manifest.write_text(text, encoding="utf-8")
-        gate = run_host_gate(pytester, fleet_toml)
-        assert gate.outcomes() == {**NO_UNIT, **processes_pass, "host-payload": code}, gate.result.stdout.str()
+        gate = run_host_gate(fleet_toml)
+        assert gate.outcomes() == {**NO_UNIT, **processes_pass, "host-payload": code}, gate.output
 
 
 def test_a_bundled_rocblas_without_its_device_code_fails_the_libs_check(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, engine: None) -> None:
+        tmp_path: Path, port: int, engine: None) -> None:
     """INC-01's layout, built here: a binary whose RUNPATH is $ORIGIN/../lib and which loads a bundled
     librocblas from there, with no rocblas/library/TensileLibrary.dat beside it. The CPU reference has no
     rocBLAS, so the process is a small C program compiled for the test (it listens on the service's port);
@@ -162,12 +162,12 @@ int main(int argc, char **argv) {
             deadline = time.monotonic() + 10
             while not _listening(port) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            gate = run_host_gate(pytester, fleet_toml)
+            gate = run_host_gate(fleet_toml)
         finally:
             process.terminate()
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS", "host-exposure": "PASS",
-                               "host-runtime-libs": "host-runtime-libs/tensile-missing"}, gate.result.stdout.str()
+                               "host-runtime-libs": "host-runtime-libs/tensile-missing"}, gate.output
 
 
 def _listening(port: int) -> bool:
@@ -182,23 +182,23 @@ def _listen_anywhere(argv: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("key", [False, True], ids=["no-key", "api-key"])
 def test_an_engine_listening_beyond_loopback_without_a_key_is_a_finding(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process], key: bool) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process], key: bool) -> None:
     """``--host 0.0.0.0`` with no API key: the host's listening sockets show the engine reachable from anywhere.
     With a key the exposure is guarded (the argv still differs from the files). The test binds 0.0.0.0 on its
     own free port and connects only to 127.0.0.1."""
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     processes(fleet_toml, edit=lambda a: [*_listen_anywhere(a), *(["--api-key", "k-test"] if key else [])])
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS",
                                "host-exposure": "PASS" if key else "host-exposure/open-without-key",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-runtime-libs": "PASS"}, gate.output
     if key:
         assert gate.checks["host-exposure"][1].endswith(f"listens on 0.0.0.0:{port} with an API key"), gate.checks
 
 
 def test_the_engine_is_found_at_its_declared_port_behind_a_proxy(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
+        tmp_path: Path, port: int, reference_on: Callable[[Path], None]) -> None:
     """--base-url through a proxy on another port: the host checks judge the engine on the declared port, and
     say once what holds the --base-url port (here this test's own process: a forwarding proxy)."""
     from tests.live.faults import FaultProxy
@@ -206,9 +206,10 @@ def test_the_engine_is_found_at_its_declared_port_behind_a_proxy(
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     reference_on(fleet_toml)
     with FaultProxy(f"http://127.0.0.1:{port}", "buffer") as proxy:
-        gate = run_host_gate(pytester, fleet_toml, "--base-url", proxy.url, "-k", "process or exposure or libs")
+        gate = run_host_gate(fleet_toml, base_url=proxy.url, only=("host-process-argv", "host-process-env", "host-exposure",
+                                                                      "host-runtime-libs"))
     assert gate.outcomes() == {"host-process-argv": "PASS", "host-process-env": "PASS", "host-exposure": "PASS",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-runtime-libs": "PASS"}, gate.output
     proxy_port = proxy.url.rsplit(":", 1)[1]
     notes = " ".join(note for _, note in gate.checks.values())
     assert notes.count(f"--base-url reaches port {proxy_port}, held by PID") == 1, gate.checks
@@ -216,7 +217,7 @@ def test_the_engine_is_found_at_its_declared_port_behind_a_proxy(
 
 
 def test_nothing_on_the_declared_port_behind_a_proxy_is_no_process(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The engine runs on a port the files do not declare and is reached through a proxy: the proxy is not taken
     for the engine; the argv check names both ports."""
     from tests.live.faults import FaultProxy
@@ -226,12 +227,12 @@ def test_nothing_on_the_declared_port_behind_a_proxy_is_no_process(
     server = processes(fleet_toml, edit=lambda a: [*a[:a.index("--port") + 1], str(other), *a[a.index("--port") + 2:]])
     assert server.port == other
     with FaultProxy(f"http://127.0.0.1:{other}", "buffer") as proxy:
-        gate = run_host_gate(pytester, fleet_toml, "--base-url", proxy.url, "-k", "process_argv")
-    assert gate.outcomes() == {"host-process-argv": "host-process-argv/no-process"}, gate.result.stdout.str()
+        gate = run_host_gate(fleet_toml, base_url=proxy.url, only=("host-process-argv",))
+    assert gate.outcomes() == {"host-process-argv": "host-process-argv/no-process"}, gate.output
 
 
 def test_an_engine_moved_to_the_base_url_port_is_judged_with_that_port(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """Nothing listens on the declared port; the rendered binary listens where --base-url points, on this host
     (the engine started on a test port): that is the engine, and the port is the one difference allowed. Any
     other difference still fails."""
@@ -245,16 +246,16 @@ def test_an_engine_moved_to_the_base_url_port_is_judged_with_that_port(
 
     first, second = free_port(), free_port()
     processes(fleet_toml, edit=moved(first))
-    gate = run_host_gate(pytester, fleet_toml, "--base-url", f"http://127.0.0.1:{first}", "-k", "process_argv")
-    assert gate.outcomes() == {"host-process-argv": "PASS"}, gate.result.stdout.str()
+    gate = run_host_gate(fleet_toml, base_url=f"http://127.0.0.1:{first}", only=("host-process-argv",))
+    assert gate.outcomes() == {"host-process-argv": "PASS"}, gate.output
     assert f"listens on port {first}, not the declared {port} (--base-url)" in gate.checks["host-process-argv"][1]
     processes(fleet_toml, edit=moved(second, "--n-predict", "4"))
-    gate = run_host_gate(pytester, fleet_toml, "--base-url", f"http://127.0.0.1:{second}", "-k", "process_argv")
-    assert gate.outcomes() == {"host-process-argv": "host-process-argv/argv-differs"}, gate.result.stdout.str()
+    gate = run_host_gate(fleet_toml, base_url=f"http://127.0.0.1:{second}", only=("host-process-argv",))
+    assert gate.outcomes() == {"host-process-argv": "host-process-argv/argv-differs"}, gate.output
 
 
 def test_sockets_the_host_cannot_list_fail_the_exposure_check(
-        pytester: pytest.Pytester, tmp_path: Path, port: int, reference_on: Callable[[Path], None],
+        tmp_path: Path, port: int, reference_on: Callable[[Path], None],
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A host whose ss cannot read the listening sockets (no iproute2, a restricted shell): host-exposure cannot
     see its subject, so it fails naming what it ran, never passes."""
@@ -271,7 +272,7 @@ def test_sockets_the_host_cannot_list_fail_the_exposure_check(
     import os
 
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
-    gate = run_host_gate(pytester, fleet_toml)
+    gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS", "host-process-env": "PASS",
                                "host-exposure": "host-exposure/sockets-unreadable",
-                               "host-runtime-libs": "PASS"}, gate.result.stdout.str()
+                               "host-runtime-libs": "PASS"}, gate.output

@@ -68,12 +68,12 @@ def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     return put
 
 
-def _gate(pytester: pytest.Pytester, fleet_toml: Path, service: str) -> str:
+def _gate(fleet_toml: Path, service: str) -> str:
     # The 3090's host has no address in fleet.toml: the live gate wants a URL, which no host check requests.
-    url = ("--base-url", "http://127.0.0.1:7771") if service == "frank-zealot" else ()
-    gate = run_host_gate(pytester, fleet_toml, "--host-url", "local://", "-k", "vram", *url, endpoint=service)
+    url = "http://127.0.0.1:7771" if service == "frank-zealot" else None
+    gate = run_host_gate(fleet_toml, host_url="local://", only=("host-vram-vs-ledger",), base_url=url, endpoint=service)
     outcomes = gate.outcomes()
-    assert list(outcomes) == ["host-vram-vs-ledger"], gate.result.stdout.str()
+    assert list(outcomes) == ["host-vram-vs-ledger"], gate.output
     return outcomes["host-vram-vs-ledger"]
 
 
@@ -114,65 +114,65 @@ def test_rocm_smi_json() -> None:
 
 # --- the branches -----------------------------------------------------------------------------------------------
 
-def test_frank_medium_at_c_h_3_passes(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_frank_medium_at_c_h_3_passes(tmp_path: Path, smi: Callable[..., None]) -> None:
     smi("rocm-smi", C_H_3)
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "PASS"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "PASS"
 
 
-def test_frank_zealot_at_c_h_5_passes(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_frank_zealot_at_c_h_5_passes(tmp_path: Path, smi: Callable[..., None]) -> None:
     smi("nvidia-smi", C_H_5)
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "PASS"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "PASS"
 
 
-def test_inc_10_hotter_than_the_ledger(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_inc_10_hotter_than_the_ledger(tmp_path: Path, smi: Callable[..., None]) -> None:
     smi("rocm-smi", INC_10)
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/hotter"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/hotter"
 
 
-def test_an_idle_card_is_colder_than_the_ledger(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_an_idle_card_is_colder_than_the_ledger(tmp_path: Path, smi: Callable[..., None]) -> None:
     """The H200's real idle output (nothing loaded) for frank-zealot, whose ledger places 17.46 GiB on CUDA0: the
     engine is not on the card. The card count matches (one), the floor holds: only colder can say it."""
     smi("nvidia-smi", (RECORDED / "nvidia-smi-h200-idle.txt").read_text())
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "host-vram-vs-ledger/colder"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "host-vram-vs-ledger/colder"
 
 
-def test_the_floor_before_inc_10s_fix_is_broken(pytester: pytest.Pytester, tmp_path: Path,
+def test_the_floor_before_inc_10s_fix_is_broken(tmp_path: Path,
                                                 smi: Callable[..., None]) -> None:
     """C-H-3's boot against the 1.5 GiB floor INC-10's fix lowered to 1.0: ROCm0 keeps 1.02 GiB."""
     smi("rocm-smi", C_H_3)
     old_floor: Callable[[str], str] = lambda t: t.replace("card_floor_gib = 1.0\n", "card_floor_gib = 1.5\n")  # noqa: E731
     fleet_toml = fleet_copy(tmp_path / "fleet", 8178, {"fleet.toml": old_floor})
-    assert _gate(pytester, fleet_toml, "frank-medium") == "host-vram-vs-ledger/below-floor"
+    assert _gate(fleet_toml, "frank-medium") == "host-vram-vs-ledger/below-floor"
 
 
-def test_a_card_missing_from_the_driver(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_a_card_missing_from_the_driver(tmp_path: Path, smi: Callable[..., None]) -> None:
     smi("rocm-smi", _rocm(30.84))
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/card-count"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/card-count"
 
 
-def test_output_that_is_not_the_json_asked_for(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_output_that_is_not_the_json_asked_for(tmp_path: Path, smi: Callable[..., None]) -> None:
     """rocm-smi's plain table (what an old rocm-smi prints when --json is not honoured)."""
     smi("rocm-smi", "GPU[0]          : VRAM Total Memory (B): 34208743424\nGPU[0]          : VRAM Total Used Memory (B): 33114"
                     "\n")
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/unparseable"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-medium") == "host-vram-vs-ledger/unparseable"
 
 
-def test_a_tool_that_cannot_reach_the_driver(pytester: pytest.Pytester, tmp_path: Path, smi: Callable[..., None]) -> None:
+def test_a_tool_that_cannot_reach_the_driver(tmp_path: Path, smi: Callable[..., None]) -> None:
     smi("nvidia-smi", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
                       "latest NVIDIA driver is installed and running.\n", rc=9)
-    assert _gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "host-vram-vs-ledger/smi-failed"
+    assert _gate(fleet_copy(tmp_path / "fleet", 8178), "frank-zealot") == "host-vram-vs-ledger/smi-failed"
 
 
-def test_no_smi_tool_on_this_host_skips(pytester: pytest.Pytester, tmp_path: Path) -> None:
+def test_no_smi_tool_on_this_host_skips(tmp_path: Path) -> None:
     if any((Path(d) / t).exists() for d in os.environ["PATH"].split(os.pathsep) for t in ("nvidia-smi", "rocm-smi")):
         pytest.skip("this machine has an SMI tool: the no-tool branch needs a host without one")
-    gate = run_host_gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "--host-url", "local://", "-k", "vram",
+    gate = run_host_gate(fleet_copy(tmp_path / "fleet", 8178), host_url="local://", only=("host-vram-vs-ledger",),
                          endpoint="frank-medium")
-    assert gate.outcomes() == {"host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
+    assert gate.outcomes() == {"host-vram-vs-ledger": "SKIPPED"}, gate.output
     assert "neither nvidia-smi nor rocm-smi" in gate.checks["host-vram-vs-ledger"][1]
 
 
-def test_the_reference_has_no_cards_to_hold(pytester: pytest.Pytester, tmp_path: Path) -> None:
-    gate = run_host_gate(pytester, fleet_copy(tmp_path / "fleet", 8178), "-k", "vram")
-    assert gate.outcomes() == {"host-vram-vs-ledger": "SKIPPED"}, gate.result.stdout.str()
+def test_the_reference_has_no_cards_to_hold(tmp_path: Path) -> None:
+    gate = run_host_gate(fleet_copy(tmp_path / "fleet", 8178), only=("host-vram-vs-ledger",))
+    assert gate.outcomes() == {"host-vram-vs-ledger": "SKIPPED"}, gate.output
     assert "declares no serving device" in gate.checks["host-vram-vs-ledger"][1]
