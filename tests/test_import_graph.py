@@ -20,7 +20,8 @@ PACKAGE = REPO / "fleetgate"
 
 # What `pytest seams/` never needs: the endpoint client and its dialects (httpx), the reference server, the host
 # read through testinfra, the live and host checks.
-LIVE_STACK = ("fleetgate.live", "fleetgate.gate", "fleetgate.reference", "fleetgate.host", "fleetgate.checks.live_", "fleetgate.checks.host_")
+LIVE_STACK = ("fleetgate.live", "fleetgate.gate", "fleetgate.reference", "fleetgate.host", "fleetgate.checks.live_",
+              "fleetgate.checks.host_")
 LIVE_PACKAGES = ("httpx", "httpcore", "testinfra")
 
 # Function-local imports of the live stack by what the seams import, each with its reason: they are the laziness

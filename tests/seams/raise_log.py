@@ -1,0 +1,66 @@
+"""Where the suite's failures were built: the lines of fleetgate/checks (and the endpoint client) on the stack of every
+``Failure`` made while ``FLEETGATE_RAISE_LOG`` names a directory.
+
+The coverage gate (tests/seams/coverage_gate.py) asks one thing: did a test make each raise site build its failure?
+Line coverage answered it by tracing every call of every process, which on Python 3.11 cost the suite about 40 % of
+its CPU (docs/speed.md); this answers it at the one place a failure is made. The root conftest.py installs it in
+every pytest process the suite starts (xdist workers, pytester runs of ``live/`` and ``seams/``); each process
+appends the lines it saw to a file of its own in the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+RAISE_LOG_ENV = "FLEETGATE_RAISE_LOG"
+_PACKAGE = Path(__file__).resolve().parents[2] / "fleetgate"
+_WATCHED = (str(_PACKAGE / "checks") + os.sep, str(_PACKAGE / "live" / "endpoint.py"))
+_INSTALLED = "_fleetgate_raise_log"
+
+
+def install(directory: Path) -> None:
+    """Record, in ``directory``, the watched lines on the stack of every ``Failure`` this process makes (once per
+    process: a second call changes nothing)."""
+    from fleetgate.failure import Failure
+
+    if getattr(Failure.__init__, _INSTALLED, False):
+        return
+    original = Failure.__init__
+    seen: set[str] = set()
+    log = directory / f"{os.getpid()}.lines"
+
+    def recording_init(self: Failure, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        frame = sys._getframe(1)
+        new = []
+        while frame is not None:
+            path = frame.f_code.co_filename
+            if path.startswith(_WATCHED):
+                where = f"{path}:{frame.f_lineno}"
+                if where not in seen:
+                    seen.add(where)
+                    new.append(where)
+            frame = frame.f_back
+        if new:
+            # never the test's failure: a process that cannot reach the directory (another mount namespace) records
+            # nothing, and the gate names the sites only it built
+            with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as out:
+                out.write("".join(f"{where}\n" for where in new))
+
+    setattr(recording_init, _INSTALLED, True)
+    Failure.__init__ = recording_init  # type: ignore[method-assign]
+
+
+def recorded(directory: Path) -> set[tuple[Path, int]]:
+    """Every (file, line) the processes recorded in ``directory``."""
+    lines: set[tuple[Path, int]] = set()
+    for log in directory.glob("*.lines"):
+        for entry in log.read_text(encoding="utf-8").splitlines():
+            path, _, line = entry.rpartition(":")
+            if line.isdigit():
+                lines.add((Path(path).resolve(), int(line)))
+    return lines
