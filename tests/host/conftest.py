@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ from fleetgate.reference import (
     render_reference,
     start,
 )
+from tests.live.conftest import GATE_ORDER
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "fleet"
@@ -122,14 +122,8 @@ class HostGate:
         return {name: (note.split(":", 1)[0] if word == "FAIL" else word) for name, (word, note) in self.checks.items()}
 
 
-def _host_order() -> list[str]:
-    """The host checks of live/test_host.py, in the order pytest runs them."""
-    return [str(d.args[0].value) for node in ast.parse(HOST_TESTS.read_text(encoding="utf-8")).body
-            if isinstance(node, ast.FunctionDef) for d in node.decorator_list
-            if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.check" and isinstance(d.args[0], ast.Constant)]
-
-
-HOST_ORDER = _host_order()
+# The host checks in the order pytest runs live/test_host.py.
+HOST_ORDER = [name for name in GATE_ORDER if name.startswith("host-")]
 
 
 def run_host_gate(fleet_toml: Path, *, only: Iterable[str] | None = None, base_url: str | None = None,

@@ -43,7 +43,7 @@ FAULTS: dict[str, dict[str, str]] = {
     "burst-of-many-steps": {"live-stream": "live-stream/buffered"},
     "vision-unbilled": {
         "live-vision": "live-vision/image-not-billed",
-        "live-vision-colour": "live-vision-colour/colour-not-named",  # -k test_vision selects both
+        "live-vision-colour": "live-vision-colour/colour-not-named",  # the colour check runs beside it
     },
 }
 CHECK_S = 3.0
