@@ -31,7 +31,12 @@ from fleetgate.live import LiveEndpoint, LocalRender, connect, declared_port
 from fleetgate.live.endpoint import HEALTH, CheckRecord, Halt
 from fleetgate.runner import Outcome, Subject, host_subjects, live_subjects, run
 
-__all__ = ["GateRun", "host_note", "host_target", "live_note", "run_gate", "run_host", "run_live"]
+__all__ = ["GateRun", "host_note", "host_target", "live_note", "run_gate", "run_host", "run_live", "summary_word"]
+
+
+def summary_word(outcome: str) -> str:
+    """How the per-service summary says an outcome: PASS, FAIL, SKIPPED."""
+    return {"passed": "PASS", "failed": "FAIL"}.get(outcome, outcome.upper())
 
 
 def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord | None]:
@@ -90,7 +95,8 @@ def host_target(fleet: Fleet, endpoint: LiveEndpoint, spec: str | None = None,
     The engine is looked for where the files say it listens, never at the URL's port as such (a proxy or a tunnel
     may hold that one); the URL's port counts only on this same host. The endpoint must have rendered."""
     service = fleet.services[endpoint.name]
-    assert endpoint.config is not None, f"{endpoint.name} did not render"
+    if endpoint.config is None:
+        raise ValueError(f"{endpoint.name} did not render, so its host has nothing to be held to")
     spec = spec or default_spec(fleet.host_of(service).address)
     port = declared_port(endpoint.config)
     reached = urlsplit(endpoint.url)
@@ -119,9 +125,14 @@ class GateRun:
         """Generated tokens the run spent (the readiness probe's included)."""
         return sum(record.spent_tokens for record in self.endpoint.records)
 
+    @property
+    def checks(self) -> dict[str, tuple[str, str]]:
+        """check -> (PASS, FAIL or SKIPPED, its note): the per-service summary's lines."""
+        return {name: (summary_word(o.outcome), self.notes[name]) for name, o in self.outcomes.items()}
+
     def text(self) -> str:
         """Every outcome with its note, and every failure's whole text: what a failed assertion shows."""
-        lines = [f"{o.outcome.upper():7} {name:24} {self.notes.get(name, '')}" for name, o in self.outcomes.items()]
+        lines = [f"{word:7} {name:24} {note}" for name, (word, note) in self.checks.items()]
         lines += [o.text for o in self.outcomes.values() if o.failure is not None]
         return "\n".join(lines)
 

@@ -30,7 +30,7 @@ LAZY = {
     ("fleetgate.plugin._state", "fleetgate.live"): "live_stack(): the endpoint client (httpx), only with --endpoint",
     ("fleetgate.plugin._state", "fleetgate.gate"): "targets(): a testinfra Host per chosen endpoint, only with --endpoint",
     ("fleetgate.plugin._item", "fleetgate.gate"): "a live or host check's run: readiness, halts, its time, only with --endpoint",
-    ("fleetgate.plugin._live", "fleetgate.gate"): "a live check's summary note, only when live checks ran",
+    ("fleetgate.plugin._live", "fleetgate.gate"): "a live check's summary note and word, only when live checks ran",
     ("fleetgate.plugin._host", "fleetgate.gate"): "a host check's summary note, only when host checks ran",
     ("fleetgate.plugin._live", "fleetgate.live.endpoint"): "the live summary's figures, only when live checks ran",
     ("fleetgate.engines.llama_metrics", "httpx"): "main(): a maintainer's re-capture of /metrics, never run by a seam",

@@ -208,6 +208,7 @@ class _Summary:
         if not self.results:
             return
         # lazy: the live stack; there are live results only when endpoints were checked
+        from fleetgate.gate import summary_word
         from fleetgate.live.endpoint import BUDGET_TOKENS, fmt_measured
 
         for service, checks in self.results.items():
@@ -225,7 +226,7 @@ class _Summary:
                 requests += int(data["requests"])
                 elapsed += float(data["elapsed"])
                 measured.update(data["measured"])
-                word = {"passed": "PASS", "failed": "FAIL"}.get(result.outcome, result.outcome.upper())
+                word = summary_word(result.outcome)
                 terminalreporter.write_line(f"  {word:4} {name:24} {data['note']}"[:220])
             if fmt_measured(measured):
                 terminalreporter.write_line(f"  measured: {fmt_measured(measured)}")

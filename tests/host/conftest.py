@@ -134,8 +134,7 @@ def run_host_gate(fleet_toml: Path, *, only: Iterable[str] | None = None, base_u
     assert wanted <= set(HOST_ORDER), wanted - set(HOST_ORDER)
     run = run_gate(load_fleet(fleet_toml), endpoint, [c for c in HOST_ORDER if c in wanted], base_url=base_url,
                    host_spec=host_url, local=render_overrides())
-    words = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIPPED"}
-    return HostGate({name: (words[o.outcome], run.notes[name]) for name, o in run.outcomes.items()}, run.text())
+    return HostGate(run.checks, run.text())
 
 
 def run_host_gate_plugin(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpoint: str = "reference") -> HostGate:

@@ -350,8 +350,7 @@ class GateHere:
 
     @property
     def checks(self) -> dict[str, tuple[str, str]]:
-        words = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIPPED"}
-        return {name: (words[o.outcome], self.run.notes[name]) for name, o in self.run.outcomes.items()}
+        return self.run.checks
 
     @property
     def output(self) -> str:
