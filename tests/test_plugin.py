@@ -33,6 +33,17 @@ def copy_fleet(pytester: pytest.Pytester) -> Path:
     return target
 
 
+def test_another_projects_run_gets_no_warning_from_the_installed_plugin(pytester: pytest.Pytester) -> None:
+    """The entry point loads the plugin into every pytest run of this Python; a project that is not a fleet's gets
+    its tests run and no warning of fleetgate's (the hook modules are imported before pytest registers them)."""
+    pytester.makepyfile(test_other="def test_other():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
+    result.assert_outcomes(passed=1, warnings=0)
+    lines = result.stdout.lines
+    assert [line for line in lines if "fleetgate" in line] == [next(line for line in lines if line.startswith("plugins:"))]
+    assert "fleetgate-" in next(line for line in lines if line.startswith("plugins:"))
+
+
 def test_without_a_fleet_the_run_stops_with_one_line(pytester: pytest.Pytester, seams: Path) -> None:
     result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_timeouts.py"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR

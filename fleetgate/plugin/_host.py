@@ -7,6 +7,9 @@ is the fleet's ``hosts.NAME.address`` read through testinfra (loopback: ``local:
 (``ssh://user@host``, ``paramiko://...``, ``docker://container``, ``local://``), like testinfra's
 ``--hosts``. testinfra's own ``--ssh-config``, ``--ssh-identity-file`` and ``--sudo`` apply. Results join
 the live gate's per-service summary.
+
+PYTEST_DONT_REWRITE: the package imports this module before pytest registers it (for its one-line error on a
+missing requirement), and it holds no test's assert.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ is chosen.
 A service is held to its files as the machine that runs its engine renders them. What that machine gives the serve
 script beyond the files (a model directory that differs per machine, a file that exists only there) is said by a
 conftest.py's ``pytest_fleetgate_live_render`` hook (below); without one, the files alone.
+
+PYTEST_DONT_REWRITE: the package imports this module before pytest registers it (for its one-line error on a
+missing requirement), and it holds no test's assert.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@
   (xfail) until the waiver's date; after it the failure fails again and names the expired waiver.
 - ``--fleetgate-report PATH`` writes the per-service document of ``schema/report.schema.json``.
 - The seams end with one block per service: outcomes, headroom per card, the tightest margin.
+
+PYTEST_DONT_REWRITE: the package imports this module before pytest registers it (for its one-line error on a
+missing requirement), and it holds no test's assert.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ A test marked ``@pytest.mark.check(NAME)`` that takes a ``seam`` argument is par
 registered check could concern (``fleetgate.runner.seam_subjects``: the services of its engines, the timeout
 chains, the fleet), with the subject's name as the test id; ``seam.run()`` runs the check, or skips with the
 reason it cannot apply (what to declare).
+
+PYTEST_DONT_REWRITE: the package imports this module before pytest registers it (for its one-line error on a
+missing requirement), and it holds no test's assert.
 """
 
 from __future__ import annotations
