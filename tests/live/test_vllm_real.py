@@ -56,6 +56,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Refe
     work = tmp_path_factory.mktemp("vllm-reference")
     port = free_port()
     fleet_toml = vr.declare(work / "fleet", port=port)
+    before = vr.system_temp_shapes()
     try:
         server = vr.start(fleet_toml, python=python, work=work, port=port)
     except ReferenceError as exc:
@@ -63,6 +64,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Refe
     with server:
         yield server, fleet_toml
     server.stop(timeout=30)
+    vr.fail_on_temp_left(before)
 
 
 def run_vllm_gate(pytester: pytest.Pytester, url: str, fleet_toml: Path) -> tuple[pytest.RunResult, dict[str, str]]:

@@ -126,6 +126,7 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
     env["HOME"] = str(work / "home")
     env["LANG"] = "C.UTF-8"
     env["VLLM_REFERENCE_CACHE"] = str(work / "cache")
+    env["TMPDIR"] = str(own_temp_dir(work))
     log = work / "vllm.log"
     argv = rendered(fleet).argv
     started = time.monotonic()
@@ -154,6 +155,41 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
         time.sleep(1.0)
     server.stop(timeout=30)
     raise ReferenceError(f"vLLM was not healthy within {wait:.0f} s; log {log}:\n{server.log_tail(20)}")
+
+
+def own_temp_dir(work: Path) -> Path:
+    """A temp dir of the test's own for a vLLM process: vLLM and torch put their IPC sockets (``ipc://`` paths named
+    by a UUID), ``vllm_dist_*`` files and ``torchinductor_*`` caches in ``tempfile.gettempdir()`` and leave them there
+    after the server ends."""
+    temp = work / "tmp"
+    temp.mkdir(parents=True, exist_ok=True)
+    return temp
+
+
+_VLLM_TEMP_NAMES = re.compile(r"(vllm|torchinductor_|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$)")
+
+
+def system_temp_shapes() -> set[str]:
+    """The entries of the system's temp dir (this process's ``tempfile.gettempdir()``) shaped like what vLLM and
+    torch leave there, for a test to hold the suite's vLLM boots to their own temp dirs."""
+    import tempfile
+
+    try:
+        return {entry.name for entry in os.scandir(tempfile.gettempdir()) if _VLLM_TEMP_NAMES.match(entry.name)}
+    except OSError:
+        return set()
+
+
+def fail_on_temp_left(before: set[str]) -> None:
+    """Fail naming what a vLLM boot left in the system's temp dir since ``before`` (``system_temp_shapes()``)."""
+    import tempfile
+
+    import pytest
+
+    left = sorted(system_temp_shapes() - before)
+    if left:
+        pytest.fail(f"a vLLM boot of the suite left {len(left)} entries in {tempfile.gettempdir()}: "
+                    f"{', '.join(left[:5])}", pytrace=False)
 
 
 def python_or_skip() -> str:
@@ -194,7 +230,8 @@ def float32_export(python: str, target: Path) -> Path:
     if (target / "vllm-model").exists():
         shutil.rmtree(target / "vllm-model")
     subprocess.run([python, "-c", _FLOAT32_EXPORT, str(MODELS / "vllm-model"), str(target / "vllm-model")],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "TMPDIR": str(own_temp_dir(target))})
     return target
 
 
