@@ -312,10 +312,22 @@ def test_seams_refuse_the_network(pytester: pytest.Pytester) -> None:
         "            s.connect(('127.0.0.1', 9))\n"
         "        except ConnectionRefusedError:\n"
         "            pass\n"
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def leaks():\n"
+        "    socket.create_connection(('192.0.2.2', 80), timeout=1)\n"
+        "def test_leak_in_a_fixture(leaks):\n"
+        "    pass\n"
     )
-    result = pytester.runpytest(IMPORT_BY_PATH, str(seams))
-    result.assert_outcomes(passed=1, failed=1)
+    (pytester.path / "test_not_a_seam.py").write_text(
+        "import socket\n"
+        "def test_not_a_seam_keeps_its_socket():\n"
+        "    assert not getattr(socket.socket.connect, 'fleetgate_offline', False)\n"
+    )
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams), "test_not_a_seam.py")
+    result.assert_outcomes(passed=2, failed=1, errors=1)
     result.stdout.fnmatch_lines(["*fleetgate seams are offline: refused a connection to ('192.0.2.1', 80)*"])
+    result.stdout.fnmatch_lines(["*fleetgate seams are offline: refused a connection to ('192.0.2.2', 80)*"])
 
 
 def test_seams_run_under_xdist_and_keep_their_messages(pytester: pytest.Pytester, seams: Path) -> None:

@@ -154,17 +154,39 @@ class OfflineError(OSError):
     """A seam tried to leave the machine (an OSError, so socket helpers clean up as for any refusal)."""
 
 
-@pytest.fixture(autouse=True)
-def _fleetgate_hermetic_seams(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seams are offline: any connection that leaves the machine is a bug in a seam."""
-    if request.node.get_closest_marker("seam") is None:
-        return
-    original = socket.socket.connect
+_UNPATCHED_CONNECT = pytest.StashKey[Any]()
 
+
+# Hooks, not an autouse fixture: a fixture is set up for every test of every project that has fleetgate installed,
+# and with its monkeypatch it doubled pytest's own cost of a trivial test (docs/speed.md, "What the goals cannot get
+# below"). From the seam's setup to the end of its teardown, so its fixtures are offline too.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Seams are offline: any connection that leaves the machine is a bug in a seam."""
+    current = socket.socket.connect
+    if item.get_closest_marker("seam") is not None and not getattr(current, "fleetgate_offline", False):
+        item.stash[_UNPATCHED_CONNECT] = current
+        socket.socket.connect = _offline(current)  # type: ignore[method-assign]
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:
+        original = item.stash.get(_UNPATCHED_CONNECT, None)
+        if original is not None:
+            socket.socket.connect = original  # type: ignore[method-assign]
+            del item.stash[_UNPATCHED_CONNECT]
+
+
+def _offline(original: Any) -> Any:
     def connect(sock: socket.socket, address: Any) -> Any:
         host = address[0] if isinstance(address, tuple) else address
         if isinstance(host, str) and host not in LOOPBACK and not host.startswith("/"):
             raise OfflineError(f"fleetgate seams are offline: refused a connection to {address!r}")
         return original(sock, address)
 
-    monkeypatch.setattr(socket.socket, "connect", connect)
+    connect.fleetgate_offline = True  # type: ignore[attr-defined]
+    return connect
