@@ -27,9 +27,18 @@ if TYPE_CHECKING:
 __all__ = ["argv_lines", "main", "parse_size", "resolve_fleet", "write_stdout"]
 
 # Modules that add subcommands; a module that is absent is skipped.
-SUBCOMMANDS: tuple[str, ...] = (
-    "fleetgate.cli_fit", "fleetgate.cli_profile", "fleetgate.cli_reference", "fleetgate.cli_incidents", "fleetgate.cli_checks",
-)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "fit": ("fleetgate.cli_fit", "the per-device memory ledger of a llama.cpp service or of a llama-server command line"),
+    "profile": ("fleetgate.cli_profile",
+                "write a model profile (TOML) from a GGUF header, local or by HTTP range, or from a config.json"),
+    "reference": ("fleetgate.cli_reference",
+                  "start the reference endpoint: run its serve script for real (llama-server + SmolLM2)"),
+    "incidents": ("fleetgate.cli_incidents",
+                  "the regression catalogue: every past incident, what catches it, how it is reproduced"),
+    "checks": ("fleetgate.cli_checks", "every check fleetgate runs: seams (offline), live (the endpoint) and host checks"),
+}
+"""Command -> (the module whose ``register`` adds it, its one-line help). Only the command asked for is imported:
+``fit`` alone brings the whole ledger, and ``fleetgate render`` should not pay for it."""
 DEFAULT_FLEET_HINT = "fleet.toml in the current directory, else the fleetgate_fleet ini option of ./pyproject.toml"
 
 
@@ -250,7 +259,9 @@ def _init(args: argparse.Namespace) -> int:
     return 3 if discovery.notes else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv`` (default: this process's): the subcommand it names with its own arguments, every
+    other one by its name and help only."""
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     render = sub.add_parser("render", help="print what a service really runs (its rendered argv)")
@@ -272,13 +283,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="read this machine's cards (nvidia-smi, else rocm-smi) and RAM (/proc/meminfo) into the host")
     init.add_argument("--name", help="the fleet's name (default: PATH's directory name)")
     init.set_defaults(func=_init)
-    for name in SUBCOMMANDS:
-        importlib.import_module(name).register(sub)
+    chosen = next((arg for arg in (sys.argv[1:] if argv is None else argv) if not arg.startswith("-")), None)
+    for command, (module, summary) in SUBCOMMANDS.items():
+        if command == chosen:
+            importlib.import_module(module).register(sub)
+        else:
+            # Never parsed (argparse picks the command by its first positional): it stands in the list and the help.
+            sub.add_parser(command, help=summary, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

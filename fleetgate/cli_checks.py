@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from fleetgate.checks import REGISTRY, Check, _load_all
+from fleetgate.cli import SUBCOMMANDS
 
 __all__ = ["code_lines", "counts", "register"]
 
@@ -16,7 +17,7 @@ KINDS = ("seam", "live", "host")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "checks",
-        help="every check fleetgate runs: seams (offline), live (the endpoint) and host checks",
+        help=SUBCOMMANDS["checks"][1],
         description="List every registered check with its kind, subject and summary, or count them by kind.",
     )
     what = parser.add_mutually_exclusive_group()

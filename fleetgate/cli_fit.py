@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fleetgate.cli import parse_size, write_stdout
+from fleetgate.cli import SUBCOMMANDS, parse_size, write_stdout
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, gib
 from fleetgate.ledger.accounts import DeviceLedger, Ledger, summarize
@@ -34,7 +34,7 @@ ROWS: tuple[tuple[str, str], ...] = (
 
 def register(subparsers: Any) -> None:
     fit = subparsers.add_parser(
-        "fit", help="the per-device memory ledger of a llama.cpp service or of a llama-server command line",
+        "fit", help=SUBCOMMANDS["fit"][1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Print what each device will hold: weights, output layer, KV, recurrent state, drafter, "
                     "projector, compute buffers and the GPU runtime, named as llama-server names its buffers.",

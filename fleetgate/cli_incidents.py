@@ -6,6 +6,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+from fleetgate.cli import SUBCOMMANDS
 from fleetgate.errors import InputError
 from fleetgate.ids import definitions
 from fleetgate.incidents import Entry, default_catalogue, load_catalogue
@@ -19,7 +20,7 @@ ORDER = ("offline", "live", "host", "offline (pending)", "not checkable")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "incidents",
-        help="the regression catalogue: every past incident, what catches it, how it is reproduced",
+        help=SUBCOMMANDS["incidents"][1],
         description="List the catalogue's incidents (default), show one id (an incident, an invariant B-*, "
         "a live check C-* or a fleetgate rule FG-*), count them by how they are caught, or write one "
         "Markdown page per incident.",

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fleetgate.cli import parse_size, write_stdout
+from fleetgate.cli import SUBCOMMANDS, parse_size, write_stdout
 from fleetgate.errors import InputError
 
 __all__ = ["register"]
@@ -18,7 +18,7 @@ __all__ = ["register"]
 
 def register(subparsers: Any) -> None:
     profile = subparsers.add_parser(
-        "profile", help="write a model profile (TOML) from a GGUF header, local or by HTTP range, or from a config.json",
+        "profile", help=SUBCOMMANDS["profile"][1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Only the header is read: from a local file, or by HTTP range requests from a URL (no download).",
         epilog="  fleetgate profile MODEL.gguf -o profiles/MODEL.toml\n"

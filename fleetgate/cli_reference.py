@@ -10,13 +10,15 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from fleetgate.cli import SUBCOMMANDS, resolve_fleet
+
 __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "reference",
-        help="start the reference endpoint: run its serve script for real (llama-server + SmolLM2)",
+        help=SUBCOMMANDS["reference"][1],
         description="Run the serve script of the fleet's 'reference' service for real, wait for /health, "
         "prove the "
         "process runs the argv the seams render, and serve until interrupted. Then: "
@@ -33,7 +35,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fleetgate.cli import resolve_fleet
     from fleetgate.errors import InputError
     from fleetgate.reference import ReferenceError, start
 

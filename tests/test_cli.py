@@ -132,3 +132,26 @@ def test_checks_codes_prints_the_seam_codes_docs_seams_lists(capsys: pytest.Capt
     page = (Path(__file__).parent.parent / "docs" / "seams.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `([A-Za-z-]+/[a-z0-9-]+)` \| (.*) \|$", page, flags=re.MULTILINE)
     assert sorted((code, what) for code, what in printed) == sorted(rows)
+
+
+def test_a_command_imports_only_its_own_module() -> None:
+    """``fleetgate render`` does not pay for the ledger (``fit``) or the catalogue (``incidents``); ``--help`` still
+    lists every command with its line, and each command's own parser is the module's."""
+    import subprocess
+    import sys
+
+    from fleetgate.cli import SUBCOMMANDS
+
+    probe = ("import sys; from fleetgate.cli import main; code = main(sys.argv[1:]); "
+             f"print(sorted(m for m in sys.modules if m in {sorted(module for module, _ in SUBCOMMANDS.values())!r}))")
+    render = subprocess.run([sys.executable, "-c", probe, "render", "frank-tts", "--fleet", str(FLEET / "fleet.toml")],
+                            capture_output=True, text=True, timeout=120, check=True)
+    assert render.stdout.splitlines()[-1] == "[]", render.stdout
+    checks = subprocess.run([sys.executable, "-c", probe, "checks", "--count"], capture_output=True, text=True, timeout=120,
+                            check=True)
+    assert checks.stdout.splitlines()[-1] == "['fleetgate.cli_checks']", checks.stdout
+    helped = subprocess.run([sys.executable, "-m", "fleetgate.cli", "--help"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    listed = " ".join(helped.stdout.split())
+    for command, (_, summary) in SUBCOMMANDS.items():
+        assert f"{command} {summary}" in listed, (command, helped.stdout)
