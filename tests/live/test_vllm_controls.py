@@ -142,16 +142,17 @@ def _control(name: str, tmp_path: Path, pytester: pytest.Pytester) -> None:
     python = vr.python_or_skip()
     port = free_port()
     before = vr.system_temp_shapes()
-    models = vr.float32_export(python, tmp_path / "models") if boot.other_model else vr.MODELS
-    declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models)
-    running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running), models=models)
-    try:
-        server = vr.start(running, python=python, work=tmp_path, port=port)
-    except ReferenceError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    with server:
-        result, outcomes = run_vllm_gate(pytester, server.url, declared)
-        vr.ledger_agrees(running, server.log, server.url)
-    server.stop(timeout=30)
+    with vr.own_temp_dir() as temp:
+        models = vr.float32_export(python, tmp_path / "models", temp=temp) if boot.other_model else vr.MODELS
+        declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models)
+        running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running), models=models)
+        try:
+            server = vr.start(running, python=python, work=tmp_path, temp=temp, port=port)
+        except ReferenceError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        with server:
+            result, outcomes = run_vllm_gate(pytester, server.url, declared)
+            vr.ledger_agrees(running, server.log, server.url)
+        server.stop(timeout=30)
     vr.fail_on_temp_left(before)
     assert outcomes == {**EXPECTED_LIVE, **EXPECTED_HOST, **boot.failing}, result.stdout.str()

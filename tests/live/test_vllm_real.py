@@ -57,13 +57,14 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Refe
     port = free_port()
     fleet_toml = vr.declare(work / "fleet", port=port)
     before = vr.system_temp_shapes()
-    try:
-        server = vr.start(fleet_toml, python=python, work=work, port=port)
-    except ReferenceError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    with server:
-        yield server, fleet_toml
-    server.stop(timeout=30)
+    with vr.own_temp_dir() as temp:
+        try:
+            server = vr.start(fleet_toml, python=python, work=work, temp=temp, port=port)
+        except ReferenceError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        with server:
+            yield server, fleet_toml
+        server.stop(timeout=30)
     vr.fail_on_temp_left(before)
 
 

