@@ -43,6 +43,24 @@ def test_the_model_is_trained_on_the_gates_own_probes() -> None:
         assert f'"content": "{prompt}"' in generation
 
 
+def test_a_boot_that_leaves_vllm_temp_files_behind_fails_naming_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the vLLM boots are held to (``vr.fail_on_temp_left``), on a temp dir of this test's: the shapes vLLM and
+    torch leave are named; what was there before, and what others put there, is not."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "0493a901-06ea-41cc-9d92-668b92faf048").write_text("")
+    before = vr.system_temp_shapes()
+    vr.fail_on_temp_left(before)
+    for name in ("5cc305d6-891f-4e23-8c45-5cbe2112bb09", "vllm_dist_02dfa7f03245430bb71bd27b88b4a6a4", "torchinductor_root",
+                 "bash_tool_5cc305d6-891f-4e23-8c45-5cbe2112bb09", "fleetgate-vllm-abc123", "pytest-of-root"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(pytest.fail.Exception) as failed:
+        vr.fail_on_temp_left(before)
+    assert str(failed.value) == (f"a vLLM boot of the suite left 3 entries in {tmp_path}: 5cc305d6-891f-4e23-8c45-5cbe2112bb09, "
+                                 "torchinductor_root, vllm_dist_02dfa7f03245430bb71bd27b88b4a6a4")
+
+
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReferenceServer, Path]]:
     """The vLLM reference, booted once for this module (a start takes minutes) from a declared copy of its fleet."""
