@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import configparser
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _closed_port() -> int:
@@ -31,3 +35,12 @@ def test_httpx_still_translates_errors_after_an_in_process_run_used_it(pytester:
     pytester.inline_run("-p", "no:cacheprovider").assertoutcome(passed=1)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def test_tox_leaves_no_venv_redirect_in_the_checkout() -> None:
+    """tox 4.67 and later write a ``.venv`` file at the checkout's root after a run unless told not to: the README's
+    first command (``python3 -m venv .venv``) then fails there ("Unable to create directory"), and git sees a new
+    file. CI runs tox on a fresh clone, where no ``.venv`` directory stops it."""
+    tox = configparser.ConfigParser()
+    tox.read(REPO / "tox.ini", encoding="utf-8")
+    assert tox.getboolean("tox", "venv_redirect") is False
