@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["argv_lines", "main", "parse_size", "resolve_fleet", "write_stdout"]
 
-# Modules that add subcommands; a module that is absent is skipped.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("fleetgate.cli_fit", "the per-device memory ledger of a llama.cpp service or of a llama-server command line"),
     "profile": ("fleetgate.cli_profile",

@@ -180,8 +180,6 @@ _VLLM_TEMP_NAMES = re.compile(r"(vllm|torchinductor_|[0-9a-f]{8}-[0-9a-f]{4}-[0-
 def system_temp_shapes() -> set[str]:
     """The entries of the system's temp dir (this process's ``tempfile.gettempdir()``) shaped like what vLLM and
     torch leave there, for a test to hold the suite's vLLM boots to their own temp dirs."""
-    import tempfile
-
     try:
         return {entry.name for entry in os.scandir(tempfile.gettempdir()) if _VLLM_TEMP_NAMES.match(entry.name)}
     except OSError:
@@ -190,8 +188,6 @@ def system_temp_shapes() -> set[str]:
 
 def fail_on_temp_left(before: set[str]) -> None:
     """Fail naming what a vLLM boot left in the system's temp dir since ``before`` (``system_temp_shapes()``)."""
-    import tempfile
-
     import pytest
 
     left = sorted(system_temp_shapes() - before)
