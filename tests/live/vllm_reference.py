@@ -179,11 +179,9 @@ _VLLM_TEMP_NAMES = re.compile(r"(vllm|torchinductor_|[0-9a-f]{8}-[0-9a-f]{4}-[0-
 
 def system_temp_shapes() -> set[str]:
     """The entries of the system's temp dir (this process's ``tempfile.gettempdir()``) shaped like what vLLM and
-    torch leave there, for a test to hold the suite's vLLM boots to their own temp dirs."""
-    try:
-        return {entry.name for entry in os.scandir(tempfile.gettempdir()) if _VLLM_TEMP_NAMES.match(entry.name)}
-    except OSError:
-        return set()
+    torch leave there, for a test to hold the suite's vLLM boots to their own temp dirs. A temp dir that cannot be
+    listed is an error, never an empty set: the check would pass without having looked."""
+    return {entry.name for entry in os.scandir(tempfile.gettempdir()) if _VLLM_TEMP_NAMES.match(entry.name)}
 
 
 def fail_on_temp_left(before: set[str]) -> None:
