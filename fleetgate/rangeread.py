@@ -27,6 +27,7 @@ allocated for it.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
@@ -299,10 +300,8 @@ class RangeReader:
 
     def _shutdown(self) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):  # the peer has gone already: nothing waits on it
                 self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the peer has gone already: nothing waits on it
 
     def _past_deadline(self) -> bool:
         with self._lock:

@@ -90,8 +90,12 @@ class _Server(ThreadingHTTPServer):
 @contextmanager
 def serving(routes: dict[str, Behaviour]) -> Iterator[Origin]:
     origin = Origin(routes=routes, stop=threading.Event())
-    handler = type("Handler", (_Handler,), {"origin": origin})
-    server = _Server(("127.0.0.1", 0), handler)
+
+    class Handler(_Handler):
+        pass
+
+    Handler.origin = origin
+    server = _Server(("127.0.0.1", 0), Handler)
     origin.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
