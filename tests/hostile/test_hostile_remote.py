@@ -332,7 +332,7 @@ def test_a_trickling_server_meets_the_deadline(in_headers: bool, origins: Callab
     elapsed = time.monotonic() - began
     assert str(caught.value) == (f"{server.url('/m.gguf')}: no header within the 2 s deadline; expected a server "
                                  "that sends it promptly (this one stalls or trickles)")
-    assert 2 <= elapsed < 4, elapsed
+    assert 2 <= elapsed < 5, elapsed  # the timer at 2 s, then one close: slack for a loaded 2-core machine
     assert server.seen == [("/m.gguf", None)]  # the deadline is not retried away
 
 
@@ -342,7 +342,7 @@ def test_the_deadline_spans_redirects(hf: Callable[..., Origin]) -> None:
     began = time.monotonic()
     with pytest.raises(InputError) as caught:
         read_remote_header(SOURCE, deadline=2)
-    assert 2 <= time.monotonic() - began < 4
+    assert 2 <= time.monotonic() - began < 5
     assert str(caught.value) == (f"{SOURCE}: no header within the 2 s deadline; expected a server that sends it "
                                  "promptly (this one stalls or trickles)")
     assert hub.seen == [("/o/r/resolve/main/m.gguf", f"Bearer {TOKEN}"), ("/files/m.gguf", f"Bearer {TOKEN}")]
