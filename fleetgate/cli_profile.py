@@ -25,7 +25,8 @@ def register(subparsers: Any) -> None:
                "  fleetgate profile hf://OWNER/REPO/MODEL-Q4_K_M.gguf -o profiles/MODEL.toml\n"
                "  fleetgate profile https://host/path/MODEL-00001-of-00003.gguf     (every part's header)\n"
                "  fleetgate profile --from-config config.json --size 23.1GB --name MODEL-Q4_K_M\n"
-               "hf:// resolves against HF_ENDPOINT (default https://huggingface.co); HF_TOKEN is sent to it only.")
+               "hf:// resolves against HF_ENDPOINT (default https://huggingface.co); HF_TOKEN is sent to its origin only\n"
+               "(scheme, host and port), never to a redirect elsewhere (the Hub's CDN included), and never shown.")
     profile.add_argument("gguf", nargs="?", metavar="SOURCE",
                          help="the model: a GGUF path, an https:// URL or hf://OWNER/REPO/FILE.gguf; only its header is read")
     profile.add_argument("-o", "--output", metavar="FILE", help="write here instead of standard output")
@@ -81,8 +82,10 @@ def _profile(args: argparse.Namespace) -> int:
                    "the shape is the model card's;\nthe weights are the stated size spread over the blocks by "
                    "parameter count (source = \"config\")")
     elif args.gguf:
+        from fleetgate.rangeread import redact
+
         data, reads = source_profile(args.gguf)
-        shown = args.gguf if reads else Path(args.gguf).name
+        shown = redact(args.gguf) if reads else Path(args.gguf).name
         comment = f"written by `fleetgate profile {shown}` from the GGUF header (tensor data is never read)"
         for read in reads:
             comment += (f"\n{read.source}: {read.transferred} of {read.file_bytes} bytes in {read.requests} "

@@ -167,16 +167,19 @@ class SourceRead:
     ignored_range: bool
 
 
-def read_remote_header(source: str, *, limit: int | None = None, timeout: float = 20.0) -> tuple[Header, SourceRead]:
-    """A GGUF header by HTTP range requests (``hf://``, ``https://``, ``http://``), the tensor data never read."""
-    from fleetgate.rangeread import DEFAULT_LIMIT, RangeReader
+def read_remote_header(source: str, *, limit: int | None = None, timeout: float = 20.0,
+                       deadline: float | None = None) -> tuple[Header, SourceRead]:
+    """A GGUF header by HTTP range requests (``hf://``, ``https://``, ``http://``), the tensor data never read;
+    ``deadline`` (seconds, default ``rangeread.DEFAULT_DEADLINE``) bounds the whole read."""
+    from fleetgate.rangeread import DEFAULT_DEADLINE, DEFAULT_LIMIT, RangeReader, redact
 
-    with RangeReader(source, limit=limit or DEFAULT_LIMIT, timeout=timeout) as src:
+    with RangeReader(source, limit=limit or DEFAULT_LIMIT, timeout=timeout,
+                     deadline=DEFAULT_DEADLINE if deadline is None else deadline) as src:
         name = src.url.rsplit("/", 1)[-1].split("?", 1)[0]
         from urllib.parse import unquote
 
         header = _stream_header(src, unquote(name))
-        read = SourceRead(source=source, file_bytes=header.file_bytes, header_bytes=header.data_offset,
+        read = SourceRead(source=redact(source), file_bytes=header.file_bytes, header_bytes=header.data_offset,
                           transferred=src.transferred, requests=src.requests, connections=src.connections,
                           ignored_range=src.ignores_range)
     return header, read
@@ -202,13 +205,14 @@ def _merge_splits(parts: Sequence[Header], names: Sequence[str], where: Any) -> 
                   fields=first.fields, tensors=tensors)
 
 
-def read_any_header(source: str) -> tuple[Header, list[SourceRead]]:
-    """A local GGUF or a URL, split GGUFs (``-00001-of-0000N``) read part by part; errors are one line."""
+def read_any_header(source: str, *, deadline: float | None = None) -> tuple[Header, list[SourceRead]]:
+    """A local GGUF or a URL, split GGUFs (``-00001-of-0000N``) read part by part; errors are one line.
+    ``deadline`` bounds each remote part's read (seconds)."""
     from fleetgate.rangeread import RemoteError, is_remote, split_parts
 
     names = split_parts(source)
     if is_remote(source):
-        results = [read_remote_header(name) for name in names]
+        results = [read_remote_header(name, deadline=deadline) for name in names]
         parts, reads = [h for h, _ in results], [r for _, r in results]
 
         def where(name: str, message: str) -> InputError:
@@ -222,11 +226,12 @@ def read_any_header(source: str) -> tuple[Header, list[SourceRead]]:
     return header, reads
 
 
-def source_profile(source: str) -> tuple[dict[str, Any], list[SourceRead]]:
-    """The profile data of a GGUF named by a path or a URL; a remote header's problems name the URL."""
-    from fleetgate.rangeread import RemoteError, is_remote
+def source_profile(source: str, *, deadline: float | None = None) -> tuple[dict[str, Any], list[SourceRead]]:
+    """The profile data of a GGUF named by a path or a URL; a remote header's problems name the URL.
+    ``deadline`` bounds each remote file's read (seconds; default ``rangeread.DEFAULT_DEADLINE``)."""
+    from fleetgate.rangeread import RemoteError, is_remote, redact
 
-    header, reads = read_any_header(source)
+    header, reads = read_any_header(source, deadline=deadline)
     try:
         data = profile_data(header)
     except InputError as exc:
@@ -234,5 +239,5 @@ def source_profile(source: str) -> tuple[dict[str, Any], list[SourceRead]]:
             raise RemoteError(source, exc.message) from None
         raise
     if is_remote(source):
-        data["model"]["url"] = source
+        data["model"]["url"] = redact(source)  # the profile is shared: never a password or the token
     return data, reads

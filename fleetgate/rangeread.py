@@ -11,31 +11,49 @@ allocated for it.
   as the header goes, and the connection is then closed: the body is never drained.
 - A connection that drops (a reset, a short body, a timeout) is opened again and the read resumes at the
   first byte not yet held (``retries`` times).
-- Redirects (the Hugging Face resolve URL answers 302 to its CDN) are followed, at most five.
+- Redirects (the Hugging Face resolve URL answers 302 to its CDN) are followed, at most five, to http(s)
+  only: a ``Location`` of any other scheme (``gopher://``, ``ftp://``, ``file://``) is one line, and nothing
+  is connected to. A redirect's body is never read: an empty one keeps the connection, any other closes it.
+- ``deadline`` holds for the whole read however the bytes trickle: a per-operation socket timeout alone
+  lets a server that sends a byte every few seconds keep a read alive for ever, so a timer shuts the
+  socket down when the deadline passes, whichever call (headers, body, a redirect) is waiting on it.
 - ``hf://OWNER/REPO/PATH`` is ``{HF_ENDPOINT or https://huggingface.co}/OWNER/REPO/resolve/main/PATH``
-  (``hf://OWNER/REPO@REVISION/PATH`` for another revision); ``HF_TOKEN`` is sent to that endpoint's host
-  only, never to a redirect's, and never printed.
+  (``hf://OWNER/REPO@REVISION/PATH`` for another revision). ``HF_TOKEN`` goes to that endpoint's origin
+  only: scheme, host and port all equal (a default port counts as written). A redirect to another origin
+  gets no ``Authorization``, the Hub's own CDN included: the Hub signs the CDN URL it redirects to, and
+  huggingface_hub likewise sends the token only to the Hub and drops it on a cross-host redirect. The
+  token is never printed: every message shows it as ``<HF_TOKEN>``, and a URL's user and password as ``***``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import re
 import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
 from fleetgate.errors import InputError
 
-__all__ = ["DEFAULT_LIMIT", "RangeReader", "RemoteError", "hf_url", "is_remote", "resolve_url", "split_parts"]
+__all__ = ["DEFAULT_DEADLINE", "DEFAULT_LIMIT", "RangeReader", "RemoteError", "hf_url", "is_remote", "redact",
+           "resolve_url", "split_parts"]
 
 DEFAULT_LIMIT = 64 << 20
 """No header is read past 64 MiB (a 262k-token vocabulary's header is about 6 MiB)."""
 FIRST_RANGE = 256 << 10
 MAX_RANGE = 8 << 20
+MAX_READ = 1 << 20
+"""No one socket read asks for more than 1 MiB: the window grows read by read, each bounded."""
 MAX_REDIRECTS = 5
+DEFAULT_DEADLINE = 300.0
+"""Seconds one file's read may take in all (connections, redirects, headers and body together)."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -44,8 +62,8 @@ class RemoteError(InputError):
     """An ``InputError`` about a URL: ``str()`` is ``URL: message`` on one line."""
 
     def __init__(self, url: str, message: str) -> None:
-        self.url = url
-        super().__init__(url, None, message)
+        self.url = redact(url)
+        super().__init__(self.url, None, redact(message))
 
     def __str__(self) -> str:
         return f"{self.url}: {self.message}"
@@ -67,13 +85,78 @@ def hf_url(source: str) -> str:
     return f"{endpoint}/{owner}/{repo}/resolve/{quote(revision or 'main', safe='')}/{quote(path)}"
 
 
+def redact(text: str) -> str:
+    """``text`` as it may be shown: ``HF_TOKEN``'s value as ``<HF_TOKEN>``, a URL's user and password as ``***``."""
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        text = text.replace(token, "<HF_TOKEN>")
+    return _USERINFO.sub(r"\g<scheme>***@", text)
+
+
+def _origin(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of an http(s) URL, the default port filled in; ValueError names what is wrong."""
+    if not url.isascii() or not url.isprintable() or " " in url:
+        raise ValueError("a space or a character that is not printable ASCII")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"a malformed host or port ({exc})") from None
+    if parts.scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"the scheme {parts.scheme + '://' if parts.scheme else 'none'}")
+    if not parts.hostname:
+        raise ValueError("no host")
+    return parts.scheme, parts.hostname, _DEFAULT_PORTS[parts.scheme] if port is None else port
+
+
+def _join(url: str, location: str) -> str:
+    """A redirect's target; ValueError (as ``_origin``'s) when the Location cannot be parsed at all."""
+    try:
+        return urljoin(url, location)
+    except ValueError as exc:
+        raise ValueError(f"a malformed host or port ({exc})") from None
+
+
 def resolve_url(source: str) -> str:
     """The http(s) URL a source names (``hf://`` resolved); anything else is one line."""
     url = hf_url(source) if source.startswith("hf://") else source
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RemoteError(source, "expected an http(s) URL or hf://OWNER/REPO/FILE")
+    try:
+        _origin(url)
+    except ValueError as exc:
+        if source.startswith("hf://"):
+            raise RemoteError(source, f"HF_ENDPOINT makes it {_shown(url)}, which has {exc}; expected an "
+                                      "http(s) endpoint such as https://huggingface.co") from None
+        raise RemoteError(source, f"the URL has {exc}; expected an http(s) URL or hf://OWNER/REPO/FILE") from None
     return url
+
+
+def _hf_token(source: str) -> str | None:
+    """``HF_TOKEN`` for an ``hf://`` source, checked before it goes into a header (never shown)."""
+    token = os.environ.get("HF_TOKEN") if source.startswith("hf://") else None
+    if token and not all("!" <= c <= "~" for c in token):
+        raise RemoteError(source, "HF_TOKEN holds a space or a character that is not printable ASCII; "
+                                  "expected the token as the Hub shows it (hf_...)")
+    return token or None
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """A server's text (a reason phrase, a Location) as one printable line, at most ``limit`` characters."""
+    return ascii(text[:limit])[1:-1] + ("..." if len(text) > limit else "")
+
+
+class _Watched(http.client.HTTPConnection):
+    """A connection that hands its socket to ``watch`` as soon as it exists: before a TLS handshake, so that
+    the deadline's watchdog reaches that too."""
+
+    watch: Callable[[socket.socket], None]
+
+    def connect(self) -> None:
+        super().connect()
+        self.watch(self.sock)
+
+
+class _WatchedTLS(http.client.HTTPSConnection, _Watched):
+    """``HTTPSConnection.connect`` calls ``_Watched.connect`` (the MRO) for the TCP socket, then wraps it."""
 
 
 def split_parts(source: str) -> list[str]:
@@ -104,14 +187,18 @@ class RangeReader:
     ``read(n)`` returns the next ``n`` bytes (fewer only at the file's end); ``skip(n)`` steps over bytes
     without keeping them (a range server is not asked for them). ``position`` is the offset from the start,
     ``size`` the file's length once a response has said it, ``transferred`` the body bytes received.
+    ``timeout`` bounds each socket operation, ``deadline`` the whole read (seconds from construction).
     """
 
-    def __init__(self, source: str, *, limit: int = DEFAULT_LIMIT, timeout: float = 20.0, deadline: float = 300.0,
-                 retries: int = 3) -> None:
+    def __init__(self, source: str, *, limit: int = DEFAULT_LIMIT, timeout: float = 20.0,
+                 deadline: float = DEFAULT_DEADLINE, retries: int = 3) -> None:
         self.source = source
         self.url = resolve_url(source)
+        self._token = _hf_token(source)
+        self._token_origin = _origin(self.url) if self._token else None
         self.limit = limit
         self.timeout = timeout
+        self.deadline_s = deadline
         self.deadline = time.monotonic() + deadline
         self.retries = retries
         self.size: int | None = None
@@ -123,10 +210,16 @@ class RangeReader:
         self._buffer = bytearray()
         self._buffer_start = 0
         self._conn: http.client.HTTPConnection | None = None
-        self._conn_key: tuple[str, str, int | None] | None = None
+        self._conn_key: tuple[str, str, int] | None = None
         self._response: _Response | None = None
         self._next_range = FIRST_RANGE
-        self._token_host = urlsplit(hf_url("hf://a/b/c")).hostname if source.startswith("hf://") else None
+        # the watchdog: shuts down the socket in use once the deadline passes (see the module's docstring)
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        """The watchdog's own descriptor of the connection's socket: a shutdown through it ends any wait on it,
+        and http.client closing its descriptor never leaves the watchdog one that a new file reuses."""
+        self._expired = False
+        self._timer: threading.Timer | None = None
 
     # -- the public reads ---------------------------------------------------------------------------------------
 
@@ -174,9 +267,49 @@ class RangeReader:
 
     def close(self) -> None:
         self._close_response()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._drop_connection()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
+            self._timer = None
+
+    def _drop_connection(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            self._watch(None)
+        if conn is not None:
+            conn.close()
+
+    def _watch(self, sock: socket.socket | None) -> None:
+        """Under the lock: the socket the watchdog shuts down from now on (a copy of its descriptor)."""
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = sock.dup() if sock is not None else None
+        if self._expired:
+            self._shutdown()
+
+    def _watch_new(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._watch(sock)
+
+    def _expire(self) -> None:
+        """The timer's end: whatever waits on the socket (a header line, a body byte) returns at once."""
+        with self._lock:
+            self._expired = True
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):  # the peer has gone already: nothing waits on it
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _past_deadline(self) -> bool:
+        with self._lock:
+            return self._expired or time.monotonic() > self.deadline
+
+    def _deadline_error(self) -> RemoteError:
+        return self.error(f"no header within the {self.deadline_s:g} s deadline; expected a server that sends it "
+                          "promptly (this one stalls or trickles)")
 
     def __enter__(self) -> RangeReader:
         return self
@@ -197,22 +330,27 @@ class RangeReader:
     def _fill(self, end: int) -> None:
         attempts = 0
         while self._buffer_start + len(self._buffer) < end:
-            if time.monotonic() > self.deadline:
-                raise self.error("no header within the deadline; expected a server that answers ranges promptly")
+            if self._past_deadline():
+                self.close()
+                raise self._deadline_error()
             have = self._buffer_start + len(self._buffer)
             try:
                 chunk = self._next_chunk(have, end)
             except (OSError, http.client.HTTPException) as exc:
                 self._close_response()
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
+                self._drop_connection()
+                if self._past_deadline():
+                    self.close()
+                    raise self._deadline_error() from None
                 attempts += 1
                 if attempts > self.retries:
                     what = "timed out" if isinstance(exc, socket.timeout | TimeoutError) else type(exc).__name__
                     raise self.error(f"the connection failed {attempts} times at byte {have} ({what}: {exc}); "
                                      "expected a reachable server") from None
                 continue
+            if not chunk and self._past_deadline():  # the watchdog ended the body, not the server
+                self.close()
+                raise self._deadline_error()
             if not chunk:
                 if self.size is not None and have >= self.size:
                     return  # the file's end: read() returns what there is
@@ -237,7 +375,7 @@ class RangeReader:
             if self.size is not None:
                 stop = min(stop, self.size)
             response = self._response = self._request(have, stop - 1)
-        want = max(end - have, 64 << 10)
+        want = min(max(end - have, 64 << 10), MAX_READ)
         if response.remaining is not None:
             want = min(want, response.remaining)
         if want <= 0:
@@ -260,50 +398,69 @@ class RangeReader:
         response, self._response = self._response, None
         if response is None:
             return
-        if reuse and response.remaining == 0:
-            response.response.read()  # a finished body: the connection stays open for the next range
-            return
-        response.response.close()
-        # an unfinished body: never drain it; the connection goes with it
-        if self._conn is response.conn:
-            self._conn.close()
-            self._conn = None
+        self._end_body(response.conn, response.response, reuse=reuse and response.remaining == 0)
 
-    def _connection(self, url: str) -> http.client.HTTPConnection:
-        parts = urlsplit(url)
-        key = (parts.scheme, parts.hostname or "", parts.port)
-        if self._conn is not None and self._conn_key == key:
+    def _end_body(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse, *,
+                  reuse: bool = True) -> None:
+        """Done with a response: the connection stays only when its framing says the body is over (nothing
+        left to read); any body still coming -- an unread redirect's, a range's past what was asked, an
+        endless one -- is never drained: the connection goes with it."""
+        if reuse and response.length == 0 and not response.chunked:
+            response.read()  # reads nothing; marks the response done so the connection takes the next request
+            return
+        response.close()
+        if self._conn is conn:
+            self._drop_connection()
+
+    def _connection(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection:
+        if self._conn is not None and self._conn_key == origin:
             return self._conn
-        if self._conn is not None:
-            self._conn.close()
-        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        self._conn = cls(parts.hostname or "", parts.port, timeout=self.timeout)
-        self._conn_key = key
+        self._drop_connection()
+        if self._timer is None:
+            self._timer = threading.Timer(max(self.deadline - time.monotonic(), 0.0), self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+        scheme, host, port = origin
+        cls = _WatchedTLS if scheme == "https" else _Watched
+        # a connect waits no longer than the deadline leaves: the watchdog has no socket to shut down yet
+        timeout = max(min(self.timeout, self.deadline - time.monotonic()), 0.001)
+        conn = cls(host, port, timeout=timeout)
+        conn.watch = self._watch_new
+        self._conn = conn
+        self._conn_key = origin
         self.connections += 1
         return self._conn
 
     def _request(self, start: int, stop: int) -> _Response:
         url = self.url
+        origin = _origin(url)
         for _ in range(MAX_REDIRECTS + 1):
             parts = urlsplit(url)
-            conn = self._connection(url)
+            conn = self._connection(origin)
             headers = {"Range": f"bytes={start}-{stop}", "User-Agent": "fleetgate", "Accept-Encoding": "identity"}
-            token = os.environ.get("HF_TOKEN")
-            if token and parts.hostname == self._token_host:
-                headers["Authorization"] = f"Bearer {token}"
+            if self._token is not None and origin == self._token_origin:
+                headers["Authorization"] = f"Bearer {self._token}"
             path = parts.path or "/"
             if parts.query:
                 path += "?" + parts.query
             self.requests += 1
+            if self._past_deadline():
+                raise TimeoutError("the deadline passed")  # _fill turns it into the deadline's line
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
             status = response.status
             if status in (301, 302, 303, 307, 308):
                 location = response.getheader("Location")
-                response.read()
+                self._end_body(conn, response)
                 if not location:
                     raise self.error(f"HTTP {status} without a Location; expected the file or a redirect to it")
-                url = urljoin(url, location)
+                try:
+                    url = _join(url, location)
+                    origin = _origin(url)
+                except ValueError as exc:
+                    self.close()
+                    raise self.error(f"HTTP {status} redirects to {_shown(location)}, which has {exc}; expected "
+                                     "an http(s) URL (no other scheme is followed)") from None
                 continue
             if status == 206:
                 match = _CONTENT_RANGE.match(response.getheader("Content-Range", "") or "")
@@ -326,19 +483,19 @@ class RangeReader:
                     self._discard(body, start)
                 return body
             if status == 416:
-                response.read()
+                self._end_body(conn, response)
                 raise self.error(f"HTTP 416 for bytes={start}-{stop}: the file is shorter than its header says; "
                                  "expected a whole, unaltered file")
             response.close()
             self.close()
             hint = " (a gated or private repository needs HF_TOKEN)" if status in (401, 403) else ""
-            raise self.error(f"HTTP {status} {response.reason}{hint}; expected the file")
+            raise self.error(f"HTTP {status} {_shown(response.reason, 80)}{hint}; expected the file")
         raise self.error(f"more than {MAX_REDIRECTS} redirects; expected the file")
 
     def _discard(self, body: _Response, upto: int) -> None:
         """Step a streamed (Range-ignoring) body forward to ``upto``: bounded by the header cap."""
         while body.start < upto:
-            data = body.response.read(min(upto - body.start, 1 << 20))
+            data = body.response.read(min(upto - body.start, MAX_READ))
             if not data:
                 raise http.client.IncompleteRead(b"", upto - body.start)
             body.start += len(data)
