@@ -107,6 +107,7 @@ def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
 
 def _render(args: argparse.Namespace) -> int:
     from fleetgate.rendered import load_service
+    from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv, scrub_environment
 
     fleet = resolve_fleet(args.fleet, only=args.service)
     if args.service not in fleet.services:
@@ -114,9 +115,11 @@ def _render(args: argparse.Namespace) -> int:
     config = load_service(fleet, fleet.services[args.service])
     rendered = config.rendered
     if args.json:
-        json.dump({"service": config.name, "argv": list(rendered.argv), "env": dict(rendered.env),
-                   "inputs": {n: {"value": o.value, "where": o.where} for n, o in config.variables.items()},
-                   "notes": list(rendered.notes)},
+        # What the service runs is shown, never its secrets: a key on the command line or in an env file stays there.
+        json.dump({"service": config.name, "argv": list(scrub_argv(rendered.argv)), "env": scrub_environment(rendered.env),
+                   "inputs": {n: {"value": MASK if is_secret_name(n) and o.value else scrub(o.value), "where": o.where}
+                              for n, o in config.variables.items()},
+                   "notes": [scrub(note) for note in rendered.notes]},
                   sys.stdout, indent=2)
         print()
         return 0
@@ -124,13 +127,13 @@ def _render(args: argparse.Namespace) -> int:
                   else f"(compose service {rendered.compose.name}, image {rendered.compose.image})" if rendered.compose
                   else "(no unit declared)")
     print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} {started_by}")
-    lines = argv_lines(rendered.argv, _flag_indices(config))
+    lines = argv_lines(scrub_argv(rendered.argv), _flag_indices(config))
     print(" \\\n    ".join(lines))
     problems = (config.llama.problems if config.llama else ()) + (config.vllm.problems if config.vllm else ())
     for problem in problems:
-        print(f"# {problem.flag}: {problem.message}")
+        print(f"# {problem.flag}: {scrub(problem.message)}")
     for note in rendered.notes:
-        print(f"# note: {note}")
+        print(f"# note: {scrub(note)}")
     if args.builds:
         for line in _builds_lines(config):
             print(f"# {line}")

@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _run(args: argparse.Namespace) -> int:
     from fleetgate.errors import InputError
     from fleetgate.reference import ReferenceError, exit_cause, start
+    from fleetgate.secrets import scrub_argv
 
     fleet = resolve_fleet(args.fleet)
     if args.service not in fleet.services:
@@ -64,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
     print(
         f"reference: {server.url} (pid {server.pid}, healthy in {server.started_in:.1f} s, log {server.log})"
     )
-    print(f"  runs: {' '.join(server.argv)}")
+    print(f"  runs: {' '.join(scrub_argv(server.argv))}")
     base = "" if args.port is None else f" --base-url {server.url}"
     print(f"  check it: pytest live/ --endpoint {args.service}{base}")
     try:

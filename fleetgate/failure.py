@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from fleetgate.secrets import scrub
+
 __all__ = ["Deferred", "Failure", "format_failure"]
 
 
@@ -60,12 +62,14 @@ class Failure(AssertionError):
         self.service = service
         self.check = check
         self.code = code or check
-        self.observed = observed
-        self.expected = expected
-        self.where = str(where)
-        self.fix = fix
+        # A failure quotes what it saw (an argv, an env file's line, a response), which may hold a secret the fleet
+        # never gave fleetgate: none is kept, so none reaches a report, JUnit or the terminal.
+        self.observed = scrub(observed)
+        self.expected = scrub(expected)
+        self.where = scrub(str(where))
+        self.fix = scrub(fix)
         self.cites = tuple(cites)
-        self.details = tuple(details)
+        self.details = tuple(scrub(detail) for detail in details)
         self.incidents: tuple[str, ...] = ()
         """The catalogue's incidents this failure code guards (set by the registry when the check raises)."""
         super().__init__(format_failure(self))

