@@ -93,7 +93,7 @@ def test_a_chain_of_doubling_macros_is_refused_at_two_mib(tmp_path: Path) -> Non
     # characters, the first size over 2 MiB (after m13: 2**18 * 6 + 13 = 1572877)
     macros = "".join(f'  m{i:02d}: "${{m{i - 1:02d}}}${{m{i - 1:02d}}}"\n' for i in range(1, 31))
     text = f"macros:\n  m00: x\n{macros}models:\n  a:\n    cmd: llama-server ${{m30}}\n"
-    assert len(text) == 718  # 8 + 9 + 30 * 22 + 8 + 5 + 28 bytes
+    assert len(text) == 719  # 8 + 9 + 30 * 22 + 8 + 5 + 29 bytes
     path = _swap(tmp_path, text)
     assert _run(READ_SWAP, path) == (
         f"{path}:35: models.a.cmd: ${{m12}} makes it 3145741 characters, over the 2097152 an argv can hold (the kernel's "
