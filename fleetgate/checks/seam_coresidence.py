@@ -76,7 +76,7 @@ def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozense
 
 def _preset_choices(members: list[Service], where: dict[str, str]) -> list[tuple[frozenset[str], ...]]:
     """A router preset's models as the router keeps them loaded: any ``--models-max`` of them at once."""
-    from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, read_preset
+    from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, MAX_RESIDENCIES, read_preset
 
     assert members[0].models_preset is not None
     try:
@@ -87,6 +87,12 @@ def _preset_choices(members: list[Service], where: dict[str, str]) -> list[tuple
     named = {s.preset_model or s.name: s.name for s in members}
     declared = {s.models_max for s in members if s.models_max is not None}  # one value: fleet.py refuses two
     models_max = declared.pop() if declared else DEFAULT_MODELS_MAX
+    # counted before they are listed: any 4 of 200 models are 64 million sets
+    count = preset.residency_count(models_max)
+    if count >= _MAX_STATES or count > MAX_RESIDENCIES:  # the host's product counts each choice plus "none"
+        raise NotApplicable(f"the router of {preset.path.name} can keep any {models_max} of its {len(preset.sections)} "
+                            f"models loaded: more than the {_MAX_STATES} combinations this check enumerates: declare a "
+                            "smaller models_max (the router's --models-max) for its services")
     for model in preset.sections:
         where[named.get(model, f"{model} ({preset.path.name})")] = (
             f"{preset.where(model)} (the router keeps up to {models_max} models loaded: --models-max)" if models_max > 0

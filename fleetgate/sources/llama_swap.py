@@ -31,9 +31,11 @@ and is left as written. Every other key (``healthCheckTimeout``, ``logLevel``, `
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import shlex
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -49,17 +51,24 @@ from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["DEFAULT_GROUP", "SwapConfig", "SwapGroup", "SwapModel", "read_config", "render_service", "split_command"]
+__all__ = ["DEFAULT_GROUP", "MAX_EXPANDED", "SwapConfig", "SwapGroup", "SwapModel", "read_config", "render_service",
+           "split_command"]
 
 DEFAULT_START_PORT = 5800
 DEFAULT_PROXY = "http://localhost:${PORT}"
 DEFAULT_GROUP = "(default)"
 _MACRO_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
 _MACRO_USE = re.compile(r"\$\{([a-zA-Z0-9_-]+)\}")
-_INT = re.compile(r"^[-+]?(0|[1-9][0-9]*)$")
 _FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _DSL_IDENT = re.compile(r"[\w\-./:]+")
 _MAX_SETS = 1000
+"""llama-swap's ``maxDSLExpansions``: the combinations one expression, and all the sets together, may expand to."""
+_MAX_NESTING = 100
+"""The deepest ``(`` of a matrix set read (llama-swap has no bound; no real set nests more than a few)."""
+_MAX_MERGES = 100
+"""The longest chain of ``<<`` merges (a mapping merging one that merges another ...) read: each is a frame here."""
+MAX_EXPANDED = 2 << 20
+"""The most characters a field may grow to once its macros are in: Linux's ARG_MAX (2 MiB) bounds any argv."""
 
 
 @dataclass(frozen=True)
@@ -159,9 +168,11 @@ def read_config(path: Path) -> SwapConfig:
     start_port = DEFAULT_START_PORT
     if "startPort" in top:
         value = _scalar(path, top["startPort"], "startPort")
-        if not _INT.match(value) or int(value) < 1:
-            raise InputError(path, _line(top["startPort"]), f"startPort: {value!r}; expected a port number >= 1")
-        start_port = int(value)
+        number = _go_int(value.replace("_", ""))
+        if number is None or not 1 <= number <= 65535:
+            raise InputError(path, _line(top["startPort"]), f"startPort: {value[:40]!r}; expected a port number from 1 "
+                             "to 65535")
+        start_port = number
     macros = _macros(path, top.get("macros"), "macros")
     models_node = top.get("models")
     if models_node is None:
@@ -194,18 +205,31 @@ def _line(node: yaml.Node | None) -> int | None:
     return node.start_mark.line + 1 if node is not None else None
 
 
-def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, yaml.Node]:
+_MERGED: weakref.WeakKeyDictionary[yaml.Node, dict[str, yaml.Node]] = weakref.WeakKeyDictionary()
+"""Each mapping's keys once read: a merge source named by many ``<<`` (of sources named by many) is read once, not
+once per path to it."""
+
+
+def _mapping(path: Path, node: yaml.Node, what: str, merging: tuple[yaml.Node, ...] = ()) -> dict[str, yaml.Node]:
     if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
         return {}
     if not isinstance(node, yaml.MappingNode):
         raise InputError(path, _line(node), f"{what}: expected a mapping")
+    if node in _MERGED:
+        return _MERGED[node]
     found: dict[str, yaml.Node] = {}
     merged: dict[str, yaml.Node] = {}
     for key, value in node.value:
         if isinstance(key, yaml.ScalarNode) and key.value == "<<" and key.style is None:
             # a YAML merge key (`<<: *defaults`), as yaml.v3 reads it: the keys written here win
             for source in value.value if isinstance(value, yaml.SequenceNode) else [value]:
-                for name, item in _mapping(path, source, what).items():
+                if len(merging) >= _MAX_MERGES:
+                    raise InputError(path, _line(key), f"{what}: <<: merges nested more than {_MAX_MERGES} deep; "
+                                     "expected a shallower chain of merged mappings")
+                if any(source is outer for outer in (*merging, node)):
+                    raise InputError(path, _line(key), f"{what}: <<: merges a mapping into itself; expected a merge "
+                                     "of another mapping (llama-swap refuses: \"anchor value contains itself\")")
+                for name, item in _mapping(path, source, what, (*merging, node)).items():
                     merged.setdefault(name, item)
             continue
         name = _scalar(path, key, f"a key of {what}")
@@ -213,7 +237,8 @@ def _mapping(path: Path, node: yaml.Node, what: str) -> dict[str, yaml.Node]:
             raise InputError(path, _line(key), f"{what}: {name!r} is given twice; expected each key once (llama-swap "
                              "refuses a mapping key defined twice)")
         found[name] = value
-    return {**merged, **found}
+    _MERGED[node] = {**merged, **found}
+    return _MERGED[node]
 
 
 def _key_lines(node: yaml.Node | None) -> dict[str, int]:
@@ -251,17 +276,62 @@ def _strings(path: Path, node: yaml.Node | None, what: str) -> list[tuple[str, i
 
 
 def _go_value(node: yaml.ScalarNode) -> str:
-    """A macro's value as llama-swap writes it into a command (Go's ``%v`` of the decoded YAML scalar)."""
+    """A macro's value as llama-swap writes it into a command: Go's ``%v`` of what yaml.v3 decodes the scalar to
+    (resolve.go, ``resolve``): an int (any base ``strconv.ParseInt``/``ParseUint`` take with base 0, ``_`` dropped,
+    64 bits), else a float that ``strconv.ParseFloat`` takes without a range error, else a bool or ``.inf``/``.nan``,
+    else the text as written (``1e999`` overflows a float64, so yaml.v3 keeps it a string)."""
     value: str = node.value
     if node.style is not None:
         return value  # quoted or block: a string
-    if _INT.match(value):
-        return str(int(value))
-    if _FLOAT.match(value):
-        return _go_float(float(value))
-    if value in ("true", "True", "TRUE", "false", "False", "FALSE"):
-        return value.lower()
+    if value in _GO_KEYWORDS:
+        return _GO_KEYWORDS[value]
+    if value[:1] in "+-0123456789":
+        plain = value.replace("_", "")
+        number = _go_int(plain)
+        if number is not None:
+            return str(number)
+        if _FLOAT.match(plain):
+            parsed = float(plain)
+            if math.isfinite(parsed):
+                return _go_float(parsed)
+    elif value[:1] == "." and _FLOAT.match(value):
+        parsed = float(value)
+        if math.isfinite(parsed):
+            return _go_float(parsed)
     return value
+
+
+_GO_KEYWORDS = {**{word: word.lower() for word in ("true", "True", "TRUE", "false", "False", "FALSE")},
+                **{word: "+Inf" for word in (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")},
+                **{word: "-Inf" for word in ("-.inf", "-.Inf", "-.INF")},
+                **{word: "NaN" for word in (".nan", ".NaN", ".NAN")}}
+"""yaml.v3's ``resolveMap`` words (not nulls: a null macro is refused before), as ``%v`` writes what they decode to."""
+_GO_DIGITS = "0123456789abcdef"
+
+
+def _go_int(plain: str) -> int | None:
+    """``strconv.ParseInt(plain, 0, 64)``, else ``ParseUint(plain, 0, 64)`` (no sign): ``0x``/``0o``/``0b`` or a
+    leading ``0`` (octal) picks the base; None when neither takes it."""
+    sign = plain[:1] if plain[:1] in "+-" else ""
+    digits = plain[len(sign):]
+    if not digits:
+        return None
+    base = 10
+    if digits[0] == "0":
+        prefix = digits[1:2].lower()
+        if len(digits) >= 3 and prefix in ("b", "o", "x"):
+            base, digits = {"b": 2, "o": 8, "x": 16}[prefix], digits[2:]
+        else:
+            base, digits = 8, digits[1:] or "0"
+    # checked here, not by int(), which takes a second prefix, blanks and digits past any 64-bit number
+    if len(digits) > 64 or not set(digits.lower()) <= set(_GO_DIGITS[:base]):
+        return None
+    number = int(digits, base)
+    if sign == "-":
+        return -number if number <= 1 << 63 else None
+    if number < 1 << 63 or (not sign and number < 1 << 64):
+        return number
+    return None
 
 
 def _go_float(number: float) -> str:
@@ -270,7 +340,8 @@ def _go_float(number: float) -> str:
     if number == 0:
         return "0"
     sign, digits, exponent = Decimal(repr(number)).normalize().as_tuple()
-    assert isinstance(exponent, int)
+    if not isinstance(exponent, int):  # inf or nan: %v's own words
+        return "NaN" if math.isnan(number) else ("-Inf" if number < 0 else "+Inf")
     text = "".join(map(str, digits))
     point = len(text) + exponent  # the decimal exponent of the first digit, plus one
     x = point - 1
@@ -311,9 +382,17 @@ def _macros(path: Path, node: yaml.Node | None, what: str) -> list[tuple[str, st
     return found
 
 
-def _substitute(text: str, macros: list[tuple[str, str]]) -> str:
-    for name, value in reversed(macros):  # last defined first, as llama-swap does
-        text = text.replace(f"${{{name}}}", value)
+def _substitute(text: str, macros: list[tuple[str, str]], fail: Callable[[str], InputError]) -> str:
+    """Each macro in turn, last defined first, as llama-swap does; a macro may repeat an earlier one, so a chain of
+    macros doubles the text at each step: past ``MAX_EXPANDED`` the field is refused before it is built."""
+    for name, value in reversed(macros):
+        use = f"${{{name}}}"
+        count = text.count(use)
+        if count and len(text) + count * (len(value) - len(use)) > MAX_EXPANDED:
+            raise fail(f"${{{name}}} makes it {len(text) + count * (len(value) - len(use))} characters, over the "
+                       f"{MAX_EXPANDED} an argv can hold (the kernel's ARG_MAX); expected macros that expand to a "
+                       "command that can run")
+        text = text.replace(use, value)
     return text
 
 
@@ -349,7 +428,8 @@ def _model(path: Path, name: str, node: yaml.Node, global_macros: list[tuple[str
 
     def text(key: str, default: str = "") -> str:
         raw = _scalar(path, fields[key], f"{what}.{key}") if key in fields else default
-        return _substitute(_strip_comments(raw) if key in ("cmd", "cmdStop") else raw, macros)
+        return _substitute(_strip_comments(raw) if key in ("cmd", "cmdStop") else raw, macros,
+                           lambda problem: InputError(path, _line(fields.get(key, node)), f"{what}.{key}: {problem}"))
 
     cmd, cmd_stop, proxy, check = text("cmd"), text("cmdStop"), text("proxy", DEFAULT_PROXY), text("checkEndpoint", "/health")
     port = None
@@ -399,9 +479,10 @@ def _model(path: Path, name: str, node: yaml.Node, global_macros: list[tuple[str
     ttl = None
     if "ttl" in fields:
         raw = _scalar(path, fields["ttl"], f"{what}.ttl")
-        if not _INT.match(raw):
-            raise InputError(path, _line(fields["ttl"]), f"{what}.ttl: {raw!r}; expected whole seconds")
-        ttl = int(raw)
+        ttl = _go_int(raw.replace("_", ""))
+        if ttl is None or ttl >= 1 << 63:
+            raise InputError(path, _line(fields["ttl"]), f"{what}.ttl: {raw[:40]!r}; expected whole seconds (a 64-bit "
+                             "integer)")
     use_model_name = text("useModelName") or None
     model = SwapModel(name=name, argv=tuple(argv), env=env, port=port, proxy=proxy, aliases=tuple(names),
                       use_model_name=use_model_name, check_endpoint=check, ttl=ttl, cmd_stop=cmd_stop,
@@ -453,36 +534,65 @@ def _matrix(path: Path, node: yaml.Node, models: Mapping[str, SwapModel]) -> tup
     sets = _mapping(path, sets_node, "matrix.sets") if sets_node is not None else {}
     if not sets:
         raise InputError(path, _line(node), "matrix: no sets; expected sets: NAME: \"a & b\"")
+    dsl = {name: _Dsl(path, _line(set_node), f"matrix.sets.{name}", _scalar(path, set_node, f"matrix.sets.{name}"),
+                      names, models, sets) for name, set_node in sets.items()}
     expanded: dict[str, list[frozenset[str]]] = {}
-
-    def expand(name: str, trail: tuple[str, ...]) -> list[frozenset[str]]:
-        if name in expanded:
-            return expanded[name]
-        if name in trail:
-            raise InputError(path, _line(sets[name]), f"matrix.sets.{name}: refers to itself through "
-                             f"{' -> '.join((*trail, name))}; expected sets without a cycle")
-        dsl = _scalar(path, sets[name], f"matrix.sets.{name}")
-        result = _Dsl(path, _line(sets[name]), f"matrix.sets.{name}", dsl, names, models, sets,
-                      lambda ref: expand(ref, (*trail, name))).parse()
-        expanded[name] = result
-        return result
-
+    total = 0
+    for name in _set_order(path, sets, dsl):
+        expanded[name] = dsl[name].parse(expanded)
+        total += len(expanded[name])
+        if total > _MAX_SETS:
+            raise InputError(path, _line(sets[name]), f"matrix.sets.{name}: the sets expand to more than {_MAX_SETS} "
+                             "combinations in all; expected fewer (llama-swap refuses: \"total expanded combinations "
+                             "exceed limit\")")
     found: list[frozenset[str]] = []
+    seen: set[frozenset[str]] = set()
     for name in sets:
-        found += [s for s in expand(name, ()) if s not in found]
+        for combination in expanded[name]:
+            if combination not in seen:
+                seen.add(combination)
+                found.append(combination)
     return tuple(found)
+
+
+def _set_order(path: Path, sets: Mapping[str, yaml.Node], dsl: Mapping[str, _Dsl]) -> list[str]:
+    """The sets in an order where each comes after the sets it names (``+SET``), found without recursion: a chain
+    of sets may be as long as the file."""
+    order: list[str] = []
+    state: dict[str, bool] = {}  # False: being visited, True: done
+    for root in sets:
+        if root in state:
+            continue
+        state[root] = False
+        stack = [(root, iter(dsl[root].refs()))]
+        while stack:
+            name, pending = stack[-1]
+            ref = next(pending, None)
+            if ref is None:
+                stack.pop()
+                state[name] = True
+                order.append(name)
+            elif ref in sets and ref not in state:
+                state[ref] = False
+                stack.append((ref, iter(dsl[ref].refs())))
+            elif ref in sets and not state[ref]:
+                trail = " -> ".join((*(n for n, _ in stack), ref))
+                raise InputError(path, _line(sets[ref]), f"matrix.sets.{ref}: refers to itself through {trail}; "
+                                 "expected sets without a cycle")
+    return order
 
 
 class _Dsl:
     """A matrix set: ``&`` (together) binds tighter than ``|`` (either); ``( )`` groups; ``+name`` another set."""
 
     def __init__(self, path: Path, line: int | None, what: str, text: str, names: Mapping[str, str],
-                 models: Mapping[str, SwapModel], sets: Mapping[str, yaml.Node],
-                 ref: Callable[[str], list[frozenset[str]]]) -> None:
+                 models: Mapping[str, SwapModel], sets: Mapping[str, yaml.Node]) -> None:
         self.path, self.line, self.what = path, line, what
-        self.names, self.models, self.sets, self.ref = names, models, sets, ref
+        self.names, self.models, self.sets = names, models, sets
         self.tokens = list(self._tokens(text))
         self.pos = 0
+        self.depth = 0
+        self.expanded: Mapping[str, list[frozenset[str]]] = {}
 
     def _fail(self, problem: str) -> InputError:
         return InputError(self.path, self.line, f"{self.what}: {problem}; expected models joined by & and |, "
@@ -503,7 +613,13 @@ class _Dsl:
                 yield text[i:match.end()]
                 i = match.end()
 
-    def parse(self) -> list[frozenset[str]]:
+    def refs(self) -> list[str]:
+        """The sets this one names, in order, once each."""
+        return list(dict.fromkeys(token[1:] for token in self.tokens if token.startswith("+")))
+
+    def parse(self, expanded: Mapping[str, list[frozenset[str]]]) -> list[frozenset[str]]:
+        """The set's combinations, each set it names already in ``expanded``; repeats kept, as llama-swap counts them."""
+        self.expanded, self.pos, self.depth = expanded, 0, 0
         if not self.tokens:
             raise self._fail("an empty set")
         result = self._or()
@@ -518,7 +634,7 @@ class _Dsl:
         result = self._and()
         while self._peek() == "|":
             self.pos += 1
-            result += [s for s in self._and() if s not in result]
+            result += self._and()
             if len(result) > _MAX_SETS:
                 raise self._fail(f"more than {_MAX_SETS} combinations")
         return result
@@ -539,15 +655,20 @@ class _Dsl:
             raise self._fail(f"expected a model, +SET or ( at {token or 'the end'!r}")
         self.pos += 1
         if token == "(":
+            # each ( is three frames of this parser: bounded well inside Python's recursion limit
+            self.depth += 1
+            if self.depth > _MAX_NESTING:
+                raise self._fail(f"( nested more than {_MAX_NESTING} deep")
             inner = self._or()
             if self._peek() != ")":
                 raise self._fail("a ( without its )")
             self.pos += 1
+            self.depth -= 1
             return inner
         if token.startswith("+"):
             if token[1:] not in self.sets:
                 raise self._fail(f"+{token[1:]} names no set")
-            return list(self.ref(token[1:]))
+            return list(self.expanded[token[1:]])
         model = self.names.get(token, token if token in self.models else None)
         if model is None:
             raise self._fail(f"{token!r} is neither a var nor a model id")

@@ -34,6 +34,7 @@ precedence) is not read: fleet.toml does not hold it.
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import re
 from collections.abc import Mapping
@@ -48,13 +49,17 @@ if TYPE_CHECKING:
     from fleetgate.engines.llama_builds import Variant
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["DEFAULT_MODELS_MAX", "GLOBAL", "Preset", "PresetSection", "child_argv", "load_on_startup", "read_preset",
-           "render_service", "router_models_max"]
+__all__ = ["DEFAULT_MODELS_MAX", "GLOBAL", "MAX_RESIDENCIES", "Preset", "PresetSection", "child_argv", "load_on_startup",
+           "read_preset", "render_service", "router_models_max"]
 
 GLOBAL = "*"
 DEFAULT_SECTION = "default"
 DEFAULT_MODELS_MAX = 4
 """``common_params::models_max`` (common/common.h): the models the router keeps loaded at once; 0 or less: no limit."""
+MAX_RESIDENCIES = 20_000
+"""The most sets of co-loaded models ``Preset.residencies`` lists: any 4 of 200 models are 64 million sets."""
+_STARTUP_NAMED = 8
+"""The models named in the load-on-startup refusal before the rest are counted."""
 CHILD_HOST = "127.0.0.1"
 CHILD_PORT = "0"
 PRESET_ONLY = frozenset({"load-on-startup", "stop-timeout"})
@@ -89,13 +94,34 @@ class Preset:
         section = self.sections.get(model) if model is not None else None
         return f"{self.path}:{section.line}" if section is not None else str(self.path)
 
+    def residency_count(self, models_max: int) -> int:
+        """How many sets of models ``residencies`` lists, counted without listing them; ``MAX_RESIDENCIES + 1``
+        stands for any count past the bound (the exact one can take seconds: any half of a million models)."""
+        total = len(self.sections)
+        if not total:
+            return 0
+        if models_max <= 0 or models_max >= total:
+            return 1
+        count = 1
+        for i in range(1, min(models_max, total - models_max) + 1):
+            count = count * (total - i + 1) // i  # C(total, i): exact at each step, and growing
+            if count > MAX_RESIDENCIES:
+                return MAX_RESIDENCIES + 1
+        return count
+
     def residencies(self, models_max: int) -> tuple[tuple[frozenset[str], ...], ...]:
         """How the router keeps models loaded together: any ``models_max`` of them (it unloads the least recently
-        used one beyond that); all of them when ``models_max`` is 0 or less, or not below their count."""
+        used one beyond that); all of them when ``models_max`` is 0 or less, or not below their count.
+
+        At most ``MAX_RESIDENCIES`` sets are listed (``residency_count`` says beforehand): past it, ValueError."""
         names = sorted(self.sections)
+        count = self.residency_count(models_max)
+        if count > MAX_RESIDENCIES:
+            raise ValueError(f"{self.path}: any {models_max} of {len(names)} models are more than {MAX_RESIDENCIES} "
+                             "sets; expected residency_count to be asked first")
         if not names:
             return ()
-        if models_max <= 0 or models_max >= len(names):
+        if count == 1:
             return ((frozenset(names),),)
         return (tuple(frozenset(c) for c in itertools.combinations(names, models_max)),)
 
@@ -115,10 +141,7 @@ def read_preset(path: Path) -> Preset:
             continue
         pair = _KEY.match(line)
         if pair is not None:
-            rest = pair.group("rest")
-            cut = re.search(r"[ \t]*([;#]|$)", rest)
-            assert cut is not None
-            value = rest[:cut.start()]
+            value = re.split(r"[;#]", pair.group("rest"), maxsplit=1)[0].rstrip(" \t")
             section = sections.setdefault(current, {})
             lines.setdefault(current, number)
             section[pair.group("key")] = (value, number)
@@ -137,6 +160,7 @@ def _strip(name: str) -> str:
     return name.lstrip("-")
 
 
+@functools.cache  # once per build: every model of a preset is checked against the same table
 def _options(build: int) -> tuple[dict[str, tuple[int, Variant]], tuple[Variant, ...]]:
     from fleetgate.engines.llama_builds import load_builds
 
@@ -221,8 +245,10 @@ def load_on_startup(preset: Preset) -> list[tuple[str, int]]:
 def _check_startup(preset: Preset, models_max: int) -> None:
     startup = load_on_startup(preset)
     if models_max > 0 and len(startup) > models_max:
+        named = ", ".join(n for n, _ in startup[:_STARTUP_NAMED])
+        more = f" and {len(startup) - _STARTUP_NAMED} more" if len(startup) > _STARTUP_NAMED else ""
         raise InputError(preset.path, startup[models_max][1], f"{len(startup)} models load on startup "
-                         f"({', '.join(n for n, _ in startup)}) and the router keeps {models_max} (--models-max): "
+                         f"({named}{more}) and the router keeps {models_max} (--models-max): "
                          "llama-server refuses to start (\"number of models to load on startup exceeds models_max\"); "
                          "expected at most models_max sections with load-on-startup = true")
 
