@@ -235,7 +235,7 @@ def test_compose_service_names_another_service(tmp_path: Path) -> None:
 # Bad input: one line naming the file, the line and what was expected.
 def test_not_yaml(tmp_path: Path) -> None:
     line, message = _refused(tmp_path, "services:\n  chat:\n    image: [unclosed\n    command: x\n")
-    assert line == 4 and message.startswith("not YAML:") and "expected a compose file" in message
+    assert line == 4 and message.startswith("not YAML (") and "expected a compose file" in message
 
 
 def test_no_such_compose_service(tmp_path: Path) -> None:
@@ -310,7 +310,7 @@ def test_a_broken_compose_file_is_that_service_s_finding_not_a_traceback(tmp_pat
     fleet = load_fleet(tmp_path / "fleet.toml")
     attempt = attempt_service(fleet, fleet.services["chat"])
     assert attempt.config is None and attempt.broken is not None
-    assert str(attempt.broken).startswith(f"{tmp_path / 'compose.yaml'}:2: not YAML:")
+    assert str(attempt.broken).startswith(f"{tmp_path / 'compose.yaml'}:2: not YAML (")
 
 
 def test_fleetgate_render_names_the_compose_service_and_its_image(capsys: pytest.CaptureFixture[str]) -> None:
