@@ -243,6 +243,20 @@ def test_no_such_compose_service(tmp_path: Path) -> None:
     assert (line, message) == (3, "no compose service 'chat'; expected one of: web, db (set compose_service in fleet.toml)")
 
 
+def test_a_service_that_extends_another_is_refused_not_misread(tmp_path: Path) -> None:
+    line, message = _refused(tmp_path, "services:\n  chat:\n    extends:\n      file: base.yaml\n      service: llm\n",
+                             files={"base.yaml": SERVER})
+    assert (line, message) == (4, "services.chat.extends: fleetgate does not read extends yet, so the fields this "
+                                  "service takes from the other are not known; expected the service's image, command "
+                                  "and environment written in place")
+
+
+def test_a_service_only_an_included_file_defines_says_include_is_not_read(tmp_path: Path) -> None:
+    line, message = _refused(tmp_path, "include:\n  - missing.yaml\nservices:\n  web:\n    image: nginx\n")
+    assert (line, message) == (4, "no compose service 'chat'; expected one of: web (set compose_service in fleet.toml) "
+                                  "(the files include: names are not read by fleetgate yet)")
+
+
 def test_an_env_file_outside_the_repository(tmp_path: Path) -> None:
     line, message = _refused(tmp_path, SERVER + "    env_file:\n      - ../../etc/llama.env\n")
     assert line == 5 and message.startswith("env_file ../../etc/llama.env: resolves outside the fleet repository")

@@ -390,9 +390,17 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     names = [key for key, _, _ in reader.items(services, "services")]
     node = reader.get(services, name, "services")
     if node is None:
+        # Not read yet: a service another file defines is not known, and saying only "no such service" would hide why.
+        included = " (the files include: names are not read by fleetgate yet)" if reader.get(
+            root, "include", "the compose file") is not None else ""
         raise reader.fail(services, f"no compose service {name!r}; expected one of: {', '.join(names) or 'none'} "
-                          f"(set compose_service in fleet.toml)")
+                          f"(set compose_service in fleet.toml){included}")
     what = f"services.{name}"
+    extends = reader.get(node, "extends", what)
+    if extends is not None:
+        raise reader.fail(extends, f"{what}.extends: fleetgate does not read extends yet, so the fields this service "
+                          "takes from the other are not known; expected the service's image, command and environment "
+                          "written in place")
     line = reader.line(node)
 
     def attr(key: str) -> Node | None:
