@@ -235,12 +235,26 @@ def test_compose_service_names_another_service(tmp_path: Path) -> None:
 # Bad input: one line naming the file, the line and what was expected.
 def test_not_yaml(tmp_path: Path) -> None:
     line, message = _refused(tmp_path, "services:\n  chat:\n    image: [unclosed\n    command: x\n")
-    assert line == 4 and message.startswith("not YAML:") and "expected a compose file" in message
+    assert line == 4 and message.startswith("not YAML (") and "expected a compose file" in message
 
 
 def test_no_such_compose_service(tmp_path: Path) -> None:
     line, message = _refused(tmp_path, "name: p\nservices:\n  web:\n    image: nginx\n  db:\n    image: pg\n")
     assert (line, message) == (3, "no compose service 'chat'; expected one of: web, db (set compose_service in fleet.toml)")
+
+
+def test_a_service_that_extends_another_is_refused_not_misread(tmp_path: Path) -> None:
+    line, message = _refused(tmp_path, "services:\n  chat:\n    extends:\n      file: base.yaml\n      service: llm\n",
+                             files={"base.yaml": SERVER})
+    assert (line, message) == (4, "services.chat.extends: fleetgate does not read extends yet, so the fields this "
+                                  "service takes from the other are not known; expected the service's image, command "
+                                  "and environment written in place")
+
+
+def test_a_service_only_an_included_file_defines_says_include_is_not_read(tmp_path: Path) -> None:
+    line, message = _refused(tmp_path, "include:\n  - missing.yaml\nservices:\n  web:\n    image: nginx\n")
+    assert (line, message) == (4, "no compose service 'chat'; expected one of: web (set compose_service in fleet.toml) "
+                                  "(the files include: names are not read by fleetgate yet)")
 
 
 def test_an_env_file_outside_the_repository(tmp_path: Path) -> None:
@@ -310,7 +324,7 @@ def test_a_broken_compose_file_is_that_service_s_finding_not_a_traceback(tmp_pat
     fleet = load_fleet(tmp_path / "fleet.toml")
     attempt = attempt_service(fleet, fleet.services["chat"])
     assert attempt.config is None and attempt.broken is not None
-    assert str(attempt.broken).startswith(f"{tmp_path / 'compose.yaml'}:2: not YAML:")
+    assert str(attempt.broken).startswith(f"{tmp_path / 'compose.yaml'}:2: not YAML (")
 
 
 def test_fleetgate_render_names_the_compose_service_and_its_image(capsys: pytest.CaptureFixture[str]) -> None:

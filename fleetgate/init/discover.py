@@ -10,9 +10,8 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-import yaml
+from yaml.nodes import MappingNode, Node
 
 from fleetgate.errors import InputError, read_text
 from fleetgate.init.found import (
@@ -33,6 +32,7 @@ from fleetgate.init.found import (
     unprefixed,
 )
 from fleetgate.init.units import from_script, from_unit, sandbox_render
+from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 from fleetgate.units import Unit, parse_unit, split_command
 
 __all__ = ["discover"]
@@ -129,9 +129,10 @@ def _unit_host_paths(unit: Unit) -> Iterator[tuple[str, bool]]:
 # --- YAML: compose files and llama-swap configs -----------------------------------------------------------------
 
 
-def _yaml(ctx: Context, path: Path) -> Any:
-    """A YAML file's data, only to tell a compose file from a llama-swap config (each is then read by its reader);
-    None when it is neither readable nor YAML (one line when its name or its top-level keys say it was meant as one)."""
+def _yaml(ctx: Context, path: Path) -> Node | None:
+    """A YAML file's nodes, only to tell a compose file from a llama-swap config (each is then read by its reader);
+    None when it is neither readable nor YAML within the bounds its readers keep (one line when its name or its
+    top-level keys say it was meant as one)."""
     try:
         text = read_text(path, "the YAML file")
     except InputError as exc:
@@ -140,17 +141,18 @@ def _yaml(ctx: Context, path: Path) -> Any:
         return None
     shaped = path.name in COMPOSE_NAMES or re.search(r"^(services|models):", text, re.M) is not None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        return compose_yaml(path, text, "a compose file or a llama-swap config")
+    except InputError as exc:
         if shaped:
-            mark = getattr(exc, "problem_mark", None)
-            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            ctx.notes.append(Note(path, mark.line + 1 if mark is not None else None,
-                                  f"not YAML ({problem}); expected a compose file or a llama-swap config: skipped"))
+            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
         return None
-    except RecursionError:
-        ctx.notes.append(Note(path, None, "YAML nested too deeply: skipped"))
-        return None
+
+
+def _has_entry_with(section: Node | None, keys: tuple[str, ...]) -> bool:
+    """Whether a section maps names to mappings and one of them has one of ``keys`` (merges applied)."""
+    return isinstance(section, MappingNode) and any(
+        isinstance(entry, MappingNode) and any(key in merged_keys(entry) for key in keys)
+        for entry in merged_keys(section).values())
 
 
 def _from_compose(ctx: Context, path: Path) -> list[Found]:
@@ -161,7 +163,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
 
     rel = rel_path(ctx.root, path)
     found: list[Found] = []
-    for entry in list_services(path):
+    for entry in list_services(path, ctx.root):
         engine = ENGINE_BINARIES.get(entry.program or "")
         if engine is None:
             continue
@@ -317,16 +319,15 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         if found is not None:
             services.append(found)
     for file in yamls:
-        data = _yaml(ctx, file)
-        if not isinstance(data, dict):
+        document = _yaml(ctx, file)
+        if not isinstance(document, MappingNode):
             continue
+        top = merged_keys(document)
         try:
-            if isinstance(data.get("services"), dict) and any(
-                    isinstance(s, dict) and ("image" in s or "command" in s) for s in data["services"].values()):
+            if _has_entry_with(top.get("services"), ("image", "command")):
                 read["compose files"] += 1
                 services += _from_compose(ctx, file)
-            elif isinstance(data.get("models"), dict) and any(
-                    isinstance(m, dict) and "cmd" in m for m in data["models"].values()):
+            elif _has_entry_with(top.get("models"), ("cmd",)):
                 read["llama-swap configs"] += 1
                 services += _from_llama_swap(ctx, file)
         except InputError as exc:

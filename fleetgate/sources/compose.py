@@ -25,6 +25,7 @@ value keeps its line. What is read, as the compose specification says (compose-s
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shlex
@@ -33,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered, map_to_repo
+from fleetgate.sources.yaml_bounded import compose_yaml
 
 if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
@@ -46,9 +47,19 @@ __all__ = ["ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "inter
            "render_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# ASCII digits only: str.isdigit() also takes digits int() refuses ("²"), and a port or a card has few digits.
+_DIGITS = re.compile(r"[0-9]{1,6}")
+_INDEX = re.compile(r"[0-9]{1,4}")
+MAX_CARDS = 1024
+"""The most cards a ``count:`` may ask for: more than any host has."""
 _LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
 _VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
 _VLLM_API_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+_EXPECTED = "a compose file (YAML: services: NAME: image: ...)"
+MAX_NESTED_DEFAULTS = 32
+"""How deep ``${A:-${B:-...}}`` may nest: real files nest two or three."""
+MAX_VALUE_CHARS = 32 * 4096
+"""No interpolated value is longer: Linux refuses an argument or environment string over 128 KiB (MAX_ARG_STRLEN)."""
 
 
 @dataclass(frozen=True)
@@ -127,29 +138,36 @@ class ComposeService:
 def interpolate(text: str, env: Mapping[str, str], path: Path | str, line: int | None,
                 unset: list[str] | None = None) -> str:
     """``text`` with compose's interpolation applied (compose-spec 12-interpolation.md)."""
-    out, _ = _interpolate(text, 0, env, path, line, unset if unset is not None else [], stop=None)
+    out, _ = _interpolate(text, 0, env, path, line, unset if unset is not None else [], stop=None, depth=0)
     return out
 
 
 def _interpolate(text: str, i: int, env: Mapping[str, str], path: Path | str, line: int | None,
-                 unset: list[str], stop: str | None) -> tuple[str, int]:
+                 unset: list[str], stop: str | None, depth: int) -> tuple[str, int]:
     out: list[str] = []
+    size = 0
     while i < len(text):
+        if size > MAX_VALUE_CHARS:
+            raise InputError(path, line, f"{_shown(text)}: interpolates to more than {MAX_VALUE_CHARS} characters; "
+                             "expected a value Linux can pass to a process (128 KiB at most)")
         c = text[i]
         if stop is not None and c == stop:
             return "".join(out), i
         if c != "$":
             out.append(c)
+            size += 1
             i += 1
             continue
         nxt = text[i + 1] if i + 1 < len(text) else ""
         if nxt == "$":
             out.append("$")
+            size += 1
             i += 2
             continue
         if nxt == "{":
-            value, i = _braced(text, i + 2, env, path, line, unset)
+            value, i = _braced(text, i + 2, env, path, line, unset, depth)
             out.append(value)
+            size += len(value)
             continue
         match = _NAME.match(text, i + 1)
         if match:
@@ -157,34 +175,47 @@ def _interpolate(text: str, i: int, env: Mapping[str, str], path: Path | str, li
             if name not in env:
                 unset.append(name)
             out.append(env.get(name, ""))
+            size += len(out[-1])
             i = match.end()
             continue
-        raise InputError(path, line, f"{text!r}: a '$' that starts no variable; expected $NAME, ${{NAME}} or $$ "
+        raise InputError(path, line, f"{_shown(text)}: a '$' that starts no variable; expected $NAME, ${{NAME}} or $$ "
                          "for a literal dollar (compose interpolation)")
+    if size > MAX_VALUE_CHARS:
+        raise InputError(path, line, f"{_shown(text)}: interpolates to more than {MAX_VALUE_CHARS} characters; "
+                         "expected a value Linux can pass to a process (128 KiB at most)")
     if stop is not None:
-        raise InputError(path, line, f"{text!r}: '${{' is never closed; expected '}}' (compose interpolation)")
+        raise InputError(path, line, f"{_shown(text)}: '${{' is never closed; expected '}}' (compose interpolation)")
     return "".join(out), i
 
 
+def _shown(text: str) -> str:
+    """The value an error names, cut short: a hostile value may be megabytes long."""
+    return repr(text) if len(text) <= 200 else f"{text[:200]!r}... ({len(text)} characters)"
+
+
 def _braced(text: str, i: int, env: Mapping[str, str], path: Path | str, line: int | None,
-            unset: list[str]) -> tuple[str, int]:
+            unset: list[str], depth: int) -> tuple[str, int]:
     match = _NAME.match(text, i)
     if not match:
-        raise InputError(path, line, f"{text!r}: '${{' is not followed by a variable name; expected ${{NAME}} "
+        raise InputError(path, line, f"{_shown(text)}: '${{' is not followed by a variable name; expected ${{NAME}} "
                          "(compose interpolation)")
     name = match.group(0)
     i = match.end()
     if i >= len(text):
-        raise InputError(path, line, f"{text!r}: '${{{name}' is never closed; expected '}}' (compose interpolation)")
+        raise InputError(path, line, f"{_shown(text)}: '${{{name}' is never closed; expected '}}' (compose "
+                         "interpolation)")
     if text[i] == "}":
         if name not in env:
             unset.append(name)
         return env.get(name, ""), i + 1
     op = text[i:i + 2] if text[i] == ":" else text[i]
     if op not in (":-", "-", ":?", "?", ":+", "+"):
-        raise InputError(path, line, f"{text!r}: '${{{name}{text[i]}' is no compose substitution; expected one of "
-                         ":- - :? ? :+ + after the name")
-    word, end = _interpolate(text, i + len(op), env, path, line, unset, stop="}")
+        raise InputError(path, line, f"{_shown(text)}: '${{{name}{text[i]}' is no compose substitution; expected one "
+                         "of :- - :? ? :+ + after the name")
+    if depth >= MAX_NESTED_DEFAULTS:
+        raise InputError(path, line, f"{_shown(text)}: substitutions nested more than {MAX_NESTED_DEFAULTS} deep; "
+                         "expected ${NAME:-default} nested a few levels at most (compose interpolation)")
+    word, end = _interpolate(text, i + len(op), env, path, line, unset, stop="}", depth=depth + 1)
     value = env.get(name)
     missing = value is None or (op.startswith(":") and value == "")
     if op.endswith("-"):
@@ -290,8 +321,15 @@ class _Reader:
             if not isinstance(key, ScalarNode):
                 raise self.fail(key, f"{what}: a key that is not a string; expected NAME: VALUE")
             own.append((key.value, key, value))
-        names = {k for k, _, _ in own}
-        return own + [item for item in merged if item[0] not in names]
+        # The first of several merged mappings wins, as the keys written here win over all of them: one entry per key
+        # keeps a chain of merges linear instead of doubling at each step.
+        taken = {k for k, _, _ in own}
+        kept: list[tuple[str, Node, Node]] = []
+        for item in merged:
+            if item[0] not in taken:
+                taken.add(item[0])
+                kept.append(item)
+        return own + kept
 
     def get(self, node: Node, key: str, what: str) -> Node | None:
         for name, _, value in self.items(node, what):
@@ -323,16 +361,7 @@ def _kind(node: Node) -> str:
 
 
 def _load(path: Path) -> Node:
-    text = read_text(path, "the compose file")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = int(mark.line) + 1 if mark is not None else None
-        raise InputError(path, line, f"not YAML: {exc.problem or exc.context}; expected a compose file "
-                         "(YAML: services: NAME: image: ...)") from None
-    except yaml.YAMLError as exc:
-        raise InputError(path, None, f"not YAML: {exc}; expected a compose file") from None
+    root = compose_yaml(path, read_text(path, "the compose file"), _EXPECTED)
     if root is None:
         raise InputError(path, 1, "the compose file is empty; expected a top-level services: mapping")
     return root
@@ -346,10 +375,7 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     path = service.compose
     name = service.compose_service or service.name
     root = _load(path)
-    project: dict[str, Origin] = {}
-    dotenv = path.parent / ".env"
-    if dotenv.is_file():
-        project = _dotenv(dotenv, {}, "the compose project's .env file", ".env")
+    project = _project_env(fleet.root, path)
     env = {n: o.value for n, o in project.items()}
     for key, value in (overrides or {}).items():
         if value is None:
@@ -364,9 +390,17 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     names = [key for key, _, _ in reader.items(services, "services")]
     node = reader.get(services, name, "services")
     if node is None:
+        # Not read yet: a service another file defines is not known, and saying only "no such service" would hide why.
+        included = " (the files include: names are not read by fleetgate yet)" if reader.get(
+            root, "include", "the compose file") is not None else ""
         raise reader.fail(services, f"no compose service {name!r}; expected one of: {', '.join(names) or 'none'} "
-                          f"(set compose_service in fleet.toml)")
+                          f"(set compose_service in fleet.toml){included}")
     what = f"services.{name}"
+    extends = reader.get(node, "extends", what)
+    if extends is not None:
+        raise reader.fail(extends, f"{what}.extends: fleetgate does not read extends yet, so the fields this service "
+                          "takes from the other are not known; expected the service's image, command and environment "
+                          "written in place")
     line = reader.line(node)
 
     def attr(key: str) -> Node | None:
@@ -384,10 +418,8 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     env_files = attr("env_file")
     if env_files is not None:
         for local, required, where_node in _env_files(reader, env_files, what):
-            target = (path.parent / local)
-            real_root = fleet.root.resolve()
-            resolved = target.resolve()
-            if resolved != real_root and real_root not in resolved.parents:
+            resolved = _real(path.parent / local)
+            if not _inside(fleet.root, resolved):
                 raise reader.fail(where_node, f"env_file {local}: resolves outside the fleet repository ({resolved}); "
                                   "expected a file of the repository (relative to the compose file)")
             if not resolved.is_file():
@@ -430,12 +462,12 @@ class ComposeEntry:
     image's entrypoint is not known offline and the file names none (a web UI, a database)."""
 
 
-def list_services(path: Path) -> tuple[ComposeEntry, ...]:
-    """Every service of a compose file and the program its container starts, read as ``read_compose`` reads it
-    (the ``.env`` beside it interpolated into the whole file); a file compose would refuse is one ``InputError``."""
+def list_services(path: Path, repository: Path) -> tuple[ComposeEntry, ...]:
+    """Every service of a compose file of the fleet repository ``repository`` and the program its container starts,
+    read as ``read_compose`` reads it (the ``.env`` beside it interpolated into the whole file); a file compose would
+    refuse is one ``InputError``."""
     root = _load(path)
-    dotenv = path.parent / ".env"
-    project = _dotenv(dotenv, {}, "the compose project's .env file", ".env") if dotenv.is_file() else {}
+    project = _project_env(repository, path)
     reader = _Reader(path, {n: o.value for n, o in project.items()})
     _interpolate_all(reader, root)
     services = reader.get(root, "services", "the compose file")
@@ -454,6 +486,31 @@ def list_services(path: Path) -> tuple[ComposeEntry, ...]:
         words = _container_words(reader, node, what, repo, tag, attr)
         found.append(ComposeEntry(name, reader.line(node), posixpath.basename(words[0]) if words else None))
     return tuple(found)
+
+
+def _real(path: Path) -> Path:
+    """The real path, symlinks followed; a symlink loop is left as it is (``Path.resolve`` raises on one)."""
+    return Path(os.path.realpath(path))
+
+
+def _inside(repository: Path, resolved: Path) -> bool:
+    real_root = _real(repository)
+    return resolved == real_root or real_root in resolved.parents
+
+
+def _project_env(repository: Path, path: Path) -> dict[str, Origin]:
+    """The ``.env`` file of the compose project (the compose file's directory), confined to the fleet repository by
+    real path as ``env_file:`` is: one that leads outside is refused before it is opened."""
+    dotenv = path.parent / ".env"
+    if not dotenv.is_symlink() and not dotenv.exists():
+        return {}
+    resolved = _real(dotenv)
+    if not _inside(repository, resolved):
+        raise InputError(dotenv, None, f"the compose project's .env resolves outside the fleet repository ({resolved}); "
+                         "expected a file of the repository beside the compose file, or none")
+    if not resolved.is_file():
+        return {}
+    return _dotenv(dotenv, {}, "the compose project's .env file", ".env")
 
 
 def _interpolate_all(reader: _Reader, root: Node) -> None:
@@ -608,17 +665,20 @@ def _argv(reader: _Reader, node: Node, what: str, service: Service, repo: str, t
     return (service.binary, *words[1:]), where
 
 
-def _port(reader: _Reader, text: str, node: Node, what: str) -> int | None:
-    if text == "":
-        return None
+def _port(reader: _Reader, text: str, node: Node, what: str) -> int:
     if "-" in text:
         low, _, high = text.partition("-")
         if low != high:
             raise reader.fail(node, f"{what}: the port range {text}; expected one port (a range publishes several)")
         text = low
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
         raise reader.fail(node, f"{what}: {text!r}; expected a port number 1-65535")
     return int(text)
+
+
+def _published(reader: _Reader, text: str, node: Node, what: str) -> int | None:
+    """The host port; none written (``""``) is an ephemeral one docker picks."""
+    return None if text == "" else _port(reader, text, node, what)
 
 
 def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tuple[tuple[PortMap, ...], bool]:
@@ -641,16 +701,18 @@ def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tu
             if target is None:
                 raise reader.fail(item, f"{label}: no target; expected target: CONTAINER_PORT")
             target_port = _port(reader, target, item, f"{label}.target")
-            assert target_port is not None
             published = field_("published")
-            found.append(PortMap(target_port, _port(reader, published or "", item, f"{label}.published"),
+            found.append(PortMap(target_port, _published(reader, published or "", item, f"{label}.published"),
                                  field_("host_ip"), field_("protocol") or "tcp", reader.where(item)))
             continue
         text = reader.text(item, label)
         spec, _, protocol = text.partition("/")
         host_ip = None
         if spec.startswith("["):
-            close = spec.find("]")
+            close = spec.find("]:")
+            if close < 0:
+                raise reader.fail(item, f"{label}: {text!r}: the host address's '[' is never closed by ']:'; expected "
+                                  "[IPV6]:HOST_PORT:CONTAINER_PORT")
             host_ip, spec = spec[1:close], spec[close + 2:]
         parts = spec.split(":")
         if len(parts) == 3:
@@ -662,8 +724,7 @@ def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tu
         else:
             raise reader.fail(item, f"{label}: {text!r}; expected [HOST_IP:][HOST_PORT:]CONTAINER_PORT")
         target_port = _port(reader, target, item, label)
-        assert target_port is not None
-        found.append(PortMap(target_port, _port(reader, published, item, label), host_ip or None, protocol or "tcp",
+        found.append(PortMap(target_port, _published(reader, published, item, label), host_ip or None, protocol or "tcp",
                              reader.where(item)))
     return tuple(found), host_network
 
@@ -708,7 +769,7 @@ def _device_ids(reader: _Reader, node: Node, label: str) -> tuple[tuple[int, ...
     unknown: list[str] = []
     for text, _ in reader.strings(node, label):
         for part in (p.strip() for p in text.split(",")):
-            if part.isdigit():
+            if _INDEX.fullmatch(part):
                 ids.append(int(part))
             elif part:
                 unknown.append(part)
@@ -762,7 +823,10 @@ def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
             count = reader.text(count_node, f"{label}.count")
             if count == "all":
                 every = Grant(None, f"{label}.count: all", reader.where(count_node))
-            elif count.isdigit():
+            elif _INDEX.fullmatch(count):
+                if int(count) > MAX_CARDS:
+                    raise reader.fail(count_node, f"{label}.count: {count}; expected the number of cards the container "
+                                      f"gets (at most {MAX_CARDS}), or all")
                 indices += [i for i in range(int(count)) if i not in indices]
             else:
                 raise reader.fail(count_node, f"{label}.count: {count!r}; expected a number or all")
@@ -781,8 +845,9 @@ def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
         if visible.value in ("none", "void"):
             return None
         named = [p.strip() for p in visible.value.split(",") if p.strip()]
-        return Grant(tuple(int(p) for p in named if p.isdigit()), f"runtime: nvidia, NVIDIA_VISIBLE_DEVICES={visible.value}",
-                     visible.where, tuple(p for p in named if not p.isdigit()))
+        return Grant(tuple(int(p) for p in named if _INDEX.fullmatch(p)),
+                     f"runtime: nvidia, NVIDIA_VISIBLE_DEVICES={visible.value}", visible.where,
+                     tuple(p for p in named if not _INDEX.fullmatch(p)))
     return None
 
 

@@ -47,6 +47,7 @@ import yaml
 
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
+from fleetgate.sources.yaml_bounded import compose_yaml
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
@@ -155,13 +156,7 @@ class SwapConfig:
 def read_config(path: Path) -> SwapConfig:
     """A llama-swap config; every problem llama-swap would refuse to start on is one ``InputError`` line."""
     text = read_text(path, "the llama-swap config")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(path, mark.line + 1 if mark is not None else None,
-                         f"not YAML ({problem}); expected llama-swap's config.yaml") from None
+    root = compose_yaml(path, text, "llama-swap's config.yaml")
     if not isinstance(root, yaml.MappingNode):
         raise InputError(path, _line(root), "expected a mapping with a models: section (llama-swap's config.yaml)")
     top = _mapping(path, root, "the config")
