@@ -119,22 +119,42 @@ def test_a_chain_of_2000_sets_each_naming_the_next_is_llama_swaps_total_bound(tm
 
 def test_a_mapping_merging_itself_is_one_line(tmp_path: Path) -> None:
     path = _swap(tmp_path, "models:\n  a: &a\n    cmd: llama-server --port ${PORT}\n    <<: *a\n")
-    assert _run(READ_SWAP, path) == (f"{path}:4: models.a: <<: merges a mapping into itself; expected a merge of another "
-                                     "mapping (llama-swap refuses: \"anchor value contains itself\")")
+    # the bounded YAML loader refuses it before the reader's own merge guard sees it, with go-yaml's reason
+    assert _run(READ_SWAP, path) == (f"{path}:4: the alias *a lies inside the value of its own anchor &a (line 2), which "
+                                     "would never end; expected llama-swap's config.yaml (go-yaml refuses: anchor 'a' "
+                                     "value contains itself)")
 
 
 def test_merges_of_merges_are_read_once_each(tmp_path: Path) -> None:
-    # x39 merges x38 four times, which merges x37 four times, ...: 4**39 paths to x0, one mapping
-    layers = "".join(f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}, *x{i - 1}, *x{i - 1}]}}\n" for i in range(1, 40))
-    path = _swap(tmp_path, f"x0: &x0 {{cmd: 'llama-server --port ${{PORT}}'}}\n{layers}models:\n  a: *x39\n")
+    # x4 merges x3 four times, which merges x2 four times, ...: 4**4 paths to x0, one mapping, read once each
+    layers = "".join(f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}, *x{i - 1}, *x{i - 1}]}}\n" for i in range(1, 5))
+    path = _swap(tmp_path, f"x0: &x0 {{cmd: 'llama-server --port ${{PORT}}'}}\n{layers}models:\n  a: *x4\n")
     assert _run(READ_SWAP, path) == "{'a': ('llama-server', '--port', '5800')}"
 
 
+def test_merges_of_merges_past_go_yamls_aliasing_bound_are_one_line(tmp_path: Path) -> None:
+    # 4**39 paths to x0: go-yaml (llama-swap's YAML library) refuses the document as excessive aliasing
+    layers = "".join(f"x{i}: &x{i} {{<<: [*x{i - 1}, *x{i - 1}, *x{i - 1}, *x{i - 1}]}}\n" for i in range(1, 40))
+    path = _swap(tmp_path, f"x0: &x0 {{cmd: 'llama-server --port ${{PORT}}'}}\n{layers}models:\n  a: *x39\n")
+    assert _run(READ_SWAP, path) == (f"{path}:6: excessive aliasing: with the alias *x4 the document is mostly copies of "
+                                     "anchored values; expected llama-swap's config.yaml whose aliases repeat less "
+                                     "(go-yaml, which docker compose and llama-swap use, refuses it)")
+
+
 def test_a_chain_of_300_merges_is_one_line(tmp_path: Path) -> None:
-    # models.a is x299, which merges x298 (line 299), ...: the 101st merge down the chain is x199's, on line 200
+    # models.a is x299, which merges x298 (line 299), ...
     chain = "".join(f"x{i}: &x{i} {{<<: *x{i - 1}}}\n" for i in range(1, 300))
     path = _swap(tmp_path, f"x0: &x0 {{cmd: 'llama-server --port ${{PORT}}'}}\n{chain}models:\n  a: *x299\n")
-    assert _run(READ_SWAP, path) == (f"{path}:200: models.a: <<: merges nested more than 100 deep; expected a shallower "
+    # the loader's depth bound (200 levels, aliases followed) comes before the reader's chain of 100 merges
+    assert _run(READ_SWAP, path) == f"{path}:200: the alias *x198 nests the YAML deeper than 200 levels; expected llama-swap's config.yaml"
+
+
+def test_a_chain_of_150_merges_is_one_line(tmp_path: Path) -> None:
+    # within the loader's depth, past the reader's 100 merges: models.a is x149, which merges x148 (line 149), ...:
+    # the 101st merge down the chain is x49's, on line 50
+    chain = "".join(f"x{i}: &x{i} {{<<: *x{i - 1}}}\n" for i in range(1, 150))
+    path = _swap(tmp_path, f"x0: &x0 {{cmd: 'llama-server --port ${{PORT}}'}}\n{chain}models:\n  a: *x149\n")
+    assert _run(READ_SWAP, path) == (f"{path}:50: models.a: <<: merges nested more than 100 deep; expected a shallower "
                                      "chain of merged mappings")
 
 
