@@ -68,7 +68,7 @@ def _service_inputs(fleet: Fleet, service: Service) -> tuple[dict[str, Origin], 
             origins.update(_rendered_env_template(fleet, service, service.env_template.writes, "bash", "env_file"))
         return origins, service.serve_script, None
 
-    unit = parse_unit(service.unit, root=fleet.root)
+    unit = _unit(fleet, service)
     if unit.kind == "quadlet":
         return _quadlet_inputs(fleet, service, unit)
     origins = {}
@@ -164,11 +164,18 @@ def _rendered_env_template(fleet: Fleet, service: Service, target: str, dialect:
     return origins
 
 
-def _last_exec_start(service: Service) -> tuple[Unit, Setting, list[str]] | None:
+def _unit(fleet: Fleet, service: Service) -> Unit:
+    """The service's unit and its drop-ins, each confined to the fleet repository by its real path: a drop-in
+    symlinked to another folder of the repository is one of its files, one symlinked out of it is refused."""
+    assert service.unit is not None
+    return parse_unit(service.unit, root=fleet.root)
+
+
+def _last_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting, list[str]] | None:
     """A systemd unit's last ``ExecStart=`` (the one systemd runs) and its words, prefixes dropped."""
     if service.unit is None:
         return None
-    unit = parse_unit(service.unit)
+    unit = _unit(fleet, service)
     if unit.kind != "systemd":
         return None
     starts = unit.all("Service", "ExecStart")
@@ -181,7 +188,7 @@ def _last_exec_start(service: Service) -> tuple[Unit, Setting, list[str]] | None
 
 def engine_exec_start(fleet: Fleet, service: Service) -> tuple[Unit, Setting] | None:
     """The unit and its ``ExecStart=`` when that line runs the engine itself (no serve script), else None."""
-    last = _last_exec_start(service)
+    last = _last_exec_start(fleet, service)
     if last is None:
         return None
     unit, setting, words = last
@@ -293,13 +300,13 @@ def _shell_c(words: tuple[str, ...] | list[str]) -> _ShellLine | None:
 
 def inline_exec_start(fleet: Fleet, service: Service) -> InlineScript | None:
     """The unit and its ``ExecStart=`` when that line runs an inline shell script (``bash -c '...'``), else None."""
-    last = _last_exec_start(service)
+    last = _last_exec_start(fleet, service)
     if last is None:
         return None
     unit, setting, words = last
     if _shell_c(words) is None:
         return None
-    return InlineScript(parse_unit(unit.path, root=fleet.root), setting)
+    return InlineScript(unit, setting)
 
 
 def inline_command(inline: InlineScript, origins: Mapping[str, Origin],

@@ -46,6 +46,7 @@ def case_properties(
     code: str | None = None,
     figures: Mapping[str, Any] | None = None,
     waiver: str | None = None,
+    note: str | None = None,
 ) -> list[tuple[str, str]]:
     """The ``fleetgate.*`` properties of one test case, as (name, text) pairs (JUnit wants text)."""
     props = [
@@ -60,6 +61,8 @@ def case_properties(
         props.append((f"{PREFIX}figures", json.dumps(figures, sort_keys=True)))
     if waiver is not None:
         props.append((f"{PREFIX}waiver", waiver))
+    if note is not None:
+        props.append((f"{PREFIX}note", note))
     return props
 
 
@@ -133,6 +136,9 @@ class FleetReport:
         waiver = props.get(f"{PREFIX}waiver")
         if isinstance(waiver, str):
             entry["waiver"] = waiver
+        note = props.get(f"{PREFIX}note")
+        if isinstance(note, str):
+            entry["note"] = note
         result.checks.append(entry)
         figures = props.get(f"{PREFIX}figures")
         if isinstance(figures, str):

@@ -11,22 +11,32 @@ subjects a check runs on" is decided in one place:
 - a live check runs on every chosen endpoint, a host check on every chosen endpoint's host.
 
 ``run(check, subject)`` calls the check and says what came of it (an ``Outcome``); a failure cites the
-check's rules when it names none of its own, and names the catalogue's incidents its code guards.
+check's rules when it names none of its own, and names the catalogue's incidents its code guards. The verdict is
+the runner's, waivers included (``[[waivers]]`` in fleet.toml, each subject carries those that name it): a failure a
+waiver covers is ``waived`` until the waiver's date, then fails again naming it; a waiver of a check that passes is
+reported unused. The figures a check derives for reports are computed here too, with the outcome; one that cannot
+be derived is a note on the outcome. The plugin maps the verdict to pytest's words (``waived`` is ``xfailed``) and
+reads it through ``recorded``; the catalogue and ``run_seams`` read the outcomes themselves, so all three agree.
 ``run_seams`` runs every seam of a fleet in this process (what ``pytest seams/`` runs), ``reproduce`` a
 catalogue entry's mutation (``tests/test_catalogue.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import datetime
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from fleetgate.checks import REGISTRY, Check, NotApplicable, load_checks
+from fleetgate.errors import InputError
 from fleetgate.failure import Failure, format_failure
-from fleetgate.fleet import Fleet
+from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
@@ -35,21 +45,70 @@ from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = [
     "RENDERS",
+    "TODAY_ENV",
     "FleetInputs",
     "NotASeam",
     "Outcome",
     "SeamInputs",
     "Subject",
+    "WaiverUse",
     "host_subjects",
     "live_subjects",
+    "recorded",
     "reproduce",
     "run",
     "run_seams",
     "seam_subjects",
+    "waiver_day",
 ]
 
 RENDERS = "serve-script-renders"
 """The seam that judges a service's render itself: it runs on the attempt, rendered or not."""
+TODAY_ENV = "FLEETGATE_TODAY"
+"""An ISO date that stands for today when waivers are judged (for rehearsing an expiry); default: today."""
+
+
+def waiver_day() -> datetime.date:
+    """The day waivers are judged on: ``FLEETGATE_TODAY`` when set, else today. A value that is no date raises a
+    ``ValueError`` whose text is one line naming the variable."""
+    value = os.environ.get(TODAY_ENV)
+    if not value:
+        return datetime.date.today()
+    try:
+        return datetime.date.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{TODAY_ENV}={value!r}: expected a date YYYY-MM-DD") from None
+
+
+@dataclass(frozen=True)
+class WaiverUse:
+    """What one waiver of fleet.toml did to one outcome: ``applied`` (the failure is waived), ``expired`` (the
+    failure counts again) or ``unused`` (the check passes)."""
+
+    waiver: Waiver
+    state: Literal["applied", "expired", "unused"]
+
+    @property
+    def where(self) -> str:
+        return f"fleet.toml:{self.waiver.line}" if self.waiver.line else "fleet.toml"
+
+    @property
+    def note(self) -> str:
+        """The report's ``waiver`` property."""
+        if self.state == "expired":
+            return f"expired: {self.waiver.describe()} ({self.where})"
+        if self.state == "unused":
+            return f"unused: {self.waiver.describe()} ({self.where}): the check passes; drop the waiver"
+        return f"{self.waiver.describe()} ({self.where})"
+
+    def reason(self, code: str) -> str:
+        """Why a waived failure is expected (pytest's xfail reason)."""
+        return f"{code} waived until {self.waiver.expires.isoformat()} ({self.where}): {self.waiver.reason}"
+
+    def expiry(self, subject: str, code: str) -> str:
+        """The line an expired waiver puts before its failure."""
+        return (f"{subject}: {code}: the {self.waiver.describe()} expired on {self.waiver.expires.isoformat()} "
+                f"({self.where}): the failure counts again")
 
 
 @dataclass(frozen=True)
@@ -65,11 +124,14 @@ class Subject:
     made_attempts: Callable[[], Mapping[str, ServiceAttempt] | None] | None = field(default=None, compare=False, repr=False)
     """A fleet seam's: the renders its run has made so far (None while none), which the check reads rather than
     rendering a service again (``fleetgate.rendered.run_attempt``)."""
+    waivers: tuple[Waiver, ...] = field(default=(), compare=False, repr=False)
+    """The fleet's waivers that name this subject (``run`` judges the outcome with them)."""
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One check on one subject: ``passed``, ``skipped`` (with its reason) or ``failed`` (with its failure)."""
+    """One check on one subject: ``passed``, ``skipped`` (with its reason), ``failed`` (with its failure) or ``waived``
+    (a failure that a waiver of fleet.toml covers until its date: its code, text and failure as a failure's)."""
 
     check: str
     subject: str
@@ -77,6 +139,12 @@ class Outcome:
     code: str | None = None
     text: str = ""
     failure: Failure | None = field(default=None, compare=False, repr=False)
+    waiver: WaiverUse | None = None
+    """The waiver that applied, expired (the failure counts again; ``text`` begins with it) or was not needed."""
+    figures: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    """What the check derived for reports (``Check.figures``), passed or failed."""
+    notes: tuple[str, ...] = ()
+    """What the run could not do besides the verdict (figures that could not be derived), one line each."""
 
 
 class NotASeam(Exception):
@@ -145,8 +213,19 @@ def _unrendered(chain: ResolvedChain, attempts: Mapping[str, ServiceAttempt]) ->
     return None
 
 
+def _waived(subjects: list[Subject], fleet: Fleet | None) -> list[Subject]:
+    """The subjects, each with the fleet's waivers that name it."""
+    if fleet is None or not fleet.waivers:
+        return subjects
+    return [replace(s, waivers=tuple(w for w in fleet.waivers if w.service == s.name)) for s in subjects]
+
+
 def seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
     """Every subject the seam could concern: a subject the seam cannot judge is a skip, it never vanishes."""
+    return _waived(_seam_subjects(check, inputs), inputs.fleet)
+
+
+def _seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
     fleet = inputs.fleet
     off = policy_off(fleet, check.name)
     if off is not None:
@@ -179,21 +258,54 @@ def seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
     return subjects
 
 
+def _fleet_of(value: Any) -> Fleet | None:
+    """The fleet of a live or host subject: its rendered config's (an endpoint that did not render has none)."""
+    fleet = getattr(getattr(value, "config", None), "fleet", None)
+    return fleet if isinstance(fleet, Fleet) else None
+
+
 def live_subjects(check: Check[Any], endpoints: Mapping[str, Any]) -> list[Subject]:
     """Every chosen endpoint (a ``LiveEndpoint``); one the check does not apply to is a skip that says so."""
-    return [Subject(name, endpoint, skip_reason=check.why_not(endpoint)) for name, endpoint in endpoints.items()]
+    return [_waived([Subject(name, endpoint, skip_reason=check.why_not(endpoint))], _fleet_of(endpoint))[0]
+            for name, endpoint in endpoints.items()]
 
 
 def host_subjects(check: Check[Any], targets: Mapping[str, Any]) -> list[Subject]:
     """Every chosen endpoint's host (a ``HostTarget``); one the check cannot judge is a skip naming why."""
-    return [Subject(name, target, skip_reason=check.why_not(target)) for name, target in targets.items()]
+    return [_waived([Subject(name, target, skip_reason=check.why_not(target))], _fleet_of(target))[0]
+            for name, target in targets.items()]
 
 
-def run(check: Check[Any], subject: Subject) -> Outcome:
-    """Run ``check`` on ``subject``: passed, skipped (the reason) or failed (the failure, its code and its text).
+_RECORDS: ContextVar[list[Outcome] | None] = ContextVar("fleetgate_outcomes", default=None)
 
-    Any other exception is a bug of the check, and is raised as it is.
+
+@contextmanager
+def recorded() -> Iterator[list[Outcome]]:
+    """Every outcome ``run`` gives inside the block, in order: how the plugin reads the verdict (and the figures) of
+    the check its test ran, whatever ran it (a seam, a live check behind its readiness probe, a host check)."""
+    outcomes: list[Outcome] = []
+    token = _RECORDS.set(outcomes)
+    try:
+        yield outcomes
+    finally:
+        _RECORDS.reset(token)
+
+
+def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = None) -> Outcome:
+    """Run ``check`` on ``subject``: passed, skipped (the reason), failed (the failure, its code and its text) or
+    waived (a failure that one of ``subject.waivers`` covers on ``today``, by default ``waiver_day()``).
+
+    Any other exception is a bug of the check, or a file it cannot read (``InputError``), and is raised as it is.
     """
+    __tracebackhide__ = True
+    outcome = _judged(_run(check, subject), subject.waivers, today)
+    records = _RECORDS.get()
+    if records is not None:
+        records.append(outcome)
+    return outcome
+
+
+def _run(check: Check[Any], subject: Subject) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
         return Outcome(check.name, subject.name, "skipped", text=subject.skip_reason)
@@ -209,14 +321,57 @@ def run(check: Check[Any], subject: Subject) -> Outcome:
         # Every failure names the catalogue's incidents that its code guards.
         failure.incidents = guarding(failure.code)
         failure.args = (format_failure(failure),)
-        return Outcome(check.name, subject.name, "failed", failure.code, str(failure), failure=failure)
-    return Outcome(check.name, subject.name, "passed")
+        figures, notes = _figures(check, subject)
+        return Outcome(check.name, subject.name, "failed", failure.code, str(failure), failure=failure,
+                       figures=figures, notes=notes)
+    figures, notes = _figures(check, subject)
+    return Outcome(check.name, subject.name, "passed", figures=figures, notes=notes)
 
 
-def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Outcome]:
+def _figures(check: Check[Any], subject: Subject) -> tuple[Mapping[str, Any] | None, tuple[str, ...]]:
+    """The check's figures for reports, and the note that says why they are missing when they cannot be derived.
+
+    Figures are an extra: the verdict is the check's, so whatever keeps them from being derived (a file the ledger
+    cannot read, a bug of the figures' own code) is said in one line and never changes the verdict."""
+    if check.figures is None:
+        return None, ()
+    try:
+        with run_attempts(subject.made_attempts):
+            return dict(check.figures(subject.value)), ()
+    except InputError as exc:
+        return None, (f"{check.name}: no figures: {exc}",)
+    except Exception as exc:
+        said = " ".join(str(exc).split()) or "no message"
+        return None, (f"{check.name}: no figures: {type(exc).__name__}: {said}",)
+
+
+def _judged(outcome: Outcome, waivers: Sequence[Waiver], today: datetime.date | None) -> Outcome:
+    """The outcome as the fleet's waivers make it: the first waiver that covers a failure's code waives it until its
+    date (inclusive) and then fails it again, naming itself; a waiver of a check that passes is unused."""
+    if not waivers:
+        return outcome
+    if outcome.outcome == "failed" and outcome.code is not None:
+        waiver = next((w for w in waivers if w.covers(outcome.subject, outcome.code)), None)
+        if waiver is None:
+            return outcome
+        if waiver.expired(today or waiver_day()):
+            use = WaiverUse(waiver, "expired")
+            return replace(outcome, waiver=use, text=f"{use.expiry(outcome.subject, outcome.code)}\n{outcome.text}")
+        return replace(outcome, outcome="waived", waiver=WaiverUse(waiver, "applied"))
+    if outcome.outcome == "passed":
+        unused = next((w for w in waivers if w.service == outcome.subject and w.code.split("/", 1)[0] == outcome.check),
+                      None)
+        if unused is not None:
+            return replace(outcome, waiver=WaiverUse(unused, "unused"))
+    return outcome
+
+
+def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None, *, today: datetime.date | None = None) -> list[Outcome]:
     """Every seam (or those named) on every subject it could concern, in this process: what ``pytest seams/`` runs,
-    on the same subjects, with failure texts relative to the fleet's root as the plugin prints them."""
+    on the same subjects, with failure texts relative to the fleet's root as the plugin prints them. Waivers are
+    judged on ``today`` (by default ``waiver_day()``, read once)."""
     load_checks("seam")
+    today = today or waiver_day()
     inputs = FleetInputs(load_fleet(fleet_toml))
     wanted = set(checks) if checks is not None else None
     outcomes: list[Outcome] = []
@@ -224,13 +379,13 @@ def run_seams(fleet_toml: Path, checks: Iterable[str] | None = None) -> list[Out
         if check.kind != "seam" or (wanted is not None and check.name not in wanted):
             continue
         for subject in seam_subjects(check, inputs):
-            outcome = run(check, subject)
+            outcome = run(check, subject, today=today)
             if outcome.failure is not None:
                 outcome = replace(outcome, text=outcome.text.replace(f"{inputs.fleet.root}/", ""))
             outcomes.append(outcome)
     return outcomes
 
 
-def reproduce(entry: Entry, fleet_dir: Path, workdir: Path) -> list[Outcome]:
-    """Apply a mutation entry to a copy of the fleet and run every seam on it."""
-    return run_seams(apply(entry, fleet_dir, workdir / "fleet"))
+def reproduce(entry: Entry, fleet_dir: Path, workdir: Path, *, today: datetime.date | None = None) -> list[Outcome]:
+    """Apply a mutation entry to a copy of the fleet and run every seam on it (its waivers judged on ``today``)."""
+    return run_seams(apply(entry, fleet_dir, workdir / "fleet"), today=today)

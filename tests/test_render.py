@@ -340,3 +340,38 @@ def test_the_render_cache_is_off_unless_the_suite_sets_it(tmp_path: Path, monkey
     rendered(toml)
     rendered(toml)
     assert len(ran) == 4 and list(shared.iterdir()) == []
+
+
+def _unit_in_a_folder(tmp_path: Path) -> Path:
+    """The example's fleet with its unit in systemd/ (the drop-ins' folder beside it), as most repositories keep it."""
+    fleet_toml = make_fleet(tmp_path, 'exec llama-server "$GREETING"\n')
+    (tmp_path / "systemd").mkdir()
+    (tmp_path / "s.service").rename(tmp_path / "systemd" / "s.service")
+    fleet_toml.write_text(FLEET_TOML.replace('unit = "s.service"', 'unit = "systemd/s.service"'), encoding="utf-8")
+    (tmp_path / "systemd" / "s.service.d").mkdir()
+    return fleet_toml
+
+
+def test_a_drop_in_symlinked_to_another_folder_of_the_repository_applies(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fleet_toml = _unit_in_a_folder(repo)
+    (repo / "shared").mkdir()
+    (repo / "shared" / "greeting.conf").write_text("[Service]\nEnvironment=GREETING=shared\n", encoding="utf-8")
+    (repo / "systemd" / "s.service.d" / "10-greeting.conf").symlink_to("../../shared/greeting.conf")
+    result = rendered(fleet_toml)
+    assert result.args == ("shared",)
+    assert result.inputs["GREETING"].where == f"{repo / 'systemd' / 's.service.d' / '10-greeting.conf'}:2"
+
+
+def test_a_drop_in_symlinked_out_of_the_repository_is_refused_in_one_line(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fleet_toml = _unit_in_a_folder(repo)
+    (tmp_path / "greeting.conf").write_text("[Service]\nEnvironment=GREETING=outside\n", encoding="utf-8")
+    link = repo / "systemd" / "s.service.d" / "10-greeting.conf"
+    link.symlink_to(tmp_path / "greeting.conf")
+    with pytest.raises(InputError) as refused:
+        rendered(fleet_toml)
+    assert str(refused.value) == (f"{link}: the drop-in's real path is outside the fleet repository (a symlink out of "
+                                  "it); expected a file of the repository, as systemd would be given it on the host")

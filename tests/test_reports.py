@@ -18,6 +18,7 @@ import pytest
 import xmlschema
 
 from fleetgate.checks import get_check
+from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
 from fleetgate.report import report_schema
 
@@ -271,3 +272,215 @@ def test_check_selects_by_name_or_failure_code(pytester: pytest.Pytester, seams:
     result = pytester.runpytest(*args, "--check", "no-such-check")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --check no-such-check: no check named 'no-such-check'; registered: *"])
+
+
+# One waived fleet: the example with two failures (vision off on frank-medium; tts-budgets' last two budgets equal,
+# INC-45) and three waivers -- one that applies, one that expired, one whose check passes.
+WAIVED_CHECKS = ("vision-mmproj", "timeouts-nest")
+WAIVERS = (waiver(CODE, "frank-medium", "2999-12-31")
+           + waiver("timeouts-nest", "tts-budgets", "2020-01-31")
+           + waiver("timeouts-nest", "scriptwriting-under-webui", "2999-12-31"))
+WAIVED_ENTRY = f'''id = "waived-fleet"
+name = "waived-fleet"
+summary = "two failures and three waivers: one applies, one expired, one unused"
+expect = ["frank-medium: {CODE}", "tts-budgets: timeouts-nest/not-strictly-longer"]
+
+[[mutation]]
+file = "scripts/frank-medium.env"
+replace = "VISION=on"
+with = "VISION=off"
+
+[[mutation]]
+file = "podcast/podcast-app.env"
+replace = "ESPERANTO_TTS_TIMEOUT=660"
+with = "ESPERANTO_TTS_TIMEOUT=600"
+
+[[mutation]]
+file = "fleet.toml"
+replace = """[[timeouts]]
+name = "tts-budgets"
+"""
+with = """{WAIVERS}
+[[timeouts]]
+name = "tts-budgets"
+"""
+'''
+PYTEST_WORDS = {"xfailed": "waived", "failed": "failed", "passed": "passed", "skipped": "skipped"}
+"""pytest's word for each of the runner's outcomes (a waived failure is an expected one)."""
+
+
+def _waiver_lines(fleet_toml: Path) -> list[int]:
+    return [n for n, line in enumerate(fleet_toml.read_text().splitlines(), 1) if line == "[[waivers]]"]
+
+
+def test_a_waived_fleet_gets_one_verdict_from_the_plugin_the_catalogue_and_the_runner(
+    pytester: pytest.Pytester, seams: Path, tmp_path: Path
+) -> None:
+    from fleetgate.incidents import apply, load_catalogue
+    from fleetgate.runner import reproduce, run_seams
+    from tests.test_mutations import CLEAN
+
+    (tmp_path / "entries").mkdir()
+    (tmp_path / "entries" / "waived-fleet.toml").write_text(WAIVED_ENTRY, encoding="utf-8")
+    (entry,) = load_catalogue(tmp_path / "entries", rules=False)
+    fleet_toml = apply(entry, FLEET, tmp_path / "fleet")
+    applies, expired, unused = _waiver_lines(fleet_toml)
+    expected = {key: (outcome, None, None) for key, outcome in CLEAN.items() if key[1] in WAIVED_CHECKS}
+    expected[("frank-medium", "vision-mmproj")] = (
+        "waived", CODE, f"waiver {CODE} for frank-medium until 2999-12-31: projector rollout pending (fleet.toml:{applies})")
+    expected[("tts-budgets", "timeouts-nest")] = (
+        "failed", "timeouts-nest/not-strictly-longer",
+        f"expired: waiver timeouts-nest for tts-budgets until 2020-01-31: projector rollout pending (fleet.toml:{expired})")
+    expected[("scriptwriting-under-webui", "timeouts-nest")] = (
+        "passed", None, "unused: waiver timeouts-nest for scriptwriting-under-webui until 2999-12-31: projector rollout "
+        f"pending (fleet.toml:{unused}): the check passes; drop the waiver")
+
+    def verdicts(outcomes: list[Any]) -> dict[tuple[str, str], tuple[str, str | None, str | None]]:
+        return {(o.subject, o.check): (o.outcome, o.code, o.waiver.note if o.waiver else None)
+                for o in outcomes if o.check in WAIVED_CHECKS}
+
+    # The pytest-free runner, and the catalogue's reproduction of the same entry.
+    here = run_seams(fleet_toml)
+    assert verdicts(here) == expected
+    assert verdicts(reproduce(entry, FLEET, tmp_path / "catalogue")) == expected
+    expiry = next(o.text for o in here if o.subject == "tts-budgets" and o.check == "timeouts-nest").splitlines()[0]
+    assert expiry == ("tts-budgets: timeouts-nest/not-strictly-longer: the waiver timeouts-nest for tts-budgets until "
+                      f"2020-01-31: projector rollout pending expired on 2020-01-31 (fleet.toml:{expired}): the failure "
+                      "counts again")
+
+    # The plugin: each test's word and properties.
+    recorder = pytester.inline_run(IMPORT_BY_PATH, str(seams), f"--fleet={fleet_toml}", "-p", "no:cacheprovider",
+                                   *(f"--check={c}" for c in WAIVED_CHECKS))
+    plugin: dict[tuple[str, str], tuple[str, str | None, str | None]] = {}
+    for report in recorder.getreports("pytest_runtest_logreport"):
+        if report.when != "call" and not (report.when == "setup" and report.skipped):
+            continue
+        props = dict(report.user_properties)
+        word = "xfailed" if hasattr(report, "wasxfail") else report.outcome
+        key = (props["fleetgate.service"], props["fleetgate.check"])
+        plugin[key] = (PYTEST_WORDS[word], props.get("fleetgate.code"), props.get("fleetgate.waiver"))
+        if key == ("tts-budgets", "timeouts-nest"):
+            assert str(report.longrepr).splitlines()[0] == expiry
+    assert plugin == expected
+
+
+# -- figures and reporting hooks: nothing they meet escapes a hook ----------------------------------------------------
+
+PODMAN_SCRIPT = """#!/usr/bin/env bash
+# vLLM's CPU build in podman: the pool is pinned by VLLM_CPU_KVCACHE_SPACE in the container's env file.
+set -euo pipefail
+exec podman run --rm --name vllm-cpu \\
+  -p "${PORT}:8000" \\
+  -v /srv/models:/models:ro \\
+  --env-file /opt/llm/config/vllm-cpu.env \\
+  vllm/vllm-openai:v0.13.0 \\
+  --model /models/Qwen3-8B-FP8 \\
+  --served-model-name qwen3-8b \\
+  --port 8000 \\
+  --max-model-len 8192
+"""
+
+
+def podman_vllm_fleet(tmp_path: Path, space: str) -> Path:
+    """fixtures/fleets/docker-run turned into vLLM's CPU build started by ``podman run --env-file`` on a host with no
+    serving card (the ledger then reads VLLM_CPU_KVCACHE_SPACE from the container's environment)."""
+    fleets = REPO / "fixtures" / "fleets"
+    target = tmp_path / "podman-vllm"
+    shutil.copytree(fleets / "docker-run", target, symlinks=True)
+    shutil.copytree(fleets / "compose-vllm" / "profiles", target / "profiles")
+    (target / "scripts" / "run-coder.sh").write_text(PODMAN_SCRIPT, encoding="utf-8")
+    (target / "config" / "coder.env").write_text("PORT=8000\n", encoding="utf-8")
+    (target / "config" / "vllm-cpu.env").write_text(f"VLLM_CPU_KVCACHE_SPACE={space}\n", encoding="utf-8")
+    manifest = target / "fleet.toml"
+    text = manifest.read_text(encoding="utf-8")
+    for old, new in (('devices = [{ name = "CUDA0", vram_bytes = 12884901888 }]', "devices = []"),
+                     ('engine = "llama.cpp"', 'engine = "vllm"'),
+                     ('payload = ["/data/models/Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf"]',
+                      'payload = ["/srv/models/Qwen3-8B-FP8"]\nprofile = "profiles/qwen3-8b-fp8.toml"')):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    manifest.write_text(text, encoding="utf-8")
+    return manifest
+
+
+def test_a_quoted_value_in_a_podman_env_file_fails_its_check_in_one_line_not_the_run(
+    pytester: pytest.Pytester, seams: Path
+) -> None:
+    """podman keeps the quotes of ``--env-file`` values: ``"40"`` is no number to vLLM's ledger. The check that reads
+    it fails with one line; its figures (the same ledger) are no exception in a reporting hook (it was INTERNALERROR)."""
+    fleet_toml = podman_vllm_fleet(pytester.path, '"40"')
+    report = pytester.path / "fleetgate.json"
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams), f"--fleet={fleet_toml}", "-p", "no:cacheprovider",
+                                f"--fleetgate-report={report}")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=9, failed=1, skipped=41)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    # The variable reached the engine through the container's env file, so the script that ran podman is named.
+    result.stdout.fnmatch_lines(["fleetgate: scripts/run-coder.sh: VLLM_CPU_KVCACHE_SPACE='\"40\"'; expected a whole "
+                                 "number of GiB (vllm/platforms/cpu.py reads it with int())",
+                                 "FAILED seams/test_vllm.py::test_vllm_starts[[]coder[]]*"])
+    checks = json.loads(report.read_text())["services"]["coder"]["checks"]
+    assert [(c["check"], c["outcome"]) for c in checks if c["outcome"] == "failed"] == [("vllm-starts", "failed")]
+    # Unquoted, the same fleet starts.
+    manifest = podman_vllm_fleet(pytester.path / "unquoted", "40")
+    again = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vllm.py"), f"--fleet={manifest}", "-p",
+                               "no:cacheprovider", "--check=vllm-starts", f"--fleetgate-report={report}")
+    again.assert_outcomes(passed=1)
+
+
+def _vision_counts() -> dict[str, int]:
+    from tests.test_mutations import CLEAN
+
+    words = [outcome for (_, check), outcome in CLEAN.items() if check == "vision-mmproj"]
+    return {word: words.count(word) for word in set(words)}
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [(InputError(Path("profiles/broken.toml"), 3, "no [model] table"), "profiles/broken.toml:3: no [model] table"),
+     (ZeroDivisionError("division by zero"), "ZeroDivisionError: division by zero")],
+    ids=["input-error", "bug"],
+)
+def test_figures_that_cannot_be_derived_are_a_note_on_the_test(
+    pytester: pytest.Pytester, seams: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, said: str
+) -> None:
+    def figures(config: Any) -> dict[str, Any]:
+        raise error
+
+    monkeypatch.setattr(get_check("vision-mmproj"), "figures", figures)
+    fleet_toml = copy_fleet(pytester)
+    report = pytester.path / "fleetgate.json"
+    recorder = pytester.inline_run(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet_toml}",
+                                   "-p", "no:cacheprovider", f"--fleetgate-report={report}")
+    recorder.assertoutcome(**{"passed": _vision_counts().get("passed", 0), "skipped": _vision_counts().get("skipped", 0)})
+    notes = {dict(r.user_properties)["fleetgate.service"]: dict(r.user_properties).get("fleetgate.note")
+             for r in recorder.getreports("pytest_runtest_logreport") if r.when == "call"}
+    note = f"vision-mmproj: no figures: {said}"
+    assert notes["frank-medium"] == note  # it passes: its figures were asked for, and said why there are none
+    document = json.loads(report.read_text())
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    assert [c.get("note") for c in document["services"]["frank-medium"]["checks"]] == [note]
+
+
+def test_a_bug_in_a_reporting_hook_is_one_line_in_the_summary(
+    pytester: pytest.Pytester, seams: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(**_: Any) -> list[tuple[str, str]]:
+        raise RuntimeError("properties\nbroken")
+
+    monkeypatch.setattr("fleetgate.plugin._report.case_properties", broken)
+    fleet_toml = copy_fleet(pytester)
+    target = pytester.path / "a-directory"
+    target.mkdir()
+    result = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vision.py"), f"--fleet={fleet_toml}",
+                                "-p", "no:cacheprovider", f"--fleetgate-report={target}")
+    result.assert_outcomes(**_vision_counts())
+    assert result.ret == pytest.ExitCode.OK
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "Traceback" not in output
+    nodeid = "seams/test_vision.py::test_vision_mmproj[frank-medium]"
+    result.stdout.fnmatch_lines([
+        "*- fleetgate: reporting errors -*",
+        f"fleetgate: pytest_runtest_makereport ({nodeid}) failed: RuntimeError: properties broken",
+    ])
+    result.stdout.fnmatch_lines([f"fleetgate: pytest_sessionfinish failed: IsADirectoryError: *{target.name}*"])

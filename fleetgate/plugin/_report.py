@@ -8,7 +8,11 @@
   (or legacy) they stay on the test case, where Jenkins and GitLab show them.
 - ``--check NAME`` (repeatable) runs only the tests of that check; a failure code selects its check.
 - ``[[waivers]]`` in fleet.toml turn a failure with that code on that service into an expected one
-  (xfail) until the waiver's date; after it the failure fails again and names the expired waiver.
+  (xfail) until the waiver's date; after it the failure fails again and names the expired waiver. The verdict is
+  the runner's (``fleetgate.runner.run``: ``waived``, an expired or unused waiver, the figures): this module only
+  says it in pytest's words, so ``pytest seams/``, the catalogue and ``run_seams`` agree.
+- No hook here lets an exception escape: a bug of a reporting hook is one line in the summary (and a
+  ``fleetgate.error`` property on the test it concerns), never pytest's INTERNALERROR.
 - ``--fleetgate-report PATH`` writes the per-service document of ``schema/report.schema.json``.
 - The seams end with one block per service: outcomes, headroom per card, the tightest margin.
 
@@ -18,12 +22,11 @@ missing requirement), and it holds no test's assert.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +34,40 @@ import pytest
 
 from fleetgate.checks import Check, find_check
 from fleetgate.failure import Failure
-from fleetgate.fleet import Fleet, Waiver, gib
+from fleetgate.fleet import gib
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
-from fleetgate.rendered import RenderedService
 from fleetgate.replay import RequestLog, curl
 from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
+from fleetgate.runner import Outcome, recorded, waiver_day
 
 __all__: list[str] = []
 
-TODAY_ENV = "FLEETGATE_TODAY"
-"""An ISO date that stands for today when waivers are judged (for rehearsing an expiry); default: today."""
+_OUTCOMES = pytest.StashKey[list[Outcome]]()
+"""The outcomes the runner gave while an item's test ran (its call phase): the verdict its reports say."""
+_ERRORS = pytest.StashKey[list[str]]()
+"""The controller's lines for reporting hooks that failed (a bug of fleetgate's, said once each in the summary)."""
+ERROR_PROPERTY = f"{PREFIX}error"
+
+
+def _error_line(hook: str, error: BaseException, nodeid: str | None = None) -> str:
+    said = " ".join(str(error).split()) or "no message"
+    return f"fleetgate: {hook}{f' ({nodeid})' if nodeid else ''} failed: {type(error).__name__}: {said}"
+
+
+@contextmanager
+def _guarded(config: pytest.Config, hook: str, nodeid: str | None = None,
+             also: Callable[[str], None] | None = None) -> Iterator[None]:
+    """The body of a reporting hook: an exception in it becomes one line of the summary (and ``also`` is told it),
+    never an exception out of the hook. Only ``Exception``: KeyboardInterrupt still ends the run."""
+    try:
+        yield
+    except Exception as error:
+        line = _error_line(hook, error, nodeid)
+        if also is not None:
+            also(line)  # a test's report carries it to the controller (an xdist worker's stash stays there)
+        else:
+            config.stash.setdefault(_ERRORS, []).append(line)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,6 +92,10 @@ def pytest_configure(config: pytest.Config) -> None:
             find_check(name.split("/", 1)[0])
         except KeyError as exc:
             raise pytest.UsageError(f"--check {name}: {exc.args[0]}") from None
+    try:
+        waiver_day()  # the runner reads it for every waiver; a bad value is said once, before anything runs
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 # -- selection -------------------------------------------------------------------------------------
@@ -138,17 +168,21 @@ class _Progress:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
-    endpoint = _live_endpoint(item)
-    if endpoint is None:
-        return (yield)
-    log = RequestLog()
-    item.stash[_state.REQUESTS] = log
-    interval = float(item.config.getoption("--live-progress") or 0)
-    with log.watching(getattr(endpoint, "client", None)):
-        if interval > 0 and not _is_worker(item.config):
-            with _Progress(item, log, interval):
+    with recorded() as outcomes:
+        try:
+            endpoint = _live_endpoint(item)
+            if endpoint is None:
                 return (yield)
-        return (yield)
+            log = RequestLog()
+            item.stash[_state.REQUESTS] = log
+            interval = float(item.config.getoption("--live-progress") or 0)
+            with log.watching(getattr(endpoint, "client", None)):
+                if interval > 0 and not _is_worker(item.config):
+                    with _Progress(item, log, interval):
+                        return (yield)
+                return (yield)
+        finally:
+            item.stash[_OUTCOMES] = list(outcomes)
 
 
 def _replay(item: pytest.Item) -> str | None:
@@ -180,70 +214,50 @@ def _subject(item: pytest.Item) -> tuple[Check[Any], str, Any] | None:
     return None
 
 
-def _figures(check: Check[Any], subject: Any) -> dict[str, Any] | None:
-    if check.figures is None or not isinstance(subject, RenderedService) or check.why_not(subject) is not None:
-        return None
-    try:
-        return dict(check.figures(subject))
-    except (KeyError, ValueError, AssertionError):
-        return None  # the check itself reports why its figures cannot be derived
-
-
-def _today() -> datetime.date:
-    value = os.environ.get(TODAY_ENV)
-    if value:
-        try:
-            return datetime.date.fromisoformat(value)
-        except ValueError:
-            raise pytest.UsageError(f"{TODAY_ENV}={value!r}: expected a date YYYY-MM-DD") from None
-    return datetime.date.today()
-
-
-def _waiver(fleet: Fleet | None, service: str, code: str) -> Waiver | None:
-    if fleet is None:
-        return None
-    return next((w for w in fleet.waivers if w.covers(service, code)), None)
-
-
-def _where(fleet: Fleet, waiver: Waiver) -> str:
-    return f"fleet.toml:{waiver.line}" if waiver.line else "fleet.toml"
+def _verdict(item: pytest.Item, check: Check[Any], subject: str) -> Outcome | None:
+    """The runner's outcome of this test's check on its subject (the last, should the test run it twice)."""
+    outcomes = item.stash.get(_OUTCOMES, [])
+    return next((o for o in reversed(outcomes) if o.check == check.name and o.subject == subject), None)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+
+    def tell(line: str) -> None:
+        report.user_properties.append((ERROR_PROPERTY, line))
+
+    with _guarded(item.config, "pytest_runtest_makereport", item.nodeid, tell):
+        _report_test(item, call, report)
+    return report
+
+
+def _report_test(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """Say the runner's verdict in pytest's words, and put the test's properties on its reports."""
     decisive = call.when == "call" or (call.when == "setup" and not report.passed)
     if not decisive:
-        return report
+        return
     found = _subject(item)
     if found is None:
-        return report
-    check, service, subject = found
-    fleet = _state.fleet_if_loaded(item.config)
+        return
+    check, service, _ = found
+    outcome = _verdict(item, check, service) if call.when == "call" else None
     failure = call.excinfo.value if call.excinfo is not None and isinstance(call.excinfo.value, Failure) else None
     code = failure.code if failure is not None and report.failed else None
     cites = tuple(dict.fromkeys([*check.cites, *(failure.cites if failure is not None else ())]))
-    waiver_text: str | None = None
-    if code is not None:
-        waiver = _waiver(fleet, service, code)
-        if waiver is not None and fleet is not None:
-            where = _where(fleet, waiver)
-            if waiver.expired(_today()):
-                waiver_text = f"expired: {waiver.describe()} ({where})"
-                report.longrepr = (f"{service}: {code}: the {waiver.describe()} expired on "
-                                   f"{waiver.expires.isoformat()} ({where}): the failure counts again\n"
-                                   f"{report.longrepr}")
-            else:
-                waiver_text = f"{waiver.describe()} ({where})"
-                report.outcome = "skipped"
-                report.wasxfail = f"{code} waived until {waiver.expires.isoformat()} ({where}): {waiver.reason}"
-    elif report.passed:
-        unused = next((w for w in (fleet.waivers if fleet else ()) if w.covers(service, check.name)
-                       or (w.service == service and w.code.split("/", 1)[0] == check.name)), None)
-        if unused is not None and fleet is not None:
-            waiver_text = f"unused: {unused.describe()} ({_where(fleet, unused)}): the check passes; drop the waiver"
+    use = outcome.waiver if outcome is not None else None
+    if outcome is not None and use is not None and outcome.code is not None and report.failed:
+        if outcome.outcome == "waived":
+            report.outcome = "skipped"
+            report.wasxfail = use.reason(outcome.code)
+        elif use.state == "expired":
+            report.longrepr = f"{use.expiry(service, outcome.code)}\n{report.longrepr}"
+    notes = outcome.notes if outcome is not None else ()
     props = case_properties(service=service, check=check.name, cites=cites, code=code,
-                            figures=_figures(check, subject), waiver=waiver_text)
+                            figures=outcome.figures if outcome is not None else None,
+                            waiver=use.note if use is not None else None, note="; ".join(notes) or None)
+    for note in notes:
+        report.sections.append(("fleetgate", note))
     record = getattr(getattr(item, "callspec", None), "params", {}).get("live")
     record = getattr(record, "record", None)
     if record is not None and call.when == "call":
@@ -257,7 +271,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # The call report is already built: it and the teardown report (JUnit reads that one) both carry them.
     item.user_properties.extend(props)
     report.user_properties.extend(props)
-    return report
 
 
 # -- the controller: JUnit under xunit2, the summary, the report -----------------------------------
@@ -277,6 +290,12 @@ class _Collector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        with _guarded(self.config, "pytest_runtest_logreport", report.nodeid):
+            self._logreport(report)
+
+    def _logreport(self, report: pytest.TestReport) -> None:
+        errors = self.config.stash.setdefault(_ERRORS, [])
+        errors += [str(v) for k, v in report.user_properties if k == ERROR_PROPERTY and str(v) not in errors]
         if report.when == "call" or (report.when == "setup" and not report.passed):
             outcome: str = report.outcome
             if hasattr(report, "wasxfail"):
@@ -313,6 +332,16 @@ class _Collector:
         return self._xml
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        with _guarded(self.config, "pytest_terminal_summary"):
+            self._summary(terminalreporter)
+        errors = self.config.stash.get(_ERRORS, [])
+        if errors:
+            # Written last, and without anything that could fail again: these lines are the report of a bug.
+            terminalreporter.section("fleetgate: reporting errors", sep="-")
+            for line in errors:
+                terminalreporter.write_line(line)
+
+    def _summary(self, terminalreporter: Any) -> None:
         services = self.report.services
         if not services:
             return
@@ -331,8 +360,14 @@ class _Collector:
             for entry in result.checks:
                 if "waiver" in entry:
                     terminalreporter.write_line(f"  {entry['check']}: {entry['waiver']}")
+                if "note" in entry:
+                    terminalreporter.write_line(f"  {entry['note']}")
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        with _guarded(self.config, "pytest_sessionfinish"):
+            self._write_report(exitstatus)
+
+    def _write_report(self, exitstatus: int) -> None:
         path = self.config.getoption("--fleetgate-report")
         if not path:
             return
