@@ -41,6 +41,7 @@ from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
 from fleetgate.rendered import ServiceAttempt, attempt_services, run_attempts
+from fleetgate.secrets import scrub
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
 __all__ = [
@@ -308,7 +309,7 @@ def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = No
 def _run(check: Check[Any], subject: Subject) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
-        return Outcome(check.name, subject.name, "skipped", text=subject.skip_reason)
+        return Outcome(check.name, subject.name, "skipped", text=scrub(subject.skip_reason))
     try:
         with run_attempts(subject.made_attempts):
             check(subject.value)

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from fleetgate.failure import Deferred, Failure, format_failure
+from fleetgate.secrets import scrub
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
@@ -86,6 +87,10 @@ TRANSPORT_CODES: Mapping[str, str] = {
 
 class NotApplicable(Exception):
     """The check cannot judge this subject; the message names what to declare so that it can."""
+
+    def __init__(self, reason: object = "") -> None:
+        # a reason quotes what it could not judge (an argv, an env line): no secret of it is kept or shown
+        super().__init__(scrub(str(reason)))
 
 
 class UndeclaredCode(Exception):
