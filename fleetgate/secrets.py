@@ -28,7 +28,7 @@ _SECRET_NAME = re.compile(r"(?i)(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PAS
 
 _FLAG_VALUE = re.compile(
     r"(?P<flag>(?<![\w-])(?:" + "|".join(re.escape(f) for f in sorted(SECRET_FLAGS, key=len, reverse=True)) +
-    r"))(?![\w-])(?P<sep>=|[ \t]+)(?P<quote>['\"]?)(?P<value>(?!-)[^\s'\"]+)")
+    r"))(?![\w-])(?P<sep>=|[ \t]+)(?P<quote>['\"]?)(?P<value>(?!--)[^\s'\"]+)")
 _ASSIGNMENT = re.compile(
     r"(?P<name>(?<![\w-])[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['\"]?[ \t]*[=:][ \t]*)(?P<quote>['\"]?)(?P<value>(?!\$)[^\s'\",;]+)")
 _AUTHORIZATION = re.compile(
@@ -81,7 +81,7 @@ def scrub_argv(argv: Sequence[str]) -> tuple[str, ...]:
         elif word in SECRET_FLAGS:
             shown.append(word)
             taking = True
-        elif taking and not word.startswith("-"):
+        elif taking and not word.startswith("--"):  # a key may start with one dash; the next option has two
             shown.append(MASK)
         else:
             taking = False

@@ -89,7 +89,7 @@ _templates = st.sampled_from([
 @given(secret=_secret, template=_templates, before=st.text(max_size=20).filter(lambda t: t.isprintable()),
        after=st.sampled_from(["", " ", "\n", " --port 1", "; next"]))
 def test_no_template_of_a_secret_survives(secret: str, template: str, before: str, after: str) -> None:
-    assume(secret not in before)
+    assume(secret not in before and not secret.startswith("--"))
     assume(not (template.startswith("https://") and "/" in secret))  # a URL's password has its slash escaped
     shown = scrub(f"{before} {template.format(secret)}{after}")
     assert secret not in shown
