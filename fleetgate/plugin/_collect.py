@@ -49,6 +49,8 @@ def _supplied(config: pytest.Config, path: Path) -> bool:
     directory = path if path.parent == config.rootpath else path.parent
     if directory.parent != config.rootpath or directory.name not in DIRECTORIES:
         return False
+    if not (_fleet_given(config) or directory.is_dir()):
+        return False
     return path == directory or any(config.rootpath / m.path == path for m in MODULES)
 
 
@@ -63,7 +65,7 @@ def pytest_collection(session: pytest.Session) -> None:
     """An argument naming a supplied module that is not on disk: collect from its directory (pytest refuses a path
     it cannot find), and keep only what the argument names (``pytest_collection_modifyitems``)."""
     config = session.config
-    if config.option.pyargs or not _fleet_given(config):
+    if config.option.pyargs:
         return
     parsed = tuple(_parse(config, argument) for argument in config.args)
     if not any(_supplied(config, path) for path, _ in parsed):
@@ -107,8 +109,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     arguments = config.stash.get(_ARGUMENTS, None)
     if arguments is None:
         return
-    # Not deselected: what the command line did not name was never asked for.
-    items[:] = [item for item in items if any(_named(item, argument) for argument in arguments)]
+    # Not deselected: what the command line did not name was never asked for. In the arguments' order, as pytest
+    # runs the paths it is given.
+    order = {item: next((i for i, argument in enumerate(arguments) if _named(item, argument)), None) for item in items}
+    items[:] = sorted((item for item in items if order[item] is not None), key=lambda item: order[item] or 0)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -118,9 +122,17 @@ def pytest_collect_directory(path: Path, parent: pytest.Collector) -> pytest.Col
         return None
     if path == config.rootpath and _fleet_given(config):
         return _Root.from_parent(parent, path=path)
-    if path.parent == config.rootpath and path.name in DIRECTORIES and _fleet_given(config):
+    if path.parent == config.rootpath and path.name in DIRECTORIES and (_fleet_given(config) or _only_supplied(parent, path)):
         return _Checks.from_parent(parent, path=path)
     return None
+
+
+def _only_supplied(parent: pytest.Collector, path: Path) -> bool:
+    """Named on the command line without a fleet, and holding no test module of its own: the supplied modules, which
+    then say in one line that a fleet is needed."""
+    named = parent.session.isinitpath(path, with_parents=True) or any(
+        p == path or path in p.parents for p, _ in parent.config.stash.get(_ARGUMENTS, ()))
+    return named and not any(path.glob("test_*.py"))
 
 
 def _by_name(nodes: Iterable[pytest.Collector | pytest.Item]) -> list[pytest.Collector | pytest.Item]:

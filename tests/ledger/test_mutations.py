@@ -151,9 +151,9 @@ def test_seams_fail_through_pytest_on_the_split_mutation(pytester: pytest.Pytest
     """The same mutation through `pytest seams/ --fleet COPY`: the plugin reports the two failures."""
     fleet = _copy(tmp_path, MUTATIONS[0].edits)
     repo = Path(__file__).resolve().parents[2]
-    # fleetgate supplies seams/test_memory.py: the repository's ini makes its rootdir the one the module is under
-    result = pytester.runpytest_subprocess(str(repo / "seams" / "test_memory.py"), "-c", str(repo / "pyproject.toml"),
-                                           "--fleet", str(fleet), "-p", "no:cacheprovider")
+    # fleetgate supplies seams/test_memory.py (not on disk): its directory, and the module by name
+    result = pytester.runpytest_subprocess(str(repo / "seams"), "-k", "test_memory.py", "--fleet", str(fleet), "-p",
+                                           "no:cacheprovider")
     result.assert_outcomes(passed=5, failed=2, skipped=5)
     result.stdout.fnmatch_lines([
         "*frank-medium: card-floor*",
