@@ -18,6 +18,7 @@ missing requirement), and it holds no test's assert.
 from __future__ import annotations
 
 import linecache
+import os
 import types
 from collections.abc import Iterable
 from pathlib import Path
@@ -149,11 +150,35 @@ def _wanted(collector: pytest.Collector, directory: Path) -> bool:
             or any(path == directory or directory in path.parents for path, _ in config.stash.get(_ARGUMENTS, ())))
 
 
-class _Root(pytest.Dir):
+class _Directory(pytest.Directory):
+    """A directory's own entries, collected as ``pytest.Dir`` collects them (which is final: a collector of more is
+    a ``Directory`` of its own)."""
+
+    def _on_disk(self) -> list[pytest.Collector | pytest.Item]:
+        if not self.path.is_dir():
+            return []
+        found: list[pytest.Collector | pytest.Item] = []
+        for entry in sorted(os.scandir(self.path), key=lambda entry: entry.name):
+            path = Path(entry.path)
+            if entry.is_dir():
+                if not self.session.isinitpath(path, with_parents=True) and self.ihook.pytest_ignore_collect(
+                        collection_path=path, config=self.config):
+                    continue
+                directory = self.ihook.pytest_collect_directory(path=path, parent=self)
+                found += [directory] if directory is not None else []
+            elif entry.is_file():
+                if not self.session.isinitpath(path) and self.ihook.pytest_ignore_collect(collection_path=path,
+                                                                                           config=self.config):
+                    continue
+                found += self.ihook.pytest_collect_file(file_path=path, parent=self)
+        return found
+
+
+class _Root(_Directory):
     """The rootdir: its own entries, and ``seams/`` and ``live/`` where they are not on disk."""
 
     def collect(self) -> Iterable[pytest.Collector | pytest.Item]:
-        children: list[pytest.Collector | pytest.Item] = list(super().collect())
+        children = self._on_disk()
         if self.config.stash.get(_NARROWED, None) == self.path:
             named = [path for path, _ in self.config.stash[_ARGUMENTS]]
             children = [c for c in children if any(c.path == p or c.path in p.parents for p in named)]
@@ -165,11 +190,11 @@ class _Root(pytest.Dir):
         return _by_name(children)
 
 
-class _Checks(pytest.Dir):
+class _Checks(_Directory):
     """``seams/`` or ``live/`` of the rootdir, on disk or not: its files, and every supplied module not among them."""
 
     def collect(self) -> Iterable[pytest.Collector | pytest.Item]:
-        children: list[pytest.Collector | pytest.Item] = list(super().collect()) if self.path.is_dir() else []
+        children = self._on_disk()
         if not _wanted(self, self.path):
             return _by_name(children)
         for module in MODULES:
