@@ -79,3 +79,12 @@ def test_the_wheel_alone_collects_the_live_gate(site: Path, fleet: Path) -> None
     assert alone.returncode == checkout.returncode == 0, (alone.stdout, alone.stderr)
     assert ids == [line for line in checkout.stdout.splitlines() if "::" in line]
     assert len(ids) == 28 and ids[0] == "live/test_host.py::test_unit_state[qwen]", ids
+
+
+def test_the_table_supplies_every_registered_check_once() -> None:
+    from fleetgate.checks import REGISTRY, load_checks
+    from fleetgate.plugin._modules import MODULES
+
+    load_checks()
+    supplied = [check for module in MODULES for check in module.checks]
+    assert sorted(supplied) == sorted(REGISTRY)
