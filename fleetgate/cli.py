@@ -255,10 +255,17 @@ def _init(args: argparse.Namespace) -> int:
     todo = text.count('= "TODO"')
     if todo:
         print(f"  {todo} TODO value(s) left: the host's RAM and cards, which no file says; edit them (or run "
-              "`fleetgate init --probe` on the host), then: pytest seams/ --fleet " + str(output))
+              "`fleetgate init --probe` on the host), then: " + _first_run(output))
     else:
-        print(f"  then: pytest seams/ --fleet {output}")
+        print(f"  then: {_first_run(output)}")
     return 3 if discovery.notes else 0
+
+
+def _first_run(output: Path) -> str:
+    """The command that runs every seam on the fleet just written: from its directory, which pytest then takes as its
+    rootdir, where the plugin supplies the seams' test modules (nothing to copy)."""
+    run = f"pytest --fleet {shlex.quote(output.name)}"
+    return run if output.parent == Path() else f"cd {shlex.quote(str(output.parent))} && {run}"
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

@@ -16,7 +16,8 @@ RENDERED_PORT_SERVICES = ("frank-medium", "frank-archon", "frank-zealot", "refer
 
 def outcomes(pytester: pytest.Pytester, fleet_toml: Path) -> dict[tuple[str, str], str]:
     """(test id, outcome or failure code) for every test of seams/test_fleet.py."""
-    recorder = pytester.inline_run(str(SEAM_MODULE), f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q",
+    # fleetgate supplies the module (not on disk): its directory, and the module by name
+    recorder = pytester.inline_run(str(SEAM_MODULE.parent), "-k", SEAM_MODULE.name, f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q",
                                    "--import-mode=importlib")
     found: dict[tuple[str, str], str] = {}
     for report in recorder.getreports("pytest_runtest_logreport"):
@@ -137,7 +138,7 @@ def test_a_non_finite_extrapolation_is_the_finite_seams_finding_and_the_window_s
     fleet = mutated(tmp_path)
     with (fleet.parent / "fleet.toml").open("a", encoding="utf-8") as manifest:
         manifest.write(f'\n[services.reference.extrapolation]\nmax_ratio = {ratio}\nwhy = "a typo"\n')
-    recorder = pytester.inline_run(str(REPO / "seams" / "test_context.py"), str(SEAM_MODULE), f"--fleet={fleet}",
+    recorder = pytester.inline_run(str(SEAM_MODULE.parent), f"--fleet={fleet}",
                                    "-p", "no:cacheprovider", "-q", "--import-mode=importlib", "-k",
                                    "slot_within_trained_window or fleet_numbers_finite")
     found = {}

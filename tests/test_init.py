@@ -155,7 +155,7 @@ def test_probe_reads_the_cards_from_nvidia_smi_and_needs_no_hand_edit(tmp_path: 
     mem_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
                    if line.startswith("MemTotal:"))
     assert abs(host.ram_bytes - mem_kib * 1024) <= 0.05 * (1 << 30) + 1
-    assert "then: pytest seams/ --fleet" in out and "TODO" not in out
+    assert f"then: cd {repo} && pytest --fleet fleet.toml" in out and "TODO" not in out
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
     assert outcomes == _table("unit-script", "llama-server")
 

@@ -6,6 +6,8 @@ stash keys and what is made once per run: the fleet, its renders and chains, the
 errors too) and parametrises its tests with ``_item.CheckParam``; none imports another. Which subjects a check runs
 on, and running it, is ``fleetgate.runner``'s, the same for the plugin and the catalogue.
 
+- ``_collect``: the rootdir's ``seams/`` and ``live/`` test modules, supplied from the table of ``_modules`` where they
+  are not on disk (a fleet's repository needs no copy of them);
 - ``_seams``: ``--fleet``, ``--incident``, the ``check`` marker, ``seam`` tests per subject, failures as operator
   messages, hermetic seams;
 - ``_live``: ``--endpoint`` and its options, ``live`` tests per chosen service, the ``endpoint`` fixture, the
@@ -26,7 +28,9 @@ from fleetgate.plugin._missing import missing_requirement
 
 __all__ = ["CheckParam", "HostCheck", "Live", "Seam", "fleet_path"]
 
-HOOK_MODULES = ("fleetgate.plugin._seams", "fleetgate.plugin._live", "fleetgate.plugin._host", "fleetgate.plugin._report")
+HOOK_MODULES = (
+    "fleetgate.plugin._collect", "fleetgate.plugin._seams", "fleetgate.plugin._live", "fleetgate.plugin._host", "fleetgate.plugin._report",
+)
 
 pytest_plugins = list(HOOK_MODULES)
 

@@ -139,7 +139,9 @@ def run_host_gate(fleet_toml: Path, *, only: Iterable[str] | None = None, base_u
 
 def run_host_gate_plugin(pytester: pytest.Pytester, fleet_toml: Path, *args: str, endpoint: str = "reference") -> HostGate:
     """The host checks through the plugin: ``pytest live/test_host.py --endpoint ENDPOINT`` in a subprocess."""
-    result = pytester.runpytest_subprocess(str(HOST_TESTS), "--endpoint", endpoint, "--fleet", str(fleet_toml),
+    # fleetgate supplies live/test_host.py (not on disk): its directory, and the module by name
+    result = pytester.runpytest_subprocess(str(HOST_TESTS.parent), "-k", HOST_TESTS.name, "--endpoint", endpoint,
+                                           "--fleet", str(fleet_toml),
                                            "-p", "no:cacheprovider", *args, timeout=120)
     checks = {}
     for line in result.stdout.lines:

@@ -6,7 +6,6 @@ failure with the install command, never a silent skip: CI installs both (tox env
 
 from __future__ import annotations
 
-import ast
 import gc
 import os
 import re
@@ -24,6 +23,7 @@ from fleetgate.fleet import Fleet
 from fleetgate.gate import GateRun
 from fleetgate.gate import run_gate as run_gate_here
 from fleetgate.manifest import load_fleet
+from fleetgate.plugin._modules import MODULES
 from fleetgate.reference import (
     ReferenceError,
     ReferenceServer,
@@ -321,16 +321,9 @@ def plugin_gate(pytester: pytest.Pytester, declared_home: Path) -> Callable[...,
 
 def _gate_order() -> tuple[str, ...]:
     """The checks of ``live/``'s test modules in the order pytest runs them: module by module (sorted by name), each
-    test in the order it is defined. Read from the modules themselves, so a test added there is run here too."""
-    order: list[str] = []
-    for module in sorted(LIVE.glob("test_*.py")):
-        for node in ast.parse(module.read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef):
-                for decorator in node.decorator_list:
-                    if (isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.check"
-                            and isinstance(decorator.args[0], ast.Constant)):
-                        order.append(str(decorator.args[0].value))
-    return tuple(order)
+    test in the order the table fleetgate supplies them from lists it, so a check added there is run here too."""
+    return tuple(check for module in sorted(MODULES, key=lambda m: m.path) if module.directory == "live"
+                 for check in module.checks)
 
 
 GATE_ORDER = _gate_order()

@@ -1,0 +1,90 @@
+"""An installed wheel and a fleet's repository are all a fleet needs: the plugin supplies the seams' and the live gate's
+test modules (fleetgate/plugin/_modules.py), with the node ids and outcomes of the checkout's run (issue 31)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "fixtures" / "fleets" / "unit-script"
+
+
+def _env(path: Path) -> dict[str, str]:
+    """fleetgate from ``path`` only; the test environment's own entries (its dependencies) stay."""
+    kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), *kept])}
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def _pytest(cwd: Path, path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd, env=_env(path),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def _outcomes(junit: Path) -> dict[str, str]:
+    table: dict[str, str] = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
+        table[f"{case.get('classname')}::{case.get('name')}"] = kinds[0] if kinds else "passed"
+    return table
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fleetgate's wheel, built from this checkout and installed alone into a directory of its own."""
+    where = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(where / "dist"), str(REPO)], capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stderr
+    (wheel,) = (where / "dist").glob("fleetgate-*.whl")
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(where / "site"),
+                              str(wheel)], capture_output=True, text=True, timeout=300, check=False)
+    assert install.returncode == 0, install.stderr
+    return where / "site"
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Path:
+    """A fleet's repository: the fixture fleet's files and its fleet.toml, nothing of fleetgate's."""
+    target = tmp_path / "fleet"
+    shutil.copytree(FLEET, target, ignore=shutil.ignore_patterns("__pycache__", "expected*"))
+    return target
+
+
+def test_the_wheel_alone_runs_every_seam_as_the_checkout_does(site: Path, fleet: Path, tmp_path: Path) -> None:
+    probe = subprocess.run([sys.executable, "-c", "import fleetgate.plugin; print(fleetgate.plugin.__file__)"], cwd=fleet,
+                           env=_env(site), capture_output=True, text=True, timeout=60, check=True)
+    assert Path(probe.stdout.strip()).is_relative_to(site), probe.stdout
+    # the command `fleetgate init` prints, from the fleet's directory
+    alone = _pytest(fleet, site, "-q", "--fleet", "fleet.toml", f"--junitxml={tmp_path / 'alone.xml'}")
+    checkout = _pytest(REPO, REPO, "seams/", f"--fleet={fleet / 'fleet.toml'}", f"--junitxml={tmp_path / 'checkout.xml'}")
+    assert alone.returncode == checkout.returncode == 1, (alone.stdout, checkout.stdout)
+    assert alone.stdout.splitlines()[-1].split(" in ")[0] == "1 failed, 12 passed, 38 skipped", alone.stdout
+    assert _outcomes(tmp_path / "alone.xml") == _outcomes(tmp_path / "checkout.xml")
+
+
+def test_the_wheel_alone_collects_the_live_gate(site: Path, fleet: Path) -> None:
+    gate = ("--endpoint", "qwen", "--base-url", "http://127.0.0.1:9", "--collect-only", "-q")
+    alone = _pytest(fleet, site, "--fleet", "fleet.toml", "live/", *gate)
+    checkout = _pytest(REPO, REPO, "live/", f"--fleet={fleet / 'fleet.toml'}", *gate)
+    ids = [line for line in alone.stdout.splitlines() if "::" in line]
+    assert alone.returncode == checkout.returncode == 0, (alone.stdout, alone.stderr)
+    assert ids == [line for line in checkout.stdout.splitlines() if "::" in line]
+    assert len(ids) == 28 and ids[0] == "live/test_host.py::test_unit_state[qwen]", ids
+
+
+def test_the_table_supplies_every_registered_check_once() -> None:
+    from fleetgate.checks import REGISTRY, load_checks
+    from fleetgate.plugin._modules import MODULES
+
+    load_checks()
+    supplied = [check for module in MODULES for check in module.checks]
+    assert sorted(supplied) == sorted(REGISTRY)
