@@ -48,6 +48,7 @@ __all__ = [
     "TRANSPORT_CODES",
     "Check",
     "NotApplicable",
+    "NotJudged",
     "UndeclaredCode",
     "attempt_seam",
     "chain_seam",
@@ -91,6 +92,12 @@ class NotApplicable(Exception):
     def __init__(self, reason: object = "") -> None:
         # a reason quotes what it could not judge (an argv, an env line): no secret of it is kept or shown
         super().__init__(scrub(str(reason)))
+
+
+class NotJudged(NotApplicable):
+    """The check applies to this subject but lacks a fact to judge it (a build between recorded ones, a profile it
+    cannot fetch, a shape it cannot read, a version nothing pins): "not judged", never a failure dressed as a
+    finding and never a pass. The message names what to declare so that it can judge."""
 
 
 class UndeclaredCode(Exception):
