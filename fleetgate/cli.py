@@ -198,7 +198,8 @@ def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
 
 
 INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found: nothing written",
-             2: "refused (an existing fleet.toml without --force, --output outside PATH, a PATH that is no directory)",
+             2: "refused (an existing fleet.toml without --force, a target that is no regular file, --output outside "
+                "PATH, a PATH that is no directory, a manifest fleetgate's loader refuses)",
              3: "fleet.toml written, but some files were skipped (each named on stderr, file:line)"}
 
 
