@@ -201,13 +201,15 @@ def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
 
 
 INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found: nothing written",
-             2: "refused (an existing fleet.toml without --force, --output outside PATH, a PATH that is no directory)",
+             2: "refused (an existing fleet.toml without --force, a target that is no regular file, --output outside "
+                "PATH, a PATH that is no directory, a manifest fleetgate's loader refuses)",
              3: "fleet.toml written, but some files were skipped (each named on stderr, file:line)"}
 
 
 def _init(args: argparse.Namespace) -> int:
     """``fleetgate init PATH...``: fleet.toml from the units, compose files and llama-swap configs under PATH."""
     from fleetgate.init import discover, fleet_toml, probe_host
+    from fleetgate.init.write import check_target, place, vet
 
     paths = [Path(p) for p in args.paths]
     root = paths[0]
@@ -223,14 +225,14 @@ def _init(args: argparse.Namespace) -> int:
     if real_root not in real_output.parents:
         raise InputError(output, None, f"--output is outside {root}: init writes only inside the PATH it reads, "
                          "and fleet.toml names its files relative to itself")
-    if output.is_symlink() or (output.exists() and not args.force):
-        raise InputError(output, None, "exists; init never overwrites a fleet.toml (pass --force to replace it, or "
-                         "--output ANOTHER.toml)" if not output.is_symlink() else "is a symlink; init writes a plain file")
+    check_target(output, force=args.force)
     discovery = discover(real_output.parent, [p.resolve() for p in paths[1:] or paths])
     facts = None
     problems: list[str] = []
     if args.probe:
         facts, problems = probe_host()
+    name = args.name or re.sub(r"[^a-z0-9-]+", "-", real_root.name.lower()).strip("-") or "fleet"
+    discovery = vet(real_output, discovery, name=name, facts=facts)
     for note in discovery.notes:
         print(f"fleetgate init: skipped {note}", file=sys.stderr)
     for problem in problems:
@@ -240,16 +242,8 @@ def _init(args: argparse.Namespace) -> int:
         print(f"fleetgate init: no engine (llama-server, vllm) found under {', '.join(args.paths)} ({read}); nothing "
               "written", file=sys.stderr)
         return 1
-    name = args.name or re.sub(r"[^a-z0-9-]+", "-", real_root.name.lower()).strip("-") or "fleet"
     text = fleet_toml(discovery, name=name, facts=facts)
-    # O_EXCL unless --force: a file that appeared since the check above is still not overwritten.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if args.force else os.O_EXCL)
-    try:
-        fd = os.open(real_output, flags, 0o644)
-    except OSError as exc:
-        raise InputError(output, None, f"cannot write: {exc.strerror}") from None
-    with os.fdopen(fd, "w", encoding="utf-8") as stream:
-        stream.write(text)
+    place(real_output, text, discovery, force=args.force)
     services = ", ".join(f"{f.name} ({f.engine}, port {f.port})" for f in discovery.services)
     print(f"wrote {output}: {len(discovery.services)} service(s) from {read}: {services}")
     todo = text.count('= "TODO"')

@@ -85,7 +85,7 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
     if only is not None and only in known:
         data = {**data, "services": {only: data["services"][only]}}
 
-    validator = jsonschema.Draft202012Validator(_schema())
+    validator = _VALIDATOR(_schema())
     try:
         errors = sorted(validator.iter_errors(data), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
     except RecursionError:
@@ -96,6 +96,12 @@ def load_fleet(path: Path | str, *, only: str | None = None) -> Fleet:
         raise InputError(path, locate_key(text, keys), f"{'.'.join(keys) or '(top level)'}: {_explain(error)}")
 
     return _build(path, text, data, known)
+
+
+# JSON Schema counts 2.0 (and 1e308) as an integer; TOML does not, and no count of bytes, ports or tokens is a float.
+_STRICT_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _checker, instance: isinstance(instance, int) and not isinstance(instance, bool))
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_STRICT_TYPES)  # type: ignore[no-untyped-call]
 
 
 def _leaves(data: Any, keys: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
@@ -120,6 +126,15 @@ def _shown(value: Any) -> str:
     return json.dumps(value, default=lambda o: o.isoformat() if isinstance(o, (datetime.date, datetime.time)) else repr(o))
 
 
+def _iec(bound: Any) -> str:
+    """A bound of bytes as the operator reads it: `` (2**50, 1 PiB)`` for 1125899906842624."""
+    if type(bound) is not int or bound < 1 << 30 or bound & (bound - 1):
+        return ""
+    shift = bound.bit_length() - 1
+    step = min((shift - 30) // 10, 3)
+    return f" (2**{shift}, {bound >> (30 + 10 * step)} {('GiB', 'TiB', 'PiB', 'EiB')[step]})"
+
+
 def _explain(error: jsonschema.ValidationError) -> str:
     validator = error.validator
     value: Any = error.validator_value
@@ -141,7 +156,7 @@ def _explain(error: jsonschema.ValidationError) -> str:
         return f"{_shown(error.instance)} does not match the expected form {error.validator_value}"
     if validator in {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}:
         bound = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}[validator]
-        return f"expected a value {bound} {error.validator_value}, got {_shown(error.instance)}"
+        return f"expected a value {bound} {error.validator_value}{_iec(error.validator_value)}, got {_shown(error.instance)}"
     if validator == "oneOf":
         return f"expected 'service:VARIABLE' or {{name, seconds}}, got {_shown(error.instance)}"
     return str(error.message)
@@ -451,8 +466,10 @@ def _env_template(manifest: _Manifest, raw: Any, keys: tuple[str, ...]) -> EnvTe
                        writes=raw.get("writes"), where=manifest.where(keys))
 
 
-# 16 EiB: what a 64-bit machine can address, in GiB. A figure past it is a typo, never a measurement.
-_MAX_GIB = 1 << 34
+# 1 PiB, in GiB: the bound of every GiB figure of the manifest (a host's RAM, a card's floor, slack or tolerance, a
+# pinned checkpoint). The largest machines hold some tens of TiB of RAM and the largest cards a few hundred GiB:
+# a figure of a PiB or more is a typo (bytes written as GiB), never a measurement.
+_MAX_GIB = 1 << 20
 
 
 def _gib_or_none(value: float | None, path: Path, line: int | None, key: str) -> int | None:
@@ -460,8 +477,8 @@ def _gib_or_none(value: float | None, path: Path, line: int | None, key: str) ->
     if value is None or not math.isfinite(value):
         return None
     if abs(value) >= _MAX_GIB:
-        raise InputError(path, line, f"{key} = {value!r} GiB is more than a 64-bit machine can address "
-                         f"({_MAX_GIB} GiB, 16 EiB); expected the figure in GiB")
+        raise InputError(path, line, f"{key} = {value!r} GiB is 1 PiB ({_MAX_GIB} GiB) or more, more than any "
+                         "machine or card holds; expected the figure in GiB")
     return round(value * GIB)
 
 

@@ -105,8 +105,8 @@ def _line_of(text: str, needle: str) -> int:
 def test_a_ram_figure_past_any_machine_is_one_line(tmp_path: Path) -> None:
     line = _line_of((FLEET / "fleet.toml").read_text(encoding="utf-8"), "ram_gib = 62")
     assert _load_error(tmp_path, ("fleet.toml", "ram_gib = 62", "ram_gib = 1e308")) == (
-        f"fleet.toml:{line}: hosts.dankserver.ram_gib = 1e+308 GiB is more than a 64-bit machine can address "
-        "(17179869184 GiB, 16 EiB); expected the figure in GiB")
+        f"fleet.toml:{line}: hosts.dankserver.ram_gib = 1e+308 GiB is 1 PiB (1048576 GiB) or more, more than any machine or "
+        "card holds; expected the figure in GiB")
 
 
 @pytest.mark.parametrize(("literal", "shown"), [

@@ -23,7 +23,9 @@ What no file can say (the host's RAM, its cards and their sizes) is written as `
 refuses: ``pytest seams/`` then names each one in one line, never judges with a guessed size. ``probe_host`` reads
 them from ``nvidia-smi`` (or ``rocm-smi``) and ``/proc/meminfo`` of the machine it runs on, only when asked.
 
-Nothing here writes a file: ``discover`` reads, ``fleet_toml`` returns the manifest's text, the CLI writes it.
+``discover`` reads, ``fleet_toml`` returns the manifest's text (every string escaped for TOML), and
+``fleetgate.init.write`` puts it in place: loaded by fleetgate's own loader first, written to a new file and renamed
+over the target, never opening what is there.
 """
 
 from __future__ import annotations

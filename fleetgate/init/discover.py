@@ -30,6 +30,7 @@ from fleetgate.init.found import (
     shell_script,
     stub_fleet,
     unprefixed,
+    unwritable,
 )
 from fleetgate.init.units import from_script, from_unit, sandbox_render
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
@@ -56,11 +57,17 @@ def _walk(root: Path, start: Path, notes: list[Note]) -> Iterator[Path]:
     real_root = root.resolve()
     seen = 0
     base_depth = len(start.parts)
-    for directory, dirs, files in os.walk(start, followlinks=False):
+
+    def unlisted(error: OSError) -> None:
+        # A directory the caller may not list (mode 000 when not root): said, never a traceback, never silence.
+        notes.append(Note(Path(error.filename or start), None, f"cannot list this directory ({error.strerror}): not read"))
+
+    for directory, dirs, files in os.walk(start, onerror=unlisted, followlinks=False):
         here = Path(directory)
         depth = len(here.parts) - base_depth
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not (here / d / "pyvenv.cfg").exists()
-                         and not (here / d).is_symlink())
+        # os.path's tests answer False where a Path's raise (a directory that may be listed but not entered).
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not os.path.exists(here / d / "pyvenv.cfg")
+                         and not os.path.islink(here / d))
         if depth >= MAX_DEPTH:
             dirs[:] = []
         for name in sorted(files):
@@ -70,6 +77,11 @@ def _walk(root: Path, start: Path, notes: list[Note]) -> Iterator[Path]:
                                   "directories that hold the units and compose files"))
                 return
             path = here / name
+            try:
+                path.lstat()
+            except OSError as exc:
+                notes.append(Note(here, None, f"cannot look at the files of this directory ({exc.strerror}): not read"))
+                break
             if path.is_symlink():
                 try:
                     real = path.resolve(strict=True)
@@ -104,7 +116,7 @@ def _mapped_root(root: Path, host_path: str, *, directory: bool = False) -> str 
             continue
         if real_root not in real.parents:
             continue
-        if local.is_file() or (directory and local.is_dir()):
+        if os.path.isfile(local) or (directory and os.path.isdir(local)):
             return "/" + "/".join(parts[:i])
     return None
 
@@ -341,8 +353,28 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         if found_presets:
             read["router presets"] += 1
             services += found_presets
-    return Discovery(root=root, services=tuple(services), notes=tuple(notes), deploy_root=deploy_root,
+    named = [found for found in services if _nameable(root, found, notes)]
+    return Discovery(root=root, services=tuple(named), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
+
+
+def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
+    """Whether fleet.toml (UTF-8 text) can name every file of a service: a name that is not UTF-8 cannot be written
+    in it, escaped or not, so the service is left out with one line naming the file escaped."""
+    for key in ("unit", "serve_script", "env_file", "compose", "llama_swap", "models_preset"):
+        value = getattr(found, key)
+        if value is not None and unwritable(value):
+            notes.append(Note(root / value, None, f"{key}: the file name is not UTF-8, which fleet.toml cannot "
+                              f"name; services.{found.name} left out (rename the file)"))
+            return False
+    strings = [*found.payload, *(found.env_template or ()), found.compose_service or "", found.llama_swap_model or "",
+               found.preset_model or "", found.port_from, found.source]
+    bad = next((text for text in strings if unwritable(text)), None)
+    if bad is not None:
+        notes.append(Note(root / found.source.rpartition(":")[0] if ":" in found.source else root / found.source, None,
+                          f"{bad}: not UTF-8, which fleet.toml cannot hold; services.{found.name} left out"))
+        return False
+    return True
 
 
 def _standalone(file: Path) -> bool:

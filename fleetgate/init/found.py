@@ -4,6 +4,7 @@ into the repository, a service name, a one-service fleet for the readers that ta
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,8 @@ __all__ = [
     "shell_script",
     "stub_fleet",
     "unprefixed",
+    "unwritable",
+    "visible",
 ]
 
 
@@ -52,6 +55,27 @@ DEFAULT_PORT: Mapping[str, int] = {"llama.cpp": 8080, "vllm": 8000}
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
 
+def visible(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself (a newline, a DEL, a bidi override, a byte
+    of a file name that is not UTF-8) written as its escape: a file's name can neither break a line nor hide."""
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"  # a byte that is not UTF-8, as os.fsdecode carries it
+    short = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch)
+    if short is not None:
+        return short
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def unwritable(text: str) -> bool:
+    """A string no UTF-8 file can hold: a file name with bytes that are not UTF-8 (os.fsdecode's surrogates)."""
+    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+
 @dataclass(frozen=True)
 class Note:
     """A file init read but could not use, or a fact it could not find: one line, naming the file and line."""
@@ -61,7 +85,7 @@ class Note:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}"
+        return visible(f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -129,7 +153,7 @@ def repository_file(root: Path, deploy_root: str | None, host_path: str) -> Path
         real = local.resolve()
     except (OSError, RuntimeError):
         return None
-    if root.resolve() not in real.parents or not local.is_file():
+    if root.resolve() not in real.parents or not os.path.isfile(local):
         return None
     return local
 

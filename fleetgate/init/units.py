@@ -5,6 +5,7 @@ template."""
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import shlex
@@ -80,7 +81,7 @@ def _env_template(ctx: Context, host_path: str) -> tuple[Path, Path] | None:
         for word in _TEMPLATE_WORD.findall(text):
             for base in (file.parent, ctx.root):
                 local = (base / word).resolve()
-                if real_root in local.parents and local.is_file():
+                if real_root in local.parents and os.path.isfile(local):
                     templates.add(local)
                     break
         if len(templates) == 1:
