@@ -32,7 +32,7 @@ HOSTS = {
     "unit-script": 'ram_gib = 64\ndevices = [{ name = "CUDA0", vram_bytes = 24152899584 }]\n',
 }
 # What init names each fleet's one service (the unit's file name): the hand-written names are the author's choice.
-NAMES = {"unit-exec": "llama-chat", "unit-script": "llama-server"}
+NAMES = {"unit-exec": "llama-chat", "unit-script": "llama-server-unit"}
 
 
 def _bare(tmp_path: Path, name: str) -> Path:
@@ -126,7 +126,7 @@ def test_a_host_declared_without_cards_skips_exactly_the_check_that_needs_them(t
     assert _init(capsys, str(repo))[0] == 0
     _declare_host(repo / "fleet.toml", "ram_gib = 64\ndevices = []\n")
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server", **{"llama-server:device-visibility": SKIPPED})
+    assert outcomes == _table("unit-script", "llama-server-unit", **{"llama-server-unit:device-visibility": SKIPPED})
 
 
 def _stub(tmp_path: Path, name: str, script: str) -> dict[str, str]:
@@ -157,7 +157,7 @@ def test_probe_reads_the_cards_from_nvidia_smi_and_needs_no_hand_edit(tmp_path: 
     assert abs(host.ram_bytes - mem_kib * 1024) <= 0.05 * (1 << 30) + 1
     assert f"then: cd {repo} && pytest --fleet fleet.toml" in out and "TODO" not in out
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server")
+    assert outcomes == _table("unit-script", "llama-server-unit")
 
 
 def test_without_probe_no_tool_of_the_host_is_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -471,7 +471,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "unit-bash-c": {"llama-mistral": "mistral"},
     "unit-exec": {"llama-chat": "chat"},
     "unit-install-env": {"llama": "llama"},
-    "unit-script": {"llama-server": "qwen"},
+    "unit-script": {"llama-server-unit": "qwen"},
 }
 
 # Where the written fleet is judged otherwise than the hand-written one, because the hand-written fleet.toml declares

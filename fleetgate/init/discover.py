@@ -189,7 +189,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
                                       "container that no bind mount with a host path maps; payload left out"))
             else:
                 payload.append(host_path)
-        found.append(Found(name=service_name(entry.name, ctx.taken), engine=engine, port=port, port_from=port_from,
+        found.append(Found(name=service_name(entry.name, ctx.taken, "compose"), engine=engine, port=port, port_from=port_from,
                            source=where, payload=tuple(payload), compose=rel, compose_service=entry.name))
     return found
 
@@ -218,7 +218,7 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
         engine, first = hit
         args = model.argv[first:]
         env = {key: value for key, (value, _) in model.env.items()}
-        found.append(Found(name=service_name(model_id, ctx.taken), engine=engine, port=LLAMA_SWAP_LISTEN,
+        found.append(Found(name=service_name(model_id, ctx.taken, "swap"), engine=engine, port=LLAMA_SWAP_LISTEN,
                            port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
                            source=f"{rel}:{model.line}", payload=tuple(model_paths(engine, args, env)),
                            llama_swap=rel, llama_swap_model=model_id))
@@ -245,7 +245,7 @@ def _from_router_preset(ctx: Context, path: Path) -> list[Found]:
     found: list[Found] = []
     for name in names:
         argv, _ = child_argv(preset, name, "llama-server", BUILD)
-        found.append(Found(name=service_name(name, ctx.taken), engine="llama.cpp", port=ROUTER_PORT,
+        found.append(Found(name=service_name(name, ctx.taken, "preset"), engine="llama.cpp", port=ROUTER_PORT,
                            port_from="llama-server's default --port 8080 for the router (edit it if the router runs "
                                      "with another)",
                            source=f"{rel}:{preset.sections[name].line}", payload=tuple(model_paths("llama.cpp", argv[1:], {})),

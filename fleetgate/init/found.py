@@ -50,6 +50,8 @@ DEFAULT_PORT: Mapping[str, int] = {"llama.cpp": 8080, "vllm": 8000}
 
 
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
+COMMAND_WORDS = frozenset({"llama-server"})
+"""Words ``fleetgate fit`` reads as the start of an engine command line: never a service name init writes."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +106,15 @@ def rel_path(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def service_name(raw: str, taken: set[str]) -> str:
+def service_name(raw: str, taken: set[str], shape: str) -> str:
+    """fleet.toml's ``[a-z0-9-]`` form of ``raw``, unique among ``taken``. A name that is an engine command the CLI
+    reads as a command line (``llama-server.service``, a compose service ``llama-server``) gets its shape after it
+    (``llama-server-unit``), so that ``fleetgate fit NAME`` never has two readings."""
     base = _NAME_BAD.sub("-", raw.lower()).strip("-") or "service"
     if not base[0].isalnum():
         base = "s" + base
+    if base in COMMAND_WORDS:
+        base = f"{base}-{shape}"
     name, n = base, 2
     while name in taken:
         name, n = f"{base}-{n}", n + 1
