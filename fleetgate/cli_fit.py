@@ -69,9 +69,9 @@ def _fit(args: argparse.Namespace) -> int:
     if not words:
         raise InputError(Path.cwd(), None, "fleetgate fit: expected SERVICE, or -- llama-server -m MODEL ...")
     word = words[0]
-    if len(words) == 1 and not word.startswith("-") and "/" not in word:
-        if word != "llama-server" or _declared(args.fleet, word):
-            return _fit_service(args, word)
+    one_word = len(words) == 1 and not word.startswith("-") and "/" not in word
+    if one_word and (word != "llama-server" or _declared(args.fleet, word)):
+        return _fit_service(args, word)
     if args.sweep_ts:
         raise InputError(Path.cwd(), None, "--sweep-ts needs a SERVICE (its host declares floor and slack)")
     return _fit_command(args, words)
