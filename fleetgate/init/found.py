@@ -87,6 +87,8 @@ class Found:
     llama_swap_model: str | None = None
     models_preset: str | None = None
     preset_model: str | None = None
+    models_max: int | None = None
+    """The router's ``--models-max``, from the unit that starts it (a router preset's models)."""
     env_template: tuple[str, str] | None = None
     """(template, install script): the env file the unit reads is the script's rendering of the template."""
 
