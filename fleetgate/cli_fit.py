@@ -69,11 +69,27 @@ def _fit(args: argparse.Namespace) -> int:
     if not words:
         raise InputError(Path.cwd(), None, "fleetgate fit: expected SERVICE, or -- llama-server -m MODEL ...")
     word = words[0]
-    if len(words) == 1 and not word.startswith("-") and "/" not in word and word != "llama-server":
+    one_word = len(words) == 1 and not word.startswith("-") and "/" not in word
+    if one_word and (word != "llama-server" or _declared(args.fleet, word)):
         return _fit_service(args, word)
     if args.sweep_ts:
         raise InputError(Path.cwd(), None, "--sweep-ts needs a SERVICE (its host declares floor and slack)")
     return _fit_command(args, words)
+
+
+def _declared(path: str | None, name: str) -> bool:
+    """Whether the fleet declares a service ``name``: a declared name wins over reading it as a bare engine
+    command line (a fleet whose unit is llama-server.service has a service of that name). With no fleet at all the
+    word is the command line."""
+    from fleetgate.cli import resolve_fleet
+
+    try:
+        fleet = resolve_fleet(path, only=name)
+    except InputError as exc:
+        if exc.message.startswith("no fleet manifest"):
+            return False
+        raise
+    return name in fleet.services
 
 
 def _fit_service(args: argparse.Namespace, name: str) -> int:

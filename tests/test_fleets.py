@@ -239,6 +239,26 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                        {"chat:device-visibility": "device-visibility/compose-no-gpu"}),
     "compose-unknown-device": ("compose-llama", [("docker/compose.yaml", 'device_ids: ["0"]', 'device_ids: ["1"]')],
                                {"chat:device-visibility": "device-visibility/compose-unknown-device"}),
+    # AMD (ROCm: /dev/kfd and the render nodes) and Vulkan (render nodes alone) cards are granted as device nodes,
+    # the way the ROCm and Vulkan images' own compose examples pass them; group_add only gives the permission.
+    "compose-amd-devices": ("compose-llama", [("docker/compose.yaml", "server-cuda-b10867", "server-rocm-b10867"),
+                                              ("docker/compose.yaml", "    deploy:\n",
+                                               "    devices:\n      - /dev/kfd\n      - /dev/dri\n"
+                                               "    group_add: [video, render]\n    x-deploy:\n")], {}),
+    "compose-vulkan-render-node": ("compose-llama", [("docker/compose.yaml", "    deploy:\n",
+                                                      '    devices: ["/dev/dri/renderD128:/dev/dri/renderD128"]\n'
+                                                      "    x-deploy:\n")], {}),
+    # GGML_VK_VISIBLE_DEVICES indexes the Vulkan devices as HIP_VISIBLE_DEVICES does ROCm's: past the one card, none.
+    "compose-vulkan-visible-past": ("compose-llama", [("docker/compose.yaml", "    deploy:\n",
+                                                       "    devices: [/dev/dri]\n    x-deploy:\n"),
+                                                      ("docker/compose.yaml", "      - LLAMA_ARG_CTX_SIZE",
+                                                       "      - GGML_VK_VISIBLE_DEVICES=1\n      - LLAMA_ARG_CTX_SIZE")],
+                                    {"chat:device-visibility": "device-visibility/nothing-visible"}),
+    "compose-hip-visible-past": ("compose-llama", [("docker/compose.yaml", "    deploy:\n",
+                                                    "    devices: [/dev/kfd, /dev/dri]\n    x-deploy:\n"),
+                                                   ("docker/compose.yaml", "      - LLAMA_ARG_CTX_SIZE",
+                                                    "      - HIP_VISIBLE_DEVICES=1\n      - LLAMA_ARG_CTX_SIZE")],
+                                 {"chat:device-visibility": "device-visibility/nothing-visible"}),
     "compose-gpus-all": ("compose-llama", [("docker/compose.yaml", 'device_ids: ["0"]', "count: all")], {}),
     "compose-runtime-nvidia": ("compose-llama", [("docker/compose.yaml", "    deploy:\n", "    runtime: nvidia\n    x-deploy:\n")],
                                {}),

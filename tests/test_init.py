@@ -32,7 +32,7 @@ HOSTS = {
     "unit-script": 'ram_gib = 64\ndevices = [{ name = "CUDA0", vram_bytes = 24152899584 }]\n',
 }
 # What init names each fleet's one service (the unit's file name): the hand-written names are the author's choice.
-NAMES = {"unit-exec": "llama-chat", "unit-script": "llama-server"}
+NAMES = {"unit-exec": "llama-chat", "unit-script": "llama-server-unit"}
 
 
 def _bare(tmp_path: Path, name: str) -> Path:
@@ -126,7 +126,7 @@ def test_a_host_declared_without_cards_skips_exactly_the_check_that_needs_them(t
     assert _init(capsys, str(repo))[0] == 0
     _declare_host(repo / "fleet.toml", "ram_gib = 64\ndevices = []\n")
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server", **{"llama-server:device-visibility": SKIPPED})
+    assert outcomes == _table("unit-script", "llama-server-unit", **{"llama-server-unit:device-visibility": SKIPPED})
 
 
 def _stub(tmp_path: Path, name: str, script: str) -> dict[str, str]:
@@ -157,7 +157,7 @@ def test_probe_reads_the_cards_from_nvidia_smi_and_needs_no_hand_edit(tmp_path: 
     assert abs(host.ram_bytes - mem_kib * 1024) <= 0.05 * (1 << 30) + 1
     assert f"then: cd {repo} && pytest --fleet fleet.toml" in out and "TODO" not in out
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server")
+    assert outcomes == _table("unit-script", "llama-server-unit")
 
 
 def test_without_probe_no_tool_of_the_host_is_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -471,7 +471,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "unit-bash-c": {"llama-mistral": "mistral"},
     "unit-exec": {"llama-chat": "chat"},
     "unit-install-env": {"llama": "llama"},
-    "unit-script": {"llama-server": "qwen"},
+    "unit-script": {"llama-server-unit": "qwen"},
 }
 
 # Where the written fleet is judged otherwise than the hand-written one, because the hand-written fleet.toml declares
@@ -532,3 +532,66 @@ def test_init_then_the_seams_give_the_hand_written_fleets_table(name: str, tmp_p
     assert renamed == expected
     for text in texts.values():
         assert "Traceback" not in text
+
+
+# -- the port clients reach, read from what starts the process in front (issue 32) ---------------------------------
+
+def test_llama_swaps_listen_address_in_its_unit_is_every_models_port(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "config.yaml").write_text(LLAMA_SWAP, encoding="utf-8")
+    (repo / "llama-swap.service").write_text(
+        "[Unit]\nDescription=llama-swap\n\n[Service]\n"
+        "ExecStart=/usr/local/bin/llama-swap --config /etc/llama-swap/config.yaml --listen 0.0.0.0:10434\n"
+        "Restart=always\n\n[Install]\nWantedBy=multi-user.target\n", encoding="utf-8")
+    code, _, err = _init(capsys, str(repo))
+    assert (code, err) == (0, "")
+    text = (repo / "fleet.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    assert {name: service["port"] for name, service in data["services"].items()} == {
+        "fixed": 10434, "gemma": 10434, "qwen": 10434}
+    assert "port = 10434  # llama-swap's --listen in llama-swap.service:5" in text
+    _schema_valid(data)
+
+
+def test_the_routers_port_and_models_max_come_from_its_unit_and_the_router_is_no_service(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    (repo / "systemd").mkdir(parents=True)
+    (repo / "models.ini").write_text("version = 1\n\n[*]\nn-gpu-layers = 99\nc = 8192\n\n"
+                                     "[qwen3-8b]\nmodel = /srv/models/Qwen3-8B-Q4_K_M.gguf\n\n"
+                                     "[gemma-3-4b]\nmodel = /srv/models/gemma-3-4b-it-Q4_K_M.gguf\n", encoding="utf-8")
+    (repo / "systemd" / "llama-server.service").write_text(
+        "[Service]\nExecStart=/opt/llama.cpp/build/bin/llama-server --models-preset /etc/llama.cpp/models.ini "
+        "--host 0.0.0.0 --port 8081 --models-max 3\n", encoding="utf-8")
+    code, _, err = _init(capsys, str(repo))
+    assert (code, err) == (0, "")
+    data = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
+    assert data["services"] == {
+        "gemma-3-4b": {"host": "localhost", "port": 8081, "engine": "llama.cpp", "models_preset": "models.ini",
+                       "preset_model": "gemma-3-4b", "models_max": 3,
+                       "payload": ["/srv/models/gemma-3-4b-it-Q4_K_M.gguf"]},
+        "qwen3-8b": {"host": "localhost", "port": 8081, "engine": "llama.cpp", "models_preset": "models.ini",
+                     "preset_model": "qwen3-8b", "models_max": 3, "payload": ["/srv/models/Qwen3-8B-Q4_K_M.gguf"]},
+    }
+    _schema_valid(data)
+
+
+def test_a_compose_service_named_llama_server_gets_its_published_port_and_a_name_fit_reads_as_a_service(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # fleet.toml's port is where clients reach the engine: the host side of "9292:8080" (docs/sources.md, compose)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "docker-compose.yml").write_text(
+        "services:\n  llama-server:\n    image: ghcr.io/ggml-org/llama.cpp:server-rocm\n"
+        "    ports:\n      - \"9292:8080\"\n    devices:\n      - /dev/kfd\n      - /dev/dri\n"
+        "    group_add:\n      - video\n      - render\n    volumes:\n      - /srv/models:/models:ro\n"
+        "    command: -m /models/qwen3-8b.gguf -ngl 99\n", encoding="utf-8")
+    code, _, err = _init(capsys, str(repo))
+    assert (code, err) == (0, "")
+    data = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
+    assert data["services"] == {
+        "llama-server-compose": {"host": "localhost", "port": 9292, "engine": "llama.cpp",
+                                 "compose": "docker-compose.yml", "compose_service": "llama-server",
+                                 "payload": ["/srv/models/qwen3-8b.gguf"]}}

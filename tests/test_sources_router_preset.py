@@ -87,6 +87,24 @@ def test_the_ini_grammar_is_llama_cpps_not_configparsers(tmp_path: Path) -> None
     assert dict(preset.sections["default"].keys) == {"c": ("1024", 1)}
 
 
+def test_a_version_key_before_the_first_header_makes_no_phantom_default_model(tmp_path: Path) -> None:
+    # llama.cpp's parser files top-level keys under `default` and skips `version`: nothing is left to load
+    preset = read_preset(_preset(tmp_path, (
+        "version = 1\n"
+        "\n"
+        "[*]\n"
+        "n-gpu-layers = 99\n"
+        "[qwen3-8b]\n"
+        "model = /models/Qwen3-8B-Q4_K_M.gguf\n")))
+    assert sorted(preset.sections) == ["qwen3-8b"]
+    assert preset.residencies(4) == ((frozenset({"qwen3-8b"}),),)
+    # a top-level key that is an option is llama.cpp's model `default`, and an explicit [default] stays a section
+    kept = read_preset(_preset(tmp_path, "version = 1\nc = 2048\n[a]\nm = /m/a.gguf\n"))
+    assert sorted(kept.sections) == ["a", "default"]
+    headed = read_preset(_preset(tmp_path, "[default]\nversion = 1\n[a]\nm = /m/a.gguf\n"))
+    assert sorted(headed.sections) == ["a", "default"]
+
+
 def test_the_router_sets_host_port_and_alias_and_drops_its_own_options(tmp_path: Path) -> None:
     preset = read_preset(_preset(tmp_path, (
         "[*]\napi-key = secret\nmodels-max = 2\nport = 9000\n"

@@ -13,6 +13,9 @@ from fleetgate.fleet import Device
 from fleetgate.rendered import RenderedService
 
 NAME = "device-visibility"
+VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
+"""The variables that narrow what the engine enumerates, in the order they apply: ROCm's runtime filter, then the
+HIP/CUDA index into what is left; a Vulkan build's ggml backend indexes the devices its loader lists."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ def _select(devices: tuple[Device, ...], spec: str, variable: str) -> tuple[tupl
 def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Visibility:
     devices = all_devices
     steps: list[str] = []
-    for variable in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+    for variable in VISIBILITY:
         if variable in env:
             devices, problem = _select(devices, env[variable], variable)
             steps.append(f"{variable}={env[variable]} -> {', '.join(d.name for d in devices) or 'nothing'}")
@@ -67,7 +70,8 @@ CHECK = service_seam(
         "non-serving-card-visible": "a non-serving device (an iGPU) is visible to the engine",
         "too-few-visible": "fewer visible devices than `--device`/tensor parallelism needs",
         "tensor-split-length": "`--device` and `--tensor-split` of different lengths",
-        "compose-no-gpu": "a compose service is granted no GPU (no `deploy.resources.reservations.devices`, `gpus:` or `runtime: nvidia`)",
+        "compose-no-gpu": ("a compose service is granted no GPU (no `deploy.resources.reservations.devices`, `gpus:`, "
+                           "`runtime: nvidia` or `/dev/dri` in `devices:`)"),
         "compose-unknown-device": "a compose GPU grant names a device id that is not an index of the host's cards",
     },
 )
@@ -78,7 +82,8 @@ def device_visibility(config: RenderedService) -> None:
     env = dict(config.rendered.env)
     seen = visible_devices(_granted(config), env)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
-                                                     "ROCR_VISIBLE_DEVICES") if v in env), str(config.rendered.script))
+                                                     "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES") if v in env),
+                 str(config.rendered.script))
     if seen.problem or not seen.devices:
         raise CHECK.fail(
             config, "nothing-visible",
@@ -133,7 +138,7 @@ def _granted(config: RenderedService) -> tuple[Device, ...]:
             config, "compose-no-gpu",
             where=f"{compose.path}:{compose.line}",
             observed=(f"compose service {compose.name} is granted no GPU: no deploy.resources.reservations.devices, "
-                      "no gpus:, no runtime: nvidia"),
+                      "no gpus:, no runtime: nvidia, no /dev/dri in devices:"),
             expected=f"the container granted the serving cards ({', '.join(d.name for d in config.host.cards)})",
             fix=("reserve them: deploy: resources: reservations: devices: [{driver: nvidia, count: 1, capabilities: "
                  "[gpu]}] (a container sees no GPU unless it is granted one: llama.cpp then runs on the CPU, vLLM "

@@ -9,6 +9,7 @@ import posixpath
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from yaml.nodes import MappingNode, Node
@@ -26,6 +27,7 @@ from fleetgate.init.found import (
     model_paths,
     port_of,
     rel_path,
+    repository_file,
     service_name,
     shell_script,
     stub_fleet,
@@ -201,7 +203,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
                                       "container that no bind mount with a host path maps; payload left out"))
             else:
                 payload.append(host_path)
-        found.append(Found(name=service_name(entry.name, ctx.taken), engine=engine, port=port, port_from=port_from,
+        found.append(Found(name=service_name(entry.name, ctx.taken, "compose"), engine=engine, port=port, port_from=port_from,
                            source=where, payload=tuple(payload), compose=rel, compose_service=entry.name))
     return found
 
@@ -230,7 +232,7 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
         engine, first = hit
         args = model.argv[first:]
         env = {key: value for key, (value, _) in model.env.items()}
-        found.append(Found(name=service_name(model_id, ctx.taken), engine=engine, port=LLAMA_SWAP_LISTEN,
+        found.append(Found(name=service_name(model_id, ctx.taken, "swap"), engine=engine, port=LLAMA_SWAP_LISTEN,
                            port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
                            source=f"{rel}:{model.line}", payload=tuple(model_paths(engine, args, env)),
                            llama_swap=rel, llama_swap_model=model_id))
@@ -257,12 +259,78 @@ def _from_router_preset(ctx: Context, path: Path) -> list[Found]:
     found: list[Found] = []
     for name in names:
         argv, _ = child_argv(preset, name, "llama-server", BUILD)
-        found.append(Found(name=service_name(name, ctx.taken), engine="llama.cpp", port=ROUTER_PORT,
+        found.append(Found(name=service_name(name, ctx.taken, "preset"), engine="llama.cpp", port=ROUTER_PORT,
                            port_from="llama-server's default --port 8080 for the router (edit it if the router runs "
                                      "with another)",
                            source=f"{rel}:{preset.sections[name].line}", payload=tuple(model_paths("llama.cpp", argv[1:], {})),
                            models_preset=rel, preset_model=name))
     return found
+
+
+# --- the processes in front of the models: llama-swap and the llama.cpp router --------------------------------
+
+
+@dataclass(frozen=True)
+class FrontDoor:
+    """What a unit's command line says of the process clients reach for a llama-swap config or a router preset."""
+
+    port: int | None
+    models_max: int | None
+    where: str
+    unit: Path
+    """The unit that runs llama-swap or the router (``llama-server --models-preset``): the models behind it are the
+    services, not it."""
+
+
+_LISTEN = re.compile(r"^(?:.*:)?(\d{1,5})$")
+
+
+def _flag_values(words: Sequence[str], names: tuple[str, ...]) -> str | None:
+    """The last value of any of ``names`` (``--flag VALUE`` or ``--flag=VALUE``), as the engines' parsers keep it."""
+    value = None
+    for i, word in enumerate(words):
+        name, eq, given = word.partition("=")
+        if name in names:
+            value = given if eq else (words[i + 1] if i + 1 < len(words) else None)
+    return value
+
+
+def _repository_file(ctx_root: Path, deploy_root: str | None, files: Sequence[Path], named: str) -> Path | None:
+    local = repository_file(ctx_root, deploy_root, named)
+    if local is not None:
+        return local.resolve()
+    same = [f for f in files if f.name == posixpath.basename(named)]
+    return same[0].resolve() if len(same) == 1 else None
+
+
+def _front_doors(root: Path, deploy_root: str | None, files: Sequence[Path],
+                 units: Sequence[tuple[Path, Unit]]) -> dict[Path, FrontDoor]:
+    """Repository config file -> the port (and ``--models-max``) its unit starts llama-swap or the router with."""
+    doors: dict[Path, FrontDoor] = {}
+    for file, unit in units:
+        for setting in unit.all("Service", "ExecStart")[-1:]:
+            try:
+                words = split_command(unprefixed(setting))
+            except InputError:
+                continue
+            program = posixpath.basename(words[0]) if words else ""
+            where = f"{rel_path(root, file)}:{setting.line}"
+            if program == "llama-swap":
+                config, listen = _flag_values(words, ("-config", "--config")), _flag_values(words, ("-listen", "--listen"))
+                models_max = None
+            elif program == "llama-server" and _flag_values(words, ("--models-preset",)) is not None:
+                config, listen = _flag_values(words, ("--models-preset",)), _flag_values(words, ("--port",))
+                text = _flag_values(words, ("--models-max",))
+                models_max = int(text) if text is not None and text.isdigit() else None
+            else:
+                continue
+            local = _repository_file(root, deploy_root, files, config) if config else None
+            if local is None:
+                continue
+            match = _LISTEN.match(listen or "")
+            port = int(match.group(1)) if match and 0 < int(match.group(1)) < 65536 else None
+            doors[local] = FrontDoor(port, models_max, where, file)
+    return doors
 
 
 # --- discovery ---------------------------------------------------------------------------------------------------
@@ -313,8 +381,12 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                    render=sandbox_render if render_scripts else None, files=tuple(files))
     services: list[Found] = []
     read: Counter[str] = Counter()
+    doors = _front_doors(root, deploy_root, tuple(files), units)
+    fronts = {door.unit for door in doors.values()}
     for file, unit in units:
         read["units"] += 1
+        if file in fronts:
+            continue  # llama-swap's or the router's models are the services (read below with the port it gives)
         try:
             found = from_unit(ctx, file, unit)
         except InputError as exc:
@@ -341,7 +413,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 services += _from_compose(ctx, file)
             elif _has_entry_with(top.get("models"), ("cmd",)):
                 read["llama-swap configs"] += 1
-                services += _from_llama_swap(ctx, file)
+                services += _with_door(_from_llama_swap(ctx, file), doors.get(file.resolve()), "llama-swap's --listen")
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
     for file in presets:
@@ -352,7 +424,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             continue
         if found_presets:
             read["router presets"] += 1
-            services += found_presets
+            services += _with_door(found_presets, doors.get(file.resolve()), "the router's --port")
     named = [found for found in services if _nameable(root, found, notes)]
     return Discovery(root=root, services=tuple(named), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
@@ -375,6 +447,15 @@ def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
                           f"{bad}: not UTF-8, which fleet.toml cannot hold; services.{found.name} left out"))
         return False
     return True
+
+
+def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Found]:
+    """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with."""
+    if door is None:
+        return found
+    return [replace(f, port=door.port if door.port is not None else f.port,
+                    port_from=f"{what} in {door.where}" if door.port is not None else f.port_from,
+                    models_max=door.models_max) for f in found]
 
 
 def _standalone(file: Path) -> bool:

@@ -53,6 +53,8 @@ DEFAULT_PORT: Mapping[str, int] = {"llama.cpp": 8080, "vllm": 8000}
 
 
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
+COMMAND_WORDS = frozenset({"llama-server"})
+"""Words ``fleetgate fit`` reads as the start of an engine command line: never a service name init writes."""
 
 
 def visible(text: str) -> str:
@@ -109,6 +111,8 @@ class Found:
     llama_swap_model: str | None = None
     models_preset: str | None = None
     preset_model: str | None = None
+    models_max: int | None = None
+    """The router's ``--models-max``, from the unit that starts it (a router preset's models)."""
     env_template: tuple[str, str] | None = None
     """(template, install script): the env file the unit reads is the script's rendering of the template."""
 
@@ -128,10 +132,15 @@ def rel_path(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def service_name(raw: str, taken: set[str]) -> str:
+def service_name(raw: str, taken: set[str], shape: str) -> str:
+    """fleet.toml's ``[a-z0-9-]`` form of ``raw``, unique among ``taken``. A name that is an engine command the CLI
+    reads as a command line (``llama-server.service``, a compose service ``llama-server``) gets its shape after it
+    (``llama-server-unit``), so that ``fleetgate fit NAME`` never has two readings."""
     base = _NAME_BAD.sub("-", raw.lower()).strip("-") or "service"
     if not base[0].isalnum():
         base = "s" + base
+    if base in COMMAND_WORDS:
+        base = f"{base}-{shape}"
     name, n = base, 2
     while name in taken:
         name, n = f"{base}-{n}", n + 1

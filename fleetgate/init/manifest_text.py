@@ -77,6 +77,8 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
             value = getattr(found, key)
             if value is not None:
                 out.append(f"{key} = {toml_string(value)}")
+        if found.models_max is not None:
+            out.append(f"models_max = {found.models_max}  # the router's --models-max")
         if found.env_template is not None:
             out.append("# the unit's EnvironmentFile= is written on the host by this script from this template")
             out.append(f"env_file = {{ template = {toml_string(found.env_template[0])}, script = {toml_string(found.env_template[1])} }}")

@@ -106,7 +106,7 @@ def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
         from fleetgate.sources.systemd import expand_exec
 
         engine, start = hit
-        name = service_name(path.stem, ctx.taken)
+        name = service_name(path.stem, ctx.taken, "unit")
         templates = {ctx.templates[s.value.lstrip("-")] for s in unit.all("Service", "EnvironmentFile")
                      if s.value.lstrip("-") in ctx.templates}
         template = templates.pop() if len(templates) == 1 else None
@@ -158,7 +158,7 @@ def _from_inline(ctx: Context, unit: Unit, setting: Setting, script: str, env: M
             args.append(re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), w))
         port = port_of(engine, args, env)
         rel = rel_path(ctx.root, unit.path)
-        return Found(name=service_name(unit.path.stem, ctx.taken), engine=engine, port=port or DEFAULT_PORT[engine],
+        return Found(name=service_name(unit.path.stem, ctx.taken, "unit"), engine=engine, port=port or DEFAULT_PORT[engine],
                      port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
                      source=f"{rel}:{setting.line}", payload=tuple(model_paths(engine, args, env)), unit=rel)
     return None
@@ -214,7 +214,7 @@ def from_script(ctx: Context, script: Path, unit: Path | None, env_file: Path | 
         engines = ("llama.cpp", "vllm")
     else:
         return None
-    name = service_name((unit or script).stem, ctx.taken)
+    name = service_name((unit or script).stem, ctx.taken, "unit" if unit is not None else "script")
     rel_script = rel_path(ctx.root, script)
     guesses = tuple(v for v in env.values() if v.startswith("/") and v.endswith(_MODEL_SUFFIXES))
     engine = engines[0]

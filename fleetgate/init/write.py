@@ -137,6 +137,8 @@ def _meant(discovery: Discovery) -> dict[str, dict[str, Any]]:
                     "models_preset", "preset_model"):
             if getattr(found, key) is not None:
                 entry[key] = getattr(found, key)
+        if found.models_max is not None:
+            entry["models_max"] = found.models_max
         if found.env_template is not None:
             entry["env_file"] = {"template": found.env_template[0], "script": found.env_template[1]}
         if found.payload:

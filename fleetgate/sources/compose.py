@@ -109,7 +109,8 @@ class ComposeService:
     host_network: bool
     mounts: tuple[Mount, ...]
     gpus: Grant | None
-    """None: nothing grants the container a GPU (no reservation, no ``gpus:``, no ``runtime: nvidia``)."""
+    """None: nothing grants the container a GPU (no reservation, no ``gpus:``, no ``runtime: nvidia``, no
+    ``/dev/dri`` render node in ``devices:``)."""
     unset: tuple[str, ...] = ()
     """Variables the file interpolates that the ``.env`` file does not set (compose: a blank string)."""
     command_where: str = ""
@@ -776,6 +777,23 @@ def _device_ids(reader: _Reader, node: Node, label: str) -> tuple[tuple[int, ...
     return tuple(ids), tuple(unknown)
 
 
+def _render_nodes(reader: _Reader, devices: Node | None, what: str) -> Grant | None:
+    """An AMD or Vulkan GPU passed as device nodes (``devices: [/dev/kfd, /dev/dri]``): ROCm opens ``/dev/kfd`` and
+    the cards' render nodes, Vulkan the render nodes alone. Which card a single ``renderD12N`` node is depends on the
+    host's DRM order, which no file says: every card is taken as granted (never a finding from a guessed index)."""
+    if devices is None:
+        return None
+    nodes = [(text.split(":", 1)[0], item) for text, item in reader.strings(devices, f"{what}.devices")]
+    render = [(source, item) for source, item in nodes
+              if source.rstrip("/") == "/dev/dri" or source.startswith("/dev/dri/renderD")]
+    if not render:
+        return None
+    kfd = any(source == "/dev/kfd" for source, _ in nodes)
+    named = ", ".join(source for source, _ in render)
+    return Grant(None, f"devices: {'/dev/kfd, ' if kfd else ''}{named} ({'ROCm' if kfd else 'Vulkan'}: every card "
+                 "the render nodes expose)", reader.where(render[0][1]))
+
+
 def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
           container: Mapping[str, Origin]) -> Grant | None:
     deploy = attr("deploy")
@@ -837,6 +855,9 @@ def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
     if granted:
         where = reader.where(requests[0][0])
         return Grant(tuple(dict.fromkeys(indices)), requests[0][1], where, tuple(unknown))
+    amd = _render_nodes(reader, attr("devices"), what)
+    if amd is not None:
+        return amd
     runtime = attr("runtime")
     if runtime is not None and reader.text(runtime, f"{what}.runtime") == "nvidia":
         visible = container.get("NVIDIA_VISIBLE_DEVICES")

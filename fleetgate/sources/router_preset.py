@@ -15,7 +15,9 @@ as a delimiter, folds key case, joins indented continuation lines and refuses a 
   characters (nothing is unquoted or unescaped);
 - a key given twice in a section keeps its last value; a header given twice starts its section afresh;
   keys before the first header belong to a model named ``default``;
-- ``[*]`` is the global section, under every model's own keys; ``version`` is skipped.
+- ``[*]`` is the global section, under every model's own keys; ``version`` is skipped. A file that starts with
+  ``version = 1`` and nothing else before its first header gives llama.cpp a ``default`` preset with no option: it
+  names nothing to load, so it is not read as a model (co-residence would otherwise ask to declare a phantom).
 
 A key is a llama-server option: any of its names without the leading dashes (``c``, ``ctx-size``,
 ``no-jinja``) or its environment name (``LLAMA_ARG_CTX_SIZE``). A key no option has makes llama-server refuse the
@@ -131,11 +133,13 @@ def read_preset(path: Path) -> Preset:
     text = read_text(path, "the router preset")
     sections: dict[str, dict[str, tuple[str, int]]] = {}
     lines: dict[str, int] = {}
+    headed: set[str] = set()
     current = DEFAULT_SECTION
     for number, line in enumerate(re.split(r"\r\n|\n|\r", text), start=1):
         header = _HEADER.match(line)
         if header is not None and _END.match(header.group("rest")):
             current = header.group("name")
+            headed.add(current)
             sections[current] = {}  # a header given again starts its section afresh, as llama.cpp's map does
             lines[current] = number
             continue
@@ -151,6 +155,8 @@ def read_preset(path: Path) -> Preset:
         raise InputError(path, number, f"{line.strip()[:60]!r} is neither [SECTION], KEY = VALUE, a ; or # comment nor "
                          "blank; expected llama.cpp's preset INI (llama-server refuses the whole file: \"failed to "
                          "parse server config file\"; a key starts in the first column)")
+    if DEFAULT_SECTION not in headed and set(sections.get(DEFAULT_SECTION, {})) <= {"version"}:
+        sections.pop(DEFAULT_SECTION, None)
     found = {name: PresetSection(name, lines[name], keys) for name, keys in sections.items()}
     return Preset(path=path, sections={n: s for n, s in found.items() if n != GLOBAL},
                   global_section=found.get(GLOBAL))

@@ -82,6 +82,28 @@ def test_fit_a_bare_command_line(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert code == 0 and out.splitlines()[1].split()[0] == "MiB"
 
 
+def test_a_declared_service_named_llama_server_is_fitted_as_that_service(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    # a unit llama-server.service gives a service of that name: the name the fleet declares wins over the argv
+    from tests.fleet_edits import edited_fleet
+
+    fleet = edited_fleet(tmp_path, [("fleet.toml", "[services.frank-medium]\n", "[services.llama-server]\n")])
+    text = fleet.read_text(encoding="utf-8").replace("services.frank-medium.", "services.llama-server.")
+    fleet.write_text(text, encoding="utf-8")
+    code, out, err = run(capsys, "fit", "llama-server", "--fleet", str(fleet))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0].startswith("llama-server on dankserver")
+
+
+def test_llama_server_alone_with_no_fleet_is_the_command_line(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "fit", "llama-server")
+    assert (code, out) == (2, "")
+    assert err == ("fleetgate: llama-server: no model: no -m MODEL.gguf, --model-url or -hf/-hff; expected the model "
+                   "(or --profile FILE.toml)\n")
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (("fit", "frank-nope", "--fleet", FLEET), "no service 'frank-nope'"),
     (("fit", "frank-dragoon", "--fleet", FLEET), "frank-dragoon runs openai; fleetgate's ledgers are llama.cpp's and vLLM's"),
