@@ -29,7 +29,7 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -471,10 +471,12 @@ class _Project:
                                    f"repository, relative to {base}")
         return path
 
-    def load(self, file: _File) -> Node:
-        if len(self.read) >= MAX_COMPOSE_FILES:
-            raise InputError(file.path, None, f"the compose project reads more than {MAX_COMPOSE_FILES} files; "
-                             "expected includes and extends that name each file a few times at most")
+    def load(self, file: _File, named_by: tuple[Node, str] | None = None) -> Node:
+        """``file`` read, interpolated and adopted; ``named_by``: the node that names it, and what it is."""
+        if len(self.read) >= MAX_COMPOSE_FILES and named_by is not None:
+            node, what = named_by
+            raise self.reader.fail(node, f"{what}: the compose project would read more than {MAX_COMPOSE_FILES} files; "
+                                   "expected includes and extends that name each file a few times at most")
         self.read.append(file.path)
         root = _load(file.path)
         _interpolate_all(file, root)
@@ -490,13 +492,14 @@ class _Project:
 
     # --- a project: its files merged, its includes imported, its extends applied
 
-    def project(self, paths: list[Path], file: _File, chain: tuple[Path, ...]) -> dict[str, Node]:
-        """The services of the project whose files are ``paths`` (later ones override), ``file`` giving the variables
-        and the project directory."""
+    def project(self, paths: Sequence[tuple[Path, tuple[Node, str] | None]], file: _File,
+                chain: tuple[Path, ...]) -> dict[str, Node]:
+        """The services of the project whose files are ``paths`` (later ones override; each with the node that names
+        it), ``file`` giving the variables and the project directory."""
         services: dict[str, Node] = {}
-        for path in paths:
+        for path, named_by in paths:
             this = _File(path, file.env, file.project, file.base)
-            root = self.load(this)
+            root = self.load(this, named_by)
             for name, node in self.services_of(root, "the compose file").items():
                 services[name] = self.merge_service(services[name], node) if name in services else node
             include = self.reader.get(root, "include", "the compose file")
@@ -529,8 +532,9 @@ class _Project:
                 env_files = reader.get(entry, "env_file", what)
             else:
                 written, directory, env_files = [(reader.text(entry, what), entry)], None, None
-            paths = [self.confined(n, text, file.base, f"{what}.path" if n is not entry else what,
-                                   "a compose file") for text, n in written]
+            labels = [f"{what}.path" if n is not entry else what for _, n in written]
+            paths = [self.confined(n, text, file.base, label, "a compose file")
+                     for (text, n), label in zip(written, labels, strict=True)]
             for path, (text, n) in zip(paths, written, strict=True):
                 if _real(path) in chain:
                     cycle = " -> ".join([*(str(p) for p in chain), str(_real(path))])
@@ -563,7 +567,8 @@ class _Project:
                         env[key] = origin.value
                         origins[key] = origin
             included = _File(paths[0], env, origins, base)
-            for name, service in self.project(paths, included, chain).items():
+            named = [(path, (n, label)) for path, (_, n), label in zip(paths, written, labels, strict=True)]
+            for name, service in self.project(named, included, chain).items():
                 if name in imported and not self.same(imported[name], service):
                     raise reader.fail(entry, f"{what}: services.{name} is defined again by {reader.where(service)}, "
                                       f"another included file, and differs; expected one definition of each service "
@@ -615,7 +620,7 @@ class _Project:
         if file_node is not None and not reader.null(file_node):
             written = reader.text(file_node, f"{what}.extends.file")
             path = self.confined(file_node, written, file.base, f"{what}.extends.file", "a compose file")
-            other = self.extended_file(path, file)
+            other = self.extended_file(path, file, (file_node, f"{what}.extends.file"))
             if ref not in other.services:
                 raise reader.fail(ref_node, f"{what}.extends: no service {ref!r} in {written}; expected one of: "
                                   f"{', '.join(other.services) or 'none'}")
@@ -629,13 +634,13 @@ class _Project:
         loaded.resolved[name] = merged
         return merged
 
-    def extended_file(self, path: Path, by: _File) -> _Loaded:
+    def extended_file(self, path: Path, by: _File, named_by: tuple[Node, str]) -> _Loaded:
         """A file a service extends: interpolated with the extending project's variables, its relative paths its own
         directory's; its ``include:`` is not read (compose skips it there)."""
         key = (str(_real(path)), id(by.env))
         if key not in self._extended:
             file = _File(path, by.env, by.project, path.parent)
-            self._extended[key] = _Loaded(self.services_of(self.load(file), "the extended compose file"))
+            self._extended[key] = _Loaded(self.services_of(self.load(file, named_by), "the extended compose file"))
         return self._extended[key]
 
     # --- merging (compose-spec 13-merge.md)
@@ -726,7 +731,7 @@ def _open_project(repository: Path, path: Path,
             env[key] = value
     main = _File(path, env, project_env, path.parent)
     project = _Project(repository, main)
-    services = project.project([path], main, ())
+    services = project.project([(path, None)], main, ())
     root = project.roots[0]
     if not services and project.reader.get(root, "services", "the compose file") is None:
         raise project.reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
