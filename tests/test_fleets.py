@@ -162,6 +162,11 @@ CLEAN = {
                             **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                "chat:payload-defaults": SKIPPED}),
     "compose-vllm": _compose_vllm_table(),
+    # The same engine split over include: and extends: (the service defined in llm/compose.yaml, its image, mount and
+    # card in llm/base.yaml): it reads to the same seams as compose-llama's one file.
+    "compose-include": _table("attic", "chat", **{f"chat:{c}": o for c, o in NO_UNIT.items()},
+                              **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
+                                 "chat:payload-defaults": SKIPPED}),
     "unit-bash-c": _table("team-box", "mistral"),
     # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
     # a minimum).

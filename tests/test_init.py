@@ -464,6 +464,7 @@ def test_probe_reads_rocm_smi_where_there_is_no_nvidia_smi(tmp_path: Path, capsy
 # -> the name the fleet's author chose in the hand-written fleet.toml. The fleet's name is passed with --name.
 INIT_NAMES: dict[str, dict[str, str]] = {
     "compose-llama": {"chat": "chat"},
+    "compose-include": {"chat": "chat"},
     "compose-vllm": {"vllm": "qwen"},
     "docker-run": {"llama-coder": "coder"},
     "llama-swap": {"qwen2-5-coder-14b": "coder", "llama3-1-8b": "llama", "autocomplete": "autocomplete"},

@@ -243,18 +243,161 @@ def test_no_such_compose_service(tmp_path: Path) -> None:
     assert (line, message) == (3, "no compose service 'chat'; expected one of: web, db (set compose_service in fleet.toml)")
 
 
-def test_a_service_that_extends_another_is_refused_not_misread(tmp_path: Path) -> None:
-    line, message = _refused(tmp_path, "services:\n  chat:\n    extends:\n      file: base.yaml\n      service: llm\n",
-                             files={"base.yaml": SERVER})
-    assert (line, message) == (4, "services.chat.extends: fleetgate does not read extends yet, so the fields this "
-                                  "service takes from the other are not known; expected the service's image, command "
-                                  "and environment written in place")
+# include: and extends: (compose-spec 14-include.md, 05-services.md extends, 13-merge.md)
+def _values(read: ComposeService) -> dict[str, str]:
+    return {key: origin.value for key, origin in read.env.items()}
 
 
-def test_a_service_only_an_included_file_defines_says_include_is_not_read(tmp_path: Path) -> None:
-    line, message = _refused(tmp_path, "include:\n  - missing.yaml\nservices:\n  web:\n    image: nginx\n")
-    assert (line, message) == (4, "no compose service 'chat'; expected one of: web (set compose_service in fleet.toml) "
-                                  "(the files include: names are not read by fleetgate yet)")
+def test_include_short_form_joins_the_services_of_another_project(tmp_path: Path) -> None:
+    read = _read(tmp_path, "include:\n  - llm/compose.yaml\nservices:\n  web:\n    image: nginx\n", files={
+        "llm/compose.yaml": SERVER + "    env_file: llm.env\n    command: [-m, '/models/${MODEL}']\n"
+                            "    volumes:\n      - ./models:/models\n    ports: ['8081:8080']\n",
+        "llm/llm.env": "LLAMA_ARG_CTX_SIZE=4096\n", "llm/.env": "MODEL=a.gguf\n"})
+    assert read.argv == ("llama-server", "-m", "/models/a.gguf")
+    assert _values(read) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_CTX_SIZE": "4096"}
+    # relative paths are the included file's own directory's; where a value was set is the included file's line
+    assert [(m.source, m.target) for m in read.mounts] == [("/opt/f/llm/models", "/models")]
+    assert (read.path, read.line) == (tmp_path / "llm" / "compose.yaml", 3)
+    assert read.ports == (PortMap(8080, 8081, None, "tcp", f"{tmp_path / 'llm' / 'compose.yaml'}:8"),)
+    assert read.project["MODEL"].where == f"{tmp_path / 'llm' / '.env'}:1"
+
+
+def test_include_long_form_later_files_override_and_project_directory_holds_relative_paths(tmp_path: Path) -> None:
+    read = _read(tmp_path, (
+        "include:\n  - path: [stack/base.yaml, stack/gpu.yaml]\n    project_directory: run\n"
+        "    env_file: stack/vars.env\n"), files={
+        "stack/base.yaml": SERVER + "    command: [-m, '/models/${MODEL}', -c, '4096']\n    env_file: tuning.env\n"
+                                    "    environment:\n      LLAMA_ARG_N_PARALLEL: '1'\n",
+        "stack/gpu.yaml": "services:\n  chat:\n    command: [-m, '/models/${MODEL}', -ngl, '99']\n"
+                          "    environment:\n      - LLAMA_ARG_N_PARALLEL=2\n      - LLAMA_ARG_FLASH_ATTN=on\n",
+        "stack/vars.env": "MODEL=b.gguf\n", "run/tuning.env": "LLAMA_ARG_BATCH=512\n"})
+    assert read.argv == ("llama-server", "-m", "/models/b.gguf", "-ngl", "99")
+    assert _values(read) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_BATCH": "512", "LLAMA_ARG_N_PARALLEL": "2",
+                             "LLAMA_ARG_FLASH_ATTN": "on"}
+    assert read.env["LLAMA_ARG_N_PARALLEL"].where == f"{tmp_path / 'stack' / 'gpu.yaml'}:5"
+
+
+def test_the_including_project_s_variables_win_over_an_included_env(tmp_path: Path) -> None:
+    read = _read(tmp_path, "include:\n  - llm/compose.yaml\n", files={
+        ".env": "MODEL=main.gguf\n", "llm/.env": "MODEL=included.gguf\nCTX=2048\n",
+        "llm/compose.yaml": SERVER + "    command: [-m, '/m/${MODEL}', -c, '${CTX}']\n"})
+    assert read.argv == ("llama-server", "-m", "/m/main.gguf", "-c", "2048")
+
+
+def test_extends_in_the_same_file_merges_as_compose_does(tmp_path: Path) -> None:
+    read = _read(tmp_path, (
+        "services:\n  base:\n    image: ghcr.io/ggml-org/llama.cpp:server-cuda-b10867\n"
+        "    command: [-m, /m/base.gguf, -c, '8192']\n    environment:\n      LLAMA_ARG_N_PARALLEL: '1'\n"
+        "      LLAMA_ARG_JINJA: 'true'\n    ports: ['8081:8080', '9090:9090']\n"
+        "    volumes: [/srv/a:/models, /srv/cache:/cache]\n"
+        "    deploy:\n      resources:\n        reservations:\n          devices:\n"
+        "            - {driver: nvidia, device_ids: ['0'], capabilities: [gpu]}\n"
+        "  chat:\n    extends: base\n    command: [-m, /m/chat.gguf]\n"
+        "    environment:\n      - LLAMA_ARG_N_PARALLEL=4\n      - LLAMA_ARG_JINJA\n"
+        "    ports: ['8081:8080', '8082:8080']\n    volumes: ['/srv/b:/models:ro']\n"
+        "    deploy:\n      resources:\n        limits:\n          memory: 8g\n"))
+    assert read.argv == ("llama-server", "-m", "/m/chat.gguf")  # command replaced, not appended
+    # environment merged key by key; a bare KEY takes the shell's value (unknown), so the base's is gone too
+    assert _values(read) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_N_PARALLEL": "4"}
+    # ports appended, the same entry once; volumes one per target, the later in the earlier's place
+    assert [(p.published, p.target) for p in read.ports] == [(8081, 8080), (9090, 9090), (8082, 8080)]
+    assert [(m.source, m.target) for m in read.mounts] == [("/srv/b", "/models"), ("/srv/cache", "/cache")]
+    assert read.gpus is not None and read.gpus.indices == (0,)  # deploy merged key by key
+    assert (read.line, read.engine_build and read.engine_build.number) == (16, 10867)
+
+
+def test_extends_of_another_file_keeps_that_file_s_relative_paths(tmp_path: Path) -> None:
+    read = _read(tmp_path, "services:\n  chat:\n    extends:\n      file: common/llm.yaml\n      service: llm\n"
+                 "    env_file: chat.env\n", files={
+                     "common/llm.yaml": SERVER.replace("chat", "llm") + "    env_file: base.env\n    command: [-m, '/models/${MODEL}']\n"
+                                                 "    volumes: [./models:/models]\n",
+                     "common/base.env": "LLAMA_ARG_CTX_SIZE=4096\nLLAMA_ARG_ALIAS=base\n",
+                     "chat.env": "LLAMA_ARG_ALIAS=chat\n", ".env": "MODEL=c.gguf\n"})
+    # the extended file is interpolated with the extending project's variables
+    assert read.argv == ("llama-server", "-m", "/models/c.gguf")
+    assert _values(read) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_CTX_SIZE": "4096", "LLAMA_ARG_ALIAS": "chat"}
+    assert read.env["LLAMA_ARG_CTX_SIZE"].where == f"{tmp_path / 'common' / 'base.env'}:1"
+    assert [(m.source, m.target) for m in read.mounts] == [("/opt/f/common/models", "/models")]
+
+
+def test_a_chain_of_extends_is_followed(tmp_path: Path) -> None:
+    read = _read(tmp_path, "services:\n  chat:\n    extends: mid\n    command: [-m, /m/a.gguf]\n"
+                 "  mid:\n    extends: {file: base.yaml, service: gpu}\n    environment: {LLAMA_ARG_CTX_SIZE: '2048'}\n",
+                 files={"base.yaml": "services:\n  gpu:\n    extends: image\n    runtime: nvidia\n"
+                                     "  image:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"
+                                     "    environment: {LLAMA_ARG_CTX_SIZE: '1024', LLAMA_ARG_FA: 'on'}\n"})
+    assert read.argv == ("llama-server", "-m", "/m/a.gguf")
+    assert _values(read) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_CTX_SIZE": "2048", "LLAMA_ARG_FA": "on"}
+    assert read.gpus is not None and read.gpus.how.startswith("runtime: nvidia")
+
+
+def _refused_at(tmp_path: Path, compose: str, files: dict[str, str]) -> str:
+    with pytest.raises(InputError) as caught:
+        _read(tmp_path, compose, files=files)
+    assert str(caught.value).splitlines() == [str(caught.value)], "one line"
+    return str(caught.value).replace(str(tmp_path) + "/", "")
+
+
+def test_a_missing_included_file_is_one_line(tmp_path: Path) -> None:
+    assert _refused_at(tmp_path, "include:\n  - llm/missing.yaml\n", {}) == (
+        "compose.yaml:2: include[0]: llm/missing.yaml: no such file (looked for llm/missing.yaml); expected a "
+        f"compose file of the repository, relative to {tmp_path}")
+
+
+def test_an_included_file_outside_the_repository_by_symlink_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "llm.yaml").write_text(SERVER, encoding="utf-8")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "llm.yaml").symlink_to(outside / "llm.yaml")
+    message = _refused_at(repo, "include:\n  - path: llm.yaml\n", {})
+    assert message == (f"compose.yaml:2: include[0].path: llm.yaml resolves outside the fleet repository "
+                       f"({outside / 'llm.yaml'}); expected a compose file of the repository")
+
+
+def test_an_include_cycle_is_one_line(tmp_path: Path) -> None:
+    message = _refused_at(tmp_path, "include:\n  - a/a.yaml\nservices: {}\n", {
+        "a/a.yaml": "include:\n  - ../b.yaml\nservices: {}\n", "b.yaml": "include:\n  - a/a.yaml\nservices: {}\n"})
+    assert message == ("b.yaml:2: include[0]: a/a.yaml: an include cycle (compose.yaml -> a/a.yaml -> b.yaml -> "
+                       "a/a.yaml); expected included files that do not include the file back")
+
+
+def test_an_extends_cycle_is_one_line(tmp_path: Path) -> None:
+    message = _refused_at(tmp_path, "services:\n  chat:\n    extends: {file: base.yaml, service: a}\n", {
+        "base.yaml": "services:\n  a:\n    extends: b\n  b:\n    extends: {file: base.yaml, service: a}\n"})
+    assert message == ("base.yaml:3: services.a.extends: a cycle (compose.yaml:chat -> base.yaml:a -> base.yaml:b -> "
+                       "base.yaml:a); expected extends that end at a service which extends none")
+
+
+def test_a_service_defined_by_the_file_and_an_included_one_is_refused(tmp_path: Path) -> None:
+    message = _refused_at(tmp_path, "include:\n  - llm.yaml\n" + SERVER, {"llm.yaml": SERVER + "    command: [-c, '1']\n"})
+    assert message == ("compose.yaml:5: services.chat: defined here and in llm.yaml:3, which include: brings in; "
+                       "expected one definition of each service (compose: services.chat conflicts with imported "
+                       "resource)")
+    # the same definition twice (two included files that include one common file) is one service
+    read = _read(tmp_path, "include:\n  - a.yaml\n  - b.yaml\n", files={
+        "a.yaml": "include: [common.yaml]\nservices: {}\n", "b.yaml": "include: [common.yaml]\nservices: {}\n",
+        "common.yaml": SERVER})
+    assert (read.path, read.argv) == (tmp_path / "common.yaml", ("llama-server",))
+
+
+@pytest.mark.parametrize(("compose", "files", "expected"), [
+    ("services:\n  chat:\n    extends: {file: nope.yaml, service: llm}\n", {},
+     "compose.yaml:3: services.chat.extends.file: nope.yaml: no such file (looked for nope.yaml); expected a compose "
+     "file of the repository, relative to ."),
+    ("services:\n  chat:\n    extends: {file: base.yaml, service: llm}\n", {"base.yaml": "services:\n  web: {}\n"},
+     "compose.yaml:3: services.chat.extends: no service 'llm' in base.yaml; expected one of: web"),
+    ("services:\n  chat:\n    extends: llm\n  web:\n    image: nginx\n", {},
+     "compose.yaml:3: services.chat.extends: no service 'llm' in compose.yaml; expected one of: web"),
+    ("services:\n  chat:\n    extends: {file: base.yaml}\n", {},
+     "compose.yaml:3: services.chat.extends: no service; expected service: NAME (and file: FILE)"),
+    ("include: llm.yaml\n", {}, "compose.yaml:1: include: expected a list of files, got the str 'llm.yaml'"),
+])
+def test_extends_and_include_that_compose_refuses(tmp_path: Path, compose: str, files: dict[str, str],
+                                                  expected: str) -> None:
+    message = _refused_at(tmp_path, compose, files)
+    assert message == expected.replace("relative to .", f"relative to {tmp_path}")
 
 
 def test_an_env_file_outside_the_repository(tmp_path: Path) -> None:

@@ -178,6 +178,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
     rel = rel_path(ctx.root, path)
     found: list[Found] = []
     for entry in list_services(path, ctx.root):
+        defined = f"{rel_path(ctx.root, entry.path)}:{entry.line}"
         engine = ENGINE_BINARIES.get(entry.program or "")
         if engine is None:
             continue
@@ -186,7 +187,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
         env = {key: origin.value for key, origin in read.env.items()}
         args = read.argv[1:]
         listen = port_of(engine, args, env) or DEFAULT_PORT[engine]
-        where = f"{rel}:{entry.line}"
+        where = defined
         published = None if read.host_network else read.published(listen)
         if published is not None and published.published is not None:
             port, port_from = published.published, f"ports: in {where} (the engine listens on {listen} in the container)"
@@ -199,7 +200,7 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
             host_path = read.host_path(model)
             # A relative bind source is where the repository lies on the host: unknown without a deploy_root.
             if host_path is None or (ctx.deploy_root is None and host_path.startswith(str(ctx.root) + "/")):
-                ctx.notes.append(Note(path, entry.line, f"services.{entry.name}: the model {model} is a path in the "
+                ctx.notes.append(Note(entry.path, entry.line, f"services.{entry.name}: the model {model} is a path in the "
                                       "container that no bind mount with a host path maps; payload left out"))
             else:
                 payload.append(host_path)
@@ -402,13 +403,16 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
         if found is not None:
             services.append(found)
-    for file in yamls:
-        document = _yaml(ctx, file)
-        if not isinstance(document, MappingNode):
+    documents = [(file, _yaml(ctx, file)) for file in yamls]
+    composes = [file for file, document in documents if isinstance(document, MappingNode) and _compose_shaped(document)]
+    # A file another compose project includes or extends is read as part of that project, as compose reads it.
+    parts = _project_parts(ctx, composes)
+    for file, document in documents:
+        if not isinstance(document, MappingNode) or _real(file) in parts:
             continue
         top = merged_keys(document)
         try:
-            if _has_entry_with(top.get("services"), ("image", "command")):
+            if file in composes:
                 read["compose files"] += 1
                 services += _from_compose(ctx, file)
             elif _has_entry_with(top.get("models"), ("cmd",)):
@@ -456,6 +460,28 @@ def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Fo
     return [replace(f, port=door.port if door.port is not None else f.port,
                     port_from=f"{what} in {door.where}" if door.port is not None else f.port_from,
                     models_max=door.models_max) for f in found]
+
+
+def _compose_shaped(document: Node) -> bool:
+    top = merged_keys(document)
+    return "include" in top or _has_entry_with(top.get("services"), ("image", "command", "extends"))
+
+
+def _project_parts(ctx: Context, composes: list[Path]) -> set[Path]:
+    """The real paths of the compose files that another of ``composes`` includes or extends."""
+    from fleetgate.sources.compose import project_files
+
+    parts: set[Path] = set()
+    for file in composes:
+        try:
+            parts.update(_real(p) for p in project_files(file, ctx.root) if _real(p) != _real(file))
+        except InputError:
+            continue  # said once, when the file is read for its services
+    return parts
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
 
 
 def _standalone(file: Path) -> bool:

@@ -29,7 +29,7 @@ import os
 import posixpath
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
@@ -38,13 +38,13 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered, map_to_repo
-from fleetgate.sources.yaml_bounded import compose_yaml
+from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 
 if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
 
-__all__ = ["ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "interpolate", "list_services", "read_compose",
-           "render_compose"]
+__all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap",
+           "interpolate", "list_services", "project_files", "read_compose", "render_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ASCII digits only: str.isdigit() also takes digits int() refuses ("²"), and a port or a card has few digits.
@@ -290,22 +290,60 @@ def _closing_double(value: str) -> int:
 
 # ------------------------------------------------------------------------------------------------------ YAML access
 
-class _Reader:
-    """Nodes of one compose file, interpolated on access, every error at its line."""
+@dataclass(frozen=True, eq=False)
+class _File:
+    """One compose file as a project reads it: the variables that interpolate it, and the directory its relative paths
+    resolve against (its project directory; the file's own directory for a file another service extends)."""
 
-    def __init__(self, path: Path, env: Mapping[str, str]) -> None:
-        self.path = path
-        self.env = env
+    path: Path
+    env: Mapping[str, str]
+    project: Mapping[str, Origin]
+    """Where each of ``env`` was set (the ``.env`` files)."""
+    base: Path
+
+
+class _Reader:
+    """Nodes of the compose files of one project, interpolated on access, every error at its file and line."""
+
+    def __init__(self, main: _File) -> None:
+        self.main = main
         self.unset: list[str] = []
+        self._files: dict[int, _File] = {}
+        # The nodes _files names by id are kept alive here, so that no id is reused by another node.
+        self._kept: list[Node] = []
+
+    def adopt(self, root: Node, file: _File) -> None:
+        """Every node of ``root`` comes from ``file``."""
+        self._kept.append(root)
+        pending = [root]
+        while pending:
+            node = pending.pop()
+            if id(node) in self._files:
+                continue
+            self._files[id(node)] = file
+            if isinstance(node, SequenceNode):
+                pending += node.value
+            elif isinstance(node, MappingNode):
+                for key, value in node.value:
+                    pending += [key, value]
+
+    def made(self, node: Node, like: Node) -> Node:
+        """A node merged from others, read as coming from the file of ``like``."""
+        self._kept.append(node)
+        self._files[id(node)] = self.file(like)
+        return node
+
+    def file(self, node: Node) -> _File:
+        return self._files.get(id(node), self.main)
 
     def line(self, node: Node) -> int:
         return int(node.start_mark.line) + 1
 
     def where(self, node: Node) -> str:
-        return f"{self.path}:{self.line(node)}"
+        return f"{self.file(node).path}:{self.line(node)}"
 
     def fail(self, node: Node, message: str) -> InputError:
-        return InputError(self.path, self.line(node), message)
+        return InputError(self.file(node).path, self.line(node), message)
 
     def items(self, node: Node, what: str) -> list[tuple[str, Node, Node]]:
         """(key, key node, value node) of a mapping, ``<<`` merges applied (explicit keys win)."""
@@ -344,7 +382,8 @@ class _Reader:
     def text(self, node: Node, what: str) -> str:
         if not isinstance(node, ScalarNode):
             raise self.fail(node, f"{what}: expected a string, got {_kind(node)}")
-        return interpolate(node.value, self.env, self.path, self.line(node), self.unset)
+        file = self.file(node)
+        return interpolate(node.value, file.env, file.path, self.line(node), self.unset)
 
     def strings(self, node: Node, what: str) -> list[tuple[str, Node]]:
         """A string or a list of strings."""
@@ -368,40 +407,356 @@ def _load(path: Path) -> Node:
     return root
 
 
-# ---------------------------------------------------------------------------------------------------------- reading
+# ---------------------------------------------------------------------------------------------------------- projects
 
-def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str | None] | None = None) -> ComposeService:
-    """The compose service a fleet service names, read the way compose reads it."""
-    assert service.compose is not None
-    path = service.compose
-    name = service.compose_service or service.name
-    root = _load(path)
-    project = _project_env(fleet.root, path)
-    env = {n: o.value for n, o in project.items()}
+MAX_COMPOSE_FILES = 64
+"""The most compose files one project reads (its own, those it includes, those its services extend): a project split
+over a handful of files is common, and includes that repeat each other must not read files without end."""
+MAX_EXTENDS = 32
+"""The longest chain of ``extends:`` followed: real files chain two or three."""
+_LAYERS = "tag:fleetgate,2026:layers"
+"""The tag of a merged ``environment:``: each of its items is one service's own (a mapping or a list), in order."""
+_REPLACED = frozenset({"command", "entrypoint"})
+"""Service keys a later definition replaces whole (compose-spec 13-merge.md: shell commands)."""
+
+
+def _unique_key(reader: _Reader, key: str, item: Node) -> str | None:
+    """The key compose keeps one entry of a service sequence by (compose-go ``override/uncity.go``): a volume's or a
+    device's target, a port's text or {host_ip, published, target, protocol}, an env file's path; None: no key."""
+    def text(node: Node | None) -> str | None:
+        return reader.text(node, key) if isinstance(node, ScalarNode) else None
+
+    if key in ("volumes", "devices"):
+        if isinstance(item, MappingNode):
+            return text(merged_keys(item).get("target"))
+        written = text(item)
+        if written is None:
+            return None
+        parts = written.split(":")
+        return parts[1] if len(parts) > 1 else parts[0]
+    if key == "ports":
+        if isinstance(item, MappingNode):
+            fields = merged_keys(item)
+            return (f"{text(fields.get('host_ip')) or '0.0.0.0'}:{text(fields.get('published')) or ''}:"
+                    f"{text(fields.get('target'))}/{text(fields.get('protocol')) or 'tcp'}")
+        return text(item)
+    written = text(merged_keys(item).get("path")) if isinstance(item, MappingNode) else text(item)
+    return None if written is None else posixpath.normpath(posixpath.join(reader.file(item).base.as_posix(), written))
+
+
+class _Project:
+    """The services of a compose project, read as compose reads them: the files a top-level ``include:`` names join it
+    (each with its own project directory and ``.env``), and a service's ``extends:`` is merged into it
+    (compose-spec 14-include.md, 05-services.md ``extends``, 13-merge.md). Every file read is one of the repository by
+    real path."""
+
+    def __init__(self, repository: Path, main: _File) -> None:
+        self.repository = repository
+        self.reader = _Reader(main)
+        self.read: list[Path] = []
+        self.roots: list[Node] = []
+        self._extended: dict[tuple[str, int], _Loaded] = {}
+
+    # --- files
+
+    def confined(self, node: Node, written: str, base: Path, what: str, kind: str) -> Path:
+        """The file ``written`` relative to ``base``, when it is a file of the repository by real path."""
+        # Joined and cleaned as compose joins it (Go's filepath.Join), then confined by real path.
+        path = Path(posixpath.normpath(base / written))
+        resolved = _real(path)
+        if not _inside(self.repository, resolved):
+            raise self.reader.fail(node, f"{what}: {written} resolves outside the fleet repository ({resolved}); "
+                                   f"expected {kind} of the repository")
+        if not resolved.is_file():
+            raise self.reader.fail(node, f"{what}: {written}: no such file (looked for {path}); expected {kind} of the "
+                                   f"repository, relative to {base}")
+        return path
+
+    def load(self, file: _File, named_by: tuple[Node, str] | None = None) -> Node:
+        """``file`` read, interpolated and adopted; ``named_by``: the node that names it, and what it is."""
+        if len(self.read) >= MAX_COMPOSE_FILES and named_by is not None:
+            node, what = named_by
+            raise self.reader.fail(node, f"{what}: the compose project would read more than {MAX_COMPOSE_FILES} files; "
+                                   "expected includes and extends that name each file a few times at most")
+        self.read.append(file.path)
+        root = _load(file.path)
+        _interpolate_all(file, root)
+        self.reader.adopt(root, file)
+        self.roots.append(root)
+        return root
+
+    def services_of(self, root: Node, what: str) -> dict[str, Node]:
+        services = self.reader.get(root, "services", what)
+        if services is None or self.reader.null(services):
+            return {}
+        return {name: node for name, _, node in self.reader.items(services, "services")}
+
+    # --- a project: its files merged, its includes imported, its extends applied
+
+    def project(self, paths: Sequence[tuple[Path, tuple[Node, str] | None]], file: _File,
+                chain: tuple[Path, ...]) -> dict[str, Node]:
+        """The services of the project whose files are ``paths`` (later ones override; each with the node that names
+        it), ``file`` giving the variables and the project directory."""
+        services: dict[str, Node] = {}
+        for path, named_by in paths:
+            this = _File(path, file.env, file.project, file.base)
+            root = self.load(this, named_by)
+            for name, node in self.services_of(root, "the compose file").items():
+                services[name] = self.merge_service(services[name], node) if name in services else node
+            include = self.reader.get(root, "include", "the compose file")
+            if include is not None and not self.reader.null(include):
+                for name, node in self.include(include, this, (*chain, _real(path))).items():
+                    if name in services and not self.same(services[name], node):
+                        first = services[name]
+                        raise self.reader.fail(first, f"services.{name}: defined here and in {self.reader.where(node)}, "
+                                               "which include: brings in; expected one definition of each service "
+                                               f"(compose: services.{name} conflicts with imported resource)")
+                    services.setdefault(name, node)
+        loaded = _Loaded(services)
+        return {name: self.extend(name, loaded, ()) for name in services}
+
+    def include(self, node: Node, file: _File, chain: tuple[Path, ...]) -> dict[str, Node]:
+        reader = self.reader
+        if not isinstance(node, SequenceNode):
+            raise reader.fail(node, f"include: expected a list of files, got {_kind(node)}")
+        imported: dict[str, Node] = {}
+        for i, entry in enumerate(node.value):
+            what = f"include[{i}]"
+            if isinstance(entry, MappingNode):
+                path_node = reader.get(entry, "path", what)
+                if path_node is None:
+                    raise reader.fail(entry, f"{what}: no path; expected path: FILE (or a list of files)")
+                written = reader.strings(path_node, f"{what}.path")
+                if not written:
+                    raise reader.fail(path_node, f"{what}.path: an empty list; expected one file at least")
+                directory = reader.get(entry, "project_directory", what)
+                env_files = reader.get(entry, "env_file", what)
+            else:
+                written, directory, env_files = [(reader.text(entry, what), entry)], None, None
+            labels = [f"{what}.path" if n is not entry else what for _, n in written]
+            paths = [self.confined(n, text, file.base, label, "a compose file")
+                     for (text, n), label in zip(written, labels, strict=True)]
+            for path, (text, n) in zip(paths, written, strict=True):
+                if _real(path) in chain:
+                    cycle = " -> ".join([*(str(p) for p in chain), str(_real(path))])
+                    raise reader.fail(n, f"{what}: {text}: an include cycle ({cycle}); expected included files that do "
+                                      "not include the file back")
+            base = paths[0].parent
+            if directory is not None:
+                text = reader.text(directory, f"{what}.project_directory")
+                base = file.base / text
+                resolved = _real(base)
+                if not _inside(self.repository, resolved):
+                    raise reader.fail(directory, f"{what}.project_directory: {text} resolves outside the fleet "
+                                      f"repository ({resolved}); expected a directory of the repository")
+            origins = dict(file.project)
+            env = dict(file.env)
+            if env_files is not None:
+                sources = [(self.confined(n, text, file.base, f"{what}.env_file", "an env file"), n)
+                           for text, n in reader.strings(env_files, f"{what}.env_file")]
+            else:
+                dotenv = base / ".env"
+                sources = [(dotenv, entry)] if _real(dotenv).is_file() else []
+                if sources and not _inside(self.repository, _real(dotenv)):
+                    raise reader.fail(entry, f"{what}: the included project's .env resolves outside the fleet "
+                                      f"repository ({_real(dotenv)}); expected a file of the repository, or none")
+            for source, _ in sources:
+                # Compose's own environment wins: an included project's .env only adds what is not set yet.
+                for key, origin in _dotenv(source, file.env, "an env file of an included compose project",
+                                           ".env").items():
+                    if key not in env:
+                        env[key] = origin.value
+                        origins[key] = origin
+            included = _File(paths[0], env, origins, base)
+            named = [(path, (n, label)) for path, (_, n), label in zip(paths, written, labels, strict=True)]
+            for name, service in self.project(named, included, chain).items():
+                if name in imported and not self.same(imported[name], service):
+                    raise reader.fail(entry, f"{what}: services.{name} is defined again by {reader.where(service)}, "
+                                      f"another included file, and differs; expected one definition of each service "
+                                      f"(compose: services.{name} conflicts with imported resource)")
+                imported.setdefault(name, service)
+        return imported
+
+    def same(self, one: Node, other: Node) -> bool:
+        """Whether two definitions of a service are one (compose lets an included file define again what is equal)."""
+        def shape(node: Node) -> object:
+            base = self.reader.file(node).base
+            if isinstance(node, ScalarNode):
+                return (base, node.tag, self.reader.text(node, "the service"))
+            if isinstance(node, SequenceNode):
+                return (node.tag, tuple(shape(n) for n in node.value))
+            return tuple((k, shape(v)) for k, _, v in self.reader.items(node, "the service"))
+        return shape(one) == shape(other)
+
+    # --- extends
+
+    def extend(self, name: str, loaded: _Loaded, chain: tuple[tuple[Path, str], ...]) -> Node:
+        """Service ``name`` of ``loaded`` with its ``extends:`` chain followed and merged."""
+        if name in loaded.resolved:
+            return loaded.resolved[name]
+        reader = self.reader
+        node = loaded.services[name]
+        what = f"services.{name}"
+        file = reader.file(node)
+        step = (_real(file.path), name)
+        if step in chain:
+            cycle = " -> ".join(f"{p.name}:{n}" for p, n in (*chain, step))
+            raise reader.fail(node, f"{what}.extends: a cycle ({cycle}); expected extends that end at a service which "
+                              "extends none")
+        if len(chain) >= MAX_EXTENDS:
+            raise reader.fail(node, f"{what}.extends: a chain of more than {MAX_EXTENDS} services; expected extends a "
+                              "few services deep")
+        extends = reader.get(node, "extends", what)
+        if extends is None or reader.null(extends):
+            loaded.resolved[name] = node
+            return node
+        if isinstance(extends, MappingNode):
+            ref_node = reader.get(extends, "service", f"{what}.extends")
+            if ref_node is None:
+                raise reader.fail(extends, f"{what}.extends: no service; expected service: NAME (and file: FILE)")
+            ref = reader.text(ref_node, f"{what}.extends.service")
+            file_node = reader.get(extends, "file", f"{what}.extends")
+        else:
+            ref, ref_node, file_node = reader.text(extends, f"{what}.extends"), extends, None
+        if file_node is not None and not reader.null(file_node):
+            written = reader.text(file_node, f"{what}.extends.file")
+            path = self.confined(file_node, written, file.base, f"{what}.extends.file", "a compose file")
+            other = self.extended_file(path, file, (file_node, f"{what}.extends.file"))
+            if ref not in other.services:
+                raise reader.fail(ref_node, f"{what}.extends: no service {ref!r} in {written}; expected one of: "
+                                  f"{', '.join(other.services) or 'none'}")
+        else:
+            other = loaded
+            if ref not in other.services:
+                raise reader.fail(ref_node, f"{what}.extends: no service {ref!r} in {file.path.name}; expected one "
+                                  f"of: {', '.join(n for n in other.services if n != name) or 'none'}")
+        base = self.extend(ref, other, (*chain, step))
+        merged = self.merge_service(base, node)
+        loaded.resolved[name] = merged
+        return merged
+
+    def extended_file(self, path: Path, by: _File, named_by: tuple[Node, str]) -> _Loaded:
+        """A file a service extends: interpolated with the extending project's variables, its relative paths its own
+        directory's; its ``include:`` is not read (compose skips it there)."""
+        key = (str(_real(path)), id(by.env))
+        if key not in self._extended:
+            file = _File(path, by.env, by.project, path.parent)
+            self._extended[key] = _Loaded(self.services_of(self.load(file, named_by), "the extended compose file"))
+        return self._extended[key]
+
+    # --- merging (compose-spec 13-merge.md)
+
+    def merge_service(self, base: Node, over: Node) -> Node:
+        reader = self.reader
+        merged: dict[str, tuple[Node, Node]] = {
+            key: (key_node, value) for key, key_node, value in reader.items(base, "the extended service")
+            if key != "extends"}
+        for key, key_node, value in reader.items(over, "the service"):
+            if key == "extends":
+                continue
+            if key in merged and key not in _REPLACED and not key.startswith("x-"):
+                value = self.merge_value(key, merged[key][1], value)
+            merged[key] = (key_node, value)
+        return reader.made(MappingNode("tag:yaml.org,2002:map", list(merged.values()), over.start_mark,
+                                       over.end_mark), over)
+
+    def merge_value(self, key: str, base: Node, over: Node) -> Node:
+        reader = self.reader
+        if reader.null(over) or reader.null(base):
+            return over
+        if key == "environment":
+            layers = base.value if base.tag == _LAYERS else [base]
+            return reader.made(SequenceNode(_LAYERS, [*layers, over], over.start_mark, over.end_mark), over)
+        if key == "env_file":
+            items = [*(base.value if isinstance(base, SequenceNode) else [base]),
+                     *(over.value if isinstance(over, SequenceNode) else [over])]
+            return reader.made(SequenceNode("tag:yaml.org,2002:seq", items, over.start_mark, over.end_mark), over)
+        if isinstance(base, MappingNode) and isinstance(over, MappingNode):
+            merged: dict[str, tuple[Node, Node]] = {k: (kn, v) for k, kn, v in reader.items(base, key)}
+            for name, key_node, value in reader.items(over, key):
+                if name in merged:
+                    value = self.merge_value(f"{key}.{name}", merged[name][1], value)
+                merged[name] = (key_node, value)
+            return reader.made(MappingNode(over.tag, list(merged.values()), over.start_mark, over.end_mark), over)
+        if isinstance(base, SequenceNode) and isinstance(over, SequenceNode):
+            return reader.made(SequenceNode(over.tag, [*base.value, *over.value], over.start_mark, over.end_mark),
+                               over)
+        return over
+
+    def unique(self, node: Node) -> Node:
+        """The service with one entry per unique key in ``ports``, ``volumes``, ``devices`` and ``env_file`` (a later
+        entry takes the place of the earlier one, as compose's EnforceUnicity does)."""
+        reader = self.reader
+        if not isinstance(node, MappingNode):
+            return node
+        pairs: list[tuple[Node, Node]] = []
+        changed = False
+        for key, key_node, value in reader.items(node, "the service"):
+            if key in ("ports", "volumes", "devices", "env_file") and isinstance(value, SequenceNode):
+                kept: list[Node] = []
+                slots: dict[str, int] = {}
+                for item in value.value:
+                    unique = _unique_key(reader, key, item)
+                    if unique is not None and unique in slots:
+                        kept[slots[unique]] = item
+                        continue
+                    if unique is not None:
+                        slots[unique] = len(kept)
+                    kept.append(item)
+                if len(kept) != len(value.value):
+                    value = reader.made(SequenceNode(value.tag, kept, value.start_mark, value.end_mark), value)
+                    changed = True
+            pairs.append((key_node, value))
+        if not changed:
+            return node
+        return reader.made(MappingNode(node.tag, pairs, node.start_mark, node.end_mark), node)
+
+
+@dataclass
+class _Loaded:
+    """The services of one project or one extended file, and those whose extends are followed already."""
+
+    services: dict[str, Node]
+    resolved: dict[str, Node] = field(default_factory=dict)
+
+
+def _open_project(repository: Path, path: Path,
+                  overrides: Mapping[str, str | None] | None) -> tuple[_Project, Node, dict[str, Node]]:
+    """The project of the compose file ``path``: its root node and every service, include and extends applied."""
+    project_env = _project_env(repository, path)
+    env = {n: o.value for n, o in project_env.items()}
     for key, value in (overrides or {}).items():
         if value is None:
             env.pop(key, None)
         else:
             env[key] = value
-    reader = _Reader(path, env)
-    _interpolate_all(reader, root)
-    services = reader.get(root, "services", "the compose file")
-    if services is None:
-        raise reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
-    names = [key for key, _, _ in reader.items(services, "services")]
-    node = reader.get(services, name, "services")
+    main = _File(path, env, project_env, path.parent)
+    project = _Project(repository, main)
+    services = project.project([(path, None)], main, ())
+    root = project.roots[0]
+    if not services and project.reader.get(root, "services", "the compose file") is None:
+        raise project.reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
+    return project, root, {name: project.unique(node) for name, node in services.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+
+def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str | None] | None = None) -> ComposeService:
+    """The compose service a fleet service names, read the way compose reads it (its project's includes and its
+    extends applied)."""
+    assert service.compose is not None
+    path = service.compose
+    name = service.compose_service or service.name
+    project, root, services = _open_project(fleet.root, path, overrides)
+    reader = project.reader
+    node = services.get(name)
     if node is None:
-        # Not read yet: a service another file defines is not known, and saying only "no such service" would hide why.
-        included = " (the files include: names are not read by fleetgate yet)" if reader.get(
-            root, "include", "the compose file") is not None else ""
-        raise reader.fail(services, f"no compose service {name!r}; expected one of: {', '.join(names) or 'none'} "
-                          f"(set compose_service in fleet.toml){included}")
+        where = reader.get(root, "services", "the compose file")
+        raise reader.fail(root if where is None else where, f"no compose service {name!r}; expected one of: "
+                          f"{', '.join(services) or 'none'} (set compose_service in fleet.toml)")
     what = f"services.{name}"
-    extends = reader.get(node, "extends", what)
-    if extends is not None:
-        raise reader.fail(extends, f"{what}.extends: fleetgate does not read extends yet, so the fields this service "
-                          "takes from the other are not known; expected the service's image, command and environment "
-                          "written in place")
+    file = reader.file(node)
+    env = file.env
     line = reader.line(node)
 
     def attr(key: str) -> Node | None:
@@ -419,7 +774,8 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     env_files = attr("env_file")
     if env_files is not None:
         for local, required, where_node in _env_files(reader, env_files, what):
-            resolved = _real(path.parent / local)
+            # Relative to the project directory of the file that names it (an extended file's own directory).
+            resolved = _real(reader.file(where_node).base / local)
             if not _inside(fleet.root, resolved):
                 raise reader.fail(where_node, f"env_file {local}: resolves outside the fleet repository ({resolved}); "
                                   "expected a file of the repository (relative to the compose file)")
@@ -428,7 +784,8 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
                     continue
                 raise reader.fail(where_node, f"env_file {local}: no such file; expected a file of the repository "
                                   "(relative to the compose file), or required: false")
-            container.update(_dotenv(resolved, env, "an env_file of the compose service", "env_file"))
+            container.update(_dotenv(resolved, reader.file(where_node).env, "an env_file of the compose service",
+                                     "env_file"))
     environment = attr("environment")
     if environment is not None:
         container.update(_environment(reader, environment, what))
@@ -444,19 +801,21 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     mounts = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
     grant = _gpus(reader, attr, what, container)
     return ComposeService(
-        path=path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
-        project=project,
+        path=file.path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
+        project=file.project,
         ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
         unset=tuple(dict.fromkeys(reader.unset)), command_where=command_where,
-        engine_build=_engine_build(service, image, image_where, path, image_node, reader),
+        engine_build=_engine_build(service, image, image_where, image_node, reader),
     )
 
 
 @dataclass(frozen=True)
 class ComposeEntry:
-    """One service of a compose file, as ``list_services`` finds it (before a fleet names it)."""
+    """One service of a compose project, as ``list_services`` finds it (before a fleet names it)."""
 
     name: str
+    path: Path
+    """The compose file that defines it: the one named, or one it includes."""
     line: int
     program: str | None
     """The file name of the program its container starts (``llama-server``, ``vllm``, ``python3``); None when the
@@ -464,18 +823,13 @@ class ComposeEntry:
 
 
 def list_services(path: Path, repository: Path) -> tuple[ComposeEntry, ...]:
-    """Every service of a compose file of the fleet repository ``repository`` and the program its container starts,
-    read as ``read_compose`` reads it (the ``.env`` beside it interpolated into the whole file); a file compose would
-    refuse is one ``InputError``."""
-    root = _load(path)
-    project = _project_env(repository, path)
-    reader = _Reader(path, {n: o.value for n, o in project.items()})
-    _interpolate_all(reader, root)
-    services = reader.get(root, "services", "the compose file")
-    if services is None:
-        raise reader.fail(root, "no services: mapping; expected services: NAME: ... (a compose file)")
+    """Every service of the compose project of ``path`` (a file of the fleet repository ``repository``: the services
+    of the files it includes too, each with its extends applied) and the program its container starts, read as
+    ``read_compose`` reads it; a project compose would refuse is one ``InputError``."""
+    project, _, services = _open_project(repository, path, None)
+    reader = project.reader
     found: list[ComposeEntry] = []
-    for name, _, node in reader.items(services, "services"):
+    for name, node in services.items():
         what = f"services.{name}"
 
         def attr(key: str, node: Node = node, what: str = what) -> Node | None:
@@ -485,8 +839,15 @@ def list_services(path: Path, repository: Path) -> tuple[ComposeEntry, ...]:
         image_node = attr("image")
         repo, tag = _split_image(reader.text(image_node, f"{what}.image") if image_node is not None else None)
         words = _container_words(reader, node, what, repo, tag, attr)
-        found.append(ComposeEntry(name, reader.line(node), posixpath.basename(words[0]) if words else None))
+        found.append(ComposeEntry(name, reader.file(node).path, reader.line(node),
+                                  posixpath.basename(words[0]) if words else None))
     return tuple(found)
+
+
+def project_files(path: Path, repository: Path) -> tuple[Path, ...]:
+    """The other compose files the project of ``path`` reads (those it includes, those its services extend)."""
+    project, _, _ = _open_project(repository, path, None)
+    return tuple(p for p in project.read[1:])
 
 
 def _real(path: Path) -> Path:
@@ -514,7 +875,7 @@ def _project_env(repository: Path, path: Path) -> dict[str, Origin]:
     return _dotenv(dotenv, {}, "the compose project's .env file", ".env")
 
 
-def _interpolate_all(reader: _Reader, root: Node) -> None:
+def _interpolate_all(file: _File, root: Node) -> None:
     """Compose interpolates the whole file before it starts anything: a refused interpolation anywhere (a required
     variable of another service) refuses ``docker compose up`` of every service."""
     seen: set[int] = set()
@@ -525,7 +886,7 @@ def _interpolate_all(reader: _Reader, root: Node) -> None:
             continue
         seen.add(id(node))
         if isinstance(node, ScalarNode):
-            interpolate(node.value, reader.env, reader.path, reader.line(node), [])
+            interpolate(node.value, file.env, file.path, int(node.start_mark.line) + 1, [])
         elif isinstance(node, SequenceNode):
             pending += node.value
         elif isinstance(node, MappingNode):
@@ -543,7 +904,7 @@ def _split_image(image: str | None) -> tuple[str, str]:
     return name, tag
 
 
-def _engine_build(service: Service, image: str | None, where: str, path: Path, node: Node | None,
+def _engine_build(service: Service, image: str | None, where: str, node: Node | None,
                   reader: _Reader) -> EngineBuild | None:
     from fleetgate.engines.llama_builds import image_build
     from fleetgate.fleet import EngineBuild
@@ -590,18 +951,30 @@ def _env_files(reader: _Reader, node: Node, what: str) -> list[tuple[str, bool, 
 
 
 def _environment(reader: _Reader, node: Node, what: str) -> dict[str, Origin]:
+    """``environment:``; merged by extends, each service's own in order, a later one winning key by key."""
     found: dict[str, Origin] = {}
+    for layer in node.value if node.tag == _LAYERS else [node]:
+        for key, origin in _environment_layer(reader, layer, what).items():
+            if origin is None:  # a bare KEY or a null value takes the shell's value, which is not known offline
+                found.pop(key, None)
+            else:
+                found[key] = origin
+    return found
+
+
+def _environment_layer(reader: _Reader, node: Node, what: str) -> dict[str, Origin | None]:
+    found: dict[str, Origin | None] = {}
     if isinstance(node, SequenceNode):
         for i, item in enumerate(node.value):
             entry = reader.text(item, f"{what}.environment[{i}]")
             key, eq, value = entry.partition("=")
             if not key:
                 raise reader.fail(item, f"{what}.environment[{i}]: {entry!r}; expected KEY=VALUE")
-            if eq:  # a bare KEY takes the shell's value, which is not known offline
-                found[key] = Origin(key, value, reader.where(item), "environment")
+            found[key] = Origin(key, value, reader.where(item), "environment") if eq else None
         return found
     for key, _, value_node in reader.items(node, f"{what}.environment"):
         if reader.null(value_node):
+            found[key] = None
             continue
         value = reader.text(value_node, f"{what}.environment.{key}")
         if value_node.tag == "tag:yaml.org,2002:bool":
@@ -736,12 +1109,13 @@ def _mounts(fleet: Fleet, reader: _Reader, node: Node | None, what: str,
         return ()
     if not isinstance(node, SequenceNode):
         raise reader.fail(node, f"{what}.volumes: expected a list, got {_kind(node)}")
-    base = reader.path.parent.resolve().relative_to(fleet.root.resolve())
-    host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
-        fleet.deploy_root or str(fleet.root))
     found: list[Mount] = []
     for i, item in enumerate(node.value):
         label = f"{what}.volumes[{i}]"
+        # A relative source is relative to the project directory of the file that wrote it (an extended file's own).
+        base = reader.file(item).base.resolve().relative_to(fleet.root.resolve())
+        host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
+            fleet.deploy_root or str(fleet.root))
         if isinstance(item, MappingNode):
             kind = reader.get(item, "type", label)
             source_node, target_node = reader.get(item, "source", label), reader.get(item, "target", label)

@@ -140,6 +140,16 @@ CASES = [
          "1024), or all"),
     Case("compose-superscript-count", {"compose.yaml": SERVER + "    gpus:\n      - count: '²'\n"}, "chat",
          "compose.yaml:5: services.chat.gpus[0].count: '²'; expected a number or all"),
+    # Includes that name each file twice, seven deep, would read 255 files; a chain of 41 extends.
+    Case("compose-include-doubling", {"compose.yaml": "include: [d1.yaml, d1.yaml]\n", **{
+        f"d{i}.yaml": f"include:\n  - d{i + 1}.yaml\n  - d{i + 1}.yaml\nservices: {{}}\n" for i in range(1, 7)},
+        "d7.yaml": "services: {}\n"}, "chat",
+         "d6.yaml:3: include[1]: the compose project would read more than 64 files; expected includes and extends that "
+         "name each file a few times at most"),
+    Case("compose-extends-chain", {"compose.yaml": "services:\n  chat:\n    extends: s0\n" + "".join(
+        f"  s{i}:\n    extends: s{i + 1}\n" for i in range(40)) + "  s40:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"},
+         "chat", "compose.yaml:67: services.s31.extends: a chain of more than 32 services; expected extends a few "
+         "services deep"),
     # The project's .env is confined like env_file: a symlink out of the repository is never opened.
     Case("dotenv-symlink-out", {"compose.yaml": SERVER + "    command: [-m, '${KEY}']\n"}, "chat",
          ".env: the compose project's .env resolves outside the fleet repository ({outside}/id_ed25519); expected a "
