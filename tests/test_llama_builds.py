@@ -122,7 +122,10 @@ def _failure(tmp_path: Path, flags: str, engine_build: str | None) -> Failure | 
         # --draft-max: every build on record knows it only to refuse it.
         ("    --draft-max 4", "{ number = 9093 }", "engine-accepts-argv/removed-flag",
          ["--draft-max: --draft-max was removed before build 9093, the earliest build on record: build 9093 refuses it "
-          "(\"the argument has been removed\"): use --spec-draft-n-max or --spec-ngram-mod-n-max"]),
+          "(\"the argument has been removed\"): use --spec-draft-n-max or --spec-ngram-mod-n-max",
+          # 9093's --spec-type takes one of its own list (its arg.cpp), which has no draft types yet.
+          "--spec-type: invalid value 'draft-mtp'; build 9093 takes one of ngram-cache, ngram-map-k, ngram-map-k4v, "
+          "ngram-mod, ngram-simple, none"]),
         # --no-webui is still an alias of --no-ui in 11434; --no-ui came in 9246.
         ("    --no-webui", None, None, []),
         ("    --no-ui", "{ number = 9113 }", "engine-accepts-argv/newer-flag",
@@ -296,3 +299,103 @@ def test_the_seam_refuses_exactly_what_build_10867_refused(tmp_path: Path, args:
     assert outcome in ("refused", "started"), f"{args}: the record is {outcome!r}, neither refused nor started"
     failure = _failure(tmp_path, "    " + " ".join(args), "{ number = 10867 }")
     assert (failure is not None) == (outcome == "refused"), failure
+
+
+# --- issue 33: a build between recorded ones is judged only where both neighbours' tables agree ----------------
+
+def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str, str]:
+    """(code or ``not judged`` or ``pass``, the failure's first detail or the not-judged reason)."""
+    from fleetgate.checks import NotJudged
+
+    try:
+        failure = _failure(tmp_path, flags, engine_build)
+    except NotJudged as unknown:
+        return "not judged", str(unknown)
+    if failure is None:
+        return "pass", ""
+    return failure.code, failure.details[0].split("] ", 1)[-1]
+
+
+def _between(build: int, before: int, after: int, flag: str) -> str:
+    return (f"not judged: build {build} lies between recorded builds {before} and {after} whose tables differ for "
+            f"{flag}; declare a recorded build ({before} or {after}) as engine_build, or record build {build}'s table "
+            "(python -m fleetgate.engines.extract_llama_args)")
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "outcome"),
+    [
+        # -cms came, and -cpent went, between the recorded builds 9279 and 9360: at 9310 neither is known.
+        ("    -cms 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cms"))),
+        ("    -cpent 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cpent"))),
+        ("    -cms 64", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9310" }',
+         ("not judged", _between(9310, 9279, 9360, "-cms"))),
+        ("    --agent", "{ number = 9733 }", ("not judged", _between(9733, 9670, 9745, "--agent"))),
+        ("    --reasoning-effort high", "{ number = 10435 }",
+         ("not judged", _between(10435, 10333, 10448, "--reasoning-effort"))),
+        ("    -mv /m/vocoder.gguf", "{ number = 10276 }", ("not judged", _between(10276, 10261, 10333, "-mv"))),
+        ("    --spec-draft-sampling greedy", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11368" }',
+         ("not judged", _between(11368, 11321, 11434, "--spec-draft-sampling"))),
+        # Both neighbours agree: judged as they say.
+        ("    -cms 64", "{ number = 9400 }", ("pass", "")),
+        ("    -cpent 64", "{ number = 9400 }",
+         ("engine-accepts-argv/removed-flag",
+          "-cpent: invalid argument: -cpent was removed between builds 9279 (accepts it) and 9360 (does not know it; "
+          "the builds in between were not sampled); build 9400 does not know it")),
+        # A decided finding is reported even when another flag of the argv is not decided.
+        ("    -cms 64\n    --draft-n-max 4", "{ number = 9310 }",
+         ("engine-accepts-argv/rejected-flag",
+          "--draft-n-max: invalid argument: no llama-server build from 9093 to 11434 has --draft-n-max (nearest "
+          "spelling: --spec-draft-n-max)")),
+    ],
+    ids=["cms@9310", "cpent@9310", "cms@image-b9310", "agent@9733", "reasoning-effort@10435", "mv@10276",
+         "spec-draft-sampling@image-b11368", "cms@9400", "cpent@9400", "decided-beside-undecided@9310"],
+)
+def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
+        tmp_path: Path, flags: str, engine_build: str, outcome: tuple[str, str]) -> None:
+    assert _outcome(tmp_path, flags, engine_build) == outcome
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "outcome"),
+    [
+        # The build's own choices (its table), not 11434's.
+        ("    --load-mode fast", None,
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'fast'; build 11434 takes one of auto, dio, mlock, mmap, mmap+mlock, none")),
+        ("    --load-mode auto", "{ number = 10189 }",
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'auto'; build 10189 takes one of dio, mlock, mmap, mmap+mlock, none")),
+        ("    --load-mode auto", "{ number = 10448 }", ("pass", "")),
+        ("    --load-mode mmap+mlock", "{ number = 10108 }",
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'mmap+mlock'; build 10108 takes one of dio, mlock, mmap, none")),
+        ("    --spec-type ngram-simple,ngram-mod", "{ number = 9093 }",
+         ("engine-accepts-argv/refused-value",
+          "--spec-type: invalid value 'ngram-simple,ngram-mod'; build 9093 takes one of ngram-cache, ngram-map-k, ngram-map-k4v, "
+          "ngram-mod, ngram-simple, none")),
+        # Build 11434's binary refuses these (llama_server_value_rules.json).
+        ("    --repeat-last-n -1", None,
+         ("engine-accepts-argv/refused-value", "--repeat-last-n: error: invalid repeat-last-n = -1")),
+        ("    --repeat-last-n 0", None, ("pass", "")),
+        ("    --frequency-penalty inf", None,
+         ("engine-accepts-argv/refused-value", "--frequency-penalty: error: frequency-penalty must be finite")),
+        ("    --repeat-penalty 0", None,
+         ("engine-accepts-argv/refused-value",
+          "--repeat-penalty: error: repeat-penalty must be finite and greater than 0")),
+        # 11434 refuses a budget below -1; whether 10867 did is not recorded.
+        ("    --reasoning-budget -2", "{ number = 10867 }",
+         ("not judged", "not judged: --reasoning-budget: build 11434 refuses '-2' (invalid value (the reasoning budget "
+          "is -1 or more)), and build 10867's rule for --reasoning-budget is not recorded; declare build 11434 as "
+          "engine_build if the service runs it, or record build 10867's answer (python -m fleetgate.engines.record_llama_refusals)")),
+        # A value's type holds at every build: std::stof reads it.
+        ("    --frequency-penalty warm", "{ number = 10867 }",
+         ("engine-accepts-argv/refused-value", "--frequency-penalty: expected a number, got 'warm'")),
+    ],
+    ids=["load-mode-fast@11434", "load-mode-auto@10189", "load-mode-auto@10448", "mmap+mlock@10108",
+         "two-spec-types@9093", "repeat-last-n-minus-1@11434", "repeat-last-n-0@11434", "frequency-penalty-inf@11434",
+         "repeat-penalty-0@11434", "reasoning-budget-minus-2@10867", "frequency-penalty-warm@10867"],
+)
+def test_values_are_judged_by_the_builds_own_grammar(
+        tmp_path: Path, flags: str, engine_build: str | None, outcome: tuple[str, str]) -> None:
+    assert _outcome(tmp_path, flags, engine_build) == outcome

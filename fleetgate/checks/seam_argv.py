@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import shlex
 
-from fleetgate.checks import service_seam
-from fleetgate.engines.llama_builds import load_builds
-from fleetgate.engines.llamacpp import BUILD
+from fleetgate.checks import NotJudged, service_seam
+from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
+from fleetgate.engines.llamacpp import BUILD, LlamaServerConfig
 from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
@@ -79,19 +79,54 @@ CHECK = service_seam(
 )
 
 
+def _name(flag: str) -> str:
+    """The name llama-server looks a written flag up by: ``--long_name`` is ``--long-name``."""
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def _undecided(llama: LlamaServerConfig, builds: Builds, resolved: Resolved) -> dict[str, str]:
+    """Every flag (or variable) of the argv whose reading at the service's build the tables do not decide, with
+    why: the build lies between two recorded ones whose tables differ for it."""
+    found: dict[str, str] = {}
+    uses = [(use.flag, use.index is None) for uses in llama.parsed.uses.values() for use in uses]
+    uses += [(problem.flag, problem.index is None) for problem in llama.problems]
+    for flag, env in uses:
+        key = flag if env else _name(flag)
+        reason = builds.undecided(key, resolved, env=env)
+        if reason is not None:
+            found[flag] = reason
+    return found
+
+
+def _not_judged(llama: LlamaServerConfig, resolved: Resolved, undecided: dict[str, str]) -> NotJudged:
+    if undecided:
+        flags = ", ".join(sorted({_name(f) for f in undecided}))
+        return NotJudged(f"not judged: build {resolved.build} lies between recorded builds {resolved.sample} and "
+                         f"{resolved.next_sample} whose tables differ for {flags}; declare a recorded build "
+                         f"({resolved.sample} or {resolved.next_sample}) as engine_build, or record build "
+                         f"{resolved.build}'s table (python -m fleetgate.engines.extract_llama_args)")
+    values = "; ".join(f"{p.flag}: {p.message}" for p in llama.unjudged)
+    return NotJudged(f"not judged: {values}; declare build {BUILD} as engine_build if the service runs it, or "
+                     f"record build {resolved.build}'s answer (python -m fleetgate.engines.record_llama_refusals)")
+
+
 @CHECK.register
 def engine_accepts_argv(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    if not llama.problems:
-        _stray_positionals(config)
-        return
     builds = load_builds()
     resolved = builds.resolve(llama.build)
     assert resolved is not None
+    undecided = _undecided(llama, builds, resolved)
+    decided = [p for p in llama.problems if p.flag not in undecided]
+    if not decided:
+        if undecided or llama.unjudged:
+            raise _not_judged(llama, resolved, undecided)
+        _stray_positionals(config)
+        return
     lines = []
     kinds = []
-    problems = sorted(llama.problems, key=lambda p: (p.index is not None, p.index or 0))
+    problems = sorted(decided, key=lambda p: (p.index is not None, p.index or 0))
     for problem in problems:
         position = f"argv[{problem.index}] " if problem.index is not None else ""
         if problem.message == "invalid argument" and "=" in problem.flag:
