@@ -399,3 +399,43 @@ def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
 def test_values_are_judged_by_the_builds_own_grammar(
         tmp_path: Path, flags: str, engine_build: str | None, outcome: tuple[str, str]) -> None:
     assert _outcome(tmp_path, flags, engine_build) == outcome
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "fix"),
+    [
+        ("    --no-mmap", None, "use --load-mode none (what build 11434 takes instead), or pin a build that still "
+                              "takes --no-mmap"),
+        ("    --draft-max 4", "{ number = 9093 }", "use --spec-draft-n-max or --spec-ngram-mod-n-max (what build 9093 "
+                                                   "takes instead), or pin a build that still takes --draft-max"),
+        ("    -cpent 64", "{ number = 9400 }", "no replacement for -cpent is on record: drop it, or pin a build that "
+                                               "still takes it"),
+    ],
+    ids=["no-mmap@11434", "draft-max@9093", "cpent@9400"],
+)
+def test_a_removed_flags_fix_names_the_replacement_or_says_none_is_known(
+        tmp_path: Path, flags: str, engine_build: str | None, fix: str) -> None:
+    failure = _failure(tmp_path, flags, engine_build)
+    assert failure is not None
+    assert (failure.code, failure.fix) == ("engine-accepts-argv/removed-flag", fix)
+
+
+def test_a_floating_image_without_a_build_is_not_judged(tmp_path: Path) -> None:
+    assert _outcome(tmp_path, "    --no-mmap", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda" }') == (
+        "not judged",
+        "not judged: frank-medium pulls ghcr.io/ggml-org/llama.cpp:server-cuda, whose tag pins no llama.cpp build (it "
+        "floats: the next pull may run another build); declare the build it runs: an image tag that pins it "
+        "(server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
+
+
+def test_a_pass_says_which_builds_table_read_the_argv(tmp_path: Path) -> None:
+    from fleetgate.checks import get_check
+
+    edits = [("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {{ number = 9400 }}"),
+             (MEDIUM, "    --metrics\n)", "    --metrics\n    -cms 64\n)")]
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-medium"])
+    check = get_check("engine-accepts-argv")
+    assert check.figures is not None
+    assert dict(check.figures(config)) == {
+        "table": "build 9360's table (build 9400 lies between the sampled builds 9360 and 9453) (engine_build 9400)"}

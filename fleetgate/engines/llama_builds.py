@@ -73,6 +73,9 @@ class NameVerdict:
     state: State
     kind: Literal["ok", "removed", "newer", "never"]
     message: str
+    instead: str | None = None
+    """For a removed flag, what the build says to do instead (its own removal message, or the replacement on
+    record); None when nothing is known."""
 
 
 class Builds:
@@ -177,14 +180,14 @@ class Builds:
                 when = f"before build {self.first}, the earliest build on record"
             return NameVerdict(name, state, "removed",
                                f"{name} was removed {when}: build {resolved.build} refuses it "
-                               f"(\"the argument has been removed\"): {variant.removed}")
+                               f"(\"the argument has been removed\"): {variant.removed}", instead=variant.removed)
         if earlier:
             k = earlier[-1]
             when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "does not know it")
             instead = self.replacement(name, self.sampled[k + 1])
             return NameVerdict(name, state, "removed",
                                f"{name} was removed {when}; build {resolved.build} does not know it"
-                               + (f": use {instead}" if instead else ""))
+                               + (f": use {instead}" if instead else ""), instead=f"use {instead}" if instead else None)
         if later:
             k = later[0]
             when = self._change(self.sampled[k - 1], self.sampled[k], "does not know it", "has it")
