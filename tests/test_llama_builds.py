@@ -211,11 +211,13 @@ def test_render_builds_prints_the_builds_that_accept_the_argv(tmp_path: Path, ca
 
     fleet = edited_fleet(tmp_path, [(MEDIUM, "    --metrics\n)", "    --metrics\n    --no-mmap\n    --load-mode none\n)")])
     assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
-    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap).
-    assert capsys.readouterr().out.splitlines()[-4:] == [
-        "# accepted by builds 10108 to 10867: all 30 flags",
+    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap); 9093's
+    # --spec-type takes only ngram types.
+    assert capsys.readouterr().out.splitlines()[-5:] == [
+        "# accepted by builds 10108 to 10867: all 30 flags and their values",
         "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
         "#   --no-mmap: not accepted by 7 of 38 sampled builds (10878..11434)",
+        "#   --spec-type draft-mtp: value not taken by 1 of 38 sampled builds that have the flag (9093..9093)",
         "# (tables: 38 sampled builds of 269 published, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
         "regenerates them)",
     ]
@@ -439,3 +441,22 @@ def test_a_pass_says_which_builds_table_read_the_argv(tmp_path: Path) -> None:
     assert check.figures is not None
     assert dict(check.figures(config)) == {
         "table": "build 9360's table (build 9400 lies between the sampled builds 9360 and 9453) (engine_build 9400)"}
+
+
+def test_render_builds_counts_values_and_says_not_judged_outside_the_tables(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = edited_fleet(tmp_path, [
+        (MEDIUM, "    --metrics\n)", "    --metrics\n    --load-mode auto\n)"),
+        ("fleet.toml", DECLARE, f'{DECLARE}\nengine_build = {{ image = "ghcr.io/ggml-org/llama.cpp:server-b6300" }}')])
+    assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # --load-mode came in 10108 and took auto from 10448; the recorded builds 10108 to 10333 refuse it.
+    assert [line for line in out if line.startswith(("# not judged", "# accepted", "#   --load-mode"))] == [
+        "# not judged: build 6300 lies outside the option tables (builds 9093 to 11434); declare a build in that span, "
+        "or extend the tables",
+        "# accepted by builds 10448 (or an unsampled build after 10333) to 11434: all 29 flags and their values",
+        "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
+        "#   --load-mode auto: value not taken by 4 of 18 sampled builds that have the flag (10108..10333)",
+    ]

@@ -220,10 +220,18 @@ class Builds:
                 return max(pool, key=len)
         return None
 
-    def accepting(self, names: Iterable[str]) -> list[tuple[int, int]]:
-        """Runs of sampled builds in which every name is accepted (live)."""
+    def takes_value(self, name: str, value: str, sample: int) -> bool:
+        """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and lists no choices or
+        lists this one."""
+        state, _, choices = self._grammar(name, sample, env=False)
+        return state == "live" and (not choices or value in choices)
+
+    def accepting(self, names: Iterable[str], values: Iterable[tuple[str, str]] = ()) -> list[tuple[int, int]]:
+        """Runs of sampled builds in which every name is accepted (live), and every (name, value) is taken."""
         wanted = sorted(set(names))
-        ok = [all(self.history(n)[i] == "live" for n in wanted) for i in range(len(self.sampled))]
+        pairs = sorted(set(values))
+        ok = [all(self.history(n)[i] == "live" for n in wanted)
+              and all(self.takes_value(n, v, self.sampled[i]) for n, v in pairs) for i in range(len(self.sampled))]
         runs: list[tuple[int, int]] = []
         for i, good in enumerate(ok):
             if good:
