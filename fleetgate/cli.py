@@ -150,22 +150,37 @@ def _builds_lines(config: RenderedService) -> list[str]:
     builds = load_builds()
     indices = sorted(_flag_indices(config) or ())
     names = sorted({(w.replace("_", "-") if w.startswith("--") else w) for w in (config.rendered.argv[i] for i in indices)})
-    lines = [f"read with {table_note(config)}"]
-    runs = builds.accepting(names)
+    values = sorted({((u.flag.replace("_", "-") if u.flag.startswith("--") else u.flag), u.value)
+                     for uses in config.llama.parsed.uses.values() for u in uses
+                     if u.index is not None and u.value is not None})
+    declared = config.service.engine_build
+    if declared is not None and declared.number is not None and builds.resolve(declared.number) is None:
+        lines = [f"not judged: build {declared.number} lies outside the option tables (builds {builds.first} to "
+                 f"{builds.last}); declare a build in that span, or extend the tables"]
+    else:
+        lines = [f"read with {table_note(config)}"]
+    runs = builds.accepting(names, values)
     if not runs:
-        lines.append(f"no build from {builds.first} to {builds.last} accepts all of its {len(names)} flags")
+        lines.append(f"no build from {builds.first} to {builds.last} accepts all of its {len(names)} flags with "
+                     "their values")
     for first, last in runs:
         i, j = builds.sampled.index(first), builds.sampled.index(last)
         low = (f"{first}" if i == 0 or builds.adjacent(builds.sampled[i - 1], first)
                else f"{first} (or an unsampled build after {builds.sampled[i - 1]})")
         high = (f"{last}" if j == len(builds.sampled) - 1 or builds.adjacent(last, builds.sampled[j + 1])
                 else f"{last} (or an unsampled build before {builds.sampled[j + 1]})")
-        lines.append(f"accepted by builds {low} to {high}: all {len(names)} flags")
+        lines.append(f"accepted by builds {low} to {high}: all {len(names)} flags and their values")
     for name in names:
         no = [b for b, s in zip(builds.sampled, builds.history(name), strict=True) if s != "live"]
         if no:
             lines.append(f"  {name}: not accepted by {len(no)} of {len(builds.sampled)} sampled builds "
                          f"({no[0]}..{no[-1]})")
+    for name, value in values:
+        have = [b for b, s in zip(builds.sampled, builds.history(name), strict=True) if s == "live"]
+        refuse = [b for b in have if not builds.takes_value(name, value, b)]
+        if refuse:
+            lines.append(f"  {name} {value}: value not taken by {len(refuse)} of {len(have)} sampled builds that "
+                         f"have the flag ({refuse[0]}..{refuse[-1]})")
     lines.append(f"(tables: {len(builds.sampled)} sampled builds of {len(builds.published)} published, "
                  f"{builds.first} to {builds.last}; python -m fleetgate.engines.extract_llama_args regenerates them)")
     return lines

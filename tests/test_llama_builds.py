@@ -122,7 +122,10 @@ def _failure(tmp_path: Path, flags: str, engine_build: str | None) -> Failure | 
         # --draft-max: every build on record knows it only to refuse it.
         ("    --draft-max 4", "{ number = 9093 }", "engine-accepts-argv/removed-flag",
          ["--draft-max: --draft-max was removed before build 9093, the earliest build on record: build 9093 refuses it "
-          "(\"the argument has been removed\"): use --spec-draft-n-max or --spec-ngram-mod-n-max"]),
+          "(\"the argument has been removed\"): use --spec-draft-n-max or --spec-ngram-mod-n-max",
+          # 9093's --spec-type takes one of its own list (its arg.cpp), which has no draft types yet.
+          "--spec-type: invalid value 'draft-mtp'; build 9093 takes one of ngram-cache, ngram-map-k, ngram-map-k4v, "
+          "ngram-mod, ngram-simple, none"]),
         # --no-webui is still an alias of --no-ui in 11434; --no-ui came in 9246.
         ("    --no-webui", None, None, []),
         ("    --no-ui", "{ number = 9113 }", "engine-accepts-argv/newer-flag",
@@ -208,11 +211,13 @@ def test_render_builds_prints_the_builds_that_accept_the_argv(tmp_path: Path, ca
 
     fleet = edited_fleet(tmp_path, [(MEDIUM, "    --metrics\n)", "    --metrics\n    --no-mmap\n    --load-mode none\n)")])
     assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
-    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap).
-    assert capsys.readouterr().out.splitlines()[-4:] == [
-        "# accepted by builds 10108 to 10867: all 30 flags",
+    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap); 9093's
+    # --spec-type takes only ngram types.
+    assert capsys.readouterr().out.splitlines()[-5:] == [
+        "# accepted by builds 10108 to 10867: all 30 flags and their values",
         "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
         "#   --no-mmap: not accepted by 7 of 38 sampled builds (10878..11434)",
+        "#   --spec-type draft-mtp: value not taken by 1 of 38 sampled builds that have the flag (9093..9093)",
         "# (tables: 38 sampled builds of 269 published, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
         "regenerates them)",
     ]
@@ -296,3 +301,162 @@ def test_the_seam_refuses_exactly_what_build_10867_refused(tmp_path: Path, args:
     assert outcome in ("refused", "started"), f"{args}: the record is {outcome!r}, neither refused nor started"
     failure = _failure(tmp_path, "    " + " ".join(args), "{ number = 10867 }")
     assert (failure is not None) == (outcome == "refused"), failure
+
+
+# --- issue 33: a build between recorded ones is judged only where both neighbours' tables agree ----------------
+
+def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str, str]:
+    """(code or ``not judged`` or ``pass``, the failure's first detail or the not-judged reason)."""
+    from fleetgate.checks import NotJudged
+
+    try:
+        failure = _failure(tmp_path, flags, engine_build)
+    except NotJudged as unknown:
+        return "not judged", str(unknown)
+    if failure is None:
+        return "pass", ""
+    return failure.code, failure.details[0].split("] ", 1)[-1]
+
+
+def _between(build: int, before: int, after: int, flag: str) -> str:
+    return (f"not judged: build {build} lies between recorded builds {before} and {after} whose tables differ for "
+            f"{flag}; declare a recorded build ({before} or {after}) as engine_build, or record build {build}'s table "
+            "(python -m fleetgate.engines.extract_llama_args)")
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "outcome"),
+    [
+        # -cms came, and -cpent went, between the recorded builds 9279 and 9360: at 9310 neither is known.
+        ("    -cms 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cms"))),
+        ("    -cpent 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cpent"))),
+        ("    -cms 64", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9310" }',
+         ("not judged", _between(9310, 9279, 9360, "-cms"))),
+        ("    --agent", "{ number = 9733 }", ("not judged", _between(9733, 9670, 9745, "--agent"))),
+        ("    --reasoning-effort high", "{ number = 10435 }",
+         ("not judged", _between(10435, 10333, 10448, "--reasoning-effort"))),
+        ("    -mv /m/vocoder.gguf", "{ number = 10276 }", ("not judged", _between(10276, 10261, 10333, "-mv"))),
+        ("    --spec-draft-sampling greedy", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11368" }',
+         ("not judged", _between(11368, 11321, 11434, "--spec-draft-sampling"))),
+        # Both neighbours agree: judged as they say.
+        ("    -cms 64", "{ number = 9400 }", ("pass", "")),
+        ("    -cpent 64", "{ number = 9400 }",
+         ("engine-accepts-argv/removed-flag",
+          "-cpent: invalid argument: -cpent was removed between builds 9279 (accepts it) and 9360 (does not know it; "
+          "the builds in between were not sampled); build 9400 does not know it")),
+        # A decided finding is reported even when another flag of the argv is not decided.
+        ("    -cms 64\n    --draft-n-max 4", "{ number = 9310 }",
+         ("engine-accepts-argv/rejected-flag",
+          "--draft-n-max: invalid argument: no llama-server build from 9093 to 11434 has --draft-n-max (nearest "
+          "spelling: --spec-draft-n-max)")),
+    ],
+    ids=["cms@9310", "cpent@9310", "cms@image-b9310", "agent@9733", "reasoning-effort@10435", "mv@10276",
+         "spec-draft-sampling@image-b11368", "cms@9400", "cpent@9400", "decided-beside-undecided@9310"],
+)
+def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
+        tmp_path: Path, flags: str, engine_build: str, outcome: tuple[str, str]) -> None:
+    assert _outcome(tmp_path, flags, engine_build) == outcome
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "outcome"),
+    [
+        # The build's own choices (its table), not 11434's.
+        ("    --load-mode fast", None,
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'fast'; build 11434 takes one of auto, dio, mlock, mmap, mmap+mlock, none")),
+        ("    --load-mode auto", "{ number = 10189 }",
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'auto'; build 10189 takes one of dio, mlock, mmap, mmap+mlock, none")),
+        ("    --load-mode auto", "{ number = 10448 }", ("pass", "")),
+        ("    --load-mode mmap+mlock", "{ number = 10108 }",
+         ("engine-accepts-argv/refused-value",
+          "--load-mode: invalid value 'mmap+mlock'; build 10108 takes one of dio, mlock, mmap, none")),
+        ("    --spec-type ngram-simple,ngram-mod", "{ number = 9093 }",
+         ("engine-accepts-argv/refused-value",
+          "--spec-type: invalid value 'ngram-simple,ngram-mod'; build 9093 takes one of ngram-cache, ngram-map-k, ngram-map-k4v, "
+          "ngram-mod, ngram-simple, none")),
+        # Build 11434's binary refuses these (llama_server_value_rules.json).
+        ("    --repeat-last-n -1", None,
+         ("engine-accepts-argv/refused-value", "--repeat-last-n: error: invalid repeat-last-n = -1")),
+        ("    --repeat-last-n 0", None, ("pass", "")),
+        ("    --frequency-penalty inf", None,
+         ("engine-accepts-argv/refused-value", "--frequency-penalty: error: frequency-penalty must be finite")),
+        ("    --repeat-penalty 0", None,
+         ("engine-accepts-argv/refused-value",
+          "--repeat-penalty: error: repeat-penalty must be finite and greater than 0")),
+        # 11434 refuses a budget below -1; whether 10867 did is not recorded.
+        ("    --reasoning-budget -2", "{ number = 10867 }",
+         ("not judged", "not judged: --reasoning-budget: build 11434 refuses '-2' (invalid value (the reasoning budget "
+          "is -1 or more)), and build 10867's rule for --reasoning-budget is not recorded; declare build 11434 as "
+          "engine_build if the service runs it, or record build 10867's answer (python -m fleetgate.engines.record_llama_refusals)")),
+        # A value's type holds at every build: std::stof reads it.
+        ("    --frequency-penalty warm", "{ number = 10867 }",
+         ("engine-accepts-argv/refused-value", "--frequency-penalty: expected a number, got 'warm'")),
+    ],
+    ids=["load-mode-fast@11434", "load-mode-auto@10189", "load-mode-auto@10448", "mmap+mlock@10108",
+         "two-spec-types@9093", "repeat-last-n-minus-1@11434", "repeat-last-n-0@11434", "frequency-penalty-inf@11434",
+         "repeat-penalty-0@11434", "reasoning-budget-minus-2@10867", "frequency-penalty-warm@10867"],
+)
+def test_values_are_judged_by_the_builds_own_grammar(
+        tmp_path: Path, flags: str, engine_build: str | None, outcome: tuple[str, str]) -> None:
+    assert _outcome(tmp_path, flags, engine_build) == outcome
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine_build", "fix"),
+    [
+        ("    --no-mmap", None, "use --load-mode none (what build 11434 takes instead), or pin a build that still "
+                              "takes --no-mmap"),
+        ("    --draft-max 4", "{ number = 9093 }", "use --spec-draft-n-max or --spec-ngram-mod-n-max (what build 9093 "
+                                                   "takes instead), or pin a build that still takes --draft-max"),
+        ("    -cpent 64", "{ number = 9400 }", "no replacement for -cpent is on record: drop it, or pin a build that "
+                                               "still takes it"),
+    ],
+    ids=["no-mmap@11434", "draft-max@9093", "cpent@9400"],
+)
+def test_a_removed_flags_fix_names_the_replacement_or_says_none_is_known(
+        tmp_path: Path, flags: str, engine_build: str | None, fix: str) -> None:
+    failure = _failure(tmp_path, flags, engine_build)
+    assert failure is not None
+    assert (failure.code, failure.fix) == ("engine-accepts-argv/removed-flag", fix)
+
+
+def test_a_floating_image_without_a_build_is_not_judged(tmp_path: Path) -> None:
+    assert _outcome(tmp_path, "    --no-mmap", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda" }') == (
+        "not judged",
+        "not judged: frank-medium pulls ghcr.io/ggml-org/llama.cpp:server-cuda, whose tag pins no llama.cpp build (it "
+        "floats: the next pull may run another build); declare the build it runs: an image tag that pins it "
+        "(server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
+
+
+def test_a_pass_says_which_builds_table_read_the_argv(tmp_path: Path) -> None:
+    from fleetgate.checks import get_check
+
+    edits = [("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {{ number = 9400 }}"),
+             (MEDIUM, "    --metrics\n)", "    --metrics\n    -cms 64\n)")]
+    fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-medium"])
+    check = get_check("engine-accepts-argv")
+    assert check.figures is not None
+    assert dict(check.figures(config)) == {
+        "table": "build 9360's table (build 9400 lies between the sampled builds 9360 and 9453) (engine_build 9400)"}
+
+
+def test_render_builds_counts_values_and_says_not_judged_outside_the_tables(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = edited_fleet(tmp_path, [
+        (MEDIUM, "    --metrics\n)", "    --metrics\n    --load-mode auto\n)"),
+        ("fleet.toml", DECLARE, f'{DECLARE}\nengine_build = {{ image = "ghcr.io/ggml-org/llama.cpp:server-b6300" }}')])
+    assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # --load-mode came in 10108 and took auto from 10448; the recorded builds 10108 to 10333 refuse it.
+    assert [line for line in out if line.startswith(("# not judged", "# accepted", "#   --load-mode"))] == [
+        "# not judged: build 6300 lies outside the option tables (builds 9093 to 11434); declare a build in that span, "
+        "or extend the tables",
+        "# accepted by builds 10448 (or an unsampled build after 10333) to 11434: all 29 flags and their values",
+        "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
+        "#   --load-mode auto: value not taken by 4 of 18 sampled builds that have the flag (10108..10333)",
+    ]

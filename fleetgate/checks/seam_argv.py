@@ -2,7 +2,10 @@
 
 llama-server exits on an unknown flag, on a removed one and on a value its handler refuses. The build is
 the service's ``engine_build`` (a build number, or an image tag that pins one); without one the argv is
-read with build 11434's table and every failure says so. A flag the build does not know is explained
+read with build 11434's table and every failure says so; an image whose tag floats, with no build number,
+is not judged (what runs changes with the next pull). A build between two recorded ones is judged for a
+flag only where both neighbours' tables agree on it, else not judged; the figures of a pass say which
+build's table read the argv. A flag the build does not know is explained
 from the tables of every sampled build (fleetgate/engines/llama_server_builds.json): removed in build N
 (and what to use instead), added after the declared build (the first build that has it), or never in any
 build (the nearest spelling).
@@ -12,9 +15,9 @@ from __future__ import annotations
 
 import shlex
 
-from fleetgate.checks import service_seam
-from fleetgate.engines.llama_builds import load_builds
-from fleetgate.engines.llamacpp import BUILD
+from fleetgate.checks import NotJudged, service_seam
+from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
+from fleetgate.engines.llamacpp import BUILD, LlamaServerConfig
 from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
@@ -52,8 +55,13 @@ def table_note(config: RenderedService) -> str:
     return f"{table} ({origin}{fork}{floating})"
 
 
+def _figures(config: RenderedService) -> dict[str, str]:
+    return {"table": table_note(config)}
+
+
 CHECK = service_seam(
     NAME,
+    figures=_figures,
     cites=(),
     summary="every flag is one the service's llama-server build accepts, with a value of the type it expects",
     requires=_is_llama,
@@ -79,56 +87,104 @@ CHECK = service_seam(
 )
 
 
+def _name(flag: str) -> str:
+    """The name llama-server looks a written flag up by: ``--long_name`` is ``--long-name``."""
+    return flag.replace("_", "-") if flag.startswith("--") else flag
+
+
+def _undecided(llama: LlamaServerConfig, builds: Builds, resolved: Resolved) -> dict[str, str]:
+    """Every flag (or variable) of the argv whose reading at the service's build the tables do not decide, with
+    why: the build lies between two recorded ones whose tables differ for it."""
+    found: dict[str, str] = {}
+    uses = [(use.flag, use.index is None) for uses in llama.parsed.uses.values() for use in uses]
+    uses += [(problem.flag, problem.index is None) for problem in llama.problems]
+    for flag, env in uses:
+        key = flag if env else _name(flag)
+        reason = builds.undecided(key, resolved, env=env)
+        if reason is not None:
+            found[flag] = reason
+    return found
+
+
+def _not_judged(llama: LlamaServerConfig, resolved: Resolved, undecided: dict[str, str]) -> NotJudged:
+    if undecided:
+        flags = ", ".join(sorted({_name(f) for f in undecided}))
+        return NotJudged(f"not judged: build {resolved.build} lies between recorded builds {resolved.sample} and "
+                         f"{resolved.next_sample} whose tables differ for {flags}; declare a recorded build "
+                         f"({resolved.sample} or {resolved.next_sample}) as engine_build, or record build "
+                         f"{resolved.build}'s table (python -m fleetgate.engines.extract_llama_args)")
+    values = "; ".join(f"{p.flag}: {p.message}" for p in llama.unjudged)
+    return NotJudged(f"not judged: {values}; declare build {BUILD} as engine_build if the service runs it, or "
+                     f"record build {resolved.build}'s answer (python -m fleetgate.engines.record_llama_refusals)")
+
+
 @CHECK.register
 def engine_accepts_argv(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    if not llama.problems:
-        _stray_positionals(config)
-        return
+    declared = config.service.engine_build
+    if declared is not None and declared.number is None and declared.floating:
+        raise NotJudged(f"not judged: {config.name} pulls {declared.image}, whose tag pins no llama.cpp build (it "
+                        "floats: the next pull may run another build); declare the build it runs: an image tag "
+                        "that pins it (server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
     builds = load_builds()
     resolved = builds.resolve(llama.build)
     assert resolved is not None
+    undecided = _undecided(llama, builds, resolved)
+    decided = [p for p in llama.problems if p.flag not in undecided]
+    if not decided:
+        if undecided or llama.unjudged:
+            raise _not_judged(llama, resolved, undecided)
+        _stray_positionals(config)
+        return
     lines = []
     kinds = []
-    problems = sorted(llama.problems, key=lambda p: (p.index is not None, p.index or 0))
+    instead: list[str | None] = []
+    problems = sorted(decided, key=lambda p: (p.index is not None, p.index or 0))
     for problem in problems:
         position = f"argv[{problem.index}] " if problem.index is not None else ""
+        verdict = None
         if problem.message == "invalid argument" and "=" in problem.flag:
             kinds.append("never")
             flag = problem.flag.split("=", 1)[0]
             lines.append(f"{position}{problem.flag}: invalid argument: llama-server looks the whole word up, and no "
                          f"build has a flag of that name ({flag} takes its value as the next word)")
         elif problem.message == "invalid argument":
-            name = problem.flag.replace("_", "-") if problem.flag.startswith("--") else problem.flag
-            verdict = builds.verdict(name, resolved)
+            verdict = builds.verdict(_name(problem.flag), resolved)
             kinds.append(verdict.kind)
             lines.append(f"{position}{problem.flag}: invalid argument: {verdict.message}")
         elif problem.message.startswith("the argument has been removed"):
+            verdict = builds.verdict(problem.flag, resolved)
             kinds.append("removed")
-            lines.append(f"{position}{problem.flag}: {builds.verdict(problem.flag, resolved).message}")
+            lines.append(f"{position}{problem.flag}: {verdict.message}")
         elif problem.message == "expected a value":
             kinds.append("never")
             lines.append(f"{position}{problem.flag}: {problem.message}")
         else:
             kinds.append("value")
             lines.append(f"{position}{problem.flag}: {problem.message}")
+        instead.append(verdict.instead if verdict is not None else None)
     first = problems[0]
     use = llama.parsed.last(first.flag) if first.index is None else None
     # The first problem in argv order names the branch: a flag no build has (or one without its value), a
     # flag the build dropped, one added after it, or a known flag with a value the build's handler refuses.
     kind = kinds[0]
+    if kind == "removed":
+        fix = (f"{instead[0]} (what build {llama.build} takes instead), or pin a build that still takes {first.flag}"
+               if instead[0] else
+               f"no replacement for {first.flag} is on record: drop it, or pin a build that still takes it")
+    elif kind == "newer":
+        fix = "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
+    else:
+        fix = ("correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
+               "either")
     raise CHECK.fail(config, "removed-flag" if kind == "removed" else "newer-flag" if kind == "newer"
                            else "refused-value" if kind == "value" else "rejected-flag",
                      where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
                      observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
                      details=lines,
                      expected=f"only flags and values this build accepts, read with {table_note(config)}",
-                     fix=("use the replacement the build names, or pin a build that still takes the flag" if kind == "removed"
-                          else "upgrade the build (engine_build) to the first one that has the flag, or drop the flag"
-                          if kind == "newer" else
-                          "correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
-                          "either"))
+                     fix=fix)
 
 
 def _stray_positionals(config: RenderedService) -> None:

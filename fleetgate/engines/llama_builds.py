@@ -1,10 +1,12 @@
 """llama-server's options build by build (llama_server_builds.json), and what one build does with a flag name.
 
 The data comes from the ``add_opt(common_arg(...))`` declarations of each sampled build's common/arg.cpp
-(``python -m fleetgate.engines.extract_llama_args`` regenerates it). A build that was sampled is read
-exactly; a build between two samples is read with the latest sample before it, and every answer says so
-(``Resolved.exact``). Names the extraction bracketed (``bracketed``) were bisected to adjacent published
-builds, so "added in N" and "removed in N" are exact for them; for other names they are bounds.
+(``python -m fleetgate.engines.extract_llama_args`` regenerates it). A build that was recorded is read
+exactly. A build between two recorded ones is judged for a flag only where the two tables agree on it
+(``Builds.undecided``): the same state, value type and choices on both sides; where they differ, what that
+build does with the flag is not known, and the seam says "not judged" instead of guessing. Names the
+extraction bracketed (``bracketed``) were bisected to adjacent published builds, so "added in N" and
+"removed in N" are exact for them; for other names they are bounds.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class NameVerdict:
     state: State
     kind: Literal["ok", "removed", "newer", "never"]
     message: str
+    instead: str | None = None
+    """For a removed flag, what the build says to do instead (its own removal message, or the replacement on
+    record); None when nothing is known."""
 
 
 class Builds:
@@ -123,6 +128,27 @@ class Builds:
                         states[i] = "removed" if variant.removed is not None else "live"
         return tuple(states)
 
+    def _grammar(self, key: str, sample: int, *, env: bool) -> tuple[State, str, tuple[str, ...]]:
+        """What one recorded build's table says of a flag name (or an environment variable): its state, value
+        type and choices; the parts that decide how the build reads a use of it."""
+        for variant in self.at(sample):
+            if (variant.env == key) if env else (key in variant.all_names):
+                return ("removed" if variant.removed is not None else "live"), variant.value, variant.enum
+        return "absent", "", ()
+
+    def undecided(self, key: str, resolved: Resolved, *, env: bool = False) -> str | None:
+        """Why the tables cannot say what ``resolved.build`` does with a flag name (or, with ``env``, an
+        environment variable); None when they can. A recorded build is read exactly; a build between two recorded
+        ones only where both neighbours' tables agree on the name, since the change may lie on either side of it."""
+        if resolved.exact or resolved.next_sample is None:
+            return None
+        if env and key.startswith("LLAMA_ARG_NO_") and not any(v.env == key for v in self.variants):
+            key = "LLAMA_ARG_" + key.removeprefix("LLAMA_ARG_NO_")  # a boolean's negative variable
+        if self._grammar(key, resolved.sample, env=env) == self._grammar(key, resolved.next_sample, env=env):
+            return None
+        return (f"build {resolved.build} lies between recorded builds {resolved.sample} and {resolved.next_sample} "
+                f"whose tables differ for {key}")
+
     def all_names(self) -> frozenset[str]:
         return frozenset(n for v in self.variants for n in v.all_names)
 
@@ -131,12 +157,10 @@ class Builds:
         i = self.published.index(after) if after in self.published else -1
         return i > 0 and self.published[i - 1] == before
 
-    def _change(self, before: int, after: int, had: str, lacks: str, build: int | None = None) -> str:
-        unsure = (f"; build {build} lies between the two, so whether it has the flag is not known"
-                  if build is not None and before < build < after else "")
+    def _change(self, before: int, after: int, had: str, lacks: str) -> str:
         if self.adjacent(before, after):
-            return f"in build {after} (build {before}, the published build before it, {had}{unsure})"
-        return f"between builds {before} ({had}) and {after} ({lacks}; the builds in between were not sampled{unsure})"
+            return f"in build {after} (build {before}, the published build before it, {had})"
+        return f"between builds {before} ({had}) and {after} ({lacks}; the builds in between were not sampled)"
 
     def verdict(self, name: str, resolved: Resolved) -> NameVerdict:
         states = self.history(name)
@@ -151,22 +175,22 @@ class Builds:
             variant = next(v for v in self.at(resolved.sample) if name in v.all_names)
             if earlier:
                 k = earlier[-1]
-                when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "refuses it", resolved.build)
+                when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "refuses it")
             else:
                 when = f"before build {self.first}, the earliest build on record"
             return NameVerdict(name, state, "removed",
                                f"{name} was removed {when}: build {resolved.build} refuses it "
-                               f"(\"the argument has been removed\"): {variant.removed}")
+                               f"(\"the argument has been removed\"): {variant.removed}", instead=variant.removed)
         if earlier:
             k = earlier[-1]
-            when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "does not know it", resolved.build)
+            when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "does not know it")
             instead = self.replacement(name, self.sampled[k + 1])
             return NameVerdict(name, state, "removed",
                                f"{name} was removed {when}; build {resolved.build} does not know it"
-                               + (f": use {instead}" if instead else ""))
+                               + (f": use {instead}" if instead else ""), instead=f"use {instead}" if instead else None)
         if later:
             k = later[0]
-            when = self._change(self.sampled[k - 1], self.sampled[k], "does not know it", "has it", resolved.build)
+            when = self._change(self.sampled[k - 1], self.sampled[k], "does not know it", "has it")
             return NameVerdict(name, state, "newer",
                                f"{name} was added {when}: build {resolved.build} is older; the first build on record "
                                f"that has it is {self.sampled[k]}")
@@ -196,10 +220,18 @@ class Builds:
                 return max(pool, key=len)
         return None
 
-    def accepting(self, names: Iterable[str]) -> list[tuple[int, int]]:
-        """Runs of sampled builds in which every name is accepted (live)."""
+    def takes_value(self, name: str, value: str, sample: int) -> bool:
+        """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and lists no choices or
+        lists this one."""
+        state, _, choices = self._grammar(name, sample, env=False)
+        return state == "live" and (not choices or value in choices)
+
+    def accepting(self, names: Iterable[str], values: Iterable[tuple[str, str]] = ()) -> list[tuple[int, int]]:
+        """Runs of sampled builds in which every name is accepted (live), and every (name, value) is taken."""
         wanted = sorted(set(names))
-        ok = [all(self.history(n)[i] == "live" for n in wanted) for i in range(len(self.sampled))]
+        pairs = sorted(set(values))
+        ok = [all(self.history(n)[i] == "live" for n in wanted)
+              and all(self.takes_value(n, v, self.sampled[i]) for n, v in pairs) for i in range(len(self.sampled))]
         runs: list[tuple[int, int]] = []
         for i, good in enumerate(ok):
             if good:

@@ -219,6 +219,8 @@ class LlamaServerConfig:
     timeout: int
     api_key_set: bool
     problems: tuple[ArgvProblem, ...]
+    unjudged: tuple[ArgvProblem, ...] = ()
+    """Values only build 11434's rules refuse, read at another build, whose rule is not recorded."""
 
     def use(self, dest: str) -> FlagUse | None:
         """How the setting was given (flag as written, value, argv index), or None if defaulted."""
@@ -379,15 +381,73 @@ _INT_CHECKS: dict[str, Callable[[str], None]] = {
 }
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """A value rule of build 11434 beyond the value's type, as its binary answered (llama_server_value_rules.json)."""
+
+    names: frozenset[str]
+    at_least: int | None
+    above: float | None
+    finite: bool
+    message: str
+
+    def check(self, value: str) -> None:
+        if self.at_least is not None:
+            if stoi(value) < self.at_least:
+                raise ValueError(self.message.format(value=value))
+            return
+        number = stof(value)
+        if (self.finite and not math.isfinite(number)) or (self.above is not None and not number > self.above):
+            raise ValueError(self.message.format(value=value))
+
+
+@cache
+def _recorded_rules() -> tuple[_Rule, ...]:
+    import json
+    from importlib import resources
+
+    text = resources.files("fleetgate.engines").joinpath("llama_server_value_rules.json").read_text(encoding="utf-8")
+    return tuple(_Rule(names=frozenset(r["names"]), at_least=r.get("at_least"), above=r.get("above"),
+                       finite=bool(r.get("finite", False)), message=r["message"])
+                 for r in json.loads(text)["rules"])
+
+
+@cache
+def _choices(sample: int) -> dict[str, tuple[str, ...]]:
+    """The values each name's handler takes at a recorded build, where its table lists them (the build's own
+    grammar, read from its arg.cpp)."""
+    return {n: v.enum for v in load_builds().at(sample) if v.enum and v.removed is None for n in v.all_names}
+
+
+@dataclass(frozen=True)
+class ValueVerdicts:
+    problems: list[ArgvProblem]
+    """Values the build refuses."""
+    unjudged: list[ArgvProblem]
+    """Values that only build 11434's rules refuse, at another build whose rule is not recorded."""
+
+
 def value_problems(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -> list[ArgvProblem]:
+    """Every value llama-server ``build`` refuses at start (see ``value_verdicts``)."""
+    return value_verdicts(table, parsed, build).problems
+
+
+def value_verdicts(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -> ValueVerdicts:
     """Every value llama-server ``build`` refuses at start: it prints "error while handling argument"
-    (or "... environment variable") and exits before it loads anything. The value rules beyond the type
-    (enums, ranges) are build 11434's, proven against its binary; for another build they are approximate."""
-    ints, removed = _values(_sample(build))
+    (or "... environment variable") and exits before it loads anything. The value's type and its choices come
+    from the build's own table; rules beyond them (ranges, the spellings of a switch) are build 11434's, proven
+    against its binary: at another build a value they refuse is not judged, since that build's rule is not
+    recorded."""
+    sample = _sample(build)
+    ints, removed = _values(sample)
+    choices = _choices(sample)
     problems: list[ArgvProblem] = []
+    unjudged: list[ArgvProblem] = []
     for dest, uses in parsed.uses.items():
         option = table.by_dest[dest]
         names = set(option.names) | set(option.neg_names)
+        listed = next((choices[n] for n in sorted(names) if n in choices), None)
+        rule = next((r for r in _recorded_rules() if r.names & names), None)
         for use in uses:
             value = use.value
             try:
@@ -402,13 +462,33 @@ def value_problems(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -
                     continue
                 if names & ints:
                     stoi(value)
-                    if dest in _INT_CHECKS:
-                        _INT_CHECKS[dest](value)
-                elif dest in _STRING_CHECKS:
-                    _STRING_CHECKS[dest](value)
+                elif _STRING_CHECKS.get(dest) is _real or (rule is not None and rule.at_least is None):
+                    # The handler reads the value with std::stof at every build: its type, not a rule of one build.
+                    stof(value)
+                elif listed is not None:
+                    if value not in listed:
+                        raise ValueError(f"invalid value {value!r}; build {build} takes one of "
+                                         f"{', '.join(c if c else repr(c) for c in listed)}")
+                    continue
             except ValueError as exc:
                 problems.append(ArgvProblem(use.flag, use.index, str(exc)))
-    return problems
+                continue
+            try:
+                if rule is not None:
+                    rule.check(value)
+                elif names & ints:
+                    if dest in _INT_CHECKS:
+                        _INT_CHECKS[dest](value)
+                elif dest in _STRING_CHECKS and _STRING_CHECKS[dest] is not _real:
+                    _STRING_CHECKS[dest](value)
+            except ValueError as exc:
+                if build == BUILD:
+                    problems.append(ArgvProblem(use.flag, use.index, str(exc)))
+                else:
+                    unjudged.append(ArgvProblem(use.flag, use.index, (
+                        f"build {BUILD} refuses {value!r} ({exc}), and build {build}'s rule for {option.flag} is "
+                        "not recorded")))
+    return ValueVerdicts(problems, unjudged)
 
 
 def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None, *,
@@ -418,7 +498,8 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
     table = _table(build)
     parsed = table.parse(argv[1:], env, neg_env_prefix=("LLAMA_ARG_", "LLAMA_ARG_NO_"), offset=1)
     problems = list(parsed.problems)
-    problems += value_problems(table, parsed, build)
+    values = value_verdicts(table, parsed, build)
+    problems += values.problems
     reported = {(p.flag, p.index) for p in problems}
 
     def note(problem: ArgvProblem) -> None:
@@ -527,6 +608,7 @@ def parse_llama_server(argv: Sequence[str], env: Mapping[str, str] | None = None
         timeout=number("timeout", 3600),
         api_key_set=parsed.last("api_key") is not None or parsed.last("api_key_file") is not None,
         problems=tuple(problems),
+        unjudged=tuple(values.unjudged),
     )
 
 
