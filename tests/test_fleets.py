@@ -228,6 +228,15 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "exec-start-shell-default": ("unit-exec", [("systemd/llama-chat.service", "--model ${MODEL}",
                                                 "--model ${MODEL:-/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf}")],
                                  {"chat:unit-exec-args": "unit-exec-args/shell-expansion"}),
+    # An empty variable in a value position: ${CTX} is one empty word in ExecStart= ('' for --ctx-size); an
+    # unbraced $CTX is no word at all, so --ctx-size takes --parallel as its value. Either is named by its flag.
+    "exec-start-empty-value": ("unit-exec", [("env/chat.env", "CTX=16384", "CTX=")],
+                               {"chat:engine-accepts-argv": "engine-accepts-argv/empty-value",
+                                "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    "exec-start-flag-as-value": ("unit-exec", [("env/chat.env", "CTX=16384", "CTX="),
+                                               ("systemd/llama-chat.service", "--ctx-size ${CTX}", "--ctx-size $CTX")],
+                                 {"chat:engine-accepts-argv": "engine-accepts-argv/flag-as-value",
+                                  "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
     # `$$` is systemd's literal dollar; ${CTX} from Environment= is overridden by the env file, as systemd does.
     "exec-start-dollar-dollar": ("unit-exec", [("systemd/llama-chat.service", "--host 127.0.0.1",
                                                 "--host 127.0.0.1 --alias chat$$1")], {}),
@@ -297,7 +306,7 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # empty string (bash never sees the default); `$${...}` is the harmless spelling that hands bash the default.
     "bash-c-systemd-eats-default": ("unit-bash-c", [("systemd/llama-mistral.service", '"$${CTX:-16384}"', '"${CTX:-16384}"')],
                                     {"mistral:unit-exec-args": "unit-exec-args/shell-expansion",
-                                     "mistral:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                     "mistral:engine-accepts-argv": "engine-accepts-argv/empty-value",
                                      "mistral:slots-divide-context": "slots-divide-context/no-ctx-size"}),
     "bash-c-stray-positional": ("unit-bash-c", [("env/mistral.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                                  'EXTRA_ARGS="--jinja true --flash-attn on"')],
