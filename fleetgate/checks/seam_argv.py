@@ -153,16 +153,14 @@ def _swallowed_values(config: RenderedService) -> None:
                   key=lambda use: use.index or 0)
     for use in uses:
         assert use.value is not None and use.index is not None
-        if use.value == "":
-            branch, what = "empty-value", "the empty string"
-        elif use.value.startswith("-") and use.value.split("=", 1)[0] in accepted:
-            branch, what = "flag-as-value", f"the next flag, {use.value}"
-        else:
+        empty = use.value == ""
+        if not empty and not (use.value.startswith("-") and use.value.split("=", 1)[0] in accepted):
             continue
+        what = "the empty string" if empty else f"the next flag, {use.value}"
         argv = config.rendered.argv
         shown = shlex.join(argv[use.index:use.index + 3])
         raise CHECK.fail(
-            config, branch,
+            config, "empty-value" if empty else "flag-as-value",
             where=config.rendered.first_traced(shlex.join(argv[use.index:use.index + 2]))
             or (str(config.rendered.unit.path) if config.rendered.unit is not None else str(config.rendered.script)),
             observed=(f"argv[{use.index}] {use.flag} is given {what} ({shown} ...): the variable meant to hold its value "
