@@ -139,7 +139,7 @@ def _system_unit(config: RenderedService) -> str | None:
 
 USER_CHECK = service_seam(
     USER,
-    cites=("B-UN-1", "systemd.unit(5) Specifiers", "systemd.exec(5) User="),
+    cites=("B-UN-1",),
     summary="a system unit runs the engine as an unprivileged user, never as root (no User=, User=root, or a manager "
             "specifier that resolves to root)",
     requires=_system_unit,
@@ -172,8 +172,7 @@ def unit_user(config: RenderedService) -> None:
                       "service manager (root), not the user the unit is for: the engine runs as root"),
             expected=f"{key}= naming the service's own unprivileged {key.lower()} literally",
             fix=f"write the {key.lower()} by name ({key}=llama), or install the unit under ~/.config/systemd/user "
-                "as a user unit and drop User=",
-            cites=("systemd.unit(5) Specifiers",),
+                "as a user unit and drop User= (systemd.unit(5), Specifiers)",
         )
     user = unit.last("Service", "User")
     dynamic = unit.last("Service", "DynamicUser")
