@@ -2,13 +2,13 @@
 
 A check that holds for every fleet (the engine refuses the argv, systemd would reject or default a value,
 two services bind one port, a card does not fit) runs by default. A fleet's conventions (a named service
-user, ``--kv-cache-memory 0``, a drafter alert rule, slot padding, a docs index, deploy probes, payload
+user rather than a transient one, ``--kv-cache-memory 0``, a drafter alert rule, slot padding, a docs index, deploy probes, payload
 manifests, bench harnesses) are *policies*: a fleet lists the ones it keeps in ``[fleet] policies`` of
 fleet.toml, or turns one on by declaring the artefact it is about (``docs_index``, ``deploy_probes``, a
 service's ``bench``). A policy that is off is one skip per check for the whole fleet, naming how to turn it on,
 instead of one skip per service.
 
-Some policies govern a whole check (``service-user`` is ``unit-user``); others one failure code of a universal
+Some policies govern a whole check (``forbidden-flags``); others one failure code of a universal
 check (``slot-padding`` is ``slots-divide-context/slot-padding``): the check consults ``policy_on`` before that
 branch.
 """
@@ -47,8 +47,8 @@ def _any_service(attribute: str) -> Callable[[Fleet], bool]:
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("service-user", "a systemd unit names an unprivileged User= (never root, never the default)",
-           checks=("unit-user",)),
+    Policy("service-user", "a systemd unit names its service user (User=NAME), not a transient DynamicUser=",
+           codes=("unit-user/not-named",)),
     Policy("unlimited-memlock", "a ROCm engine's unit sets LimitMEMLOCK=infinity for its pinned staging buffers",
            checks=("unit-memlock",)),
     Policy("local-images", "a Quadlet's Image= is a locally built tag (localhost/NAME:TAG)",

@@ -31,6 +31,9 @@ class Setting:
     value: str
     path: Path
     line: int
+    written: str | None = None
+    """The value as the file wrote it, where specifier resolution changed it (``User=%u`` is ``root`` with
+    ``written`` ``%u``): a check that judges what the author meant against what systemd does reads both."""
 
     @property
     def where(self) -> str:
@@ -81,7 +84,7 @@ class Unit:
 
 
 # Settings whose values systemd (and Quadlet, which passes them on) runs through specifier expansion.
-_SPECIFIED = {"Environment", "EnvironmentFile", "ExecStart", "Exec", "Volume", "User", "WorkingDirectory"}
+_SPECIFIED = {"Environment", "EnvironmentFile", "ExecStart", "Exec", "Volume", "User", "Group", "WorkingDirectory"}
 # Specifiers that are fixed for the system manager (systemd.unit(5), "Specifiers").
 _SYSTEM_DIRS = {"t": "/run", "S": "/var/lib", "C": "/var/cache", "L": "/var/log", "E": "/etc", "T": "/tmp",
                 "V": "/var/tmp", "g": "root", "G": "0"}
@@ -192,12 +195,14 @@ def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
     user = users[-1] if users else None
     unit_name = path.name if kind == "systemd" else path.stem + ".service"
     unresolved: list[Unresolved] = []
-    resolved = [
-        Setting(s.section, s.key, resolve_specifiers(s, unit_name, user, unresolved), s.path, s.line)
-        if s.key in _SPECIFIED else s
-        for s in settings
-    ]
+    resolved = [_resolved(s, unit_name, user, unresolved) if s.key in _SPECIFIED else s for s in settings]
     return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins), unresolved=tuple(unresolved))
+
+
+def _resolved(setting: Setting, unit_name: str, user: str | None, unresolved: list[Unresolved]) -> Setting:
+    value = resolve_specifiers(setting, unit_name, user, unresolved)
+    written = setting.value if value != setting.value else None
+    return Setting(setting.section, setting.key, value, setting.path, setting.line, written)
 
 
 def _confined(conf: Path, root: Path) -> None:

@@ -44,6 +44,9 @@ LLAMA_UNIT_SERVICE = {
     "rendered-port-matches": PASSED,
     "payload-defaults": PASSED,  # MODEL names the declared payload
     "unit-install": PASSED,
+    # The fixtures' system units mostly name no User=: the engine runs as root, a universal finding (unit-exec's
+    # DynamicUser=yes and docker-run's container are the exceptions, below).
+    "unit-user": "unit-user/missing",
     "unit-restart": PASSED,
     "unit-env-files": PASSED,
     "unit-exec-args": PASSED,
@@ -85,7 +88,8 @@ def _copy(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
 
 # A compose service (fleetgate.sources.compose) has no unit: the unit seams skip, and its bind mounts hold the paths
 # the engine is given (container-paths). By hand, for each fixture:
-NO_UNIT = {f"{check}": SKIPPED for check in ("unit-install", "unit-restart", "unit-env-files", "unit-exec-args")}
+NO_UNIT = {f"{check}": SKIPPED for check in ("unit-install", "unit-user", "unit-restart", "unit-env-files",
+                                              "unit-exec-args")}
 # vLLM in compose on one 24 GiB card: what each vLLM seam does on it.
 VLLM_COMPOSE_SERVICE = {
     "vllm-argv": PASSED,  # every flag is one vLLM 0.13.0 (the image tag) knows
@@ -122,7 +126,7 @@ SWAP_MODEL = {
     "card-balance": SKIPPED,  # one card
     "prompt-cache-holds-slot": PASSED,
     "payload-defaults": SKIPPED,  # no env file names the payload: llama-swap's cmd names the GGUF itself
-    **dict.fromkeys(("unit-install", "unit-restart", "unit-env-files", "unit-exec-args"), SKIPPED),  # no unit
+    **dict.fromkeys(("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args"), SKIPPED),  # no unit
 }
 
 
@@ -155,7 +159,8 @@ def _preset_table() -> dict[tuple[str, str], str]:
 
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
-    "unit-exec": _table("homelab", "chat"),
+    # DynamicUser=yes: systemd allocates a transient unprivileged user.
+    "unit-exec": _table("homelab", "chat", **{"chat:unit-user": PASSED}),
     # llama.cpp's server-cuda image: the tag pins build 10867 (engine-build-minimum now has a build to hold), the
     # container's paths are bind-mounted, port 8080 inside is published on 127.0.0.1:8081.
     "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in NO_UNIT.items()},
@@ -170,7 +175,8 @@ CLEAN = {
     "unit-bash-c": _table("team-box", "mistral"),
     # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
     # a minimum).
-    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED}),
+    # The unit runs `docker run`: the engine runs as the container's user, not as the unit's User=.
+    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED, "coder:unit-user": SKIPPED}),
     # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
     "unit-install-env": _table("den", "llama"),
     "llama-swap": _swap_table(),
@@ -200,6 +206,13 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # A variable meant to hold a switch holds its value: `$JINJA` is `true`, a stray positional llama-server refuses.
     "stray-positional": ("unit-script", [("config/llama-server.env", "JINJA=--jinja", "JINJA=true")],
                          {"qwen:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # In a system unit %u, %U, %h, %g and %G name the manager's user, root, not the user the author meant.
+    **{f"user-specifier-{letter}": ("unit-script", [("systemd/llama-server.service", "Type=simple",
+                                                     f"Type=simple\nUser=%{letter}")],
+                                    {"qwen:unit-user": "unit-user/specifier"}) for letter in "uUh"},
+    **{f"group-specifier-{letter}": ("unit-script", [("systemd/llama-server.service", "Type=simple",
+                                                      f"Type=simple\nUser=llama\nGroup=%{letter}")],
+                                     {"qwen:unit-user": "unit-user/specifier"}) for letter in "gG"},
     # Empty, the unquoted `$JINJA` is no word at all: nothing stray.
     "empty-flag-variable": ("unit-script", [("config/llama-server.env", "JINJA=--jinja", "JINJA=")], {}),
     # systemd expands no variable in Restart=: it ignores the line and keeps Restart=no.
@@ -216,10 +229,21 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # The same text in a variable the engine never sees is harmless.
     "env-file-unused-shell-text": ("unit-script", [("config/llama-server.env", "HOST=0.0.0.0",
                                                     "HOST=0.0.0.0\nNOTE=${HOME:-/root}")], {}),
-    # In ExecStart=, ${MODEL:-x} names a variable literally called "MODEL:-x": systemd passes an empty string.
+    # In ExecStart=, ${MODEL:-x} names a variable literally called "MODEL:-x": systemd passes an empty string, which
+    # llama-server takes as --model's value (the unit's cause and the argv's effect, each by its own code).
     "exec-start-shell-default": ("unit-exec", [("systemd/llama-chat.service", "--model ${MODEL}",
                                                 "--model ${MODEL:-/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf}")],
-                                 {"chat:unit-exec-args": "unit-exec-args/shell-expansion"}),
+                                 {"chat:unit-exec-args": "unit-exec-args/shell-expansion",
+                                  "chat:engine-accepts-argv": "engine-accepts-argv/empty-value"}),
+    # An empty variable in a value position: ${CTX} is one empty word in ExecStart= ('' for --ctx-size); an
+    # unbraced $CTX is no word at all, so --ctx-size takes --parallel as its value. Either is named by its flag.
+    "exec-start-empty-value": ("unit-exec", [("env/chat.env", "CTX=16384", "CTX=")],
+                               {"chat:engine-accepts-argv": "engine-accepts-argv/empty-value",
+                                "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    "exec-start-flag-as-value": ("unit-exec", [("env/chat.env", "CTX=16384", "CTX="),
+                                               ("systemd/llama-chat.service", "--ctx-size ${CTX}", "--ctx-size $CTX")],
+                                 {"chat:engine-accepts-argv": "engine-accepts-argv/flag-as-value",
+                                  "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
     # `$$` is systemd's literal dollar; ${CTX} from Environment= is overridden by the env file, as systemd does.
     "exec-start-dollar-dollar": ("unit-exec", [("systemd/llama-chat.service", "--host 127.0.0.1",
                                                 "--host 127.0.0.1 --alias chat$$1")], {}),
@@ -309,7 +333,7 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # empty string (bash never sees the default); `$${...}` is the harmless spelling that hands bash the default.
     "bash-c-systemd-eats-default": ("unit-bash-c", [("systemd/llama-mistral.service", '"$${CTX:-16384}"', '"${CTX:-16384}"')],
                                     {"mistral:unit-exec-args": "unit-exec-args/shell-expansion",
-                                     "mistral:engine-accepts-argv": "engine-accepts-argv/refused-value",
+                                     "mistral:engine-accepts-argv": "engine-accepts-argv/empty-value",
                                      "mistral:slots-divide-context": "slots-divide-context/no-ctx-size"}),
     "bash-c-stray-positional": ("unit-bash-c", [("env/mistral.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                                  'EXTRA_ARGS="--jinja true --flash-attn on"')],
@@ -415,13 +439,17 @@ def test_a_miss_is_its_own_code_and_a_harmless_variant_passes(case: str, pyteste
 
 # A house rule is off until the fleet opts in, then it judges the same files.
 HOUSE_RULES: dict[str, tuple[list[Edit], dict[str, str]]] = {
-    "root-user-off": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=root")], {}),
-    "root-user-on": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=root"),
-                      ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["service-user"]')],
-                     {"qwen:unit-user": "unit-user/root", "fleet:unit-user": "-"}),
-    "named-user-on": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=llama"),
-                       ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["service-user"]')],
-                      {"qwen:unit-user": PASSED, "fleet:unit-user": "-"}),
+    # Root is a universal finding, policy or not; a named user passes without one.
+    "root-user": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=root")],
+                  {"qwen:unit-user": "unit-user/root"}),
+    "named-user": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=llama")],
+                   {"qwen:unit-user": PASSED}),
+    # A transient user is not root; only a fleet that asks for a named service user is told.
+    "dynamic-user-off": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nDynamicUser=yes")],
+                         {"qwen:unit-user": PASSED}),
+    "dynamic-user-on": ([("systemd/llama-server.service", "Type=simple", "Type=simple\nDynamicUser=yes"),
+                         ("fleet.toml", 'deploy_root = "/opt/llama"', 'deploy_root = "/opt/llama"\npolicies = ["service-user"]')],
+                        {"qwen:unit-user": "unit-user/not-named"}),
     # 10000 over 2 slots: llama.cpp pads each slot to 5120. A fleet that does not care is not told.
     "slot-padding-off": ([("config/llama-server.env", "CTX_SIZE=16384", "CTX_SIZE=10000")], {}),
     "slot-padding-on": ([("config/llama-server.env", "CTX_SIZE=16384", "CTX_SIZE=10000"),
@@ -454,6 +482,17 @@ def test_a_house_rule_judges_only_a_fleet_that_keeps_it(case: str, pytester: pyt
     assert outcomes == expected
     for text in texts.values():
         assert "dank" not in text, text
+
+
+def test_a_user_unit_runs_as_its_managers_user(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    # Under systemd/user/ the unit is a user manager's: %u is that user, and User= does not apply.
+    fleet_toml = _copy(tmp_path, "unit-script", [("systemd/llama-server.service", "Type=simple", "Type=simple\nUser=%u"),
+                                                  ("fleet.toml", 'unit = "systemd/llama-server.service"',
+                                                   'unit = "systemd/user/llama-server.service"')])
+    (fleet_toml.parent / "systemd" / "user").mkdir()
+    (fleet_toml.parent / "systemd" / "llama-server.service").rename(fleet_toml.parent / "systemd" / "user" / "llama-server.service")
+    outcomes, _ = run_seams(pytester, fleet_toml)
+    assert outcomes == {**CLEAN["unit-script"], ("qwen", "unit-user"): SKIPPED}
 
 
 def test_the_skips_of_a_policy_that_is_off_fold_into_one_line_per_policy(pytester: pytest.Pytester) -> None:

@@ -17,7 +17,7 @@ import shlex
 
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
-from fleetgate.engines.llamacpp import BUILD, LlamaServerConfig
+from fleetgate.engines.llamacpp import BUILD, LlamaServerConfig, accepted_flags
 from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
@@ -79,6 +79,14 @@ CHECK = service_seam(
             "a flag no llama-server build on record (9093 to 11434) has -- the message names the nearest spelling -- or one without its "
             "value"
         ),
+        "empty-value": (
+            "a flag whose value is the empty string (`-c ${CTX}` with CTX empty through `ExecStart=` or a Quadlet `Exec=`): "
+            "llama-server reads '' as the value and refuses it, or runs without the setting"
+        ),
+        "flag-as-value": (
+            "a flag whose value is another flag (`-c $CTX -ngl 999` with CTX empty: the unquoted variable vanished and "
+            "-c took -ngl as its value, leaving 999 stray)"
+        ),
         "stray-positional": (
             "a word that is neither a flag nor a flag's value (a variable that expanded to `true` after a switch): llama-server takes no "
             "positional and stops with `invalid argument`"
@@ -127,6 +135,7 @@ def engine_accepts_argv(config: RenderedService) -> None:
         raise NotJudged(f"not judged: {config.name} pulls {declared.image}, whose tag pins no llama.cpp build (it "
                         "floats: the next pull may run another build); declare the build it runs: an image tag "
                         "that pins it (server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
+    _swallowed_values(config)
     builds = load_builds()
     resolved = builds.resolve(llama.build)
     assert resolved is not None
@@ -185,6 +194,37 @@ def engine_accepts_argv(config: RenderedService) -> None:
                      details=lines,
                      expected=f"only flags and values this build accepts, read with {table_note(config)}",
                      fix=fix)
+
+
+def _swallowed_values(config: RenderedService) -> None:
+    """llama-server takes the word after a flag that takes a value as that value, whatever it is (common/arg.cpp):
+    an empty word (systemd's ``${CTX}`` with CTX empty is one word, '') or the next flag (an unquoted empty ``$CTX``
+    is no word at all). Either is the same mistake, an empty variable in a value position, and is named by the flag
+    whose value went missing before the refusals it causes downstream."""
+    llama = config.llama
+    assert llama is not None
+    accepted = accepted_flags(llama.build)
+    uses = sorted((use for found in llama.parsed.uses.values() for use in found
+                   if use.index is not None and use.value is not None and not use.flag.startswith("LLAMA_")),
+                  key=lambda use: use.index or 0)
+    for use in uses:
+        assert use.value is not None and use.index is not None
+        empty = use.value == ""
+        if not empty and not (use.value.startswith("-") and use.value.split("=", 1)[0] in accepted):
+            continue
+        what = "the empty string" if empty else f"the next flag, {use.value}"
+        argv = config.rendered.argv
+        shown = shlex.join(argv[use.index:use.index + 3])
+        raise CHECK.fail(
+            config, "empty-value" if empty else "flag-as-value",
+            where=config.rendered.first_traced(shlex.join(argv[use.index:use.index + 2]))
+            or (str(config.rendered.unit.path) if config.rendered.unit is not None else str(config.rendered.script)),
+            observed=(f"argv[{use.index}] {use.flag} is given {what} ({shown} ...): the variable meant to hold its value "
+                      "is empty, and llama-server takes the next word as the value whatever it is"),
+            expected=f"{use.flag} followed by its value, or no {use.flag} at all",
+            fix=(f"set the variable that feeds {use.flag}, or leave {use.flag} out when it is empty "
+                 f"(${{VAR:+{use.flag} \"$VAR\"}} in a script; in ExecStart= give the variable a default with Environment=)"),
+        )
 
 
 def _stray_positionals(config: RenderedService) -> None:

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 import shlex
+from itertools import pairwise
 
 from fleetgate.checks import service_seam
+from fleetgate.policies import policy_on
 from fleetgate.render import render
 from fleetgate.render_types import RenderRefused, map_to_repo
 from fleetgate.rendered import RenderedService
 from fleetgate.units import Setting, Unit
 
-__all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of"]
+__all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of", "user_unit"]
 
 INSTALL = "unit-install"
 USER = "unit-user"
@@ -104,15 +106,52 @@ def unit_install(config: RenderedService) -> None:
         )
 
 
+# systemd.unit(5), "Specifiers": %u/%U/%h/%g/%G name the user (and group) of the service *manager*, "not influenced by
+# the User= setting": in a system unit that is root, whatever the author meant by them.
+_MANAGER_SPECIFIERS = re.compile(r"%[uUhgG]")
+# systemd's parse_boolean: the spellings DynamicUser= takes as yes.
+_YES = ("1", "yes", "y", "true", "t", "on")
+
+
+def user_unit(unit: Unit) -> bool:
+    """A unit of a user manager: installed under a ``systemd/user`` directory (~/.config/systemd/user,
+    /etc/systemd/user, /usr/lib/systemd/user), as the repository lays it out. Its specifiers name that user, and it
+    runs as that user whatever User= says; a unit anywhere else is read as a system unit, which runs as root unless
+    User= (or DynamicUser=) says otherwise."""
+    parts = unit.path.parts
+    return any(a == "systemd" and b == "user" for a, b in pairwise(parts))
+
+
+def _system_unit(config: RenderedService) -> str | None:
+    reason = _systemd(config)
+    if reason is not None:
+        return reason
+    unit = config.rendered.unit
+    assert unit is not None
+    if user_unit(unit):
+        return (f"{config.name}'s unit {unit.path.name} is a user unit (under systemd/user/): it runs as the user whose "
+                "manager starts it, and User= does not apply")
+    if config.rendered.container is not None:
+        return (f"{config.name}'s unit starts a container ({config.rendered.container.client} run): the engine runs as "
+                "the container's user, not as the unit's User=")
+    return None
+
+
 USER_CHECK = service_seam(
     USER,
     cites=("B-UN-1",),
-    summary="a root systemd unit runs the engine as the fleet's user, never as root",
-    requires=_systemd,
+    summary="a system unit runs the engine as an unprivileged user, never as root (no User=, User=root, or a manager "
+            "specifier that resolves to root)",
+    requires=_system_unit,
     engines=UNIT_ENGINES,
     codes={
-        "missing": "a root unit without `User=`: the engine runs as root",
-        "root": "`User=root`",
+        "missing": "a system unit without `User=` (or `DynamicUser=yes`): the engine runs as root",
+        "root": "`User=root` (or `User=0`)",
+        "specifier": (
+            "`User=`/`Group=` holds %u, %U, %h, %g or %G: in a system unit these name the service manager's user, root, not "
+            "the user the author meant"
+        ),
+        "not-named": "a `DynamicUser=yes` unit under the service-user policy, which asks for a named `User=`",
     },
 )
 
@@ -121,13 +160,38 @@ USER_CHECK = service_seam(
 def unit_user(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
+    for key in ("User", "Group"):
+        setting = unit.last("Service", key)
+        written = setting.written if setting is not None else None
+        if setting is None or written is None or not _MANAGER_SPECIFIERS.search(written):
+            continue
+        raise USER_CHECK.fail(
+            config, "specifier",
+            where=setting.where,
+            observed=(f"{key}={written}: in a system unit systemd resolves it to {setting.value!r}, the user of the "
+                      "service manager (root), not the user the unit is for: the engine runs as root"),
+            expected=f"{key}= naming the service's own unprivileged {key.lower()} literally",
+            fix=f"write the {key.lower()} by name ({key}=llama), or install the unit under ~/.config/systemd/user "
+                "as a user unit and drop User= (systemd.unit(5), Specifiers)",
+        )
     user = unit.last("Service", "User")
-    if user is None:
+    dynamic = unit.last("Service", "DynamicUser")
+    if user is None and dynamic is not None and dynamic.value.strip().lower() in _YES:
+        if policy_on(config.fleet, "service-user"):
+            raise USER_CHECK.fail(
+                config, "not-named",
+                where=dynamic.where,
+                observed="DynamicUser=yes and no User=: systemd allocates a transient user at each start",
+                expected="User= naming the fleet's service user (policy service-user)",
+                fix="add User= with the fleet's service user, or drop service-user from [fleet] policies",
+            )
+        return
+    if user is None or not user.value.strip():
         raise USER_CHECK.fail(
             config, "missing",
-            where=str(unit.path),
-            observed="no User=: systemd runs the engine as root",
-            expected="User= naming an unprivileged service user",
+            where=str(unit.path) if user is None else user.where,
+            observed="no User= (an empty one resets it): systemd runs the engine as root",
+            expected="User= naming an unprivileged service user (or DynamicUser=yes)",
             fix="add User= to [Service]",
         )
     if user.value in ("root", "0"):
@@ -136,7 +200,7 @@ def unit_user(config: RenderedService) -> None:
             where=user.where,
             observed=f"User={user.value}",
             expected="an unprivileged service user, not root",
-            fix="run the engine as the fleet's user; only the unit itself is root's",
+            fix="run the engine as an unprivileged user; only the unit itself is root's",
         )
 
 
