@@ -413,3 +413,61 @@ def test_the_live_gate_without_httpx_says_so_in_one_line() -> None:
            "sys.exit(pytest.main(['live/test_live_identity.py', '--endpoint', 'reference', '-q', '-p', 'no:cacheprovider']))")
     line = _one_line_refusal([sys.executable, "-c", run])
     assert line.startswith("ERROR: fleetgate needs the httpx package, which this Python"), line
+
+
+UNIT_SCRIPT = REPO / "fixtures" / "fleets" / "unit-script"
+# One test of each kind, each failing for a reason of its own: the live health against a closed port, the host's unit
+# read here (no systemd, or no such unit: it fails either way), the seam of the profile the fleet does not declare.
+EVERY_KIND = ("live/test_live_identity.py::test_health", "live/test_host.py::test_unit_state",
+              "seams/test_profile.py::test_profile_declared")
+HEALTH, UNIT_STATE, PROFILE = (f"{path}[qwen]" for path in EVERY_KIND)
+
+
+def fleet_repository(pytester: pytest.Pytester) -> Path:
+    """A fleet's repository at the rootdir (fixtures/fleets/unit-script, less its expected tables): the plugin supplies
+    its seams/ and live/."""
+    shutil.copytree(UNIT_SCRIPT, pytester.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("expected*"))
+    return pytester.path / "fleet.toml"
+
+
+def _broken(hook: str, *nodeids: str) -> list[str]:
+    return [f"fleetgate: {hook}{f' ({n})' if n else ''} failed: RuntimeError: broken on purpose" for n in nodeids or [""]]
+
+
+@pytest.mark.parametrize(
+    ("broken", "lines"),
+    [
+        ("fleetgate.gate.live_note", _broken("pytest_runtest_makereport", HEALTH)),
+        ("fleetgate.gate.host_note", _broken("pytest_runtest_makereport", UNIT_STATE)),
+        # every report of a live or host check carries the live gate's record
+        ("fleetgate.plugin._live._Result", _broken("pytest_runtest_logreport", HEALTH, UNIT_STATE)),
+        ("fleetgate.gate.summary_word", _broken("pytest_terminal_summary")),
+        # every failure of a check is said in the operator's words, live and host checks' too
+        ("fleetgate.plugin._seams._relative", _broken("pytest_runtest_makereport", HEALTH, UNIT_STATE, PROFILE)),
+    ],
+    ids=["live-makereport", "host-makereport", "live-logreport", "live-summary", "seams-makereport"],
+)
+def test_a_bug_in_any_reporting_hook_is_one_line_and_the_run_keeps_its_outcome(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, broken: str, lines: list[str]
+) -> None:
+    """Every hook of the plugin that runs per report or at the summary (_live, _host, _seams; _report's own are proven
+    in tests/test_reports.py) turns its exception into one line under "fleetgate: reporting errors"."""
+    # Imported here: pytester drops the modules a run imported, and the patch must land on the module that the hooks'
+    # lazy imports find.
+    import fleetgate.gate  # noqa: F401
+
+    def raising(*_: object, **__: object) -> object:
+        raise RuntimeError("broken\non purpose")
+
+    monkeypatch.setattr(broken, raising)
+    fleet_repository(pytester)
+    result = pytester.runpytest("--fleet", "fleet.toml", *EVERY_KIND, "--endpoint", "qwen", "--base-url",
+                                "http://127.0.0.1:9", "--host-url", "qwen=local://", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    out = result.stdout.lines
+    start = next(i for i, x in enumerate(out) if x.startswith("-") and " fleetgate: reporting errors " in x) + 1
+    end = next(i for i, x in enumerate(out) if x.startswith("=") and " short test summary info " in x)
+    assert out[start:end] == lines
+
