@@ -413,3 +413,164 @@ def test_the_live_gate_without_httpx_says_so_in_one_line() -> None:
            "sys.exit(pytest.main(['live/test_live_identity.py', '--endpoint', 'reference', '-q', '-p', 'no:cacheprovider']))")
     line = _one_line_refusal([sys.executable, "-c", run])
     assert line.startswith("ERROR: fleetgate needs the httpx package, which this Python"), line
+
+
+UNIT_SCRIPT = REPO / "fixtures" / "fleets" / "unit-script"
+# One test of each kind, each failing for a reason of its own: the live health against a closed port, the host's unit
+# read here (no systemd, or no such unit: it fails either way), the seam of the profile the fleet does not declare.
+EVERY_KIND = ("live/test_live_identity.py::test_health", "live/test_host.py::test_unit_state",
+              "seams/test_profile.py::test_profile_declared")
+HEALTH, UNIT_STATE, PROFILE = (f"{path}[qwen]" for path in EVERY_KIND)
+
+
+def fleet_repository(pytester: pytest.Pytester) -> Path:
+    """A fleet's repository at the rootdir (fixtures/fleets/unit-script, less its expected tables): the plugin supplies
+    its seams/ and live/."""
+    shutil.copytree(UNIT_SCRIPT, pytester.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("expected*"))
+    return pytester.path / "fleet.toml"
+
+
+def _broken(hook: str, *nodeids: str) -> list[str]:
+    return [f"fleetgate: {hook}{f' ({n})' if n else ''} failed: RuntimeError: broken on purpose" for n in nodeids or [""]]
+
+
+@pytest.mark.parametrize(
+    ("broken", "lines"),
+    [
+        ("fleetgate.gate.live_note", _broken("pytest_runtest_makereport", HEALTH)),
+        ("fleetgate.gate.host_note", _broken("pytest_runtest_makereport", UNIT_STATE)),
+        # every report of a live or host check carries the live gate's record
+        ("fleetgate.plugin._live._Result", _broken("pytest_runtest_logreport", HEALTH, UNIT_STATE)),
+        ("fleetgate.gate.summary_word", _broken("pytest_terminal_summary")),
+        # every failure of a check is said in the operator's words, live and host checks' too
+        ("fleetgate.plugin._seams._relative", _broken("pytest_runtest_makereport", HEALTH, UNIT_STATE, PROFILE)),
+    ],
+    ids=["live-makereport", "host-makereport", "live-logreport", "live-summary", "seams-makereport"],
+)
+def test_a_bug_in_any_reporting_hook_is_one_line_and_the_run_keeps_its_outcome(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, broken: str, lines: list[str]
+) -> None:
+    """Every hook of the plugin that runs per report or at the summary (_live, _host, _seams; _report's own are proven
+    in tests/test_reports.py) turns its exception into one line under "fleetgate: reporting errors"."""
+    # Imported here: pytester drops the modules a run imported, and the patch must land on the module that the hooks'
+    # lazy imports find.
+    import fleetgate.gate  # noqa: F401
+
+    def raising(*_: object, **__: object) -> object:
+        raise RuntimeError("broken\non purpose")
+
+    monkeypatch.setattr(broken, raising)
+    fleet_repository(pytester)
+    result = pytester.runpytest("--fleet", "fleet.toml", *EVERY_KIND, "--endpoint", "qwen", "--base-url",
+                                "http://127.0.0.1:9", "--host-url", "qwen=local://", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    out = result.stdout.lines
+    start = next(i for i, x in enumerate(out) if x.startswith("-") and " fleetgate: reporting errors " in x) + 1
+    end = next(i for i, x in enumerate(out) if x.startswith("=") and " short test summary info " in x)
+    assert out[start:end] == lines
+
+
+# -- the supplied modules (fleetgate/plugin/_collect.py): what a fleet's repository with only fleetgate installed gets --
+
+
+def _ids(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.stdout.lines if "::" in line]
+
+
+def example_fleet_at_root(pytester: pytest.Pytester) -> Path:
+    shutil.copytree(FLEET, pytester.path, dirs_exist_ok=True)
+    return pytester.path / "fleet.toml"
+
+
+def test_a_supplied_node_id_typed_on_the_command_line_runs_that_test_alone(pytester: pytest.Pytester) -> None:
+    """As pytest prints a failure (``seams/test_argv.py::test_engine_accepts_argv[frank-zealot]``), so it can be run
+    again, though no such file is on disk; the function without its id runs it on every service."""
+    example_fleet_at_root(pytester)
+    function = "seams/test_argv.py::test_engine_accepts_argv"
+    one = pytester.runpytest("--fleet", "fleet.toml", f"{function}[frank-zealot]", "-p", "no:cacheprovider", "-v")
+    one.assert_outcomes(passed=1)
+    one.stdout.fnmatch_lines([f"{function}[[]frank-zealot[]] PASSED*"])
+    every = pytester.runpytest("--fleet", "fleet.toml", function, "--collect-only", "-q", "-p", "no:cacheprovider")
+    services = sorted(service for service, check in CLEAN if check == "engine-accepts-argv")
+    assert sorted(_ids(every)) == [f"{function}[{service}]" for service in services]
+
+
+def test_a_supplied_node_id_that_names_no_test_is_one_line_not_no_tests_ran(pytester: pytest.Pytester) -> None:
+    example_fleet_at_root(pytester)
+    result = pytester.runpytest("--fleet", "fleet.toml", "seams/test_argv.py::test_engine_accepts_argv[nobody]",
+                                "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines(["fleetgate: the fleet was given but no test ran: the arguments, -k, -m, --check or "
+                                 "--incident selected none of its checks (pytest --fleet FLEET --collect-only lists them)"])
+
+
+def test_a_fleet_run_that_selects_nothing_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    """Exit 5 ("no tests") is never the answer to a run given a fleet: a fleet always has checks."""
+    fleet_repository(pytester)
+    result = pytester.runpytest("--fleet", "fleet.toml", "-k", "no_such_check", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stdout.lines if line.startswith("fleetgate:")] == [
+        "fleetgate: the fleet was given but no test ran: the arguments, -k, -m, --check or --incident selected none of "
+        "its checks (pytest --fleet FLEET --collect-only lists them)"]
+
+
+def test_live_modules_are_supplied_only_for_the_live_gate(pytester: pytest.Pytester) -> None:
+    fleet_repository(pytester)
+    seams = pytester.runpytest("--fleet", "fleet.toml", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert seams.ret == pytest.ExitCode.OK
+    assert {line.partition("/")[0] for line in _ids(seams)} == {"seams"}
+    gate = pytester.runpytest("--fleet", "fleet.toml", "--skip-live", "--collect-only", "-q", "-p", "no:cacheprovider")
+    supplied_live = [line for line in _ids(gate) if line.startswith("live/")]
+    # every live and host check of the supplied table, once: its placeholder with no endpoint
+    from fleetgate.plugin._modules import MODULES
+
+    live_checks = [check for module in MODULES if module.directory == "live" for check in module.checks]
+    assert len(supplied_live) == len(live_checks)
+    assert all(line.endswith("[no-endpoint]") for line in supplied_live), supplied_live
+    assert [line for line in _ids(gate) if not line.startswith("live/")] == _ids(seams)
+
+
+def test_a_module_on_disk_wins_over_the_supplied_one_and_ignore_drops_one(pytester: pytest.Pytester) -> None:
+    fleet_repository(pytester)
+    supplied = _ids(pytester.runpytest("--fleet", "fleet.toml", "--collect-only", "-q", "-p", "no:cacheprovider"))
+    argv = [line for line in supplied if line.startswith("seams/test_argv.py::")]
+    assert argv == ["seams/test_argv.py::test_engine_accepts_argv[qwen]"]
+    ignored = pytester.runpytest("--fleet", "fleet.toml", "--ignore=seams/test_argv.py", "--collect-only", "-q",
+                                 "-p", "no:cacheprovider")
+    assert _ids(ignored) == [line for line in supplied if line not in argv]
+    own = pytester.mkdir("seams") / "test_argv.py"
+    own.write_text("def test_the_fleets_own():\n    pass\n")
+    mine = pytester.runpytest("--fleet", "fleet.toml", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert _ids(mine) == [line if line not in argv else "seams/test_argv.py::test_the_fleets_own" for line in supplied]
+
+
+def test_a_fleet_repository_run_without_its_fleet_says_what_to_pass(pytester: pytest.Pytester) -> None:
+    """No --fleet, no ini option, a fleet.toml at the rootdir: one line naming both ways, not "no tests ran"."""
+    fleet_repository(pytester)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.stderr.lines if line.strip()] == [
+        "ERROR: fleetgate: no fleet given, and fleet.toml is at the rootdir: pass --fleet fleet.toml, or set "
+        'fleetgate_fleet = "fleet.toml" in the ini file ([tool.pytest.ini_options] of pyproject.toml)']
+
+
+def test_a_directory_without_a_fleet_keeps_pytests_own_answer(pytester: pytest.Pytester) -> None:
+    """Another project (no fleet.toml, no ini option) meets nothing of fleetgate's, even with no tests at all."""
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    assert "fleetgate:" not in result.stdout.str() + result.stderr.str()
+
+
+def test_the_pyproject_ini_option_names_the_fleet_for_a_bare_pytest(pytester: pytest.Pytester) -> None:
+    """``pytest`` alone, in a fleet's repository whose pyproject.toml names the fleet: every seam, as with --fleet."""
+    fleet_repository(pytester)
+    given = pytester.runpytest("--fleet", "fleet.toml", "-p", "no:cacheprovider", "-rA")
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nfleetgate_fleet = "fleet.toml"\n')
+    bare = pytester.runpytest("-p", "no:cacheprovider", "-rA")
+    assert bare.ret == given.ret == pytest.ExitCode.TESTS_FAILED
+    bare.assert_outcomes(failed=1, passed=12, skipped=38)
+    summary = [line.split(" - ")[0] for line in given.stdout.lines if line.startswith(("PASSED ", "FAILED ", "SKIPPED "))]
+    assert summary == [line.split(" - ")[0] for line in bare.stdout.lines if line.startswith(("PASSED ", "FAILED ", "SKIPPED "))]
+    assert "FAILED seams/test_profile.py::test_profile_declared[qwen]" in summary

@@ -16,6 +16,10 @@ on, and running it, is ``fleetgate.runner``'s, the same for the plugin and the c
 - ``_report``: ``--check``, properties per test, waivers, JUnit under xunit2, ``--fleetgate-report``, the
   per-service summary, the replay line of a failed live check.
 
+No hook that runs per report or at the summary, in any hook module, lets an exception escape: its body runs under
+``_state.guarded`` and a bug of fleetgate's is one line under "fleetgate: reporting errors", never pytest's
+INTERNALERROR.
+
 A test module names the parameter's type as ``Seam``, ``Live`` or ``HostCheck`` (all ``CheckParam``).
 """
 

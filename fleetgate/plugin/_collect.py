@@ -11,6 +11,10 @@ of the seams never meets the live gate's usage error. A module on disk wins over
 (``pytest seams/test_argv.py::test_engine_accepts_argv``, as pytest prints a failure): collection starts at its
 directory (the rootdir when that is not on disk) and keeps what the argument names.
 
+A run given a fleet never ends with pytest's "no tests ran" (exit 5): what was typed selected none of its checks, a
+usage error said in one line. A run given none, from a rootdir that holds fleet.toml, that collects nothing says in
+one line what to pass; any other project keeps pytest's own answer.
+
 PYTEST_DONT_REWRITE: the package imports this module before pytest registers it (for its one-line error on a
 missing requirement), and it holds no test's assert.
 """
@@ -228,3 +232,34 @@ class _Supplied(pytest.Module):
             # collected whatever python_functions says
             getattr(module, CheckModule.function(check)).__test__ = True
         return module
+
+
+def _fleet_here(config: pytest.Config) -> Path | None:
+    manifest = config.rootpath / "fleet.toml"
+    return manifest if manifest.is_file() else None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A fleet's repository run without naming its fleet collects nothing: say what to pass instead of "no tests ran".
+    Another project (no fleet.toml at its rootdir) keeps pytest's own answer."""
+    config = session.config
+    if session.items or _fleet_given(config) or config.option.pyargs or _fleet_here(config) is None:
+        return
+    raise pytest.UsageError(
+        "fleetgate: no fleet given, and fleet.toml is at the rootdir: pass --fleet fleet.toml, or set "
+        'fleetgate_fleet = "fleet.toml" in the ini file ([tool.pytest.ini_options] of pyproject.toml)')
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run given a fleet that ran no test ends as a usage error, said in one line: exit 5 would read as "this
+    project has no tests", and a fleet always has checks (what was typed selected none of them)."""
+    config = session.config
+    if exitstatus != pytest.ExitCode.NO_TESTS_COLLECTED or not _fleet_given(config):
+        return
+    session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.write_line("fleetgate: the fleet was given but no test ran: the arguments, -k, -m, --check or "
+                            "--incident selected none of its checks (pytest --fleet FLEET --collect-only lists them)")

@@ -152,6 +152,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    with _state.guarded_report(item, report):
+        _live_properties(item, call, report)
+    return report
+
+
+def _live_properties(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """A live test's record (what it measured and spent) on its report, for the summary and the JSON report."""
     callspec = getattr(item, "callspec", None)
     live = callspec.params.get("live") if callspec is not None else None
     if (
@@ -183,7 +190,6 @@ def pytest_runtest_makereport(
                 ),
             )
         )
-    return report
 
 
 @dataclass
@@ -196,10 +202,15 @@ class _Summary:
     """Collects every live result (from xdist workers too: they travel as user_properties) and prints
     one block per service at the end: each check's result, what was measured, what was spent."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
         self.results: dict[str, dict[str, _Result]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        with _state.guarded(self.config, "pytest_runtest_logreport", report.nodeid):
+            self._add(report)
+
+    def _add(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
         for key, value in report.user_properties:
@@ -208,6 +219,10 @@ class _Summary:
                 self.results.setdefault(data["service"], {})[data["check"]] = _Result(report.outcome, data)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        with _state.guarded(self.config, "pytest_terminal_summary"):
+            self._summary(terminalreporter)
+
+    def _summary(self, terminalreporter: Any) -> None:
         if not self.results:
             return
         # lazy: the live stack; there are live results only when endpoints were checked
@@ -252,6 +267,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Summary(), f"{_state.LIVE}-summary")
+    config.pluginmanager.register(_Summary(config), f"{_state.LIVE}-summary")
     if config.getoption("--endpoint"):
         _state.endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected

@@ -25,8 +25,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -45,29 +44,9 @@ __all__: list[str] = []
 
 _OUTCOMES = pytest.StashKey[list[Outcome]]()
 """The outcomes the runner gave while an item's test ran (its call phase): the verdict its reports say."""
-_ERRORS = pytest.StashKey[list[str]]()
-"""The controller's lines for reporting hooks that failed (a bug of fleetgate's, said once each in the summary)."""
-ERROR_PROPERTY = f"{PREFIX}error"
-
-
-def _error_line(hook: str, error: BaseException, nodeid: str | None = None) -> str:
-    said = " ".join(str(error).split()) or "no message"
-    return f"fleetgate: {hook}{f' ({nodeid})' if nodeid else ''} failed: {type(error).__name__}: {said}"
-
-
-@contextmanager
-def _guarded(config: pytest.Config, hook: str, nodeid: str | None = None,
-             also: Callable[[str], None] | None = None) -> Iterator[None]:
-    """The body of a reporting hook: an exception in it becomes one line of the summary (and ``also`` is told it),
-    never an exception out of the hook. Only ``Exception``: KeyboardInterrupt still ends the run."""
-    try:
-        yield
-    except Exception as error:
-        line = _error_line(hook, error, nodeid)
-        if also is not None:
-            also(line)  # a test's report carries it to the controller (an xdist worker's stash stays there)
-        else:
-            config.stash.setdefault(_ERRORS, []).append(line)
+_ERRORS = _state.ERRORS
+ERROR_PROPERTY = _state.ERROR_PROPERTY
+_guarded = _state.guarded
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

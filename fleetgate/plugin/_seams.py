@@ -119,6 +119,13 @@ def _select_incident(config: pytest.Config, items: list[pytest.Item], incident: 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    with _state.guarded_report(item, report):
+        _operator_words(item, call, report)
+    return report
+
+
+def _operator_words(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport) -> None:
+    """A failure as its operator message (no traceback), a policy's skips folded into one line."""
     excinfo = call.excinfo
     if report.skipped and isinstance(report.longrepr, tuple):
         _fold_policy_skip(item, report)
@@ -127,7 +134,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.longrepr = _relative(item.config, str(excinfo.value))
         elif isinstance(excinfo.value, InputError):
             report.longrepr = _relative(item.config, f"fleetgate: {excinfo.value}")
-    return report
 
 
 def _fold_policy_skip(item: pytest.Item, report: pytest.TestReport) -> None:

@@ -11,7 +11,8 @@ per machine) comes from a conftest.py's ``pytest_fleetgate_live_render``, never 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -25,6 +26,7 @@ from fleetgate.manifest import load_fleet
 from fleetgate.plugin._missing import missing_requirement
 from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.replay import RequestLog
+from fleetgate.report import PREFIX
 from fleetgate.runner import chains_of
 from fleetgate.timeouts import ResolvedChain
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from fleetgate.live import LiveEndpoint, LocalRender
 
 __all__ = [
+    "ERRORS",
+    "ERROR_PROPERTY",
     "LIVE",
     "REQUESTS",
     "SETUP_ERROR",
@@ -44,12 +48,18 @@ __all__ = [
     "fleet",
     "fleet_if_loaded",
     "fleet_path",
+    "guarded",
+    "guarded_report",
     "live_stack",
     "targets",
 ]
 
 T = TypeVar("T")
 
+ERRORS = pytest.StashKey[list[str]]()
+"""The controller's lines for reporting hooks that failed (a bug of fleetgate's, said once each in the summary)."""
+ERROR_PROPERTY = f"{PREFIX}error"
+"""The user property that carries a reporting hook's error line from the process that ran the test to the controller."""
 SETUP_ERROR = pytest.StashKey[str]()
 """The first error met while the seams were parametrised: reported once, as one line, when collection ends."""
 REQUESTS = pytest.StashKey[RequestLog]()
@@ -286,3 +296,33 @@ def targets(config: pytest.Config) -> dict[str, HostTarget]:
         return found
 
     return _once(config, _TARGETS, make)
+
+
+def _error_line(hook: str, error: BaseException, nodeid: str | None = None) -> str:
+    said = " ".join(str(error).split()) or "no message"
+    return f"fleetgate: {hook}{f' ({nodeid})' if nodeid else ''} failed: {type(error).__name__}: {said}"
+
+
+@contextmanager
+def guarded(config: pytest.Config, hook: str, nodeid: str | None = None,
+            also: Callable[[str], None] | None = None) -> Iterator[None]:
+    """The body of a reporting hook (every hook that runs per report or at the summary, in every hook module): an
+    exception in it becomes one line under "fleetgate: reporting errors" (and ``also`` is told it), never an exception
+    out of the hook, which pytest makes an INTERNALERROR. Only ``Exception``: KeyboardInterrupt still ends the run."""
+    try:
+        yield
+    except Exception as error:
+        line = _error_line(hook, error, nodeid)
+        if also is not None:
+            also(line)  # a test's report carries it to the controller (an xdist worker's stash stays there)
+        else:
+            config.stash.setdefault(ERRORS, []).append(line)
+
+
+def guarded_report(item: pytest.Item, report: pytest.TestReport) -> AbstractContextManager[None]:
+    """``guarded`` for a ``pytest_runtest_makereport`` wrapper: the line travels on the report it was making."""
+
+    def tell(line: str) -> None:
+        report.user_properties.append((ERROR_PROPERTY, line))
+
+    return guarded(item.config, "pytest_runtest_makereport", item.nodeid, tell)

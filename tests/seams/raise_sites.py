@@ -5,10 +5,12 @@ raised, so that tests can hold the two to each other and the coverage gate can n
 
 A raise site is a ``raise`` or ``return`` of:
 
-- ``X.fail(subject, BRANCH, ...)``, where ``X`` is a module-level declaration (``X = service_seam(NAME, ...)``):
-  the code is ``NAME/BRANCH``, each branch of ``A if ... else B`` counted;
-- ``check.fail(subject, BRANCH, ...)``, where ``check`` is a parameter (a helper shared by several checks, such
-  as the ledger's): the code is ``{check}/BRANCH``, raised for whichever check the caller passes;
+- ``X.fail(subject, BRANCH, ...)``, where ``X`` is a module-level declaration (``X = service_seam(NAME, ...,
+  codes=...)``, whatever the factory): the code is ``NAME/BRANCH``, each branch of ``A if ... else B`` counted;
+  a module-level ``X`` that is no declaration gives no code (the site is unread, and a test says so);
+- ``check.fail(subject, BRANCH, ...)``, where ``check`` is a parameter of a helper shared by several checks (the
+  ledger's, systemd's): its codes are ``NAME/BRANCH`` for each declaration a call of the helper passes as ``check``
+  (none: the site is unread);
 - a module function annotated ``-> Failure`` that takes ``code`` and builds its failure with ``X.fail(subject,
   code, ...)``: the code is ``NAME/CODE`` from the call's ``code=`` argument.
 
@@ -21,6 +23,7 @@ Used by tests/seams/test_raise_sites.py and by the coverage gate (tests/seams/co
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "fleetgate"
 CHECKS = PACKAGE / "checks"
 ENDPOINT = PACKAGE / "live" / "endpoint.py"
-DECLARATIONS = ("service_seam", "chain_seam", "fleet_seam", "live_check", "host_check")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Site:
     """``seam``, ``live`` or ``host`` (from the module's name)."""
     codes: tuple[str, ...]
     """The rendered failure code (two for ``A if ... else B``); empty when the site gives none it can read."""
+    shared: bool = False
+    """A helper's site: it raises its branch for each check its callers pass (``codes``: one per such check)."""
 
     @property
     def where(self) -> str:
@@ -79,12 +83,16 @@ def _render(node: ast.expr, constants: dict[str, str]) -> str | None:
 
 
 def declarations(tree: ast.Module, constants: dict[str, str]) -> dict[str, str]:
-    """Module-level check declarations: variable -> check name (``PINS = service_seam(NAME, ...)``)."""
+    """Module-level check declarations: variable -> check name (``PINS = service_seam(NAME, ..., codes={...})``).
+
+    A declaration is known by what it declares, not by the factory's name: any module-level call whose first argument
+    is the check's name and that takes ``codes=``. A list of factory names missed ``attempt_seam``: its branches read as
+    a shared helper's, which excused the same branch of every other check."""
     found: dict[str, str] = {}
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-                and node.value.func.id in DECLARATIONS and node.value.args):
+                and isinstance(node.value, ast.Call) and node.value.args
+                and any(keyword.arg == "codes" for keyword in node.value.keywords)):
             name = _render(node.value.args[0], constants)
             if name is not None:
                 found[node.targets[0].id] = name
@@ -115,14 +123,29 @@ def _factories(tree: ast.Module, decls: dict[str, str]) -> dict[str, str]:
     return found
 
 
+def _module_names(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level (assigned or imported)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {alias.asname or alias.name.partition(".")[0] for alias in node.names}
+    return names
+
+
 def _site(path: Path, line: int, call: ast.Call, constants: dict[str, str], decls: dict[str, str],
-          factories: dict[str, str]) -> Site | None:
+          factories: dict[str, str], module_names: set[str]) -> Site | None:
     kind = "live" if path.name.startswith("live_") else "host" if path.name.startswith("host_") else "seam"
     owner = _fail_owner(call)
     if owner is not None and len(call.args) >= 2:
         branch = call.args[1]
         if isinstance(branch, ast.Name) and branch.id not in constants:
             return None  # a factory's own body: its callers are the sites
+        if owner in module_names and owner not in decls:
+            return Site(path, line, kind, ())  # a check this reader cannot name: unread, never a shared helper's
         check = decls.get(owner, "{" + owner + "}")
         return Site(path, line, kind, tuple(f"{check}/{b}" for b in _render_all(branch, constants)))
     if isinstance(call.func, ast.Name) and call.func.id in factories:
@@ -132,21 +155,101 @@ def _site(path: Path, line: int, call: ast.Call, constants: dict[str, str], decl
     return None
 
 
+def _enclosing(tree: ast.Module) -> dict[int, ast.FunctionDef]:
+    """id(node) -> the innermost function that holds it."""
+    found: dict[int, ast.FunctionDef] = {}
+    for function in ast.walk(tree):  # breadth first: an inner function comes after, and wins
+        if isinstance(function, ast.FunctionDef):
+            for node in ast.walk(function):
+                found[id(node)] = function
+    return found
+
+
+_Helper = tuple[Site, str, str, int]
+"""A helper's site, its function, the parameter that takes the check and its position (-1: keyword only)."""
+_Passed = dict[str, list[tuple[ast.Call, dict[str, str]]]]
+"""Called name -> its calls, each with the declarations of the calling module."""
+
+
+@functools.lru_cache(maxsize=256)
+def _module(text: str, filename: str) -> tuple[list[Site], list[_Helper], _Passed]:
+    # Kept by text: a test that deletes one site at a time reads only the changed module again.
+    path = Path(filename)
+    tree = ast.parse(text, filename)
+    constants = _constants(tree)
+    decls = declarations(tree, constants)
+    factories = _factories(tree, decls)
+    module_names = _module_names(tree)
+    enclosing = _enclosing(tree)
+    sites: list[Site] = []
+    helpers: list[_Helper] = []
+    calls: _Passed = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            called = node.func.id if isinstance(node.func, ast.Name) else node.func.attr \
+                if isinstance(node.func, ast.Attribute) else None
+            if called is not None:
+                calls.setdefault(called, []).append((node, decls))
+        if not isinstance(node, ast.Raise | ast.Return):
+            continue
+        value = node.exc if isinstance(node, ast.Raise) else node.value
+        if not isinstance(value, ast.Call):
+            continue
+        site = _site(path, node.lineno, value, constants, decls, factories, module_names)
+        if site is None:
+            continue
+        owner = _fail_owner(value)
+        function = enclosing.get(id(node))
+        parameters = [a.arg for a in function.args.posonlyargs + function.args.args] if function else []
+        if owner is not None and owner not in decls and function is not None and owner in parameters + [
+                a.arg for a in function.args.kwonlyargs]:
+            helpers.append((site, function.name, owner, parameters.index(owner) if owner in parameters else -1))
+        else:
+            sites.append(site)
+    return sites, helpers, calls
+
+
+def _passed(call: ast.Call, parameter: str, position: int) -> ast.expr | None:
+    """What ``call`` passes for ``parameter`` (at ``position``)."""
+    keyword = next((k.value for k in call.keywords if k.arg == parameter), None)
+    return keyword if keyword is not None else call.args[position] if 0 <= position < len(call.args) else None
+
+
 def raise_sites(checks: Path = CHECKS) -> list[Site]:
     """Every failure-raising line of fleetgate/checks, in file and line order."""
-    sites = []
+    sites: list[Site] = []
+    helpers: list[_Helper] = []
+    calls: _Passed = {}
+    for path in sorted(checks.glob("*.py")):
+        own, helped, called = _module(path.read_text(encoding="utf-8"), str(path))
+        sites += own
+        helpers += helped
+        for name, found in called.items():
+            calls.setdefault(name, []).extend(found)
+    for site, function, parameter, position in helpers:
+        passed = [(_passed(call, parameter, position), decls) for call, decls in calls.get(function, [])]
+        names = sorted({decls[arg.id] for arg, decls in passed if isinstance(arg, ast.Name) and arg.id in decls})
+        branches = [code.split("/", 1)[1] for code in site.codes]
+        sites.append(Site(site.path, site.line, site.kind, tuple(f"{n}/{b}" for n in names for b in branches), shared=True))
+    return sorted(sites, key=lambda s: (str(s.path), s.line))
+
+
+def own_codes(checks: Path = CHECKS) -> set[str]:
+    """The codes each declaration lists in its own ``codes={...}`` (a live check's own word for a transport branch
+    among them), as against those its factory adds."""
+    found: set[str] = set()
     for path in sorted(checks.glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         constants = _constants(tree)
-        decls = declarations(tree, constants)
-        factories = _factories(tree, decls)
-        for node in ast.walk(tree):
-            value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
-            if isinstance(value, ast.Call):
-                site = _site(path, node.lineno, value, constants, decls, factories)
-                if site is not None:
-                    sites.append(site)
-    return sorted(sites, key=lambda s: (str(s.path), s.line))
+        for node in tree.body:
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value.args):
+                continue
+            name = _render(node.value.args[0], constants)
+            codes = next((k.value for k in node.value.keywords if k.arg == "codes"), None)
+            if name is not None and isinstance(codes, ast.Dict):
+                found |= {f"{name}/{key.value}" for key in codes.keys
+                          if isinstance(key, ast.Constant) and isinstance(key.value, str)}
+    return found
 
 
 def endpoint_sites(path: Path = ENDPOINT) -> list[Site]:
