@@ -154,16 +154,22 @@ class EngineBuild:
     number: int | None
     """The llama.cpp build number: declared, or read from an image tag that pins one (``server-cuda-b6300``)."""
     version: str | None = None
-    """A vLLM release (``0.13.0``)."""
+    """A vLLM release (``0.13.0``): declared (``vllm = "0.13.0"``), or read from the tag of a vLLM image."""
     image: str | None = None
     """The image reference the service pulls; a tag without a build number floats."""
 
     @property
     def floating(self) -> bool:
-        """An image whose tag pins no build: what runs changes with the next pull."""
+        """An image whose tag pins no build (or, for vLLM's own images, no release): what runs changes with the
+        next pull."""
         from fleetgate.engines.llama_builds import image_build
+        from fleetgate.engines.vllm import image_release, is_vllm_image
 
-        return self.image is not None and image_build(self.image) is None
+        if self.image is None:
+            return False
+        if is_vllm_image(self.image):
+            return image_release(self.image) is None
+        return image_build(self.image) is None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 import jsonschema
 
 from fleetgate.engines.llama_builds import image_build
+from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, non_finite, parse_toml, read_text
 from fleetgate.fleet import (
     DEFAULT_BINARY,
@@ -485,14 +486,26 @@ def _gib_or_none(value: float | None, path: Path, line: int | None, key: str) ->
 
 
 def _engine_build(path: Path, text: str, keys: tuple[str, ...], raw: Mapping[str, Any]) -> EngineBuild:
-    """``engine_build = { number }``, ``{ version }`` (vLLM) or ``{ image[, number] }``: a tag that pins a build
-    (``server-cuda-b6300``) gives its number; a floating tag needs the number it resolved to."""
+    """``engine_build = { number }``, ``{ vllm }`` / ``{ version }`` (vLLM) or ``{ image[, number] }``: a tag that
+    pins a build (``server-cuda-b6300``, ``vllm/vllm-openai:v0.32.0``) gives its number or release; a floating tag
+    needs the number it resolved to."""
     image = raw.get("image")
     number = raw.get("number")
-    if image is None and number is None and raw.get("version") is None:
-        raise InputError(path, locate_key(text, (*keys, "engine_build")),
+    version = raw.get("vllm", raw.get("version"))
+    line = locate_key(text, (*keys, "engine_build"))
+    if image is None and number is None and version is None:
+        raise InputError(path, line,
                          f"{'.'.join(keys)}.engine_build: {dict(raw)!r} names no build; expected number = N (a llama.cpp "
-                         "build), version = \"X.Y.Z\" (vLLM) or image = \"REF:TAG\"")
+                         "build), vllm = \"X.Y.Z\" (vLLM) or image = \"REF:TAG\"")
+    if "vllm" in raw and "version" in raw and raw["vllm"] != raw["version"]:
+        raise InputError(path, line, f"{'.'.join(keys)}.engine_build: vllm = {raw['vllm']!r} but version = "
+                         f"{raw['version']!r}; expected one release (drop version)")
+    if image is not None and is_vllm_image(image):
+        tagged = image_release(image)
+        if tagged is not None and version is not None and tagged != version:
+            raise InputError(path, line, f"{'.'.join(keys)}.engine_build: the image tag pins vLLM {tagged} but "
+                             f"vllm = {version!r}; expected one release (drop vllm, or the tag's release)")
+        version = tagged if version is None else version
     if image is not None:
         pinned = image_build(image)
         if pinned is not None and number is not None and pinned != number:
@@ -500,4 +513,4 @@ def _engine_build(path: Path, text: str, keys: tuple[str, ...], raw: Mapping[str
                              f"{'.'.join(keys)}.engine_build: the image tag pins build {pinned} but number = {number}; "
                              "expected one build (drop number, or the tag's build)")
         number = pinned if number is None else number
-    return EngineBuild(fork=raw.get("fork", "mainline"), number=number, version=raw.get("version"), image=image)
+    return EngineBuild(fork=raw.get("fork", "mainline"), number=number, version=version, image=image)

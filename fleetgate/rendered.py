@@ -11,7 +11,6 @@ import copyreg
 import io
 import os
 import pickle
-import re
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -22,7 +21,7 @@ from typing import Any
 from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.llamacpp import LlamaServerConfig, llama_table_build, parse_llama_server
-from fleetgate.engines.vllm import VllmConfig, parse_vllm
+from fleetgate.engines.vllm import VllmConfig, image_release, is_vllm_image, parse_vllm
 from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
@@ -147,14 +146,20 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     the build that image pins, as fleet.toml's ``engine_build = { image = ... }`` would say it; a declared
     engine_build wins."""
     run = rendered.container
-    if service.engine_build is not None or run is None or run.engine != service.engine:
+    if service.engine_build is not None:
+        return service
+    if run is None or run.engine != service.engine:
+        unit = rendered.unit
+        quadlet = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
+        if service.engine == "vllm" and quadlet is not None and is_vllm_image(quadlet.value):
+            # a Quadlet that runs vLLM's own image (its Exec= a serve script or the image's entrypoint)
+            return replace(service, engine_build=EngineBuild(fork="mainline", number=None,
+                                                             version=image_release(quadlet.value), image=quadlet.value))
         return service
     if service.engine == "llama.cpp":
         build = EngineBuild(fork="mainline", number=image_build(run.image), image=run.image)
     else:
-        tag = run.image.split("@", 1)[0].rpartition(":")[2]
-        version = re.fullmatch(r"v?(\d+\.\d+\.\d+)", tag)
-        build = EngineBuild(fork="mainline", number=None, version=version.group(1) if version else None, image=run.image)
+        build = EngineBuild(fork="mainline", number=None, version=image_release(run.image), image=run.image)
     return replace(service, engine_build=build)
 
 

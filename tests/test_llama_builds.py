@@ -231,7 +231,9 @@ ARCHON_DECLARE = 'serve_script = "dankserver/frank-archon/serve-frank-archon.sh"
 
 @pytest.mark.parametrize(
     ("version", "code", "observed"),
-    [(None, None, None), ('"0.32.0"', "vllm-argv/unknown-flag", "--swap-space is not an option of vLLM 0.32.0")],
+    [(None, None, None), ('"0.32.0"', "vllm-argv/unknown-flag",
+                          "--swap-space is not an option of vLLM 0.32.0; vLLM removed it with no successor (the V1 "
+                          "engine never swaps KV blocks to CPU memory): drop it (vLLM 0.13.0 has it)")],
     ids=["0.13.0", "0.32.0"],
 )
 def test_a_vllm_service_is_read_as_its_declared_release(
@@ -252,15 +254,21 @@ def test_a_vllm_service_is_read_as_its_declared_release(
     assert found == (code, observed)
 
 
-def test_a_vllm_release_without_a_table_skips_naming_those_held(tmp_path: Path) -> None:
-    from fleetgate.checks import get_check
+def test_a_vllm_release_without_a_table_is_not_judged(tmp_path: Path) -> None:
+    """A pinned release fleetgate holds no table for applies (the seam runs) but cannot be judged with another
+    release's table: not judged, naming the releases held (tests/test_vllm_releases.py holds the whole message)."""
+    from fleetgate.checks import NotJudged, get_check
+    from fleetgate.checks.seam_vllm_argv import vllm_argv
 
     edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.9.2" }}')]
     fleet = load_fleet(edited_fleet(tmp_path, edits))
+    config = load_service(fleet, fleet.services["frank-archon"])
     check = get_check("vllm-argv")
-    assert check.requires is not None
-    reason = check.requires(load_service(fleet, fleet.services["frank-archon"]))
-    assert reason is not None and "a release fleetgate holds no option table for (0.13.0, 0.32.0)" in reason
+    assert check.requires is not None and check.requires(config) is None
+    with pytest.raises(NotJudged) as reason:
+        vllm_argv(config)
+    assert str(reason.value).startswith("not judged: vLLM 0.9.2 has no recorded option table; declare a recorded "
+                                        "release (0.13.0, 0.32.0) or record it: ")
 
 
 def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
@@ -280,7 +288,7 @@ def test_an_engine_build_that_names_no_build_is_one_line(tmp_path: Path) -> None
         load_fleet(edited_fleet(tmp_path, edits))
     assert str(error.value).endswith(
         "services.frank-medium.engine_build: {'fork': 'vendor'} names no build; expected number = N (a llama.cpp "
-        'build), version = "X.Y.Z" (vLLM) or image = "REF:TAG"')
+        'build), vllm = "X.Y.Z" (vLLM) or image = "REF:TAG"')
 
 
 REFUSALS_10867 = Path(__file__).parents[1] / "fleetgate" / "engines" / "llama_server_refusals_10867.json"

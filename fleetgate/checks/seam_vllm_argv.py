@@ -1,7 +1,9 @@
 """vLLM's argv as the pinned release reads it, and flags the fleet's rules forbid (INC-88, B-VL-8, B-FIT-12).
 
-The release's options, value parsers and ``--speculative-config`` schema come from its wheel
-(fleetgate/engines/vllm_release.json, read by ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is
+The release is the one the service pins (``engine_build = { vllm = "X.Y.Z" }``, or the tag of a vLLM image in
+fleet.toml, compose, ``docker run`` or a Quadlet); a pinned release with no recorded table is not judged. The
+release's options, value parsers and ``--speculative-config`` schema come from its wheel
+(fleetgate/engines/vllm_release*.json, read by ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is
 the radiance fork adds that fork's flags and drafter method.
 """
 
@@ -9,8 +11,18 @@ from __future__ import annotations
 
 import shlex
 
-from fleetgate.checks import service_seam
-from fleetgate.engines.vllm import DEFAULT_RELEASE, RADIANCE, Fork, load_release, read_as_vllm, releases
+from fleetgate.checks import NotJudged, service_seam
+from fleetgate.engines.vllm import (
+    DEFAULT_RELEASE,
+    RADIANCE,
+    Fork,
+    declared_release,
+    image_release,
+    load_release,
+    read_argv,
+    read_as_vllm,
+    unrecorded,
+)
 from fleetgate.failure import Deferred
 from fleetgate.rendered import RenderedService
 
@@ -36,19 +48,23 @@ def _is_vllm(config: RenderedService) -> bool:
 def _release_known(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
-    build = config.service.engine_build
-    if build is not None and build.version is not None and build.version not in releases():
-        return (f"{config.name} declares vLLM {build.version} "
-                f"({config.fleet.where('services', config.name, 'engine_build')}), a release fleetgate holds no option "
-                f"table for ({', '.join(releases())}): declare one of those, or add the release's table "
-                "(python -m fleetgate.engines.vllm_wheel vllm-X.whl > fleetgate/engines/vllm_release_X.json)")
     return None
 
 
 def release_of(config: RenderedService) -> str:
-    """The vLLM release whose options read the service's argv: its engine_build version, else 0.13.0."""
+    """The vLLM release whose options read the service's argv: the one its engine_build or its vLLM image pins,
+    else 0.13.0."""
     build = config.service.engine_build
-    return build.version if build is not None and build.version is not None else DEFAULT_RELEASE
+    pinned = declared_release(build.version, build.image) if build is not None else None
+    return pinned if pinned is not None else DEFAULT_RELEASE
+
+
+def _pinned_by(config: RenderedService, version: str) -> str:
+    build = config.service.engine_build
+    assert build is not None
+    if build.image is not None and image_release(build.image) == version:
+        return f"image {build.image}"
+    return f"engine_build ({config.fleet.where('services', config.name, 'engine_build')})"
 
 
 def _where(config: RenderedService, flag: str) -> str | Deferred:
@@ -66,7 +82,8 @@ ARGV_CHECK = service_seam(
     engines=("vllm",),
     codes={
         "unknown-flag": (
-            "an option the service's vLLM release (`engine_build = { version }`, else 0.13.0; 0.32.0 also held) and its fork do not have"
+            "an option the service's vLLM release (`engine_build = { vllm }` or its vLLM image's tag, else 0.13.0; 0.32.0 also "
+            "held) and its fork do not have, named with the successor vLLM names for it"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
@@ -78,11 +95,18 @@ ARGV_CHECK = service_seam(
 
 @ARGV_CHECK.register
 def vllm_argv(config: RenderedService) -> None:
+    version = release_of(config)
+    not_recorded = unrecorded(version)
+    if not_recorded is not None:
+        # another release's table would refuse what this one takes and take what it refuses
+        raise NotJudged(f"{not_recorded}; pinned by {_pinned_by(config, version)}")
     fork = fork_of(config)
-    release = load_release(release_of(config)).with_fork(fork)
+    release = load_release(version).with_fork(fork)
     build = config.service.engine_build
-    declared = "" if build is not None and build.version is not None else " (no engine_build version declared: read as the default release)"
-    _, problems = read_as_vllm(config.rendered.argv, release)
+    pinned = build is not None and declared_release(build.version, build.image) is not None
+    declared = "" if pinned else " (no engine_build version declared: read as the default release)"
+    reading = read_argv(config.rendered.argv, release)
+    problems = reading.problems
     if problems:
         first = problems[0]
         raise ARGV_CHECK.fail(config, "unknown-flag" if first.kind == "unknown-flag"
@@ -96,6 +120,12 @@ def vllm_argv(config: RenderedService) -> None:
                               expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
                                        "engine refuses this at start, after the container is up",
                               fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
+    if reading.unjudged:
+        groups = sorted({key.partition(".")[0] for key in reading.unjudged})
+        raise NotJudged(f"not judged: {', '.join(reading.unjudged)}: vLLM {release.version} has the config group "
+                        f"{', '.join(groups)}, but its recorded table lists the fields of --speculative-config alone, so "
+                        "the key is not judged; give the setting as a flag of its own where the release has one, or "
+                        "record the group's fields beside the release's table")
 
 
 def _no_engine_argv(config: RenderedService) -> str | None:

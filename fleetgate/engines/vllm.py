@@ -9,8 +9,10 @@ this table are kept and reported as not modelled, never dropped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
@@ -20,15 +22,23 @@ __all__ = [
     "OPTIONS",
     "RADIANCE",
     "ArgvFinding",
+    "ArgvReading",
     "Fork",
     "Release",
     "ReleaseOption",
+    "Successor",
     "VllmConfig",
+    "declared_release",
+    "image_release",
+    "is_vllm_image",
     "load_release",
     "parse_value",
     "parse_vllm",
+    "read_argv",
     "read_as_vllm",
     "releases",
+    "successors",
+    "unrecorded",
 ]
 
 
@@ -261,11 +271,16 @@ def releases() -> tuple[str, ...]:
 def load_release(version: str = DEFAULT_RELEASE) -> Release:
     """One vLLM release's options, speculative-config schema and metrics (vllm_release.json is 0.13.0, the
     default; vllm_release_VERSION.json another), read from its wheel by fleetgate.engines.vllm_wheel."""
+    if version not in releases():
+        raise ValueError(f"no option table for vLLM {version}: fleetgate holds {', '.join(releases())}")
+    return _load_release(version)
+
+
+@cache
+def _load_release(version: str) -> Release:
     from importlib import resources
 
     name = "vllm_release.json" if version == DEFAULT_RELEASE else f"vllm_release_{version}.json"
-    if version not in releases():
-        raise ValueError(f"no option table for vLLM {version}: fleetgate holds {', '.join(releases())}")
     data = json.loads(resources.files("fleetgate.engines").joinpath(name).read_text(encoding="utf-8"))
     spec = data["speculative_config"]
     return Release(
@@ -276,6 +291,77 @@ def load_release(version: str = DEFAULT_RELEASE) -> Release:
         metrics={m["name"]: m["type"] for m in data["metrics"]},
         generated_from=data["generated_from"],
     )
+
+
+# -- which release a service pins: engine_build = { version } or the tag of one of vLLM's own images ----------------
+
+# vLLM's images on Docker Hub: vllm/vllm-openai (and its -rocm/-cpu variants), vllm/vllm-cpu*. Another repository
+# (a fork's local tag such as localhost/radiance-vllm:0.13.0-e060895) says nothing certain about the release.
+_IMAGE_REPO = re.compile(r"(?:(?:docker\.io|index\.docker\.io)/)?vllm/vllm-(?:openai|cpu)(?:-[a-z0-9]+)*")
+# v0.32.0, 0.32.0, v0.8.5.post1, v0.10.1.1, v0.11.0-cu128: the release is what precedes any variant suffix.
+_RELEASE_TAG = re.compile(r"v?(\d+\.\d+\.\d+(?:\.post\d+|\.\d+)?)(?:-[A-Za-z0-9_.]+)?")
+
+
+def _split_image(image: str) -> tuple[str, str | None]:
+    """``REPO[:TAG][@DIGEST]`` -> (repo, tag); None when no tag is written (docker then pulls ``latest``)."""
+    ref = image.split("@", 1)[0]
+    repo, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return ref, None
+    return repo, tag
+
+
+def is_vllm_image(image: str) -> bool:
+    """Whether ``image`` is one of vLLM's own images, whose tag names the release it runs."""
+    return _IMAGE_REPO.fullmatch(_split_image(image)[0]) is not None
+
+
+def image_release(image: str) -> str | None:
+    """The release a vLLM image's tag pins (``vllm/vllm-openai:v0.32.0`` -> ``0.32.0``); None for a tag that
+    floats (``latest``, ``nightly``, none written) or an image that is not vLLM's own."""
+    repo, tag = _split_image(image)
+    if _IMAGE_REPO.fullmatch(repo) is None or tag is None:
+        return None
+    match = _RELEASE_TAG.fullmatch(tag)
+    return match.group(1) if match else None
+
+
+def declared_release(version: str | None, image: str | None) -> str | None:
+    """The release a service pins: ``engine_build = { vllm/version = "X.Y.Z" }``, else its vLLM image's tag; None
+    when nothing pins one."""
+    if version is not None:
+        return version
+    return image_release(image) if image is not None else None
+
+
+def unrecorded(version: str) -> str | None:
+    """None when fleetgate holds ``version``'s option table, else the not-judged reason (what to declare or record)."""
+    if version in releases():
+        return None
+    return (f"not judged: vLLM {version} has no recorded option table; declare a recorded release "
+            f"({', '.join(releases())}) or record it: python -m fleetgate.engines.vllm_wheel vllm-{version}-*.whl > "
+            f"fleetgate/engines/vllm_release_{version}.json (pip download --no-deps vllm=={version} gives the wheel)")
+
+
+# -- what vLLM names as the successor of an option it removed or renamed (vllm_successors.json) -----------------
+
+
+@dataclass(frozen=True)
+class Successor:
+    flag: str
+    successor: str | None
+    """The option(s) vLLM names in its place; None where it names none (the option is gone)."""
+    how: str
+    source: str
+
+
+@cache
+def successors() -> Mapping[str, Successor]:
+    from importlib import resources
+
+    text = resources.files("fleetgate.engines").joinpath("vllm_successors.json").read_text(encoding="utf-8")
+    return {flag: Successor(flag, entry.get("successor"), entry["how"], entry["source"])
+            for flag, entry in json.loads(text)["flags"].items()}
 
 
 _HUMAN = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -323,23 +409,55 @@ class ArgvFinding:
     message: str
 
 
-def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple[int, str | None]], list[ArgvFinding]]:
-    """Read ``vllm serve [MODEL] ...`` the way the release's argparse reads it (FlexibleArgumentParser:
-    ``_`` in names is ``-``; ``--flag=value``; a unique prefix of a long option is that option).
+@dataclass(frozen=True)
+class ArgvReading:
+    found: dict[str, tuple[int, str | None]]
+    """Canonical option name -> (argv index, value)."""
+    problems: list[ArgvFinding]
+    """What the release's argparse would refuse."""
+    unjudged: list[str]
+    """Dotted keys of a config group the release has but whose fields its table does not list (accepted by the
+    group, the key itself not judged)."""
 
-    Returns canonical option name -> (argv index, value) and what argparse would refuse."""
+
+def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple[int, str | None]], list[ArgvFinding]]:
+    """``read_argv``'s options and problems."""
+    reading = read_argv(argv, release)
+    return reading.found, reading.problems
+
+
+def read_argv(argv: Sequence[str], release: Release) -> ArgvReading:
+    """Read ``vllm serve [MODEL] ...`` the way the release's argparse reads it (FlexibleArgumentParser:
+    ``_`` in names is ``-``; ``--flag=value``; a unique prefix of a long option is that option; the dotted
+    ``--X-config.KEY VALUE`` merged into one ``--X-config JSON`` given after the rest)."""
     table = {name: option for option in release.options for name in option.names}
     long_names = sorted(n for n in table if n.startswith("--"))
     found: dict[str, tuple[int, str | None]] = {}
     problems: list[ArgvFinding] = []
-    args = list(argv)
     i = 1
-    if i < len(args) and args[i] == "serve":
+    if i < len(argv) and argv[i] == "serve":
         i += 1
-        if i < len(args) and not args[i].startswith("-"):
+        if i < len(argv) and not argv[i].startswith("-"):
             i += 1
+    args, dotted = _dotted(list(argv), i, problems)
+
+    def lookup(word: str, name: str, index: int) -> tuple[ReleaseOption | None, str, bool]:
+        """The option argparse matches (exact, then a unique prefix); True when the name was ambiguous."""
+        option = table.get(name)
+        if option is None and name.startswith("--"):
+            matches = [n for n in long_names if n.startswith(name)]
+            if len({id(table[n]) for n in matches}) == 1:
+                return table[matches[0]], matches[0], False
+            if matches:
+                problems.append(ArgvFinding(index, word, "ambiguous-flag", f"{name} could be {', '.join(matches[:4])}"))
+                return None, name, True
+        return option, name, False
+
     while i < len(args):
         word, start = args[i], i
+        if word is None:
+            i += 1
+            continue
         if not word.startswith("-"):
             problems.append(ArgvFinding(i, word, "unknown-flag", f"unexpected argument {word!r}"))
             i += 1
@@ -347,17 +465,12 @@ def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple
         name, eq, inline = word.partition("=")
         if name.startswith("--"):
             name = "--" + name[2:].replace("_", "-")
-        option = table.get(name)
-        if option is None and name.startswith("--"):
-            matches = [n for n in long_names if n.startswith(name)]
-            if len({id(table[n]) for n in matches}) == 1:
-                option, name = table[matches[0]], matches[0]
-            elif matches:
-                problems.append(ArgvFinding(i, word, "ambiguous-flag", f"{name} could be {', '.join(matches[:4])}"))
-                i = _past_values(args, i)
-                continue
+        option, name, ambiguous = lookup(word, name, i)
+        if ambiguous:
+            i = _past_values(args, i)
+            continue
         if option is None:
-            problems.append(ArgvFinding(i, word, "unknown-flag", f"{name} is not an option of vLLM {release.version}"))
+            problems.append(ArgvFinding(i, word, "unknown-flag", _unknown(name, release)))
             i = _past_values(args, i)
             continue
         canonical = option.names[0]
@@ -367,16 +480,16 @@ def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple
             continue
         if option.kind == "list":
             j = i + 1
-            while j < len(args) and not args[j].startswith("-"):
+            while j < len(args) and not _is_flag(args[j]):
                 j += 1
-            found[canonical] = (start, " ".join(args[i + 1:j]) if not eq else inline)
+            found[canonical] = (start, " ".join(a for a in args[i + 1:j] if a is not None) if not eq else inline)
             i = j if not eq else i + 1
             continue
         if eq:
             value = inline
             i += 1
-        elif i + 1 < len(args):
-            value = args[i + 1]
+        elif i + 1 < len(args) and (following := args[i + 1]) is not None:
+            value = following
             i += 2
         else:
             problems.append(ArgvFinding(i, word, "missing-value", f"{name} expects a value"))
@@ -386,16 +499,108 @@ def read_as_vllm(argv: Sequence[str], release: Release) -> tuple[dict[str, tuple
         if expected is not None:
             problems.append(ArgvFinding(start, name, "bad-value", f"{name} {value!r}: vLLM expects {expected}"))
         found[canonical] = (start, value)
+    unjudged: list[str] = []
+    for group in dotted:
+        option, name, ambiguous = lookup(group.spelled, group.name, group.index)
+        if ambiguous:
+            continue
+        if option is None:
+            problems.append(ArgvFinding(group.index, group.spelled, "unknown-flag",
+                                        f"{group.spelled}: {_unknown(group.name, release)}, so it has no keys to set"))
+            continue
+        value = json.dumps(group.value)
+        if option.kind != "json":
+            problems.append(ArgvFinding(group.index, group.spelled, "bad-value",
+                                        f"{group.spelled}: {name} is not a config group of vLLM {release.version} "
+                                        f"(vLLM reads the keys as {name} {value}, and expects {parse_value(option, value) or 'no value'})"))
+            continue
+        found[option.names[0]] = (group.index, value)
+        if option.names[0] != "--speculative-config":
+            unjudged += [f"{name}.{key}" for key in group.value]
     spec = found.get("--speculative-config")
     if spec is not None and spec[1] is not None:
         problems += _speculative(spec[0], spec[1], release)
-    return found, problems
+    return ArgvReading(found, problems, unjudged)
 
 
-def _past_values(args: list[str], i: int) -> int:
+def _unknown(name: str, release: Release) -> str:
+    """Why argparse refuses ``name``: not an option of the release, with the successor vLLM names for it and the
+    recorded releases that have it."""
+    message = f"{name} is not an option of vLLM {release.version}"
+    successor = successors().get(name)
+    if successor is not None:
+        message += f"; {successor.how}"
+    held = [v for v in releases() if v != release.version and any(name in o.names for o in load_release(v).options)]
+    if held:
+        message += f" (vLLM {', '.join(held)} {'has' if len(held) == 1 else 'have'} it)"
+    return message
+
+
+@dataclass(frozen=True)
+class _Group:
+    name: str
+    """The group's option name as written before the first dot, ``_`` read as ``-`` (``--compilation-config``)."""
+    spelled: str
+    """The first dotted argument that set a key of it (``--compilation-config.level``)."""
+    index: int
+    value: dict[str, Any]
+
+
+def _is_flag(word: str | None) -> bool:
+    return word is not None and word.startswith("-")
+
+
+def _dotted(args: list[str], start: int, problems: list[ArgvFinding]) -> tuple[list[str | None], list[_Group]]:
+    """FlexibleArgumentParser.parse_args's dotted arguments: ``--X.a.b V`` / ``--X.a.b=V`` set key ``a.b`` of
+    ``--X`` (V read as JSON, else a string; ``KEY+`` a comma list), all merged and given as ``--X JSON`` after the
+    other arguments. The words they took are None in the returned argv, which keeps every index."""
+    kept: list[str | None] = list(args)
+    groups: dict[str, _Group] = {}
+    i = start
+    while i < len(args):
+        word = args[i]
+        name, eq, inline = word.partition("=")
+        if not (word.startswith("-") and "." in name):
+            i += 1
+            continue
+        if eq:
+            text, taken = inline, 1
+        elif i + 1 < len(args):
+            text, taken = args[i + 1], 2
+        else:
+            problems.append(ArgvFinding(i, word, "missing-value", f"{name} expects a value"))
+            kept[i] = None
+            break
+        head, *keys = name.split(".")
+        if head.startswith("--"):
+            head = "--" + head[2:].replace("_", "-")
+        value: Any
+        if keys[-1].endswith("+"):
+            keys[-1] = keys[-1][:-1]
+            value = text.split(",")
+        else:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                value = text
+        group = groups.setdefault(head, _Group(head, name, i, {}))
+        node = group.value
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = node[key] = {}
+            node = child
+        node[keys[-1]] = value
+        for j in range(i, i + taken):
+            kept[j] = None
+        i += taken
+    return kept, list(groups.values())
+
+
+def _past_values(args: list[str | None], i: int) -> int:
     """Past a flag argparse does not know and the words after it (argparse reports them together)."""
     i += 1
-    while i < len(args) and not args[i].startswith("-"):
+    while i < len(args) and not _is_flag(args[i]):
         i += 1
     return i
 

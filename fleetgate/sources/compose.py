@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered, map_to_repo
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
@@ -53,7 +54,6 @@ _INDEX = re.compile(r"[0-9]{1,4}")
 MAX_CARDS = 1024
 """The most cards a ``count:`` may ask for: more than any host has."""
 _LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
-_VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
 _VLLM_API_SERVER = ("python3", "-m", "vllm.entrypoints.openai.api_server")
 _EXPECTED = "a compose file (YAML: services: NAME: image: ...)"
 MAX_NESTED_DEFAULTS = 32
@@ -911,11 +911,10 @@ def _engine_build(service: Service, image: str | None, where: str, node: Node | 
 
     if image is None:
         return None
-    repo, tag = _split_image(image)
+    repo, _ = _split_image(image)
     declared = service.engine_build
-    if repo in _VLLM_IMAGES:
-        match = re.fullmatch(r"v?(\d+\.\d+\.\d+(?:\.post\d+)?)", tag)
-        version = match.group(1) if match else None
+    if is_vllm_image(repo):
+        version = image_release(image)
         if declared is not None and declared.version is not None and version is not None and declared.version != version:
             assert node is not None
             raise reader.fail(node, f"image {image} pins vLLM {version} but fleet.toml's engine_build version = "
@@ -1014,7 +1013,7 @@ def _container_words(reader: _Reader, node: Node, what: str, repo: str, tag: str
                               f"llama-server only when its first argument is --server (or -s); expected command: "
                               f"[\"--server\", ...], got {command[:1] or 'no command'}")
         words = ["/app/llama-server", *command[1:]]
-    elif repo in _VLLM_IMAGES:
+    elif is_vllm_image(repo):
         words = ["vllm", "serve", *command]
     else:
         return None

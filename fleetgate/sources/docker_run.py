@@ -20,6 +20,8 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fleetgate.engines.vllm import is_vllm_image
+
 __all__ = ["ENGINE_IMAGES", "ContainerRun", "Published", "engine_of_image", "parse_client"]
 
 # Options of `docker container run` (Docker 26) and `podman run` (podman 5) that take a value.
@@ -63,7 +65,6 @@ ENGINE_IMAGES: Mapping[str, tuple[tuple[str, ...], Mapping[str, str]]] = {
     "vllm": (("vllm", "serve"), {}),
 }
 _LLAMA_REPOS = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
-_VLLM_REPOS = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai", "index.docker.io/vllm/vllm-openai")
 
 
 def _split_image(image: str) -> tuple[str, str]:
@@ -77,11 +78,11 @@ def _split_image(image: str) -> tuple[str, str]:
 
 def engine_of_image(image: str) -> str | None:
     """The engine an image runs as its entrypoint: ``llama.cpp`` for llama.cpp's ``server*`` tags, ``vllm`` for
-    ``vllm/vllm-openai``; None for any other image (its entrypoint is not known offline)."""
+    vLLM's own images (``vllm/vllm-openai``, ``vllm/vllm-cpu``...); None for any other image (its entrypoint is not known offline)."""
     repo, tag = _split_image(image)
     if repo in _LLAMA_REPOS and tag.startswith("server"):
         return "llama.cpp"
-    if repo in _VLLM_REPOS:
+    if is_vllm_image(repo):
         return "vllm"
     return None
 
