@@ -247,7 +247,7 @@ def test_a_vllm_service_is_read_as_its_declared_release(
     assert found == (code, observed)
 
 
-def test_a_vllm_release_without_a_table_skips_naming_those_held(tmp_path: Path) -> None:
+def test_a_vllm_release_without_a_table_is_not_judged_naming_those_held(tmp_path: Path) -> None:
     from fleetgate.checks import get_check
 
     edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.9.2" }}')]
@@ -255,7 +255,10 @@ def test_a_vllm_release_without_a_table_skips_naming_those_held(tmp_path: Path) 
     check = get_check("vllm-argv")
     assert check.requires is not None
     reason = check.requires(load_service(fleet, fleet.services["frank-archon"]))
-    assert reason is not None and "a release fleetgate holds no option table for (0.13.0, 0.32.0)" in reason
+    assert reason is not None and reason.startswith("not judged: frank-archon runs vLLM 0.9.2 (")
+    assert reason.endswith("a release fleetgate holds no option table for (0.13.0, 0.32.0): declare one of those, or add "
+                           "the release's table (python -m fleetgate.engines.vllm_wheel vllm-X.whl > "
+                           "fleetgate/engines/vllm_release_X.json)")
 
 
 def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:

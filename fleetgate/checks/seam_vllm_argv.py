@@ -2,15 +2,18 @@
 
 The release's options, value parsers and ``--speculative-config`` schema come from its wheel
 (fleetgate/engines/vllm_release.json, read by ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is
-the radiance fork adds that fork's flags and drafter method.
+the radiance fork adds that fork's flags and drafter method. The release is the one the service pins (its
+engine_build version, or the tag of the image it runs); a service that pins none is not judged, never read as an
+arbitrary release: a flag one release added and another removed would be a finding either way.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
-from fleetgate.checks import service_seam
-from fleetgate.engines.vllm import DEFAULT_RELEASE, RADIANCE, Fork, load_release, read_as_vllm, releases
+from fleetgate.checks import NOT_JUDGED, service_seam
+from fleetgate.engines.vllm import RADIANCE, Fork, load_release, read_as_vllm, releases
 from fleetgate.failure import Deferred
 from fleetgate.rendered import RenderedService
 
@@ -29,6 +32,10 @@ def fork_of(config: RenderedService) -> Fork | None:
     return None
 
 
+_TAG_RELEASE = re.compile(r"v?(\d+\.\d+\.\d+)(?:[-+][\w.-]+)?")
+"""A tag that names a release: ``v0.13.0``, or a local build of it (``0.13.0-e060895``)."""
+
+
 def _is_vllm(config: RenderedService) -> bool:
     return config.vllm is not None
 
@@ -36,19 +43,33 @@ def _is_vllm(config: RenderedService) -> bool:
 def _release_known(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
-    build = config.service.engine_build
-    if build is not None and build.version is not None and build.version not in releases():
-        return (f"{config.name} declares vLLM {build.version} "
-                f"({config.fleet.where('services', config.name, 'engine_build')}), a release fleetgate holds no option "
+    version = release_of(config)
+    if version is None:
+        return (f"{NOT_JUDGED}nothing pins the vLLM release {config.name} runs (no engine_build version, no release in "
+                f"its image tag): declare services.{config.name}.engine_build = {{ version = \"X.Y.Z\" }} (or the image "
+                "tag), so its argv is read as that release reads it")
+    if version not in releases():
+        build = config.service.engine_build
+        where = (config.fleet.where("services", config.name, "engine_build")
+                 if build is not None and build.version == version else str(config.service.unit))
+        return (f"{NOT_JUDGED}{config.name} runs vLLM {version} ({where}), a release fleetgate holds no option "
                 f"table for ({', '.join(releases())}): declare one of those, or add the release's table "
                 "(python -m fleetgate.engines.vllm_wheel vllm-X.whl > fleetgate/engines/vllm_release_X.json)")
     return None
 
 
-def release_of(config: RenderedService) -> str:
-    """The vLLM release whose options read the service's argv: its engine_build version, else 0.13.0."""
+def release_of(config: RenderedService) -> str | None:
+    """The vLLM release whose options read the service's argv: its engine_build version (declared, or the tag of the
+    image its compose file or ``docker run`` pulls), else the release its Quadlet's ``Image=`` tag names; None when
+    nothing pins one."""
     build = config.service.engine_build
-    return build.version if build is not None and build.version is not None else DEFAULT_RELEASE
+    if build is not None and build.version is not None:
+        return build.version
+    unit = config.rendered.unit
+    image = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
+    tag = image.value.split("@", 1)[0].rpartition(":")[2] if image is not None and ":" in image.value else ""
+    named = _TAG_RELEASE.fullmatch(tag)
+    return named.group(1) if named else None
 
 
 def _where(config: RenderedService, flag: str) -> str | Deferred:
@@ -66,7 +87,7 @@ ARGV_CHECK = service_seam(
     engines=("vllm",),
     codes={
         "unknown-flag": (
-            "an option the service's vLLM release (`engine_build = { version }`, else 0.13.0; 0.32.0 also held) and its fork do not have"
+            "an option the service's vLLM release (`engine_build = { version }` or the image tag; 0.13.0 and 0.32.0 held) and its fork do not have"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
@@ -79,9 +100,9 @@ ARGV_CHECK = service_seam(
 @ARGV_CHECK.register
 def vllm_argv(config: RenderedService) -> None:
     fork = fork_of(config)
-    release = load_release(release_of(config)).with_fork(fork)
-    build = config.service.engine_build
-    declared = "" if build is not None and build.version is not None else " (no engine_build version declared: read as the default release)"
+    version = release_of(config)
+    assert version is not None  # requires: an unpinned service is not judged
+    release = load_release(version).with_fork(fork)
     _, problems = read_as_vllm(config.rendered.argv, release)
     if problems:
         first = problems[0]
@@ -93,7 +114,7 @@ def vllm_argv(config: RenderedService) -> None:
                               where=_where(config, first.flag),
                               observed=first.message,
                               details=[p.message for p in problems[1:]],
-                              expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
+                              expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the "
                                        "engine refuses this at start, after the container is up",
                               fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
 
