@@ -226,6 +226,9 @@ def test_mutation_changes_exactly_its_outcomes(entry: Entry, tmp_path: Path) -> 
     for subject, check in entry.passes:  # a seam the mutation makes applicable (a skip on the clean fleet)
         assert CLEAN.get((subject, check)) == SKIPPED, f"{entry.id}: passes {subject}: {check}, which is not a skip when clean"
         expected[(subject, check)] = PASSED
+    for subject, check in entry.not_judged:  # a seam left without a fact it needs (a declaration removed)
+        assert CLEAN.get((subject, check)) == PASSED, f"{entry.id}: not judged {subject}: {check}, which is not a pass when clean"
+        expected[(subject, check)] = NOT_JUDGED
     for expectation in entry.expect:
         assert (expectation.subject, expectation.check) in expected, f"{entry.id}: no seam {expectation}"
         expected[(expectation.subject, expectation.check)] = expectation.code
