@@ -87,7 +87,8 @@ ARGV_CHECK = service_seam(
     engines=("vllm",),
     codes={
         "unknown-flag": (
-            "an option the service's vLLM release (`engine_build = { version }` or the image tag; 0.13.0 and 0.32.0 held) and its fork do not have"
+            "an option the service's vLLM release (`engine_build = { version }` or the image tag; 0.13.0 and 0.32.0 held) "
+            "and its fork do not have"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
