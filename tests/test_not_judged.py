@@ -16,6 +16,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from fleetgate.checks import NotJudged
+from fleetgate.errors import InputError
+from fleetgate.incidents import load_catalogue
 from fleetgate.report import report_schema
 from fleetgate.runner import run_seams
 
@@ -161,3 +164,26 @@ def test_the_image_tag_pins_the_release_it_names(tmp_path: Path) -> None:
         f"not judged: frank-archon runs vLLM 0.9.2 ({unit}), a release fleetgate holds no option table for "
         "(0.13.0, 0.32.0): declare one of those, or add the release's table (python -m fleetgate.engines.vllm_wheel "
         "vllm-X.whl > fleetgate/engines/vllm_release_X.json)"))
+
+
+def test_not_judged_begins_its_line_once() -> None:
+    assert str(NotJudged("declare the build")) == "not judged: declare the build"
+    assert str(NotJudged("not judged: declare the build")) == "not judged: declare the build"
+
+
+BRANCH = 'id = "B-X-1"\nname = "x"\nsummary = "s"\n[[mutation]]\nfile = "fleet.toml"\ncreate = ""\n'
+
+
+def test_a_branch_may_only_leave_seams_not_judged(tmp_path: Path) -> None:
+    (tmp_path / "B-X-1.toml").write_text(f'not_judged = ["svc: card-floor"]\n{BRANCH}', encoding="utf-8")
+    [entry] = load_catalogue(tmp_path)
+    assert (entry.not_judged, entry.expect, entry.skip) == ((("svc", "card-floor"),), (), ())
+
+
+def test_a_malformed_not_judged_pair_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "B-X-1.toml"
+    path.write_text(f'not_judged = ["svc: card-floor/short"]\n{BRANCH}', encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_catalogue(tmp_path)
+    assert str(info.value) == (f"{path}: not_judged: 'svc: card-floor/short'; expected 'SUBJECT: check' or "
+                               "'SUBJECT: *', e.g. 'frank-medium: card-floor'")
