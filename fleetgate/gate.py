@@ -171,7 +171,7 @@ def run_gate(
                 outcome, took = run_host(check, subject)
                 gate.elapsed += took
                 gate.notes[check_name] = host_note(target, check_name, outcome.failure,
-                                                   outcome.text if outcome.outcome == "skipped" else None)
+                                                   outcome.text if outcome.outcome in ("skipped", "not-judged") else None)
             gate.outcomes[check_name] = outcome
     finally:
         endpoint.client.close()

@@ -73,10 +73,10 @@ def _expectation(path: Path, item: object) -> Expectation:
     return Expectation(subject=subject, code=code)
 
 
-def _skip(path: Path, item: object) -> tuple[str, str]:
+def _skip(path: Path, item: object, key: str = "skip") -> tuple[str, str]:
     subject, _, check = item.partition(": ") if isinstance(item, str) else ("", "", "")
     if not subject or not check or "/" in check or " " in check:
-        raise InputError(path, None, f"skip: {item!r}; expected 'SUBJECT: check' or 'SUBJECT: *', "
+        raise InputError(path, None, f"{key}: {item!r}; expected 'SUBJECT: check' or 'SUBJECT: *', "
                                      "e.g. 'frank-medium: card-floor'")
     return subject, check
 
@@ -118,6 +118,8 @@ class Entry:
     A check of ``*`` is every other seam of the subject (a service that no longer renders)."""
     passes: tuple[tuple[str, str], ...] = ()
     """(subject, check) pairs the mutation makes applicable (a skip on the clean fleet) and that pass."""
+    not_judged: tuple[tuple[str, str], ...] = ()
+    """(subject, check) pairs the mutation leaves applicable but unjudgeable (a declaration removed): not judged."""
 
     @property
     def is_incident(self) -> bool:
@@ -157,7 +159,8 @@ def _load_entry(path: Path, *, catalogue: bool) -> Entry:
                           for m in data.get("mutation", ()))
         expect = tuple(_expectation(path, e) for e in data.get("expect", ()))
         skip = tuple(_skip(path, s) for s in data.get("skip", ()))
-        passes = tuple(_skip(path, s) for s in data.get("passes", ()))
+        passes = tuple(_skip(path, s, "passes") for s in data.get("passes", ()))
+        not_judged = tuple(_skip(path, s, "not_judged") for s in data.get("not_judged", ()))
     except KeyError as exc:
         raise InputError(path, None, f"missing key {exc.args[0]!r}; [[mutation]] needs file (and replace/with or create)") from None
     problems = _problems(reproduction, mutations, expect, data, incident=incident) or _twice(expect)
@@ -166,7 +169,8 @@ def _load_entry(path: Path, *, catalogue: bool) -> Entry:
     codes = tuple(dict.fromkeys(e.code for e in expect)) if expect else tuple(data.get("codes", ()))
     return Entry(path=path, incident=incident, id=_str(data, "id", path), seed=str(data.get("seed", "")),
                  cites=tuple(data.get("cites", ())),
-                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes, **story)
+                 codes=codes, reproduction=reproduction, mutations=mutations, expect=expect, skip=skip, passes=passes,
+                 not_judged=not_judged, **story)
 
 
 def _twice(expect: tuple[Expectation, ...]) -> str:
@@ -183,8 +187,9 @@ def _twice(expect: tuple[Expectation, ...]) -> str:
 def _problems(repro: Reproduction, mutations: tuple[Mutation, ...], expect: tuple[Expectation, ...], data: Mapping[str, Any],
               *, incident: bool) -> str:
     if repro.kind == "mutation":
-        # An incident is caught: it fails. A branch or rule mutation may only turn a pass into a skip.
-        if not mutations or (incident and not expect) or not (expect or data.get("skip")):
+        # An incident is caught: it fails. A branch or rule mutation may only turn a pass into a skip (or leave it
+        # not judged).
+        if not mutations or (incident and not expect) or not (expect or data.get("skip") or data.get("not_judged")):
             return "a mutation reproduction needs [[mutation]] and expect = ['SUBJECT: check/code', ...]"
     elif mutations or expect:
         return f"[[mutation]] and expect belong to a mutation reproduction, not {repro.kind!r}"

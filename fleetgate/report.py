@@ -47,6 +47,7 @@ def case_properties(
     figures: Mapping[str, Any] | None = None,
     waiver: str | None = None,
     note: str | None = None,
+    not_judged: str | None = None,
 ) -> list[tuple[str, str]]:
     """The ``fleetgate.*`` properties of one test case, as (name, text) pairs (JUnit wants text)."""
     props = [
@@ -63,6 +64,8 @@ def case_properties(
         props.append((f"{PREFIX}waiver", waiver))
     if note is not None:
         props.append((f"{PREFIX}note", note))
+    if not_judged is not None:
+        props.append((f"{PREFIX}not_judged", not_judged))
     return props
 
 
@@ -98,6 +101,10 @@ class ServiceResult:
     spent_tokens: int = 0
     requests: int = 0
     live: bool = False
+    not_judged: list[str] = field(default_factory=list)
+    """Each distinct line of the service's not-judged checks, once, in the order met."""
+    unjudged: int = 0
+    """How many of its checks were not judged (skipped, or failed under --fleetgate-strict)."""
 
     def margins(self) -> list[tuple[str, int]]:
         """Every margin the seams derived, in bytes, named: the smallest is the tightest."""
@@ -128,8 +135,17 @@ class FleetReport:
         if not isinstance(service, str) or not isinstance(check, str):
             return
         result = self.services.setdefault(service, ServiceResult())
+        unjudged = props.get(f"{PREFIX}not_judged")
+        if isinstance(unjudged, str):
+            # pytest counts it among the skips (or the failures, strict): the report counts it apart.
+            outcome = "not-judged" if outcome == "skipped" else outcome
+            result.unjudged += 1
+            if unjudged not in result.not_judged:
+                result.not_judged.append(unjudged)
         result.outcomes[outcome] = result.outcomes.get(outcome, 0) + 1
         entry: dict[str, Any] = {"check": check, "outcome": outcome, "test": nodeid}
+        if isinstance(unjudged, str):
+            entry["not_judged"] = unjudged
         code = props.get(f"{PREFIX}code")
         if isinstance(code, str):
             entry["code"] = code
@@ -171,6 +187,7 @@ class FleetReport:
                 "balance_margin_bytes": result.balance_margin,
                 "prompt_cache": dict(sorted(result.prompt_cache.items())) or None,
                 "tightest_margin": {"what": tightest[0], "bytes": tightest[1]} if tightest else None,
+                "not_judged": list(result.not_judged),
             }
             if result.live:
                 entry["live"] = {

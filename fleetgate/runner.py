@@ -33,7 +33,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from fleetgate.checks import REGISTRY, Check, NotApplicable, load_checks
+from fleetgate.checks import NOT_JUDGED, REGISTRY, Check, NotApplicable, NotJudged, load_checks
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure, format_failure
 from fleetgate.fleet import Fleet, Waiver
@@ -131,8 +131,10 @@ class Subject:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One check on one subject: ``passed``, ``skipped`` (with its reason), ``failed`` (with its failure) or ``waived``
-    (a failure that a waiver of fleet.toml covers until its date: its code, text and failure as a failure's)."""
+    """One check on one subject: ``passed``, ``skipped`` (with its reason: the check does not apply), ``not-judged``
+    (the check applies but lacks a fact; ``text`` is the one line that names what to declare, beginning
+    ``not judged: ``), ``failed`` (with its failure) or ``waived`` (a failure that a waiver of fleet.toml covers until
+    its date: its code, text and failure as a failure's)."""
 
     check: str
     subject: str
@@ -293,7 +295,8 @@ def recorded() -> Iterator[list[Outcome]]:
 
 
 def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = None) -> Outcome:
-    """Run ``check`` on ``subject``: passed, skipped (the reason), failed (the failure, its code and its text) or
+    """Run ``check`` on ``subject``: passed, skipped (the reason), not-judged (the line naming what to declare),
+    failed (the failure, its code and its text) or
     waived (a failure that one of ``subject.waivers`` covers on ``today``, by default ``waiver_day()``).
 
     Any other exception is a bug of the check, or a file it cannot read (``InputError``), and is raised as it is.
@@ -309,10 +312,13 @@ def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = No
 def _run(check: Check[Any], subject: Subject) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
-        return Outcome(check.name, subject.name, "skipped", text=scrub(subject.skip_reason))
+        reason = scrub(subject.skip_reason)
+        return Outcome(check.name, subject.name, "not-judged" if reason.startswith(NOT_JUDGED) else "skipped", text=reason)
     try:
         with run_attempts(subject.made_attempts):
             check(subject.value)
+    except NotJudged as reason:
+        return Outcome(check.name, subject.name, "not-judged", text=str(reason))
     except NotApplicable as reason:
         return Outcome(check.name, subject.name, "skipped", text=str(reason))
     except Failure as failure:

@@ -30,7 +30,8 @@ def baseline() -> dict[tuple[str, str], str]:
 
 
 def _table(outcomes: list[Outcome]) -> dict[tuple[str, str], str]:
-    """(subject, check) -> passed, skipped, or the failure code: the form of tests/test_mutations.py's CLEAN."""
+    """(subject, check) -> passed, skipped, not-judged, or the failure code: the form of tests/test_mutations.py's
+    CLEAN."""
     return {(o.subject, o.check): o.code if o.outcome == "failed" and o.code else o.outcome for o in outcomes}
 
 
@@ -53,9 +54,12 @@ def test_reproduction_fails_exactly_its_codes(entry: Entry, baseline: dict[tuple
     for subject, check in entry.passes:
         assert baseline.get((subject, check)) == "skipped", f"{entry.id}: passes {subject}: {check}, not a skip when clean"
         expected[(subject, check)] = "passed"
+    for subject, check in entry.not_judged:
+        assert baseline.get((subject, check)) == "passed", f"{entry.id}: not judged {subject}: {check}, not a pass when clean"
+        expected[(subject, check)] = "not-judged"
     for e in entry.expect:
         expected[(e.subject, e.check)] = e.code
-    failed = {k: v for k, v in table.items() if v not in ("passed", "skipped")}
+    failed = {k: v for k, v in table.items() if v not in ("passed", "skipped", "not-judged")}
     assert failed, f"{entry.id} is stale: its mutation no longer fails any seam (expected {sorted(entry.codes)})"
     changed = {k: (baseline.get(k), v) for k, v in table.items() if expected.get(k) != v}
     assert table == expected, f"{entry.id}: (clean, now) where the entry expects otherwise: {changed}"

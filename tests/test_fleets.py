@@ -18,7 +18,7 @@ import pytest
 from fleetgate.checks import REGISTRY, _load_all
 from fleetgate.policies import POLICIES
 from tests.fleet_edits import Edit, edited_fleet
-from tests.test_mutations import PASSED, SKIPPED, run_seams
+from tests.test_mutations import NOT_JUDGED, PASSED, SKIPPED, run_seams
 
 REPO = Path(__file__).resolve().parents[1]
 FLEETS = REPO / "fixtures" / "fleets"
@@ -27,14 +27,15 @@ FLEETS = REPO / "fixtures" / "fleets"
 # what each does on it, by hand.
 LLAMA_UNIT_SERVICE = {
     "engine-accepts-argv": PASSED,
-    "profile-declared": "profile-declared/missing",  # the ledger's seams need the model's profile
+    # No profile: not judged (one line, naming `fleetgate profile`), never a failure: the ledger's seams need it.
+    "profile-declared": NOT_JUDGED,
     "slots-divide-context": PASSED,  # 16384 / 2 slots, no contract window to compare
-    "slot-within-trained-window": SKIPPED,  # no profile: the trained window is unknown
+    "slot-within-trained-window": NOT_JUDGED,  # no profile: the trained window is unknown
     "device-visibility": PASSED,
-    "card-floor": SKIPPED,  # no profile
-    "card-balance": SKIPPED,  # no profile (and one card)
+    "card-floor": NOT_JUDGED,  # no profile
+    "card-balance": SKIPPED,  # one card: nothing to balance, profile or not
     "drafter-kv-fits": SKIPPED,  # no drafter
-    "prompt-cache-holds-slot": SKIPPED,  # the default cache cap is bounded; the slot state needs the profile
+    "prompt-cache-holds-slot": NOT_JUDGED,  # the default cache cap is bounded; the slot state needs the profile
     "speculative-wiring": SKIPPED,  # nothing speculative
     "engine-build-minimum": SKIPPED,  # no engine_build declared
     "vision-mmproj": SKIPPED,  # the contract says nothing of images

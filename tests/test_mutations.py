@@ -26,7 +26,7 @@ SEAMS = REPO / "seams"
 CATALOGUES = ("incidents/rules", "branches")
 CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fixtures" / name)]
 
-PASSED, SKIPPED = "passed", "skipped"
+PASSED, SKIPPED, NOT_JUDGED = "passed", "skipped", "not-judged"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
                 "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches",
@@ -147,8 +147,8 @@ class _Checks:
 
 
 def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
-    """Run seams/ on a fleet: the outcome of every (subject, check) -- passed, skipped or the failure code --
-    and the text of each failure."""
+    """Run seams/ on a fleet: the outcome of every (subject, check) -- passed, skipped, not-judged (a skip that
+    carries its not-judged line) or the failure code -- and the text of each failure."""
     checks = _Checks()
     recorder = pytester.inline_run(str(SEAMS), f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q",
                                    "--import-mode=importlib", plugins=[checks])
@@ -163,7 +163,8 @@ def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> tuple[dict[tuple[s
             outcomes[key] = rest.split(" [")[0]
             texts[key] = text
         elif report.skipped:
-            outcomes[key] = SKIPPED
+            unjudged = any(name == "fleetgate.not_judged" for name, _ in report.user_properties)
+            outcomes[key] = NOT_JUDGED if unjudged else SKIPPED
         elif report.when == "call":
             outcomes.setdefault(key, PASSED)
     assert set(outcomes) == set(checks.of.values()), "a collected seam reported no outcome"
@@ -225,6 +226,9 @@ def test_mutation_changes_exactly_its_outcomes(entry: Entry, tmp_path: Path) -> 
     for subject, check in entry.passes:  # a seam the mutation makes applicable (a skip on the clean fleet)
         assert CLEAN.get((subject, check)) == SKIPPED, f"{entry.id}: passes {subject}: {check}, which is not a skip when clean"
         expected[(subject, check)] = PASSED
+    for subject, check in entry.not_judged:  # a seam left without a fact it needs (a declaration removed)
+        assert CLEAN.get((subject, check)) == PASSED, f"{entry.id}: not judged {subject}: {check}, which is not a pass when clean"
+        expected[(subject, check)] = NOT_JUDGED
     for expectation in entry.expect:
         assert (expectation.subject, expectation.check) in expected, f"{entry.id}: no seam {expectation}"
         expected[(expectation.subject, expectation.check)] = expectation.code

@@ -417,10 +417,10 @@ def test_the_live_gate_without_httpx_says_so_in_one_line() -> None:
 
 UNIT_SCRIPT = REPO / "fixtures" / "fleets" / "unit-script"
 # One test of each kind, each failing for a reason of its own: the live health against a closed port, the host's unit
-# read here (no systemd, or no such unit: it fails either way), the seam of the profile the fleet does not declare.
+# read here (no systemd, or no such unit: it fails either way), the seam of the unit that runs its engine as root.
 EVERY_KIND = ("live/test_live_identity.py::test_health", "live/test_host.py::test_unit_state",
-              "seams/test_profile.py::test_profile_declared")
-HEALTH, UNIT_STATE, PROFILE = (f"{path}[qwen]" for path in EVERY_KIND)
+              "seams/test_units.py::test_unit_user")
+HEALTH, UNIT_STATE, UNIT_USER = (f"{path}[qwen]" for path in EVERY_KIND)
 
 
 def fleet_repository(pytester: pytest.Pytester) -> Path:
@@ -443,7 +443,7 @@ def _broken(hook: str, *nodeids: str) -> list[str]:
         ("fleetgate.plugin._live._Result", _broken("pytest_runtest_logreport", HEALTH, UNIT_STATE)),
         ("fleetgate.gate.summary_word", _broken("pytest_terminal_summary")),
         # every failure of a check is said in the operator's words, live and host checks' too
-        ("fleetgate.plugin._seams._relative", _broken("pytest_runtest_makereport", HEALTH, UNIT_STATE, PROFILE)),
+        ("fleetgate.plugin._seams._relative", _broken("pytest_runtest_makereport", HEALTH, UNIT_STATE, UNIT_USER)),
     ],
     ids=["live-makereport", "host-makereport", "live-logreport", "live-summary", "seams-makereport"],
 )
@@ -573,4 +573,4 @@ def test_the_pyproject_ini_option_names_the_fleet_for_a_bare_pytest(pytester: py
     bare.assert_outcomes(failed=1, passed=12, skipped=38)
     summary = [line.split(" - ")[0] for line in given.stdout.lines if line.startswith(("PASSED ", "FAILED ", "SKIPPED "))]
     assert summary == [line.split(" - ")[0] for line in bare.stdout.lines if line.startswith(("PASSED ", "FAILED ", "SKIPPED "))]
-    assert "FAILED seams/test_profile.py::test_profile_declared[qwen]" in summary
+    assert "FAILED seams/test_units.py::test_unit_user[qwen]" in summary

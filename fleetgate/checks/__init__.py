@@ -17,8 +17,10 @@ when it does not. It is declared once, by the factory of its subject's kind, and
 - **Applicability, one way**: ``requires(subject)`` is why the check cannot judge a subject (naming what to
   declare so that it can), or None. The runner (``fleetgate.runner``) turns a reason into a skip; a check that
   finds out only while it runs that it cannot see part of its subject raises ``NotApplicable`` with the reason,
-  which the runner turns into the same skip. A seam's ``engines`` is not applicability but its subjects: the
-  services of other engines are not its subjects at all.
+  which the runner turns into the same skip. A check that applies but lacks a fact (a profile, a pinned release)
+  is not judged: its reason begins ``NOT_JUDGED`` (a ``requires`` reason) or is a ``NotJudged`` (raised), and the
+  runner's outcome is ``not-judged``, never a skip of a check that does not apply and never a failure. A seam's
+  ``engines`` is not applicability but its subjects: the services of other engines are not its subjects at all.
 - **Codes**: every failure branch is declared with what fired (``codes``); ``fail`` refuses a branch the check
   did not declare, and the runner refuses a ``Failure`` whose code its check did not declare. The docs' code
   tables, the coverage gate and the catalogue read ``Check.codes``. Every live check also declares
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from fleetgate.timeouts import ResolvedChain
 
 __all__ = [
+    "NOT_JUDGED",
     "REGISTRY",
     "TRANSPORT_CODES",
     "Check",
@@ -94,10 +97,19 @@ class NotApplicable(Exception):
         super().__init__(scrub(str(reason)))
 
 
+NOT_JUDGED = "not judged: "
+"""How every not-judged reason begins: a ``requires`` reason that begins so is the runner's ``not-judged`` outcome too."""
+
+
 class NotJudged(NotApplicable):
     """The check applies to this subject but lacks a fact to judge it (a build between recorded ones, a profile it
     cannot fetch, a shape it cannot read, a version nothing pins): "not judged", never a failure dressed as a
-    finding and never a pass. The message names what to declare so that it can judge."""
+    finding and never a pass. The message names what to declare so that it can judge, and begins ``not judged: ``
+    (added where the reason does not)."""
+
+    def __init__(self, reason: object = "") -> None:
+        text = str(reason)
+        super().__init__(text if text.startswith(NOT_JUDGED) else f"{NOT_JUDGED}{text}")
 
 
 class UndeclaredCode(Exception):

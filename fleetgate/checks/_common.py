@@ -1,27 +1,41 @@
 """Small helpers shared by the check modules: formatting (``gib`` is ``fleetgate.fleet.gib``), and the reasons a seam
-cannot apply."""
+cannot apply or cannot judge."""
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
+from fleetgate.checks import NOT_JUDGED
 from fleetgate.fleet import gib
 
 if TYPE_CHECKING:
     from fleetgate.rendered import RenderedService
 
-__all__ = ["gib", "mib", "no_cards", "no_profile"]
+__all__ = ["gib", "mib", "no_cards", "no_profile", "profile_missing"]
 
 
 def mib(value: float) -> str:
     return f"{value / (1 << 20):,.0f} MiB"
 
 
+def profile_missing(config: RenderedService) -> str:
+    """The one not-judged line of a llama.cpp service without a model profile: every seam blind without it says this
+    same line (the summary lists it once per service), naming the command that writes the profile from the model the
+    argv loads."""
+    model = config.llama.model if config.llama is not None else None
+    gguf = config.host_path(model) if model else "MODEL.gguf"
+    target = f"profiles/{config.name}.toml"
+    return (f"{NOT_JUDGED}{config.name} declares no model profile, which the ledger and the context seams read: "
+            f"write it with `fleetgate profile {shlex.quote(gguf)} -o {target}` and set "
+            f"services.{config.name}.profile = \"{target}\" in fleet.toml")
+
+
 def no_profile(config: RenderedService, needs: str = "") -> str | None:
-    """Why a seam that reads the model's profile cannot apply (None when the profile is there)."""
+    """Why a seam that reads the model's profile cannot judge (None when the profile is there): without one, the
+    service's not-judged line (``profile_missing``)."""
     if config.profile is None:
-        return (f"{config.name} declares no model profile: set services.{config.name}.profile in fleet.toml "
-                "(`fleetgate profile MODEL.gguf` writes one)")
+        return profile_missing(config)
     if needs and not getattr(config.profile, needs, None):
         return f"profile {config.profile.name} gives no {needs}: declare it in {config.profile.path.name}"
     return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from fleetgate.checks import Check, NotApplicable, service_seam
+from fleetgate.checks import NOT_JUDGED, Check, NotApplicable, NotJudged, service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.failure import Deferred
 from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
@@ -259,12 +259,15 @@ def _no_split(config: RenderedService) -> str | None:
     if llama is None:
         return f"{config.name} renders no llama-server command line"
     host = config.host.name
-    if reason := _no_card_ledger(config):
-        return reason
+    # Whether there is a split at all comes first: a service on one card is not a service the balance cannot judge.
+    if not config.host.cards:
+        return no_cards(config)
     if len(config.host.cards) < 2:
         return f"host {host} has one serving card: nothing to balance"
     if len(llama.devices) == 1 or llama.split_mode == "none":
         return f"{config.name} runs on one card (--device {','.join(llama.devices) or '-'}, --split-mode {llama.split_mode})"
+    if reason := _no_card_ledger(config):
+        return reason
     if config.host.balance_slack_bytes is None:
         return f"host {host} declares no balance slack: set hosts.{host}.balance_slack_gib in fleet.toml"
     return None
@@ -359,6 +362,8 @@ def prompt_cache_holds_slot(config: RenderedService) -> None:
             fix="the cache is host RAM beside the co-tenants: cap it at one slot's state rounded up",
         )
     if reason := _no_ledger(config):
+        if reason.startswith(NOT_JUDGED):
+            raise NotJudged(reason)  # the service's one line, as every seam blind without the profile says it
         raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
     state = _ledger(config, CACHE_CHECK).slot_state
     slot = state.target_kv + state.recurrent + state.draft

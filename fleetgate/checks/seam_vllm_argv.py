@@ -1,19 +1,21 @@
 """vLLM's argv as the pinned release reads it, and flags the fleet's rules forbid (INC-88, B-VL-8, B-FIT-12).
 
-The release is the one the service pins (``engine_build = { vllm = "X.Y.Z" }``, or the tag of a vLLM image in
-fleet.toml, compose, ``docker run`` or a Quadlet); a pinned release with no recorded table is not judged. The
-release's options, value parsers and ``--speculative-config`` schema come from its wheel
-(fleetgate/engines/vllm_release*.json, read by ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is
-the radiance fork adds that fork's flags and drafter method.
+The release is the one the service pins (``engine_build = { vllm = "X.Y.Z" }`` or ``{ version }``, the tag of a
+vLLM image in fleet.toml, compose, ``docker run`` or a Quadlet, or the release a Quadlet's ``Image=`` tag names);
+a service that pins none, or pins one with no recorded table, is not judged, never read as an arbitrary release:
+a flag one release added and another removed would be a finding either way. The release's options, value
+parsers and ``--speculative-config`` schema come from its wheel (fleetgate/engines/vllm_release*.json, read by
+``fleetgate.engines.vllm_wheel``); a Quadlet whose image is the radiance fork adds that fork's flags and drafter
+method.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
-from fleetgate.checks import NotJudged, service_seam
+from fleetgate.checks import NOT_JUDGED, NotJudged, service_seam
 from fleetgate.engines.vllm import (
-    DEFAULT_RELEASE,
     RADIANCE,
     Fork,
     declared_release,
@@ -41,6 +43,10 @@ def fork_of(config: RenderedService) -> Fork | None:
     return None
 
 
+_TAG_RELEASE = re.compile(r"v?(\d+\.\d+\.\d+)(?:[-+][\w.-]+)?")
+"""A tag that names a release: ``v0.13.0``, or a local build of it (``0.13.0-e060895``)."""
+
+
 def _is_vllm(config: RenderedService) -> bool:
     return config.vllm is not None
 
@@ -48,20 +54,37 @@ def _is_vllm(config: RenderedService) -> bool:
 def _release_known(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
+    if release_of(config) is None:
+        return (f"{NOT_JUDGED}nothing pins the vLLM release {config.name} runs (no engine_build version, no release in "
+                f"its image tag): declare services.{config.name}.engine_build = {{ version = \"X.Y.Z\" }} (or the image "
+                "tag), so its argv is read as that release reads it")
     return None
 
 
-def release_of(config: RenderedService) -> str:
-    """The vLLM release whose options read the service's argv: the one its engine_build or its vLLM image pins,
-    else 0.13.0."""
+def release_of(config: RenderedService) -> str | None:
+    """The vLLM release whose options read the service's argv: the one its engine_build or its vLLM image pins, else
+    the release its Quadlet's ``Image=`` tag names (a fork's image: ``radiance-vllm:0.13.0-e060895``); None when
+    nothing pins one."""
     build = config.service.engine_build
     pinned = declared_release(build.version, build.image) if build is not None else None
-    return pinned if pinned is not None else DEFAULT_RELEASE
+    if pinned is not None:
+        return pinned
+    image = _quadlet_image(config)
+    tag = image.split("@", 1)[0].rpartition(":")[2] if image is not None and ":" in image else ""
+    named = _TAG_RELEASE.fullmatch(tag)
+    return named.group(1) if named else None
+
+
+def _quadlet_image(config: RenderedService) -> str | None:
+    unit = config.rendered.unit
+    image = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
+    return image.value if image is not None else None
 
 
 def _pinned_by(config: RenderedService, version: str) -> str:
     build = config.service.engine_build
-    assert build is not None
+    if build is None:
+        return f"the Quadlet's image {_quadlet_image(config)}"
     if build.image is not None and image_release(build.image) == version:
         return f"image {build.image}"
     return f"engine_build ({config.fleet.where('services', config.name, 'engine_build')})"
@@ -82,8 +105,8 @@ ARGV_CHECK = service_seam(
     engines=("vllm",),
     codes={
         "unknown-flag": (
-            "an option the service's vLLM release (`engine_build = { vllm }` or its vLLM image's tag, else 0.13.0; 0.32.0 also "
-            "held) and its fork do not have, named with the successor vLLM names for it"
+            "an option the service's vLLM release (`engine_build = { vllm }`, a vLLM image's tag or a Quadlet's `Image=` tag; "
+            "0.13.0 and 0.32.0 held) and its fork do not have, named with the successor vLLM names for it"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
@@ -96,15 +119,13 @@ ARGV_CHECK = service_seam(
 @ARGV_CHECK.register
 def vllm_argv(config: RenderedService) -> None:
     version = release_of(config)
+    assert version is not None  # requires: an unpinned service is not judged
     not_recorded = unrecorded(version)
     if not_recorded is not None:
         # another release's table would refuse what this one takes and take what it refuses
         raise NotJudged(f"{not_recorded}; pinned by {_pinned_by(config, version)}")
     fork = fork_of(config)
     release = load_release(version).with_fork(fork)
-    build = config.service.engine_build
-    pinned = build is not None and declared_release(build.version, build.image) is not None
-    declared = "" if pinned else " (no engine_build version declared: read as the default release)"
     reading = read_argv(config.rendered.argv, release)
     problems = reading.problems
     if problems:
@@ -117,7 +138,7 @@ def vllm_argv(config: RenderedService) -> None:
                               where=_where(config, first.flag),
                               observed=first.message,
                               details=[p.message for p in problems[1:]],
-                              expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts{declared}: the "
+                              expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the "
                                        "engine refuses this at start, after the container is up",
                               fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
     if reading.unjudged:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks import service_seam
+from fleetgate.checks import NOT_JUDGED, service_seam
 from fleetgate.checks._common import gib
 from fleetgate.errors import InputError
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
@@ -23,8 +23,8 @@ def _no_ledger(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
     if config.profile is None:
-        return (f"{config.name} declares no checkpoint profile: set services.{config.name}.profile to a profile with "
-                "source = \"checkpoint\", [model] weight_bytes (or safetensors) and [config] (docs/ledger.md)")
+        return (f"{NOT_JUDGED}{config.name} declares no checkpoint profile: set services.{config.name}.profile to a "
+                "profile with source = \"checkpoint\", [model] weight_bytes (or safetensors) and [config] (docs/ledger.md)")
     if not isinstance(config.profile.raw.get("config"), dict):
         return (f"profile {config.profile.name} has no [config] table: copy the model card's config.json keys into "
                 f"{config.profile.path.name}")

@@ -53,7 +53,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(f"fleetgate: {check.name} is a {check.kind} check; host tests take host checks")
     chosen = _state.endpoints(metafunc.config)
     hosts = _state.targets(metafunc.config)
-    values = [CheckParam(check, subject, endpoint=chosen[subject.name]) for subject in host_subjects(check, hosts)]
+    values = [CheckParam(check, subject, endpoint=chosen[subject.name], strict=_state.strict(metafunc.config))
+              for subject in host_subjects(check, hosts)]
     values = values or [CheckParam(None, None, none_reason=NO_ENDPOINT)]
     metafunc.parametrize("host_check", values, ids=[v.name for v in values])
 

@@ -2,6 +2,9 @@
 
 A seam test takes ``seam``, a live test ``live``, a host test ``host_check``: each is a ``CheckParam`` whose
 ``run()`` passes, skips with the reason the check cannot judge its subject, or raises the check's ``Failure``.
+A check that applies but lacks a fact is not judged: a skip whose reason begins ``not judged: `` (pytest counts it
+among the skips; the per-service summary and the report count it apart), or a failure of that one line where the run
+is strict (``--fleetgate-strict``, ini ``fleetgate_strict``).
 A live or host check waits for its endpoint's readiness probe first, and its measurements are recorded for the
 per-service summary. ``Seam``, ``Live`` and ``HostCheck`` are its names in the test modules' annotations.
 """
@@ -13,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.checks import Check
+from fleetgate.checks import NOT_JUDGED, Check
 from fleetgate.runner import Outcome, Subject, run
 
 __all__ = ["NO_ENDPOINT", "SKIPPED_EXPLICITLY", "CheckParam", "HostCheck", "Live", "Seam"]
@@ -38,6 +41,8 @@ class CheckParam:
     elapsed: float = field(default=0.0, repr=False)
     skip_reason: str | None = None
     """Why it was not run, once it skipped (the host summary's note)."""
+    strict: bool = False
+    """A not-judged outcome fails (``--fleetgate-strict``) instead of skipping."""
 
     @property
     def name(self) -> str:
@@ -77,11 +82,24 @@ class CheckParam:
         __tracebackhide__ = True
         if outcome.failure is not None:
             raise outcome.failure
+        if outcome.outcome == "not-judged":
+            self.skip_reason = line = self._named(outcome.text)
+            if self.strict:
+                pytest.fail(line, pytrace=False)
+            pytest.skip(line)
         if outcome.outcome == "skipped":
             self.skip_reason = outcome.text
             # -rs lists reasons by file:line only: each names its subject.
             pytest.skip(outcome.text if outcome.text.startswith(f"{self.name} ") or self.check is None
                         or self.check.kind != "seam" else f"{self.name}: {outcome.text}")
+
+
+    def _named(self, text: str) -> str:
+        """A not-judged line that names its subject (``-rs`` lists reasons by file:line only), still beginning
+        ``not judged: ``."""
+        if self.name in text:
+            return text
+        return f"{NOT_JUDGED}{self.name}: {text.removeprefix(NOT_JUDGED)}"
 
 
 Seam = CheckParam

@@ -121,7 +121,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                 f"fleetgate: {check.name} is a {check.kind} check; live tests take live checks"
             )
         chosen = _state.endpoints(metafunc.config)
-        lives = [CheckParam(check, subject, endpoint=chosen[subject.name]) for subject in live_subjects(check, chosen)]
+        lives = [CheckParam(check, subject, endpoint=chosen[subject.name], strict=_state.strict(metafunc.config))
+                 for subject in live_subjects(check, chosen)]
         lives = lives or [CheckParam(None, None, none_reason=SKIPPED_EXPLICITLY)]
         metafunc.parametrize("live", lives, ids=[live.name for live in lives])
     elif "endpoint" in metafunc.fixturenames:

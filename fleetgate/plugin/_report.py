@@ -57,6 +57,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="write per-service results (outcomes, codes, headroom, margins, live measurements) as JSON")
     group.addoption("--live-progress", metavar="SECONDS", type=float, default=10.0,
                     help="while a live check waits, print a progress line this often (0: never); default 10")
+    # Not pytest's own --strict (its strict_* ini options): a fleet may want one without the other.
+    group.addoption("--fleetgate-strict", action="store_true", default=False, dest="fleetgate_strict",
+                    help="a check that applies but lacks a fact ('not judged: ...') fails instead of skipping")
+    parser.addini("fleetgate_strict", "a 'not judged' outcome fails instead of skipping (as --fleetgate-strict)",
+                  type="bool", default=False)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -232,9 +237,11 @@ def _report_test(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.
         elif use.state == "expired":
             report.longrepr = f"{use.expiry(service, outcome.code)}\n{report.longrepr}"
     notes = outcome.notes if outcome is not None else ()
+    unjudged = _not_judged(item, outcome)
     props = case_properties(service=service, check=check.name, cites=cites, code=code,
                             figures=outcome.figures if outcome is not None else None,
-                            waiver=use.note if use is not None else None, note="; ".join(notes) or None)
+                            waiver=use.note if use is not None else None, note="; ".join(notes) or None,
+                            not_judged=unjudged)
     for note in notes:
         report.sections.append(("fleetgate", note))
     record = getattr(getattr(item, "callspec", None), "params", {}).get("live")
@@ -250,6 +257,16 @@ def _report_test(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.
     # The call report is already built: it and the teardown report (JUnit reads that one) both carry them.
     item.user_properties.extend(props)
     report.user_properties.extend(props)
+
+
+def _not_judged(item: pytest.Item, outcome: Outcome | None) -> str | None:
+    """The line a not-judged outcome said (its skip's reason, or its failure's under --fleetgate-strict), else None."""
+    if outcome is None or outcome.outcome != "not-judged":
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    said = next((p.skip_reason for p in params if isinstance(p, CheckParam) and p.skip_reason), None)
+    return said or outcome.text
 
 
 # -- the controller: JUnit under xunit2, the summary, the report -----------------------------------
@@ -329,7 +346,11 @@ class _Collector:
             result = services[name]
             counts = ", ".join(f"{result.outcomes.get(k, 0)} {k}" for k in ("passed", "failed", "skipped"))
             extra = "".join(f", {result.outcomes[k]} {k}" for k in ("xfailed", "xpassed", "error") if k in result.outcomes)
-            terminalreporter.write_line(f"{name}: {counts}{extra}")
+            unjudged = f", {result.unjudged} not judged" if result.unjudged else ""
+            terminalreporter.write_line(f"{name}: {counts}{unjudged}{extra}")
+            # Each reason once: one missing declaration blinds several checks of a service, and says so once.
+            for reason in result.not_judged:
+                terminalreporter.write_line(f"  {reason}")
             if result.headroom:
                 cards = ", ".join(f"{card} {gib(value)}" for card, value in sorted(result.headroom.items()))
                 terminalreporter.write_line(f"  headroom above the floor: {cards}")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.checks import REGISTRY, find_check, load_checks
+from fleetgate.checks import NOT_JUDGED, REGISTRY, find_check, load_checks
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.fleet import LOOPBACK
@@ -71,7 +71,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     except KeyError as exc:
         raise pytest.UsageError(f"fleetgate: {exc.args[0]}") from None
     try:
-        seams = [CheckParam(check, subject) for subject in seam_subjects(check, _state.Inputs(metafunc.config))]
+        strict = _state.strict(metafunc.config)
+        seams = [CheckParam(check, subject, strict=strict)
+                 for subject in seam_subjects(check, _state.Inputs(metafunc.config))]
     except NotASeam as exc:
         metafunc.config.stash.setdefault(_state.SETUP_ERROR, str(exc))
         seams = []
@@ -138,12 +140,18 @@ def _operator_words(item: pytest.Item, call: pytest.CallInfo[None], report: pyte
 
 def _fold_policy_skip(item: pytest.Item, report: pytest.TestReport) -> None:
     """Every skip of one policy that is off shares one location (fleet.toml's [fleet] table), so ``-rs`` folds them
-    into one line per policy instead of one per check."""
+    into one line per policy instead of one per check. Likewise every not-judged skip of a service shares its
+    table in fleet.toml: one missing declaration that blinds several checks is one ``-rs`` line."""
     seam = getattr(item, "callspec", None) and item.callspec.params.get("seam")  # type: ignore[attr-defined]
     fleet = _state.fleet_if_loaded(item.config)
-    if not isinstance(seam, CheckParam) or not seam.policy_off or fleet is None or not isinstance(report.longrepr, tuple):
+    if not isinstance(seam, CheckParam) or fleet is None or not isinstance(report.longrepr, tuple):
         return
-    where = fleet.where("fleet", "policies")
+    if seam.policy_off:
+        where = fleet.where("fleet", "policies")
+    elif (seam.skip_reason or "").startswith(NOT_JUDGED) and seam.name in fleet.services:
+        where = fleet.where("services", seam.name)
+    else:
+        return
     file, _, line = where.rpartition(":")
     location = (file, int(line), report.longrepr[2]) if line.isdigit() else (where, 1, report.longrepr[2])
     report.longrepr = (str(Path(location[0]).relative_to(item.config.rootpath)) if Path(location[0]).is_relative_to(

@@ -51,6 +51,7 @@ __all__ = [
     "guarded",
     "guarded_report",
     "live_stack",
+    "strict",
     "targets",
 ]
 
@@ -96,6 +97,11 @@ def _once(config: pytest.Config, key: pytest.StashKey[_Memo[T]], make: Callable[
     if memo.error is not None:
         raise memo.error
     return memo.value  # type: ignore[return-value]
+
+
+def strict(config: pytest.Config) -> bool:
+    """Whether a not-judged outcome fails the run: ``--fleetgate-strict``, else the ``fleetgate_strict`` ini key."""
+    return bool(config.getoption("fleetgate_strict", False) or config.getini("fleetgate_strict"))
 
 
 def fleet_path(config: pytest.Config) -> Path:

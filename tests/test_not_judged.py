@@ -1,0 +1,189 @@
+""""Not judged": a check that applies but lacks a fact says so once per service, never as a failure (issue 32).
+
+The example fleet with frank-medium's model profile removed: every seam blind without the profile is not judged
+with one line, the same line, naming the `fleetgate profile` command for the GGUF its argv loads. pytest counts them
+as skips; the per-service summary counts them apart and says the line once; the report carries each; under
+``--fleetgate-strict`` (or the ini key) each fails with that line and the run exits 1. A vLLM service whose release
+nothing pins is not judged rather than read as an arbitrary release.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from fleetgate.checks import NotJudged
+from fleetgate.errors import InputError
+from fleetgate.incidents import load_catalogue
+from fleetgate.report import report_schema
+from fleetgate.runner import run_seams
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "fixtures" / "fleet"
+IMPORT_BY_PATH = "--import-mode=importlib"
+PROFILE_LINE = "profile = \"profiles/swift-qwen3.8-27b-mtp.toml\"\n"
+# The GGUF frank-medium's env file gives --model (scripts/frank-medium.env, MODEL=).
+GGUF = "/home/dank/models/Swift-Qwen3.8-27B-Uncensored-Dynamic-MTP-GGUF/Swift-Qwen3.8-27B-Uncensored-Dynamic-MTP-UD-Q8_K_XL.gguf"
+MEDIUM_LINE = (
+    "not judged: frank-medium declares no model profile, which the ledger and the context seams read: write it with "
+    f"`fleetgate profile {GGUF} -o profiles/frank-medium.toml` and set services.frank-medium.profile = "
+    "\"profiles/frank-medium.toml\" in fleet.toml"
+)
+# Each seam of frank-medium that reads the profile (the clean fleet passes them all).
+BLIND = ("card-balance", "card-floor", "drafter-kv-fits", "drafter-placement", "profile-declared",
+         "prompt-cache-holds-slot", "slot-within-trained-window")
+ARCHON_IMAGE = "Image=localhost/radiance-vllm:0.13.0-e060895\n"
+ARCHON_LINE = (
+    "not judged: nothing pins the vLLM release frank-archon runs (no engine_build version, no release in its image "
+    "tag): declare services.frank-archon.engine_build = { version = \"X.Y.Z\" } (or the image tag), so its argv is "
+    "read as that release reads it"
+)
+
+
+def _fleet(root: Path, *edits: tuple[str, str, str]) -> Path:
+    target = root / "fleet"
+    shutil.copytree(FLEET, target)
+    for file, old, new in edits:
+        path = target / file
+        text = path.read_text(encoding="utf-8")
+        assert text.count(old) == 1, (file, old)
+        path.write_text(text.replace(old, new), encoding="utf-8")
+    return target / "fleet.toml"
+
+
+def _no_profile(root: Path) -> Path:
+    return _fleet(root, ("fleet.toml", PROFILE_LINE, ""))
+
+
+@pytest.fixture
+def seams(pytester: pytest.Pytester) -> Path:
+    target = pytester.path / "seams"
+    shutil.copytree(REPO / "seams", target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def test_the_runner_says_one_line_for_every_seam_blind_without_the_profile(tmp_path: Path) -> None:
+    outcomes = run_seams(_no_profile(tmp_path))
+    unjudged = {(o.subject, o.check): o.text for o in outcomes if o.outcome == "not-judged"}
+    assert unjudged == {("frank-medium", check): MEDIUM_LINE for check in BLIND}
+    assert [o for o in outcomes if o.outcome == "failed"] == []
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["in-process", "xdist"])
+def test_the_summary_says_not_judged_once_per_service(pytester: pytest.Pytester, seams: Path, xdist: tuple[str, ...]) -> None:
+    fleet_toml = _no_profile(pytester.path)
+    report = pytester.path / "fleetgate.json"
+    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet_toml}", "-p", "no:cacheprovider",
+                                           "-rs", f"--fleetgate-report={report}", *xdist)
+    assert result.ret == pytest.ExitCode.OK
+    document = json.loads(report.read_text())
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    medium = document["services"]["frank-medium"]
+    assert medium["not_judged"] == [MEDIUM_LINE]
+    assert medium["outcomes"]["not-judged"] == len(BLIND)
+    assert "failed" not in medium["outcomes"]
+    assert sorted((c["check"], c["outcome"], c.get("not_judged")) for c in medium["checks"]
+                  if "not_judged" in c) == [(check, "not-judged", MEDIUM_LINE) for check in BLIND]
+    assert {name: s["not_judged"] for name, s in document["services"].items() if s["not_judged"]} == {
+        "frank-medium": [MEDIUM_LINE]}
+    out = result.stdout.lines
+    counts = medium["outcomes"]
+    assert f"frank-medium: {counts['passed']} passed, 0 failed, {counts['skipped']} skipped, 7 not judged" in out
+    # The line once in the summary, and once in -rs: every not-judged skip of the service shares its fleet.toml table.
+    assert out.count(f"  {MEDIUM_LINE}") == 1
+    assert [line for line in out if line.startswith("SKIPPED") and "not judged" in line] == [
+        f"SKIPPED [7] fleet/fleet.toml:84: {MEDIUM_LINE}"]
+    assert [line for line in out if "not judged: " in line and not line.startswith("SKIPPED")] == [f"  {MEDIUM_LINE}"]
+
+
+@pytest.mark.parametrize("switch", [("--fleetgate-strict",), ("-o", "fleetgate_strict=true")], ids=["option", "ini"])
+def test_strict_fails_each_not_judged_check_with_its_line(pytester: pytest.Pytester, seams: Path,
+                                                          switch: tuple[str, ...]) -> None:
+    fleet_toml = _no_profile(pytester.path)
+    report = pytester.path / "fleetgate.json"
+    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet_toml}", "-p", "no:cacheprovider",
+                                           f"--fleetgate-report={report}", *switch)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.parseoutcomes()["failed"] == len(BLIND)
+    # Each failure is the one line, no traceback: once in each failure's section.
+    assert result.stdout.lines.count(MEDIUM_LINE) == len(BLIND)
+    assert "Traceback" not in result.stdout.str()
+    document = json.loads(report.read_text())
+    jsonschema.Draft202012Validator(report_schema()).validate(document)
+    medium = document["services"]["frank-medium"]
+    assert medium["not_judged"] == [MEDIUM_LINE]
+    assert medium["outcomes"]["failed"] == len(BLIND) and "not-judged" not in medium["outcomes"]
+    assert sorted((c["check"], c["outcome"]) for c in medium["checks"] if "not_judged" in c) == [
+        (check, "failed") for check in BLIND]
+    assert out_line(result, "frank-medium: ") == (
+        f"frank-medium: {medium['outcomes']['passed']} passed, 7 failed, {medium['outcomes']['skipped']} skipped, "
+        "7 not judged")
+
+
+def out_line(result: pytest.RunResult, start: str) -> str:
+    found = [line for line in result.stdout.lines if line.startswith(start)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_fleet_with_nothing_unjudged_is_green_under_strict(pytester: pytest.Pytester, seams: Path) -> None:
+    result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={FLEET / 'fleet.toml'}",
+                                           "-p", "no:cacheprovider", "--fleetgate-strict", "--check", "profile-declared")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=3)
+
+
+def test_an_unpinned_vllm_release_is_not_judged(tmp_path: Path) -> None:
+    fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
+                                   "Image=localhost/radiance-vllm:latest\n"))
+    [outcome] = run_seams(fleet_toml, ["vllm-argv"])
+    assert (outcome.subject, outcome.outcome, outcome.text) == ("frank-archon", "not-judged", ARCHON_LINE)
+
+
+def test_a_declared_release_judges_an_image_whose_tag_names_none(tmp_path: Path) -> None:
+    fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
+                                   "Image=localhost/radiance-vllm:latest\n"),
+                        ("fleet.toml", 'engine = "vllm"\nunit = "dankserver/frank-archon/quadlet/frank-archon.container"\n',
+                         'engine = "vllm"\nengine_build = { version = "0.13.0" }\n'
+                         'unit = "dankserver/frank-archon/quadlet/frank-archon.container"\n'))
+    [outcome] = run_seams(fleet_toml, ["vllm-argv"])
+    assert (outcome.subject, outcome.outcome) == ("frank-archon", "passed")
+
+
+def test_the_image_tag_pins_the_release_it_names(tmp_path: Path) -> None:
+    """A tag naming a release nothing holds a table for is not judged, naming that release (not read as 0.13.0)."""
+    fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
+                                   "Image=localhost/radiance-vllm:v0.9.2\n"))
+    [outcome] = run_seams(fleet_toml, ["vllm-argv"])
+    unit = tmp_path / "fleet" / "dankserver" / "frank-archon" / "quadlet" / "frank-archon.container"
+    assert (outcome.outcome, outcome.text) == ("not-judged", (
+        f"not judged: frank-archon runs vLLM 0.9.2 ({unit}), a release fleetgate holds no option table for "
+        "(0.13.0, 0.32.0): declare one of those, or add the release's table (python -m fleetgate.engines.vllm_wheel "
+        "vllm-X.whl > fleetgate/engines/vllm_release_X.json)"))
+
+
+def test_not_judged_begins_its_line_once() -> None:
+    assert str(NotJudged("declare the build")) == "not judged: declare the build"
+    assert str(NotJudged("not judged: declare the build")) == "not judged: declare the build"
+
+
+BRANCH = 'id = "B-X-1"\nname = "x"\nsummary = "s"\n[[mutation]]\nfile = "fleet.toml"\ncreate = ""\n'
+
+
+def test_a_branch_may_only_leave_seams_not_judged(tmp_path: Path) -> None:
+    (tmp_path / "B-X-1.toml").write_text(f'not_judged = ["svc: card-floor"]\n{BRANCH}', encoding="utf-8")
+    [entry] = load_catalogue(tmp_path)
+    assert (entry.not_judged, entry.expect, entry.skip) == ((("svc", "card-floor"),), (), ())
+
+
+def test_a_malformed_not_judged_pair_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "B-X-1.toml"
+    path.write_text(f'not_judged = ["svc: card-floor/short"]\n{BRANCH}', encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_catalogue(tmp_path)
+    assert str(info.value) == (f"{path}: not_judged: 'svc: card-floor/short'; expected 'SUBJECT: check' or "
+                               "'SUBJECT: *', e.g. 'frank-medium: card-floor'")
