@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_inputs import container_engines, container_lines, engine_exec_start, inline_command, inline_exec_start, service_inputs
+from fleetgate.render_inputs import (
+    container_engines,
+    container_lines,
+    engine_exec_start,
+    env_template_notes,
+    inline_command,
+    inline_exec_start,
+    service_inputs,
+)
 from fleetgate.render_sandbox import (
     RENDER_TIMEOUT_S,
     engine_environment,
@@ -73,6 +81,7 @@ def render(
         return _render_exec_start(fleet, service, direct, overrides or {})
     origins, script, unit = service_inputs(fleet, service)
     notes = [u.describe() for u in unit.unresolved] if unit is not None else []
+    notes += env_template_notes(fleet, unit)
     inline = inline_exec_start(fleet, service)
     command: list[str] | None = None
     dollar0: str | None = None

@@ -456,3 +456,26 @@ def test_pip_through_python_is_a_pre_flight_of_a_vllm_script(tmp_path: Path) -> 
     result = rendered(_vllm_fleet(tmp_path, script))
     assert (result.argv, result.notes) == (("vllm", "serve", "Qwen/Qwen3-8B"),
                                            (f"pre-flight `python3 -m pip` not run: {_PREPARES_HOST}",))
+
+
+# An env file the unit names but the repository keeps off version control: the template it ships is read in its
+# place (so a stray positional in it is seen), and the render says so; with two candidates, none is guessed.
+@pytest.mark.parametrize(("shipped", "read", "notes"), [
+    ({"deploy/chat.env.example": "CTX=8192\nEXTRA=true\n"}, ("8192", "true"),
+     ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from deploy/chat.env.example, the "
+      "template the repository ships for it",)),
+    ({".env.example": "CTX=2048\n"}, ("2048", ""),
+     ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from .env.example, the template "
+      "the repository ships for it",)),
+    ({"chat.env.template": "CTX=1\n", "chat.env.example": "CTX=2\n"}, ("", ""), ()),
+])
+def test_a_template_shipped_for_an_absent_env_file_is_read_and_noted(tmp_path: Path, shipped: dict[str, str],
+                                                                      read: tuple[str, str], notes: tuple[str, ...]) -> None:
+    unit = UNIT.replace("EnvironmentFile=/srv/repo/s.env", "EnvironmentFile=-/etc/llm/chat.env")
+    fleet_toml = make_fleet(tmp_path, 'exec llama-server -c "${CTX-}" ${EXTRA-}\n', unit=unit)
+    for name, text in shipped.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    result = rendered(fleet_toml)
+    assert (result.argv[2], result.argv[3] if len(result.argv) > 3 else "") == read
+    assert result.notes == tuple(n.format(unit=tmp_path / "s.service") for n in notes)
