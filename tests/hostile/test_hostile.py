@@ -439,7 +439,7 @@ CASES += [
     # Bounds: processes, memory, scratch. Each overrun is named.
     Case("flood-processes", "bounds", _script("for i in $(seq 2000); do /bin/sleep 300 & done\nexec llama-server --port 8080\n"),
          renders=False, says="started more than 256 processes"),
-    Case("flood-fork-bomb", "bounds", _script(":(){ :|:& };:\nsleep 5\nexec llama-server --port 8080\n"),
+    Case("flood-fork-bomb", "bounds", _script(":(){ :|:& };:\n/bin/sleep 5\nexec llama-server --port 8080\n"),
          renders=False, says="started more than 256 processes"),
     Case("flood-memory-python", "bounds", _script("python3 -c 'b = bytearray(3 << 30)' || exit 3\nexec llama-server\n"),
          renders=False, says="ran out of memory"),
