@@ -249,7 +249,8 @@ def _file(name: str, content: str | bytes) -> Callable[[World], None]:
 
 
 # A background process in every script case, named by the token: it must not outlive the render.
-LINGER = "bash -c '/bin/sleep 300; :' {token} & setsid bash -c '/bin/sleep 300; :' {token} & nohup bash -c '/bin/sleep 300; :' {token} >/dev/null 2>&1 &\n"
+LINGER = ("bash -c '/bin/sleep 300; :' {token} & setsid bash -c '/bin/sleep 300; :' {token} & "
+          "nohup bash -c '/bin/sleep 300; :' {token} >/dev/null 2>&1 &\n")
 
 
 @dataclass(frozen=True)
