@@ -412,7 +412,7 @@ def test_a_unit_running_bash_c_is_read_for_the_engine_it_execs(script: str, serv
     code, _, err = _init(capsys, str(repo))
     if service is None:
         assert (code, err) == (1, f"fleetgate init: skipped {repo.resolve()}/{note}\nfleetgate init: no engine "
-                               f"(llama-server, vllm) found under {repo} (1 units); nothing written\n")
+                               f"(llama-server, vllm) found under {repo} (1 units); nothing written. {NO_ENGINE_NEXT}\n")
         return
     assert (code, err) == (0, "")
     assert tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))["services"] == {"llm": service}
