@@ -150,6 +150,18 @@ if [[ -n ${__FG_BASH_ENV+x} ]]; then
     unset __fg_bash_env __fg_bash_env_local
 fi
 
+# A script that starts the engine in the background (`nohup vllm serve ... &`) may end before the engine's stub
+# has recorded anything, and the sandbox ends every process left when the script ends: on exit, the script's
+# running jobs get a bounded while (2 s) to finish. A script that sets its own EXIT trap replaces this one.
+__fg_wait_jobs() {
+    local i
+    for ((i = 0; i < 40; i++)); do
+        [[ -z $(jobs -rp) ]] && return 0
+        command "${__fg_out%/out}/tools/sleep" 0.05
+    done
+}
+trap __fg_wait_jobs EXIT
+
 # Trace the script's own lines to a file, so a refusal can name the line the script exited on.
 exec {__fg_trace_fd}>>"$__fg_out/trace"
 BASH_XTRACEFD=$__fg_trace_fd

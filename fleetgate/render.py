@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_inputs import container_engines, container_lines, engine_exec_start, inline_command, inline_exec_start, service_inputs
+from fleetgate.render_inputs import (
+    container_engines,
+    container_lines,
+    engine_exec_start,
+    env_template_notes,
+    inline_command,
+    inline_exec_start,
+    service_inputs,
+)
 from fleetgate.render_sandbox import (
     RENDER_TIMEOUT_S,
     engine_environment,
@@ -24,6 +32,7 @@ from fleetgate.render_sandbox import (
     last_traced_line,
     missing_directories,
     missing_engine_paths,
+    preflight_notes,
     read_invocations,
     read_sourced,
     read_tests,
@@ -32,6 +41,8 @@ from fleetgate.render_sandbox import (
     require_program_name,
     run_script,
     script_as_run,
+    traced_engine_paths,
+    vllm_module_notes,
 )
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered, RenderRefused
 from fleetgate.sandbox import overrun_message
@@ -70,6 +81,7 @@ def render(
         return _render_exec_start(fleet, service, direct, overrides or {})
     origins, script, unit = service_inputs(fleet, service)
     notes = [u.describe() for u in unit.unresolved] if unit is not None else []
+    notes += env_template_notes(fleet, unit)
     inline = inline_exec_start(fleet, service)
     command: list[str] | None = None
     dollar0: str | None = None
@@ -96,6 +108,11 @@ def render(
             break
         missing_dirs = [d for d in missing_directories(result.stderr) if d not in placeholder_dirs]
         missing = [p for p in missing_engine_paths(result.stderr, service.binary, placeholder_dirs) if p not in engine_paths]
+        if not missing and not missing_dirs:
+            # A script that sends its stderr to a log (`nohup ... > log 2>&1 &`) names the path only in its trace.
+            missing = [p for p in traced_engine_paths(result.files.get("trace", b""), str(run_as), service.binary,
+                                                      [posixpath.dirname(str(run_as)), *placeholder_dirs])
+                       if p not in engine_paths]
         if not missing and not missing_dirs:
             break
         engine_paths += missing
@@ -124,6 +141,7 @@ def render(
               "empty placeholder of it" for path in placeholder_dirs]
     notes += [f"{path}: the engine is started by this path, which the repository does not hold; stubbed there"
               for path in engine_paths]
+    notes += preflight_notes(result.files) + vllm_module_notes(result.files)
     if not invocations and containers:
         run, argv, engine_env, container_notes = containers[-1]
         return Rendered(

@@ -18,6 +18,7 @@ sandbox, its administration commands stubbed. The serve script itself is run by 
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import subprocess
@@ -36,8 +37,8 @@ from fleetgate.sources.docker_run import ENGINE_IMAGES, ContainerRun, parse_clie
 from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
-__all__ = ["MAX_ARG_STRLEN", "InlineScript", "container_engines", "container_lines", "engine_exec_start", "inline_command",
-           "inline_exec_start", "service_inputs"]
+__all__ = ["MAX_ARG_STRLEN", "InlineScript", "container_engines", "container_lines", "engine_exec_start",
+           "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "service_inputs"]
 
 # Linux refuses any single argument or environment string longer than this at exec (MAX_ARG_STRLEN).
 MAX_ARG_STRLEN = 32 * 4096
@@ -103,12 +104,64 @@ def _unit_env_file(fleet: Fleet, setting: Setting, dialect: Dialect, service: Se
         template = service.env_template if service is not None else None
         if template is not None and (template.writes is None or template.writes == host_path):
             return _rendered_env_template(fleet, service, host_path, dialect, "EnvironmentFile=")  # type: ignore[arg-type]
+        shipped = env_template_of(fleet, host_path)
+        if shipped is not None:
+            return _from_env_file(shipped, dialect, "EnvironmentFile=")
         if optional:
             return {}
         hint = f" (fleet deploy_root is {fleet.deploy_root})" if fleet.deploy_root else " (set fleet.deploy_root in fleet.toml)"
         raise InputError(setting.path, setting.line,
                          f"EnvironmentFile={host_path} is not a file of this fleet repository{hint}")
     return _from_env_file(local, dialect, "EnvironmentFile=")
+
+
+# What a repository ships in place of an env file it keeps off version control (an install script copies it to the
+# host): ``chat.env.template`` for ``chat.env``, and the generic ``.env.example`` when no file is named after it.
+_TEMPLATE_SUFFIXES = (".template", ".example", ".sample", ".dist", ".tmpl", ".in")
+_WALK_LIMIT = 20000
+
+
+def env_template_of(fleet: Fleet, host_path: str) -> Path | None:
+    """The one file of the repository shipped as the template of ``host_path``, an env file a unit names that the
+    repository does not hold: named after it (``chat.env.example``), else the generic ``.env.example``; None when no
+    such file or several are found (which one the host got cannot be told)."""
+    base = posixpath.basename(host_path)
+    if not base:
+        return None
+    named = {base + suffix for suffix in _TEMPLATE_SUFFIXES}
+    generic = {".env" + suffix for suffix in _TEMPLATE_SUFFIXES}
+    found: dict[str, list[Path]] = {"named": [], "generic": []}
+    seen = 0
+    for walked, dirnames, filenames in os.walk(fleet.root):
+        directory = Path(walked)
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        seen += len(dirnames) + len(filenames)
+        for name in filenames:
+            if name in named or name in generic:
+                path = directory / name
+                if path.is_file() and fleet.root.resolve() in path.resolve().parents:
+                    found["named" if name in named else "generic"].append(path)
+        if seen > _WALK_LIMIT:
+            break
+    for kind in ("named", "generic"):
+        if found[kind]:
+            return found[kind][0] if len(found[kind]) == 1 else None
+    return None
+
+
+def env_template_notes(fleet: Fleet, unit: Unit | None) -> list[str]:
+    """One note per ``EnvironmentFile=`` the repository does not hold: read from the template it ships, or unset."""
+    notes = []
+    for setting in unit.all("Service", "EnvironmentFile") if unit is not None and unit.kind == "systemd" else ():
+        host_path = setting.value.lstrip("-")
+        local = map_to_repo(fleet, host_path)
+        if local is not None and local.is_file():
+            continue
+        shipped = env_template_of(fleet, host_path)
+        if shipped is not None:
+            notes.append(f"{setting.where}: EnvironmentFile={host_path} is not in the repository; read from "
+                         f"{shipped.relative_to(fleet.root).as_posix()}, the template the repository ships for it")
+    return notes
 
 
 # Administration commands an install script runs around the file it renders: stubbed (they succeed and do nothing)

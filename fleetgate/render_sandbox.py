@@ -37,8 +37,9 @@ from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit
 
 __all__ = ["RENDER_TIMEOUT_S", "engine_environment", "inline_records", "last_error", "last_traced_line", "missing_directories",
-           "missing_engine_paths", "parsed_before", "parsed_now", "read_invocations", "read_sourced", "read_tests",
-           "read_writes", "repo_mounts", "require_bash", "require_program_name", "run_script", "script_as_run"]
+           "missing_engine_paths", "parsed_before", "parsed_now", "preflight_notes", "read_invocations", "read_sourced",
+           "read_tests", "read_writes", "repo_mounts", "require_bash", "require_program_name", "run_script",
+           "script_as_run", "traced_engine_paths", "vllm_module_notes"]
 
 _READ_ONLY_TOOLS = (
     "awk", "basename", "cat", "cut", "date", "dirname", "env", "expr", "false", "grep", "head", "id",
@@ -52,6 +53,14 @@ _WRITING_TOOLS = (
 RENDER_TIMEOUT_S = 10.0
 # Container clients: stubbed in the sandbox like the engine, never run (fleetgate.sources.docker_run).
 _CONTAINER_CLIENTS = ("docker", "podman")
+# Pre-flight commands a start script runs to check or prepare the host: the render has neither the host's cards nor a
+# network, so each is stubbed to succeed and print nothing, and the render says it did not run it (preflight_notes).
+_PREFLIGHT_CHECKS = ("nvidia-smi", "rocm-smi", "amd-smi", "curl", "wget", "sleep")
+_PREFLIGHT_PREPARES = ("huggingface-cli", "hf", "pip", "pip3", "uv")
+_HOST_DIRS = ("/var/log", "/var/tmp")
+# vLLM's OpenAI server is also started as a Python module; its argv is read as `vllm serve`'s (vllm_argv).
+VLLM_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
 # The shell's own default PATH (confstr _CS_PATH, bash's `command -p`) and the usual install places.
 _DEFAULT_PATH_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -161,18 +170,48 @@ def missing_engine_paths(stderr: str, binary: str, placeholder_dirs: list[str] |
     found = []
     for match in _MISSING.finditer(stderr):
         path = match.group("path").strip().strip("'\"")
-        if posixpath.basename(path) == binary and _normal_outside_render(path):
+        if _starts_engine(posixpath.basename(path), binary) and _normal_outside_render(path):
             found.append(path)
     for match in _MISSING_RELATIVE.finditer(stderr):
         relative = match.group("path").strip()
-        if posixpath.basename(relative) != binary or relative.startswith("-"):
+        if not _starts_engine(posixpath.basename(relative), binary) or relative.startswith("-"):
             continue
         for directory in placeholder_dirs or ():
             path = posixpath.normpath(posixpath.join(directory, relative))
-            if posixpath.basename(path) == binary and _normal_outside_render(path):
+            if _starts_engine(posixpath.basename(path), binary) and _normal_outside_render(path):
                 found.append(path)
     return list(dict.fromkeys(found))
 
+
+def _starts_engine(name: str, binary: str) -> bool:
+    """A program by this name can start the engine: the engine itself, or (for vLLM) the Python that runs its server
+    module (a venv's ``bin/python3 -m vllm.entrypoints.openai.api_server``)."""
+    return name == binary or (binary == "vllm" and _PYTHON.fullmatch(name) is not None)
+
+
+def traced_engine_paths(trace: bytes, script: str, binary: str, directories: list[str]) -> list[str]:
+    """Paths of the engine the script's traced command lines ran, where stderr cannot say them (``nohup ... > log
+    2>&1 &`` sends the shell's complaint to the log): every absolute word naming the engine (or, for vLLM, a
+    Python), and every relative one (``./build/bin/llama-server``) in each of ``directories`` (the script's own, the
+    placeholders it entered). Taken under missing_engine_paths' rules: only a stub of the engine, inside the new root."""
+    found: list[str] = []
+    for line in trace.decode("utf-8", "replace").splitlines():
+        match = TRACE_LINE.match(line)
+        if match is None or match.group("file") != script:
+            continue
+        try:
+            words = shlex.split(line[match.end():])
+        except ValueError:
+            continue
+        for word in words:
+            if not _starts_engine(posixpath.basename(word), binary) or word.startswith("-") or "/" not in word:
+                continue
+            if word.startswith("/"):
+                candidates = [word]
+            else:
+                candidates = [posixpath.normpath(posixpath.join(d, word)) for d in directories]
+            found += [path for path in candidates if _normal_outside_render(path)]
+    return list(dict.fromkeys(found))
 
 def missing_directories(stderr: str) -> list[str]:
     """Absolute directories the script could not ``cd``/``pushd`` into: made empty inside the sandbox (after
@@ -210,6 +249,13 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
                 placeholder_dirs: list[str] | None = None, run_as: Path | None = None) -> SandboxResult:
     out = f"{INSIDE}/out"
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
+    for name in (*_PREFLIGHT_CHECKS, *_PREFLIGHT_PREPARES):
+        if name != service.binary:
+            files[f"{INSIDE}/bin/{name}"] = _stub(out, kind="preflight")
+    python = _stub(out, kind="python")
+    if service.binary == "vllm":
+        for name in ("python", "python3", *(f"python3.{minor}" for minor in range(8, 15))):
+            files[f"{INSIDE}/bin/{name}"] = python
     client = _stub(out, kind="container")
     for name in _CONTAINER_CLIENTS:
         if name != service.binary:
@@ -226,7 +272,7 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
     script_path = env["PATH"]
     stub = _stub(out, kind="engine")
     for path in _engine_stub_paths(fleet, service, script_path, engine_paths):
-        files.setdefault(path, stub)
+        files.setdefault(path, stub if posixpath.basename(path) == service.binary else python)
     # A container client is never run, whichever path the script names it by (the repository's own
     # directories hold no client: a stub there would only layer the read-only repository for nothing).
     mounts = [where.rstrip("/") for _, where in repo_mounts(fleet)]
@@ -257,7 +303,8 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
         timeout=timeout,
         read_only=repo_mounts(fleet),
         placeholders=[p for p in payload if p.startswith("/")],
-        dirs=[f"{INSIDE}/cwd", *([home] if home.startswith("/") else []), *(placeholder_dirs or ())],
+        # Every host has /var/log and /var/tmp, where start scripts send their logs (`> /var/log/vllm.log 2>&1 &`).
+        dirs=[f"{INSIDE}/cwd", *([home] if home.startswith("/") else []), *_HOST_DIRS, *(placeholder_dirs or ())],
         files=files,
         links=links,
     )
@@ -349,18 +396,58 @@ def _override_script(overrides: Mapping[str, str | None]) -> str:
     return "; ".join(statements) or ":"
 
 
+_RECORD = """i=0
+while [[ -e $out/{prefix}$i.argv ]]; do i=$((i + 1)); done
+for __v in $(compgen -e); do printf '%s=%s\\0' "$__v" "${{!__v}}"; done >"$out/{prefix}$i.env"
+printf '%s\\0' "$0" "$@" >"$out/{prefix}$i.argv"
+exit 0"""
+
+
 def _stub(out: str, *, kind: str) -> bytes:
+    if kind == "preflight":
+        body = f"""#!/bin/bash -p
+printf '%s\\0' "${{0##*/}}" "$@" >>{shlex.quote(out + '/preflight')}
+printf '\\n' >>{shlex.quote(out + '/preflight')}
+exit 0
+"""
+        return body.encode("utf-8")
+    if kind == "python":
+        # Python's own options may come before -m; the server module is recorded as the engine, `-m pip` as a
+        # pre-flight; any other use of Python runs the sandbox's own interpreter, if it has one.
+        body = f"""#!/bin/bash -p
+out={shlex.quote(out)}
+__a=("$@")
+while ((${{#__a[@]}})); do
+    case ${{__a[0]}} in
+        -[uOBEsIbqRS]*) __a=("${{__a[@]:1}}") ;;
+        -[XW]) __a=("${{__a[@]:2}}") ;;
+        *) break ;;
+    esac
+done
+if [[ ${{__a[0]-}} == -m && ${{__a[1]-}} == {VLLM_SERVER_MODULE} ]]; then
+{_RECORD.format(prefix="")}
+fi
+if [[ ${{__a[0]-}} == -m && ${{__a[1]-}} == pip ]]; then
+    printf '%s\\0' "${{0##*/}} -m pip" "${{__a[@]:2}}" >>"$out/preflight"
+    printf '\\n' >>"$out/preflight"
+    exit 0
+fi
+IFS=: read -ra __dirs <<<"$PATH"
+for __d in "${{__dirs[@]}}"; do
+    [[ $__d == {INSIDE}/* ]] && continue
+    [[ -x $__d/${{0##*/}} ]] && exec "$__d/${{0##*/}}" "$@"
+done
+printf '%s: command not found\\n' "${{0##*/}}" >&2
+exit 127
+"""
+        return body.encode("utf-8")
     if kind in ("engine", "container"):
         # Builtins only: the PATH the script sees holds no writing tool but the stubs. A container client's
         # records are c0.argv, c1.argv, ...: its argv is read as the client reads it (fleetgate.sources.docker_run).
         prefix = "c" if kind == "container" else ""
         body = f"""#!/bin/bash -p
 out={shlex.quote(out)}
-i=0
-while [[ -e $out/{prefix}$i.argv ]]; do i=$((i + 1)); done
-for __v in $(compgen -e); do printf '%s=%s\\0' "$__v" "${{!__v}}"; done >"$out/{prefix}$i.env"
-printf '%s\\0' "$0" "$@" >"$out/{prefix}$i.argv"
-exit 0
+{_RECORD.format(prefix=prefix)}
 """
     else:
         body = f"""#!/bin/bash -p
@@ -383,9 +470,76 @@ def read_invocations(files: Mapping[str, bytes], prefix: str = "") -> list[tuple
                 name, _, value = item.decode("utf-8", "replace").partition("=")
                 env[name] = value
         if argv:
-            found.append(((os.path.basename(argv[0]), *argv[1:]), env))
+            found.append((_vllm_module_argv(argv) or (os.path.basename(argv[0]), *argv[1:]), env))
         i += 1
     return found
+
+
+def _module_args(argv: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The server module's own arguments, when ``argv`` is a Python running vLLM's OpenAI server module."""
+    if not argv or _PYTHON.fullmatch(os.path.basename(argv[0])) is None:
+        return None
+    for i in range(1, len(argv) - 1):
+        if argv[i] == "-m":
+            return argv[i + 2:] if argv[i + 1] == VLLM_SERVER_MODULE else None
+    return None
+
+
+def _vllm_module_argv(argv: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``python -m vllm.entrypoints.openai.api_server --model M ...`` as the ``vllm serve M ...`` it is: the module
+    is the server ``vllm serve`` starts, reading the same arguments, and ``vllm serve`` takes the model as its
+    positional model tag (the last ``--model`` given wins, as argparse has it)."""
+    args = _module_args(argv)
+    if args is None:
+        return None
+    model: str | None = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--model" and i + 1 < len(args):
+            model, i = args[i + 1], i + 2
+            continue
+        if word.startswith("--model="):
+            model = word.partition("=")[2]
+        else:
+            rest.append(word)
+        i += 1
+    return ("vllm", "serve", *([model] if model is not None else []), *rest)
+
+
+def vllm_module_notes(files: Mapping[str, bytes]) -> list[str]:
+    """One note per recorded start of vLLM's server module, which the render reads as ``vllm serve``."""
+    notes = []
+    i = 0
+    while f"{i}.argv" in files:
+        argv = tuple(part.decode("utf-8", "replace") for part in files[f"{i}.argv"].split(b"\0")[:-1])
+        if _module_args(argv) is not None:
+            notes.append(f"{os.path.basename(argv[0])} -m {VLLM_SERVER_MODULE} is vLLM's OpenAI server: read as "
+                         "`vllm serve` (its --model as the model tag)")
+        i += 1
+    return notes
+
+
+def preflight_notes(files: Mapping[str, bytes]) -> list[str]:
+    """One note per pre-flight command the script ran, in the order first run: none of them ran."""
+    seen: dict[str, str] = {}
+    for record in read_records(files.get("preflight", b"")):
+        name = record[0] if record else ""
+        if name in _PREFLIGHT_CHECKS:
+            why = ("the render does not wait; stubbed to return at once" if name == "sleep" else
+                   "it asks the host (its cards, its network), which the render does not have; stubbed to succeed "
+                   "with no output")
+        else:
+            why = "it prepares the host (downloads, installs); stubbed to succeed, what it fetches taken as present"
+        seen.setdefault(name, f"pre-flight `{name}` not run: {why}")
+    return list(seen.values())
+
+
+def read_records(data: bytes) -> list[tuple[str, ...]]:
+    """Argv records, each NUL-separated and ended by a newline (the writers' and pre-flight stubs' logs)."""
+    return [tuple(p.decode("utf-8", "replace") for p in rec.split(b"\0") if p) for rec in data.split(b"\0\n")
+            if rec.strip(b"\n")]
 
 
 def _records(data: bytes, fields: int) -> list[list[str]]:
@@ -405,8 +559,7 @@ def read_tests(files: Mapping[str, bytes]) -> list[FileTest]:
 
 
 def read_writes(files: Mapping[str, bytes]) -> list[tuple[str, ...]]:
-    records = files.get("writes", b"").split(b"\0\n")
-    return [tuple(p.decode("utf-8", "replace") for p in rec.split(b"\0") if p) for rec in records if rec.strip(b"\n")]
+    return read_records(files.get("writes", b""))
 
 
 def last_traced_line(trace: bytes, script: Path) -> int | None:
@@ -414,7 +567,8 @@ def last_traced_line(trace: bytes, script: Path) -> int | None:
     last = None
     for line in trace.decode("utf-8", "replace").splitlines():
         match = TRACE_LINE.match(line)
-        if match and match.group("file") == str(script):
+        # The preamble's EXIT trap is traced at the line the script ended on: not a line of the script's own.
+        if match and match.group("file") == str(script) and line[match.end():] != "__fg_wait_jobs":
             last = int(match.group("line"))
     return last
 

@@ -26,6 +26,13 @@ from fleetgate.manifest import load_fleet
 from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import NOT_JUDGED, SEAMS, SKIPPED, run_seams
 
+# What init says after "nothing written": the shapes it reads, and the one next step.
+NO_ENGINE_NEXT = ("init reads systemd units and Quadlets (.service, .container), compose files, llama-swap configs, "
+                  "router presets (.ini) and shell scripts whose own lines start llama-server, vllm serve or python -m "
+                  "vllm.entrypoints.openai.api_server (by any path, after exec, nohup, setsid or env, in the background "
+                  "too); next: declare the service in fleet.toml by hand, [services.NAME] with host, port, engine and "
+                  "the file that starts it (serve_script, unit, compose, llama_swap or models_preset; docs/sources.md)")
+
 # The host of each hand-written stranger fleet, as its author declared it: what init cannot read from any file.
 HOSTS = {
     "unit-exec": 'ram_gib = 32\ndevices = [{ name = "CUDA0", vram_bytes = 25769803776 }]\n',
@@ -357,7 +364,7 @@ def test_a_path_with_no_engine_writes_nothing(tmp_path: Path, capsys: pytest.Cap
     code, out, err = _init(capsys, str(repo))
     assert (code, out) == (1, "")
     assert err == (f"fleetgate init: no engine (llama-server, vllm) found under {repo} (no unit, compose file or "
-                   "llama-swap config); nothing written\n")
+                   "llama-swap config); nothing written. " + NO_ENGINE_NEXT + "\n")
     assert not (repo / "fleet.toml").exists()
 
 
@@ -408,7 +415,7 @@ def test_a_unit_running_bash_c_is_read_for_the_engine_it_execs(script: str, serv
     code, _, err = _init(capsys, str(repo))
     if service is None:
         assert (code, err) == (1, f"fleetgate init: skipped {repo.resolve()}/{note}\nfleetgate init: no engine "
-                               f"(llama-server, vllm) found under {repo} (1 units); nothing written\n")
+                               f"(llama-server, vllm) found under {repo} (1 units); nothing written. {NO_ENGINE_NEXT}\n")
         return
     assert (code, err) == (0, "")
     assert tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))["services"] == {"llm": service}
@@ -599,3 +606,32 @@ def test_a_compose_service_named_llama_server_gets_its_published_port_and_a_name
         "llama-server-compose": {"host": "localhost", "port": 9292, "engine": "llama.cpp",
                                  "compose": "docker-compose.yml", "compose_service": "llama-server",
                                  "payload": ["/srv/models/qwen3-8b.gguf"]}}
+
+
+# Plain start scripts no unit starts, as repositories write them: each is a service with serve_script, its port and
+# model as the render (in the sandbox, the engine stubbed) gives them.
+PLAIN_SCRIPTS = {
+    "start-vllm.sh": ('#!/usr/bin/env bash\nset -euo pipefail\nVENV="${VENV:-/opt/vllm/.venv}"\nnvidia-smi -L\n'
+                      'nohup "$VENV/bin/vllm" serve Qwen/Qwen3-8B --port 8010 > /var/log/vllm.log 2>&1 &\n'
+                      'echo "vLLM started"\n'),
+    "run_api.sh": ("#!/bin/bash\nsource /opt/venv/bin/activate 2>/dev/null || true\n"
+                   "exec python3 -m vllm.entrypoints.openai.api_server --model /models/qwen --port 8011\n"),
+    "launch.sh": ('#!/bin/bash\ncd "$(dirname "$0")"\n'
+                  "./llama.cpp/build/bin/llama-server -m /models/m.gguf --port 8012 &\nwait\n"),
+}
+
+
+def test_plain_start_scripts_are_found_with_their_port(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "scripts"
+    repo.mkdir()
+    for name, text in PLAIN_SCRIPTS.items():
+        (repo / name).write_text(text, encoding="utf-8")
+    code, _, err = _init(capsys, str(repo))
+    assert (code, err) == (0, "")
+    data = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
+    assert {name: (s["engine"], s["port"], s["serve_script"], s.get("payload"))
+            for name, s in data["services"].items()} == {
+        "start-vllm": ("vllm", 8010, "start-vllm.sh", None),
+        "run-api": ("vllm", 8011, "run_api.sh", ["/models/qwen"]),
+        "launch": ("llama.cpp", 8012, "launch.sh", ["/models/m.gguf"]),
+    }

@@ -375,3 +375,107 @@ def test_a_drop_in_symlinked_out_of_the_repository_is_refused_in_one_line(tmp_pa
         rendered(fleet_toml)
     assert str(refused.value) == (f"{link}: the drop-in's real path is outside the fleet repository (a symlink out of "
                                   "it); expected a file of the repository, as systemd would be given it on the host")
+
+
+VLLM_FLEET = FLEET_TOML.replace('engine = "llama.cpp"', 'engine = "vllm"')
+
+
+def _vllm_fleet(tmp_path: Path, script: str) -> Path:
+    fleet_toml = make_fleet(tmp_path, script)
+    fleet_toml.write_text(VLLM_FLEET, encoding="utf-8")
+    return fleet_toml
+
+
+# Plain start scripts: the engine in the background with its stderr in a log, by a venv's path, or as vLLM's server
+# module run by a Python (on PATH or a venv's), which is `vllm serve` with its --model as the model tag.
+@pytest.mark.parametrize(("script", "argv", "notes"), [
+    ('VENV=/opt/vllm/.venv\nnohup "$VENV/bin/vllm" serve Qwen/Qwen3-8B --port 8000 > /var/log/vllm.log 2>&1 &\n',
+     ("vllm", "serve", "Qwen/Qwen3-8B", "--port", "8000"),
+     ("/opt/vllm/.venv/bin/vllm: the engine is started by this path, which the repository does not hold; stubbed there",)),
+    ('VENV=/opt/venv\nexec "$VENV/vllm" serve Qwen/Qwen3-8B --port 8001\n',
+     ("vllm", "serve", "Qwen/Qwen3-8B", "--port", "8001"),
+     ("/opt/venv/vllm: the engine is started by this path, which the repository does not hold; stubbed there",)),
+    ("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-8B --port 8002 --model=Qwen/Qwen3-4B\n",
+     ("vllm", "serve", "Qwen/Qwen3-4B", "--port", "8002"),
+     ("python -m vllm.entrypoints.openai.api_server is vLLM's OpenAI server: read as `vllm serve` (its --model as "
+      "the model tag)",)),
+    ("exec /opt/venv/bin/python3 -u -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-8B\n",
+     ("vllm", "serve", "Qwen/Qwen3-8B"),
+     ("/opt/venv/bin/python3: the engine is started by this path, which the repository does not hold; stubbed there",
+      "python3 -m vllm.entrypoints.openai.api_server is vLLM's OpenAI server: read as `vllm serve` (its --model as "
+      "the model tag)")),
+])
+def test_a_plain_start_script_of_vllm_renders(tmp_path: Path, script: str, argv: tuple[str, ...],
+                                              notes: tuple[str, ...]) -> None:
+    result = rendered(_vllm_fleet(tmp_path, script))
+    assert (result.argv, result.notes) == (argv, notes)
+
+
+def test_python_for_anything_but_the_server_is_not_the_engine(tmp_path: Path) -> None:
+    script = "python3 -m vllm.entrypoints.cli.main --version\nexec vllm serve Qwen/Qwen3-8B\n"
+    result = rendered(_vllm_fleet(tmp_path, script))
+    assert (result.argv, result.extra_invocations) == (("vllm", "serve", "Qwen/Qwen3-8B"), ())
+
+
+# llama-server from a build tree beside the script, started in the background and waited for; or left running when
+# the script ends (the sandbox gives the script's jobs a bounded while to record what they started).
+@pytest.mark.parametrize(("script", "notes"), [
+    ('cd "$(dirname "$0")"\n./llama.cpp/build/bin/llama-server -m /models/m.gguf --port 8080 &\nwait\n',
+     ("/srv/repo/llama.cpp/build/bin/llama-server: the engine is started by this path, which the repository does not "
+      "hold; stubbed there",)),
+    ("nohup llama-server -m /models/m.gguf --port 8080 >/dev/null 2>&1 &\necho started\n", ()),
+    ('llama-server -m /models/m.gguf --port 8080 & PID=$!\ntrap "kill $PID" EXIT\nwait "$PID"\n', ()),
+])
+def test_an_engine_started_in_the_background_renders(tmp_path: Path, script: str, notes: tuple[str, ...]) -> None:
+    result = rendered(make_fleet(tmp_path, script))
+    assert (result.argv, result.notes) == (("llama-server", "-m", "/models/m.gguf", "--port", "8080"), notes)
+
+
+_CHECKS_HOST = "it asks the host (its cards, its network), which the render does not have; stubbed to succeed with no output"
+_PREPARES_HOST = "it prepares the host (downloads, installs); stubbed to succeed, what it fetches taken as present"
+
+
+# A start script's pre-flight never runs in the render and never stops it, even under `set -e`: each command is
+# stubbed to succeed and said once in the notes.
+@pytest.mark.parametrize(("command", "note"), [
+    ("nvidia-smi -L", f"pre-flight `nvidia-smi` not run: {_CHECKS_HOST}"),
+    ("rocm-smi --showmeminfo vram", f"pre-flight `rocm-smi` not run: {_CHECKS_HOST}"),
+    ("until curl -sf http://127.0.0.1:9000/health; do :; done", f"pre-flight `curl` not run: {_CHECKS_HOST}"),
+    ("sleep 600", "pre-flight `sleep` not run: the render does not wait; stubbed to return at once"),
+    ("huggingface-cli download Qwen/Qwen3-8B --local-dir /models", f"pre-flight `huggingface-cli` not run: {_PREPARES_HOST}"),
+    ("pip install -r requirements.txt", f"pre-flight `pip` not run: {_PREPARES_HOST}"),
+])
+def test_a_pre_flight_command_is_stubbed_and_noted(tmp_path: Path, command: str, note: str) -> None:
+    script = f"set -euo pipefail\n{command}\n{command}\nexec llama-server -m /models/m.gguf\n"
+    result = rendered(make_fleet(tmp_path, script))
+    assert (result.argv, result.notes) == (("llama-server", "-m", "/models/m.gguf"), (note,))
+
+
+def test_pip_through_python_is_a_pre_flight_of_a_vllm_script(tmp_path: Path) -> None:
+    script = "set -e\npython3 -m pip install 'vllm==0.11.0'\nexec vllm serve Qwen/Qwen3-8B\n"
+    result = rendered(_vllm_fleet(tmp_path, script))
+    assert (result.argv, result.notes) == (("vllm", "serve", "Qwen/Qwen3-8B"),
+                                           (f"pre-flight `python3 -m pip` not run: {_PREPARES_HOST}",))
+
+
+# An env file the unit names but the repository keeps off version control: the template it ships is read in its
+# place (so a stray positional in it is seen), and the render says so; with two candidates, none is guessed.
+@pytest.mark.parametrize(("shipped", "read", "notes"), [
+    ({"deploy/chat.env.example": "CTX=8192\nEXTRA=true\n"}, ("8192", "true"),
+     ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from deploy/chat.env.example, the "
+      "template the repository ships for it",)),
+    ({".env.example": "CTX=2048\n"}, ("2048", ""),
+     ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from .env.example, the template "
+      "the repository ships for it",)),
+    ({"chat.env.template": "CTX=1\n", "chat.env.example": "CTX=2\n"}, ("", ""), ()),
+])
+def test_a_template_shipped_for_an_absent_env_file_is_read_and_noted(tmp_path: Path, shipped: dict[str, str],
+                                                                      read: tuple[str, str], notes: tuple[str, ...]) -> None:
+    unit = UNIT.replace("EnvironmentFile=/srv/repo/s.env", "EnvironmentFile=-/etc/llm/chat.env")
+    fleet_toml = make_fleet(tmp_path, 'exec llama-server -c "${CTX-}" ${EXTRA-}\n', unit=unit)
+    for name, text in shipped.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    result = rendered(fleet_toml)
+    assert (result.argv[2], result.argv[3] if len(result.argv) > 3 else "") == read
+    assert result.notes == tuple(n.format(unit=tmp_path / "s.service") for n in notes)

@@ -234,7 +234,12 @@ class ScriptRender:
     container: ContainerRun | None = None
 
 
-ENGINE_COMMAND = re.compile(r"^\s*(?:exec\s+)?(?:\S*/)?(?:llama-server|vllm\s+serve)(?:\s|$)", re.M)
+# A command line of a shell script that starts an engine: by name or by any path (a venv's, a build tree's, quoted
+# or not), after exec, nohup, setsid or env's assignments, or vLLM's OpenAI server run as a Python module.
+ENGINE_COMMAND = re.compile(
+    r"""^\s*(?:(?:exec|nohup|setsid|env(?:\s+\w+=\S*)*)\s+)*["']?(?:\S*/)?"""
+    r"""(?:llama-server|vllm["']?\s+serve|python(?:3(?:\.\d+)?)?["']?(?:\s+-[^m\s]\S*)*\s+-m\s+"""
+    r"""vllm\.entrypoints\.openai\.api_server)(?=["'\s&;|]|$)""", re.M)
 
 
 def stub_fleet(root: Path, deploy_root: str | None, name: str, engine: EngineName, **where: Any) -> tuple[Fleet, Service]:

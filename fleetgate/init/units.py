@@ -194,7 +194,8 @@ def _host_side(path: str, volumes: Sequence[tuple[str, ...]]) -> str:
     return path
 
 
-_ENGINE_WORD = re.compile(r"(?<![\w.-])(llama-server|vllm)(?![\w.-])")
+# An engine's name, or vLLM's server module (`python -m vllm.entrypoints.openai.api_server`).
+_ENGINE_WORD = re.compile(r"(?<![\w.-])(llama-server|vllm)(?:(?![\w.-])|(?=\.entrypoints\.openai\.api_server(?![\w.-])))")
 _CONTAINER_RUN = re.compile(r"(?<![\w.-])(?:docker|podman)\s+(?:container\s+)?run(?![\w.-])")
 
 

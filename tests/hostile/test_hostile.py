@@ -249,7 +249,8 @@ def _file(name: str, content: str | bytes) -> Callable[[World], None]:
 
 
 # A background process in every script case, named by the token: it must not outlive the render.
-LINGER = "bash -c 'sleep 300; :' {token} & setsid bash -c 'sleep 300; :' {token} & nohup bash -c 'sleep 300; :' {token} >/dev/null 2>&1 &\n"
+LINGER = ("bash -c '/bin/sleep 300; :' {token} & setsid bash -c '/bin/sleep 300; :' {token} & "
+          "nohup bash -c '/bin/sleep 300; :' {token} >/dev/null 2>&1 &\n")
 
 
 @dataclass(frozen=True)
@@ -304,8 +305,8 @@ NETWORK = [
 ]
 PROCESSES = [
     ("kill-ppid", "kill -9 $PPID; kill -9 -1"),
-    ("many-children", "for i in $(seq 200); do bash -c 'sleep 300; :' {token} & done"),
-    ("pipe-holder", "(exec -a {token} sleep 300) & (bash -c 'sleep 300; :' {token} >&2) &"),
+    ("many-children", "for i in $(seq 200); do bash -c '/bin/sleep 300; :' {token} & done"),
+    ("pipe-holder", "(exec -a {token} /bin/sleep 300) & (bash -c '/bin/sleep 300; :' {token} >&2) &"),
 ]
 
 CASES: list[Case] = []
@@ -326,7 +327,7 @@ CASES += [
     Case("engine-unit-path", "engine", _script(LINGER + "exec /opt/llama/bin/llama-server --port 8080\n"), renders=True),
     # A unit-less service's env file is bash: sourced in the same sandbox.
     Case("bash-env-write", "env-bash", _file("b.env", "touch {marker}; echo x > {marker}; curl -s -m 2 http://127.0.0.1:{port}/\n"
-                                            "bash -c 'sleep 300; :' {token} &\nB=1\n"), service="b"),
+                                            "bash -c '/bin/sleep 300; :' {token} &\nB=1\n"), service="b"),
     Case("bash-env-read", "env-bash", _file("b.env", "B=$(cat {secret})\n"), service="b", argv_lacks="SECRET-KEY"),
     Case("bash-env-crlf", "env-bash", _file("b.env", "B=1\r\nC=2\r\n"), service="b"),
     # Confinement by real path, not spelling.
@@ -437,9 +438,9 @@ CASES += [
         (w.outside / "dropins" / "x.conf").write_text("[Service]\nEnvironment=CTX=1\n", encoding="utf-8"),
         _link("s.service.d", "{outside}/dropins")(w)), renders=False, says="outside the fleet repository"),
     # Bounds: processes, memory, scratch. Each overrun is named.
-    Case("flood-processes", "bounds", _script("for i in $(seq 2000); do sleep 300 & done\nexec llama-server --port 8080\n"),
+    Case("flood-processes", "bounds", _script("for i in $(seq 2000); do /bin/sleep 300 & done\nexec llama-server --port 8080\n"),
          renders=False, says="started more than 256 processes"),
-    Case("flood-fork-bomb", "bounds", _script(":(){ :|:& };:\nsleep 5\nexec llama-server --port 8080\n"),
+    Case("flood-fork-bomb", "bounds", _script(":(){ :|:& };:\n/bin/sleep 5\nexec llama-server --port 8080\n"),
          renders=False, says="started more than 256 processes"),
     Case("flood-memory-python", "bounds", _script("python3 -c 'b = bytearray(3 << 30)' || exit 3\nexec llama-server\n"),
          renders=False, says="ran out of memory"),
@@ -468,7 +469,7 @@ CASES += [
          argv_lacks="SECRET-KEY"),
     Case("bash-env-writes", "bash-env", lambda w: (
         # (a bash started here would read BASH_ENV again, as on the host: a process flood)
-        _file("be.env", "touch {marker}; echo x > {victim}; (exec -a {token} sleep 300) &\nCTX=1\n")(w),
+        _file("be.env", "touch {marker}; echo x > {victim}; (exec -a {token} /bin/sleep 300) &\nCTX=1\n")(w),
         _unit("Environment=PATH", "Environment=BASH_ENV=/srv/repo/be.env PATH")(w))),
 ]
 
@@ -560,7 +561,7 @@ def test_a_render_with_lingering_children_ends_when_the_script_does(world: World
     from fleetgate.manifest import load_fleet
     from fleetgate.render import render
 
-    _script("(exec -a {token} sleep 300) >&2 &\nexec llama-server --port 8080\n")(world)
+    _script("(exec -a {token} /bin/sleep 300) >&2 &\nexec llama-server --port 8080\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
     started = time.monotonic()
     assert render(fleet, fleet.services["s"]).argv == ("llama-server", "--port", "8080")
@@ -573,7 +574,7 @@ def test_a_timeout_kills_the_whole_tree(world: World) -> None:
     from fleetgate.render import render
     from fleetgate.render_types import RenderRefused
 
-    _script("for i in 1 2 3; do setsid bash -c 'while :; do sleep 1; done' {token} & done\nwhile :; do sleep 0.1; done\n")(world)
+    _script("for i in 1 2 3; do setsid bash -c 'while :; do /bin/sleep 1; done' {token} & done\nwhile :; do /bin/sleep 0.1; done\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
     with pytest.raises(RenderRefused) as refused:
         render(fleet, fleet.services["s"], timeout=1.0)

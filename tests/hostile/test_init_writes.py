@@ -24,6 +24,7 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
+from tests.test_init import NO_ENGINE_NEXT
 
 UNIT = "[Service]\nExecStart=/usr/bin/llama-server --port 8081 -m /models/m.gguf\n"
 HOST = 'ram_gib = 64\ndevices = [{ name = "CUDA0", vram_bytes = 25769803776 }]\n'
@@ -282,7 +283,7 @@ def test_when_the_loader_refuses_every_service_nothing_is_written(tmp_path: Path
     code, out, err = _init(capsys, str(repo))
     assert (code, out) == (1, "")
     assert err.splitlines()[1:] == [f"fleetgate init: no engine (llama-server, vllm) found under {repo} (1 units); "
-                                    "nothing written"]
+                                    "nothing written. " + NO_ENGINE_NEXT]
     assert err.splitlines()[0].endswith("fleet.toml cannot declare services.spaced as found: left out")
     assert sorted(p.name for p in repo.iterdir()) == ["systemd"]
 
