@@ -31,6 +31,7 @@ from fleetgate.profile import Profile, load_profile
 from fleetgate.render import render
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable
+from fleetgate.sources.docker_run import engine_of_image
 
 __all__ = [
     "RenderedService",
@@ -82,7 +83,8 @@ class RenderedService:
         """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` starts
         the engine (``-v /srv/models:/models``), else the path itself."""
         run = self.rendered.container
-        mapped = run.host_path(path) if run is not None else None
+        pod = self.rendered.kubernetes
+        mapped = run.host_path(path) if run is not None else pod.host_path(path) if pod is not None else None
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:
@@ -92,7 +94,10 @@ class RenderedService:
     def _start_where(self) -> str:
         """Where the argv is written: the serve script, or a compose service's command: line."""
         compose = self.rendered.compose
-        return compose.command_where if compose is not None else str(self.rendered.script)
+        if compose is not None:
+            return compose.command_where
+        pod = self.rendered.kubernetes
+        return pod.command_where if pod is not None else str(self.rendered.script)
 
     def where_flag(self, use: FlagUse | None) -> Deferred:
         """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
@@ -147,14 +152,17 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     the build that image pins, as fleet.toml's ``engine_build = { image = ... }`` would say it; a declared
     engine_build wins."""
     run = rendered.container
-    if service.engine_build is not None or run is None or run.engine != service.engine:
+    # A Kubernetes container runs its image's build as well (its entrypoint may be replaced by command:).
+    pod = rendered.kubernetes
+    image = run.image if run is not None else pod.image if pod is not None else None
+    if service.engine_build is not None or image is None or engine_of_image(image) != service.engine:
         return service
     if service.engine == "llama.cpp":
-        build = EngineBuild(fork="mainline", number=image_build(run.image), image=run.image)
+        build = EngineBuild(fork="mainline", number=image_build(image), image=image)
     else:
-        tag = run.image.split("@", 1)[0].rpartition(":")[2]
+        tag = image.split("@", 1)[0].rpartition(":")[2]
         version = re.fullmatch(r"v?(\d+\.\d+\.\d+)", tag)
-        build = EngineBuild(fork="mainline", number=None, version=version.group(1) if version else None, image=run.image)
+        build = EngineBuild(fork="mainline", number=None, version=version.group(1) if version else None, image=image)
     return replace(service, engine_build=build)
 
 
