@@ -96,7 +96,8 @@ def compose_yaml(path: Path, text: str, expected: str) -> Node | None:
 
 def compose_yaml_documents(path: Path, text: str, expected: str) -> list[Node]:
     """Every document of a ``---``-separated stream (kubectl's and helm's manifests), each within the same bounds as
-    ``compose_yaml``'s one; an empty document is left out."""
+    ``compose_yaml``'s one; an empty document is a null scalar, which a reader skips like any node that is no
+    mapping."""
     return _compose_stream(path, text, expected, multi=True)
 
 
@@ -173,7 +174,6 @@ def _compose(loader: _Events, path: Path, expected: str, multi: bool) -> list[_C
                              f"{expected}")
         assert isinstance(start, DocumentStartEvent)  # PyYAML's parser yields one after a stream's start, or an end
         composed = _Composed(None)
-        # An empty document (``---`` then ``---``) is one null scalar, which the readers skip like any non-mapping.
         composed.root = _compose_node(loader, path, expected, composed)
         loader.get_event()  # the document's end
         documents.append(composed)
