@@ -232,6 +232,13 @@ class Service:
     """A docker/podman compose file that starts the engine (``fleetgate.sources.compose``)."""
     compose_service: str | None = None
     """The compose service that is this service (None: the service's own name)."""
+    kubernetes: Path | None = None
+    """A Kubernetes manifest (rendered: no chart, no kustomization) whose workload starts the engine
+    (``fleetgate.sources.kubernetes``)."""
+    kubernetes_workload: str | None = None
+    """The workload of that manifest that is this service, ``KIND/NAME`` (None: the manifest's only workload)."""
+    kubernetes_container: str | None = None
+    """The container of that workload's pod that runs the engine (None: the pod's only container)."""
     llama_swap: Path | None = None
     """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
     llama_swap_model: str | None = None

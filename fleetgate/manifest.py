@@ -294,13 +294,14 @@ def _service(manifest: _Manifest, name: str, raw: Mapping[str, Any], hosts: Mapp
     file = manifest.repo_file
     unit = file(raw.get("unit"), (*keys, "unit"))
     compose = file(raw.get("compose"), (*keys, "compose"))
+    kubernetes = file(raw.get("kubernetes"), (*keys, "kubernetes"))
     llama_swap = file(raw.get("llama_swap"), (*keys, "llama_swap"))
     models_preset = file(raw.get("models_preset"), (*keys, "models_preset"))
-    serve_script = file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose or llama_swap or models_preset
+    serve_script = file(raw.get("serve_script"), (*keys, "serve_script")) or unit or compose or kubernetes or llama_swap or models_preset
     if serve_script is None:
         raise manifest.error(keys, f"services.{name}: neither serve_script nor unit nor compose; "
                              "expected the file that starts the engine (a serve script, a unit whose ExecStart= runs it, "
-                             "a compose file, a llama_swap config or a models_preset)")
+                             "a compose file, a kubernetes manifest, a llama_swap config or a models_preset)")
     for other in raw.get("exclusive_with", ()):
         if (other not in declared and other not in manifest.known) or other == name:
             raise manifest.error((*keys, "exclusive_with"),
@@ -341,6 +342,9 @@ def _service(manifest: _Manifest, name: str, raw: Mapping[str, Any], hosts: Mapp
                      binary=raw["build"]["binary"]) if "build" in raw else None),
         compose=compose,
         compose_service=raw.get("compose_service"),
+        kubernetes=kubernetes,
+        kubernetes_workload=raw.get("kubernetes_workload"),
+        kubernetes_container=raw.get("kubernetes_container"),
         shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                      if "shape_flags" in raw else None),
         engine_build=_engine_build(manifest.path, manifest.text, keys, raw["engine_build"]) if "engine_build" in raw else None,

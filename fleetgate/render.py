@@ -1,8 +1,8 @@
 """Service -> rendered config: what the service really runs.
 
-``render()`` reads each start shape the way its consumer reads it: a compose service, a llama-swap model and a
-llama.cpp router preset's model as data (fleetgate.sources), a unit whose ``ExecStart=`` is the engine as systemd
-expands the line (nothing runs). Anything else is a serve script (or a unit's inline ``bash -c``): its inputs found as
+``render()`` reads each start shape the way its consumer reads it: a compose service, a Kubernetes container, a
+llama-swap model and a llama.cpp router preset's model as data (fleetgate.sources), a unit whose ``ExecStart=`` is
+the engine as systemd expands the line (nothing runs). Anything else is a serve script (or a unit's inline ``bash -c``): its inputs found as
 the unit gives them (fleetgate.render_inputs), it runs in the sandbox with the engine stubbed
 (fleetgate.render_sandbox), and what the stub recorded is the render. Every shape builds the types of
 fleetgate.render_types.
@@ -47,6 +47,7 @@ from fleetgate.render_sandbox import (
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered, RenderRefused
 from fleetgate.sandbox import overrun_message
 from fleetgate.sources.compose import render_compose
+from fleetgate.sources.kubernetes import render_kubernetes
 from fleetgate.sources.llama_swap import render_service as render_swap
 from fleetgate.sources.router_preset import render_service as render_preset
 from fleetgate.sources.systemd import expand_exec
@@ -72,6 +73,8 @@ def render(
     """
     if service.compose is not None:
         return render_compose(fleet, service, overrides or {})
+    if service.kubernetes is not None:
+        return render_kubernetes(fleet, service, overrides or {})
     if service.llama_swap is not None:
         return render_swap(fleet, service, overrides or {})
     if service.models_preset is not None:

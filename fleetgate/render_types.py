@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
     from fleetgate.sources.compose import ComposeService
     from fleetgate.sources.docker_run import ContainerRun
+    from fleetgate.sources.kubernetes import KubernetesContainer
     from fleetgate.units import Unit
 
 __all__ = ["SYSTEMD_DEFAULT_PATH", "TRACE_LINE", "FileTest", "Origin", "RenderRefused", "Rendered", "SourcedFile",
@@ -87,6 +88,8 @@ class Rendered:
     an engine stubbed at a path the repository does not hold, a specifier that needs the host)."""
     container: ContainerRun | None = None
     """The ``docker run``/``podman run`` line that starts the engine, where one does (its ports, volumes, GPUs)."""
+    kubernetes: KubernetesContainer | None = None
+    """The Kubernetes container read, when a workload manifest starts the engine (its ports, Services, volumes, GPUs)."""
     upstream_port: int | None = None
     """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
     on; None when clients reach the engine at the fleet's declared port."""

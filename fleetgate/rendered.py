@@ -30,6 +30,7 @@ from fleetgate.profile import Profile, load_profile
 from fleetgate.render import render
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable
+from fleetgate.sources.docker_run import engine_of_image
 
 __all__ = [
     "RenderedService",
@@ -81,7 +82,8 @@ class RenderedService:
         """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` starts
         the engine (``-v /srv/models:/models``), else the path itself."""
         run = self.rendered.container
-        mapped = run.host_path(path) if run is not None else None
+        pod = self.rendered.kubernetes
+        mapped = run.host_path(path) if run is not None else pod.host_path(path) if pod is not None else None
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:
@@ -91,7 +93,10 @@ class RenderedService:
     def _start_where(self) -> str:
         """Where the argv is written: the serve script, or a compose service's command: line."""
         compose = self.rendered.compose
-        return compose.command_where if compose is not None else str(self.rendered.script)
+        if compose is not None:
+            return compose.command_where
+        pod = self.rendered.kubernetes
+        return pod.command_where if pod is not None else str(self.rendered.script)
 
     def where_flag(self, use: FlagUse | None) -> Deferred:
         """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
@@ -144,11 +149,16 @@ def _origin(entry: EnvEntry) -> Origin:
 def _with_image_build(service: Service, rendered: Rendered) -> Service:
     """A service whose script runs an engine image (``docker run ghcr.io/ggml-org/llama.cpp:server-cuda-b6300``) runs
     the build that image pins, as fleet.toml's ``engine_build = { image = ... }`` would say it; a declared
-    engine_build wins."""
-    run = rendered.container
+    engine_build wins. A Kubernetes container runs its image's build as well (its entrypoint may be replaced by
+    ``command:``), and a Quadlet that runs vLLM's own image the release its tag names."""
     if service.engine_build is not None:
         return service
-    if run is None or run.engine != service.engine:
+    run = rendered.container
+    pod = rendered.kubernetes
+    image = (run.image if run is not None and run.engine == service.engine
+             else pod.image if pod is not None and pod.image is not None and engine_of_image(pod.image) == service.engine
+             else None)
+    if image is None:
         unit = rendered.unit
         quadlet = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
         if service.engine == "vllm" and quadlet is not None and is_vllm_image(quadlet.value):
@@ -157,9 +167,9 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
                                                              version=image_release(quadlet.value), image=quadlet.value))
         return service
     if service.engine == "llama.cpp":
-        build = EngineBuild(fork="mainline", number=image_build(run.image), image=run.image)
+        build = EngineBuild(fork="mainline", number=image_build(image), image=image)
     else:
-        build = EngineBuild(fork="mainline", number=None, version=image_release(run.image), image=run.image)
+        build = EngineBuild(fork="mainline", number=None, version=image_release(image), image=image)
     return replace(service, engine_build=build)
 
 

@@ -158,6 +158,25 @@ def _preset_table() -> dict[tuple[str, str], str]:
     return table
 
 
+# Two Kubernetes workloads (fleetgate.sources.kubernetes): no unit; the pods' volumeMounts are read but container-paths
+# has no Kubernetes branch yet, so it skips naming the workload.
+K8S_NOT_HELD = {**NO_UNIT, "container-paths": SKIPPED}
+
+
+def _kubernetes_table() -> dict[tuple[str, str], str]:
+    # vLLM's Deployment reads like compose-vllm's service: the image pins 0.13.0, one nvidia.com/gpu, and the Service
+    # port 80 forwards to the container's named port http (8000), fleet.toml's port being the Service's.
+    table = {("qwen", check): outcome for check, outcome in {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD}.items()}
+    # llama-server's StatefulSet: the server-cuda-b10867 image pins the build; the model on the claim has no profile.
+    gemma = _table("rack", "gemma", **{f"gemma:{c}": o for c, o in K8S_NOT_HELD.items()},
+                   **{"gemma:engine-build-minimum": PASSED, "gemma:payload-defaults": SKIPPED})
+    table.update(gemma)
+    for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
+        table.pop(("fleet", check))
+    table.update({("fleet", check): SKIPPED for check in ("slots-divide-pool", "timeouts-nest")})
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
@@ -182,6 +201,7 @@ CLEAN = {
     "unit-install-env": _table("den", "llama"),
     "llama-swap": _swap_table(),
     "router-preset": _preset_table(),
+    "kubernetes": _kubernetes_table(),
 }
 
 
@@ -413,6 +433,35 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                  "LLAMA_ARG_CTX_SIZE = 49152"),
                                                 ("fleet.toml", 'preset_model = "llama-3.1-8b"\n',
                                                  'preset_model = "llama-3.1-8b"\nmodels_max = 2\n')], {}),
+    # Kubernetes: the Service forwards to a port the engine does not listen on, or clients connect to another port.
+    "kubernetes-service-misses-engine": ("kubernetes", [("deploy/vllm/deployment.yaml", "      targetPort: http",
+                                                         "      targetPort: 8001")],
+                                         {"qwen:rendered-port-matches": "rendered-port-matches/kubernetes-not-targeted"}),
+    "kubernetes-service-port-differs": ("kubernetes", [("deploy/llama/statefulset.yaml", "    - port: 8080",
+                                                        "    - port: 8081")],
+                                        {"gemma:rendered-port-matches": "rendered-port-matches/kubernetes-port-differs"}),
+    # The engine's port from the ConfigMap-fed $(PORT): moved, the Service's targetPort no longer reaches it.
+    "kubernetes-env-port-moved": ("kubernetes", [("deploy/llama/statefulset.yaml", 'value: "8080"', 'value: "8090"')],
+                                  {"gemma:rendered-port-matches": "rendered-port-matches/kubernetes-not-targeted"}),
+    # The same Service targeting the container port by number: harmless.
+    "kubernetes-target-by-number": ("kubernetes", [("deploy/vllm/deployment.yaml", "      targetPort: http",
+                                                    "      targetPort: 8000")], {}),
+    # No GPU asked of the device plugin, or more than the node has.
+    "kubernetes-no-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", '              nvidia.com/gpu: "1"\n',
+                                          "              memory: 16Gi\n")],
+                          {"gemma:device-visibility": "device-visibility/kubernetes-no-gpu"}),
+    "kubernetes-too-many-cards": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"',
+                                                  'nvidia.com/gpu: "2"')],
+                                  {"gemma:device-visibility": "device-visibility/kubernetes-too-many-cards"}),
+    # An AMD card through its device plugin is granted the same way.
+    "kubernetes-amd-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"')],
+                           {}),
+    # A ConfigMap the pod reads that the repository lacks, a Secret key that is not there: the kubelet never starts
+    # the container, and the service's render says which line.
+    "kubernetes-missing-configmap": ("kubernetes", [("deploy/vllm/deployment.yaml", "name: vllm-qwen-config",
+                                                     "name: vllm-config")], _broken("kubernetes", "qwen")),
+    "kubernetes-missing-secret-key": ("kubernetes", [("deploy/vllm/deployment.yaml", "key: token", "key: hf-token")],
+                                      _broken("kubernetes", "qwen")),
     # A misspelt key in one model's section: llama-server refuses the whole file, so no model of it starts.
     "preset-unknown-key": ("router-preset", [("config/models.ini", "ctx-size        = 4096", "ctx-sise        = 4096")],
                            {**_broken("router-preset", "coder"), **_broken("router-preset", "llama"),

@@ -159,11 +159,10 @@ def test_the_image_tag_pins_the_release_it_names(tmp_path: Path) -> None:
     fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
                                    "Image=localhost/radiance-vllm:v0.9.2\n"))
     [outcome] = run_seams(fleet_toml, ["vllm-argv"])
-    unit = tmp_path / "fleet" / "dankserver" / "frank-archon" / "quadlet" / "frank-archon.container"
     assert (outcome.outcome, outcome.text) == ("not-judged", (
-        f"not judged: frank-archon runs vLLM 0.9.2 ({unit}), a release fleetgate holds no option table for "
-        "(0.13.0, 0.32.0): declare one of those, or add the release's table (python -m fleetgate.engines.vllm_wheel "
-        "vllm-X.whl > fleetgate/engines/vllm_release_X.json)"))
+        "not judged: vLLM 0.9.2 has no recorded option table; declare a recorded release (0.13.0, 0.32.0) or record "
+        "it: python -m fleetgate.engines.vllm_wheel vllm-0.9.2-*.whl > fleetgate/engines/vllm_release_0.9.2.json (pip "
+        "download --no-deps vllm==0.9.2 gives the wheel); pinned by the Quadlet's image localhost/radiance-vllm:v0.9.2"))
 
 
 def test_not_judged_begins_its_line_once() -> None:

@@ -73,6 +73,9 @@ CHECK = service_seam(
         "compose-no-gpu": ("a compose service is granted no GPU (no `deploy.resources.reservations.devices`, `gpus:`, "
                            "`runtime: nvidia` or `/dev/dri` in `devices:`)"),
         "compose-unknown-device": "a compose GPU grant names a device id that is not an index of the host's cards",
+        "kubernetes-no-gpu": ("a Kubernetes container asks for no GPU in `resources.limits` (`nvidia.com/gpu`, "
+                              "`amd.com/gpu`, `gpu.intel.com/i915`): the device plugin gives it none"),
+        "kubernetes-too-many-cards": "a Kubernetes container's GPU limit asks for more cards than its host has",
     },
 )
 
@@ -129,6 +132,9 @@ def device_visibility(config: RenderedService) -> None:
 def _granted(config: RenderedService) -> tuple[Device, ...]:
     """The devices the engine's process can enumerate: the host's, or those a compose service is granted."""
     __tracebackhide__ = True
+    pod = config.rendered.kubernetes
+    if pod is not None:
+        return _pod_granted(config)
     compose = config.rendered.compose
     if compose is None:
         return config.host.devices
@@ -155,6 +161,36 @@ def _granted(config: RenderedService) -> tuple[Device, ...]:
             details=[f"{d.index}: {d.name}" for d in config.host.devices],
             expected=f"device indices of the host's {len(config.host.devices)} device(s), in enumeration order",
             fix="name the card by its index (nvidia-smi's order), or declare the host's devices in fleet.toml",
+        )
+    return tuple(config.host.devices[i] for i in grant.indices)
+
+
+def _pod_granted(config: RenderedService) -> tuple[Device, ...]:
+    """The cards a Kubernetes container gets: as many as its GPU limit, which the device plugin picks."""
+    __tracebackhide__ = True
+    pod = config.rendered.kubernetes
+    assert pod is not None
+    grant = pod.gpus
+    if grant is None:
+        raise CHECK.fail(
+            config, "kubernetes-no-gpu",
+            where=pod.command_where,
+            observed=f"{pod.name} has no GPU in resources.limits",
+            expected=f"the container granted the serving cards ({', '.join(d.name for d in config.host.cards)})",
+            fix=("ask the device plugin for them: resources: limits: nvidia.com/gpu: 1 (amd.com/gpu, "
+                 "gpu.intel.com/i915 for the other vendors); a container is given no card otherwise: llama.cpp then "
+                 "runs on the CPU, vLLM stops at start"),
+        )
+    assert grant.indices is not None
+    if len(grant.indices) > len(config.host.devices):
+        raise CHECK.fail(
+            config, "kubernetes-too-many-cards",
+            where=grant.where,
+            observed=f"{grant.how}: {len(grant.indices)} cards, and host {config.host.name} has "
+                     f"{len(config.host.devices)}",
+            details=[f"{d.index}: {d.name}" for d in config.host.devices],
+            expected=f"at most {len(config.host.devices)} card(s): the pod stays Pending until a node has that many",
+            fix="ask for the cards the node has, or declare the host's devices in fleet.toml",
         )
     return tuple(config.host.devices[i] for i in grant.indices)
 

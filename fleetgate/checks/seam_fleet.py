@@ -105,6 +105,14 @@ PORT_CHECK = service_seam(
             "reaches it"
         ),
         "published-differs": "a compose service publishes the engine's port on a host port other than fleet.toml's `port` (`ports:`)",
+        "kubernetes-not-targeted": (
+            "Services select a Kubernetes workload's pod, and none of their ports forwards (`targetPort`) to the port the "
+            "engine listens on: clients of the Service reach nothing"
+        ),
+        "kubernetes-port-differs": (
+            "the Service port that forwards to the engine's port is not fleet.toml's `port` (where clients of the Service "
+            "connect)"
+        ),
     },
 )
 
@@ -128,6 +136,10 @@ def rendered_port_matches(config: RenderedService) -> None:
     compose = config.rendered.compose
     if compose is not None and not compose.host_network:
         _compose_published(config, port, declared)
+        return
+    pod = config.rendered.kubernetes
+    if pod is not None and pod.selected:
+        _service_port(config, port, declared)
         return
     run = config.rendered.container
     if run is not None:
@@ -162,6 +174,37 @@ def rendered_port_matches(config: RenderedService) -> None:
         expected=(f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)"
                   if upstream is None else f"port {declared}, where llama-swap's proxy: for this model forwards"),
         fix="make the env file's port and fleet.toml's agree; a client pointed at the declared port reaches nothing or another service",
+    )
+
+
+def _service_port(config: RenderedService, port: int, declared: int) -> None:
+    """Clients of a Kubernetes workload that Services select connect to a Service's port, which forwards to the
+    container port its targetPort names (a pod no Service selects is reached on the engine's own port)."""
+    pod = config.rendered.kubernetes
+    assert pod is not None
+    targeting = pod.targeting(port)
+    if not targeting:
+        raise PORT_CHECK.fail(
+            config, "kubernetes-not-targeted",
+            where=pod.service_ports[0].where if pod.service_ports else pod.command_where,
+            observed=(f"the engine listens on {port} in {pod.name}, and no port of Service "
+                      f"{', '.join(pod.selected)} forwards to it"),
+            details=[f"{p.where}: Service {p.service} port {p.port} -> "
+                     f"{p.target if p.target is not None else '(a named port the container does not have)'}"
+                     for p in pod.service_ports],
+            expected=f"a Service port {declared} with targetPort {port} (or the name of the containerPort {port})",
+            fix="point the Service's targetPort at the port the engine listens on (or pass the engine the port the "
+                "Service targets)",
+        )
+    if any(p.port == declared for p in targeting):
+        return
+    raise PORT_CHECK.fail(
+        config, "kubernetes-port-differs",
+        where=targeting[0].where,
+        observed=(f"Service {targeting[0].service} forwards port {', '.join(str(p.port) for p in targeting)} to the "
+                  f"engine's port {port}"),
+        expected=f"port {declared}, as fleet.toml declares (where clients and the live gate look)",
+        fix="make the Service's port and fleet.toml's port agree",
     )
 
 

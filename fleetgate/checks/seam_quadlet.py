@@ -120,6 +120,11 @@ def container_paths(config: RenderedService) -> Iterator[tuple[str, str]]:
 
 
 def _container(config: RenderedService) -> str | None:
+    pod = config.rendered.kubernetes
+    if pod is not None:
+        # Its volumes are read (rendered.kubernetes.mounts), but a persistentVolumeClaim has no host path to hold a
+        # payload to, and the seam's Quadlet and compose branches have no Kubernetes one yet.
+        return f"{config.name} is a Kubernetes container ({pod.workload}): its volumeMounts are not held to the payload"
     return None if config.rendered.compose is not None else not_a_quadlet(config)
 
 

@@ -39,6 +39,8 @@ def unit_of(config: RenderedService) -> Unit | None:
 def _has_unit(config: RenderedService) -> str | None:
     if config.rendered.compose is not None:
         return f"{config.name} is a compose service ({config.rendered.compose.path.name}): no systemd unit to hold"
+    if config.rendered.kubernetes is not None:
+        return f"{config.name} is a Kubernetes container ({config.rendered.kubernetes.workload}): no systemd unit to hold"
     if config.rendered.unit is None:
         return f"{config.name} has no unit in fleet.toml: declare unit = PATH (the systemd unit or Quadlet that starts it)"
     return None

@@ -35,6 +35,7 @@ from fleetgate.init.found import (
     unwritable,
 )
 from fleetgate.init.units import from_script, from_unit, sandbox_render
+from fleetgate.sources.kubernetes import unrendered
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 from fleetgate.units import Unit, parse_unit, split_command
 
@@ -206,6 +207,76 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
                 payload.append(host_path)
         found.append(Found(name=service_name(entry.name, ctx.taken, "compose"), engine=engine, port=port, port_from=port_from,
                            source=where, payload=tuple(payload), compose=rel, compose_service=entry.name))
+    return found
+
+
+_KUBERNETES_KIND = re.compile(r"^\s*(?:- )?kind:\s*[\"']?(?:Deployment|StatefulSet|DaemonSet|ReplicaSet|Job|CronJob|Pod|"
+                              r"List|HelmRelease|Kustomization)[\"']?\s*$", re.M)
+
+
+def _kubernetes_shaped(ctx: Context, path: Path) -> bool:
+    """Whether a YAML file is a Kubernetes manifest, a Helm chart's file or a kustomization (read by
+    ``fleetgate.sources.kubernetes``, never as compose). One that needs helm or kustomize first is one line with the
+    command that renders it (a chart's once, at its Chart.yaml)."""
+    next_step = unrendered(path, ctx.root)
+    if next_step is not None:
+        chart_file = (path.parent / "Chart.yaml").is_file() or (
+            path.parent.name == "templates" and (path.parent.parent / "Chart.yaml").is_file())
+        if not chart_file or path.name == "Chart.yaml":
+            ctx.notes.append(Note(path, None, next_step))
+        return True
+    try:
+        text = read_text(path, "the YAML file")
+    except InputError:
+        return False
+    return "apiVersion:" in text and _KUBERNETES_KIND.search(text) is not None
+
+
+def _from_kubernetes(ctx: Context, path: Path) -> list[Found]:
+    """Each container of a rendered Kubernetes manifest that starts an engine, read by
+    ``fleetgate.sources.kubernetes``: its argv and environment (ConfigMaps and Secrets of its directory), the port
+    of the Service that forwards to the engine (else the engine's own), the host paths hostPath volumes give the
+    model paths."""
+    from fleetgate.sources.kubernetes import list_workloads, read_kubernetes
+
+    rel = rel_path(ctx.root, path)
+    entries = list_workloads(path, ctx.root)
+    per_workload = Counter(entry.workload for entry in entries)
+    found: list[Found] = []
+    for entry in entries:
+        if entry.foreign is not None:
+            ctx.notes.append(Note(path, entry.line, f"{entry.workload} container {entry.container} runs {entry.foreign}, "
+                                  "which is not an engine fleetgate knows: skipped"))
+            continue
+        engine = ENGINE_BINARIES.get(entry.program or "")
+        if engine is None:
+            continue
+        container = entry.container if per_workload[entry.workload] > 1 else None
+        fleet, stub = stub_fleet(ctx.root, ctx.deploy_root, entry.container, engine, kubernetes=path,
+                                 kubernetes_workload=entry.workload, kubernetes_container=container)
+        read = read_kubernetes(fleet, stub)
+        env = {key: origin.value for key, origin in read.env.items()}
+        args = read.argv[1:]
+        listen = port_of(engine, args, env) or DEFAULT_PORT[engine]
+        where = f"{rel}:{entry.line}"
+        targeting = read.targeting(listen)
+        if targeting:
+            port, port_from = targeting[0].port, (f"Service {targeting[0].service}'s port, which forwards to the "
+                                                  f"engine's {listen} ({where})")
+        else:
+            port, port_from = listen, f"the engine's port in the pod; no Service forwards to it ({where})"
+        payload: list[str] = []
+        for model in model_paths(engine, args, env):
+            host_path = read.host_path(model)
+            if host_path is None:
+                ctx.notes.append(Note(path, entry.line, f"{entry.workload} container {entry.container}: the model "
+                                      f"{model} lies on no hostPath volume; payload left out"))
+            else:
+                payload.append(host_path)
+        name = entry.workload.partition("/")[2] or entry.container
+        found.append(Found(name=service_name(name, ctx.taken, "k8s"), engine=engine, port=port, port_from=port_from,
+                           source=where, payload=tuple(payload), kubernetes=rel, kubernetes_workload=entry.workload,
+                           kubernetes_container=container))
     return found
 
 
@@ -403,7 +474,18 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
         if found is not None:
             services.append(found)
-    documents = [(file, _yaml(ctx, file)) for file in yamls]
+    manifests = [file for file in yamls if _kubernetes_shaped(ctx, file)]
+    for file in manifests:
+        if unrendered(file, root) is not None:
+            continue  # named with the command that renders it
+        try:
+            found_workloads = _from_kubernetes(ctx, file)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        read["Kubernetes manifests"] += 1
+        services += found_workloads
+    documents = [(file, _yaml(ctx, file)) for file in yamls if file not in manifests]
     composes = [file for file, document in documents if isinstance(document, MappingNode) and _compose_shaped(document)]
     # A file another compose project includes or extends is read as part of that project, as compose reads it.
     parts = _project_parts(ctx, composes)
@@ -437,13 +519,14 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
 def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
     """Whether fleet.toml (UTF-8 text) can name every file of a service: a name that is not UTF-8 cannot be written
     in it, escaped or not, so the service is left out with one line naming the file escaped."""
-    for key in ("unit", "serve_script", "env_file", "compose", "llama_swap", "models_preset"):
+    for key in ("unit", "serve_script", "env_file", "compose", "kubernetes", "llama_swap", "models_preset"):
         value = getattr(found, key)
         if value is not None and unwritable(value):
             notes.append(Note(root / value, None, f"{key}: the file name is not UTF-8, which fleet.toml cannot "
                               f"name; services.{found.name} left out (rename the file)"))
             return False
     strings = [*found.payload, *(found.env_template or ()), found.compose_service or "", found.llama_swap_model or "",
+               found.kubernetes_workload or "", found.kubernetes_container or "",
                found.preset_model or "", found.port_from, found.source]
     bad = next((text for text in strings if unwritable(text)), None)
     if bad is not None:

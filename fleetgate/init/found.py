@@ -107,6 +107,9 @@ class Found:
     env_file: str | None = None
     compose: str | None = None
     compose_service: str | None = None
+    kubernetes: str | None = None
+    kubernetes_workload: str | None = None
+    kubernetes_container: str | None = None
     llama_swap: str | None = None
     llama_swap_model: str | None = None
     models_preset: str | None = None

@@ -39,10 +39,12 @@ from yaml.nodes import CollectionNode, MappingNode, Node, ScalarNode, SequenceNo
 
 from fleetgate.errors import InputError
 
-__all__ = ["MAX_DEPTH", "compose_yaml", "merged_keys"]
+__all__ = ["MAX_DEPTH", "MAX_DOCUMENTS", "compose_yaml", "compose_yaml_documents", "merged_keys"]
 
 MAX_DEPTH = 200
 """The deepest nesting of collections (aliases followed) any reader walks."""
+MAX_DOCUMENTS = 4096
+"""The most documents one multi-document stream may hold (a rendered chart has tens)."""
 
 _ALIASES_BEFORE_RATIO = 100
 _DECODED_BEFORE_RATIO = 1000
@@ -88,6 +90,18 @@ class _Composed:
 def compose_yaml(path: Path, text: str, expected: str) -> Node | None:
     """The one document of ``text`` as PyYAML nodes (None when the stream has none), or one ``InputError`` line
     ending with ``expected`` (what the file should be)."""
+    documents = _compose_stream(path, text, expected, multi=False)
+    return documents[0] if documents else None
+
+
+def compose_yaml_documents(path: Path, text: str, expected: str) -> list[Node]:
+    """Every document of a ``---``-separated stream (kubectl's and helm's manifests), each within the same bounds as
+    ``compose_yaml``'s one; an empty document is a null scalar, which a reader skips like any node that is no
+    mapping."""
+    return _compose_stream(path, text, expected, multi=True)
+
+
+def _compose_stream(path: Path, text: str, expected: str, *, multi: bool) -> list[Node]:
     try:
         # The reader refuses a character YAML does not allow as the loader is made, before the first event.
         loader = yaml.SafeLoader(text)
@@ -95,7 +109,7 @@ def compose_yaml(path: Path, text: str, expected: str) -> Node | None:
         raise InputError(path, text.count("\n", 0, exc.position) + 1, f"not YAML ({exc.reason}: "
                          f"#x{exc.character:04x}); expected {expected}") from None
     try:
-        composed = _compose(cast(_Events, loader), path, expected)
+        documents = _compose(cast(_Events, loader), path, expected, multi)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "unreadable"
@@ -105,9 +119,9 @@ def compose_yaml(path: Path, text: str, expected: str) -> Node | None:
         raise InputError(path, None, f"not YAML ({str(exc).splitlines()[0]}); expected {expected}") from None
     finally:
         loader.dispose()
-    if composed.root is not None:
+    for composed in documents:
         _check_expansion(path, composed, expected)
-    return composed.root
+    return [composed.root for composed in documents if composed.root is not None]
 
 
 def merged_keys(node: Node) -> dict[str, Node]:
@@ -147,20 +161,23 @@ def _line(event: Event) -> int:
     return int(_mark(event).line) + 1
 
 
-def _compose(loader: _Events, path: Path, expected: str) -> _Composed:
+def _compose(loader: _Events, path: Path, expected: str, multi: bool) -> list[_Composed]:
     loader.get_event()  # the stream's start
-    if loader.check_event(StreamEndEvent):
-        return _Composed(None)
-    start = loader.get_event()
-    assert isinstance(start, DocumentStartEvent)  # PyYAML's parser yields one after a stream's start
-    composed = _Composed(None)
-    composed.root = _compose_node(loader, path, expected, composed)
-    loader.get_event()  # the document's end
-    if not loader.check_event(StreamEndEvent):
-        second = loader.get_event()
-        raise InputError(path, _line(second), f"a second YAML document in the file; expected {expected} as one "
-                         "document")
-    return composed
+    documents: list[_Composed] = []
+    while not loader.check_event(StreamEndEvent):
+        start = loader.get_event()
+        if documents and not multi:
+            raise InputError(path, _line(start), f"a second YAML document in the file; expected {expected} as one "
+                             "document")
+        if len(documents) >= MAX_DOCUMENTS:
+            raise InputError(path, _line(start), f"more than {MAX_DOCUMENTS} YAML documents in the file; expected "
+                             f"{expected}")
+        assert isinstance(start, DocumentStartEvent)  # PyYAML's parser yields one after a stream's start, or an end
+        composed = _Composed(None)
+        composed.root = _compose_node(loader, path, expected, composed)
+        loader.get_event()  # the document's end
+        documents.append(composed)
+    return documents
 
 
 def _compose_node(loader: _Events, path: Path, expected: str, composed: _Composed) -> Node:

@@ -1,5 +1,5 @@
 """Hostile input to the readers that run on the host, outside the sandbox: compose files, their ``.env``, llama-swap
-configs, and init's discovery of both.
+configs, Kubernetes manifests, and init's discovery of them.
 
 Each case runs ``fleetgate`` in a process of its own with a deadline, and the user sees exactly one line naming the
 file and the line -- never a traceback, never a hang, never a file outside the repository read.
@@ -38,10 +38,19 @@ port = 8080
 engine = "llama.cpp"
 llama_swap = "config.yaml"
 llama_swap_model = "m"
+
+[services.kube]
+host = "h"
+port = 8080
+engine = "llama.cpp"
+kubernetes = "k8s.yaml"
 """
 
 SERVER = "services:\n  chat:\n    image: ghcr.io/ggml-org/llama.cpp:server\n"
 SWAP = "models:\n  m:\n    cmd: llama-server --port ${PORT} -m /m.gguf\n"
+POD = ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    - name: c\n"
+       "      image: ghcr.io/ggml-org/llama.cpp:server\n")
+K8S_EXPECTED = "Kubernetes manifests (YAML documents with apiVersion:, kind:, metadata:)"
 COMPOSE_EXPECTED = "a compose file (YAML: services: NAME: image: ...)"
 SWAP_EXPECTED = "llama-swap's config.yaml"
 
@@ -93,6 +102,25 @@ CASES = [
          f"config.yaml:5: the alias *e lies inside the value of its own anchor &e (line 4), which would never end; "
          f"expected {SWAP_EXPECTED} (go-yaml refuses: anchor 'e' value contains itself)"),
     # YAML: expansion past go-yaml's aliasing rule.
+    # Kubernetes: a $(A) expansion past Linux's argument limit, a ConfigMap or a Secret key the repository lacks, an
+    # alias bomb in the second document.
+    Case("k8s-expansion", {"k8s.yaml": POD + "      env: [{name: A, value: '" + "x" * 4096 + "'}]\n"
+                                       "      args: ['" + "$(A)" * 64 + "']\n"}, "kube",
+         f"k8s.yaml:6: Pod/p container c argv[1]: {'$(A)' * 20!r}... (256 characters) expands to more than 131072 "
+         "characters; expected a value Linux can pass to a process (128 KiB at most)"),
+    Case("k8s-missing-configmap", {"k8s.yaml": POD + "      envFrom: [{configMapRef: {name: cm}}]\n"}, "kube",
+         "k8s.yaml:8: Pod/p container c.envFrom[0].configMapRef: ConfigMap 'cm', which no manifest of . defines (the "
+         "kubelet holds the pod in CreateContainerConfigError); expected one of: no ConfigMap there, or optional: true"),
+    Case("k8s-missing-secret-key", {"k8s.yaml": POD + "      env:\n        - name: HF_TOKEN\n          valueFrom: "
+                                                "{secretKeyRef: {name: s, key: token}}\n---\napiVersion: v1\nkind: "
+                                                "Secret\nmetadata: {name: s}\nstringData: {other: SECRET-KEY-1}\n"},
+         "kube", "k8s.yaml:10: Pod/p container c.env HF_TOKEN.valueFrom.secretKeyRef: Secret s ({repo}/k8s.yaml:12) "
+                 "has no key 'token' (the kubelet holds the pod in CreateContainerConfigError); expected one of: other, "
+                 "or optional: true"),
+    Case("k8s-laughs", {"k8s.yaml": POD + "---\n" + LAUGHS}, "kube",
+         f"k8s.yaml:12: excessive aliasing: with the alias *c the document is mostly copies of anchored values; "
+         f"expected {K8S_EXPECTED} whose aliases repeat less (go-yaml, which docker compose and llama-swap use, "
+         "refuses it)"),
     Case("compose-laughs", {"compose.yaml": LAUGHS + SERVER},
          "chat", f"compose.yaml:4: excessive aliasing: with the alias *c the document is mostly copies of anchored "
                  f"values; expected {COMPOSE_EXPECTED} whose aliases repeat less (go-yaml, which docker compose and "
@@ -172,13 +200,15 @@ def test_a_hostile_file_is_one_line_in_bounded_time(tmp_path: Path, case: Case) 
     (repo / "fleet.toml").write_text(FLEET, encoding="utf-8")
     (repo / "compose.yaml").write_text(SERVER, encoding="utf-8")
     (repo / "config.yaml").write_text(SWAP, encoding="utf-8")
+    (repo / "k8s.yaml").write_text(POD, encoding="utf-8")
     for name, text in case.files.items():
         (repo / name).write_text(text, encoding="utf-8")
     for name, target in case.links:
         (repo / name).symlink_to(outside / target)
     done = _run(["render", case.service, "--fleet", str(repo / "fleet.toml")], tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"fleetgate: {repo}/{case.says.replace('{outside}', str(outside.resolve()))}\n"
+    says = case.says.replace("{outside}", str(outside.resolve())).replace("{repo}", str(repo))
+    assert done.stderr == f"fleetgate: {repo}/{says}\n"
     assert "SECRET-KEY" not in done.stderr
 
 

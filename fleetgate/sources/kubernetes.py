@@ -1,0 +1,766 @@
+"""A Kubernetes workload's container read the way the kubelet starts it: the engine's argv and environment.
+
+Nothing runs: no cluster is asked, the manifests are data, read with PyYAML's node API (fleetgate's bounded loader)
+so that every value keeps its line. The manifest a fleet service names (``kubernetes = "FILE"``) is a stream of
+documents (``---``; ``kind: List`` and ``kind: *List`` give their ``items``); the ConfigMaps, Secrets and Services it
+refers to are read from it and from the other YAML files of its directory, as ``kubectl apply -f DIR`` applies them
+together. What is read, as the Kubernetes API reference says (core/v1 ``Container``, ``EnvVar``, ``EnvFromSource``,
+``Volume``, ``ServicePort``; "Define a Command and Arguments for a Container"):
+
+- workloads: Deployment, StatefulSet, DaemonSet, ReplicaSet, Job (``spec.template``), CronJob
+  (``spec.jobTemplate.spec.template``) and Pod (``spec``); the container is named by fleet.toml's
+  ``kubernetes_container`` where the pod has several;
+- ``command`` replaces the image's ENTRYPOINT, ``args`` its CMD (a ``command`` without ``args`` drops the CMD); the
+  entrypoints of llama.cpp's ``server*`` images (``/app/llama-server``) and ``vllm/vllm-openai`` (``vllm serve``)
+  are known, and ``python3 -m vllm.entrypoints.openai.api_server`` takes ``vllm serve``'s options;
+- ``$(VAR)`` in ``command``, ``args`` and ``env`` values expands from the container's environment (variables defined
+  before it, for ``env``), ``$$`` is a literal ``$``, and a reference to nothing stays as written;
+- ``envFrom`` (``configMapRef``/``secretRef``, with ``prefix`` and ``optional``), then ``env`` (``value``,
+  ``valueFrom.configMapKeyRef``/``secretKeyRef``), ``env`` winning; a Secret's value is never kept: the render
+  holds ``***`` (fleetgate.secrets.MASK) in its place;
+- ``resources.limits`` GPUs of every vendor's device plugin (``nvidia.com/gpu``, ``amd.com/gpu``,
+  ``gpu.intel.com/i915``, ``gpu.intel.com/xe``): the container gets that many cards, which the device plugin picks;
+- ``volumeMounts`` through ``volumes`` (``hostPath``, ``configMap``, ``persistentVolumeClaim``, ...): a path the
+  engine is given lies on the host where a ``hostPath`` volume holds it;
+- ``ports`` (``containerPort``, named) and the Services whose selector matches the pod's labels: a Service port
+  whose ``targetPort`` (a number or a port's name) is the engine's port is where clients reach it.
+
+A Helm chart, a Flux HelmRelease or a kustomization is not rendered here (its templates need helm or kustomize and
+often a chart fetched from the network): ``unrendered`` names the command that renders it, and the rendered file is
+what fleet.toml names.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from fleetgate.errors import InputError, read_text
+from fleetgate.render_types import Origin, Rendered
+from fleetgate.secrets import MASK
+from fleetgate.sources.compose import Grant
+from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
+
+if TYPE_CHECKING:
+    from fleetgate.fleet import Fleet, Service
+
+__all__ = ["GPU_RESOURCES", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
+           "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes", "render_kubernetes",
+           "unrendered"]
+
+WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod")
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
+"""The extended resources the vendors' device plugins advertise, one card each."""
+MAX_MANIFEST_FILES = 256
+"""The most YAML files of a manifest's directory read for its ConfigMaps, Secrets and Services."""
+MAX_VALUE_CHARS = 32 * 4096
+"""No expanded value is longer: Linux refuses an argument or environment string over 128 KiB (MAX_ARG_STRLEN)."""
+MAX_CARDS = 1024
+_EXPECTED = "Kubernetes manifests (YAML documents with apiVersion:, kind:, metadata:)"
+_LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
+_VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
+_VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+_FOREIGN_MODULES = {"llama_cpp.server": "llama-cpp-python's server (python -m llama_cpp.server)"}
+_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_DIGITS = re.compile(r"[0-9]{1,6}")
+
+
+# ------------------------------------------------------------------------------------------------------------ types
+
+@dataclass(frozen=True)
+class ServicePort:
+    """A port of a Service that selects the pod: clients reach ``port`` (on the Service's address), the pod gets
+    the connection on ``target``."""
+
+    service: str
+    port: int
+    target: int | None
+    """The container port the Service forwards to; None: a named ``targetPort`` no container port of the pod has."""
+    node_port: int | None
+    where: str
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    target: str
+    """The path in the container."""
+    kind: str
+    """The volume's source: ``hostPath``, ``configMap``, ``persistentVolumeClaim``, ``emptyDir``, ..."""
+    source: str | None
+    """The host path (hostPath), the ConfigMap's or the claim's name; None where the source has no name."""
+    where: str
+
+
+@dataclass(frozen=True)
+class KubernetesContainer:
+    path: Path
+    """The manifest file that defines the workload."""
+    workload: str
+    """``Kind/name``."""
+    container: str
+    line: int
+    image: str | None
+    argv: tuple[str, ...]
+    env: Mapping[str, Origin]
+    """The container's environment, with where each was set; a Secret's value is ``***``."""
+    secret_names: frozenset[str]
+    """The variables whose value comes from a Secret (masked in ``env``)."""
+    ports: tuple[tuple[str | None, int, str], ...]
+    """(name, containerPort, where) of the container's ``ports``."""
+    service_ports: tuple[ServicePort, ...]
+    selected: tuple[str, ...]
+    """The Services (of the manifest's directory) whose selector matches the pod's labels."""
+    mounts: tuple[VolumeMount, ...]
+    gpus: Grant | None
+    """None: no GPU resource in ``resources.limits``."""
+    command_where: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return f"{self.workload} container {self.container}"
+
+    def host_path(self, container_path: str) -> str | None:
+        """The host path behind a container path, through the hostPath volumes (the deepest mount first); None when
+        no hostPath mount holds it."""
+        inside = PurePosixPath(posixpath.normpath(container_path))
+        for mount in sorted(self.mounts, key=lambda m: -len(PurePosixPath(m.target).parts)):
+            try:
+                rest = inside.relative_to(PurePosixPath(mount.target))
+            except ValueError:
+                continue
+            if mount.kind != "hostPath" or mount.source is None:
+                return None
+            return str(PurePosixPath(mount.source) / rest) if str(rest) != "." else mount.source
+        return None
+
+    def targeting(self, port: int) -> tuple[ServicePort, ...]:
+        """The ports of the Services selecting the pod that forward to container port ``port``."""
+        return tuple(p for p in self.service_ports if p.target == port)
+
+
+@dataclass(frozen=True)
+class WorkloadEntry:
+    """One container of a workload, as ``list_workloads`` finds it (before a fleet names it)."""
+
+    workload: str
+    container: str
+    path: Path
+    line: int
+    program: str | None
+    """The file name of the program it starts (``llama-server``, ``vllm``), ``vllm`` for the OpenAI api_server
+    module; None when the image's entrypoint is not known offline and the manifest names none."""
+    foreign: str | None = None
+    """A server fleetgate knows it does not read (llama-cpp-python's)."""
+
+
+# ------------------------------------------------------------------------------------------------------- documents
+
+@dataclass(frozen=True)
+class _Object:
+    kind: str
+    name: str
+    node: MappingNode
+    path: Path
+
+
+def _line(node: Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _where(path: Path, node: Node) -> str:
+    return f"{path}:{_line(node)}"
+
+
+def _kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    return f"the {node.tag.rsplit(':', 1)[-1]} {node.value!r}"
+
+
+def _scalar(path: Path, node: Node, what: str) -> str:
+    if not isinstance(node, ScalarNode):
+        raise InputError(path, _line(node), f"{what}: expected a string, got {_kind(node)}")
+    return str(node.value)
+
+
+def _null(node: Node | None) -> bool:
+    return node is None or (isinstance(node, ScalarNode) and node.tag == "tag:yaml.org,2002:null")
+
+
+def _get(node: Node | None, key: str) -> Node | None:
+    value = _keys(node).get(key)
+    return None if _null(value) else value
+
+
+def _keys(node: Node | None) -> dict[str, Node]:
+    return merged_keys(node) if node is not None else {}
+
+
+def _mapping(path: Path, node: Node | None, what: str) -> MappingNode | None:
+    if node is None:
+        return None
+    if not isinstance(node, MappingNode):
+        raise InputError(path, _line(node), f"{what}: expected a mapping, got {_kind(node)}")
+    return node
+
+
+def _sequence(path: Path, node: Node | None, what: str) -> list[Node]:
+    if node is None:
+        return []
+    if not isinstance(node, SequenceNode):
+        raise InputError(path, _line(node), f"{what}: expected a list, got {_kind(node)}")
+    return list(node.value)
+
+
+def _objects(path: Path) -> list[_Object]:
+    """The objects of a manifest file: its documents, a ``kind: List``'s items in their place; a document with no
+    ``kind`` (a values file, a kustomization's patch) is no object."""
+    found: list[_Object] = []
+    pending = list(compose_yaml_documents(path, read_text(path, "the Kubernetes manifest"), _EXPECTED))
+    pending.reverse()
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, MappingNode):
+            continue
+        kind_node = _get(node, "kind")
+        if kind_node is None or not isinstance(kind_node, ScalarNode):
+            continue
+        kind = str(kind_node.value)
+        if kind == "List" or kind.endswith("List"):
+            items = _sequence(path, _get(node, "items"), f"{kind}.items")
+            pending += list(reversed(items))
+            continue
+        metadata = _get(node, "metadata")
+        name_node = _get(metadata, "name")
+        name = _scalar(path, name_node, f"{kind}.metadata.name") if name_node is not None else ""
+        found.append(_Object(kind, name, node, path))
+    return found
+
+
+def _is_yaml(path: Path) -> bool:
+    return path.suffix in (".yaml", ".yml") and path.is_file()
+
+
+def _neighbours(path: Path, repository: Path) -> list[_Object]:
+    """The objects of the other YAML files of the manifest's directory; one that is not a manifest (a chart's
+    values, a template) is left out, as it holds no ConfigMap, Secret or Service ``kubectl apply`` would create."""
+    found: list[_Object] = []
+    siblings = sorted(p for p in path.parent.iterdir() if p != path and _is_yaml(p))[:MAX_MANIFEST_FILES]
+    for sibling in siblings:
+        real = Path(posixpath.normpath(sibling.resolve()))
+        if repository.resolve() not in real.parents:
+            continue
+        try:
+            found += [o for o in _objects(sibling) if o.kind in ("ConfigMap", "Secret", "Service")]
+        except InputError:
+            continue  # a template or a values file of a chart beside the manifest: not applied with it
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ not renderable
+
+def unrendered(path: Path, repository: Path) -> str | None:
+    """The one-line next step for a file that is a Helm chart, a Flux HelmRelease or a kustomization: the command
+    that renders it offline into manifests fleetgate reads; None for any other file."""
+    rel = _rel(path, repository)
+    directory = _rel(path.parent, repository)
+    name = path.name
+    if name == "kustomization.yaml" or name == "kustomization.yml" or name == "Kustomization":
+        return (f"{rel} is a kustomization, which fleetgate does not build: run `kustomize build {directory} > "
+                f"rendered.yaml` (or `kubectl kustomize {directory}`) and declare kubernetes = \"rendered.yaml\"")
+    if name in ("Chart.yaml", "values.yaml") or (path.parent / "Chart.yaml").is_file() or (
+            path.parent.name == "templates" and (path.parent.parent / "Chart.yaml").is_file()):
+        chart = path.parent if (path.parent / "Chart.yaml").is_file() else path.parent.parent
+        chart_rel = _rel(chart, repository)
+        return (f"{rel} belongs to the Helm chart {chart_rel}, which fleetgate does not render: run `helm template "
+                f"RELEASE {chart_rel} -f {chart_rel}/values.yaml > rendered.yaml` and declare kubernetes = "
+                "\"rendered.yaml\"")
+    try:
+        objects = _objects(path)
+    except InputError:
+        return None
+    for obj in objects:
+        if obj.kind == "HelmRelease":
+            chart_node = _get(_get(_get(obj.node, "spec"), "chart"), "spec")
+            chart_value = _get(chart_node, "chart")
+            chart_name = str(chart_value.value) if isinstance(chart_value, ScalarNode) else "CHART"
+            return (f"{rel}:{_line(obj.node)}: HelmRelease {obj.name} is rendered by Flux from chart {chart_name}, "
+                    f"which fleetgate does not fetch or render: run `helm template {obj.name or 'RELEASE'} "
+                    f"{chart_name} -f values.yaml > rendered.yaml` (the release's spec.values as values.yaml) and "
+                    "declare kubernetes = \"rendered.yaml\"")
+        if obj.kind == "Kustomization":
+            return (f"{rel}:{_line(obj.node)}: Kustomization {obj.name} is built by Flux, which fleetgate does not "
+                    f"do: run `kustomize build DIR > rendered.yaml` on the directory its spec.path names and declare "
+                    "kubernetes = \"rendered.yaml\"")
+    return None
+
+
+def _rel(path: Path, repository: Path) -> str:
+    try:
+        return path.relative_to(repository).as_posix() or "."
+    except ValueError:
+        return str(path)
+
+
+# ------------------------------------------------------------------------------------------------------- workloads
+
+def _pod_template(obj: _Object) -> tuple[MappingNode | None, MappingNode | None]:
+    """(pod spec, pod labels) of a workload."""
+    path = obj.path
+    spec = _mapping(path, _get(obj.node, "spec"), f"{obj.kind}/{obj.name}.spec")
+    if obj.kind == "Pod":
+        return spec, _mapping(path, _get(_get(obj.node, "metadata"), "labels"), f"Pod/{obj.name}.metadata.labels")
+    if obj.kind == "CronJob":
+        spec = _mapping(path, _get(_get(spec, "jobTemplate"), "spec"), f"CronJob/{obj.name}.spec.jobTemplate.spec")
+    template = _mapping(path, _get(spec, "template"), f"{obj.kind}/{obj.name}.spec.template")
+    labels = _mapping(path, _get(_get(template, "metadata"), "labels"), f"{obj.kind}/{obj.name}.spec.template.metadata.labels")
+    return _mapping(path, _get(template, "spec"), f"{obj.kind}/{obj.name}.spec.template.spec"), labels
+
+
+def _containers(obj: _Object) -> list[tuple[str, MappingNode]]:
+    spec, _ = _pod_template(obj)
+    found: list[tuple[str, MappingNode]] = []
+    for i, item in enumerate(_sequence(obj.path, _get(spec, "containers"), f"{obj.kind}/{obj.name} containers")):
+        node = _mapping(obj.path, item, f"{obj.kind}/{obj.name} containers[{i}]")
+        assert node is not None
+        name_node = _get(node, "name")
+        name = _scalar(obj.path, name_node, f"{obj.kind}/{obj.name} containers[{i}].name") if name_node else str(i)
+        found.append((name, node))
+    return found
+
+
+def _split_image(image: str | None) -> tuple[str, str]:
+    if image is None:
+        return "", ""
+    ref = image.split("@", 1)[0]
+    name, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return ref, "latest"
+    return name, tag
+
+
+def _words(path: Path, node: Node | None, what: str) -> list[str] | None:
+    if node is None:
+        return None
+    return [_scalar(path, item, f"{what}[{i}]") for i, item in enumerate(_sequence(path, node, what))]
+
+
+def _process(path: Path, container: MappingNode, what: str) -> tuple[list[str] | None, str | None]:
+    """The words the container runs before ``$(VAR)`` expansion (``command`` replacing the image's ENTRYPOINT,
+    ``args`` its CMD), and the image; None when the image's entrypoint is not known offline and no command is
+    written."""
+    image_node = _get(container, "image")
+    image = _scalar(path, image_node, f"{what}.image") if image_node is not None else None
+    command = _words(path, _get(container, "command"), f"{what}.command")
+    args = _words(path, _get(container, "args"), f"{what}.args") or []
+    if command is not None:
+        return [*command, *args], image
+    repo, tag = _split_image(image)
+    if repo in _LLAMA_IMAGES and tag.startswith("server"):
+        return ["/app/llama-server", *args], image
+    if repo in _VLLM_IMAGES:
+        return ["vllm", "serve", *args], image
+    return None, image
+
+
+def _engine_words(words: list[str]) -> tuple[list[str], str | None]:
+    """The words with vLLM's OpenAI api_server module read as ``vllm serve`` (it takes the same options), and the
+    name of a server fleetgate knows it does not read."""
+    if len(words) >= 3 and posixpath.basename(words[0]).startswith("python") and words[1] == "-m":
+        if words[2] == _VLLM_MODULE:
+            return ["vllm", "serve", *words[3:]], None
+        if words[2] in _FOREIGN_MODULES:
+            return words, _FOREIGN_MODULES[words[2]]
+    return words, None
+
+
+def list_workloads(path: Path, repository: Path) -> tuple[WorkloadEntry, ...]:
+    """Every container of every workload of a manifest file, and the program it starts."""
+    found: list[WorkloadEntry] = []
+    for obj in _objects(path):
+        if obj.kind not in WORKLOAD_KINDS:
+            continue
+        for name, node in _containers(obj):
+            words, _ = _process(path, node, f"{obj.kind}/{obj.name} container {name}")
+            foreign = None
+            if words is not None:
+                words, foreign = _engine_words(words)
+            found.append(WorkloadEntry(f"{obj.kind}/{obj.name}", name, path, _line(node),
+                                       posixpath.basename(words[0]) if words else None, foreign))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------------------------------------- expand
+
+def expand(text: str, env: Mapping[str, str], path: Path, line: int, what: str) -> str:
+    """``$(VAR)`` expanded as the kubelet expands it (k8s.io/kubernetes third_party/forked/golang/expansion): a
+    defined variable is replaced, ``$$`` is one ``$``, any other ``$`` and a reference to nothing stay as written."""
+    out: list[str] = []
+    size = 0
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            piece, i = "$", i + 2
+        elif text.startswith("$(", i):
+            match = _REFERENCE.match(text, i)
+            if match is None:
+                piece, i = "$", i + 1
+            else:
+                name = match.group(1)
+                piece = env[name] if name in env else match.group(0)
+                i = match.end()
+        else:
+            piece, i = text[i], i + 1
+        size += len(piece)
+        if size > MAX_VALUE_CHARS:
+            shown = repr(text) if len(text) <= 80 else f"{text[:80]!r}... ({len(text)} characters)"
+            raise InputError(path, line, f"{what}: {shown} expands to more than {MAX_VALUE_CHARS} characters; expected "
+                             "a value Linux can pass to a process (128 KiB at most)")
+        out.append(piece)
+    return "".join(out)
+
+
+# -------------------------------------------------------------------------------------------------- environment
+
+class _Sources:
+    """The ConfigMaps and Secrets of the manifest and its directory, read on demand."""
+
+    def __init__(self, objects: Sequence[_Object], directory: str) -> None:
+        self.objects = objects
+        self.directory = directory
+
+    def find(self, kind: str, name: str) -> _Object | None:
+        return next((o for o in self.objects if o.kind == kind and o.name == name), None)
+
+    def data(self, obj: _Object) -> dict[str, tuple[str, str]]:
+        """key -> (value, where); a Secret's ``data`` decoded from base64, its ``stringData`` winning."""
+        found: dict[str, tuple[str, str]] = {}
+        data = _mapping(obj.path, _get(obj.node, "data"), f"{obj.kind}/{obj.name}.data")
+        for key, value in _keys(data).items():
+            text = "" if _null(value) else _scalar(obj.path, value, f"{obj.kind}/{obj.name}.data.{key}")
+            if obj.kind == "Secret":
+                try:
+                    text = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
+                except (binascii.Error, UnicodeDecodeError):
+                    raise InputError(obj.path, _line(value), f"Secret/{obj.name}.data.{key}: not base64 of UTF-8 "
+                                     "text; expected the value base64-encoded (or written as stringData)") from None
+            found[key] = (text, _where(obj.path, value))
+        if obj.kind == "Secret":
+            string_data = _mapping(obj.path, _get(obj.node, "stringData"), f"Secret/{obj.name}.stringData")
+            for key, value in _keys(string_data).items():
+                text = "" if _null(value) else _scalar(obj.path, value, f"Secret/{obj.name}.stringData.{key}")
+                found[key] = (text, _where(obj.path, value))
+        return found
+
+    def missing(self, kind: str, name: str) -> str:
+        known = sorted(o.name for o in self.objects if o.kind == kind)
+        return (f"{kind} {name!r}, which no manifest of {self.directory} defines (the kubelet holds the pod in "
+                f"CreateContainerConfigError); expected one of: {', '.join(known) or f'no {kind} there'}, or "
+                "optional: true")
+
+
+def _optional(path: Path, ref: Node, what: str) -> bool:
+    node = _get(ref, "optional")
+    if node is None:
+        return False
+    text = _scalar(path, node, f"{what}.optional").lower()
+    if text not in ("true", "false"):
+        raise InputError(path, _line(node), f"{what}.optional: {text!r}; expected true or false")
+    return text == "true"
+
+
+def _environment(path: Path, container: MappingNode, what: str,
+                 sources: _Sources) -> tuple[dict[str, Origin], set[str], list[str]]:
+    """The container's environment (``envFrom`` in order, then ``env``, which wins), the variables a Secret gives,
+    and notes on what is known only in the cluster."""
+    env: dict[str, Origin] = {}
+    secret: set[str] = set()
+    notes: list[str] = []
+    for i, item in enumerate(_sequence(path, _get(container, "envFrom"), f"{what}.envFrom")):
+        label = f"{what}.envFrom[{i}]"
+        prefix_node = _get(item, "prefix")
+        prefix = _scalar(path, prefix_node, f"{label}.prefix") if prefix_node is not None else ""
+        for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+            ref = _get(item, key)
+            if ref is None:
+                continue
+            name = _scalar(path, _get(ref, "name") or ref, f"{label}.{key}.name")
+            obj = sources.find(kind, name)
+            if obj is None:
+                if _optional(path, ref, f"{label}.{key}"):
+                    continue
+                raise InputError(path, _line(ref), f"{label}.{key}: {sources.missing(kind, name)}")
+            for var, (value, where) in sources.data(obj).items():
+                name_var = prefix + var
+                env[name_var] = Origin(name_var, MASK if kind == "Secret" and value else value, where, key)
+                if kind == "Secret":
+                    secret.add(name_var)
+                else:
+                    secret.discard(name_var)
+    for i, item in enumerate(_sequence(path, _get(container, "env"), f"{what}.env")):
+        label = f"{what}.env[{i}]"
+        name_node = _get(item, "name")
+        if name_node is None:
+            raise InputError(path, _line(item), f"{label}: no name; expected name: VAR and value: or valueFrom:")
+        name = _scalar(path, name_node, f"{label}.name")
+        label = f"{what}.env {name}"
+        value_node, source = _get(item, "value"), _get(item, "valueFrom")
+        if source is None:
+            raw = _scalar(path, value_node, label) if value_node is not None else ""
+            values = {k: o.value for k, o in env.items()}
+            env[name] = Origin(name, expand(raw, values, path, _line(item), label), _where(path, item), "env")
+            secret.discard(name)
+            continue
+        for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
+            ref = _get(source, key)
+            if ref is None:
+                continue
+            ref_name = _scalar(path, _get(ref, "name") or ref, f"{label}.valueFrom.{key}.name")
+            ref_key_node = _get(ref, "key")
+            if ref_key_node is None:
+                raise InputError(path, _line(ref), f"{label}.valueFrom.{key}: no key; expected key: KEY of {kind} "
+                                 f"{ref_name}")
+            ref_key = _scalar(path, ref_key_node, f"{label}.valueFrom.{key}.key")
+            obj = sources.find(kind, ref_name)
+            optional = _optional(path, ref, f"{label}.valueFrom.{key}")
+            if obj is None:
+                if optional:
+                    break
+                raise InputError(path, _line(ref), f"{label}.valueFrom.{key}: {sources.missing(kind, ref_name)}")
+            data = sources.data(obj)
+            if ref_key not in data:
+                if optional:
+                    break
+                raise InputError(path, _line(ref_key_node), f"{label}.valueFrom.{key}: {kind} {ref_name} "
+                                 f"({_where(obj.path, obj.node)}) has no key {ref_key!r} (the kubelet holds the pod in "
+                                 f"CreateContainerConfigError); expected one of: {', '.join(sorted(data)) or 'no key'}, "
+                                 "or optional: true")
+            value, where = data[ref_key]
+            env[name] = Origin(name, MASK if kind == "Secret" and value else value, where, key)
+            if kind == "Secret":
+                secret.add(name)
+            else:
+                secret.discard(name)
+            break
+        else:
+            env.pop(name, None)
+            notes.append(f"{_where(path, item)}: {name} comes from the cluster (fieldRef/resourceFieldRef), which is "
+                         "not known offline: left out")
+    return env, secret, notes
+
+
+# ----------------------------------------------------------------------------------------------- ports, mounts, GPUs
+
+def _port_number(path: Path, node: Node, what: str) -> int:
+    text = _scalar(path, node, what)
+    if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
+        raise InputError(path, _line(node), f"{what}: {text!r}; expected a port number 1-65535")
+    return int(text)
+
+
+def _container_ports(path: Path, container: MappingNode, what: str) -> tuple[tuple[str | None, int, str], ...]:
+    found: list[tuple[str | None, int, str]] = []
+    for i, item in enumerate(_sequence(path, _get(container, "ports"), f"{what}.ports")):
+        number = _get(item, "containerPort")
+        if number is None:
+            raise InputError(path, _line(item), f"{what}.ports[{i}]: no containerPort; expected containerPort: PORT")
+        name_node = _get(item, "name")
+        found.append((_scalar(path, name_node, f"{what}.ports[{i}].name") if name_node is not None else None,
+                      _port_number(path, number, f"{what}.ports[{i}].containerPort"), _where(path, item)))
+    return tuple(found)
+
+
+def _services(objects: Sequence[_Object], labels: Mapping[str, str],
+              ports: Sequence[tuple[str | None, int, str]]) -> tuple[list[str], list[ServicePort]]:
+    """The Services whose selector matches the pod's labels, and their ports with each ``targetPort`` resolved."""
+    names: list[str] = []
+    found: list[ServicePort] = []
+    by_name = {name: number for name, number, _ in ports if name is not None}
+    for obj in objects:
+        if obj.kind != "Service":
+            continue
+        spec = _get(obj.node, "spec")
+        selector = {k: _scalar(obj.path, v, f"Service/{obj.name}.spec.selector.{k}")
+                    for k, v in _keys(_get(spec, "selector")).items()}
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            continue
+        names.append(obj.name)
+        for i, item in enumerate(_sequence(obj.path, _get(spec, "ports"), f"Service/{obj.name}.spec.ports")):
+            label = f"Service/{obj.name}.spec.ports[{i}]"
+            port_node = _get(item, "port")
+            if port_node is None:
+                raise InputError(obj.path, _line(item), f"{label}: no port; expected port: PORT")
+            port = _port_number(obj.path, port_node, f"{label}.port")
+            target_node = _get(item, "targetPort")
+            target: int | None = port
+            if target_node is not None:
+                text = _scalar(obj.path, target_node, f"{label}.targetPort")
+                target = _port_number(obj.path, target_node, f"{label}.targetPort") if text.isdigit() else by_name.get(text)
+            node_port = _get(item, "nodePort")
+            found.append(ServicePort(obj.name, port, target,
+                                     _port_number(obj.path, node_port, f"{label}.nodePort") if node_port else None,
+                                     _where(obj.path, item)))
+    return names, found
+
+
+def _mounts(path: Path, spec: MappingNode | None, container: MappingNode, what: str,
+            claims: Sequence[str]) -> tuple[VolumeMount, ...]:
+    # A StatefulSet's volumeClaimTemplates are volumes of its pods too, each a claim of the template's name.
+    volumes: dict[str, tuple[str, str | None]] = {claim: ("persistentVolumeClaim", claim) for claim in claims}
+    for i, item in enumerate(_sequence(path, _get(spec, "volumes"), "spec.volumes")):
+        name_node = _get(item, "name")
+        if name_node is None:
+            raise InputError(path, _line(item), f"spec.volumes[{i}]: no name; expected name: VOLUME")
+        kinds = [k for k in merged_keys(item) if k != "name"]
+        kind = kinds[0] if kinds else "emptyDir"
+        source_key = {"hostPath": "path", "configMap": "name", "persistentVolumeClaim": "claimName",
+                      "secret": "secretName"}.get(kind)
+        source_node = _get(_get(item, kind), source_key) if source_key else None
+        volumes[_scalar(path, name_node, f"spec.volumes[{i}].name")] = (
+            kind, _scalar(path, source_node, f"spec.volumes[{i}].{kind}.{source_key}") if source_node else None)
+    found: list[VolumeMount] = []
+    for i, item in enumerate(_sequence(path, _get(container, "volumeMounts"), f"{what}.volumeMounts")):
+        label = f"{what}.volumeMounts[{i}]"
+        name_node, target_node = _get(item, "name"), _get(item, "mountPath")
+        if name_node is None or target_node is None:
+            raise InputError(path, _line(item), f"{label}: expected name: VOLUME and mountPath: PATH")
+        name = _scalar(path, name_node, f"{label}.name")
+        if name not in volumes:
+            raise InputError(path, _line(name_node), f"{label}: volume {name!r} is not among the pod's volumes; "
+                             f"expected one of: {', '.join(volumes) or 'no volume'} (the API server refuses the pod)")
+        kind, source = volumes[name]
+        sub = _get(item, "subPath")
+        if sub is not None and kind == "hostPath" and source is not None:
+            source = posixpath.join(source, _scalar(path, sub, f"{label}.subPath"))
+        found.append(VolumeMount(_scalar(path, target_node, f"{label}.mountPath"), kind, source, _where(path, item)))
+    return tuple(found)
+
+
+def _claim_templates(obj: _Object) -> list[str]:
+    if obj.kind != "StatefulSet":
+        return []
+    templates = _sequence(obj.path, _get(_get(obj.node, "spec"), "volumeClaimTemplates"),
+                          f"StatefulSet/{obj.name}.spec.volumeClaimTemplates")
+    names = [_get(_get(t, "metadata"), "name") for t in templates]
+    return [_scalar(obj.path, n, "volumeClaimTemplates metadata.name") for n in names if n is not None]
+
+
+def _gpus(path: Path, container: MappingNode, what: str) -> Grant | None:
+    limits = _get(_get(container, "resources"), "limits")
+    for resource in GPU_RESOURCES:
+        node = _get(limits, resource)
+        if node is None:
+            continue
+        text = _scalar(path, node, f"{what}.resources.limits.{resource}")
+        if not text.isdigit() or int(text) > MAX_CARDS:
+            raise InputError(path, _line(node), f"{what}.resources.limits.{resource}: {text!r}; expected a whole "
+                             f"number of cards (at most {MAX_CARDS})")
+        if int(text) == 0:
+            return None
+        # The device plugin picks which cards; like compose's count: N, the first N of the host's.
+        return Grant(tuple(range(int(text))), f"resources.limits {resource}: {text} (the device plugin picks the "
+                     "cards)", _where(path, node))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------- reading
+
+def _workload(fleet: Fleet, service: Service) -> tuple[_Object, list[_Object]]:
+    assert service.kubernetes is not None
+    path = service.kubernetes
+    next_step = unrendered(path, fleet.root)
+    if next_step is not None:
+        raise InputError(path, None, next_step)
+    objects = _objects(path)
+    workloads = [o for o in objects if o.kind in WORKLOAD_KINDS]
+    named = service.kubernetes_workload
+    if named is None:
+        if len(workloads) != 1:
+            raise InputError(path, None, f"{len(workloads)} workloads ({', '.join(f'{o.kind}/{o.name}' for o in workloads) or 'none'}); "
+                             "expected kubernetes_workload = \"KIND/NAME\" in fleet.toml naming one")
+        return workloads[0], objects
+    for obj in workloads:
+        if f"{obj.kind}/{obj.name}" == named or (("/" not in named) and obj.name == named):
+            return obj, objects
+    raise InputError(path, None, f"no workload {named!r}; expected one of: "
+                     f"{', '.join(f'{o.kind}/{o.name}' for o in workloads) or 'none'} (set kubernetes_workload in "
+                     "fleet.toml)")
+
+
+def read_kubernetes(fleet: Fleet, service: Service, *,
+                    overrides: Mapping[str, str | None] | None = None) -> KubernetesContainer:
+    """The container of the workload a fleet service names, read as the kubelet would start it; ``overrides``
+    replaces variables of the container's environment (None drops one) before ``$(VAR)`` is expanded."""
+    obj, objects = _workload(fleet, service)
+    path = obj.path
+    containers = _containers(obj)
+    wanted = service.kubernetes_container
+    if wanted is None and len(containers) == 1:
+        name, node = containers[0]
+    else:
+        hit = [(n, c) for n, c in containers if n == wanted]
+        if not hit:
+            raise InputError(path, _line(obj.node), f"{obj.kind}/{obj.name}: "
+                             + (f"no container {wanted!r}" if wanted else f"{len(containers)} containers")
+                             + f"; expected kubernetes_container = one of: {', '.join(n for n, _ in containers) or 'none'}")
+        name, node = hit[0]
+    what = f"{obj.kind}/{obj.name} container {name}"
+    spec, labels_node = _pod_template(obj)
+    labels = {k: _scalar(path, v, f"{what} label {k}") for k, v in _keys(labels_node).items()}
+    sources = _Sources([*objects, *_neighbours(path, fleet.root)], _rel(path.parent, fleet.root))
+    env, secret, notes = _environment(path, node, what, sources)
+    words, image = _process(path, node, what)
+    repo, tag = _split_image(image)
+    if repo in _LLAMA_IMAGES and tag.startswith("server") and "LLAMA_ARG_HOST" not in env:
+        # The server images' own ENV (llama.cpp .devops/*.Dockerfile), under every variable the pod sets.
+        env = {"LLAMA_ARG_HOST": Origin("LLAMA_ARG_HOST", "0.0.0.0", _where(path, _get(node, "image") or node), "image"),
+               **env}
+    for key, value in (overrides or {}).items():
+        if key in env:
+            if value is None:
+                env.pop(key)
+            else:
+                env[key] = Origin(key, value, env[key].where, env[key].via)
+    if words is None:
+        raise InputError(path, _line(node), f"{what}: fleetgate does not know the entrypoint of image {image}; "
+                         f"expected command: naming {service.binary}, or a llama.cpp server image or vllm/vllm-openai")
+    values = {k: o.value for k, o in env.items()}
+    words = [expand(w, values, path, _line(node), f"{what} argv[{i}]") for i, w in enumerate(words)]
+    words, foreign = _engine_words(words)
+    if foreign is not None:
+        raise InputError(path, _line(node), f"{what}: runs {foreign}, which is not an engine fleetgate knows; "
+                         "expected llama-server, vllm serve or python -m vllm.entrypoints.openai.api_server (declare "
+                         "engine = \"openai\" with a serve script for another OpenAI-compatible server)")
+    if not words or posixpath.basename(words[0]) != service.binary:
+        shown = " ".join(words[:3]) or "nothing"
+        raise InputError(path, _line(node), f"{what}: the container runs {shown}; expected {service.binary} itself "
+                         "(a shell or a wrapper script in the image is not read)")
+    command_node = _get(node, "args") or _get(node, "command") or node
+    ports = _container_ports(path, node, what)
+    selected, service_ports = _services(sources.objects, labels, ports)
+    return KubernetesContainer(
+        path=path, workload=f"{obj.kind}/{obj.name}", container=name, line=_line(node), image=image,
+        argv=(service.binary, *words[1:]), env=env, secret_names=frozenset(secret), ports=ports,
+        service_ports=tuple(service_ports), selected=tuple(selected), mounts=_mounts(path, spec, node, what, _claim_templates(obj)),
+        gpus=_gpus(path, node, what), command_where=_where(path, command_node), notes=tuple(notes),
+    )
+
+
+def render_kubernetes(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
+    """A Kubernetes container as a rendered config: its argv and environment; nothing runs."""
+    read = read_kubernetes(fleet, service, overrides=overrides)
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           **{name: origin.value for name, origin in read.env.items()}}
+    return Rendered(service=service.name, argv=read.argv, env=env, inputs=dict(read.env), sourced=(), tests=(),
+                    writes=(), script=read.path, unit=None, notes=read.notes, kubernetes=read)
