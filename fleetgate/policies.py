@@ -57,6 +57,9 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            checks=("quadlet-compile-cache",)),
     Policy("vllm-kv-cache-memory", "vLLM is always passed --kv-cache-memory 0 (the KV pool profiled, never pinned)",
            codes=("vllm-memory-knobs/kv-memory-not-zero", "vllm-memory-knobs/kv-memory-omitted")),
+    Policy("model-profiles", "every llama.cpp service declares its model's profile, so the memory and context seams "
+           "judge every service (without the policy a missing profile is not judged)",
+           codes=("profile-declared/missing",)),
     Policy("slot-padding", "--ctx-size is slots x a per-slot window that is a multiple of 256, so llama.cpp pads nothing",
            codes=("slots-divide-context/slot-padding",)),
     Policy("forbidden-flags", "no --fit on for llama.cpp (the fit is fleetgate's ledger) and no --expert-precise-memory "

@@ -56,7 +56,9 @@ def _fleet(root: Path, *edits: tuple[str, str, str]) -> Path:
 
 
 def _no_profile(root: Path) -> Path:
-    return _fleet(root, ("fleet.toml", PROFILE_LINE, ""))
+    """frank-medium without its profile, in the example fleet less its model-profiles policy (with it, the missing
+    profile fails: fixtures/branches/profile-declared.missing.toml)."""
+    return _fleet(root, ("fleet.toml", PROFILE_LINE, ""), ("fleet.toml", '"model-profiles",', ""))
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ def test_the_summary_says_not_judged_once_per_service(pytester: pytest.Pytester,
     # The line once in the summary, and once in -rs: every not-judged skip of the service shares its fleet.toml table.
     assert out.count(f"  {MEDIUM_LINE}") == 1
     assert [line for line in out if line.startswith("SKIPPED") and "not judged" in line] == [
-        f"SKIPPED [7] fleet/fleet.toml:84: {MEDIUM_LINE}"]
+        f"SKIPPED [7] fleet/fleet.toml:85: {MEDIUM_LINE}"]
     assert [line for line in out if "not judged: " in line and not line.startswith("SKIPPED")] == [f"  {MEDIUM_LINE}"]
 
 
