@@ -39,6 +39,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered, map_to_repo
+from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 
 if TYPE_CHECKING:
@@ -768,7 +769,7 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     image_node = attr("image")
     image = reader.text(image_node, f"{what}.image") if image_node is not None else None
     image_where = reader.where(image_node) if image_node is not None else reader.where(node)
-    repo, tag = _split_image(image)
+    repo, tag = split_image(image)
     if repo in _LLAMA_IMAGES and tag.startswith("server"):
         container["LLAMA_ARG_HOST"] = Origin("LLAMA_ARG_HOST", "0.0.0.0", image_where, "image")
     env_files = attr("env_file")
@@ -837,7 +838,7 @@ def list_services(path: Path, repository: Path) -> tuple[ComposeEntry, ...]:
             return None if value is None or reader.null(value) else value
 
         image_node = attr("image")
-        repo, tag = _split_image(reader.text(image_node, f"{what}.image") if image_node is not None else None)
+        repo, tag = split_image(reader.text(image_node, f"{what}.image") if image_node is not None else None)
         words = _container_words(reader, node, what, repo, tag, attr)
         found.append(ComposeEntry(name, reader.file(node).path, reader.line(node),
                                   posixpath.basename(words[0]) if words else None))
@@ -893,17 +894,6 @@ def _interpolate_all(file: _File, root: Node) -> None:
             pending += [value for _, value in node.value]
 
 
-def _split_image(image: str | None) -> tuple[str, str]:
-    """(repository, tag) of an image reference; a digest is dropped, no tag is ``latest``."""
-    if image is None:
-        return "", ""
-    ref = image.split("@", 1)[0]
-    name, colon, tag = ref.rpartition(":")
-    if not colon or "/" in tag:
-        return ref, "latest"
-    return name, tag
-
-
 def _engine_build(service: Service, image: str | None, where: str, node: Node | None,
                   reader: _Reader) -> EngineBuild | None:
     from fleetgate.engines.llama_builds import image_build
@@ -911,7 +901,7 @@ def _engine_build(service: Service, image: str | None, where: str, node: Node | 
 
     if image is None:
         return None
-    repo, _ = _split_image(image)
+    repo, _ = split_image(image)
     declared = service.engine_build
     if is_vllm_image(repo):
         version = image_release(image)

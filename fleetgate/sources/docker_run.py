@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from fleetgate.engines.vllm import is_vllm_image
 
-__all__ = ["ENGINE_IMAGES", "ContainerRun", "Published", "engine_of_image", "parse_client"]
+__all__ = ["ENGINE_IMAGES", "ContainerRun", "Published", "engine_of_image", "parse_client", "split_image"]
 
 # Options of `docker container run` (Docker 26) and `podman run` (podman 5) that take a value.
 _VALUED_LONG = frozenset((
@@ -67,8 +67,11 @@ ENGINE_IMAGES: Mapping[str, tuple[tuple[str, ...], Mapping[str, str]]] = {
 _LLAMA_REPOS = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
 
 
-def _split_image(image: str) -> tuple[str, str]:
-    """``REPO[:TAG][@DIGEST]`` -> (repo, tag); the tag is ``latest`` when none is written."""
+def split_image(image: str | None) -> tuple[str, str]:
+    """``REPO[:TAG][@DIGEST]`` -> (repo, tag): a digest is dropped, the tag is ``latest`` when none is written (and
+    ("", "") for no image). Compose, docker run and Kubernetes name images alike."""
+    if image is None:
+        return "", ""
     ref = image.split("@", 1)[0]
     repo, colon, tag = ref.rpartition(":")
     if not colon or "/" in tag:
@@ -79,7 +82,7 @@ def _split_image(image: str) -> tuple[str, str]:
 def engine_of_image(image: str) -> str | None:
     """The engine an image runs as its entrypoint: ``llama.cpp`` for llama.cpp's ``server*`` tags, ``vllm`` for
     vLLM's own images (``vllm/vllm-openai``, ``vllm/vllm-cpu``...); None for any other image (its entrypoint is not known offline)."""
-    repo, tag = _split_image(image)
+    repo, tag = split_image(image)
     if repo in _LLAMA_REPOS and tag.startswith("server"):
         return "llama.cpp"
     if is_vllm_image(repo):

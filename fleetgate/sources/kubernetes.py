@@ -47,6 +47,7 @@ from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered
 from fleetgate.secrets import MASK
 from fleetgate.sources.compose import Grant
+from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 
 if TYPE_CHECKING:
@@ -340,16 +341,6 @@ def _containers(obj: _Object) -> list[tuple[str, MappingNode]]:
     return found
 
 
-def _split_image(image: str | None) -> tuple[str, str]:
-    if image is None:
-        return "", ""
-    ref = image.split("@", 1)[0]
-    name, colon, tag = ref.rpartition(":")
-    if not colon or "/" in tag:
-        return ref, "latest"
-    return name, tag
-
-
 def _words(path: Path, node: Node | None, what: str) -> list[str] | None:
     if node is None:
         return None
@@ -366,7 +357,7 @@ def _process(path: Path, container: MappingNode, what: str) -> tuple[list[str] |
     args = _words(path, _get(container, "args"), f"{what}.args") or []
     if command is not None:
         return [*command, *args], image
-    repo, tag = _split_image(image)
+    repo, tag = split_image(image)
     if repo in _LLAMA_IMAGES and tag.startswith("server"):
         return ["/app/llama-server", *args], image
     if repo in _VLLM_IMAGES:
@@ -721,7 +712,7 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
     sources = _Sources([*objects, *_neighbours(path, fleet.root)], _rel(path.parent, fleet.root))
     env, secret, notes = _environment(path, node, what, sources)
     words, image = _process(path, node, what)
-    repo, tag = _split_image(image)
+    repo, tag = split_image(image)
     if repo in _LLAMA_IMAGES and tag.startswith("server") and "LLAMA_ARG_HOST" not in env:
         # The server images' own ENV (llama.cpp .devops/*.Dockerfile), under every variable the pod sets.
         env = {"LLAMA_ARG_HOST": Origin("LLAMA_ARG_HOST", "0.0.0.0", _where(path, _get(node, "image") or node), "image"),
