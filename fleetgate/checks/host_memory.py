@@ -114,7 +114,8 @@ def _has_ledger(target: HostTarget) -> str | None:
     if config.service.engine != "llama.cpp":
         return (f"{target.name} runs {config.service.engine}; the ledger is llama.cpp's (fleetgate fit), "
                 "so there is no prediction to hold the cards to")
-    why = no_profile(config, "block_count") or no_cards(config)
+    # a CPU-only host has no card to hold to the ledger (does not apply) before a missing profile (not judged)
+    why = no_cards(config) or no_profile(config, "block_count")
     if why:
         return why
     if config.host.ledger_tolerance_bytes is None:

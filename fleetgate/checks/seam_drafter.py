@@ -49,7 +49,7 @@ def _no_placement(config: RenderedService) -> str | None:
     context = _context(config)
     if context is None:
         return f"{config.name} runs no draft context (no draft-mtp, no drafter type with --spec-draft-model)"
-    if reason := no_profile(config, "block_count") or no_cards(config):
+    if reason := no_cards(config) or no_profile(config, "block_count"):  # does not apply, before not judged
         return reason
     if context == "draft" and config.draft_profile is None:
         return (f"{config.name} loads a drafter but declares no draft_profile: set services.{config.name}.draft_profile "
