@@ -278,10 +278,12 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """``preexec_fn`` of an engine this process starts: the kernel sends it SIGTERM when its parent dies, so a
+    """``preexec_fn`` of an engine this process starts: the kernel sends it SIGKILL when its parent dies, so a
     test run or ``fleetgate reference`` that is killed (SIGKILL, a CI timeout) never leaves the engine behind.
-    It survives the serve script's ``exec`` of the engine; the engine's own children are the engine's to end."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    SIGKILL, not SIGTERM: llama-server 11434 outlived a SIGTERM for hours after its xdist worker was killed (its
+    handler only asks the server loop to stop), and an engine has nothing to flush. It survives the serve script's
+    ``exec`` of the engine; the engine's own children are the engine's to end."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def launch(argv: Sequence[str], *, log: Path, port: int, wait: float = 60.0) -> ReferenceServer:

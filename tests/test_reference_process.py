@@ -11,7 +11,9 @@ import time
 PARENT = """
 import subprocess, sys
 from fleetgate.reference import die_with_parent
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+# an engine that does not end on SIGTERM, as llama-server did once its worker was killed
+engine = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+child = subprocess.Popen([sys.executable, "-c", engine], start_new_session=True,
                          preexec_fn=die_with_parent, stdin=subprocess.DEVNULL)
 print(child.pid, flush=True)
 import time; time.sleep(120)
