@@ -32,7 +32,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
@@ -120,14 +120,8 @@ class ComposeService:
 
     def host_path(self, container_path: str) -> str | None:
         """The host path behind a container path, through the bind mounts (the deepest target first)."""
-        inside = PurePosixPath(posixpath.normpath(container_path))
-        for mount in sorted(self.mounts, key=lambda m: -len(PurePosixPath(m.target).parts)):
-            try:
-                rest = inside.relative_to(PurePosixPath(mount.target))
-            except ValueError:
-                continue
-            return str(PurePosixPath(mount.source) / rest) if str(rest) != "." else mount.source
-        return None
+        found = deepest_mount(self.mounts, container_path)
+        return None if found is None else _below(found[0].source, found[1])
 
     def published(self, target: int) -> PortMap | None:
         """The tcp entry that publishes ``target``: one with a host port first, else an ephemeral one."""
@@ -136,6 +130,30 @@ class ComposeService:
 
 
 # ---------------------------------------------------------------------------------------------------- interpolation
+
+class _Targeted(Protocol):
+    @property
+    def target(self) -> str: ...
+
+
+_M = TypeVar("_M", bound=_Targeted)
+
+
+def deepest_mount(mounts: Sequence[_M], container_path: str) -> tuple[_M, PurePosixPath] | None:
+    """The mount whose target holds ``container_path`` most deeply (a container sees the deepest one), and the path
+    below its target; None when no mount holds it."""
+    inside = PurePosixPath(posixpath.normpath(container_path))
+    for mount in sorted(mounts, key=lambda m: -len(PurePosixPath(m.target).parts)):
+        try:
+            return mount, inside.relative_to(PurePosixPath(mount.target))
+        except ValueError:
+            continue
+    return None
+
+
+def _below(source: str, rest: PurePosixPath) -> str:
+    return str(PurePosixPath(source) / rest) if str(rest) != "." else source
+
 
 def interpolate(text: str, env: Mapping[str, str], path: Path | str, line: int | None,
                 unset: list[str] | None = None) -> str:

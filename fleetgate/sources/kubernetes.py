@@ -46,7 +46,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from fleetgate.errors import InputError, read_text
 from fleetgate.render_types import Origin, Rendered
 from fleetgate.secrets import MASK
-from fleetgate.sources.compose import Grant
+from fleetgate.sources.compose import Grant, deepest_mount
 from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 
@@ -132,16 +132,10 @@ class KubernetesContainer:
     def host_path(self, container_path: str) -> str | None:
         """The host path behind a container path, through the hostPath volumes (the deepest mount first); None when
         no hostPath mount holds it."""
-        inside = PurePosixPath(posixpath.normpath(container_path))
-        for mount in sorted(self.mounts, key=lambda m: -len(PurePosixPath(m.target).parts)):
-            try:
-                rest = inside.relative_to(PurePosixPath(mount.target))
-            except ValueError:
-                continue
-            if mount.kind != "hostPath" or mount.source is None:
-                return None
-            return str(PurePosixPath(mount.source) / rest) if str(rest) != "." else mount.source
-        return None
+        found = deepest_mount(self.mounts, container_path)
+        if found is None or found[0].kind != "hostPath" or found[0].source is None:
+            return None
+        return str(PurePosixPath(found[0].source) / found[1]) if str(found[1]) != "." else found[0].source
 
     def targeting(self, port: int) -> tuple[ServicePort, ...]:
         """The ports of the Services selecting the pod that forward to container port ``port``."""
