@@ -3,7 +3,8 @@
 The real GGUFs travel as their headers only (everything before the tensor data) plus their size: the
 GPU machine restores each file's size with zeros, and zero weights allocate exactly what the real ones
 do. The tiny models (qwen35 hybrids, a DFlash drafter, the
-random mmproj of tests/live/mmproj.py) travel whole. Usage: ``python -m tests.ledger.gpu.prepare DIR SDIST.tar.gz``.
+random mmproj of tests/live/mmproj.py) travel whole; the qwen3moe of tests/ledger/gpu/moe_model.py
+travels as its header. Usage: ``python -m tests.ledger.gpu.prepare DIR SDIST.tar.gz``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 from tests.ledger.engine import model_paths
+from tests.ledger.gpu.moe_model import write_qwen3moe
 from tests.ledger.tiny_models import Qwen35Shape, write_dflash, write_qwen35
 from tests.live.mmproj import write_random_projector
 
@@ -36,6 +38,9 @@ def main(out: Path, sdist: Path) -> None:
     manifest: dict[str, dict[str, int | str]] = {}
     for name, path in model_paths(cache).items():
         manifest[name] = {"file": f"{name}.gguf", **header_only(path, models / f"{name}.hdr")}
+    # the MoE model is a sparse file of zeros past its header: it travels as that header
+    moe = write_qwen3moe(cache / "qwen3moe.gguf")
+    manifest["qwen3moe"] = {"file": "qwen3moe.gguf", **header_only(moe, models / "qwen3moe.hdr")}
     write_qwen35(models / "qwen35.gguf")
     write_qwen35(models / "qwen35-mtp.gguf", Qwen35Shape(nextn=1))
     write_dflash(models / "dflash.gguf")
