@@ -276,6 +276,7 @@ PROXY_MODES = (
     "buffer",
     "delay",
     "slow-refusal",
+    "slow-refusal-once",
     "unauthorized",
     "unauthorized-images",
     "loading",
@@ -295,7 +296,8 @@ class FaultProxy:
     drafter that never agrees with the target reports); ``stall-stream`` holds an event stream
     ``delay`` seconds before its first byte; ``buffer`` holds an
     event stream until it is complete and sends it at once; ``delay`` holds every POST ``delay`` seconds;
-    ``slow-refusal`` holds every 4xx answer ``delay`` seconds; ``unauthorized`` answers 401 to all but
+    ``slow-refusal`` holds every 4xx answer ``delay`` seconds, ``slow-refusal-once`` only the first (a
+    request queued behind another client's); ``unauthorized`` answers 401 to all but
     /health; ``unauthorized-images`` answers 401 to a chat request that carries an image; ``loading``
     answers 503 ``Loading model`` for the first ``delay`` seconds; ``rate-limit-once`` answers the second chat
     request 429 with ``Retry-After: 1`` (then passes everything), ``rate-limited`` every chat request,
@@ -317,6 +319,8 @@ class FaultProxy:
         self.streams = 0
         self.limited = 0
         """429s answered."""
+        self.refusals_held = 0
+        """4xx answers held (``slow-refusal-once``)."""
         self.lock = threading.Lock()
         proxy = self
 
@@ -437,5 +441,8 @@ class FaultProxy:
                 reply["timings"]["draft_n_accepted"] = 0
                 data = json.dumps(reply).encode()
         if mode == "slow-refusal" and 400 <= response.status_code < 500:
+            self.stopping.wait(self.delay)
+        if mode == "slow-refusal-once" and 400 <= response.status_code < 500 and not self.refusals_held:
+            self.refusals_held += 1
             self.stopping.wait(self.delay)
         self._send(handler, response.status_code, data, kind)

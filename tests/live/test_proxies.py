@@ -32,6 +32,8 @@ PROXIES: dict[str, tuple[float, dict[str, str], bool]] = {
     "stall-stream": (20, {"live-stream": "live-stream/too-slow"}, False),
     "buffer": (0, {"live-stream": "live-stream/buffered"}, False),
     "slow-refusal": (4, {"live-capacity": "live-capacity/slow-refusal"}, False),
+    # one refusal held as a queue holds it (behind another client's generation): asked again, it passes
+    "slow-refusal-once": (4, {}, False),
     "unauthorized-images": (0, {"live-vision": "live-vision/foreign-refusal"}, False),
     "unauthorized": (0, {"live-health": "live-health/unauthorized"}, True),
     "loading": (60, {"live-health": "live-health/loading"}, True),
@@ -76,6 +78,9 @@ def test_proxy(
     assert run.outcomes == expected, run.output
     if mode == "rate-limit-once":
         assert proxy.limited == 1, proxy.limited
+    if mode == "slow-refusal-once":
+        assert proxy.refusals_held == 1, proxy.refusals_held
+        assert "on attempt 2 (refused after " in run.note("live-capacity"), run.note("live-capacity")
     if mode == "rate-limited":
         # the readiness probe waited out Retry-After three times, then said so; no other request was sent
         assert proxy.limited == 4, proxy.limited
