@@ -94,8 +94,10 @@ def one(d: Path) -> dict[str, Any]:
         fit = {row.split()[0]: [int(x) for x in row.split()[1:]] for row in out.strip().splitlines() if row.strip()}
     error = None
     if not rec.get("healthy"):
-        errors = [ln for ln in text.splitlines() if " E " in ln]
-        error = errors[-1].split(" E ", 1)[1].strip() if errors else "did not become healthy"
+        # the first error line is the cause; the lines after it repeat it as "failed to load model"
+        errors = [ln.split(" E ", 1)[1].strip() for ln in text.splitlines() if " E " in ln]
+        errors += [ln.strip() for ln in text.splitlines() if ln.startswith("error while handling argument")]
+        error = errors[0] if errors else "did not become healthy"
     return {
         "id": rec["id"], "model": rec["model"], "args": rec["args"], "n_rpc": rec["n_rpc"],
         "draft": named.get("-md"), "projector": named.get("--mmproj"),
