@@ -239,6 +239,9 @@ class Service:
     """The workload of that manifest that is this service, ``KIND/NAME`` (None: the manifest's only workload)."""
     kubernetes_container: str | None = None
     """The container of that workload's pod that runs the engine (None: the pod's only container)."""
+    nix_unit: str | None = None
+    """Where ``unit`` is a NixOS ``.nix`` file: the unit it generates that is this service (``llama-cpp`` for
+    ``services.llama-cpp``, NAME for ``systemd.services.NAME``; None: the file's only engine unit)."""
     llama_swap: Path | None = None
     """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
     llama_swap_model: str | None = None

@@ -221,6 +221,10 @@ def _unit(fleet: Fleet, service: Service) -> Unit:
     """The service's unit and its drop-ins, each confined to the fleet repository by its real path: a drop-in
     symlinked to another folder of the repository is one of its files, one symlinked out of it is refused."""
     assert service.unit is not None
+    if service.unit.suffix == ".nix":
+        from fleetgate.sources.nix import read_nix_unit
+
+        return read_nix_unit(service.unit, service.nix_unit)
     return parse_unit(service.unit, root=fleet.root)
 
 

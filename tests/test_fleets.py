@@ -177,6 +177,20 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _nixos_table() -> dict[tuple[str, str], str]:
+    # Two units NixOS generates (fleetgate.sources.nix), each pinned to one of the host's two cards by
+    # CUDA_VISIBLE_DEVICES. The module's unit runs with DynamicUser=true, the hand-written one as User=llm: neither is
+    # root. No env file names the payload (the model is written in the .nix file itself).
+    table: dict[tuple[str, str], str] = {}
+    for service in ("chat", "coder"):
+        table.update(_table("atlas", service, **{f"{service}:unit-user": PASSED, f"{service}:payload-defaults": SKIPPED,
+                                                 # two cards on the host: card-balance asks for the profile first
+                                                 f"{service}:card-balance": NOT_JUDGED}))
+    # Two services share the host: co-residence needs each one's profile to sum them, and skips naming both.
+    table[("atlas", "co-residence-fits")] = SKIPPED
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
@@ -202,6 +216,7 @@ CLEAN = {
     "llama-swap": _swap_table(),
     "router-preset": _preset_table(),
     "kubernetes": _kubernetes_table(),
+    "nixos": _nixos_table(),
 }
 
 
@@ -470,6 +485,26 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "preset-key-spellings": ("router-preset", [("config/models.ini", "parallel = 1", "np       = 1"),
                                                ("config/models.ini", "flash-attn   = on\njinja        = true",
                                                 "flash-attn   = on\nno-jinja     = false")], {}),
+    # NixOS (fleetgate.sources.nix): a stray value in extraFlags reaches the generated ExecStart= as a positional.
+    "nix-stray-positional": ("nixos", [("modules/llm.nix", '"--jinja"', '"--jinja" "true"')],
+                             {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # A systemd.services entry with no User= (and no DynamicUser=) runs its engine as root.
+    "nix-no-user": ("nixos", [("modules/coder.nix", '      User = "llm";\n      Group = "llm";\n', "")],
+                    {"coder:unit-user": "unit-user/missing"}),
+    # The module's own DynamicUser=true, switched off with lib.mkForce and no User= given: root again.
+    "nix-dynamic-user-off": ("nixos", [("modules/llm.nix", "environment.CUDA_VISIBLE_DEVICES",
+                                        "serviceConfig.DynamicUser = lib.mkForce false;\n  "
+                                        "systemd.services.llama-cpp.environment.CUDA_VISIBLE_DEVICES")],
+                             {"chat:unit-user": "unit-user/missing"}),
+    # The same port spelt through a let binding and toString in the module's options: the same unit.
+    "nix-let-port": ("nixos", [("modules/llm.nix", "  modelDir =", "  chatPort = 8012;\n  modelDir ="),
+                               ("modules/llm.nix", "port = 8012;", "port = chatPort;")], {}),
+    # A value only evaluation gives (an if, a function of another module's option): the unit is not read, and the
+    # service is not judged in one line naming the option and the generated unit to give instead.
+    "nix-not-evaluated": ("nixos", [("modules/llm.nix", "port = 8012;",
+                                     "port = if config.networking.hostName == \"atlas\" then 8012 else 8080;")],
+                          {**{f"chat:{c}": SKIPPED for (s, c) in _nixos_table() if s == "chat"},
+                           "chat:serve-script-renders": NOT_JUDGED}),
 }
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from fleetgate.checks import attempt_seam
+from fleetgate.checks import NotJudged, attempt_seam
 from fleetgate.render_types import Origin
 from fleetgate.rendered import ServiceAttempt
+from fleetgate.sources.nix import NotRead
 
 NAME = "serve-script-renders"
 
@@ -34,6 +35,9 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
     fleet, service = attempt.fleet, attempt.service
     if attempt.broken is not None:
         broken = attempt.broken
+        if isinstance(broken, NotRead):
+            # A generated unit read without the generator (Nix not evaluated): a fact missing, not a finding.
+            raise NotJudged(str(broken).replace("not judged: ", "", 1))
         raise CHECK.fail(
             service.name, "broken-input",
             where=f"{broken.path}:{broken.line}" if broken.line else str(broken.path),

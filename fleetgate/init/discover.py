@@ -280,6 +280,52 @@ def _from_kubernetes(ctx: Context, path: Path) -> list[Found]:
     return found
 
 
+_NIX_SERVICES = re.compile(r"\b(?:services|systemd)\s*[.=]")
+_NIX_ENGINE = re.compile(r"llama-server|vllm|llama-cpp")
+
+
+def _from_nix(ctx: Context, path: Path) -> list[Found] | None:
+    """Each engine unit a NixOS module declares (``services.llama-cpp``, a ``systemd.services.NAME`` whose ExecStart
+    runs an engine), read by ``fleetgate.sources.nix`` as the unit NixOS would generate, without evaluating Nix. A unit
+    the reader cannot read is one line naming the option and the generated unit to give instead."""
+    from fleetgate.init.units import unit_env
+    from fleetgate.sources.nix import nix_units, read_nix_unit
+    from fleetgate.sources.systemd import expand_exec
+
+    try:
+        text = read_text(path, "the Nix file")
+    except InputError:
+        return None
+    if _NIX_SERVICES.search(text) is None or _NIX_ENGINE.search(text) is None:
+        return None  # a flake, a hardware module: no unit of an engine to read
+    rel = rel_path(ctx.root, path)
+    units = nix_units(path)
+    found: list[Found] = []
+    for name, line in units.units.items():
+        unread = units.unread.get(name)
+        if unread is not None:
+            ctx.notes.append(Note(unread.path, unread.line, unread.message))
+            continue
+        if units.engines.get(name) is None:
+            continue
+        unit = read_nix_unit(path, name)
+        setting = unit.all("Service", "ExecStart")[-1]
+        env, _ = unit_env(ctx, unit, "Service")
+        argv = expand_exec(setting, env).argv
+        hit = engine_of(argv)
+        if hit is None:
+            continue
+        engine, start = hit
+        args = argv[start:]
+        port = port_of(engine, args, env)
+        found.append(Found(name=service_name(name, ctx.taken, "nix"), engine=engine, port=port or DEFAULT_PORT[engine],
+                           port_from=(f"--port of the unit {rel}:{setting.line} generates" if port
+                                      else f"{engine}'s default port (no --port with a number)"),
+                           source=f"{rel}:{line}", payload=tuple(model_paths(engine, args, env)), unit=rel,
+                           nix_unit=name))
+    return found
+
+
 LLAMA_SWAP_LISTEN = 8080
 """llama-swap's own port when it runs without ``--listen`` (``:8080``): where clients reach every model."""
 
@@ -424,6 +470,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
     units: list[tuple[Path, Unit]] = []
     yamls: list[Path] = []
     presets: list[Path] = []
+    nix_files: list[Path] = []
     for file in files:
         if file.suffix in (".service", ".container"):
             try:
@@ -434,6 +481,8 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             yamls.append(file)
         elif file.suffix == ".ini":
             presets.append(file)
+        elif file.suffix == ".nix":
+            nix_files.append(file)
 
     votes: Counter[str] = Counter()
     first: dict[str, str] = {}
@@ -474,6 +523,15 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
         if found is not None:
             services.append(found)
+    for file in nix_files:
+        try:
+            found_units = _from_nix(ctx, file)
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        if found_units is not None:
+            read["Nix modules"] += 1
+            services += found_units
     manifests = [file for file in yamls if _kubernetes_shaped(ctx, file)]
     for file in manifests:
         if unrendered(file, root) is not None:
@@ -526,7 +584,7 @@ def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
                               f"name; services.{found.name} left out (rename the file)"))
             return False
     strings = [*found.payload, *(found.env_template or ()), found.compose_service or "", found.llama_swap_model or "",
-               found.kubernetes_workload or "", found.kubernetes_container or "",
+               found.kubernetes_workload or "", found.kubernetes_container or "", found.nix_unit or "",
                found.preset_model or "", found.port_from, found.source]
     bad = next((text for text in strings if unwritable(text)), None)
     if bad is not None:

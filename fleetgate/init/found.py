@@ -110,6 +110,8 @@ class Found:
     kubernetes: str | None = None
     kubernetes_workload: str | None = None
     kubernetes_container: str | None = None
+    nix_unit: str | None = None
+    """Where ``unit`` is a ``.nix`` file: the unit NixOS generates from it that is this service."""
     llama_swap: str | None = None
     llama_swap_model: str | None = None
     models_preset: str | None = None

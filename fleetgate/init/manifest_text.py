@@ -73,7 +73,7 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
         out += ["", f"# found in {toml_comment(found.source)}", f"[services.{toml_key(found.name)}]", 'host = "localhost"',
                 f"port = {found.port}  # {toml_comment(found.port_from)}", f"engine = {toml_string(found.engine)}"]
         for key in ("unit", "serve_script", "env_file", "compose", "compose_service", "kubernetes", "kubernetes_workload",
-                    "kubernetes_container", "llama_swap", "llama_swap_model",
+                    "kubernetes_container", "nix_unit", "llama_swap", "llama_swap_model",
                     "models_preset", "preset_model"):
             value = getattr(found, key)
             if value is not None:

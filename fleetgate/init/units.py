@@ -35,13 +35,13 @@ from fleetgate.init.found import (
 )
 from fleetgate.units import Setting, Unit, split_command, split_environment_assignments
 
-__all__ = ["from_script", "from_unit", "sandbox_render"]
+__all__ = ["from_script", "from_unit", "sandbox_render", "unit_env"]
 
 
 _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin")
 
 
-def _unit_env(ctx: Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
+def unit_env(ctx: Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
     env: dict[str, str] = {}
     files: list[Path] = []
     for setting in unit.all(section, "Environment"):
@@ -99,7 +99,7 @@ def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
     words = split_command(unprefixed(setting))
     if not words:
         return None
-    env, env_files = _unit_env(ctx, unit, "Service")
+    env, env_files = unit_env(ctx, unit, "Service")
     rel = rel_path(ctx.root, path)
     hit = engine_of(words)
     if hit is not None:
@@ -169,7 +169,7 @@ def _from_quadlet(ctx: Context, unit: Unit) -> Found | None:
     if exec_setting is None:
         return None
     volumes = [tuple(s.value.split(":")[:2]) for s in unit.all("Container", "Volume") if ":" in s.value]
-    env, env_files = _unit_env(ctx, unit, "Container")
+    env, env_files = unit_env(ctx, unit, "Container")
     for word in split_command(exec_setting):
         for host, container in volumes:
             container = container.rstrip("/")
