@@ -225,6 +225,12 @@ def _unit(fleet: Fleet, service: Service) -> Unit:
         from fleetgate.sources.nix import read_nix_unit
 
         return read_nix_unit(service.unit, service.nix_unit)
+    if service.unit.suffix == ".j2":
+        from fleetgate.sources.ansible import render_template
+        from fleetgate.units import unit_from_text
+
+        text = render_template(service.unit, fleet.root, service.ansible_vars)
+        return unit_from_text(service.unit, text, service.unit.name.removesuffix(".j2"))
     return parse_unit(service.unit, root=fleet.root)
 
 

@@ -19,7 +19,7 @@ from typing import Literal
 from fleetgate.errors import InputError, read_text
 
 __all__ = ["Setting", "Unit", "UnitKind", "Unresolved", "parse_unit", "resolve_specifiers", "split_command",
-           "split_environment_assignments", "unit_from_settings"]
+           "split_environment_assignments", "unit_from_settings", "unit_from_text"]
 
 UnitKind = Literal["systemd", "quadlet"]
 
@@ -195,6 +195,13 @@ def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
             settings.extend(_read_settings(conf))
     unit_name = path.name if kind == "systemd" else path.stem + ".service"
     return unit_from_settings(path, unit_name, tuple(settings), kind=kind, drop_ins=tuple(drop_ins))
+
+
+def unit_from_text(path: Path, text: str, unit_name: str) -> Unit:
+    """A unit whose text another tool writes from ``path`` (an Ansible template's output), read as systemd reads it."""
+    kind: UnitKind = "quadlet" if unit_name.endswith((".container", ".kube", ".pod")) else "systemd"
+    name = unit_name if kind == "systemd" else unit_name.rpartition(".")[0] + ".service"
+    return unit_from_settings(path, name, _parse_text(path, text), kind=kind)
 
 
 def unit_from_settings(path: Path, unit_name: str, settings: tuple[Setting, ...], *, kind: UnitKind = "systemd",

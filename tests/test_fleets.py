@@ -191,6 +191,18 @@ def _nixos_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _ansible_table() -> dict[tuple[str, str], str]:
+    # The role's unit template renders to a unit whose ExecStart= is the engine (User=llama: not root); the llama-swap
+    # template's two models read as llama-swap's own (no unit, no env file). No profile anywhere.
+    table = _table("orin", "chat", **{"chat:unit-user": PASSED, "chat:payload-defaults": SKIPPED})
+    swap = {**LLAMA_UNIT_SERVICE, "payload-defaults": SKIPPED,
+            **dict.fromkeys(("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args"), SKIPPED)}
+    table.update({(service, check): outcome for service in ("coder", "small") for check, outcome in swap.items()})
+    # Three services on the one card with no profile: co-residence skips naming the profiles to declare.
+    table[("orin", "co-residence-fits")] = SKIPPED
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
@@ -217,6 +229,7 @@ CLEAN = {
     "router-preset": _preset_table(),
     "kubernetes": _kubernetes_table(),
     "nixos": _nixos_table(),
+    "ansible": _ansible_table(),
 }
 
 
@@ -485,6 +498,21 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "preset-key-spellings": ("router-preset", [("config/models.ini", "parallel = 1", "np       = 1"),
                                                ("config/models.ini", "flash-attn   = on\njinja        = true",
                                                 "flash-attn   = on\nno-jinja     = false")], {}),
+    # Ansible (fleetgate.sources.ansible): a role default that holds a switch's value where the switch was meant.
+    "ansible-stray-positional": ("ansible", [("roles/llama_server/defaults/main.yml", "  - --jinja\n", "  - --jinja\n  - true\n")],
+                                 {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # The template's user variable emptied in the gpu group's vars: User= with no value, the engine runs as root.
+    "ansible-group-var-wins": ("ansible", [("inventory/group_vars/gpu.yml", "llama_server_gpu_layers: 99",
+                                            "llama_server_gpu_layers: 99\nllama_server_user: \"\"")],
+                               {"chat:unit-user": "unit-user/missing"}),
+    # A fact only Ansible gathers: the unit is not rendered, and the service is not judged in one line.
+    "ansible-fact": ("ansible", [("roles/llama_server/defaults/main.yml", "llama_server_host: 127.0.0.1",
+                                  "llama_server_host: \"{{ ansible_default_ipv4.address }}\"")],
+                     {**{f"chat:{c}": SKIPPED for (s, c) in _ansible_table() if s == "chat"},
+                      "chat:serve-script-renders": NOT_JUDGED}),
+    # A template Jinja2 cannot parse is refused by Ansible too: a broken file, one line.
+    "ansible-broken-template": ("ansible", [("roles/llama_swap/templates/config.yaml.j2", "{% endfor %}", "")],
+                                {**_broken("ansible", "coder"), **_broken("ansible", "small")}),
     # NixOS (fleetgate.sources.nix): a stray value in extraFlags reaches the generated ExecStart= as a positional.
     "nix-stray-positional": ("nixos", [("modules/llm.nix", '"--jinja"', '"--jinja" "true"')],
                              {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),

@@ -8,7 +8,7 @@ from typing import NoReturn
 from fleetgate.checks import NotJudged, attempt_seam
 from fleetgate.render_types import Origin
 from fleetgate.rendered import ServiceAttempt
-from fleetgate.sources.nix import NotRead
+from fleetgate.errors import NotRead
 
 NAME = "serve-script-renders"
 
@@ -36,7 +36,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
     if attempt.broken is not None:
         broken = attempt.broken
         if isinstance(broken, NotRead):
-            # A generated unit read without the generator (Nix not evaluated): a fact missing, not a finding.
+            # A generated file read without its generator (Nix, Ansible): a fact missing, not a finding.
             raise NotJudged(str(broken).replace("not judged: ", "", 1))
         raise CHECK.fail(
             service.name, "broken-input",

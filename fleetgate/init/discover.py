@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from yaml.nodes import MappingNode, Node
 
-from fleetgate.errors import InputError, read_text
+from fleetgate.errors import InputError, NotRead, read_text
 from fleetgate.init.found import (
     DEFAULT_PORT,
     ENGINE_BINARIES,
@@ -37,7 +37,7 @@ from fleetgate.init.found import (
 from fleetgate.init.units import from_script, from_unit, sandbox_render
 from fleetgate.sources.kubernetes import unrendered
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
-from fleetgate.units import Unit, parse_unit, split_command
+from fleetgate.units import Unit, parse_unit, split_command, unit_from_text
 
 __all__ = ["discover"]
 
@@ -326,11 +326,49 @@ def _from_nix(ctx: Context, path: Path) -> list[Found] | None:
     return found
 
 
+def _ansible_rendered(ctx: Context, template: Path) -> tuple[str, tuple[Path, ...]] | None:
+    """An Ansible role's template rendered from the role's defaults and group_vars/all (``fleetgate.sources.ansible``);
+    a variable only a group's or a host's file sets is taken from the one file that sets it (said in fleet.toml's
+    comment). None, with one line, when it needs Ansible itself or more than one file could give a variable."""
+    from fleetgate.sources.ansible import RENDERED_FILES, render_template, template_variables
+
+    extra: list[Path] = []
+    candidates = [f for f in ctx.files if f.suffix in (".yml", ".yaml", "") and
+                  any(p in ("group_vars", "host_vars") for p in f.relative_to(ctx.root).parts[:-1])
+                  and "all" not in (f.stem, f.parent.name)]
+    for _ in range(8):
+        try:
+            return render_template(template, ctx.root, extra), tuple(extra)
+        except NotRead as exc:
+            missing = re.search(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined", exc.message)
+            setters = []
+            if missing is not None:
+                for file in candidates:
+                    try:
+                        if missing.group(1) in template_variables([file])[0]:
+                            setters.append(file)
+                    except InputError:
+                        continue
+            if len(setters) != 1 or setters[0] in extra:
+                reason = exc.message.removeprefix("not judged: ")
+                if len(setters) > 1:
+                    reason = (f"'{missing.group(1) if missing else ''}' is set by "
+                              f"{', '.join(rel_path(ctx.root, f) for f in setters)}: which applies depends on the "
+                              f"host's groups; declare that file in ansible_vars, or {RENDERED_FILES}")
+                ctx.notes.append(Note(exc.path, exc.line, reason))
+                return None
+            extra.append(setters[0])
+        except InputError as exc:
+            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            return None
+    return None
+
+
 LLAMA_SWAP_LISTEN = 8080
 """llama-swap's own port when it runs without ``--listen`` (``:8080``): where clients reach every model."""
 
 
-def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
+def _from_llama_swap(ctx: Context, path: Path, ansible_vars: tuple[Path, ...] = ()) -> list[Found]:
     """Each model of a llama-swap config whose ``cmd`` starts an engine, read by ``fleetgate.sources.llama_swap``
     (macros, ``${PORT}``, ``env`` as llama-swap reads them). Every model's port is llama-swap's own listen port,
     where clients reach it; the engine's ``${PORT}`` is llama-swap's business (rendered-port-matches holds the engine
@@ -338,7 +376,7 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
     from fleetgate.sources.llama_swap import read_config
 
     rel = rel_path(ctx.root, path)
-    config = read_config(path)
+    config = read_config(path, ctx.root, ansible_vars)
     found: list[Found] = []
     for model_id, model in config.models.items():
         hit = engine_of(model.argv)
@@ -353,7 +391,8 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
         found.append(Found(name=service_name(model_id, ctx.taken, "swap"), engine=engine, port=LLAMA_SWAP_LISTEN,
                            port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
                            source=f"{rel}:{model.line}", payload=tuple(model_paths(engine, args, env)),
-                           llama_swap=rel, llama_swap_model=model_id))
+                           llama_swap=rel, llama_swap_model=model_id,
+                           ansible_vars=tuple(rel_path(ctx.root, f) for f in ansible_vars)))
     return found
 
 
@@ -417,7 +456,7 @@ def _repository_file(ctx_root: Path, deploy_root: str | None, files: Sequence[Pa
     local = repository_file(ctx_root, deploy_root, named)
     if local is not None:
         return local.resolve()
-    same = [f for f in files if f.name == posixpath.basename(named)]
+    same = [f for f in files if f.name in (posixpath.basename(named), posixpath.basename(named) + ".j2")]
     return same[0].resolve() if len(same) == 1 else None
 
 
@@ -471,6 +510,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
     yamls: list[Path] = []
     presets: list[Path] = []
     nix_files: list[Path] = []
+    templates: list[Path] = []
     for file in files:
         if file.suffix in (".service", ".container"):
             try:
@@ -479,10 +519,32 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
         elif file.suffix in (".yaml", ".yml"):
             yamls.append(file)
-        elif file.suffix == ".ini":
+        elif file.suffix == ".ini" and not _inventory(root, file):
             presets.append(file)
         elif file.suffix == ".nix":
             nix_files.append(file)
+        elif file.name.endswith((".service.j2", ".container.j2", ".yaml.j2", ".yml.j2")):
+            templates.append(file)
+
+    ctx0 = Context(root=root, deploy_root=None, notes=notes, taken=set(), render=None, files=tuple(files))
+    template_vars: dict[Path, tuple[Path, ...]] = {}
+    swap_templates: list[Path] = []
+    for file in templates:
+        rendered = _ansible_rendered(ctx0, file)
+        if rendered is None:
+            continue
+        text, extra = rendered
+        if file.name.endswith((".service.j2", ".container.j2")):
+            try:
+                units.append((file, unit_from_text(file, text, file.name.removesuffix(".j2"))))
+            except InputError as exc:
+                notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+                continue
+        elif re.search(r"^models:", text, re.M):
+            swap_templates.append(file)
+        else:
+            continue
+        template_vars[file] = extra
 
     votes: Counter[str] = Counter()
     first: dict[str, str] = {}
@@ -514,7 +576,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
             continue
         if found is not None:
-            services.append(found)
+            services.append(_with_vars(ctx, found, template_vars.get(file, ())))
     started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
     for file in files:
         if file in started or file.suffix in (".service", ".container", ".yaml", ".yml", ".ini") or not _standalone(file):
@@ -560,6 +622,17 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 services += _with_door(_from_llama_swap(ctx, file), doors.get(file.resolve()), "llama-swap's --listen")
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+    for file in swap_templates:
+        try:
+            found_models = _from_llama_swap(ctx, file, template_vars[file])
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        read["Ansible templates"] += 1
+        services += _with_door(found_models, doors.get(file.resolve()), "llama-swap's --listen")
+    read["Ansible templates"] += sum(1 for f in template_vars if f not in swap_templates)
+    if not read["Ansible templates"]:
+        del read["Ansible templates"]
     for file in presets:
         try:
             found_presets = _from_router_preset(ctx, file)
@@ -594,6 +667,10 @@ def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
     return True
 
 
+def _with_vars(ctx: Context, found: Found, extra: tuple[Path, ...]) -> Found:
+    return replace(found, ansible_vars=tuple(rel_path(ctx.root, f) for f in extra)) if extra else found
+
+
 def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Found]:
     """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with."""
     if door is None:
@@ -619,6 +696,12 @@ def _project_parts(ctx: Context, composes: list[Path]) -> set[Path]:
         except InputError:
             continue  # said once, when the file is read for its services
     return parts
+
+
+def _inventory(root: Path, file: Path) -> bool:
+    """An Ansible inventory in INI form (``inventory/hosts.ini``), never a llama.cpp preset."""
+    parts = file.relative_to(root).parts[:-1]
+    return file.name in ("hosts.ini", "inventory.ini") or any(p in ("inventory", "inventories") for p in parts)
 
 
 def _real(path: Path) -> Path:

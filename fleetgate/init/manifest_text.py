@@ -78,6 +78,9 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
             value = getattr(found, key)
             if value is not None:
                 out.append(f"{key} = {toml_string(value)}")
+        if found.ansible_vars:
+            out.append("# the template's variables beyond the role's defaults and group_vars/all: the only file that sets each")
+            out.append(f"ansible_vars = [{', '.join(toml_string(v) for v in found.ansible_vars)}]")
         if found.models_max is not None:
             out.append(f"models_max = {found.models_max}  # the router's --models-max")
         if found.env_template is not None:

@@ -138,6 +138,8 @@ def _meant(discovery: Discovery) -> dict[str, dict[str, Any]]:
                     "models_preset", "preset_model"):
             if getattr(found, key) is not None:
                 entry[key] = getattr(found, key)
+        if found.ansible_vars:
+            entry["ansible_vars"] = list(found.ansible_vars)
         if found.models_max is not None:
             entry["models_max"] = found.models_max
         if found.env_template is not None:

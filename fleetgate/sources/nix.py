@@ -28,10 +28,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fleetgate.errors import InputError, read_text
+from fleetgate.errors import InputError, NotRead, read_text
 from fleetgate.units import Setting, Unit, unit_from_settings
 
 __all__ = ["GENERATED_UNIT", "NixUnits", "NotRead", "nix_units", "read_nix_unit"]
+
 
 GENERATED_UNIT = ("give the generated unit instead (`nixos-rebuild build`, then `ls result/etc/systemd/system`) and "
                   "declare it as unit")
@@ -40,11 +41,6 @@ MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
 MAX_TOKENS = 200_000
 ENGINES = ("llama-server", "vllm")
-
-
-class NotRead(InputError):
-    """A Nix value the unit needs that the reader does not evaluate: the service is not judged (one line naming the
-    option, its line and the generated unit to give instead), never a finding."""
 
 
 # --- tokens -------------------------------------------------------------------------------------------------------
