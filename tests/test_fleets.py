@@ -203,6 +203,22 @@ def _ansible_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _start_scripts_table() -> dict[tuple[str, str], str]:
+    # Two plain start scripts, no unit and no env file. vLLM from a virtualenv in the background: nothing pins its
+    # release and no profile sizes its checkpoint, so vllm-argv and vllm-starts are not judged; its model is a hub id,
+    # no host file. llama-server exec'd from a build tree on the second card, the model written in the script.
+    # nvidia-smi (the pre-flight of both) is stubbed in the render.
+    qwen = {**VLLM_COMPOSE_SERVICE, "vllm-argv": NOT_JUDGED, "vllm-starts": NOT_JUDGED, "container-paths": SKIPPED}
+    table = {("qwen", check): outcome for check, outcome in qwen.items()}
+    table.update(_table("box", "gemma", **{f"gemma:{c}": o for c, o in NO_UNIT.items()},
+                        **{"gemma:payload-defaults": SKIPPED, "gemma:card-balance": NOT_JUDGED}))
+    for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
+        table.pop(("fleet", check))
+    # Two services on the host with no profile: co-residence skips naming the profiles to declare.
+    table[("box", "co-residence-fits")] = SKIPPED
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
@@ -230,6 +246,7 @@ CLEAN = {
     "kubernetes": _kubernetes_table(),
     "nixos": _nixos_table(),
     "ansible": _ansible_table(),
+    "start-scripts": _start_scripts_table(),
 }
 
 
@@ -498,6 +515,16 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "preset-key-spellings": ("router-preset", [("config/models.ini", "parallel = 1", "np       = 1"),
                                                ("config/models.ini", "flash-attn   = on\njinja        = true",
                                                 "flash-attn   = on\nno-jinja     = false")], {}),
+    # Plain start scripts: vLLM's OpenAI server module run by the virtualenv's python is vllm serve with the same flags.
+    "scripts-vllm-module": ("start-scripts", [("start_vllm.sh", 'nohup "$VENV/bin/vllm" serve "$MODEL"',
+                                               'nohup "$VENV/bin/python" -m vllm.entrypoints.openai.api_server '
+                                               '--model "$MODEL"')], {}),
+    # The script's port is not the one the README (fleet.toml) gives clients.
+    "scripts-port-moved": ("start-scripts", [("start_llama.sh", "--port 8081", "--port 8082")],
+                           {"gemma:rendered-port-matches": "rendered-port-matches/differs"}),
+    # A stray value after a switch in a start script: llama-server refuses it.
+    "scripts-stray-positional": ("start-scripts", [("start_llama.sh", "--jinja", "--jinja on")],
+                                 {"gemma:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
     # Ansible (fleetgate.sources.ansible): a role default that holds a switch's value where the switch was meant.
     "ansible-stray-positional": ("ansible", [("roles/llama_server/defaults/main.yml", "  - --jinja\n", "  - --jinja\n  - true\n")],
                                  {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
