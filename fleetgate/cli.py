@@ -215,6 +215,7 @@ def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
     return lines
 
 
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found: nothing written",
              2: "refused (an existing fleet.toml without --force, a target that is no regular file, --output outside "
                 "PATH, a PATH that is no directory, a manifest fleetgate's loader refuses)",
@@ -235,6 +236,17 @@ def _init(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.paths]
     root = paths[0]
+    if args.from_host:
+        from fleetgate.init.from_host import read_host, write_fleet
+
+        host = read_host(args.from_host)
+        if not host.processes:
+            print(f"fleetgate init: no engine process (llama-server, vllm serve, python -m {VLLM_MODULE}) runs on "
+                  f"{args.from_host}; nothing written. next: start the engines, or run init on the repository that "
+                  "starts them", file=sys.stderr)
+            return 1
+        for line in write_fleet(host, args.from_host, root):
+            print(f"fleetgate init: {line}", file=sys.stderr)
     if not root.is_dir():
         raise InputError(root, None, "expected the repository's directory (fleet.toml is written there)")
     real_root = root.resolve()
@@ -309,6 +321,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     init.add_argument("--probe", action="store_true",
                       help="read this machine's cards (nvidia-smi, else rocm-smi) and RAM (/proc/meminfo) into the host")
     init.add_argument("--name", help="the fleet's name (default: PATH's directory name)")
+    init.add_argument("--from-host", metavar="SPEC",
+                      help="first write what a running host runs into PATH (a new or empty directory), read through "
+                      "the testinfra spec (local://, ssh://user@host, docker://NAME, kubectl://POD): each engine "
+                      "process's unit and drop-ins as systemd has them with their env files, else a start script of "
+                      "its /proc cmdline and environment; secrets written as ***; docs/init.md")
     init.set_defaults(func=_init)
     chosen = next((arg for arg in (sys.argv[1:] if argv is None else argv) if not arg.startswith("-")), None)
     for command, (module, summary) in SUBCOMMANDS.items():

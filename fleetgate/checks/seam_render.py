@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from fleetgate.checks import NotJudged, attempt_seam
+from fleetgate.errors import NotRead
 from fleetgate.render_types import Origin
 from fleetgate.rendered import ServiceAttempt
-from fleetgate.errors import NotRead
 
 NAME = "serve-script-renders"
 

@@ -95,16 +95,17 @@ class _Constructor(yaml.constructor.SafeConstructor):
     pass
 
 
-def _vault(constructor: yaml.constructor.SafeConstructor, node: yaml.Node) -> _Vault:
+def _vault(constructor: _Constructor, node: yaml.Node) -> _Vault:
     return _Vault(f"line {node.start_mark.line + 1}")
 
 
-def _unsafe(constructor: yaml.constructor.SafeConstructor, node: yaml.Node) -> Any:
-    return constructor.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None  # type: ignore[arg-type]
+def _unsafe(constructor: _Constructor, node: yaml.Node) -> Any:
+    return constructor.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else None
 
 
-_Constructor.add_constructor("!vault", _vault)
-_Constructor.add_constructor("!unsafe", _unsafe)
+# Ansible's own tags, on a constructor of this module only (add_constructor's typing wants a loader class).
+_Constructor.yaml_constructors = {**yaml.constructor.SafeConstructor.yaml_constructors, "!vault": _vault,
+                                  "!unsafe": _unsafe}
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -135,19 +136,20 @@ def template_variables(files: Sequence[Path]) -> tuple[dict[str, Any], dict[str,
 
 def _environment(budget: list[int]) -> Any:
     from jinja2 import StrictUndefined
-    from jinja2.sandbox import SandboxedEnvironment, SecurityError
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import SandboxedEnvironment
 
-    class Bounded(SandboxedEnvironment):  # type: ignore[misc]
+    class Bounded(SandboxedEnvironment):
         intercepted_binops = frozenset({"*", "**"})
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             # 'a' * 10**9 or 10 ** 10**6 would fill memory or hang before any output bound is reached.
             if operator == "**" and isinstance(right, int) and abs(right) > 64:
                 raise SecurityError("an exponent over 64")
-            if operator == "*" and isinstance(left, (str, list)) and isinstance(right, int) and len(left) * right > MAX_OUTPUT:
-                raise SecurityError(f"a repetition over {MAX_OUTPUT} items")
-            if operator == "*" and isinstance(right, (str, list)) and isinstance(left, int) and len(right) * left > MAX_OUTPUT:
-                raise SecurityError(f"a repetition over {MAX_OUTPUT} items")
+            if operator == "*":
+                sized, count = (left, right) if isinstance(left, (str, list)) else (right, left)
+                if isinstance(sized, (str, list)) and isinstance(count, int) and len(sized) * count > MAX_OUTPUT:
+                    raise SecurityError(f"a repetition over {MAX_OUTPUT} items")
             return super().call_binop(context, operator, left, right)
 
     def bounded_range(*args: int) -> Iterator[int]:
@@ -167,9 +169,10 @@ def _environment(budget: list[int]) -> Any:
     env = Bounded(undefined=StrictUndefined, trim_blocks=True, keep_trailing_newline=True, autoescape=False)
     env.globals["range"] = bounded_range
     env.globals["ansible_managed"] = "Ansible managed"
-    env.filters.update({"basename": posixpath.basename, "dirname": posixpath.dirname, "bool": to_bool, "mandatory": mandatory, "quote": lambda v: shlex.quote(str(v)),
-                        "to_json": lambda v, **_: json.dumps(v), "comment": lambda v, **_: "\n".join(
-                            f"# {line}" for line in str(v).splitlines())})
+    env.filters.update({"basename": posixpath.basename, "dirname": posixpath.dirname, "bool": to_bool,
+                        "mandatory": mandatory, "quote": lambda v: shlex.quote(str(v)),
+                        "to_json": lambda v, **_: json.dumps(v),
+                        "comment": lambda v, **_: "\n".join(f"# {line}" for line in str(v).splitlines())})
     env.filters = {name: _guarded(f) for name, f in env.filters.items()}
     return env
 
@@ -192,8 +195,7 @@ def _unread(path: Path, line: int | None, what: str) -> NotRead:
 def render_template(template: Path, root: Path, declared: Sequence[Path] = ()) -> str:
     """The template's output as the ``template`` module writes it, from the role's and inventory's plain variables."""
     from jinja2 import TemplateAssertionError, TemplateSyntaxError, UndefinedError
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import SecurityError
+    from jinja2.exceptions import SecurityError, TemplateError
 
     files = ansible_vars_files(root, template, declared)
     variables, origin = template_variables(files)

@@ -153,13 +153,13 @@ class SwapConfig:
         return (*independent, *((tuple(exclusive),) if exclusive else ()))
 
 
-def read_config(path: Path, root: Path | None = None, ansible_vars: Sequence[Path] = ()) -> SwapConfig:
+def read_config(path: Path, repository: Path | None = None, ansible_vars: Sequence[Path] = ()) -> SwapConfig:
     """A llama-swap config; every problem llama-swap would refuse to start on is one ``InputError`` line. A ``.j2``
     file is an Ansible role's template of it, rendered first (``fleetgate.sources.ansible``)."""
     if path.suffix == ".j2":
         from fleetgate.sources.ansible import render_template
 
-        text = render_template(path, root if root is not None else path.parent, ansible_vars)
+        text = render_template(path, repository if repository is not None else path.parent, ansible_vars)
     else:
         text = read_text(path, "the llama-swap config")
     root = compose_yaml(path, text, "llama-swap's config.yaml")

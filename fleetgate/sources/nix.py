@@ -103,7 +103,9 @@ def _tokens(text: str, path: Path) -> list[_Tok]:
             line += text.count("\n", i, end)
             i = end + 2
         elif c == '"':
-            start_line, parts, buf, j = line, [], [], i + 1
+            start_line, j = line, i + 1
+            parts: list[str | tuple[str, int]] = []
+            buf: list[str] = []
             while True:
                 if j >= n:
                     raise InputError(path, start_line, "an unclosed string; expected a closing \"")
@@ -130,7 +132,9 @@ def _tokens(text: str, path: Path) -> list[_Tok]:
             toks.append(_Tok("str", "", start_line, tuple(parts)))
             i = j + 1
         elif text.startswith("''", i):
-            start_line, parts, buf, j = line, [], [], i + 2
+            start_line, j = line, i + 2
+            parts = []
+            buf = []
             while True:
                 if j >= n:
                     raise InputError(path, start_line, "an unclosed '' string; expected a closing ''")
@@ -339,7 +343,7 @@ class _Parser:
             return _Let(bindings, body) if not isinstance(body, Opaque) else body
         if tok.kind == "id" and tok.text in ("with", "assert", "if", "import"):
             return self.opaque(tok)
-        if tok.kind == "id" and (self.at(":", 1) or self.at("@", 1)) or self.at("{") and self.lambda_ahead():
+        if (tok.kind == "id" and (self.at(":", 1) or self.at("@", 1))) or (self.at("{") and self.lambda_ahead()):
             return self.opaque(tok)
         left = self.application()
         while self.at("++") or self.at("//") or self.at("+") or self.at("==") or self.at("&&") or self.at("||") \
@@ -474,8 +478,8 @@ class _Parser:
                 name = self.take()
                 if name.kind != "id":
                     raise InputError(self.path, name.line, f"{name.text!r} in inherit; expected a name")
-                value = Ref((name.text,), name.line) if source is None else _Select(source, name.text, name.line)
-                into.entries[name.text] = (value, name.line)
+                inherited: object = Ref((name.text,), name.line) if source is None else _Select(source, name.text, name.line)
+                into.entries[name.text] = (inherited, name.line)
             self.take()
             return
         names: list[str | None] = []
