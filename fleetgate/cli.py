@@ -223,10 +223,11 @@ INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found
 
 
 # What init reads, said when it finds no engine: every shape fleetgate.init.discover has a reader for.
-_INIT_READS = ("init reads systemd units and Quadlets (.service, .container), compose files, llama-swap configs, "
-               "router presets (.ini) and shell scripts whose own lines start llama-server, vllm serve or python -m "
-               "vllm.entrypoints.openai.api_server (by any path, after exec, nohup, setsid or env, in the background "
-               "too)")
+_INIT_READS = ("init reads systemd units and Quadlets (.service, .container), compose files, Kubernetes manifests, "
+               "llama-swap configs, router presets (.ini), NixOS modules (.nix: services.llama-cpp, "
+               "systemd.services), Ansible role templates (.service.j2, llama-swap .yaml.j2) and shell scripts whose "
+               "own lines start llama-server, vllm serve or python -m vllm.entrypoints.openai.api_server (by any "
+               "path, after exec, nohup, setsid or env, in the background too)")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -274,9 +275,10 @@ def _init(args: argparse.Namespace) -> int:
     read = ", ".join(f"{n} {kind}" for kind, n in discovery.read.items()) or "no unit, compose file or llama-swap config"
     if not discovery.services:
         print(f"fleetgate init: no engine (llama-server, vllm) found under {', '.join(args.paths)} ({read}); nothing "
-              f"written. {_INIT_READS}; next: declare the service in fleet.toml by hand, [services.NAME] with host, port, "
-              "engine and the file that starts it (serve_script, unit, compose, llama_swap or models_preset; "
-              "docs/sources.md)", file=sys.stderr)
+              f"written. {_INIT_READS}; next: run `fleetgate init --from-host SPEC DIR` against the host that runs the "
+              "engines (local://, ssh://user@host), or declare the service in fleet.toml by hand, [services.NAME] "
+              "with host, port, engine and the file that starts it (serve_script, unit, compose, kubernetes, "
+              "llama_swap or models_preset; docs/sources.md)", file=sys.stderr)
         return 1
     text = fleet_toml(discovery, name=name, facts=facts)
     place(real_output, text, discovery, force=args.force)
