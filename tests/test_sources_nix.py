@@ -91,7 +91,8 @@ def test_the_subset_let_rec_inherit_indented_strings_lists_and_config(tmp_path: 
     assert str(caught.value) == (
         f"{path}:15: not judged: systemd.services.vllm-qwen.serviceConfig.ExecStart is `... + ...`, which only "
         "evaluation gives (fleetgate reads Nix without evaluating it); give the generated unit instead (`nixos-rebuild "
-        "build`, then `ls result/etc/systemd/system`) and declare it as unit")
+        "build`, then `cp -L result/etc/systemd/system/NAME.service` into the repository: result is a link into the "
+        "store) and declare it as unit")
     path.write_text(SUBSET.replace(' " + "")', '")'), encoding="utf-8")
     assert _settings(path, None) == [
         ("Install", "WantedBy", "multi-user.target", 9),
@@ -131,3 +132,36 @@ def test_a_module_not_enabled_is_not_judged_and_an_mkif_is_beyond_the_subset(tmp
     units = nix_units(path)
     assert dict(units.engines) == {"llama-cpp": None}
     assert str(units.unread["llama-cpp"]).startswith(f"{path}:2: not judged: services.llama-cpp.enable is not true")
+
+
+# What `nixos-rebuild build` writes for the module's unit (result/etc/systemd/system/llama-cpp.service, copied out of
+# the store with cp -L): an ordinary unit, read as every unit is.
+GENERATED = """[Unit]
+After=network.target
+Description=LLaMA C++ server
+
+[Service]
+Environment="LOCALE_ARCHIVE=/nix/store/0000000000000000000000000000000a-glibc-locales-2.40/lib/locale/locale-archive"
+Environment="PATH=/nix/store/0000000000000000000000000000000b-coreutils-9.5/bin"
+Environment="CUDA_VISIBLE_DEVICES=0"
+DynamicUser=true
+ExecStart=/nix/store/0000000000000000000000000000000c-llama-cpp-5760/bin/llama-server "--host" "127.0.0.1" "--port" "8012" \
+"-m" "/var/lib/models/Qwen3-8B-Q4_K_M.gguf" "--ctx-size" "16384"
+KillSignal=SIGINT
+Restart=on-failure
+RestartSec=300
+Type=idle
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_the_generated_unit_given_instead_is_read_by_init(tmp_path: Path) -> None:
+    from fleetgate.init import discover
+
+    (tmp_path / "units").mkdir()
+    (tmp_path / "units" / "llama-cpp.service").write_text(GENERATED, encoding="utf-8")
+    found = discover(tmp_path).services
+    assert [(f.name, f.port, f.unit, f.payload) for f in found] == [
+        ("llama-cpp", 8012, "units/llama-cpp.service", ("/var/lib/models/Qwen3-8B-Q4_K_M.gguf",))]

@@ -34,8 +34,8 @@ from fleetgate.units import Setting, Unit, unit_from_settings
 __all__ = ["GENERATED_UNIT", "NixUnits", "NotRead", "nix_units", "read_nix_unit"]
 
 
-GENERATED_UNIT = ("give the generated unit instead (`nixos-rebuild build`, then `ls result/etc/systemd/system`) and "
-                  "declare it as unit")
+GENERATED_UNIT = ("give the generated unit instead (`nixos-rebuild build`, then `cp -L result/etc/systemd/system/NAME"
+                  ".service` into the repository: result is a link into the store) and declare it as unit")
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 64
