@@ -519,6 +519,11 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "scripts-vllm-module": ("start-scripts", [("start_vllm.sh", 'nohup "$VENV/bin/vllm" serve "$MODEL"',
                                                'nohup "$VENV/bin/python" -m vllm.entrypoints.openai.api_server '
                                                '--model "$MODEL"')], {}),
+    # A log written beside the script (after `cd "$(dirname "$0")"`): the host lets it, the render's repository is
+    # read-only, so the engine started after it is not seen: not judged, in one line, never a refusal.
+    "scripts-log-in-repo": ("start-scripts", [("start_vllm.sh", '> "$LOG_DIR/vllm.log"', "> vllm.log")],
+                            {**{f"qwen:{c}": SKIPPED for (s, c) in _start_scripts_table() if s == "qwen"},
+                             "qwen:serve-script-renders": NOT_JUDGED}),
     # The script's port is not the one the README (fleet.toml) gives clients.
     "scripts-port-moved": ("start-scripts", [("start_llama.sh", "--port 8081", "--port 8082")],
                            {"gemma:rendered-port-matches": "rendered-port-matches/differs"}),
