@@ -57,7 +57,8 @@ from fleetgate.units import Setting, Unit
 
 __all__ = ["render"]
 
-_READ_ONLY = re.compile(r"^[^\n]*?: ([^:\n]+): Read-only file system$", re.M)
+_READ_ONLY = re.compile(r"(?:^|: )([^:\n]+): Read-only file system$")
+"""The script's last error (``last_error``'s message) when it is a write the read-only repository refused."""
 
 
 def render(
@@ -164,8 +165,8 @@ def render(
         clients = container_lines(result.files)
         if clients and not message:
             message = f"{clients[-1]} runs no image fleetgate knows as {service.binary}'s"
-        read_only = _READ_ONLY.search(stderr)
-        if read_only is not None and not invocations:
+        read_only = _READ_ONLY.search(message or "")
+        if read_only is not None:
             # The host lets the script write beside itself (a log after `cd "$(dirname "$0")"`); the render keeps the
             # repository read-only, so what the script would start after it is unseen: a limit of the render, not a
             # finding of the fleet.
