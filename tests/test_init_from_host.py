@@ -197,3 +197,52 @@ def test_local_host_running_a_real_llama_server(engine: tuple[int, Path], tmp_pa
             text = path.read_text(encoding="utf-8")
             assert KEY not in text and TOKEN not in text, path
     assert KEY not in capsys.readouterr().out
+
+
+CONTAINER_ID = "4f1c2b3a" * 8
+# The fields of `docker inspect` that say how the container was started (a llama.cpp server image on one NVIDIA card).
+INSPECT = ('[{"Id": "' + CONTAINER_ID + '", "Name": "/llama-chat", '
+           '"Config": {"Image": "ghcr.io/ggml-org/llama.cpp:server-cuda-b10500", "Entrypoint": ["/app/llama-server"], '
+           '"Cmd": ["-m", "/models/Qwen3-8B-Q4_K_M.gguf", "--port", "8080", "-ngl", "99", "--api-key", "' + KEY + '"], '
+           '"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LLAMA_ARG_HOST=0.0.0.0", '
+           '"HF_TOKEN=' + TOKEN + '"]}, '
+           '"HostConfig": {"NetworkMode": "bridge", "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", '
+           '"HostPort": "8091"}]}, "DeviceRequests": [{"Driver": "", "Count": -1, "DeviceIDs": null, '
+           '"Capabilities": [["gpu"]]}]}, '
+           '"Mounts": [{"Type": "bind", "Source": "/srv/models", "Destination": "/models", "RW": false}]}]')
+
+
+class _DockerHost(_SystemdHost):
+    """The same host with the engine in a docker container, which the host's docker client inspects."""
+
+    files: ClassVar[dict[str, bytes]] = {
+        "/proc/1/comm": b"systemd\n",
+        "/proc/700/cgroup": f"0::/system.slice/docker-{CONTAINER_ID}.scope\n".encode(),
+        "/proc/700/environ": b"LLAMA_ARG_HOST=0.0.0.0\0",
+    }
+
+    def run(self, command: str) -> _Result:
+        if command == f"docker inspect {CONTAINER_ID}":
+            return _Result(0, INSPECT)
+        if command.startswith("sh -c "):
+            argv = "\x01".join(["/app/llama-server", "-m", "/models/Qwen3-8B-Q4_K_M.gguf", "--port", "8080"])
+            return _Result(0, f"1\t0\t/\t/sbin/init\n700\t650\t/app\t{argv}\n")
+        return _Result(1, "", "unknown")
+
+
+def test_a_container_is_written_as_the_run_line_its_runtime_inspects(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    host = read_host("ssh://ops@gpu1", _DockerHost())
+    out = tmp_path / "gpu1"
+    assert write_fleet(host, "ssh://ops@gpu1", out) == []
+    assert (out / "scripts" / "llama-8080.sh").read_text(encoding="utf-8") == (
+        "#!/bin/bash\n# The container of process 700 on ssh://ops@gpu1, as its runtime's inspect gives it.\n"
+        "exec docker run -d --name llama-chat -p 127.0.0.1:8091:8080 -v /srv/models:/models:ro --gpus all "
+        "-e 'HF_TOKEN=***' -e LLAMA_ARG_HOST=0.0.0.0 --entrypoint /app/llama-server "
+        "ghcr.io/ggml-org/llama.cpp:server-cuda-b10500 -m /models/Qwen3-8B-Q4_K_M.gguf --port 8080 -ngl 99 "
+        "--api-key '***'\n")
+    # init reads the run line as docker would start it: the published port, the bind mount's host path.
+    assert main(["init", str(out), "--name", "gpu1"]) == 0
+    service = tomllib.loads((out / "fleet.toml").read_text(encoding="utf-8"))["services"]["llama-8080"]
+    assert service == {"host": "localhost", "port": 8091, "engine": "llama.cpp", "serve_script": "scripts/llama-8080.sh",
+                       "payload": ["/srv/models/Qwen3-8B-Q4_K_M.gguf"]}

@@ -708,7 +708,11 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+_CONTAINER_RUN = re.compile(r"^\s*(?:(?:exec|nohup|setsid)\s+)*(?:\S*/)?(?:docker|podman)\s+(?:container\s+)?run\b", re.M)
+
+
 def _standalone(file: Path) -> bool:
-    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
+    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``) or a
+    container (``docker run ...``: rendered with the client stubbed, a service when its image is an engine's)."""
     text = shell_script(file)
-    return text is not None and ENGINE_COMMAND.search(text) is not None
+    return text is not None and (ENGINE_COMMAND.search(text) is not None or _CONTAINER_RUN.search(text) is not None)

@@ -10,7 +10,11 @@ For each, by what started it (``/proc/PID/cgroup``):
   file written under ``systemd/`` (the unit) and ``systemd/NAME.service.d/`` (its drop-ins), with every
   ``EnvironmentFile=`` it names and a script its ``ExecStart=`` runs, copied at their host paths under the
   repository, whose ``deploy_root`` is the directory they share;
-- anything else (a shell, a ``nohup``, a container whose runtime the spec reaches from inside, a user unit): a start
+- a container (its cgroup names a docker or podman container the host's client inspects): a start script
+  ``scripts/NAME.sh`` whose one line is the ``docker run``/``podman run`` that starts it, built from the runtime's
+  ``inspect`` (image, entrypoint and command, published ports, bind mounts, devices, GPU requests, the engine's
+  variables), read by ``fleetgate.sources.docker_run``;
+- anything else (a shell, a ``nohup``, a process inside the container or pod the spec runs in, a user unit): a start
   script ``scripts/NAME.sh`` that enters the process's working directory, exports the engine's variables of its
   environment (``LLAMA_ARG_*``, ``VLLM_*``, the device visibility variables of every vendor, ``HF_*``...) and execs
   its ``cmdline`` word for word.
@@ -44,6 +48,7 @@ _KEPT_ENV = re.compile(r"^(?:LLAMA_ARG_\w+|LLAMA_\w+|VLLM_\w+|CUDA_\w+|NVIDIA_\w
 """The variables of an engine's environment that change what it does; the rest (a login's TERM, a shell's PWD) is
 the host's, not the fleet's."""
 _ENGINE_MODULE = "vllm.entrypoints.openai.api_server"
+_CONTAINER_CGROUP = re.compile(r"(?P<runtime>docker|libpod)[-/](?P<id>[0-9a-f]{12,64})(?:\.scope)?$", re.M)
 _UNIT_CGROUP = re.compile(r"^0::/system\.slice/(?:[^/]+\.slice/)*(?P<unit>[^/]+\.service)$", re.M)
 # One line per process: pid, ppid, cwd, then the cmdline with NULs as \x01 (a word may hold any other byte).
 _LIST = ("for d in /proc/[0-9]*; do p=${d#/proc/}; c=$(tr '\\000' '\\001' < $d/cmdline 2>/dev/null) || continue; "
@@ -61,6 +66,8 @@ class EngineProcess:
     environ: Mapping[str, str] = field(default_factory=dict)
     unit: str | None = None
     """The system manager's service that runs it (from its cgroup), None when no system unit does."""
+    container: str | None = None
+    """The ``docker run``/``podman run`` line that starts its container, from the runtime's ``inspect``."""
 
 
 @dataclass
@@ -144,6 +151,51 @@ def _unit_of(host: Any, pid: int) -> str | None:
     return match.group("unit") if match else None
 
 
+def _container_run(host: Any, cgroup: str, notes: list[str]) -> str | None:
+    """The run line of the container a process runs in, from ``docker inspect``/``podman inspect`` on the host: the
+    image, the entrypoint and command, the published ports, bind mounts, devices and GPU requests, and the engine's
+    variables of its environment (secrets as ***). None when the process is in no container the runtime answers for."""
+    import json
+
+    match = _CONTAINER_CGROUP.search(cgroup)
+    if match is None:
+        return None
+    client = "docker" if match.group("runtime") == "docker" else "podman"
+    try:
+        data = json.loads(_output(host, f"{client} inspect {match.group('id')}"))[0]
+        config, hosting = data["Config"], data.get("HostConfig") or {}
+    except (InputError, ValueError, LookupError, TypeError) as exc:
+        notes.append(f"{client} container {match.group('id')[:12]}: not inspected ({exc}); written from /proc instead")
+        return None
+    words = [client, "run", "-d"]
+    name = str(data.get("Name", "")).lstrip("/")
+    if name:
+        words += ["--name", name]
+    if hosting.get("NetworkMode") == "host":
+        words += ["--network", "host"]
+    for port, bindings in sorted((hosting.get("PortBindings") or {}).items()):
+        for binding in bindings or []:
+            published = ":".join(p for p in (binding.get("HostIp") or "", binding.get("HostPort") or "") if p)
+            words += ["-p", f"{published}:{port.split('/')[0]}" if published else port.split("/")[0]]
+    for mount in data.get("Mounts") or []:
+        if mount.get("Type") == "bind":
+            words += ["-v", f"{mount['Source']}:{mount['Destination']}" + ("" if mount.get("RW", True) else ":ro")]
+    for device in hosting.get("Devices") or []:
+        words += ["--device", f"{device['PathOnHost']}:{device['PathInContainer']}"]
+    for request in hosting.get("DeviceRequests") or []:
+        ids = request.get("DeviceIDs")
+        words += ["--gpus", f"device={','.join(ids)}" if ids else "all"]
+    env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
+    for key, value in sorted(scrub_environment({k: v for k, v in env.items() if _KEPT_ENV.match(k)}).items()):
+        words += ["-e", f"{key}={value}"]
+    entrypoint = list(config.get("Entrypoint") or [])
+    if entrypoint:
+        words += ["--entrypoint", entrypoint[0]]
+    words.append(str(config["Image"]))
+    words += [*entrypoint[1:], *(config.get("Cmd") or [])]
+    return " ".join(shlex.quote(w) for w in scrub_argv(words))
+
+
 def _split_cat(text: str) -> list[tuple[str, str]]:
     """``systemctl cat`` output -> (host path, text) of the unit and each drop-in, in the order systemd applies them."""
     files: list[tuple[str, str]] = []
@@ -178,9 +230,11 @@ def read_host(spec: str, host: Any = None) -> HostFleet:
     systemd = _read(host, "/proc/1/comm") == "systemd\n"
     host_files: dict[str, str] = {}
     for process in processes:
-        unit = _unit_of(host, process.pid) if systemd else None
+        cgroup = _read(host, f"/proc/{process.pid}/cgroup") or ""
+        container = _container_run(host, cgroup, fleet.notes)
+        unit = _unit_of(host, process.pid) if systemd and container is None else None
         process = EngineProcess(process.pid, process.ppid, process.cwd, process.argv, process.engine,
-                                _environ(host, process.pid), unit)
+                                _environ(host, process.pid), unit, container)
         fleet.processes.append(process)
         if unit is None:
             continue
@@ -249,6 +303,14 @@ def _script(process: EngineProcess, spec: str) -> str:
     return "\n".join(line for line in lines if line) + "\n"
 
 
+def _unique(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    taken.add(name)
+    return name
+
+
 def _label(process: EngineProcess) -> str:
     """A process's name in the fleet: the model name it serves (``--alias``, ``--served-model-name``), else its
     engine and port; never the bare binary name (``fleetgate fit llama-server`` reads that as a command line)."""
@@ -270,12 +332,15 @@ def write_fleet(fleet: HostFleet, spec: str, out: Path) -> list[str]:
     for process in fleet.processes:
         if process.unit is not None:
             continue
+        if process.container is not None:
+            base = re.sub(r"[^a-z0-9-]+", "-", _label(process).lower()).strip("-") or "engine"
+            name = _unique(base, taken)
+            fleet.files[f"scripts/{name}.sh"] = ("#!/bin/bash\n# The container of process "
+                                                 f"{process.pid} on {spec}, as its runtime's inspect gives it.\n"
+                                                 f"exec {process.container}\n")
+            continue
         base = re.sub(r"[^a-z0-9-]+", "-", _label(process).lower()).strip("-") or "engine"
-        name, n = base, 2
-        while name in taken:
-            name, n = f"{base}-{n}", n + 1
-        taken.add(name)
-        fleet.files[f"scripts/{name}.sh"] = _script(process, spec)
+        fleet.files[f"scripts/{_unique(base, taken)}.sh"] = _script(process, spec)
     for relative, text in sorted(fleet.files.items()):
         target = out / relative
         real_out = out.resolve()
