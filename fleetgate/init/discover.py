@@ -588,6 +588,9 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
     for file in nix_files:
         try:
             found_units = _from_nix(ctx, file)
+        except NotRead as exc:
+            notes.append(Note(exc.path, exc.line, exc.message))
+            continue
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
             continue

@@ -46,6 +46,11 @@ ENGINES = ("llama-server", "vllm")
 # --- tokens -------------------------------------------------------------------------------------------------------
 
 
+def _beyond(path: Path, line: int, what: str) -> NotRead:
+    """Syntax the reader's subset does not hold (valid Nix or not: Nix itself would say): not judged, never a finding."""
+    return NotRead(path, line, f"not judged: {what} is Nix this reader does not read; {GENERATED_UNIT}")
+
+
 @dataclass(frozen=True)
 class _Tok:
     kind: str  # id, int, float, str, istr, path, op, eof
@@ -176,7 +181,7 @@ def _tokens(text: str, path: Path) -> list[_Tok]:
         else:
             op = next((o for o in _OPS if text.startswith(o, i)), None)
             if op is None:
-                raise InputError(path, line, f"{c!r} is not Nix syntax this reader knows; expected a NixOS module")
+                raise _beyond(path, line, f"{c!r}")
             toks.append(_Tok("op", op, line))
             i += len(op)
     toks.append(_Tok("eof", "", line))
@@ -275,15 +280,14 @@ class _Parser:
         tok = self.take()
         if tok.text != text or tok.kind not in ("op", "id"):
             shown = tok.text or tok.kind
-            raise InputError(self.path, tok.line, f"{shown!r} where Nix expects {text!r}")
+            raise _beyond(self.path, tok.line, f"{shown!r} where the reader expects {text!r}")
         return tok
 
     def module(self) -> object:
         self.formals()
         value = self.expr()
         if self.peek().kind != "eof":
-            raise InputError(self.path, self.peek().line, f"{self.peek().text!r} after the module's value; expected "
-                             "the end of the file")
+            raise _beyond(self.path, self.peek().line, f"{self.peek().text!r} after the module's value")
         return value
 
     def formals(self) -> None:
@@ -454,7 +458,7 @@ class _Parser:
         if tok.kind == "op" and tok.text in ("!", "-"):
             self.select()
             return Opaque(tok.text, tok.line)
-        raise InputError(self.path, tok.line, f"{tok.text or tok.kind!r} where Nix expects a value")
+        raise _beyond(self.path, tok.line, f"{tok.text or tok.kind!r} where the reader expects a value")
 
     def attrs(self, open_tok: _Tok) -> Attrs:
         result = Attrs(open_tok.line)
@@ -477,7 +481,7 @@ class _Parser:
             while not self.at(";"):
                 name = self.take()
                 if name.kind != "id":
-                    raise InputError(self.path, name.line, f"{name.text!r} in inherit; expected a name")
+                    raise _beyond(self.path, name.line, f"{name.text!r} in inherit")
                 inherited: object = Ref((name.text,), name.line) if source is None else _Select(source, name.text, name.line)
                 into.entries[name.text] = (inherited, name.line)
             self.take()
@@ -492,7 +496,7 @@ class _Parser:
             elif part.kind == "str":
                 names.append(None)  # a name built by interpolation
             else:
-                raise InputError(self.path, part.line, f"{part.text or part.kind!r} where Nix expects an attribute name")
+                raise _beyond(self.path, part.line, f"{part.text or part.kind!r} where the reader expects an attribute name")
             if not self.at("."):
                 break
             self.take()
