@@ -110,6 +110,10 @@ def test_the_subset_let_rec_inherit_indented_strings_lists_and_config(tmp_path: 
     ('{ services.llama-cpp.port = "8080; }', 1, "an unclosed string; expected a closing \""),
     ("{ a = 1; a = 2; }", 1, "a is defined twice (also on line 1); Nix refuses the module"),
     ("{\n  a = " + "[" * 80 + "]" * 80 + ";\n}", 2, "nested deeper than 64; expected a NixOS module"),
+    # Each binding twice the one after it: 2**40 characters if built.
+    ("let\n" + "".join(f'  a{i} = "${{a{i + 1}}}${{a{i + 1}}}";\n' for i in range(40)) + '  a40 = "x";\nin {\n'
+     "  systemd.services.s.serviceConfig.ExecStart = \"/bin/llama-server ${a0}\";\n}\n", 36,
+     "the values the unit needs expand past 20000 steps; expected a NixOS module that names its values"),
 ])
 def test_bad_nix_is_one_line(tmp_path: Path, text: str, line: int, message: str) -> None:
     path = tmp_path / "bad.nix"

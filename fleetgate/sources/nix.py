@@ -22,6 +22,7 @@ needs that is one of them makes the service not judged, with the command that gi
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -553,9 +554,20 @@ def _merge(into: Attrs, names: list[str], value: object, line: int, path: Path) 
 # --- evaluation of the subset -------------------------------------------------------------------------------------
 
 
+MAX_STEPS = 20_000
+"""Values forced and strings built in one file: ``let a = "${b}${b}"; b = "${c}${c}"; ...`` doubles at each level."""
+
+
 class _Scope:
-    def __init__(self, path: Path, bindings: list[Attrs]) -> None:
+    def __init__(self, path: Path, bindings: list[Attrs], steps: list[int] | None = None) -> None:
         self.path, self.bindings = path, bindings
+        self.steps = steps if steps is not None else [MAX_STEPS]
+
+    def step(self, line: int) -> None:
+        self.steps[0] -= 1
+        if self.steps[0] < 0:
+            raise InputError(self.path, line, f"the values the unit needs expand past {MAX_STEPS} steps; expected a "
+                             "NixOS module that names its values")
 
     def lookup(self, ref: Ref, seen: frozenset[tuple[str, ...]] = frozenset()) -> object:
         if ref.path in seen:
@@ -580,11 +592,12 @@ class _Scope:
                 return self.force(source.entries[value.name][0], seen)
             return Opaque(value.name, value.line)
         if isinstance(value, _Let):
-            return _Scope(self.path, [*self.bindings, value.bindings]).force(value.body, seen)
+            return _Scope(self.path, [*self.bindings, value.bindings], self.steps).force(value.body, seen)
         return value
 
     def string(self, value: object, option: str, line: int) -> str:
         """A string, path, number or package of the configuration as NixOS writes it into the unit."""
+        self.step(line)
         value = self.force(value)
         if isinstance(value, bool) or value is None:
             raise self.unread(option, line, "true/false/null where a string is expected")
@@ -610,6 +623,9 @@ class _Scope:
                 source, at = part
                 inner_value = _parse_fragment(source, at, self.path)
                 out.append(self.string(inner_value, option, at))
+                if sum(map(len, out)) > MAX_BYTES:
+                    raise InputError(self.path, at, f"{option} expands past {MAX_BYTES} bytes; expected a NixOS module "
+                                     "that names its values")
             return "".join(out)
         if isinstance(value, Opaque) and value.text.startswith("pkgs."):
             # A package built another way (``pkgs.llama-cpp.override { cudaSupport = true; }``): its store path is
@@ -636,6 +652,7 @@ def _store(ref: Ref) -> str:
     return f"/nix/store/{'.'.join(ref.path[1:])}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse_fragment(source: str, line: int, path: Path) -> object:
     toks = _tokens(source, path)
     toks = [_Tok(t.kind, t.text, t.line + line - 1, t.parts) for t in toks]
