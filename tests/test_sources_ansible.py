@@ -91,6 +91,8 @@ def test_a_vault_value_is_never_read_and_never_shown(repo: Path) -> None:
     ("{{ 'a' * 100000000 }}", "{path}:1: the template is refused: a repetition over 1048576 items"),
     ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
      "{path}:1: the template is refused: loops over more than 100000 items in all"),
+    ("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", "{path}: the template recurses without end (a macro calling "
+     "itself); expected one that renders"),
     ("{{ ''.__class__.__mro__ }}", "{path}:1: the template is refused: access to attribute '__class__' of 'str' object "
      "is unsafe."),
 ])

@@ -232,6 +232,9 @@ def render_template(template: Path, root: Path, declared: Sequence[Path] = ()) -
         raise _unread(template, _template_line(exc), f"{exc.name} ({shown}) {exc.reason}") from None
     except TemplateError as exc:
         raise _unread(template, _template_line(exc), f"{exc}") from None
+    except RecursionError:
+        raise InputError(template, None, "the template recurses without end (a macro calling itself); expected one "
+                         "that renders") from None
     except (TypeError, ValueError, ArithmeticError) as exc:
         raise InputError(template, _template_line(exc), f"the template fails as Ansible would: {exc}") from None
     return "".join(out)
@@ -265,7 +268,7 @@ def _resolved(env: Any, variables: Mapping[str, Any], origin: Mapping[str, Path]
                 except _Unusable as exc:
                     failed[key] = f"needs {exc.name}, which {exc.reason}"
                     continue
-                except (TemplateError, TypeError, ValueError) as exc:
+                except (TemplateError, TypeError, ValueError, RecursionError) as exc:
                     failed[key] = f"is a template only Ansible renders ({getattr(exc, 'message', None) or exc})"
                     continue
                 if rendered != value:
