@@ -8,8 +8,8 @@ For each, by what started it (``/proc/PID/cgroup``):
 
 - a systemd service of the system manager: the unit and its drop-ins as systemd has them (``systemctl cat``), each
   file written under ``systemd/`` (the unit) and ``systemd/NAME.service.d/`` (its drop-ins), with every
-  ``EnvironmentFile=`` it names and a script its ``ExecStart=`` runs, copied at their host paths under the
-  repository, whose ``deploy_root`` is the directory they share;
+  ``EnvironmentFile=`` it names and a script its ``ExecStart=`` runs (and the files beside them their text names),
+  copied at their host paths under the repository, whose ``deploy_root`` is the directory they share;
 - a container (its cgroup names a docker or podman container the host's client inspects): a start script
   ``scripts/NAME.sh`` whose one line is the ``docker run``/``podman run`` that starts it, built from the runtime's
   ``inspect`` (image, entrypoint and command, published ports, bind mounts, devices, GPU requests, the engine's
@@ -254,6 +254,7 @@ def read_host(spec: str, host: Any = None) -> HostFleet:
                     fleet.notes.append(f"{unit}: {named} cannot be read on the host: not written")
                 else:
                     host_files[named] = scrub(content)
+                    _siblings(host, named, content, host_files)
     if host_files:
         common = posixpath.commonpath([posixpath.dirname(p) for p in host_files])
         if common == "/":
@@ -266,6 +267,34 @@ def read_host(spec: str, host: Any = None) -> HostFleet:
             for path, text in host_files.items():
                 fleet.files[str(PurePosixPath(path).relative_to(common))] = text
     return fleet
+
+
+MAX_SIBLINGS = 32
+
+
+def _siblings(host: Any, named: str, text: str, host_files: dict[str, str]) -> None:
+    """The files beside a script (or env file) that its text names by file name (``source "$here/chat.env"``, a
+    template an env file names), and those they name in turn, two rounds, at most ``MAX_SIBLINGS``: what a serve
+    script reads beside itself, never its whole directory (other units' files lie there too)."""
+    directory = posixpath.dirname(named)
+    try:
+        listing = _output(host, f"ls -A {shlex.quote(directory)}").split() if directory else []
+    except InputError:
+        return  # a directory that cannot be listed: the named file alone
+    pending = [text]
+    for _ in range(2):
+        found = []
+        for body in pending:
+            for name in listing:
+                path = posixpath.join(directory, name)
+                if path in host_files or len(host_files) >= MAX_SIBLINGS or not re.search(
+                        rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", body):
+                    continue
+                content = _read(host, path)
+                if content is not None:
+                    host_files[path] = scrub(content)
+                    found.append(content)
+        pending = found
 
 
 def _named_files(unit_text: str) -> list[str]:
