@@ -215,6 +215,7 @@ def argv_lines(argv: Sequence[str], flags: set[int] | None = None) -> list[str]:
     return lines
 
 
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found: nothing written",
              2: "refused (an existing fleet.toml without --force, a target that is no regular file, --output outside "
                 "PATH, a PATH that is no directory, a manifest fleetgate's loader refuses)",
@@ -222,10 +223,11 @@ INIT_EXIT = {0: "fleet.toml written, every file found read", 1: "no engine found
 
 
 # What init reads, said when it finds no engine: every shape fleetgate.init.discover has a reader for.
-_INIT_READS = ("init reads systemd units and Quadlets (.service, .container), compose files, llama-swap configs, "
-               "router presets (.ini) and shell scripts whose own lines start llama-server, vllm serve or python -m "
-               "vllm.entrypoints.openai.api_server (by any path, after exec, nohup, setsid or env, in the background "
-               "too)")
+_INIT_READS = ("init reads systemd units and Quadlets (.service, .container), compose files, Kubernetes manifests, "
+               "llama-swap configs, router presets (.ini), NixOS modules (.nix: services.llama-cpp, "
+               "systemd.services), Ansible role templates (.service.j2, llama-swap .yaml.j2) and shell scripts whose "
+               "own lines start llama-server, vllm serve or python -m vllm.entrypoints.openai.api_server (by any "
+               "path, after exec, nohup, setsid or env, in the background too)")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -235,6 +237,17 @@ def _init(args: argparse.Namespace) -> int:
 
     paths = [Path(p) for p in args.paths]
     root = paths[0]
+    if args.from_host:
+        from fleetgate.init.from_host import read_host, write_fleet
+
+        host = read_host(args.from_host)
+        if not host.processes:
+            print(f"fleetgate init: no engine process (llama-server, vllm serve, python -m {VLLM_MODULE}) runs on "
+                  f"{args.from_host}; nothing written. next: start the engines, or run init on the repository that "
+                  "starts them", file=sys.stderr)
+            return 1
+        for line in write_fleet(host, args.from_host, root):
+            print(f"fleetgate init: {line}", file=sys.stderr)
     if not root.is_dir():
         raise InputError(root, None, "expected the repository's directory (fleet.toml is written there)")
     real_root = root.resolve()
@@ -262,9 +275,10 @@ def _init(args: argparse.Namespace) -> int:
     read = ", ".join(f"{n} {kind}" for kind, n in discovery.read.items()) or "no unit, compose file or llama-swap config"
     if not discovery.services:
         print(f"fleetgate init: no engine (llama-server, vllm) found under {', '.join(args.paths)} ({read}); nothing "
-              f"written. {_INIT_READS}; next: declare the service in fleet.toml by hand, [services.NAME] with host, port, "
-              "engine and the file that starts it (serve_script, unit, compose, llama_swap or models_preset; "
-              "docs/sources.md)", file=sys.stderr)
+              f"written. {_INIT_READS}; next: run `fleetgate init --from-host SPEC DIR` against the host that runs the "
+              "engines (local://, ssh://user@host), or declare the service in fleet.toml by hand, [services.NAME] "
+              "with host, port, engine and the file that starts it (serve_script, unit, compose, kubernetes, "
+              "llama_swap or models_preset; docs/sources.md)", file=sys.stderr)
         return 1
     text = fleet_toml(discovery, name=name, facts=facts)
     place(real_output, text, discovery, force=args.force)
@@ -309,6 +323,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     init.add_argument("--probe", action="store_true",
                       help="read this machine's cards (nvidia-smi, else rocm-smi) and RAM (/proc/meminfo) into the host")
     init.add_argument("--name", help="the fleet's name (default: PATH's directory name)")
+    init.add_argument("--from-host", metavar="SPEC",
+                      help="first write what a running host runs into PATH (a new or empty directory), read through "
+                      "the testinfra spec (local://, ssh://user@host, docker://NAME, kubectl://POD): each engine "
+                      "process's unit and drop-ins as systemd has them with their env files, else a start script of "
+                      "its /proc cmdline and environment; secrets written as ***; docs/init.md")
     init.set_defaults(func=_init)
     chosen = next((arg for arg in (sys.argv[1:] if argv is None else argv) if not arg.startswith("-")), None)
     for command, (module, summary) in SUBCOMMANDS.items():

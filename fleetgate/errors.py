@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_FILE_BYTES", "InputError", "non_finite", "parse_toml", "read_bytes", "read_text"]
+__all__ = ["MAX_FILE_BYTES", "InputError", "NotRead", "non_finite", "parse_toml", "read_bytes", "read_text"]
 
 MAX_FILE_BYTES = 16 << 20
 """No fleet file (manifest, unit, env file, script) is read past this size."""
@@ -36,6 +36,12 @@ class InputError(Exception):
 
 
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+class NotRead(InputError):
+    """A file of a generator (a Nix module, an Ansible template) the reader cannot turn into what the host runs
+    without the generator itself: the service is not judged (one line naming the value, its line and the generated
+    file to give instead), never a finding."""
 
 
 def _kind(mode: int) -> str:

@@ -239,6 +239,12 @@ class Service:
     """The workload of that manifest that is this service, ``KIND/NAME`` (None: the manifest's only workload)."""
     kubernetes_container: str | None = None
     """The container of that workload's pod that runs the engine (None: the pod's only container)."""
+    ansible_vars: tuple[Path, ...] = ()
+    """Where ``unit`` or ``llama_swap`` is an Ansible role's ``.j2`` template: the group_vars/host_vars files of the
+    service's host, lowest precedence first (``fleetgate.sources.ansible``)."""
+    nix_unit: str | None = None
+    """Where ``unit`` is a NixOS ``.nix`` file: the unit it generates that is this service (``llama-cpp`` for
+    ``services.llama-cpp``, NAME for ``systemd.services.NAME``; None: the file's only engine unit)."""
     llama_swap: Path | None = None
     """llama-swap's config.yaml that starts the engine (``fleetgate.sources.llama_swap``), instead of a script or unit."""
     llama_swap_model: str | None = None

@@ -345,6 +345,9 @@ def _service(manifest: _Manifest, name: str, raw: Mapping[str, Any], hosts: Mapp
         kubernetes=kubernetes,
         kubernetes_workload=raw.get("kubernetes_workload"),
         kubernetes_container=raw.get("kubernetes_container"),
+        nix_unit=raw.get("nix_unit"),
+        ansible_vars=tuple(f for i, v in enumerate(raw.get("ansible_vars", ()))
+                           if (f := file(v, (*keys, "ansible_vars", str(i)))) is not None),
         shape_flags=(ShapeFlags(slots=raw["shape_flags"]["slots"], pool=raw["shape_flags"]["pool"])
                      if "shape_flags" in raw else None),
         engine_build=_engine_build(manifest.path, manifest.text, keys, raw["engine_build"]) if "engine_build" in raw else None,

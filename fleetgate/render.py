@@ -11,9 +11,11 @@ fleetgate.render_types.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from fleetgate.errors import NotRead
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render_inputs import (
     container_engines,
@@ -54,6 +56,9 @@ from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit
 
 __all__ = ["render"]
+
+_READ_ONLY = re.compile(r"(?:^|: )([^:\n]+): Read-only file system$")
+"""The script's last error (``last_error``'s message) when it is a write the read-only repository refused."""
 
 
 def render(
@@ -160,6 +165,15 @@ def render(
         clients = container_lines(result.files)
         if clients and not message:
             message = f"{clients[-1]} runs no image fleetgate knows as {service.binary}'s"
+        read_only = _READ_ONLY.search(message or "")
+        if read_only is not None:
+            # The host lets the script write beside itself (a log after `cd "$(dirname "$0")"`); the render keeps the
+            # repository read-only, so what the script would start after it is unseen: a limit of the render, not a
+            # finding of the fleet.
+            raise NotRead(script, line, f"not judged: the script writes {read_only.group(1)} inside the repository, "
+                          "which fleetgate's render keeps read-only (the host lets it), so the engine it starts after "
+                          "that is not seen; write the file outside the repository (a log under /var/log or /tmp) to "
+                          "have it judged")
         raise RenderRefused(
             script, line,
             f"the serve script exited {result.returncode} without starting {service.binary}"

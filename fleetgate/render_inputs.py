@@ -221,6 +221,16 @@ def _unit(fleet: Fleet, service: Service) -> Unit:
     """The service's unit and its drop-ins, each confined to the fleet repository by its real path: a drop-in
     symlinked to another folder of the repository is one of its files, one symlinked out of it is refused."""
     assert service.unit is not None
+    if service.unit.suffix == ".nix":
+        from fleetgate.sources.nix import read_nix_unit
+
+        return read_nix_unit(service.unit, service.nix_unit)
+    if service.unit.suffix == ".j2":
+        from fleetgate.sources.ansible import render_template
+        from fleetgate.units import unit_from_text
+
+        text = render_template(service.unit, fleet.root, service.ansible_vars)
+        return unit_from_text(service.unit, text, service.unit.name.removesuffix(".j2"))
     return parse_unit(service.unit, root=fleet.root)
 
 

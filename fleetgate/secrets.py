@@ -60,12 +60,25 @@ def scrub(text: str, known: Iterable[str] = ()) -> str:
     for value in sorted(values, key=len, reverse=True):
         text = text.replace(value, MASK)
     text = _FLAG_VALUE.sub(lambda m: f"{m['flag']}{m['sep']}{m['quote']}{MASK}", text)
-    text = _ASSIGNMENT.sub(
-        lambda m: f"{m['name']}{m['sep']}{m['quote']}{MASK}" if is_secret_name(m["name"]) and m["value"] != MASK
-        else m.group(0), text)
+    text = _ASSIGNMENT.sub(_assignment, text)
     text = _AUTHORIZATION.sub(lambda m: f"{m['head']}{MASK}", text)
     text = _BEARER.sub(lambda m: f"{m['head']}{MASK}", text)
     return _USERINFO.sub(lambda m: f"{m['head']}{MASK}@", text)
+
+
+def _assignment(m: re.Match[str]) -> str:
+    """One ``NAME=value`` of a text, its value masked when NAME holds a secret; an assignment inside the value
+    (systemd's ``Environment=HF_TOKEN=...``, ``--env HF_TOKEN=...``) masked when its own name does."""
+    name, value = m["name"], m["value"]
+    if is_secret_name(name) and value != MASK:
+        return f"{name}{m['sep']}{m['quote']}{MASK}"
+    inner, eq, rest = value.partition("=")
+    if eq and rest and rest != MASK and _NAME.fullmatch(inner) and is_secret_name(inner):
+        return f"{name}{m['sep']}{m['quote']}{inner}={MASK}"
+    return m.group(0)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def scrub_argv(argv: Sequence[str]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from typing import Literal
 from fleetgate.errors import InputError, read_text
 
 __all__ = ["Setting", "Unit", "UnitKind", "Unresolved", "parse_unit", "resolve_specifiers", "split_command",
-           "split_environment_assignments"]
+           "split_environment_assignments", "unit_from_settings", "unit_from_text"]
 
 UnitKind = Literal["systemd", "quadlet"]
 
@@ -63,6 +63,8 @@ class Unit:
     drop_ins: tuple[Path, ...] = field(default=())
     unresolved: tuple[Unresolved, ...] = field(default=())
     """Specifiers that need the host (``%H``, ``%m``, ...), left as written."""
+    host_name: str | None = None
+    """The unit's name on the host where it is not the file's (a unit NixOS generates from a ``.nix`` file)."""
 
     def all(self, section: str, key: str) -> list[Setting]:
         """Every effective assignment of a list-valued key; an empty assignment resets the list."""
@@ -191,12 +193,27 @@ def parse_unit(path: Path, *, root: Path | None = None) -> Unit:
             _confined(conf, root if root is not None else path.parent)
             drop_ins.append(conf)
             settings.extend(_read_settings(conf))
+    unit_name = path.name if kind == "systemd" else path.stem + ".service"
+    return unit_from_settings(path, unit_name, tuple(settings), kind=kind, drop_ins=tuple(drop_ins))
+
+
+def unit_from_text(path: Path, text: str, unit_name: str) -> Unit:
+    """A unit whose text another tool writes from ``path`` (an Ansible template's output), read as systemd reads it."""
+    kind: UnitKind = "quadlet" if unit_name.endswith((".container", ".kube", ".pod")) else "systemd"
+    name = unit_name if kind == "systemd" else unit_name.rpartition(".")[0] + ".service"
+    return unit_from_settings(path, name, _parse_text(path, text), kind=kind)
+
+
+def unit_from_settings(path: Path, unit_name: str, settings: tuple[Setting, ...], *, kind: UnitKind = "systemd",
+                       drop_ins: tuple[Path, ...] = ()) -> Unit:
+    """A unit from its settings in the order systemd applies them, specifiers resolved for the system manager: a
+    unit file's, or the one a generator (NixOS) writes from another file's lines."""
     users = [s.value for s in settings if s.key == "User" and "%" not in s.value]
     user = users[-1] if users else None
-    unit_name = path.name if kind == "systemd" else path.stem + ".service"
     unresolved: list[Unresolved] = []
     resolved = [_resolved(s, unit_name, user, unresolved) if s.key in _SPECIFIED else s for s in settings]
-    return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=tuple(drop_ins), unresolved=tuple(unresolved))
+    return Unit(path=path, kind=kind, settings=tuple(resolved), drop_ins=drop_ins, unresolved=tuple(unresolved),
+                host_name=unit_name if kind == "systemd" and unit_name != path.name else None)
 
 
 def _resolved(setting: Setting, unit_name: str, user: str | None, unresolved: list[Unresolved]) -> Setting:

@@ -177,6 +177,48 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _nixos_table() -> dict[tuple[str, str], str]:
+    # Two units NixOS generates (fleetgate.sources.nix), each pinned to one of the host's two cards by
+    # CUDA_VISIBLE_DEVICES. The module's unit runs with DynamicUser=true, the hand-written one as User=llm: neither is
+    # root. No env file names the payload (the model is written in the .nix file itself).
+    table: dict[tuple[str, str], str] = {}
+    for service in ("chat", "coder"):
+        table.update(_table("atlas", service, **{f"{service}:unit-user": PASSED, f"{service}:payload-defaults": SKIPPED,
+                                                 # two cards on the host: card-balance asks for the profile first
+                                                 f"{service}:card-balance": NOT_JUDGED}))
+    # Two services share the host: co-residence needs each one's profile to sum them, and skips naming both.
+    table[("atlas", "co-residence-fits")] = SKIPPED
+    return table
+
+
+def _ansible_table() -> dict[tuple[str, str], str]:
+    # The role's unit template renders to a unit whose ExecStart= is the engine (User=llama: not root); the llama-swap
+    # template's two models read as llama-swap's own (no unit, no env file). No profile anywhere.
+    table = _table("orin", "chat", **{"chat:unit-user": PASSED, "chat:payload-defaults": SKIPPED})
+    swap = {**LLAMA_UNIT_SERVICE, "payload-defaults": SKIPPED,
+            **dict.fromkeys(("unit-install", "unit-user", "unit-restart", "unit-env-files", "unit-exec-args"), SKIPPED)}
+    table.update({(service, check): outcome for service in ("coder", "small") for check, outcome in swap.items()})
+    # Three services on the one card with no profile: co-residence skips naming the profiles to declare.
+    table[("orin", "co-residence-fits")] = SKIPPED
+    return table
+
+
+def _start_scripts_table() -> dict[tuple[str, str], str]:
+    # Two plain start scripts, no unit and no env file. vLLM from a virtualenv in the background: nothing pins its
+    # release and no profile sizes its checkpoint, so vllm-argv and vllm-starts are not judged; its model is a hub id,
+    # no host file. llama-server exec'd from a build tree on the second card, the model written in the script.
+    # nvidia-smi (the pre-flight of both) is stubbed in the render.
+    qwen = {**VLLM_COMPOSE_SERVICE, "vllm-argv": NOT_JUDGED, "vllm-starts": NOT_JUDGED, "container-paths": SKIPPED}
+    table = {("qwen", check): outcome for check, outcome in qwen.items()}
+    table.update(_table("box", "gemma", **{f"gemma:{c}": o for c, o in NO_UNIT.items()},
+                        **{"gemma:payload-defaults": SKIPPED, "gemma:card-balance": NOT_JUDGED}))
+    for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
+        table.pop(("fleet", check))
+    # Two services on the host with no profile: co-residence skips naming the profiles to declare.
+    table[("box", "co-residence-fits")] = SKIPPED
+    return table
+
+
 CLEAN = {
     "unit-script": _table("l4-box", "qwen"),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
@@ -202,6 +244,9 @@ CLEAN = {
     "llama-swap": _swap_table(),
     "router-preset": _preset_table(),
     "kubernetes": _kubernetes_table(),
+    "nixos": _nixos_table(),
+    "ansible": _ansible_table(),
+    "start-scripts": _start_scripts_table(),
 }
 
 
@@ -470,6 +515,56 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "preset-key-spellings": ("router-preset", [("config/models.ini", "parallel = 1", "np       = 1"),
                                                ("config/models.ini", "flash-attn   = on\njinja        = true",
                                                 "flash-attn   = on\nno-jinja     = false")], {}),
+    # Plain start scripts: vLLM's OpenAI server module run by the virtualenv's python is vllm serve with the same flags.
+    "scripts-vllm-module": ("start-scripts", [("start_vllm.sh", 'nohup "$VENV/bin/vllm" serve "$MODEL"',
+                                               'nohup "$VENV/bin/python" -m vllm.entrypoints.openai.api_server '
+                                               '--model "$MODEL"')], {}),
+    # A log written beside the script (after `cd "$(dirname "$0")"`): the host lets it, the render's repository is
+    # read-only, so the engine started after it is not seen: not judged, in one line, never a refusal.
+    "scripts-log-in-repo": ("start-scripts", [("start_vllm.sh", '> "$LOG_DIR/vllm.log"', "> vllm.log")],
+                            {**{f"qwen:{c}": SKIPPED for (s, c) in _start_scripts_table() if s == "qwen"},
+                             "qwen:serve-script-renders": NOT_JUDGED}),
+    # The script's port is not the one the README (fleet.toml) gives clients.
+    "scripts-port-moved": ("start-scripts", [("start_llama.sh", "--port 8081", "--port 8082")],
+                           {"gemma:rendered-port-matches": "rendered-port-matches/differs"}),
+    # A stray value after a switch in a start script: llama-server refuses it.
+    "scripts-stray-positional": ("start-scripts", [("start_llama.sh", "--jinja", "--jinja on")],
+                                 {"gemma:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # Ansible (fleetgate.sources.ansible): a role default that holds a switch's value where the switch was meant.
+    "ansible-stray-positional": ("ansible", [("roles/llama_server/defaults/main.yml", "  - --jinja\n", "  - --jinja\n  - true\n")],
+                                 {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # The template's user variable emptied in the gpu group's vars: User= with no value, the engine runs as root.
+    "ansible-group-var-wins": ("ansible", [("inventory/group_vars/gpu.yml", "llama_server_gpu_layers: 99",
+                                            "llama_server_gpu_layers: 99\nllama_server_user: \"\"")],
+                               {"chat:unit-user": "unit-user/missing"}),
+    # A fact only Ansible gathers: the unit is not rendered, and the service is not judged in one line.
+    "ansible-fact": ("ansible", [("roles/llama_server/defaults/main.yml", "llama_server_host: 127.0.0.1",
+                                  "llama_server_host: \"{{ ansible_default_ipv4.address }}\"")],
+                     {**{f"chat:{c}": SKIPPED for (s, c) in _ansible_table() if s == "chat"},
+                      "chat:serve-script-renders": NOT_JUDGED}),
+    # A template Jinja2 cannot parse is refused by Ansible too: a broken file, one line.
+    "ansible-broken-template": ("ansible", [("roles/llama_swap/templates/config.yaml.j2", "{% endfor %}", "")],
+                                {**_broken("ansible", "coder"), **_broken("ansible", "small")}),
+    # NixOS (fleetgate.sources.nix): a stray value in extraFlags reaches the generated ExecStart= as a positional.
+    "nix-stray-positional": ("nixos", [("modules/llm.nix", '"--jinja"', '"--jinja" "true"')],
+                             {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # A systemd.services entry with no User= (and no DynamicUser=) runs its engine as root.
+    "nix-no-user": ("nixos", [("modules/coder.nix", '      User = "llm";\n      Group = "llm";\n', "")],
+                    {"coder:unit-user": "unit-user/missing"}),
+    # The module's own DynamicUser=true, switched off with lib.mkForce and no User= given: root again.
+    "nix-dynamic-user-off": ("nixos", [("modules/llm.nix", "environment.CUDA_VISIBLE_DEVICES",
+                                        "serviceConfig.DynamicUser = lib.mkForce false;\n  "
+                                        "systemd.services.llama-cpp.environment.CUDA_VISIBLE_DEVICES")],
+                             {"chat:unit-user": "unit-user/missing"}),
+    # The same port spelt through a let binding and toString in the module's options: the same unit.
+    "nix-let-port": ("nixos", [("modules/llm.nix", "  modelDir =", "  chatPort = 8012;\n  modelDir ="),
+                               ("modules/llm.nix", "port = 8012;", "port = chatPort;")], {}),
+    # A value only evaluation gives (an if, a function of another module's option): the unit is not read, and the
+    # service is not judged in one line naming the option and the generated unit to give instead.
+    "nix-not-evaluated": ("nixos", [("modules/llm.nix", "port = 8012;",
+                                     "port = if config.networking.hostName == \"atlas\" then 8012 else 8080;")],
+                          {**{f"chat:{c}": SKIPPED for (s, c) in _nixos_table() if s == "chat"},
+                           "chat:serve-script-renders": NOT_JUDGED}),
 }
 
 

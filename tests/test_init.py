@@ -27,11 +27,14 @@ from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import NOT_JUDGED, SEAMS, SKIPPED, run_seams
 
 # What init says after "nothing written": the shapes it reads, and the one next step.
-NO_ENGINE_NEXT = ("init reads systemd units and Quadlets (.service, .container), compose files, llama-swap configs, "
-                  "router presets (.ini) and shell scripts whose own lines start llama-server, vllm serve or python -m "
-                  "vllm.entrypoints.openai.api_server (by any path, after exec, nohup, setsid or env, in the background "
-                  "too); next: declare the service in fleet.toml by hand, [services.NAME] with host, port, engine and "
-                  "the file that starts it (serve_script, unit, compose, llama_swap or models_preset; docs/sources.md)")
+NO_ENGINE_NEXT = ("init reads systemd units and Quadlets (.service, .container), compose files, Kubernetes manifests, "
+                  "llama-swap configs, router presets (.ini), NixOS modules (.nix: services.llama-cpp, "
+                  "systemd.services), Ansible role templates (.service.j2, llama-swap .yaml.j2) and shell scripts whose "
+                  "own lines start llama-server, vllm serve or python -m vllm.entrypoints.openai.api_server (by any "
+                  "path, after exec, nohup, setsid or env, in the background too); next: run `fleetgate init "
+                  "--from-host SPEC DIR` against the host that runs the engines (local://, ssh://user@host), or declare "
+                  "the service in fleet.toml by hand, [services.NAME] with host, port, engine and the file that starts "
+                  "it (serve_script, unit, compose, kubernetes, llama_swap or models_preset; docs/sources.md)")
 
 # The host of each hand-written stranger fleet, as its author declared it: what init cannot read from any file.
 HOSTS = {
@@ -484,6 +487,9 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "unit-install-env": {"llama": "llama"},
     "unit-script": {"llama-server-unit": "qwen"},
     "kubernetes": {"vllm-qwen": "qwen", "llama-gemma": "gemma"},
+    "nixos": {"llama-cpp": "chat", "llama-coder": "coder"},
+    "ansible": {"llama-server-unit": "chat", "coder": "coder", "small": "small"},
+    "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.

@@ -118,3 +118,14 @@ def _first_service(manifest: Path) -> str:
     import tomllib
 
     return next(iter(tomllib.loads(manifest.read_text(encoding="utf-8"))["services"]))
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    # systemd's Environment= holds the assignment: the outer name is no secret, the inner one is (a unit's line, as
+    # `systemctl cat` prints it and fleetgate init --from-host writes it)
+    ("Environment=HF_TOKEN=hf_reference_9c1d7e20", "Environment=HF_TOKEN=***"),
+    ('Environment="LLAMA_API_KEY=sk-abcdef12" "PORT=8080"', 'Environment="LLAMA_API_KEY=***" "PORT=8080"'),
+    ("Environment=PORT=8080", "Environment=PORT=8080"),
+])
+def test_an_assignment_inside_an_assignment_is_masked_by_its_own_name(text: str, shown: str) -> None:
+    assert scrub(text) == shown

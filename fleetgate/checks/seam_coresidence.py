@@ -58,7 +58,7 @@ def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozense
     for members in configs.values():
         assert members[0].llama_swap is not None
         try:
-            config = read_config(members[0].llama_swap)
+            config = read_config(members[0].llama_swap, fleet.root, members[0].ansible_vars)
         except InputError as error:
             raise NotApplicable(f"the llama-swap config of {members[0].name} cannot be read ({error}): see "
                                 f"serve-script-renders[{members[0].name}]") from None

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NoReturn
 
-from fleetgate.checks import attempt_seam
+from fleetgate.checks import NotJudged, attempt_seam
+from fleetgate.errors import NotRead
 from fleetgate.render_types import Origin
 from fleetgate.rendered import ServiceAttempt
 
@@ -34,6 +35,9 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
     fleet, service = attempt.fleet, attempt.service
     if attempt.broken is not None:
         broken = attempt.broken
+        if isinstance(broken, NotRead):
+            # A generated file read without its generator (Nix, Ansible): a fact missing, not a finding.
+            raise NotJudged(str(broken).replace("not judged: ", "", 1))
         raise CHECK.fail(
             service.name, "broken-input",
             where=f"{broken.path}:{broken.line}" if broken.line else str(broken.path),

@@ -56,6 +56,8 @@ def unit_name(config: RenderedService) -> str | None:
     unit = config.rendered.unit
     if unit is None:
         return None
+    if unit.host_name is not None:
+        return unit.host_name
     return f"{unit.path.stem}.service" if unit.kind == "quadlet" else unit.path.name
 
 

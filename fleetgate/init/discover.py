@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from yaml.nodes import MappingNode, Node
 
-from fleetgate.errors import InputError, read_text
+from fleetgate.errors import InputError, NotRead, read_text
 from fleetgate.init.found import (
     DEFAULT_PORT,
     ENGINE_BINARIES,
@@ -37,7 +37,7 @@ from fleetgate.init.found import (
 from fleetgate.init.units import from_script, from_unit, sandbox_render
 from fleetgate.sources.kubernetes import unrendered
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
-from fleetgate.units import Unit, parse_unit, split_command
+from fleetgate.units import Unit, parse_unit, split_command, unit_from_text
 
 __all__ = ["discover"]
 
@@ -280,11 +280,95 @@ def _from_kubernetes(ctx: Context, path: Path) -> list[Found]:
     return found
 
 
+_NIX_SERVICES = re.compile(r"\b(?:services|systemd)\s*[.=]")
+_NIX_ENGINE = re.compile(r"llama-server|vllm|llama-cpp")
+
+
+def _from_nix(ctx: Context, path: Path) -> list[Found] | None:
+    """Each engine unit a NixOS module declares (``services.llama-cpp``, a ``systemd.services.NAME`` whose ExecStart
+    runs an engine), read by ``fleetgate.sources.nix`` as the unit NixOS would generate, without evaluating Nix. A unit
+    the reader cannot read is one line naming the option and the generated unit to give instead."""
+    from fleetgate.init.units import unit_env
+    from fleetgate.sources.nix import nix_units, read_nix_unit
+    from fleetgate.sources.systemd import expand_exec
+
+    try:
+        text = read_text(path, "the Nix file")
+    except InputError:
+        return None
+    if _NIX_SERVICES.search(text) is None or _NIX_ENGINE.search(text) is None:
+        return None  # a flake, a hardware module: no unit of an engine to read
+    rel = rel_path(ctx.root, path)
+    units = nix_units(path)
+    found: list[Found] = []
+    for name, line in units.units.items():
+        unread = units.unread.get(name)
+        if unread is not None:
+            ctx.notes.append(Note(unread.path, unread.line, unread.message))
+            continue
+        if units.engines.get(name) is None:
+            continue
+        unit = read_nix_unit(path, name)
+        setting = unit.all("Service", "ExecStart")[-1]
+        env, _ = unit_env(ctx, unit, "Service")
+        argv = expand_exec(setting, env).argv
+        hit = engine_of(argv)
+        if hit is None:
+            continue
+        engine, start = hit
+        args = argv[start:]
+        port = port_of(engine, args, env)
+        found.append(Found(name=service_name(name, ctx.taken, "nix"), engine=engine, port=port or DEFAULT_PORT[engine],
+                           port_from=(f"--port of the unit {rel}:{setting.line} generates" if port
+                                      else f"{engine}'s default port (no --port with a number)"),
+                           source=f"{rel}:{line}", payload=tuple(model_paths(engine, args, env)), unit=rel,
+                           nix_unit=name))
+    return found
+
+
+def _ansible_rendered(ctx: Context, template: Path) -> tuple[str, tuple[Path, ...]] | None:
+    """An Ansible role's template rendered from the role's defaults and group_vars/all (``fleetgate.sources.ansible``);
+    a variable only a group's or a host's file sets is taken from the one file that sets it (said in fleet.toml's
+    comment). None, with one line, when it needs Ansible itself or more than one file could give a variable."""
+    from fleetgate.sources.ansible import RENDERED_FILES, render_template, template_variables
+
+    extra: list[Path] = []
+    candidates = [f for f in ctx.files if f.suffix in (".yml", ".yaml", "") and
+                  any(p in ("group_vars", "host_vars") for p in f.relative_to(ctx.root).parts[:-1])
+                  and "all" not in (f.stem, f.parent.name)]
+    for _ in range(8):
+        try:
+            return render_template(template, ctx.root, extra), tuple(extra)
+        except NotRead as exc:
+            missing = re.search(r"'([A-Za-z_][A-Za-z0-9_]*)' is undefined", exc.message)
+            setters = []
+            if missing is not None:
+                for file in candidates:
+                    try:
+                        if missing.group(1) in template_variables([file])[0]:
+                            setters.append(file)
+                    except InputError:
+                        continue
+            if len(setters) != 1 or setters[0] in extra:
+                reason = exc.message.removeprefix("not judged: ")
+                if len(setters) > 1:
+                    reason = (f"'{missing.group(1) if missing else ''}' is set by "
+                              f"{', '.join(rel_path(ctx.root, f) for f in setters)}: which applies depends on the "
+                              f"host's groups; declare that file in ansible_vars, or {RENDERED_FILES}")
+                ctx.notes.append(Note(exc.path, exc.line, reason))
+                return None
+            extra.append(setters[0])
+        except InputError as exc:
+            ctx.notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            return None
+    return None
+
+
 LLAMA_SWAP_LISTEN = 8080
 """llama-swap's own port when it runs without ``--listen`` (``:8080``): where clients reach every model."""
 
 
-def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
+def _from_llama_swap(ctx: Context, path: Path, ansible_vars: tuple[Path, ...] = ()) -> list[Found]:
     """Each model of a llama-swap config whose ``cmd`` starts an engine, read by ``fleetgate.sources.llama_swap``
     (macros, ``${PORT}``, ``env`` as llama-swap reads them). Every model's port is llama-swap's own listen port,
     where clients reach it; the engine's ``${PORT}`` is llama-swap's business (rendered-port-matches holds the engine
@@ -292,7 +376,7 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
     from fleetgate.sources.llama_swap import read_config
 
     rel = rel_path(ctx.root, path)
-    config = read_config(path)
+    config = read_config(path, ctx.root, ansible_vars)
     found: list[Found] = []
     for model_id, model in config.models.items():
         hit = engine_of(model.argv)
@@ -307,7 +391,8 @@ def _from_llama_swap(ctx: Context, path: Path) -> list[Found]:
         found.append(Found(name=service_name(model_id, ctx.taken, "swap"), engine=engine, port=LLAMA_SWAP_LISTEN,
                            port_from="llama-swap's default --listen :8080 (edit it if llama-swap runs with another)",
                            source=f"{rel}:{model.line}", payload=tuple(model_paths(engine, args, env)),
-                           llama_swap=rel, llama_swap_model=model_id))
+                           llama_swap=rel, llama_swap_model=model_id,
+                           ansible_vars=tuple(rel_path(ctx.root, f) for f in ansible_vars)))
     return found
 
 
@@ -371,7 +456,7 @@ def _repository_file(ctx_root: Path, deploy_root: str | None, files: Sequence[Pa
     local = repository_file(ctx_root, deploy_root, named)
     if local is not None:
         return local.resolve()
-    same = [f for f in files if f.name == posixpath.basename(named)]
+    same = [f for f in files if f.name in (posixpath.basename(named), posixpath.basename(named) + ".j2")]
     return same[0].resolve() if len(same) == 1 else None
 
 
@@ -424,6 +509,8 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
     units: list[tuple[Path, Unit]] = []
     yamls: list[Path] = []
     presets: list[Path] = []
+    nix_files: list[Path] = []
+    templates: list[Path] = []
     for file in files:
         if file.suffix in (".service", ".container"):
             try:
@@ -432,8 +519,32 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
         elif file.suffix in (".yaml", ".yml"):
             yamls.append(file)
-        elif file.suffix == ".ini":
+        elif file.suffix == ".ini" and not _inventory(root, file):
             presets.append(file)
+        elif file.suffix == ".nix":
+            nix_files.append(file)
+        elif file.name.endswith((".service.j2", ".container.j2", ".yaml.j2", ".yml.j2")):
+            templates.append(file)
+
+    ctx0 = Context(root=root, deploy_root=None, notes=notes, taken=set(), render=None, files=tuple(files))
+    template_vars: dict[Path, tuple[Path, ...]] = {}
+    swap_templates: list[Path] = []
+    for file in templates:
+        rendered = _ansible_rendered(ctx0, file)
+        if rendered is None:
+            continue
+        text, extra = rendered
+        if file.name.endswith((".service.j2", ".container.j2")):
+            try:
+                units.append((file, unit_from_text(file, text, file.name.removesuffix(".j2"))))
+            except InputError as exc:
+                notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+                continue
+        elif re.search(r"^models:", text, re.M):
+            swap_templates.append(file)
+        else:
+            continue
+        template_vars[file] = extra
 
     votes: Counter[str] = Counter()
     first: dict[str, str] = {}
@@ -465,7 +576,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
             continue
         if found is not None:
-            services.append(found)
+            services.append(_with_vars(ctx, found, template_vars.get(file, ())))
     started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
     for file in files:
         if file in started or file.suffix in (".service", ".container", ".yaml", ".yml", ".ini") or not _standalone(file):
@@ -474,6 +585,18 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
         if found is not None:
             services.append(found)
+    for file in nix_files:
+        try:
+            found_units = _from_nix(ctx, file)
+        except NotRead as exc:
+            notes.append(Note(exc.path, exc.line, exc.message))
+            continue
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        if found_units is not None:
+            read["Nix modules"] += 1
+            services += found_units
     manifests = [file for file in yamls if _kubernetes_shaped(ctx, file)]
     for file in manifests:
         if unrendered(file, root) is not None:
@@ -502,6 +625,17 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
                 services += _with_door(_from_llama_swap(ctx, file), doors.get(file.resolve()), "llama-swap's --listen")
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+    for file in swap_templates:
+        try:
+            found_models = _from_llama_swap(ctx, file, template_vars[file])
+        except InputError as exc:
+            notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
+            continue
+        read["Ansible templates"] += 1
+        services += _with_door(found_models, doors.get(file.resolve()), "llama-swap's --listen")
+    read["Ansible templates"] += sum(1 for f in template_vars if f not in swap_templates)
+    if not read["Ansible templates"]:
+        del read["Ansible templates"]
     for file in presets:
         try:
             found_presets = _from_router_preset(ctx, file)
@@ -526,7 +660,7 @@ def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
                               f"name; services.{found.name} left out (rename the file)"))
             return False
     strings = [*found.payload, *(found.env_template or ()), found.compose_service or "", found.llama_swap_model or "",
-               found.kubernetes_workload or "", found.kubernetes_container or "",
+               found.kubernetes_workload or "", found.kubernetes_container or "", found.nix_unit or "",
                found.preset_model or "", found.port_from, found.source]
     bad = next((text for text in strings if unwritable(text)), None)
     if bad is not None:
@@ -534,6 +668,10 @@ def _nameable(root: Path, found: Found, notes: list[Note]) -> bool:
                           f"{bad}: not UTF-8, which fleet.toml cannot hold; services.{found.name} left out"))
         return False
     return True
+
+
+def _with_vars(ctx: Context, found: Found, extra: tuple[Path, ...]) -> Found:
+    return replace(found, ansible_vars=tuple(rel_path(ctx.root, f) for f in extra)) if extra else found
 
 
 def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Found]:
@@ -563,11 +701,21 @@ def _project_parts(ctx: Context, composes: list[Path]) -> set[Path]:
     return parts
 
 
+def _inventory(root: Path, file: Path) -> bool:
+    """An Ansible inventory in INI form (``inventory/hosts.ini``), never a llama.cpp preset."""
+    parts = file.relative_to(root).parts[:-1]
+    return file.name in ("hosts.ini", "inventory.ini") or any(p in ("inventory", "inventories") for p in parts)
+
+
 def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+_CONTAINER_RUN = re.compile(r"^\s*(?:(?:exec|nohup|setsid)\s+)*(?:\S*/)?(?:docker|podman)\s+(?:container\s+)?run\b", re.M)
+
+
 def _standalone(file: Path) -> bool:
-    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``)."""
+    """A shell script no unit starts whose own command lines start an engine (``exec llama-server ...``) or a
+    container (``docker run ...``: rendered with the client stubbed, a service when its image is an engine's)."""
     text = shell_script(file)
-    return text is not None and ENGINE_COMMAND.search(text) is not None
+    return text is not None and (ENGINE_COMMAND.search(text) is not None or _CONTAINER_RUN.search(text) is not None)

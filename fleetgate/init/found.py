@@ -110,6 +110,10 @@ class Found:
     kubernetes: str | None = None
     kubernetes_workload: str | None = None
     kubernetes_container: str | None = None
+    ansible_vars: tuple[str, ...] = ()
+    """Where the service's file is an Ansible template: the group_vars/host_vars files its variables needed."""
+    nix_unit: str | None = None
+    """Where ``unit`` is a ``.nix`` file: the unit NixOS generates from it that is this service."""
     llama_swap: str | None = None
     llama_swap_model: str | None = None
     models_preset: str | None = None

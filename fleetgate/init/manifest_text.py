@@ -73,11 +73,14 @@ def fleet_toml(discovery: Discovery, *, name: str, facts: HostFacts | None = Non
         out += ["", f"# found in {toml_comment(found.source)}", f"[services.{toml_key(found.name)}]", 'host = "localhost"',
                 f"port = {found.port}  # {toml_comment(found.port_from)}", f"engine = {toml_string(found.engine)}"]
         for key in ("unit", "serve_script", "env_file", "compose", "compose_service", "kubernetes", "kubernetes_workload",
-                    "kubernetes_container", "llama_swap", "llama_swap_model",
+                    "kubernetes_container", "nix_unit", "llama_swap", "llama_swap_model",
                     "models_preset", "preset_model"):
             value = getattr(found, key)
             if value is not None:
                 out.append(f"{key} = {toml_string(value)}")
+        if found.ansible_vars:
+            out.append("# the template's variables beyond the role's defaults and group_vars/all: the only file that sets each")
+            out.append(f"ansible_vars = [{', '.join(toml_string(v) for v in found.ansible_vars)}]")
         if found.models_max is not None:
             out.append(f"models_max = {found.models_max}  # the router's --models-max")
         if found.env_template is not None:

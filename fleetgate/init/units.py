@@ -35,13 +35,13 @@ from fleetgate.init.found import (
 )
 from fleetgate.units import Setting, Unit, split_command, split_environment_assignments
 
-__all__ = ["from_script", "from_unit", "sandbox_render"]
+__all__ = ["from_script", "from_unit", "sandbox_render", "unit_env"]
 
 
 _MODEL_SUFFIXES = (".gguf", ".safetensors", ".bin")
 
 
-def _unit_env(ctx: Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
+def unit_env(ctx: Context, unit: Unit, section: str) -> tuple[dict[str, str], list[Path]]:
     env: dict[str, str] = {}
     files: list[Path] = []
     for setting in unit.all(section, "Environment"):
@@ -89,6 +89,12 @@ def _env_template(ctx: Context, host_path: str) -> tuple[Path, Path] | None:
     return found[0] if len(found) == 1 else None
 
 
+def _unit_stem(path: Path) -> str:
+    """A unit's name without its type: ``llama.service`` and an Ansible template of it, ``llama.service.j2``."""
+    name = path.name.removesuffix(".j2")
+    return name.rpartition(".")[0] or name
+
+
 def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
     if unit.kind == "quadlet":
         return _from_quadlet(ctx, unit)
@@ -99,14 +105,14 @@ def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
     words = split_command(unprefixed(setting))
     if not words:
         return None
-    env, env_files = _unit_env(ctx, unit, "Service")
+    env, env_files = unit_env(ctx, unit, "Service")
     rel = rel_path(ctx.root, path)
     hit = engine_of(words)
     if hit is not None:
         from fleetgate.sources.systemd import expand_exec
 
         engine, start = hit
-        name = service_name(path.stem, ctx.taken, "unit")
+        name = service_name(_unit_stem(path), ctx.taken, "unit")
         templates = {ctx.templates[s.value.lstrip("-")] for s in unit.all("Service", "EnvironmentFile")
                      if s.value.lstrip("-") in ctx.templates}
         template = templates.pop() if len(templates) == 1 else None
@@ -158,7 +164,7 @@ def _from_inline(ctx: Context, unit: Unit, setting: Setting, script: str, env: M
             args.append(re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: env.get(m.group(1), m.group(0)), w))
         port = port_of(engine, args, env)
         rel = rel_path(ctx.root, unit.path)
-        return Found(name=service_name(unit.path.stem, ctx.taken, "unit"), engine=engine, port=port or DEFAULT_PORT[engine],
+        return Found(name=service_name(_unit_stem(unit.path), ctx.taken, "unit"), engine=engine, port=port or DEFAULT_PORT[engine],
                      port_from=f"--port in {rel}:{setting.line}" if port else f"{engine}'s default port (no --port with a number)",
                      source=f"{rel}:{setting.line}", payload=tuple(model_paths(engine, args, env)), unit=rel)
     return None
@@ -169,7 +175,7 @@ def _from_quadlet(ctx: Context, unit: Unit) -> Found | None:
     if exec_setting is None:
         return None
     volumes = [tuple(s.value.split(":")[:2]) for s in unit.all("Container", "Volume") if ":" in s.value]
-    env, env_files = _unit_env(ctx, unit, "Container")
+    env, env_files = unit_env(ctx, unit, "Container")
     for word in split_command(exec_setting):
         for host, container in volumes:
             container = container.rstrip("/")

@@ -134,10 +134,12 @@ def _meant(discovery: Discovery) -> dict[str, dict[str, Any]]:
     for found in discovery.services:
         entry: dict[str, Any] = {"host": "localhost", "port": found.port, "engine": found.engine}
         for key in ("unit", "serve_script", "env_file", "compose", "compose_service", "kubernetes", "kubernetes_workload",
-                    "kubernetes_container", "llama_swap", "llama_swap_model",
+                    "kubernetes_container", "nix_unit", "llama_swap", "llama_swap_model",
                     "models_preset", "preset_model"):
             if getattr(found, key) is not None:
                 entry[key] = getattr(found, key)
+        if found.ansible_vars:
+            entry["ansible_vars"] = list(found.ansible_vars)
         if found.models_max is not None:
             entry["models_max"] = found.models_max
         if found.env_template is not None:

@@ -36,7 +36,7 @@ import posixpath
 import re
 import shlex
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -153,9 +153,15 @@ class SwapConfig:
         return (*independent, *((tuple(exclusive),) if exclusive else ()))
 
 
-def read_config(path: Path) -> SwapConfig:
-    """A llama-swap config; every problem llama-swap would refuse to start on is one ``InputError`` line."""
-    text = read_text(path, "the llama-swap config")
+def read_config(path: Path, repository: Path | None = None, ansible_vars: Sequence[Path] = ()) -> SwapConfig:
+    """A llama-swap config; every problem llama-swap would refuse to start on is one ``InputError`` line. A ``.j2``
+    file is an Ansible role's template of it, rendered first (``fleetgate.sources.ansible``)."""
+    if path.suffix == ".j2":
+        from fleetgate.sources.ansible import render_template
+
+        text = render_template(path, repository if repository is not None else path.parent, ansible_vars)
+    else:
+        text = read_text(path, "the llama-swap config")
     root = compose_yaml(path, text, "llama-swap's config.yaml")
     if not isinstance(root, yaml.MappingNode):
         raise InputError(path, _line(root), "expected a mapping with a models: section (llama-swap's config.yaml)")
@@ -678,7 +684,7 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
     the engine's (``Rendered.upstream_port``); the fleet's declared ``port`` is llama-swap's own listen port.
     """
     assert service.llama_swap is not None
-    config = read_config(service.llama_swap)
+    config = read_config(service.llama_swap, fleet.root, service.ansible_vars)
     name = service.llama_swap_model or service.name
     model = config.models.get(name)
     if model is None:

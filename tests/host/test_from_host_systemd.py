@@ -1,0 +1,74 @@
+"""``fleetgate init --from-host local://`` on the systemd reference: the reference served by a unit (and a drop-in)
+of a real, nested systemd (tests/host/nested_systemd.py), read from inside its namespaces as a host is read. The
+written fleet's seams have no failure, and its live gate, run there too, is green."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fleetgate.reference import free_port, model_dir
+from tests.host.conftest import UNIT, healthy, unit_fleet_copy
+from tests.host.nested_systemd import NestedSystemd, why_not
+
+pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
+
+TOKEN = "hf_reference_9c1d7e20"
+SUMMARY = re.compile(r"^(?P<name>[\w-]+): (?P<passed>\d+) passed, (?P<failed>\d+) failed", re.M)
+
+
+def test_from_host_on_the_systemd_reference(tmp_path: Path) -> None:
+    work = tmp_path / "systemd"
+    work.mkdir()
+    port = free_port()
+    fleet_dir = work / "fleet"
+    _, unit_text = unit_fleet_copy(fleet_dir, port)
+    fleet_dir.chmod(0o755)
+    systemd = NestedSystemd.start(work, work)
+    try:
+        systemd.write(f"/etc/systemd/system/{UNIT}", unit_text)
+        systemd.write(f"/etc/systemd/system/{UNIT}.d/token.conf", f"[Service]\nEnvironment=HF_TOKEN={TOKEN}\n")
+        for command in (("daemon-reload",), ("enable", UNIT), ("start", UNIT)):
+            assert systemd.run("systemctl", *command).returncode == 0
+        deadline = time.monotonic() + 60
+        while not healthy(port):
+            assert time.monotonic() < deadline, systemd.run("systemctl", "status", "--no-pager", UNIT).stdout
+            time.sleep(0.2)
+        out = work / "host"
+        done = systemd.run(sys.executable, "-m", "fleetgate.cli", "init", "--from-host", "local://", str(out),
+                           "--name", "reference-host", timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        written = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+        assert written == {"fleet.toml", "systemd/reference.service", "systemd/reference.service.d/token.conf",
+                           "serve-reference.sh", "reference.env", "reference-chat.jinja"}
+        for path in out.rglob("*"):
+            if path.is_file():
+                assert TOKEN not in path.read_text(encoding="utf-8"), path
+        fleet = tomllib.loads((out / "fleet.toml").read_text(encoding="utf-8"))
+        assert fleet["fleet"]["deploy_root"] == str(fleet_dir / "scripts")
+        assert fleet["services"] == {"reference": {
+            "host": "localhost", "port": port, "engine": "llama.cpp", "unit": "systemd/reference.service",
+            "serve_script": "serve-reference.sh", "env_file": "reference.env",
+            "payload": [str(model_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf")]}}
+        # The one hand edit: the host's RAM and cards (a CPU host), and where the gate reaches it.
+        text = (out / "fleet.toml").read_text(encoding="utf-8")
+        text = text.replace('ram_gib = "TODO"', 'ram_gib = 8\naddress = "127.0.0.1"')
+        text = re.sub(r"devices = \[\{ name = \"TODO\", vram_bytes = \"TODO\" \}\]", "devices = []", text)
+        (out / "fleet.toml").write_text(text, encoding="utf-8")
+        seams = subprocess.run([sys.executable, "-m", "pytest", "--fleet", "fleet.toml", "-p", "no:cacheprovider", "-q"],
+                               cwd=out, capture_output=True, text=True, timeout=600)
+        assert {m["name"]: int(m["failed"]) for m in SUMMARY.finditer(seams.stdout)} == {
+            "fleet": 0, "reference": 0, "reference-host": 0}, seams.stdout[-3000:]
+        gate = systemd.run("sh", "-c", f"cd {out} && {sys.executable} -m pytest live/ --fleet fleet.toml --endpoint "
+                           "reference -p no:cacheprovider -q", timeout=300)
+        summary = {m["name"]: (int(m["passed"]), int(m["failed"])) for m in SUMMARY.finditer(gate.stdout)}
+        assert summary["reference"][1] == 0 and summary["reference"][0] > 0, gate.stdout[-3000:]
+        print(seams.stdout[-400:], gate.stdout[-2500:], sep="\n")  # the figures docs/init.md quotes (-s shows them)
+    finally:
+        systemd.stop()
