@@ -288,3 +288,14 @@ def test_a_kubernetes_image_pins_its_release(tmp_path: Path) -> None:
     config = load_service(fleet, fleet.services["qwen"])
     assert config.service.engine_build is not None
     assert (release_of(config), config.service.engine_build.floating) == ("0.32.0", False)
+
+
+def test_a_release_whose_speculative_schema_is_not_read_leaves_it_not_judged(tmp_path: Path) -> None:
+    """0.8.0 to 0.8.4 declare SpeculativeConfig without a method literal: its schema is not recorded, so a
+    --speculative-config there is not judged, never refused for want of a method list (the radiance fork's dflash
+    included)."""
+    assert _verdict(_archon(tmp_path, [], '{ vllm = "0.8.4" }')) == ("not judged", (
+        "not judged: --speculative-config: vLLM 0.8.4's SpeculativeConfig declares no annotated fields or no method "
+        "literal, so its schema is not recorded; pin a release from 0.8.5 on to have it judged"))
+    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+    assert read_argv(["vllm", "serve", "/m", "--speculative-config", spec], load_release("0.8.5")).problems == []

@@ -21,9 +21,9 @@ from fleetgate.engines.vllm import (
     declared_release,
     image_release,
     load_release,
+    newest,
     read_argv,
     read_as_vllm,
-    newest,
     unrecorded,
 )
 from fleetgate.failure import Deferred
@@ -119,7 +119,8 @@ ARGV_CHECK = service_seam(
     codes={
         "unknown-flag": (
             "an option the service's vLLM release (`engine_build = { vllm }`, a vLLM image's tag or a Quadlet's `Image=` tag; "
-            "every release from 0.8.0 held; the newest where nothing pins one) and its fork do not have, named with the successor vLLM names for it"
+            "every release from 0.8.0 held; the newest where nothing pins one) and its fork do not have, named with the "
+            "successor vLLM names for it"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
@@ -155,8 +156,9 @@ def vllm_argv(config: RenderedService) -> None:
                                        f"{release_note(config)}",
                               fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
     if "--speculative-config" in reading.unjudged:
-        raise NotJudged(f"not judged: --speculative-config: vLLM {release.version}'s SpeculativeConfig is no annotated "
-                        "dataclass, so its schema is not recorded; pin a release from 0.8.5 on to have it judged")
+        raise NotJudged(f"not judged: --speculative-config: vLLM {release.version}'s SpeculativeConfig declares no annotated "
+                        "fields or no method literal, so its schema is not recorded; pin a release from 0.8.5 on to have it "
+                        "judged")
     if reading.unjudged:
         groups = sorted({key.partition(".")[0] for key in reading.unjudged})
         raise NotJudged(f"not judged: {', '.join(reading.unjudged)}: vLLM {release.version} has the config group "

@@ -133,6 +133,7 @@ class Helpers:
     def __init__(self, sources: Iterable[str] = ()) -> None:
         self.functions: dict[str, tuple[str, str, bool]] = {}
         self.maps: dict[str, list[str]] = {}
+        self.map_text: dict[str, str] = {}
         self.vectors: dict[str, list[str]] = {}
         for text in sources:
             for match in _HELPER.finditer(text):
@@ -147,8 +148,9 @@ class Helpers:
                 self.functions[name] = (match.group(3), body, match.group(2) != "string")
             for match in re.finditer(r"\bstd::(?:unordered_)?map<std::string,[^>]*>\s+(\w+)\s*=\s*\{", text):
                 open_at = match.end() - 1
+                self.map_text.setdefault(match.group(1), text[open_at:_close(text, open_at)])
                 self.maps.setdefault(match.group(1), re.findall(r'\{\s*"((?:[^"\\]|\\.)*)"\s*,',
-                                                                text[open_at:_close(text, open_at)]))
+                                                                self.map_text[match.group(1)]))
             for match in re.finditer(r"\bstd::vector<ggml_type>\s+(\w+)\s*=\s*\{", text):
                 open_at = match.end() - 1
                 self.vectors.setdefault(match.group(1), [t.lower() for t in re.findall(
@@ -186,21 +188,12 @@ class Helpers:
             ends = re.search(r"->second\s*==\s*(\w+)\s*\)\s*\{?\s*return", body)
             if ends is not None:
                 for map_name in re.findall(r"\b(\w+)\.find\(", body):
-                    text = next((t for t in [self._map_source.get(map_name)] if t), None)
+                    text = self.map_text.get(map_name)
                     if text is not None:
                         pair = re.search(r'\{\s*"((?:[^"\\]|\\.)*)"\s*,\s*' + re.escape(ends.group(1)) + r"\s*\}", text)
                         if pair:
                             stop = pair.group(1)
         return sorted(set(strings)), bool(re.search(r"\bthrow\b", body)), stop
-
-    _map_source: dict[str, str] = {}
-
-    def remember_maps(self, sources: Iterable[str]) -> None:
-        self._map_source = {}
-        for text in sources:
-            for match in re.finditer(r"\bstd::(?:unordered_)?map<std::string,[^>]*>\s+(\w+)\s*=\s*\{", text):
-                open_at = match.end() - 1
-                self._map_source.setdefault(match.group(1), text[open_at:_close(text, open_at)])
 
 
 def _ifs(body: str) -> Iterable[tuple[str, str]]:
@@ -323,7 +316,6 @@ def parse_arg_cpp(text: str, helpers: Helpers | None = None) -> list[dict[str, A
     the build's common/*.cpp a handler calls on its value (arg.cpp's own are always read)."""
     if helpers is None:
         helpers = Helpers([text])
-        helpers.remember_maps([text])
     options = []
     for match in re.finditer(r"\badd_opt\(common_arg\(", text):
         line_start = text.rfind("\n", 0, match.start()) + 1
@@ -373,7 +365,6 @@ def server_options(text: str, others: Sequence[str] = ()) -> list[dict[str, Any]
     """The options llama-server registers (common_params_parser_init with LLAMA_EXAMPLE_SERVER); ``others`` are the
     build's other common/*.cpp sources, where the helpers a handler calls on its value live."""
     helpers = Helpers([text, *others])
-    helpers.remember_maps([text, *others])
     found: dict[tuple[str, ...], tuple[bool, dict[str, Any]]] = {}
     for entry in parse_arg_cpp(text, helpers):
         examples, excludes = entry.pop("_examples"), entry.pop("_excludes")

@@ -76,7 +76,7 @@ def _holds(atom: tuple[Any, ...], number: float) -> bool:
         return not math.isfinite(number)
     if atom[0] == "reciprocal-nonfinite":
         return number == 0 or not math.isfinite(1.0 / number) or abs(number) < 1 / FLT_MAX
-    op, bound = atom
+    op, bound = str(atom[0]), float(atom[1])
     if math.isnan(number):
         return op == "!="
     return {"<": number < bound, "<=": number <= bound, ">": number > bound, ">=": number >= bound,

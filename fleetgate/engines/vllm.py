@@ -233,6 +233,9 @@ class Release:
     """Whether the release's parser takes a unique prefix of a long option (argparse's allow_abbrev)."""
     dotted: bool = True
     """Whether the release's FlexibleArgumentParser reads ``--X-config.KEY VALUE``."""
+    speculative_read: bool = True
+    """Whether the release's SpeculativeConfig fields and methods were read (0.8.0 to 0.8.4 declare no annotated
+    fields or method literal)."""
 
     def with_fork(self, fork: Fork | None) -> Release:
         if fork is None:
@@ -326,6 +329,8 @@ def _load_release(version: str) -> Release:
         generated_from=f"{data['origins'][version]} (vllm_releases.json)",
         abbreviations=bool(parser["abbreviations"]),
         dotted=bool(parser["dotted"]),
+        speculative_read=any(_in(f, version) for f in data["speculative_fields"])
+        and any(_in(m, version) for m in data["speculative_methods"]),
     )
 
 
@@ -558,7 +563,7 @@ def read_argv(argv: Sequence[str], release: Release) -> ArgvReading:
             unjudged += [f"{name}.{key}" for key in group.value if key not in option.keys]
     spec = found.get("--speculative-config")
     if spec is not None and spec[1] is not None:
-        if release.speculative_fields and release.speculative_methods:
+        if release.speculative_read:
             problems += _speculative(spec[0], spec[1], release)
         else:
             # the release's SpeculativeConfig is no annotated dataclass (0.8.0 to 0.8.4): its schema is not read
