@@ -232,7 +232,7 @@ ARCHON_DECLARE = 'serve_script = "dankserver/frank-archon/serve-frank-archon.sh"
     ("version", "code", "observed"),
     [(None, None, None), ('"0.32.0"', "vllm-argv/unknown-flag",
                           "--swap-space is not an option of vLLM 0.32.0; vLLM removed it with no successor (the V1 "
-                          "engine never swaps KV blocks to CPU memory): drop it (vLLM 0.13.0 has it)")],
+                          "engine never swaps KV blocks to CPU memory): drop it (vLLM 0.8.0 to 0.17.1 have it)")],
     ids=["0.13.0", "0.32.0"],
 )
 def test_a_vllm_service_is_read_as_its_declared_release(
@@ -259,15 +259,15 @@ def test_a_vllm_release_without_a_table_is_not_judged(tmp_path: Path) -> None:
     from fleetgate.checks import NotJudged, get_check
     from fleetgate.checks.seam_vllm_argv import vllm_argv
 
-    edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.9.2" }}')]
+    edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.7.3" }}')]
     fleet = load_fleet(edited_fleet(tmp_path, edits))
     config = load_service(fleet, fleet.services["frank-archon"])
     check = get_check("vllm-argv")
     assert check.requires is not None and check.requires(config) is None
     with pytest.raises(NotJudged) as reason:
         vllm_argv(config)
-    assert str(reason.value).startswith("not judged: vLLM 0.9.2 has no recorded option table; declare a recorded "
-                                        "release (0.13.0, 0.32.0) or record it: ")
+    assert str(reason.value).startswith("not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every "
+                                        "release from 0.8.0 to 0.34.0); ")
 
 
 def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
