@@ -525,3 +525,15 @@ def test_render_builds_counts_values(tmp_path: Path, capsys: pytest.CaptureFixtu
         "#   --load-mode: not accepted by 130 of 269 builds (9093-10103)",
         "#   --load-mode auto: value refused by 34 of 139 builds that have the flag (10108-10362)",
     ]
+
+
+@pytest.mark.parametrize(("build", "problems"), [
+    (10189, ["invalid value 'auto'; build 10189 takes one of dio, mlock, mmap, mmap+mlock, none"]),
+    (10380, []),
+])
+def test_a_variable_is_judged_by_the_builds_grammar_too(build: int, problems: list[str]) -> None:
+    """LLAMA_ARG_LOAD_MODE=auto goes through the same handler as --load-mode auto (issue 33: refused before 10380)."""
+    from fleetgate.engines.llamacpp import parse_llama_server
+
+    config = parse_llama_server(["llama-server"], {"LLAMA_ARG_LOAD_MODE": "auto"}, build=build)
+    assert [p.message for p in config.problems] == problems
