@@ -310,7 +310,7 @@ def test_the_seam_refuses_exactly_what_build_10867_refused(tmp_path: Path, args:
     assert (failure is not None) == (outcome == "refused"), failure
 
 
-# --- issue 33: a build between recorded ones is judged only where both neighbours' tables agree ----------------
+# --- issue 33: every published build read exactly; a build never published only where its neighbours agree ---------
 
 def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str, str]:
     """(code or ``not judged`` or ``pass``, the failure's first detail or the not-judged reason)."""
@@ -323,12 +323,6 @@ def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str,
     if failure is None:
         return "pass", ""
     return failure.code, failure.details[0].split("] ", 1)[-1]
-
-
-def _between(build: int, before: int, after: int, flag: str) -> str:
-    return (f"not judged: build {build} lies between recorded builds {before} and {after} whose tables differ for "
-            f"{flag}; declare a recorded build ({before} or {after}) as engine_build, or record build {build}'s table "
-            "(python -m fleetgate.engines.extract_llama_args)")
 
 
 def _unknown(build: int, before: int, after: int, flag: str) -> str:
