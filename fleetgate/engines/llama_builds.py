@@ -238,10 +238,11 @@ class Builds:
     def takes_value(self, name: str, value: str, sample: int) -> bool:
         """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and its handler's grammar
         takes the value (fleetgate.engines.llama_values)."""
-        from fleetgate.engines.llama_values import refusal
+        from fleetgate.engines.llama_values import refusal, server_rule
 
         variant = self.variant(name, sample)
-        return variant is not None and refusal(variant, value, sample) is None
+        return (variant is not None and refusal(variant, value, sample) is None
+                and server_rule(frozenset(variant.all_names), value) is None)
 
     def accepting(self, names: Iterable[str], values: Iterable[tuple[str, str]] = ()) -> list[tuple[int, int]]:
         """Runs of recorded builds in which every name is accepted (live), and every (name, value) is taken."""
