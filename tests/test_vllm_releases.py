@@ -299,3 +299,24 @@ def test_a_release_whose_speculative_schema_is_not_read_leaves_it_not_judged(tmp
         "literal, so its schema is not recorded; pin a release from 0.8.5 on to have it judged"))
     spec = '{"method": "ngram", "num_speculative_tokens": 3}'
     assert read_argv(["vllm", "serve", "/m", "--speculative-config", spec], load_release("0.8.5")).problems == []
+
+
+def test_the_extractor_reads_what_the_data_says_of_a_real_sdist(tmp_path: Path) -> None:
+    """One release's sdist read again (FLEETGATE_FETCH_SDISTS=1, as CI sets it): its options, speculative schema and
+    metrics are what vllm_releases.json holds for it."""
+    import json
+    import os
+    import urllib.request
+
+    from fleetgate.engines import extract_vllm_args
+
+    if os.environ.get("FLEETGATE_FETCH_SDISTS") != "1":
+        pytest.skip("FLEETGATE_FETCH_SDISTS=1 is not set: reading vLLM sdists from PyPI is left to CI")
+    with urllib.request.urlopen(extract_vllm_args.INDEX, timeout=120) as answer:
+        index = json.load(answer)
+    found, origin = extract_vllm_args.release_sources("0.8.5", index["releases"]["0.8.5"], tmp_path)
+    read = extract_vllm_args.release_table("0.8.5", found, origin)
+    release = load_release("0.8.5")
+    assert sorted(tuple(o["names"]) for o in read["options"]) == sorted(o.names for o in release.options)
+    assert (sorted(read["speculative_config"]["methods"]), {m["name"]: m["type"] for m in read["metrics"]},
+            read["dotted"]) == (sorted(release.speculative_methods), dict(release.metrics), release.dotted)
