@@ -140,49 +140,67 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _intervals(builds: list[int], recorded: tuple[int, ...]) -> str:
+    """Recorded builds as intervals of consecutive recorded builds (``9093-9305, 10108``)."""
+    index = {b: i for i, b in enumerate(recorded)}
+    runs: list[list[int]] = []
+    for build in builds:
+        if runs and index[build] == index[runs[-1][1]] + 1:
+            runs[-1][1] = build
+        else:
+            runs.append([build, build])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _builds_lines(config: RenderedService) -> list[str]:
-    """``render --builds``: the llama.cpp builds on record whose parser accepts every flag of the rendered argv."""
+    """``render --builds``: the llama.cpp builds on record whose parser takes every flag of the rendered argv with its
+    value, and for each flag and value the builds that refuse it. What engine-accepts-argv skips or does not judge
+    is said in its words, and then no build is counted."""
     if config.llama is None:
         return [f"--builds: {config.name} runs {config.service.engine}; option tables per build exist for llama.cpp only"]
-    from fleetgate.checks.seam_argv import table_note
+    from fleetgate.checks import NotApplicable, get_check
+    from fleetgate.checks.seam_argv import NAME, engine_accepts_argv, table_note
     from fleetgate.engines.llama_builds import load_builds
+    from fleetgate.failure import Failure
 
+    check = get_check(NAME)
+    skipped = check.requires(config) if check.requires is not None else None
+    if skipped is not None:
+        return [f"{NAME} skips {config.name}: {skipped}" if not skipped.startswith("not judged") else skipped]
+    try:
+        engine_accepts_argv(config)
+    except NotApplicable as reason:
+        return [f"{NAME}: {reason}"]
+    except Failure:
+        pass
     builds = load_builds()
     indices = sorted(_flag_indices(config) or ())
     names = sorted({(w.replace("_", "-") if w.startswith("--") else w) for w in (config.rendered.argv[i] for i in indices)})
     values = sorted({((u.flag.replace("_", "-") if u.flag.startswith("--") else u.flag), u.value)
                      for uses in config.llama.parsed.uses.values() for u in uses
                      if u.index is not None and u.value is not None})
-    declared = config.service.engine_build
-    if declared is not None and declared.number is not None and builds.resolve(declared.number) is None:
-        lines = [f"not judged: build {declared.number} lies outside the option tables (builds {builds.first} to "
-                 f"{builds.last}); declare a build in that span, or extend the tables"]
-    else:
-        lines = [f"read with {table_note(config)}"]
+    lines = [f"read with {table_note(config)}"]
     runs = builds.accepting(names, values)
     if not runs:
-        lines.append(f"no build from {builds.first} to {builds.last} accepts all of its {len(names)} flags with "
+        lines.append(f"no build from {builds.first} to {builds.last} takes all of its {len(names)} flags with "
                      "their values")
-    for first, last in runs:
-        i, j = builds.sampled.index(first), builds.sampled.index(last)
-        low = (f"{first}" if i == 0 or builds.adjacent(builds.sampled[i - 1], first)
-               else f"{first} (or an unsampled build after {builds.sampled[i - 1]})")
-        high = (f"{last}" if j == len(builds.sampled) - 1 or builds.adjacent(last, builds.sampled[j + 1])
-                else f"{last} (or an unsampled build before {builds.sampled[j + 1]})")
-        lines.append(f"accepted by builds {low} to {high}: all {len(names)} flags and their values")
+    taken = [b for first, last in runs for b in builds.recorded if first <= b <= last]
+    if runs:
+        lines.append(f"taken by builds {_intervals(taken, builds.recorded)}: all {len(names)} flags and "
+                     f"{len(values)} values")
     for name in names:
-        no = [b for b, s in zip(builds.sampled, builds.history(name), strict=True) if s != "live"]
+        no = [b for b, s in zip(builds.recorded, builds.history(name), strict=True) if s != "live"]
         if no:
-            lines.append(f"  {name}: not accepted by {len(no)} of {len(builds.sampled)} sampled builds "
-                         f"({no[0]}..{no[-1]})")
+            lines.append(f"  {name}: not accepted by {len(no)} of {len(builds.recorded)} builds "
+                         f"({_intervals(no, builds.recorded)})")
     for name, value in values:
-        have = [b for b, s in zip(builds.sampled, builds.history(name), strict=True) if s == "live"]
+        have = [b for b, s in zip(builds.recorded, builds.history(name), strict=True) if s == "live"]
         refuse = [b for b in have if not builds.takes_value(name, value, b)]
         if refuse:
-            lines.append(f"  {name} {value}: value not taken by {len(refuse)} of {len(have)} sampled builds that "
-                         f"have the flag ({refuse[0]}..{refuse[-1]})")
-    lines.append(f"(tables: {len(builds.sampled)} sampled builds of {len(builds.published)} published, "
-                 f"{builds.first} to {builds.last}; python -m fleetgate.engines.extract_llama_args regenerates them)")
+            lines.append(f"  {name} {value}: value refused by {len(refuse)} of {len(have)} builds that have the flag "
+                         f"({_intervals(refuse, builds.recorded)})")
+    lines.append(f"(tables: every one of the {len(builds.published)} published builds, {builds.first} to "
+                 f"{builds.last}; python -m fleetgate.engines.extract_llama_args regenerates them)")
     return lines
 
 

@@ -198,7 +198,8 @@ def test_environment_values_are_refused_exactly_when_llama_server_does(variable:
     ("edits", "code", "details"),
     [
         ([("FLASH_ATTN=on", "FLASH_ATTN=yes"), ("TOP_K=20", "TOP_K=20000000000")], "engine-accepts-argv/refused-value",
-         ["--flash-attn: unknown value for --flash-attn: 'yes'", "--top-k: '20000000000' is out of the range of an int"]),
+         ["--flash-attn: invalid value 'yes'; build 11434 takes one of -1, 0, 1, auto, disabled, enabled, false, off, on, true",
+          "--top-k: '20000000000' is out of the range of an int"]),
         # the engine refuses '' as an unknown value for --cache-type-k; the seam names the cause, an empty variable in
         # a value position (the recorded refusal of '' is held by test_the_seam_refuses_a_value_exactly_...)
         ([("CACHE_TYPE_K=f16", "CACHE_TYPE_K=")], "engine-accepts-argv/empty-value", []),

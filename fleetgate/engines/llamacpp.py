@@ -12,21 +12,23 @@ fleetgate interprets, under their 11434 names (a build that lacks a name does no
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import TYPE_CHECKING
 
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
 from fleetgate.engines.llama_builds import load_builds
+from fleetgate.engines.llama_values import INT_MAX, INT_MIN, refusal, server_rule, stof, stoi
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Service
 
 __all__ = [
     "BUILD",
+    "INT_MAX",
+    "INT_MIN",
     "OPTIONS",
     "ContextShape",
     "LlamaServerConfig",
@@ -118,11 +120,11 @@ OPTIONS: tuple[Option, ...] = (
 
 def llama_table_build(service: Service) -> int:
     """The build whose option table reads a service's argv: its declared ``engine_build`` where the tables
-    cover it, else 11434 (engine-accepts-argv says which, and skips a build no table covers)."""
+    cover it, else the newest build held (engine-accepts-argv says which, and skips a build no table covers)."""
     declared = service.engine_build.number if service.engine_build is not None else None
     if declared is not None and load_builds().resolve(declared) is not None:
         return declared
-    return BUILD
+    return load_builds().last
 
 
 def _sample(build: int) -> int:
@@ -220,7 +222,7 @@ class LlamaServerConfig:
     api_key_set: bool
     problems: tuple[ArgvProblem, ...]
     unjudged: tuple[ArgvProblem, ...] = ()
-    """Values only build 11434's rules refuse, read at another build, whose rule is not recorded."""
+    """Values whose handler throws on a condition the build's recorded grammar does not read."""
 
     def use(self, dest: str) -> FlagUse | None:
         """How the setting was given (flag as written, value, argv index), or None if defaulted."""
@@ -244,179 +246,15 @@ class LlamaServerConfig:
         return any(t != "none" for t in self.spec_types)
 
 
-_STOI = re.compile(r"^[ \t\n\v\f\r]*[+-]?\d+")
-_STOF = re.compile(r"^\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE)
-
-
-INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
-FLT_MAX = 3.4028234663852886e38
-
-
-def stoi(text: str) -> int:
-    """C++ std::stoi, as the engine converts integer flags: the leading integer, the rest ignored;
-    no digits is ``invalid_argument``, a value outside a 32-bit int is ``out_of_range`` (both refused)."""
-    match = _STOI.match(text)
-    if match is None:
-        raise ValueError(f"expected an integer, got {text!r}")
-    value = int(match.group(0))
-    if not INT_MIN <= value <= INT_MAX:
-        raise ValueError(f"{text!r} is out of the range of an int ({INT_MIN}..{INT_MAX})")
-    return value
-
-
-def stof(text: str) -> float:
-    """C++ std::stof: the leading floating-point number, the rest ignored; a value beyond a float's
-    range is ``out_of_range`` (refused)."""
-    match = _STOF.match(text)
-    if match is None:
-        raise ValueError(f"expected a number, got {text!r}")
-    value = float(match.group(0))
-    if math.isfinite(value) and abs(value) > FLT_MAX:
-        raise ValueError(f"{text!r} is out of the range of a float")
-    return value
-
-
 @cache
-def _values(sample: int) -> tuple[frozenset[str], dict[str, str]]:
-    """The names whose handler reads an int (std::stoi), and the names the build refuses as removed."""
-    variants = load_builds().at(sample)
-    ints = frozenset(n for v in variants if v.value == "int" for n in v.all_names)
-    return ints, {n: v.removed for v in variants if v.removed is not None for n in v.all_names}
+def _values(sample: int) -> dict[str, str]:
+    """The names a recorded build refuses as removed, with its removal message."""
+    return {n: v.removed for v in load_builds().at(sample) if v.removed is not None for n in v.all_names}
 
 
-# common/arg.cpp: is_truthy / is_falsey / is_autoy, and the value sets string handlers accept.
+# common/arg.cpp: is_truthy / is_falsey, what parse_bool_value takes for a switch given by its variable.
 TRUTHY = ("on", "enabled", "true", "1")
 FALSEY = ("off", "disabled", "false", "0")
-AUTOY = ("auto", "-1")
-KV_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
-SPEC_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark", "ngram-simple",
-              "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-LLAMA_MAX_DEVICES = 16
-
-
-def _one_of(allowed: tuple[str, ...], what: str) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        if value not in allowed:
-            raise ValueError(f"unknown value for {what}: {value!r}; expected one of {', '.join(allowed)}")
-    return check
-
-
-def _int_at_least(low: int, message: str) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        if stoi(value) < low:
-            raise ValueError(message)
-    return check
-
-
-def _int_between(low: int, high: int, message: str) -> Callable[[str], None]:
-    def check(value: str) -> None:
-        if not low <= stoi(value) <= high:
-            raise ValueError(message)
-    return check
-
-
-def _parallel(value: str) -> None:
-    if stoi(value) == 0:
-        raise ValueError("invalid value for n_parallel (0)")
-
-
-def _gpu_layers(value: str) -> None:
-    if value not in ("auto", "all"):
-        stoi(value)
-
-
-def _tensor_split(value: str) -> None:
-    parts = re.split(r"[,/]+", value)
-    if len(parts) >= LLAMA_MAX_DEVICES:
-        raise ValueError(f"got {len(parts)} input configs, but system only has {LLAMA_MAX_DEVICES} devices")
-    for part in parts:
-        stof(part)
-
-
-def _spec_types(value: str) -> None:
-    # common/speculative.cpp common_speculative_types_from_names: split on ',', stop at "none".
-    for name in value.split(","):
-        if name == "none":
-            return
-        if name not in SPEC_TYPES:
-            raise ValueError(f"unknown speculative type: {name!r}")
-
-
-def _host(value: str) -> None:
-    if not value:
-        raise ValueError("couldn't bind HTTP server socket: an empty host name")
-
-
-def _real(value: str) -> None:
-    stof(value)
-
-
-# String handlers that refuse values (common/arg.cpp, common/chat.cpp, common/speculative.cpp), by dest.
-_STRING_CHECKS: dict[str, Callable[[str], None]] = {
-    "flash_attn": _one_of((*TRUTHY, *FALSEY, *AUTOY), "--flash-attn"),
-    "fit": _one_of((*TRUTHY, *FALSEY), "--fit"),
-    "split_mode": _one_of(("none", "layer", "row", "tensor"), "--split-mode"),
-    "cache_type_k": _one_of(KV_CACHE_TYPES, "--cache-type-k"),
-    "cache_type_v": _one_of(KV_CACHE_TYPES, "--cache-type-v"),
-    "spec_draft_type_k": _one_of(KV_CACHE_TYPES, "--spec-draft-type-k"),
-    "spec_draft_type_v": _one_of(KV_CACHE_TYPES, "--spec-draft-type-v"),
-    "reasoning_format": _one_of(("none", "auto", "deepseek", "deepseek-legacy"), "--reasoning-format"),
-    "spec_type": _spec_types,
-    "n_gpu_layers": _gpu_layers,
-    "tensor_split": _tensor_split,
-    # An empty host name resolves nowhere: the HTTP socket cannot be bound. Whether any other name
-    # resolves is a question for the host's resolver, not for the build.
-    "host": _host,
-    "temp": _real, "top_p": _real, "min_p": _real, "presence_penalty": _real, "repeat_penalty": _real,
-}
-# Integer handlers that refuse some integers.
-_INT_CHECKS: dict[str, Callable[[str], None]] = {
-    "parallel": _parallel,
-    # tools/server: the HTTP socket is bound before the model loads; a negative port cannot be bound.
-    "port": _int_at_least(0, "couldn't bind HTTP server socket: a negative port"),
-    "reasoning_budget": _int_at_least(-1, "invalid value (the reasoning budget is -1 or more)"),
-    "spec_draft_n_max": _int_at_least(0, "invalid value (negative)"),
-    "spec_ngram_mod_n_min": _int_between(0, 1024, "ngram n-min must be between 0 and 1024 inclusive"),
-    "spec_ngram_mod_n_max": _int_between(0, 1024, "ngram n-max must be between 0 and 1024 inclusive"),
-}
-
-
-@dataclass(frozen=True)
-class _Rule:
-    """A value rule of build 11434 beyond the value's type, as its binary answered (llama_server_value_rules.json)."""
-
-    names: frozenset[str]
-    at_least: int | None
-    above: float | None
-    finite: bool
-    message: str
-
-    def check(self, value: str) -> None:
-        if self.at_least is not None:
-            if stoi(value) < self.at_least:
-                raise ValueError(self.message.format(value=value))
-            return
-        number = stof(value)
-        if (self.finite and not math.isfinite(number)) or (self.above is not None and not number > self.above):
-            raise ValueError(self.message.format(value=value))
-
-
-@cache
-def _recorded_rules() -> tuple[_Rule, ...]:
-    import json
-    from importlib import resources
-
-    text = resources.files("fleetgate.engines").joinpath("llama_server_value_rules.json").read_text(encoding="utf-8")
-    return tuple(_Rule(names=frozenset(r["names"]), at_least=r.get("at_least"), above=r.get("above"),
-                       finite=bool(r.get("finite", False)), message=r["message"])
-                 for r in json.loads(text)["rules"])
-
-
-@cache
-def _choices(sample: int) -> dict[str, tuple[str, ...]]:
-    """The values each name's handler takes at a recorded build, where its table lists them (the build's own
-    grammar, read from its arg.cpp)."""
-    return {n: v.enum for v in load_builds().at(sample) if v.enum and v.removed is None for n in v.all_names}
 
 
 @dataclass(frozen=True)
@@ -424,7 +262,7 @@ class ValueVerdicts:
     problems: list[ArgvProblem]
     """Values the build refuses."""
     unjudged: list[ArgvProblem]
-    """Values that only build 11434's rules refuse, at another build whose rule is not recorded."""
+    """Values whose handler throws on a condition the build's recorded grammar does not read."""
 
 
 def value_problems(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -> list[ArgvProblem]:
@@ -434,60 +272,40 @@ def value_problems(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -
 
 def value_verdicts(table: OptionTable, parsed: ParsedArgv, build: int = BUILD) -> ValueVerdicts:
     """Every value llama-server ``build`` refuses at start: it prints "error while handling argument"
-    (or "... environment variable") and exits before it loads anything. The value's type and its choices come
-    from the build's own table; rules beyond them (ranges, the spellings of a switch) are build 11434's, proven
-    against its binary: at another build a value they refuse is not judged, since that build's rule is not
-    recorded."""
+    (or "... environment variable") and exits before it loads anything. The value's type, choices, ranges and
+    list grammar are the build's own (its arg.cpp, read by extract_llama_args: fleetgate.engines.llama_values);
+    a build never published is read with the recorded build before it, where the seam has found that both
+    neighbours agree on the flag."""
     sample = _sample(build)
-    ints, removed = _values(sample)
-    choices = _choices(sample)
+    removed = _values(sample)
+    builds = load_builds()
     problems: list[ArgvProblem] = []
     unjudged: list[ArgvProblem] = []
     for dest, uses in parsed.uses.items():
         option = table.by_dest[dest]
         names = set(option.names) | set(option.neg_names)
-        listed = next((choices[n] for n in sorted(names) if n in choices), None)
-        rule = next((r for r in _recorded_rules() if r.names & names), None)
+        variant = next((v for n in sorted(names) if (v := builds.variant(n, sample)) is not None), None)
         for use in uses:
             value = use.value
-            try:
-                if names & set(removed):
-                    raise ValueError(f"the argument has been removed; {removed[sorted(names & set(removed))[0]]}")
-                if value is None:
-                    continue
-                if not option.takes_value:
-                    if option.neg_names and use.index is None and value not in (*TRUTHY, *FALSEY):
-                        # A boolean switch from the environment goes through parse_bool_value.
-                        raise ValueError(f"invalid boolean value {value!r}; expected one of {', '.join((*TRUTHY, *FALSEY))}")
-                    continue
-                if names & ints:
-                    stoi(value)
-                elif _STRING_CHECKS.get(dest) is _real or (rule is not None and rule.at_least is None):
-                    # The handler reads the value with std::stof at every build: its type, not a rule of one build.
-                    stof(value)
-                elif listed is not None:
-                    if value not in listed:
-                        raise ValueError(f"invalid value {value!r}; build {build} takes one of "
-                                         f"{', '.join(c if c else repr(c) for c in listed)}")
-                    continue
-            except ValueError as exc:
-                problems.append(ArgvProblem(use.flag, use.index, str(exc)))
+            if names & set(removed):
+                problems.append(ArgvProblem(use.flag, use.index, "the argument has been removed; "
+                                            f"{removed[sorted(names & set(removed))[0]]}"))
                 continue
-            try:
-                if rule is not None:
-                    rule.check(value)
-                elif names & ints:
-                    if dest in _INT_CHECKS:
-                        _INT_CHECKS[dest](value)
-                elif dest in _STRING_CHECKS and _STRING_CHECKS[dest] is not _real:
-                    _STRING_CHECKS[dest](value)
-            except ValueError as exc:
-                if build == BUILD:
-                    problems.append(ArgvProblem(use.flag, use.index, str(exc)))
-                else:
-                    unjudged.append(ArgvProblem(use.flag, use.index, (
-                        f"build {BUILD} refuses {value!r} ({exc}), and build {build}'s rule for {option.flag} is "
-                        "not recorded")))
+            if value is None:
+                continue
+            if not option.takes_value:
+                if option.neg_names and use.index is None and value not in (*TRUTHY, *FALSEY):
+                    # A boolean switch from the environment goes through parse_bool_value.
+                    problems.append(ArgvProblem(use.flag, use.index, f"invalid boolean value {value!r}; expected one "
+                                                f"of {', '.join((*TRUTHY, *FALSEY))}"))
+                continue
+            why = (refusal(variant, value, build) if variant is not None else None) or server_rule(names, value)
+            if why is not None:
+                problems.append(ArgvProblem(use.flag, use.index, why))
+            elif variant is not None and variant.rule("partial"):
+                unjudged.append(ArgvProblem(use.flag, use.index, (
+                    f"build {build}'s handler of {option.flag} throws on a condition its recorded grammar does not "
+                    f"read, so whether it takes {value!r} is not known")))
     return ValueVerdicts(problems, unjudged)
 
 

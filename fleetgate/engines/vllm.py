@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -181,7 +181,7 @@ def parse_vllm(argv: Sequence[str]) -> VllmConfig:
     )
 
 
-# -- the pinned release's own argument definitions (vllm_release.json, read from its wheel) ---------------------
+# -- each release's own argument definitions (vllm_releases.json, read from its sdist) --------------------------
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,8 @@ class ReleaseOption:
     choices: tuple[str, ...] = ()
     human_readable: bool = False
     optional: bool = False
+    keys: tuple[str, ...] = ()
+    """For a config group (``--compilation-config``): its dataclass's fields, the keys a dotted argument may set."""
 
 
 @dataclass(frozen=True)
@@ -227,13 +229,20 @@ class Release:
     metrics: Mapping[str, str]
     """metric name -> counter / gauge / histogram."""
     generated_from: str
+    abbreviations: bool = True
+    """Whether the release's parser takes a unique prefix of a long option (argparse's allow_abbrev)."""
+    dotted: bool = True
+    """Whether the release's FlexibleArgumentParser reads ``--X-config.KEY VALUE``."""
+    speculative_read: bool = True
+    """Whether the release's SpeculativeConfig fields and methods were read (0.8.0 to 0.8.4 declare no annotated
+    fields or method literal)."""
 
     def with_fork(self, fork: Fork | None) -> Release:
         if fork is None:
             return self
-        return Release(self.version, (*self.options, *fork.options), self.speculative_fields,
-                       (*self.speculative_methods, *fork.speculative_methods), self.metrics,
-                       f"{self.generated_from} + the {fork.name} fork ({fork.source})")
+        return replace(self, options=(*self.options, *fork.options),
+                       speculative_methods=(*self.speculative_methods, *fork.speculative_methods),
+                       generated_from=f"{self.generated_from} + the {fork.name} fork ({fork.source})")
 
     def exported_series(self) -> frozenset[str]:
         """The series names Prometheus scrapes: counters end in _total, histograms add _bucket/_sum/_count."""
@@ -250,46 +259,78 @@ class Release:
 
 def _option(data: Mapping[str, Any]) -> ReleaseOption:
     return ReleaseOption(tuple(data.get("names", ())), data["kind"], tuple(data.get("choices", ())),
-                         bool(data.get("human_readable")), bool(data.get("optional")))
+                         bool(data.get("human_readable")), bool(data.get("optional")), tuple(data.get("keys", ())))
 
 
 DEFAULT_RELEASE = "0.13.0"
 
 
-def releases() -> tuple[str, ...]:
-    """The vLLM releases fleetgate holds option tables for: vllm_release.json (0.13.0) and vllm_release_X.json."""
+def release_key(version: str) -> tuple[int, ...]:
+    """``0.8.5.post1`` -> (0, 8, 5, 1), the order of releases."""
+    return tuple(int(p.removeprefix("post")) for p in version.split("."))
+
+
+@cache
+def _data() -> dict[str, Any]:
     from importlib import resources
 
-    found = [DEFAULT_RELEASE]
-    for entry in resources.files("fleetgate.engines").iterdir():
-        name = entry.name
-        if name.startswith("vllm_release_") and name.endswith(".json"):
-            found.append(name.removeprefix("vllm_release_").removesuffix(".json"))
-    return tuple(sorted(found, key=lambda v: tuple(int(p) for p in v.split("."))))
+    return dict(json.loads(resources.files("fleetgate.engines").joinpath("vllm_releases.json").read_text(encoding="utf-8")))
+
+
+def releases() -> tuple[str, ...]:
+    """The vLLM releases fleetgate holds option tables for: every release from 0.8.0 to the newest it was
+    extracted at (vllm_releases.json, fleetgate.engines.extract_vllm_args)."""
+    return tuple(_data()["releases"])
+
+
+def newest() -> str:
+    return releases()[-1]
+
+
+def _in(item: Mapping[str, Any], version: str) -> bool:
+    key = release_key(version)
+    return any(release_key(a) <= key <= release_key(b) for a, b in item["seen"])
+
+
+def holders(name: str) -> list[tuple[str, str]]:
+    """The intervals of held releases that have an option of this name, as (first, last)."""
+    runs = [tuple(o["seen"]) for o in _data()["options"] if name in o["names"]]
+    held = releases()
+    have = sorted({r for run in runs for a, b in run for r in held
+                   if release_key(a) <= release_key(r) <= release_key(b)}, key=release_key)
+    found: list[tuple[str, str]] = []
+    for release in have:
+        if found and held.index(release) == held.index(found[-1][1]) + 1:
+            found[-1] = (found[-1][0], release)
+        else:
+            found.append((release, release))
+    return found
 
 
 def load_release(version: str = DEFAULT_RELEASE) -> Release:
-    """One vLLM release's options, speculative-config schema and metrics (vllm_release.json is 0.13.0, the
-    default; vllm_release_VERSION.json another), read from its wheel by fleetgate.engines.vllm_wheel."""
+    """One vLLM release's options, speculative-config schema and metrics (vllm_releases.json, read from its sdist
+    by fleetgate.engines.extract_vllm_args); 0.13.0 unless told (the release the radiance fork is built on)."""
     if version not in releases():
-        raise ValueError(f"no option table for vLLM {version}: fleetgate holds {', '.join(releases())}")
+        raise ValueError(f"no option table for vLLM {version}: fleetgate holds {releases()[0]} to {releases()[-1]}")
     return _load_release(version)
 
 
 @cache
 def _load_release(version: str) -> Release:
-    from importlib import resources
-
-    name = "vllm_release.json" if version == DEFAULT_RELEASE else f"vllm_release_{version}.json"
-    data = json.loads(resources.files("fleetgate.engines").joinpath(name).read_text(encoding="utf-8"))
-    spec = data["speculative_config"]
+    data = _data()
+    parser = next(p for p in data["parser"] if _in(p, version))
     return Release(
-        version=data["release"],
-        options=tuple(_option(o) for o in data["options"]),
-        speculative_fields={name: _option({"names": (), **kind}) for name, kind in spec["fields"].items()},
-        speculative_methods=tuple(spec["methods"]),
-        metrics={m["name"]: m["type"] for m in data["metrics"]},
-        generated_from=data["generated_from"],
+        version=version,
+        options=tuple(_option(o) for o in data["options"] if _in(o, version)),
+        speculative_fields={f["name"]: _option({"names": (), **{k: v for k, v in f.items() if k not in ("name", "seen")}})
+                            for f in data["speculative_fields"] if _in(f, version)},
+        speculative_methods=tuple(m["name"] for m in data["speculative_methods"] if _in(m, version)),
+        metrics={m["name"]: m["type"] for m in data["metrics"] if _in(m, version)},
+        generated_from=f"{data['origins'][version]} (vllm_releases.json)",
+        abbreviations=bool(parser["abbreviations"]),
+        dotted=bool(parser["dotted"]),
+        speculative_read=any(_in(f, version) for f in data["speculative_fields"])
+        and any(_in(m, version) for m in data["speculative_methods"]),
     )
 
 
@@ -338,9 +379,10 @@ def unrecorded(version: str) -> str | None:
     """None when fleetgate holds ``version``'s option table, else the not-judged reason (what to declare or record)."""
     if version in releases():
         return None
-    return (f"not judged: vLLM {version} has no recorded option table; declare a recorded release "
-            f"({', '.join(releases())}) or record it: python -m fleetgate.engines.vllm_wheel vllm-{version}-*.whl > "
-            f"fleetgate/engines/vllm_release_{version}.json (pip download --no-deps vllm=={version} gives the wheel)")
+    held = releases()
+    return (f"not judged: vLLM {version} has no recorded option table (fleetgate holds every release from {held[0]} "
+            f"to {held[-1]}); declare the release the service runs, or record it: python -m "
+            "fleetgate.engines.extract_vllm_args (it reads each release's sdist from PyPI)")
 
 
 # -- what vLLM names as the successor of an option it removed or renamed (vllm_successors.json) -----------------
@@ -439,12 +481,12 @@ def read_argv(argv: Sequence[str], release: Release) -> ArgvReading:
         i += 1
         if i < len(argv) and not argv[i].startswith("-"):
             i += 1
-    args, dotted = _dotted(list(argv), i, problems)
+    args, dotted = _dotted(list(argv), i, problems) if release.dotted else (list[str | None](argv), [])
 
     def lookup(word: str, name: str, index: int) -> tuple[ReleaseOption | None, str, bool]:
         """The option argparse matches (exact, then a unique prefix); True when the name was ambiguous."""
         option = table.get(name)
-        if option is None and name.startswith("--"):
+        if option is None and name.startswith("--") and release.abbreviations:
             matches = [n for n in long_names if n.startswith(name)]
             if len({id(table[n]) for n in matches}) == 1:
                 return table[matches[0]], matches[0], False
@@ -516,10 +558,16 @@ def read_argv(argv: Sequence[str], release: Release) -> ArgvReading:
             continue
         found[option.names[0]] = (group.index, value)
         if option.names[0] != "--speculative-config":
-            unjudged += [f"{name}.{key}" for key in group.value]
+            # a key the group's dataclass has is taken; another is not judged (whether the release refuses an
+            # unknown key of this group is not recorded)
+            unjudged += [f"{name}.{key}" for key in group.value if key not in option.keys]
     spec = found.get("--speculative-config")
     if spec is not None and spec[1] is not None:
-        problems += _speculative(spec[0], spec[1], release)
+        if release.speculative_read:
+            problems += _speculative(spec[0], spec[1], release)
+        else:
+            # the release's SpeculativeConfig is no annotated dataclass (0.8.0 to 0.8.4): its schema is not read
+            unjudged.append("--speculative-config")
     return ArgvReading(found, problems, unjudged)
 
 
@@ -530,9 +578,10 @@ def _unknown(name: str, release: Release) -> str:
     successor = successors().get(name)
     if successor is not None:
         message += f"; {successor.how}"
-    held = [v for v in releases() if v != release.version and any(name in o.names for o in load_release(v).options)]
+    held = holders(name)
     if held:
-        message += f" (vLLM {', '.join(held)} {'has' if len(held) == 1 else 'have'} it)"
+        spans = ", ".join(a if a == b else f"{a} to {b}" for a, b in held)
+        message += f" (vLLM {spans} {'has' if len(held) == 1 and held[0][0] == held[0][1] else 'have'} it)"
     return message
 
 

@@ -1,7 +1,8 @@
-"""Read a vLLM wheel's argument and metric definitions without importing vLLM (vllm_release.json).
+"""Read a vLLM release's argument and metric definitions without importing vLLM.
 
-``python -m fleetgate.engines.vllm_wheel PATH/TO/vllm-X.whl > fleetgate/engines/vllm_release.json``
-regenerates the committed file for another release (``pip download --no-deps vllm==X`` gives the wheel).
+``fleetgate.engines.extract_vllm_args`` reads every release's sdist with ``read_sources`` into vllm_releases.json;
+``python -m fleetgate.engines.vllm_wheel PATH/TO/vllm-X.whl`` prints one wheel's reading (``pip download --no-deps
+vllm==X`` gives the wheel), which must agree with what the committed data holds for that release.
 
 What is read, as Python source parsed with ``ast`` (nothing of vLLM runs):
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -34,9 +36,11 @@ _CONFIG_DIR = "vllm/config/"
 _ARG_UTILS = "vllm/engine/arg_utils.py"
 _CLI_ARGS = "vllm/entrypoints/openai/cli_args.py"
 # Where later releases keep FrontendArgs and make_arg_parser (0.32: vllm/entrypoints/launchers/).
-_CLI_ARGS_PATHS = (_CLI_ARGS, "vllm/entrypoints/launchers/cli_args.py")
+_CLI_ARGS_PATHS = (_CLI_ARGS, "vllm/entrypoints/launchers/cli_args.py", "vllm/entrypoints/common/cli_args.py")
 _METRICS = ("vllm/v1/metrics/loggers.py", "vllm/v1/spec_decode/metrics.py")
 _SPEC = "vllm/config/speculative.py"
+# Where FlexibleArgumentParser lives, release by release.
+_PARSER_PATHS = ("vllm/utils.py", "vllm/utils/__init__.py", "vllm/utils/argparse_utils.py")
 # human_readable_int in arg_utils.py: these int fields also take "25.6k", "1M", "2Gi".
 _HUMAN_READABLE = {"max_model_len", "max_num_batched_tokens", "kv_cache_memory_bytes"}
 
@@ -129,7 +133,9 @@ class _Types:
         names = {v for k, v in parts if k == "name"}
         optional = "none" in kinds
         if "class" in kinds:
-            return {"kind": "json"}
+            # a config dataclass: the keys its dotted arguments (--X-config.KEY) may set are its fields
+            group = next(v for k, v in parts if k == "class")
+            return {"kind": "json", "keys": sorted(f for f in self.fields_with_bases(group) if not f.startswith("_"))}
         if "bool" in names:
             return {"kind": "bool"}
         if "literal" in kinds:
@@ -203,14 +209,24 @@ def _options_of(function: ast.FunctionDef, types: _Types) -> Iterator[dict[str, 
         yield option
 
 
+def wanted(name: str) -> bool:
+    """Whether a file of a release (a wheel's or an sdist's, relative to the package root) is one read here."""
+    return ((name.startswith(_CONFIG_DIR) and name.endswith(".py")) or name == "vllm/config.py"
+            or name in (_ARG_UTILS, *_CLI_ARGS_PATHS, *_METRICS, *_PARSER_PATHS))
+
+
 def read_wheel(path: Path) -> dict[str, Any]:
     with zipfile.ZipFile(path) as wheel:
         names = wheel.namelist()
-        wanted = [n for n in names if (n.startswith(_CONFIG_DIR) and n.endswith(".py"))
-                  or n in (_ARG_UTILS, *_CLI_ARGS_PATHS, *_METRICS)]
-        sources = {n: ast.parse(wheel.read(n).decode("utf-8"), filename=n) for n in wanted}
+        files = {n: wheel.read(n).decode("utf-8") for n in names if wanted(n)}
         version = next((n.split("/")[0].removesuffix(".dist-info").split("-")[1] for n in names
                         if n.endswith(".dist-info/METADATA")), "unknown")
+    return read_sources(files, version, path.name)
+
+
+def read_sources(files: dict[str, str], version: str, origin: str) -> dict[str, Any]:
+    """One release's options, speculative-config schema and metrics from its sources (``vllm/...`` paths)."""
+    sources = {n: ast.parse(text, filename=n) for n, text in files.items() if wanted(n) and n not in _PARSER_PATHS}
     types = _Types(sources)
     options: list[dict[str, Any]] = []
     for function in _functions(sources[_ARG_UTILS], "add_cli_args"):
@@ -231,12 +247,13 @@ def read_wheel(path: Path) -> dict[str, Any]:
             option["names"] = [*option["names"], *(f"--no-{n[2:]}" for n in option["names"] if n.startswith("--"))]
     spec_fields = types.classes.get("SpeculativeConfig", {})
     speculative = {
-        "fields": {name: types.kind(annotation, name) for name, annotation in spec_fields.items() if not name.startswith("_")},
+        "fields": {name: {k: v for k, v in types.kind(annotation, name).items() if k != "keys"}
+                   for name, annotation in spec_fields.items() if not name.startswith("_")},
         "methods": [str(v) for k, vs in types.parts(types.aliases.get("SpeculativeMethod")) if k == "literal" for v in vs],
     }
     metrics = []
     for source in _METRICS:
-        for node in ast.walk(sources[source]):
+        for node in ast.walk(sources[source]) if source in sources else ():
             if not isinstance(node, ast.Call):
                 continue
             name = next((k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)
@@ -246,9 +263,14 @@ def read_wheel(path: Path) -> dict[str, Any]:
             func = _name(node.func).lower()
             kind = next((t for t in ("counter", "gauge", "histogram") if t in func), "unknown")
             metrics.append({"name": name, "type": kind, "source": source})
+    parser = next((text for name, text in files.items() if "class FlexibleArgumentParser" in text), "")
     return {
         "release": version,
-        "generated_from": f"{path.name}: {_ARG_UTILS}, {cli_path}, {_SPEC}, {', '.join(_METRICS)} (read with ast, not imported)",
+        # FlexibleArgumentParser: argparse's abbreviations unless it turns them off; dotted --X.KEY arguments where
+        # it builds nested dicts from them
+        "abbreviations": re.search(r"allow_abbrev\s*=\s*False", parser) is None,
+        "dotted": "create_nested_dict" in parser,
+        "generated_from": f"{origin}: {_ARG_UTILS}, {cli_path}, {_SPEC}, {', '.join(_METRICS)} (read with ast, not imported)",
         "options": options,
         "speculative_config": speculative,
         "metrics": sorted(metrics, key=lambda m: m["name"]),

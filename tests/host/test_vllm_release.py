@@ -1,15 +1,13 @@
-"""The committed vLLM release data (fleetgate/engines/vllm_release.json) and the argparse reading built on it.
+"""The committed vLLM release data (fleetgate/engines/vllm_releases.json) and the argparse reading built on it.
 
-The file is what ``python -m fleetgate.engines.vllm_wheel`` reads from the pinned wheel; when the wheel is
-at hand (FLEETGATE_VLLM_WHEEL=PATH, from ``pip download --no-deps vllm==0.13.0``) it is re-read and must
-match the committed file exactly.
+The data is what ``python -m fleetgate.engines.extract_vllm_args`` reads from each release's sdist; when a wheel is
+at hand (FLEETGATE_VLLM_WHEEL=PATH, from ``pip download --no-deps vllm==0.13.0``) it is read and must give the
+release's options, speculative schema and metrics as the committed data holds them.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -34,9 +32,11 @@ def test_the_release_is_the_pinned_one_with_its_own_flags_and_metrics() -> None:
 
 @pytest.mark.skipif(not os.environ.get("FLEETGATE_VLLM_WHEEL"), reason="FLEETGATE_VLLM_WHEEL names no vLLM wheel")
 def test_the_committed_file_is_what_the_wheel_says() -> None:
-    wheel = Path(os.environ["FLEETGATE_VLLM_WHEEL"])
-    committed = json.loads(resources.files("fleetgate.engines").joinpath("vllm_release.json").read_text())
-    assert read_wheel(wheel) == committed
+    read = read_wheel(Path(os.environ["FLEETGATE_VLLM_WHEEL"]))
+    release = load_release(read["release"])
+    assert sorted(tuple(o["names"]) for o in read["options"]) == sorted(o.names for o in release.options)
+    assert sorted(read["speculative_config"]["methods"]) == sorted(release.speculative_methods)
+    assert {m["name"]: m["type"] for m in read["metrics"]} == dict(release.metrics)
 
 
 @pytest.mark.parametrize(("argv", "kinds"), [
