@@ -57,10 +57,10 @@ def test_what_needs_lacks_is_the_reason_the_check_cannot_judge(check: Check[Box]
     assert check.why_not(Box("a", None)) == "a holds nothing: declare its content"
     assert check.why_not(Box("a", "apple")) is None
     # Called without asking first, the check says the same: not applicable, or not judged.
-    with pytest.raises(NotApplicable, match="^a holds nothing") as raised:
+    with pytest.raises(NotApplicable, match=r"^a holds nothing") as raised:
         check(Box("a", None))
     assert not isinstance(raised.value, NotJudged)
-    with pytest.raises(NotJudged, match="^not judged: q's content is unknown$"):
+    with pytest.raises(NotJudged, match=r"^not judged: q's content is unknown$"):
         check(Box("q", "?"))
 
 
