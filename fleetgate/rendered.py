@@ -12,6 +12,7 @@ import io
 import os
 import pickle
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -55,11 +56,16 @@ class Renderer:
     and the run that made the subject answers from here, so what the seams cost is seen in one place.
 
     Not carried to another process (an xdist worker gets a renderer of its own, empty): what it holds is this
-    process's answers, and the counts are this process's."""
+    process's answers, and the counts are this process's. It keeps the last ``KEEP`` answers: a seams run asks no
+    render twice today (``benchmarks/seam_runs.py``), and keeping every probe's trace grew a 200-service run by a
+    third of its memory."""
+
+    KEEP = 64
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._made: dict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]], Rendered | RenderRefused] = {}
+        self._made: OrderedDict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]],
+                                Rendered | RenderRefused] = OrderedDict()
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
@@ -84,6 +90,7 @@ class Renderer:
             made = self._made.get(key)
             if made is not None:
                 self.reused += 1
+                self._made.move_to_end(key)
         if made is None:
             try:
                 with counting(self._tally):
@@ -93,6 +100,8 @@ class Renderer:
             with self._lock:
                 self.renders += 1
                 self._made.setdefault(key, made)
+                while len(self._made) > self.KEEP:
+                    self._made.popitem(last=False)
         if isinstance(made, RenderRefused):
             raise made
         return made
