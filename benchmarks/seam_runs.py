@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
+import marshal
 import os
 import subprocess
 import sys
@@ -74,7 +76,8 @@ def main() -> int:
                             "no renderer")
                 print(f"| {name} | {services} | {counts['exit']} | {total} | {total / services:.2f} | {marginal} | "
                       f"{counts['parses']} | {renderer} |", flush=True)
-                listings.append(f"# {services} services, {name}: {total} sandboxed runs\n" + "\n".join(
+                listings.append(f"# {services} services, {name}: {total} sandboxed runs, {counts['distinct']} of them "
+                                "different requests\n" + "\n".join(
                     f"{count:6d}  {asked}" for asked, count in sorted(counts["runs"].items(), key=lambda kv: -kv[1])))
         if args.by_seam:
             print("\n" + "\n".join(listings))
@@ -99,9 +102,12 @@ def _child(root: Path, fleet: Path) -> int:
     if not sandbox.__file__ or not sandbox.__file__.startswith(str(root)):
         raise SystemExit(f"fleetgate was imported from {sandbox.__file__}, not from {root}")
     runs: collections.Counter[str] = collections.Counter()
+    asked_for: set[str] = set()
     exchange = sandbox._exchange
 
     def counted(request: Any, wait: float) -> Any:
+        # two requests alike (its deadline aside) would be one render asked twice: what a cache could answer
+        asked_for.add(hashlib.sha256(marshal.dumps({k: v for k, v in request.items() if k != "deadline"})).hexdigest())
         names = [f"{Path(f.filename).stem}.{f.name}" for f in traceback.extract_stack()[:-1] if "/fleetgate/" in f.filename]
         if any(n.startswith("envfile.") for n in names):
             asked = "an env file read by bash"
@@ -133,7 +139,7 @@ def _child(root: Path, fleet: Path) -> int:
 
     subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign,assignment]
     code = pytest.main([str(root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}"])
-    counts = {"exit": int(code), "runs": dict(runs), "parses": parses,
+    counts = {"exit": int(code), "runs": dict(runs), "parses": parses, "distinct": len(asked_for),
               "renders": sum(r.renders for r in renderers) if renderer_class is not None else None,
               "reused": sum(r.reused for r in renderers) if renderer_class is not None else None}
     print("\n" + json.dumps(counts))
