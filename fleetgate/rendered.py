@@ -65,7 +65,7 @@ class Renderer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._made: OrderedDict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]],
-                                Rendered | RenderRefused] = OrderedDict()
+                                tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
@@ -87,7 +87,9 @@ class Renderer:
         # A service is a frozen dataclass with dicts in it: its repr is its value.
         key = (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
         with self._lock:
-            made = self._made.get(key)
+            kept = self._made.get(key)
+            # the fleet itself, not only its id: an id is reused once its fleet is gone
+            made = kept[1] if kept is not None and kept[0] is fleet else None
             if made is not None:
                 self.reused += 1
                 self._made.move_to_end(key)
@@ -99,7 +101,7 @@ class Renderer:
                 made = refused
             with self._lock:
                 self.renders += 1
-                self._made.setdefault(key, made)
+                self._made[key] = (fleet, made)
                 while len(self._made) > self.KEEP:
                     self._made.popitem(last=False)
         if isinstance(made, RenderRefused):
