@@ -1,17 +1,24 @@
 """What one ``pytest seams/`` asks the sandbox for on a generated fleet (benchmarks/fleet_scale.py's): the sandboxed
-runs, by the seam (or render) that asked, and the ``bash -n`` parses of scripts. Counts, not times: they do not move
-with the machine's load.
+runs, by the seam (or render) that asked, and the ``bash -n`` parses of scripts; with ``--baseline REV``, the same
+fleets run by a previous design too, printed side by side. Counts, not times: they do not move with the machine's load.
 
-    python benchmarks/seam_runs.py 50                # this checkout
-    python benchmarks/seam_runs.py 50 --root DIR     # another tree (git archive REV | tar -x -C DIR)
+    python benchmarks/seam_runs.py 6 10 50 200 --baseline 4255105   # this checkout beside 4255105, same fleets
+    python benchmarks/seam_runs.py 50 --root DIR                    # another tree (git archive REV | tar -x -C DIR)
 
-The first sandboxed run of a process is the sandbox's probe; it is counted under whatever asked first.
+A size of 6 or less is the example fleet itself. Each design runs in a process of its own, with the suite's engine
+preflight (the repository's conftest.py) marked done: it is fleetgate's own test suite's, not the seams'. The first
+sandboxed run of a process is the sandbox's probe; it is counted under whatever asked first. Where the design has one,
+the run's renderer (``fleetgate.rendered.Renderer``) says what it rendered and what it answered again from its cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
+import json
+import marshal
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,24 +31,83 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("size", type=int, help="services in the generated fleet")
+    parser.add_argument("sizes", type=int, nargs="+", help="services in each generated fleet")
     parser.add_argument("--root", type=Path, default=REPO, help="the tree whose fleetgate and seams/ run (default: this one)")
+    parser.add_argument("--baseline", metavar="REV", help="a git revision to count beside it (git archive)")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--by-seam", action="store_true", help="list the runs by the seam that asked, per design")
     args = parser.parse_args()
-    root = args.root.resolve()
+    if args.child is not None:
+        return _child(args.root.resolve(), args.child)
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import fleet_scale
+
+    with tempfile.TemporaryDirectory(prefix="fleetgate-runs-") as tmp:
+        designs = [("this checkout" if args.root.resolve() == REPO else str(args.root), args.root.resolve())]
+        if args.baseline:
+            base = Path(tmp) / "baseline"
+            base.mkdir()
+            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+            designs.append((f"baseline {args.baseline}", base))
+        print("| design | services | pytest exit | sandboxed runs | runs per service | +runs per added service | "
+              "`bash -n` | renders made / answered again (the run's renderer) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        previous: dict[str, tuple[int, int]] = {}
+        listings: list[str] = []
+        for size in args.sizes:
+            fleet = fleet_scale.generate(size, Path(tmp) / f"fleet-{size}")
+            services = len(_services(fleet))
+            for name, root in designs:
+                env = {**os.environ, "FLEETGATE_ENGINE_PREFLIGHT": "1"}
+                env.pop("PYTHONPATH", None)
+                done = subprocess.run([sys.executable, __file__, "0", "--root", str(root), "--child", str(fleet)],
+                                      capture_output=True, text=True, env=env, cwd=root)
+                try:
+                    counts = json.loads(done.stdout.strip().splitlines()[-1])
+                except (ValueError, IndexError):
+                    print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
+                    raise SystemExit(f"{name}: no counts for {size} services") from None
+                total = sum(counts["runs"].values())
+                last = previous.get(name)
+                marginal = f"{(total - last[1]) / (services - last[0]):.2f}" if last and services > last[0] else "-"
+                previous[name] = (services, total)
+                renderer = (f"{counts['renders']} / {counts['reused']}" if counts.get("renders") is not None else
+                            "no renderer")
+                print(f"| {name} | {services} | {counts['exit']} | {total} | {total / services:.2f} | {marginal} | "
+                      f"{counts['parses']} | {renderer} |", flush=True)
+                listings.append(f"# {services} services, {name}: {total} sandboxed runs, {counts['distinct']} of them "
+                                "different requests\n" + "\n".join(
+                    f"{count:6d}  {asked}" for asked, count in sorted(counts["runs"].items(), key=lambda kv: -kv[1])))
+        if args.by_seam:
+            print("\n" + "\n".join(listings))
+    return 0
+
+
+def _services(fleet: Path) -> list[str]:
+    import tomllib
+
+    return list(tomllib.loads(fleet.read_text(encoding="utf-8")).get("services", {}))
+
+
+def _child(root: Path, fleet: Path) -> int:
     # This tree's editable install set aside, so that ROOT's fleetgate is the one imported.
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
-    sys.path[:0] = [str(root), str(REPO / "benchmarks")]
-    import fleet_scale
+    sys.path[:0] = [str(root)]
     import pytest
 
+    import fleetgate.rendered as rendered
     import fleetgate.sandbox as sandbox
 
     if not sandbox.__file__ or not sandbox.__file__.startswith(str(root)):
         raise SystemExit(f"fleetgate was imported from {sandbox.__file__}, not from {root}")
     runs: collections.Counter[str] = collections.Counter()
+    asked_for: set[str] = set()
     exchange = sandbox._exchange
 
     def counted(request: Any, wait: float) -> Any:
+        # two requests alike (its deadline aside) would be one render asked twice: what a cache could answer
+        asked_for.add(hashlib.sha256(marshal.dumps({k: v for k, v in request.items() if k != "deadline"})).hexdigest())
         names = [f"{Path(f.filename).stem}.{f.name}" for f in traceback.extract_stack()[:-1] if "/fleetgate/" in f.filename]
         if any(n.startswith("envfile.") for n in names):
             asked = "an env file read by bash"
@@ -51,24 +117,33 @@ def main() -> int:
         runs[asked] += 1
         return exchange(request, wait)
 
-    sandbox._exchange = counted
+    sandbox._exchange = counted  # type: ignore[assignment]
+    renderers: list[Any] = []
+    renderer_class = getattr(rendered, "Renderer", None)
+    if renderer_class is not None:
+        made = renderer_class.__init__
+
+        def init(self: Any) -> None:
+            made(self)
+            renderers.append(self)
+
+        renderer_class.__init__ = init
     parses = 0
     popen = subprocess.Popen.__init__
 
-    def init(self: subprocess.Popen[bytes], argv: Any, *rest: Any, **options: Any) -> None:
+    def popen_init(self: subprocess.Popen[bytes], argv: Any, *rest: Any, **options: Any) -> None:
         nonlocal parses
         if isinstance(argv, list) and argv[:1] == ["/bin/bash"] and "-n" in argv:
             parses += 1
         popen(self, argv, *rest, **options)
 
-    subprocess.Popen.__init__ = init  # type: ignore[method-assign,assignment]
-    with tempfile.TemporaryDirectory(prefix="fleetgate-runs-") as tmp:
-        fleet = fleet_scale.generate(args.size, Path(tmp) / "fleet")
-        code = pytest.main([str(root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}"])
-    print(f"# {args.size} services, {root}: pytest exit {code}; {sum(runs.values())} sandboxed runs, {parses} bash -n")
-    for asked, count in runs.most_common():
-        print(f"{count:6d}  {asked}")
-    return int(code)
+    subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign,assignment]
+    code = pytest.main([str(root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}"])
+    counts = {"exit": int(code), "runs": dict(runs), "parses": parses, "distinct": len(asked_for),
+              "renders": sum(r.renders for r in renderers) if renderer_class is not None else None,
+              "reused": sum(r.reused for r in renderers) if renderer_class is not None else None}
+    print("\n" + json.dumps(counts))
+    return 0
 
 
 if __name__ == "__main__":

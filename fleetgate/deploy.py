@@ -8,6 +8,7 @@ A malformed line is an InputError naming the file and line.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -30,9 +31,16 @@ class Probe:
 
 def read_probes(path: Path) -> dict[str, Probe]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(path, None, f"cannot read the deploy probes: {exc.strerror}") from None
+    # deploy-probes asks once per service: the table is parsed once per text, not once per service of the fleet
+    return dict(_parse(path, text))
+
+
+@lru_cache(maxsize=8)
+def _parse(path: Path, text: str) -> dict[str, Probe]:
+    lines = text.splitlines()
     probes: dict[str, Probe] = {}
     for number, line in enumerate(lines, start=1):
         text = line.strip()

@@ -11,6 +11,8 @@ import copyreg
 import io
 import os
 import pickle
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -29,12 +31,14 @@ from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import render
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
-from fleetgate.sandbox import SandboxUnavailable
+from fleetgate.sandbox import SandboxUnavailable, counting
 from fleetgate.sources.docker_run import engine_of_image
 
 __all__ = [
     "RenderedService",
+    "Renderer",
     "ServiceAttempt",
+    "attempt_of",
     "attempt_service",
     "attempt_services",
     "load_service",
@@ -43,6 +47,66 @@ __all__ = [
     "share_attempts",
     "unshare_attempts",
 ]
+
+
+class Renderer:
+    """One run's renderer: every render the run asks for (each service's own, and what a check probes: a service with
+    variables overridden or unset, with positional arguments, or another script of the service's run the same way)
+    made once and counted. A check never starts the sandbox itself: it asks its subject (``RenderedService.probe``),
+    and the run that made the subject answers from here, so what the seams cost is seen in one place.
+
+    Not carried to another process (an xdist worker gets a renderer of its own, empty): what it holds is this
+    process's answers, and the counts are this process's. It keeps the last ``KEEP`` answers: a seams run asks no
+    render twice today (``benchmarks/seam_runs.py``), and keeping every probe's trace grew a 200-service run by a
+    third of its memory."""
+
+    KEEP = 64
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: OrderedDict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]],
+                                tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
+        self.renders = 0
+        """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
+        self.reused = 0
+        """Asks answered with a render made before."""
+        self.runs = 0
+        """Sandboxed runs its renders made (a render's retries and an env file read by bash included)."""
+
+    def __reduce__(self) -> tuple[type[Renderer], tuple[()]]:
+        return (Renderer, ())
+
+    def _tally(self) -> None:
+        with self._lock:
+            self.runs += 1
+
+    def probe(self, fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None = None,
+              args: tuple[str, ...] = ()) -> Rendered:
+        """``service`` rendered with ``overrides`` (None unsets a variable) and ``args``; a refusal is raised again as
+        the same ``RenderRefused`` each time it is asked for."""
+        # A service is a frozen dataclass with dicts in it: its repr is its value.
+        key = (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
+        with self._lock:
+            kept = self._made.get(key)
+            # the fleet itself, not only its id: an id is reused once its fleet is gone
+            made = kept[1] if kept is not None and kept[0] is fleet else None
+            if made is not None:
+                self.reused += 1
+                self._made.move_to_end(key)
+        if made is None:
+            try:
+                with counting(self._tally):
+                    made = render(fleet, service, overrides=overrides, args=args)
+            except RenderRefused as refused:
+                made = refused
+            with self._lock:
+                self.renders += 1
+                self._made[key] = (fleet, made)
+                while len(self._made) > self.KEEP:
+                    self._made.popitem(last=False)
+        if isinstance(made, RenderRefused):
+            raise made
+        return made
 
 
 @dataclass(frozen=True)
@@ -55,6 +119,16 @@ class RenderedService:
     profile: Profile | None
     draft_profile: Profile | None
     _where_cache: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    renderer: Renderer = field(default_factory=Renderer, compare=False, repr=False)
+    """The run's renderer, which made this render and answers the checks' probes."""
+
+    def probe(self, overrides: Mapping[str, str | None] | None = None, *, args: tuple[str, ...] = (),
+              service: Service | None = None) -> Rendered:
+        """This service rendered again as a check asks: ``overrides`` replaces variables (None unsets one), ``args``
+        are the script's positional arguments, ``service`` another start of it (a bench harness, the build or
+        deploy script run as this service's). Raises ``RenderRefused`` when the script refuses. Made by the run's
+        renderer: asked twice, rendered once."""
+        return self.renderer.probe(self.fleet, service or self.service, overrides, args)
 
     @property
     def name(self) -> str:
@@ -127,7 +201,7 @@ class RenderedService:
         for origin in candidates:
             sentinel = f"fleetgate-probe-{origin.name.lower()}"
             try:
-                probe = render(self.fleet, self.service, overrides={origin.name: sentinel})
+                probe = self.probe({origin.name: sentinel})
             except Exception:
                 continue
             if _value_at(probe.argv, use.index, sentinel):
@@ -173,8 +247,10 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     return replace(service, engine_build=build)
 
 
-def load_service(fleet: Fleet, service: Service) -> RenderedService:
-    rendered = render(fleet, service)
+def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = None) -> RenderedService:
+    """``service`` rendered and read; ``renderer`` is the run's (a fresh one when the caller has no run)."""
+    renderer = renderer if renderer is not None else Renderer()
+    rendered = renderer.probe(fleet, service)
     service = _with_image_build(service, rendered)
     if rendered.compose is not None and rendered.compose.engine_build is not None and service.engine_build is None:
         service = replace(service, engine_build=rendered.compose.engine_build)  # the image tag pins the build
@@ -189,6 +265,7 @@ def load_service(fleet: Fleet, service: Service) -> RenderedService:
         vllm=vllm,
         profile=load_profile(service.profile) if service.profile else None,
         draft_profile=load_profile(service.draft_profile) if service.draft_profile else None,
+        renderer=renderer,
     )
 
 
@@ -208,14 +285,14 @@ class ServiceAttempt:
         return self.service.name
 
 
-def attempt_service(fleet: Fleet, service: Service) -> ServiceAttempt:
+def attempt_service(fleet: Fleet, service: Service, renderer: Renderer | None = None) -> ServiceAttempt:
     """Render a service; a serve script that refuses is a finding, and so is a file of this service that cannot
     be read (a malformed unit, a drop-in that starts another script): one broken service never hides the others.
 
     What concerns every service is still raised: a sandbox this machine cannot build, an error in fleet.toml.
     """
     try:
-        return ServiceAttempt(fleet, service, load_service(fleet, service), None)
+        return ServiceAttempt(fleet, service, load_service(fleet, service, renderer), None)
     except RenderRefused as refused:
         return ServiceAttempt(fleet, service, None, refused)
     except SandboxUnavailable:
@@ -226,19 +303,20 @@ def attempt_service(fleet: Fleet, service: Service) -> ServiceAttempt:
         return ServiceAttempt(fleet, service, None, None, error)
 
 
-def attempt_services(fleet: Fleet, *, jobs: int | None = None) -> dict[str, ServiceAttempt]:
+def attempt_services(fleet: Fleet, *, jobs: int | None = None, renderer: Renderer | None = None) -> dict[str, ServiceAttempt]:
     """Every service of the fleet rendered, several at a time (a render mostly waits for its bash).
 
     The result is in the fleet's order; each service keeps its own broken file (``ServiceAttempt.broken``),
     and an error that concerns every service raises that of the first service (in that order) that met it,
-    as rendering one after the other would.
+    as rendering one after the other would. ``renderer`` is the run's (a fresh one when the caller has no run).
     """
+    renderer = renderer if renderer is not None else Renderer()
     services = list(fleet.services.values())
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(services)))
     if workers == 1:
-        return {service.name: attempt_service(fleet, service) for service in services}
+        return {service.name: attempt_service(fleet, service, renderer) for service in services}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fleetgate-render") as pool:
-        futures = [pool.submit(attempt_service, fleet, service) for service in services]
+        futures = [pool.submit(attempt_service, fleet, service, renderer) for service in services]
         try:
             return {service.name: future.result() for service, future in zip(services, futures, strict=True)}
         except BaseException:
@@ -270,6 +348,11 @@ def run_attempt(fleet: Fleet, service: Service) -> ServiceAttempt | None:
     if attempt is None or attempt.fleet is not fleet or attempt.service is not service:
         return None
     return attempt
+
+
+def attempt_of(fleet: Fleet, service: Service) -> ServiceAttempt:
+    """The running check's run's attempt of ``service`` (``run_attempt``); rendered now when the run has made none."""
+    return run_attempt(fleet, service) or attempt_service(fleet, service)
 
 
 def _reduce_refused(refused: RenderRefused) -> tuple[Callable[..., RenderRefused], tuple[Any, ...]]:

@@ -40,7 +40,7 @@ from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
-from fleetgate.rendered import ServiceAttempt, attempt_services, run_attempts
+from fleetgate.rendered import Renderer, ServiceAttempt, attempt_services, run_attempts
 from fleetgate.secrets import scrub
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
@@ -173,6 +173,8 @@ class FleetInputs:
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
+        self.renderer = Renderer()
+        """Every render of this run, the checks' probes included, made once and counted."""
 
     @property
     def fleet(self) -> Fleet:
@@ -180,7 +182,7 @@ class FleetInputs:
 
     @cached_property
     def _attempts(self) -> dict[str, ServiceAttempt]:
-        return attempt_services(self._fleet)
+        return attempt_services(self._fleet, renderer=self.renderer)
 
     def made_attempts(self) -> Mapping[str, ServiceAttempt] | None:
         """The renders, when they have been made; None before (nothing is rendered for asking)."""

@@ -48,7 +48,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -69,6 +70,7 @@ __all__ = [
     "SandboxResult",
     "SandboxSpec",
     "SandboxUnavailable",
+    "counting",
     "overrun_message",
     "run",
     "sandbox_problem",
@@ -134,6 +136,21 @@ class SandboxResult:
     @property
     def stderr(self) -> str:
         return self.files.get("stderr", b"").decode("utf-8", "replace")
+
+
+_TALLY: ContextVar[Callable[[], None] | None] = ContextVar("fleetgate_sandbox_tally", default=None)
+
+
+@contextlib.contextmanager
+def counting(tally: Callable[[], None]) -> Iterator[None]:
+    """Within the block (in this thread), ``tally()`` once per sandboxed run made: how the run's renderer counts what
+    its renders cost (an env file read by bash and a render's retries included; an answer from the render cache is
+    no run)."""
+    token = _TALLY.set(tally)
+    try:
+        yield
+    finally:
+        _TALLY.reset(token)
 
 
 def _opted_out() -> bool:
@@ -513,6 +530,9 @@ def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
         hit = cache_load(cache, key, repo, snapshot)
         if hit is not None:
             return SandboxResult(hit[0], False, hit[1], True, None)
+    tally = _TALLY.get()
+    if tally is not None:
+        tally()
     answer = _exchange(request, spec.timeout + _GRACE_S + 5)
     if answer[0] == "end":
         if answer[1]:

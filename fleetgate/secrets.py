@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 __all__ = ["MASK", "SECRET_FLAGS", "is_secret_name", "scrub", "scrub_argv", "scrub_environment"]
 
@@ -41,8 +42,11 @@ _SHORTEST = 4
 """A secret shorter than this is not replaced where it merely occurs in a text: it would mask ordinary words."""
 
 
+@lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable of this name holds a secret."""
+    # Every failure, skip reason and figure is scrubbed, each time against this process's whole environment: the
+    # names repeat, so each is matched once (a seams run scrubbed some 500 texts per 50 services).
     return bool(_SECRET_NAME.search(name))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 __all__ = ["KeyIndex", "locate_key"]
 
@@ -24,7 +25,14 @@ def locate_key(text: str, keys: Sequence[str]) -> int | None:
     Array indices count ``[[table]]`` occurrences. Returns the deepest line that matches: the key's
     own line, else the line of its enclosing table.
     """
-    return KeyIndex(text).line(keys)
+    return _index(text).line(keys)
+
+
+@lru_cache(maxsize=8)
+def _index(text: str) -> KeyIndex:
+    # fleet.toml's loader asks once per service that pins an engine build: one index per text, not one per question
+    # (each a pass over the whole manifest, which made the load quadratic in the fleet's size).
+    return KeyIndex(text)
 
 
 class KeyIndex:

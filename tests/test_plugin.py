@@ -196,9 +196,9 @@ def test_a_broken_service_file_renders_the_fleet_once(pytester: pytest.Pytester,
     renders: Counter[str] = Counter()
     real = fleetgate.rendered.load_service
 
-    def counting(fleet: object, service: object) -> object:
+    def counting(fleet: object, service: object, *rest: Any) -> object:
         renders[getattr(service, "name", "?")] += 1
-        return real(fleet, service)  # type: ignore[arg-type]
+        return real(fleet, service, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(fleetgate.rendered, "load_service", counting)
     modules = [str(seams / f"test_{name}.py") for name in ("render", "context", "fleet", "argv", "vision")]
@@ -226,9 +226,9 @@ def test_a_fleet_with_one_malformed_file_renders_once_per_run(pytester: pytest.P
         fleets.append(rendered.name)
         return real_fleet(rendered, **kwargs)
 
-    def service_render(rendered: Any, service: Any) -> Any:
+    def service_render(rendered: Any, service: Any, *rest: Any) -> Any:
         renders[service.name] += 1
-        return real_service(rendered, service)
+        return real_service(rendered, service, *rest)
 
     monkeypatch.setattr(fleetgate.plugin._state, "attempt_services", fleet_render)
     monkeypatch.setattr(fleetgate.rendered, "attempt_service", service_render)

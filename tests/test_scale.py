@@ -93,7 +93,8 @@ COUNTER = '''
 import json, os, fleetgate.rendered
 _real = fleetgate.rendered.render
 def _counting(fleet, service, **kwargs):
-    if not kwargs.get("overrides"):
+    # a service's own render; a check's probe (overrides, arguments, a bench, build or deploy script) is not one
+    if not kwargs.get("overrides") and not kwargs.get("args") and service.name in fleet.services:
         path = os.path.join({out!r}, f"{{os.getpid()}}-{{os.environ.get('PYTEST_XDIST_WORKER', 'controller')}}")
         with open(path, "a") as f:
             f.write(service.name + "\\n")

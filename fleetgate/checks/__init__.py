@@ -21,6 +21,10 @@ when it does not. It is declared once, by the factory of its subject's kind, and
   is not judged: its reason begins ``NOT_JUDGED`` (a ``requires`` reason) or is a ``NotJudged`` (raised), and the
   runner's outcome is ``not-judged``, never a skip of a check that does not apply and never a failure. A seam's
   ``engines`` is not applicability but its subjects: the services of other engines are not its subjects at all.
+- **A value the check needs**: where ``requires`` would only say that a subject lacks something the function then
+  takes from it (the service's build script, its unit), ``@CHECK.needing(needs)`` declares both at once:
+  ``needs(subject)`` returns the value, or ``Lacks(reason)``; the function is called with the subject and the value,
+  already narrowed (no ``assert value is not None`` after a ``requires``). A check may use either form.
 - **Codes**: every failure branch is declared with what fired (``codes``); ``fail`` refuses a branch the check
   did not declare, and the runner refuses a ``Failure`` whose code its check did not declare. The docs' code
   tables, the coverage gate and the catalogue read ``Check.codes``. Every live check also declares
@@ -29,6 +33,7 @@ when it does not. It is declared once, by the factory of its subject's kind, and
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +55,7 @@ __all__ = [
     "REGISTRY",
     "TRANSPORT_CODES",
     "Check",
+    "Lacks",
     "NotApplicable",
     "NotJudged",
     "UndeclaredCode",
@@ -74,6 +80,14 @@ class Named(Protocol):
 
 
 S = TypeVar("S", bound=Named)
+N = TypeVar("N")
+
+
+@dataclass(frozen=True)
+class Lacks:
+    """What a check's ``needs`` returns for a subject it cannot judge: why (what to declare so that it can)."""
+
+    reason: str
 
 TRANSPORT_CODES: Mapping[str, str] = {
     "down": "nothing answers at the endpoint's address: no connection",
@@ -149,6 +163,32 @@ class Check(Generic[S]):
         self.func = func
         REGISTRY[self.name] = self
         return func
+
+    def needing(self, needs: Callable[[S], N | Lacks]) -> Callable[[Callable[[S, N], None]], Callable[[S], None]]:
+        """The decorator that registers a function of the subject and of the value ``needs`` finds in it; ``needs``
+        is the check's ``requires`` too (a ``Lacks`` is the reason the check cannot judge the subject)."""
+        if self.requires is not None:
+            raise ValueError(f"check {self.name!r} declares requires= and needs: one says when it cannot judge")
+
+        def requires(subject: S) -> str | None:
+            found = needs(subject)
+            return found.reason if isinstance(found, Lacks) else None
+
+        self.requires = requires
+
+        def register(func: Callable[[S, N], None]) -> Callable[[S], None]:
+            @functools.wraps(func)
+            def judge(subject: S) -> None:
+                __tracebackhide__ = True
+                found = needs(subject)
+                if isinstance(found, Lacks):
+                    # a caller that did not ask why_not first (the runner does) gets the same reason, as the same outcome
+                    raise NotJudged(found.reason) if found.reason.startswith(NOT_JUDGED) else NotApplicable(found.reason)
+                func(subject, found)
+
+            return self.register(judge)
+
+        return register
 
     def why_not(self, subject: S) -> str | None:
         """None when the check can judge ``subject``; otherwise the reason it cannot (what to declare). A service of

@@ -16,7 +16,6 @@ from dataclasses import replace
 
 from fleetgate.checks import service_seam
 from fleetgate.fleet import Bench
-from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
 from fleetgate.rendered import RenderedService
 
@@ -176,7 +175,7 @@ def bench_harness(config: RenderedService) -> None:
         pseudo = replace(config.service, name=f"{config.name}:{bench.script.name}", binary=bench.binary,
                          serve_script=bench.script, env_file=None, unit=None)
         try:
-            rendered = render(config.fleet, pseudo)
+            rendered = config.probe(service=pseudo)
         except RenderRefused as refused:
             raise CHECK.fail(config, "does-not-run", cites=("B-H-3",),
                              where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),

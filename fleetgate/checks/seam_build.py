@@ -15,8 +15,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import replace
 
-from fleetgate.checks import service_seam
-from fleetgate.render import render
+from fleetgate.checks import Lacks, service_seam
+from fleetgate.fleet import Bench
 from fleetgate.render_types import Rendered, RenderRefused
 from fleetgate.rendered import RenderedService
 
@@ -27,10 +27,10 @@ _TARGET_KEYS = ("AMDGPU_TARGETS", "GPU_TARGETS", "CMAKE_HIP_ARCHITECTURES", "CMA
 _RUNTIME = ("rocblas", "hipblaslt")
 
 
-def _no_build(config: RenderedService) -> str | None:
+def _build_of(config: RenderedService) -> Bench | Lacks:
     if config.service.build is None:
-        return f"{config.name} declares no build script (services.{config.name}.build in fleet.toml)"
-    return None
+        return Lacks(f"{config.name} declares no build script (services.{config.name}.build in fleet.toml)")
+    return config.service.build
 
 
 def _defines(argv: tuple[str, ...]) -> dict[str, str]:
@@ -81,7 +81,6 @@ CHECK = service_seam(
     NAME,
     cites=("B-DV-5", "B-UN-3", "INC-01", "INC-18"),
     summary="the engine's build targets the host's GPU architecture and bundles its runtime at the loader's depth",
-    requires=_no_build,
     codes={
         "does-not-run": "the build script never runs its build tool",
         "wrong-gpu-target": "the build targets another GPU architecture than the host's (INC-18)",
@@ -90,14 +89,12 @@ CHECK = service_seam(
 )
 
 
-@CHECK.register
-def build_script(config: RenderedService) -> None:
-    build = config.service.build
-    assert build is not None
+@CHECK.needing(_build_of)
+def build_script(config: RenderedService, build: Bench) -> None:
     pseudo = replace(config.service, name=f"{config.name}:build", binary=build.binary, serve_script=build.script,
                      env_file=None, unit=None)
     try:
-        rendered = render(config.fleet, pseudo)
+        rendered = config.probe(service=pseudo)
     except RenderRefused as refused:
         raise CHECK.fail(config, "does-not-run", cites=("B-DV-5",),
                          where=f"{build.script}:{refused.line}" if refused.line else str(build.script),

@@ -143,12 +143,11 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
     from fleetgate.ledger.service import service_ledger
     from fleetgate.render_types import RenderRefused
-    from fleetgate.rendered import load_service, run_attempt
+    from fleetgate.rendered import attempt_of
 
-    service = fleet.services[name]
-    attempt = run_attempt(fleet, service)  # the run's render of it, when the run has made one
     try:
-        config = attempt.config if attempt is not None else load_service(fleet, service)
+        # the run's render of it, when the run has made one
+        config = attempt_of(fleet, fleet.services[name]).config
     except (RenderRefused, InputError):
         config = None
     if config is None:
@@ -159,7 +158,7 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
         ranks = max(1, config.vllm.tensor_parallel_size) * max(1, pp)
         return {card.name: int(config.vllm.gpu_memory_utilization * card.vram_bytes) for card in host.cards[:ranks]}
     if config.llama is None:
-        raise NotApplicable(f"{name} runs {service.engine}, which fleetgate has no ledger for: declare "
+        raise NotApplicable(f"{name} runs {config.service.engine}, which fleetgate has no ledger for: declare "
                             f"services.{name}.exclusive_with for the services it never runs beside")
     if config.profile is None:
         raise NotApplicable(f"{name} can run beside other services of {host.name} and declares no profile: declare "

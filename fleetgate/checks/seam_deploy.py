@@ -28,7 +28,6 @@ from fleetgate.checks import service_seam
 from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
-from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
 from fleetgate.rendered import RenderedService
 
@@ -228,7 +227,7 @@ def deploy_payload(config: RenderedService) -> None:
     pseudo = replace(config.service, name=f"{config.name}:deploy", binary="ssh", serve_script=script,
                      env_file=None, unit=None)
     try:
-        run = render(config.fleet, pseudo, args=(host, "--service", config.name))
+        run = config.probe(service=pseudo, args=(host, "--service", config.name))
     except RenderRefused as refused:
         raise PAYLOAD_CHECK.fail(
             config, "does-not-run",

@@ -1,13 +1,12 @@
 """An explicitly empty variable must reach the script as empty and omit its flag (B-SH-1, INC-57).
 
 bash's ``${VAR:=default}`` replaces an empty value; ``${VAR=default}`` only an unset one. The check
-does not read the script: it renders it twice, as bash does, and compares.
+does not read the script: it asks for it rendered twice (its probe), as bash runs it, and compares.
 """
 
 from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, service_seam
-from fleetgate.render import render
 from fleetgate.render_types import RenderRefused
 from fleetgate.rendered import RenderedService
 
@@ -49,7 +48,7 @@ def empty_means_omit(config: RenderedService) -> None:
     for variable in config.service.omittable:
         sentinel = f"fleetgate-probe-{variable.lower()}"
         try:
-            probe = render(config.fleet, config.service, overrides={variable: sentinel})
+            probe = config.probe({variable: sentinel})
         except RenderRefused as refused:
             raise NotApplicable(f"the serve script refuses {variable}={sentinel} ({refused.message}), so which flag "
                                 f"it feeds cannot be seen: is {variable} a flag's value? If not, drop it from "
@@ -64,7 +63,7 @@ def empty_means_omit(config: RenderedService) -> None:
                 fix=f"remove {variable} from omittable, or make the serve script pass it",
             )
         try:
-            empty = render(config.fleet, config.service, overrides={variable: ""})
+            empty = config.probe({variable: ""})
         except RenderRefused as refused:
             raise CHECK.fail(
                 config, "refuses-empty",

@@ -23,7 +23,6 @@ from pathlib import PurePosixPath
 from fleetgate.checks import service_seam
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import render
 from fleetgate.render_types import Origin, Rendered, RenderRefused
 from fleetgate.rendered import RenderedService
 
@@ -161,7 +160,7 @@ def payload_defaults(config: RenderedService) -> None:
 
     def unset_one(origin: Origin) -> Rendered | RenderRefused:
         try:
-            return render(config.fleet, config.service, overrides={origin.name: None})
+            return config.probe({origin.name: None})
         except RenderRefused as refused:
             return refused
 

@@ -14,7 +14,6 @@ from itertools import pairwise
 
 from fleetgate.checks import service_seam
 from fleetgate.policies import policy_on
-from fleetgate.render import render
 from fleetgate.render_types import RenderRefused, map_to_repo
 from fleetgate.rendered import RenderedService
 from fleetgate.units import Setting, Unit
@@ -436,7 +435,7 @@ def unit_exec_args(config: RenderedService) -> None:
         return
     setting, args = found
     try:
-        render(config.fleet, config.service, args=args)
+        config.probe(args=args)
     except RenderRefused as refused:
         raise EXEC_ARGS_CHECK.fail(
             config, "refused",

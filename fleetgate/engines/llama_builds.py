@@ -116,6 +116,7 @@ class Builds:
         sample = self.recorded[i]
         return Resolved(build, sample, None if sample == build else self.recorded[i + 1])
 
+    @cache  # noqa: B019 -- one Builds per process (load_builds is cached); asked once per flag of every argv
     def at(self, sample: int) -> tuple[Variant, ...]:
         """The options of one recorded build."""
         return tuple(v for v in self.variants if any(a <= sample <= b for a, b in v.seen))
@@ -141,15 +142,25 @@ class Builds:
     def _grammar(self, key: str, sample: int, *, env: bool) -> tuple[State, str, tuple[str, ...], tuple[Any, ...]]:
         """What one recorded build's table says of a flag name (or an environment variable): its state, value
         type, choices and grammar; the parts that decide how the build reads a use of it."""
-        for variant in self.at(sample):
-            if (variant.env == key) if env else (key in variant.all_names):
-                return ("removed" if variant.removed is not None else "live"), variant.value, variant.enum, \
-                    variant.grammar
+        variant = self._by_key(sample, env).get(key)
+        if variant is not None:
+            return ("removed" if variant.removed is not None else "live"), variant.value, variant.enum, \
+                variant.grammar
         return "absent", "", (), ()
 
     def variant(self, name: str, sample: int) -> Variant | None:
         """The live variant of one recorded build that has ``name``."""
         return next((v for v in self.at(sample) if v.removed is None and name in v.all_names), None)
+
+    @cache  # noqa: B019 -- one Builds per process (load_builds is cached)
+    def _by_key(self, sample: int, env: bool) -> dict[str, Variant]:
+        """One recorded build's options by name (or environment variable), the first that names it: what
+        ``_grammar`` looked up by a scan of every option, once per flag of every argv."""
+        found: dict[str, Variant] = {}
+        for variant in self.at(sample):
+            for key in ((variant.env,) if variant.env else ()) if env else variant.all_names:
+                found.setdefault(key, variant)
+        return found
 
     def undecided(self, key: str, resolved: Resolved, *, env: bool = False) -> str | None:
         """Why the tables cannot say what ``resolved.build`` does with a flag name (or, with ``env``, an

@@ -1,0 +1,78 @@
+"""The run's renderer: every render a run asks for made once, counted, and asked through the subject."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetgate import sandbox
+from fleetgate.manifest import load_fleet
+from fleetgate.render_types import RenderRefused
+from fleetgate.rendered import Renderer, load_service, share_attempts, unshare_attempts
+from fleetgate.runner import FleetInputs
+
+REPO = Path(__file__).resolve().parents[1]
+FLEET = REPO / "fixtures" / "fleet" / "fleet.toml"
+
+
+@pytest.fixture
+def exchanges(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every request sent to the sandbox parent from here on (the sandbox's probe made first, outside the count)."""
+    assert sandbox.sandbox_problem() is None
+    sent: list[object] = []
+    real = sandbox._exchange
+
+    def counted(request: Any, wait: float) -> Any:
+        sent.append(request)
+        return real(request, wait)
+
+    monkeypatch.setattr(sandbox, "_exchange", counted)
+    return sent
+
+
+def test_a_probe_asked_twice_is_rendered_once(exchanges: list[object]) -> None:
+    fleet = load_fleet(FLEET)
+    renderer = Renderer()
+    config = load_service(fleet, fleet.services["frank-zealot"], renderer)
+    # The sandboxed runs the renderer counted are the ones the sandbox parent was sent (its env file read by bash too,
+    # unless this process read that text before).
+    made = len(exchanges)
+    assert (renderer.renders, renderer.reused, renderer.runs) == (1, 0, made)
+    first = config.probe({"PORT": "7799"})
+    again = config.probe({"PORT": "7799"})
+    assert again is first and "7799" in first.argv
+    assert (renderer.renders, renderer.reused, renderer.runs) == (2, 1, made + 1) and len(exchanges) == made + 1
+    # Another question is another render.
+    config.probe({"PORT": "7800"})
+    assert (renderer.renders, renderer.reused, renderer.runs) == (3, 1, made + 2) and len(exchanges) == made + 2
+
+
+def test_a_refusal_is_kept_and_raised_again(exchanges: list[object]) -> None:
+    fleet = load_fleet(FLEET)
+    renderer = Renderer()
+    config = load_service(fleet, fleet.services["frank-zealot"], renderer)
+    # frank-zealot's script refuses to start with no model file named (MODEL unset: its default is not declared).
+    with pytest.raises(RenderRefused) as first:
+        config.probe({"MODEL": ""})
+    with pytest.raises(RenderRefused) as again:
+        config.probe({"MODEL": ""})
+    assert again.value is first.value
+    assert (renderer.renders, renderer.reused, renderer.runs) == (2, 1, len(exchanges))
+
+
+def test_the_runner_renders_every_service_through_one_renderer() -> None:
+    inputs = FleetInputs(load_fleet(FLEET))
+    attempts = inputs.attempts()
+    assert {a.config.renderer for a in attempts.values() if a.config is not None} == {inputs.renderer}
+    assert inputs.renderer.renders == len(inputs.fleet.services)
+
+
+def test_a_worker_gets_an_empty_renderer_of_its_own() -> None:
+    inputs = FleetInputs(load_fleet(FLEET))
+    back = unshare_attempts(share_attempts(inputs.attempts()))
+    renderers = {a.config.renderer for a in back.values() if a.config is not None}
+    assert len(renderers) == 1
+    (renderer,) = renderers
+    assert renderer is not inputs.renderer and (renderer.renders, renderer.reused, renderer.runs) == (0, 0, 0)
