@@ -227,6 +227,9 @@ def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
     """The failing cards first (the worst at the top), then the fix; nothing when the fit holds."""
     if verdict.fits:
         return []
+    if verdict.refusals:  # a process that exits at load holds nothing: the cards' figures are moot
+        return [*(f"FAILS: will not start: llama-server refuses: {r.reason} ({r.source})" for r in verdict.refusals),
+                ""]
     floor = f"{gib(verdict.floor)}" + ("" if verdict.floor_declared else " (none declared)")
     lines = [f"FAILS: {d.card.name} keeps {gib(d.free or 0)} free, below its floor of {floor}"
              for d in verdict.failing]
@@ -243,7 +246,8 @@ def _verdict_json(verdict: Verdict, fix: str | None) -> dict[str, Any]:
             "floor_declared": verdict.floor_declared,
             "failing": [{"device": d.card.name, "free_bytes": d.free} for d in verdict.failing],
             "gap_bytes": verdict.gap, "slack_bytes": verdict.slack, "slack_fails": verdict.slack_fails,
-            "unsized": list(verdict.unsized), "fix": fix}
+            "unsized": list(verdict.unsized), "fix": fix,
+            "will_not_start": [r.reason for r in verdict.refusals]}
 
 
 def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> list[Card]:
@@ -468,7 +472,24 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     for device, context, source in calibrated:
         out.append(f"  {device} {context}: {source}")
     out += [f"  note: {n}" for n in ledger.notes]
+    out += _moved_lines(ledger)
     return "\n".join(out)
+
+
+def _moved_lines(ledger: Ledger) -> list[str]:
+    """The tensors the overrides moved, grouped by override and by the devices between which they moved."""
+    if not ledger.moved:
+        return []
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for m in ledger.moved:
+        groups.setdefault((m.override.origin, m.source, m.target), []).append(m)
+    out = [f"  tensor overrides moved {len(ledger.moved)} tensors "
+           f"({sum(m.nbytes for m in ledger.moved) / (1 << 20):.2f} MiB):"]
+    for (origin, source, target), moved in groups.items():
+        names = ", ".join(m.tensor for m in moved)
+        out.append(f"    {origin}: {len(moved)} from {source} to {target} "
+                   f"({sum(m.nbytes for m in moved) / (1 << 20):.2f} MiB): {names}")
+    return out
 
 
 def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float], floor: int | None,

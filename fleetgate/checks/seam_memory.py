@@ -53,11 +53,30 @@ def _no_card_ledger(config: RenderedService) -> str | None:
 LEDGER_CODES = {
     "unknown-device": "`--device` names a card the host does not have",
     "unknown-cache-type": "a KV cache type the engine refuses",
+    "engine-refuses": ("the engine refuses to load the model this way (`-sm row` on devices without split buffers, "
+                       "an `-ot` buffer type no device offers, `-fa off` with a quantized V cache)"),
 }
 """What every seam that builds the service's ledger can fail with besides its own codes."""
 
 
 def _ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
+    ledger = _priced(config, check)
+    if ledger.refusals:
+        llama = config.llama
+        assert llama is not None
+        first = ledger.refusals[0]
+        raise check.fail(
+            config, "engine-refuses", where=config.where_flag(llama.use(first.dest) if first.dest else None),
+            observed=f"will not start: llama-server refuses: {first.reason}",
+            expected="a command line the engine loads",
+            details=[f"{r.reason} ({r.source})" for r in ledger.refusals],
+            fix=("the process exits at load and holds no memory: drop -sm row (a layer split needs no split buffers), "
+                 "name a buffer type the host's devices offer, or turn flash attention on"),
+        )
+    return ledger
+
+
+def _priced(config: RenderedService, check: Check[RenderedService]) -> Ledger:
     try:
         return service_ledger(config)
     except KeyError as exc:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import ContextShape, LlamaServerConfig, pad
+from fleetgate.ledger.accounts import Refusal
 from fleetgate.ledger.devices import FLOAT_TYPES, Card
 from fleetgate.profile import Profile
 
@@ -60,7 +61,7 @@ FA_HEAD_SIZES: Mapping[str, frozenset[int]] = {
 
 
 def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
-                       devices: Sequence[Card] = ()) -> bool:
+                       devices: Sequence[Card] = (), refusals: list[Refusal] | None = None) -> bool:
     """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
     layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
     llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
@@ -70,6 +71,9 @@ def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[
         if quantized_v:
             notes.append(f"-fa off with a {config.cache_type_v} V cache: llama-server refuses to start "
                          "(a quantized V cache needs flash attention)")
+            if refusals is not None:
+                refusals.append(Refusal("quantized V cache was requested, but this requires Flash Attention",
+                                        "flash_attn", "src/llama-context.cpp llama_context::llama_context"))
         return False
     if mode == "on" or quantized_v:
         return True

@@ -22,6 +22,7 @@ from fleetgate.gguf import row_bytes
 from fleetgate.ledger.accounts import Accounts, Basis, Term
 from fleetgate.ledger.devices import BACKENDS, FLOAT_TYPES, HOST, Backend, Card
 from fleetgate.ledger.options import flag_value
+from fleetgate.ledger.overrides import Moved, TensorOverride, match_override
 from fleetgate.ledger.placement import Devices, PlacedModel
 from fleetgate.profile import Profile, Weight
 
@@ -32,6 +33,7 @@ __all__ = [
     "book_weights",
     "host_holding",
     "local_cpu_features",
+    "moved_tensors",
     "repacked",
     "weight_device",
     "with_tied_output",
@@ -52,7 +54,8 @@ def alloc(weight: Weight, backend: Backend) -> int:
     return pad(size, backend.alignment)
 
 
-def weight_device(model: PlacedModel, weight: Weight) -> Card | None:
+def _layer_device(model: PlacedModel, weight: Weight) -> Card | None:
+    """The device of the tensor's layer (None: skipped), before any override."""
     profile = model.profile
     if weight.role == "input":
         return HOST
@@ -64,6 +67,39 @@ def weight_device(model: PlacedModel, weight: Weight) -> Card | None:
     if weight.block < len(model.layer_device):
         return model.layer_device[weight.block]
     return model.output_device
+
+
+def _override(model: PlacedModel, weight: Weight) -> tuple[TensorOverride, Card] | None:
+    """The first override whose pattern the tensor's name matches (src/llama-model-loader.cpp
+    ``buft_for_tensor``: regex_search in order, first match wins). A duplicated output (tied embeddings) is
+    matched by the name it is created under, ``token_embd.weight``."""
+    if not model.overrides:
+        return None
+    found = match_override(weight.name, [o for o, _ in model.overrides])
+    return next(pair for pair in model.overrides if pair[0] is found) if found is not None else None
+
+
+def weight_device(model: PlacedModel, weight: Weight) -> Card | None:
+    """The device holding one tensor: its layer's, unless an override moves it (skipped tensors are never
+    matched: the loader returns before it tries the overrides)."""
+    card = _layer_device(model, weight)
+    if card is None:
+        return None
+    pair = _override(model, weight)
+    return pair[1] if pair is not None else card
+
+
+def moved_tensors(model: PlacedModel) -> tuple[Moved, ...]:
+    """Every tensor an override puts on another device than its layer's, with the bytes it takes there."""
+    moved = []
+    for weight in with_tied_output(model.profile):
+        card = _layer_device(model, weight)
+        pair = _override(model, weight) if card is not None else None
+        if card is None or pair is None or pair[1] is card:
+            continue
+        moved.append(Moved(tensor=weight.name, source=card.label, target=pair[1].label,
+                           nbytes=alloc(weight, pair[1].backend), override=pair[0]))
+    return tuple(moved)
 
 
 def with_tied_output(profile: Profile) -> list[Weight]:
