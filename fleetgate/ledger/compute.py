@@ -269,10 +269,12 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
     gpus = [d for d in devices if d.backend.host_buffer]
     offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn, _host_tensors(model)) \
         if op_offload else 0
+    # the host runs the ops of the layer tensors an override left on it, where no GPU takes them over (op offload)
+    host_runs = bool(_host_tensors(model)) and not op_offload
     for card in model.cards:
         # the op-offload GPU runs the host layers, also where it holds only the output layer (-ngl 1)
         runs = op_offload and card is gpus[0]
-        compute(card, "target", target, n_outputs, layers=card in trunk or runs,
+        compute(card, "target", target, n_outputs, layers=card in trunk or runs or (card is HOST and host_runs),
                 output=card == model.output_device, parallel=pipeline, offloaded=offloaded if runs else 0)
     if op_offload and gpus[0] not in model.cards:
         compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline,
