@@ -260,7 +260,10 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
                 "(no boot measured it)",
                 host_compute if card is HOST else "")
 
-    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
+    # the graph is reserved for min(n_ubatch, n_outputs_max) outputs (src/llama-context.cpp sched_reserve);
+    # an embedding service's n_outputs_max is n_batch (server_output_limits), so every token's logits are computed
+    n_outputs = n_ubatch if params.every_token else \
+        min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
     layer_cards: dict[str, list[Card]] = {"target": list(dict.fromkeys(trunk))}
     if draft_model is not None and draft is not None:
