@@ -169,12 +169,13 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
     if reason := _no_ledger(config):
         raise InputError(config.fleet.path, config.service.line, reason)
     ledger = service_vllm_ledger(config)
-    if not ledger.weights_fit:
+    if ledger.config_refusal is not None:
+        verdict = f"FAILS: will not start: vLLM refuses at config: {ledger.config_refusal}"
+    elif not ledger.weights_fit:
         verdict = (f"FAILS: will not start: each rank loads {gib(ledger.weights + ledger.drafter)} of weights "
                    f"into a budget of {gib(ledger.budget)}")
-    elif ledger.pool < ledger.per_sequence:
-        verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
-                   f"{gib(ledger.per_sequence)} of KV per rank, the pool is {gib(ledger.pool)}")
+    elif ledger.pool_refusal is not None:
+        verdict = f"FAILS: will not start: vLLM refuses: {ledger.pool_refusal}"
     else:
         verdict = ""
     code = 0 if ledger.starts else 1
@@ -194,6 +195,8 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
             ("KV pool", ledger.pool, ledger.pool_from),
             ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
                                                   f"{ledger.state_per_sequence:,} B of state")]
+    if ledger.null_block:
+        rows.insert(5, ("null block", ledger.null_block, f"one {ledger.block_size}-token block vLLM holds back"))
     out += [f"  {label:<16}{value / GIB:>9.2f}   {why}" for label, value, why in rows]
     if ledger.starts:
         out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
