@@ -27,9 +27,11 @@ from fleetgate.ledger.placement import Devices, PlacedModel
 from fleetgate.profile import Profile, Weight
 
 __all__ = [
+    "AMX_FEATURES",
     "MTP_SKIP_ARCHS",
     "HostHolding",
     "alloc",
+    "amx_size",
     "book_weights",
     "host_holding",
     "local_cpu_features",
@@ -121,6 +123,45 @@ _REPACK_ARM: Mapping[str, tuple[str, int]] = {"Q4_0": ("asimddp", 4), "Q4_K": ("
                                               "Q8_0": ("asimddp", 4)}
 
 
+# The AMX extra buffer type (ggml/src/ggml-cpu/amx/amx.cpp): it exists when ggml-cpu was compiled with AMX INT8 and
+# AVX512-VNNI (``defined(__AMX_INT8__) && defined(__AVX512VNNI__)``, which a native build on such a CPU does) and the
+# kernel grants the tile state (``ggml_amx_init``); ggml-cpu.cpp ``ggml_backend_cpu_get_extra_buffer_types`` lists it
+# before CPU_REPACK, so a weight it takes is never repacked. /proc/cpuinfo names the two features amx_int8 and
+# avx512_vnni.
+AMX_FEATURES = frozenset({"amx_int8", "avx512_vnni"})
+# amx.cpp ``extra_buffer_type::supports_op``: the K (ne0) multiple each type needs; the N (ne1) multiple is
+# 2 x TILE_N = 32 for every type
+_AMX_K: Mapping[str, int] = {"Q4_0": 32, "Q4_1": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256,
+                             "IQ4_XS": 256, "F16": 16}
+# amx/mmq.cpp ``get_row_size``: the bytes per block of K a packed row takes beyond the block itself (Q8_0's int32
+# compensation, Q4_K/Q5_K's 4 B and IQ4_XS's 2 B of unpacked scales); qtype_has_amx_kernels types only, F16 keeps
+# ggml_nbytes
+_AMX_EXTRA: Mapping[str, int] = {"Q4_0": 0, "Q4_1": 0, "Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "Q6_K": 0, "IQ4_XS": 2}
+_AMX_BLOCK: Mapping[str, int] = {"Q4_0": 32, "Q4_1": 32, "Q8_0": 32, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256,
+                                 "IQ4_XS": 256}
+
+
+def amx_size(weight: Weight, cpu_features: frozenset[str]) -> int | None:
+    """The bytes the AMX buffer type allocates for this weight, or None where it does not take it.
+
+    Mirrors ggml/src/ggml-cpu/amx/amx.cpp: only matrices read by a plain MUL_MAT (the loader probes each weight with
+    its op, src/llama-model-loader.cpp ``weight_buft_supported``: never GET_ROWS token embeddings, never MUL_MAT_ID
+    experts), of a type with a kernel, K a multiple of its block (``alignment``) and N of 32 (``op->ne[0] %
+    (TILE_N * 2)``); its size is ``N x get_row_size(K)`` (amx/mmq.cpp ``ggml_backend_amx_get_alloc_size``)."""
+    kind = weight.ggml_type
+    if kind is None or not AMX_FEATURES <= cpu_features or len(weight.shape) != 2 \
+            or weight.name.startswith("token_embd") or weight.name.endswith(("ssm_conv1d.weight",)):
+        return None
+    k, n = weight.shape[0], weight.shape[1]
+    align = _AMX_K.get(kind)
+    if align is None or k % align or n % 32:
+        return None
+    if kind == "F16":
+        return weight.nbytes
+    blocks = k // _AMX_BLOCK[kind]
+    return n * blocks * (row_bytes(kind, _AMX_BLOCK[kind]) + _AMX_EXTRA[kind])
+
+
 def local_cpu_features() -> frozenset[str]:
     """This machine's CPU feature flags (Linux /proc/cpuinfo; empty where it cannot be read)."""
     try:
@@ -200,6 +241,19 @@ def _host_weights(acc: Accounts, weights: list[Weight], *, context: str, term_bl
                   host: HostHolding, basis: Basis) -> list[Weight]:
     """Book the host's repacked and mapped weights; return those it must copy into a plain buffer."""
     if host.pinned is None and host.cpu_features:
+        # the CPU's extra buffer types in ggml-cpu's order: AMX first, then CPU_REPACK (select_weight_buft takes the
+        # first that supports the weight)
+        amx = {w.name: size for w in weights if not w.duplicate
+               and (size := amx_size(w, host.cpu_features)) is not None}
+        amx_by_term: dict[Term, int] = {}
+        for weight in weights:
+            if weight.name in amx and not weight.duplicate:
+                term = term_output if weight.role == "output" else term_block
+                amx_by_term[term] = amx_by_term.get(term, 0) + pad(amx[weight.name], BACKENDS["CPU"].alignment)
+        for term, nbytes in amx_by_term.items():
+            acc.add(HOST, term, "model", context, nbytes, basis,
+                    "ggml/src/ggml-cpu/amx/amx.cpp: matrices packed for AMX tiles (amx_int8 + avx512_vnni)", "AMX")
+        weights = [w for w in weights if w.duplicate or w.name not in amx]
         repack = [w for w in weights if repacked(w, host.cpu_features)]
         weights = [w for w in weights if w not in repack]
         by_term: dict[Term, int] = {}

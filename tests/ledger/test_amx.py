@@ -1,0 +1,69 @@
+"""The AMX buffer type of ggml-cpu (build 11434), from the source alone: the suite's engine is built for x86-64-v3 and
+compiles no AMX, so no boot here can show it (docs/ledger.md says what was proven how).
+
+ggml/src/ggml-cpu/amx/amx.cpp takes a host weight when the engine was compiled with AMX INT8 and AVX512-VNNI and the
+CPU has them, the weight is read by a plain MUL_MAT, its type has a kernel, K (ne0) is a multiple of the type's block
+and N (ne1) of 32; it is listed before CPU_REPACK, and packs Q8_0 rows with 4 B of compensation per 32-value block
+(amx/mmq.cpp ``get_row_size``). The sizes below are worked by hand from those rules for the tiny qwen3moe.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetgate.cli import main
+from fleetgate.engines.llamacpp import parse_llama_server
+from fleetgate.ledger.build import build_ledger
+from fleetgate.profile import load_profile
+from tests.ledger.tiny_models import Qwen3MoeShape, write_qwen3moe
+
+AMX_HOST = frozenset({"avx2", "amx_int8", "avx512_vnni"})
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # attention in Q8_0 (AMX), experts in Q4_0 (3-D, read by MUL_MAT_ID: AMX never, CPU_REPACK yes), output in F16
+    # with 260 rows (not a multiple of 32: neither)
+    return write_qwen3moe(tmp_path_factory.mktemp("amx") / "moe-amx.gguf",
+                          Qwen3MoeShape(expert_type="Q4_0", matrix_type="Q8_0"))
+
+
+def _host(model: Path, features: frozenset[str], *args: str) -> dict[str, int]:
+    ledger = build_ledger(parse_llama_server(["llama-server", "-m", str(model), "-c", "2048", *args]),
+                          load_profile(model), cpu_features=features)
+    found: dict[str, int] = {}
+    for b in ledger.host.buffers:
+        if b.buffer == "model":
+            found[b.buffer_type] = found.get(b.buffer_type, 0) + b.bytes
+    return found
+
+
+def test_amx_takes_the_attention_matrices_before_cpu_repack(moe: Path) -> None:
+    # per block: q 64 x 128 -> 128 rows x 2 blocks x (34 + 4) B = 9,728; k and v 64 x 64 -> 4,864 each; o 128 x 64 ->
+    # 64 x 4 x 38 = 9,728; four blocks
+    amx = 4 * (9_728 + 4_864 + 4_864 + 9_728)
+    # the experts: 12 tensors of 8 x 64 rows x 2 blocks x 18 B (Q4_0), repacked as they are without AMX
+    repack = 12 * 8 * 64 * 2 * 18
+    found = _host(moe, AMX_HOST)
+    assert (found["AMX"], found["CPU_REPACK"]) == (amx, repack)
+    # without AMX the Q8_0 attention stays in the mapped file (Q8_0 has no x86 repack), the experts repack alike
+    plain = _host(moe, frozenset({"avx2"}))
+    assert "AMX" not in plain and plain["CPU_REPACK"] == repack
+
+
+def test_amx_needs_both_features_and_the_host_holding_the_weights(moe: Path) -> None:
+    assert "AMX" not in _host(moe, frozenset({"avx2", "amx_int8"}))
+    assert "AMX" not in _host(moe, frozenset({"avx2", "avx512_vnni"}))
+    # --no-repack turns every extra buffer type off (use_extra_bufts), AMX included
+    assert "AMX" not in _host(moe, AMX_HOST, "--no-repack")
+
+
+def test_fit_names_the_amx_buffer_from_the_declared_cpu(moe: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["fit", "--json", "--cpu-features", "avx2,amx_int8,avx512_vnni", "--", "llama-server", "-m", str(moe),
+                 "-c", "2048", "--fit", "off"]) in (0, 3)
+    names = [b["name"] for b in json.loads(capsys.readouterr().out)["host"]["buffers"]]
+    assert "AMX model buffer" in names and "CPU_REPACK model buffer" in names, names
