@@ -149,7 +149,7 @@ def amx_size(weight: Weight, cpu_features: frozenset[str]) -> int | None:
     experts), of a type with a kernel, K a multiple of its block (``alignment``) and N of 32 (``op->ne[0] %
     (TILE_N * 2)``); its size is ``N x get_row_size(K)`` (amx/mmq.cpp ``ggml_backend_amx_get_alloc_size``)."""
     kind = weight.ggml_type
-    if kind is None or not AMX_FEATURES <= cpu_features or len(weight.shape) != 2 \
+    if kind is None or not cpu_features >= AMX_FEATURES or len(weight.shape) != 2 \
             or weight.name.startswith("token_embd") or weight.name.endswith(("ssm_conv1d.weight",)):
         return None
     k, n = weight.shape[0], weight.shape[1]

@@ -67,10 +67,10 @@ CASES = (
     # engine searches, it does not match whole names: "output\." also takes every block's attn_output.weight
     OverrideCase("moe-1dev-ot-blocks", "moe", ("-c", "2048", "-np", "1", "-ngl", "999",
                                                "-ot", r"blk\.[0-1]\.=CPU,output\.=CPU"), 1,
-                 {"CPU": tuple(f"blk.{il}.{t}.weight" for il in range(2) for t in (
+                 {"CPU": (*(f"blk.{il}.{t}.weight" for il in range(2) for t in (
                      "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "attn_q_norm", "attn_k_norm",
-                     "ffn_norm", "ffn_gate_inp", *EXPERTS))
-                  + ("blk.2.attn_output.weight", "blk.3.attn_output.weight", "output.weight")}, ("CPU_Mapped",)),
+                     "ffn_norm", "ffn_gate_inp", *EXPERTS)),
+                     "blk.2.attn_output.weight", "blk.3.attn_output.weight", "output.weight")}, ("CPU_Mapped",)),
     # a dense model's FFN of the first 10 blocks (SmolLM2, 30 blocks on one device)
     OverrideCase("smollm2-1dev-ncffn10", "smollm2", ("-c", "2048", "-np", "1", "-ngl", "999", "--n-cpu-ffn", "10"),
                  1, _all(tuple(f"blk.{il}.ffn_{t}.weight" for il in range(10) for t in ("gate", "down", "up")), "CPU"),

@@ -45,9 +45,10 @@ def _edit_env(fleet_toml: Path, edits: tuple[tuple[str, str], ...]) -> Path:
 
 
 def _refusal(log: Path) -> str:
-    """The ValueError vLLM stopped with (the last one its log names), as one line."""
+    """The ValueError vLLM stopped with (the last one its log names), as one line: raised in the engine core, or in
+    the config's validation, where pydantic reports it as "Value error, ..."."""
     text = log.read_text(encoding="utf-8", errors="replace")
-    found = re.findall(r"ValueError: (.+)", text)
+    found = re.findall(r"(?:ValueError: |Value error, )(.+)", text)
     assert found, f"{log}: no ValueError in vLLM's log"
     return found[-1]
 
