@@ -325,9 +325,10 @@ class VllmLedger:
             return "No available memory for the cache blocks."
         if self.needed > self.usable:
             estimated = self.estimated_max_model_len
+            # vllm/utils/mem_utils.py format_gib: str(round(bytes / GiB, 2)), so 1 GiB prints "1.0"
             return (f"To serve at least one request with the model's max seq len ({self.max_model_len}), "
-                    f"({self.needed / GiB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
-                    f"memory ({self.usable / GiB:.2f} GiB)."
+                    f"({round(self.needed / GiB, 2)} GiB KV cache is needed, which is larger than the available KV "
+                    f"cache memory ({round(self.usable / GiB, 2)} GiB)."
                     # the length vLLM estimates follows its block size, known here only where it is declared
                     + (f" Based on the available memory, the estimated maximum model length is {estimated}."
                        if estimated > 0 and self.block_size is not None else ""))

@@ -269,8 +269,8 @@ def test_a_cpu_kvcache_space_that_is_not_a_number_is_one_line(tmp_path: Path) ->
         # 1 GiB is 8,192 blocks of 128 tokens = 1,048,576 tokens, but the null block is held back: 8,191 blocks usable
         ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")],
          "vllm-starts/pool-below-one-sequence", "MAXLEN",
-         "To serve at least one request with the model's max seq len (1048576), (1.00 GiB KV cache is needed, which is "
-         "larger than the available KV cache memory (1.00 GiB). Based on the available memory, the estimated maximum "
+         "To serve at least one request with the model's max seq len (1048576), (1.0 GiB KV cache is needed, which is "
+         "larger than the available KV cache memory (1.0 GiB). Based on the available memory, the estimated maximum "
          "model length is 1048448."),
         # twice the model's max_position_embeddings (512), without VLLM_ALLOW_LONG_MAX_MODEL_LEN: refused at config
         ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1024")],
