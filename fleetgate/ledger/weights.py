@@ -211,8 +211,8 @@ def host_holding(config: LlamaServerConfig, devices: Devices, model: PlacedModel
                           compute=(devices.used[0].backend.host_buffer or "CPU") if devices.used else "CPU",
                           cpu_features=frozenset() if no_repack else cpu_features)
     if cpu_features is None and pinned is None and not no_repack and any(c is HOST for c in model.layer_device):
-        notes.append("the host's CPU features are not given: weights the CPU backend would repack "
-                     "(CPU_REPACK) are counted in the mapped file instead")
+        notes.append("the host's CPU features are not given (hosts.NAME.cpu_features, --cpu-features): weights the "
+                     "CPU backend would repack (CPU_REPACK, AMX) are counted in the mapped file instead")
     return holding
 
 

@@ -67,3 +67,26 @@ def test_fit_names_the_amx_buffer_from_the_declared_cpu(moe: Path, capsys: pytes
                  "-c", "2048", "--fit", "off"]) in (0, 3)
     names = [b["name"] for b in json.loads(capsys.readouterr().out)["host"]["buffers"]]
     assert "AMX model buffer" in names and "CPU_REPACK model buffer" in names, names
+
+
+def test_a_host_declares_the_cpu_its_engine_uses(tmp_path: Path) -> None:
+    """hosts.NAME.cpu_features: the reference's SmolLM2 (Q4_1 matrices, every K and N a multiple of 32) goes to AMX on a
+    host that declares amx_int8 and avx512_vnni, and stays in the mapped file where the host declares none."""
+    from fleetgate.ledger.service import service_ledger
+    from fleetgate.manifest import load_fleet
+    from fleetgate.rendered import load_service
+    from tests.fleet_edits import edited_fleet
+
+    def host_model(edits: list[tuple[str, str, str]]) -> dict[str, int]:
+        fleet = load_fleet(edited_fleet(tmp_path / str(len(edits)), edits))
+        ledger = service_ledger(load_service(fleet, fleet.services["reference"]))
+        return {b.buffer_type: b.bytes for b in ledger.host.buffers if b.buffer == "model"}
+
+    undeclared = host_model([])
+    assert set(undeclared) == {"CPU_Mapped"}
+    declared = host_model([("fleet.toml", 'ram_gib = 24\ndevices = []',
+                            'ram_gib = 24\ndevices = []\ncpu_features = ["avx2", "amx_int8", "avx512_vnni"]')])
+    assert set(declared) == {"AMX", "CPU_Mapped"}
+    # the AMX copies are allocated beside the mapping, which still spans the file from its first host tensor to its
+    # last (src/llama-model-loader.cpp get_mapping_range), as with CPU_REPACK
+    assert declared["AMX"] > 0 and declared["CPU_Mapped"] == undeclared["CPU_Mapped"]
