@@ -149,8 +149,10 @@ def amx_size(weight: Weight, cpu_features: frozenset[str]) -> int | None:
     experts), of a type with a kernel, K a multiple of its block (``alignment``) and N of 32 (``op->ne[0] %
     (TILE_N * 2)``); its size is ``N x get_row_size(K)`` (amx/mmq.cpp ``ggml_backend_amx_get_alloc_size``)."""
     kind = weight.ggml_type
-    if kind is None or not cpu_features >= AMX_FEATURES or len(weight.shape) != 2 \
-            or weight.name.startswith("token_embd") or weight.name.endswith(("ssm_conv1d.weight",)):
+    # the input token embeddings are read by GET_ROWS; their duplicate as a tied output layer by MUL_MAT, so AMX
+    # takes that copy (seen on a native build: SmolLM2's and gemma-3-270m's tied Q8_0 embeddings packed into AMX)
+    if kind is None or not cpu_features >= AMX_FEATURES or len(weight.shape) != 2 or weight.role == "input" \
+            or weight.name.endswith(("ssm_conv1d.weight",)):
         return None
     k, n = weight.shape[0], weight.shape[1]
     align = _AMX_K.get(kind)
@@ -243,17 +245,16 @@ def _host_weights(acc: Accounts, weights: list[Weight], *, context: str, term_bl
     if host.pinned is None and host.cpu_features:
         # the CPU's extra buffer types in ggml-cpu's order: AMX first, then CPU_REPACK (select_weight_buft takes the
         # first that supports the weight)
-        amx = {w.name: size for w in weights if not w.duplicate
-               and (size := amx_size(w, host.cpu_features)) is not None}
+        amx = [(w, size) for w in weights if (size := amx_size(w, host.cpu_features)) is not None]
         amx_by_term: dict[Term, int] = {}
-        for weight in weights:
-            if weight.name in amx and not weight.duplicate:
-                term = term_output if weight.role == "output" else term_block
-                amx_by_term[term] = amx_by_term.get(term, 0) + pad(amx[weight.name], BACKENDS["CPU"].alignment)
+        for weight, size in amx:
+            term = term_output if weight.role == "output" else term_block
+            amx_by_term[term] = amx_by_term.get(term, 0) + pad(size, BACKENDS["CPU"].alignment)
         for term, nbytes in amx_by_term.items():
             acc.add(HOST, term, "model", context, nbytes, basis,
                     "ggml/src/ggml-cpu/amx/amx.cpp: matrices packed for AMX tiles (amx_int8 + avx512_vnni)", "AMX")
-        weights = [w for w in weights if w.duplicate or w.name not in amx]
+        taken = {id(w) for w, _ in amx}
+        weights = [w for w in weights if id(w) not in taken]
         repack = [w for w in weights if repacked(w, host.cpu_features)]
         weights = [w for w in weights if w not in repack]
         by_term: dict[Term, int] = {}

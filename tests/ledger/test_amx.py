@@ -1,15 +1,19 @@
-"""The AMX buffer type of ggml-cpu (build 11434), from the source alone: the suite's engine is built for x86-64-v3 and
-compiles no AMX, so no boot here can show it (docs/ledger.md says what was proven how).
+"""The AMX buffer type of ggml-cpu (build 11434): the suite's engine is built for x86-64-v3 and compiles no AMX, so the
+rules come from the source and one recorded native build (tests/ledger/data/cpu-amx.json; docs/ledger.md says what
+was proven how).
 
 ggml/src/ggml-cpu/amx/amx.cpp takes a host weight when the engine was compiled with AMX INT8 and AVX512-VNNI and the
 CPU has them, the weight is read by a plain MUL_MAT, its type has a kernel, K (ne0) is a multiple of the type's block
 and N (ne1) of 32; it is listed before CPU_REPACK, and packs Q8_0 rows with 4 B of compensation per 32-value block
-(amx/mmq.cpp ``get_row_size``). The sizes below are worked by hand from those rules for the tiny qwen3moe.
+(amx/mmq.cpp ``get_row_size``). The sizes below are worked by hand from those rules for the tiny qwen3moe, and a
+native build on an AMX host (the device tool's Xeon) is held to them at the end.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +21,7 @@ from fleetgate.cli import main
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.build import build_ledger
 from fleetgate.profile import load_profile
+from tests.ledger.gpu_dataset import DATA, rows
 from tests.ledger.tiny_models import Qwen3MoeShape, write_qwen3moe
 
 AMX_HOST = frozenset({"avx2", "amx_int8", "avx512_vnni"})
@@ -90,3 +95,31 @@ def test_a_host_declares_the_cpu_its_engine_uses(tmp_path: Path) -> None:
     # the AMX copies are allocated beside the mapping, which still spans the file from its first host tensor to its
     # last (src/llama-model-loader.cpp get_mapping_range), as with CPU_REPACK
     assert declared["AMX"] > 0 and declared["CPU_Mapped"] == undeclared["CPU_Mapped"]
+
+
+# -- a native build on an AMX host: tests/ledger/data/cpu-amx.json (the device tool's Xeon, docs/ledger.md) ----------
+
+def _amx_dataset() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    data = json.loads((DATA / "cpu-amx.json").read_text(encoding="utf-8"))
+    return data, data["boots"]
+
+
+@pytest.mark.parametrize("ident", [b["id"] for b in _amx_dataset()[1]])
+def test_a_native_build_on_an_amx_host_is_exact(ident: str) -> None:
+    """Every buffer the AMX build printed (AMX, CPU_Mapped, KV, output) equals the ledger at the log's two decimals,
+    with the host's flags as the engine's (a native build compiles what the CPU has); compute is not under. The tied
+    output layer is the AMX copy beyond the matrices: SmolLM2's 28.69 MiB of Q8_0 embeddings take 32.06 MiB there
+    (4 B of compensation per 34-byte block), gemma-3-270m's 170.00 take 190.00."""
+    data, boots = _amx_dataset()
+    boot = next(b for b in boots if b["id"] == ident)
+    assert "AMX_INT8 = 1" in boot["system_info"] and "AVX512_VNNI = 1" in boot["system_info"]
+    config = parse_llama_server(["llama-server", "-m", f"{boot['model']}.gguf", "--fit", "off", *boot["args"].split()])
+    ledger = build_ledger(config, load_profile(DATA / "profiles" / f"{boot['model']}.toml"),
+                          cpu_features=frozenset(data["machine"]["cpu_features"]))
+    found = list(rows(boot, ledger))
+    exact = [r for r in found if r.buffer != "compute"]
+    assert [r for r in exact if not r.equal] == [] and len(exact) == sum(1 for b in boot["buffers"]
+                                                                         if b["buffer"] != "compute")
+    assert [r for r in found if r.buffer == "compute" and (r.predicted or 0) < (r.observed or 0)] == []
+    amx = [r for r in exact if r.device == "AMX"]
+    assert [r.mib for r in amx] == ([] if "norepack" in ident else [{"smollm2": "95.34", "gemma3": "213.91"}[boot["model"]]])
