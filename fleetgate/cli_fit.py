@@ -169,12 +169,13 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
     if reason := _no_ledger(config):
         raise InputError(config.fleet.path, config.service.line, reason)
     ledger = service_vllm_ledger(config)
-    if not ledger.weights_fit:
+    if ledger.config_refusal is not None:
+        verdict = f"FAILS: will not start: vLLM refuses at config: {ledger.config_refusal}"
+    elif not ledger.weights_fit:
         verdict = (f"FAILS: will not start: each rank loads {gib(ledger.weights + ledger.drafter)} of weights "
                    f"into a budget of {gib(ledger.budget)}")
-    elif ledger.pool < ledger.per_sequence:
-        verdict = (f"FAILS: will not start: one {ledger.max_model_len:,}-token sequence needs "
-                   f"{gib(ledger.per_sequence)} of KV per rank, the pool is {gib(ledger.pool)}")
+    elif ledger.pool_refusal is not None:
+        verdict = f"FAILS: will not start: vLLM refuses: {ledger.pool_refusal}"
     else:
         verdict = ""
     code = 0 if ledger.starts else 1
@@ -194,6 +195,8 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
             ("KV pool", ledger.pool, ledger.pool_from),
             ("one sequence", ledger.per_sequence, f"{ledger.max_model_len:,} tokens x {ledger.kv_per_token:,} B + "
                                                   f"{ledger.state_per_sequence:,} B of state")]
+    if ledger.null_block:
+        rows.insert(5, ("null block", ledger.null_block, f"one {ledger.block_size}-token block vLLM holds back"))
     out += [f"  {label:<16}{value / GIB:>9.2f}   {why}" for label, value, why in rows]
     if ledger.starts:
         out.append(f"  starts: the pool holds {ledger.sequences:.2f} sequences of {ledger.max_model_len:,} tokens "
@@ -227,6 +230,9 @@ def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
     """The failing cards first (the worst at the top), then the fix; nothing when the fit holds."""
     if verdict.fits:
         return []
+    if verdict.refusals:  # a process that exits at load holds nothing: the cards' figures are moot
+        return [*(f"FAILS: will not start: llama-server refuses: {r.reason} ({r.source})" for r in verdict.refusals),
+                ""]
     floor = f"{gib(verdict.floor)}" + ("" if verdict.floor_declared else " (none declared)")
     lines = [f"FAILS: {d.card.name} keeps {gib(d.free or 0)} free, below its floor of {floor}"
              for d in verdict.failing]
@@ -243,7 +249,8 @@ def _verdict_json(verdict: Verdict, fix: str | None) -> dict[str, Any]:
             "floor_declared": verdict.floor_declared,
             "failing": [{"device": d.card.name, "free_bytes": d.free} for d in verdict.failing],
             "gap_bytes": verdict.gap, "slack_bytes": verdict.slack, "slack_fails": verdict.slack_fails,
-            "unsized": list(verdict.unsized), "fix": fix}
+            "unsized": list(verdict.unsized), "fix": fix,
+            "will_not_start": [r.reason for r in verdict.refusals]}
 
 
 def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> list[Card]:
@@ -468,7 +475,24 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     for device, context, source in calibrated:
         out.append(f"  {device} {context}: {source}")
     out += [f"  note: {n}" for n in ledger.notes]
+    out += _moved_lines(ledger)
     return "\n".join(out)
+
+
+def _moved_lines(ledger: Ledger) -> list[str]:
+    """The tensors the overrides moved, grouped by override and by the devices between which they moved."""
+    if not ledger.moved:
+        return []
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for m in ledger.moved:
+        groups.setdefault((m.override.origin, m.source, m.target), []).append(m)
+    out = [f"  tensor overrides moved {len(ledger.moved)} tensors "
+           f"({sum(m.nbytes for m in ledger.moved) / (1 << 20):.2f} MiB):"]
+    for (origin, source, target), moved in groups.items():
+        names = ", ".join(m.tensor for m in moved)
+        out.append(f"    {origin}: {len(moved)} from {source} to {target} "
+                   f"({sum(m.nbytes for m in moved) / (1 << 20):.2f} MiB): {names}")
+    return out
 
 
 def _sweep_table(title: str, rows: Sequence[SweepRow], current: Sequence[float], floor: int | None,

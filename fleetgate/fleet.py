@@ -73,6 +73,8 @@ class Host:
     """The cards' GPU architecture (gfx1201, sm_86): what an engine build must target (B-DV-5)."""
     ledger_tolerance_bytes: int | None = None
     """How much more a card may use than the ledger predicts (host-vram-vs-ledger, C-H-3, INC-10)."""
+    cpu_features: frozenset[str] | None = None
+    """The CPU flags the host's engine build uses (``cpu_features``): they decide CPU_REPACK and AMX weights."""
 
     @property
     def cards(self) -> tuple[Device, ...]:

@@ -281,6 +281,7 @@ def _hosts(manifest: _Manifest, raw_hosts: Mapping[str, Any]) -> dict[str, Host]
             address=raw.get("address"),
             gpu_arch=raw.get("gpu_arch"),
             ledger_tolerance_bytes=gib("ledger_tolerance_gib"),
+            cpu_features=frozenset(f.lower() for f in raw["cpu_features"]) if "cpu_features" in raw else None,
         )
     return hosts
 

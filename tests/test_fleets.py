@@ -388,9 +388,17 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # entrypoint: '' drops the image's entrypoint: command is then the whole command line.
     "compose-entrypoint-reset": ("compose-llama", [("docker/compose.yaml", 'command: ["-m",',
                                                     'entrypoint: ""\n    command: ["/app/llama-server", "-m",')], {}),
-    # MAX_MODEL_LEN from .env: one 131,072-token sequence needs 18 GiB of KV, the pool is at most 13.4 GiB.
-    "compose-vllm-pool-below-one-sequence": ("compose-vllm", [(".env", "MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072")],
+    # MAX_MODEL_LEN from .env: one 131,072-token sequence needs 18 GiB of KV, the pool is at most 13.4 GiB. 131,072
+    # is past the checkpoint's max_position_embeddings (40,960), which vLLM refuses at config unless the container's
+    # environment allows it (issue 35); allowed, the pool is what stops it.
+    "compose-vllm-pool-below-one-sequence": ("compose-vllm", [(".env", "MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072"),
+                                                              ("compose.yaml", "      VLLM_LOGGING_LEVEL: INFO\n",
+                                                               "      VLLM_LOGGING_LEVEL: INFO\n"
+                                                               '      VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1"\n')],
                                              {"qwen:vllm-starts": "vllm-starts/pool-below-one-sequence"}),
+    # the same length without that permission: refused at config, before any pool is sized
+    "compose-vllm-max-model-len-over-model": ("compose-vllm", [(".env", "MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072")],
+                                              {"qwen:vllm-starts": "vllm-starts/max-model-len-over-model"}),
     # The old image entrypoint (python3 -m vllm.entrypoints.openai.api_server) reads the same flags.
     "compose-vllm-api-server": ("compose-vllm", [("compose.yaml", "    command: >\n",
                                                   '    entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]\n'

@@ -53,13 +53,15 @@ def _no_card_ledger(config: RenderedService) -> str | None:
 LEDGER_CODES = {
     "unknown-device": "`--device` names a card the host does not have",
     "unknown-cache-type": "a KV cache type the engine refuses",
+    "engine-refuses": ("the engine refuses to load the model this way (`-sm row` on devices without split buffers, "
+                       "an `-ot` buffer type no device offers, `-fa off` with a quantized V cache)"),
 }
 """What every seam that builds the service's ledger can fail with besides its own codes."""
 
 
 def _ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
     try:
-        return service_ledger(config)
+        ledger = service_ledger(config)
     except KeyError as exc:
         llama = config.llama
         assert llama is not None
@@ -78,6 +80,20 @@ def _ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
             observed=str(exc), expected="a KV cache type the engine accepts",
             fix="llama-server stops at startup with 'Unsupported cache type': pick one of the listed types",
         ) from None
+    if ledger.refusals:
+        # a process that exits at load holds no memory: no figure of its ledger is a finding
+        llama = config.llama
+        assert llama is not None
+        first = ledger.refusals[0]
+        raise check.fail(
+            config, "engine-refuses", where=config.where_flag(llama.use(first.dest) if first.dest else None),
+            observed=f"will not start: llama-server refuses: {first.reason}",
+            expected="a command line the engine loads",
+            details=[f"{r.reason} ({r.source})" for r in ledger.refusals],
+            fix=("the process exits at load and holds no memory: drop -sm row (a layer split needs no split buffers), "
+                 "name a buffer type the host's devices offer, or turn flash attention on"),
+        )
+    return ledger
 
 
 def _card(d: DeviceLedger) -> str:

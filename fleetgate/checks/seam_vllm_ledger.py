@@ -13,6 +13,7 @@ from typing import Any
 from fleetgate.checks import NOT_JUDGED, service_seam
 from fleetgate.checks._common import gib
 from fleetgate.errors import InputError
+from fleetgate.failure import Deferred
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
 from fleetgate.rendered import RenderedService
 
@@ -39,6 +40,11 @@ def _cpu_space(config: RenderedService) -> str | None:
     return value if value is not None and value.strip() else None
 
 
+def _allow_long(config: RenderedService) -> bool:
+    """vllm/envs.py: ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is true for "1" or "true" (any case)."""
+    return config.rendered.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0").strip().lower() in ("1", "true")
+
+
 def _checkpoints(config: RenderedService) -> tuple[Checkpoint, Checkpoint | None]:
     assert config.profile is not None
     drafter = checkpoint_of(config.draft_profile) if config.draft_profile is not None else None
@@ -58,7 +64,7 @@ def service_vllm_ledger(config: RenderedService) -> VllmLedger:
         try:
             return vllm_ledger(vllm, target, card="host RAM (vLLM CPU build)", card_bytes=config.host.ram_bytes,
                                drafter=drafter,
-                               cpu_kvcache_space=space)
+                               cpu_kvcache_space=space, allow_long=_allow_long(config))
         except ValueError as exc:
             raise InputError(Path(config.where_variable("VLLM_CPU_KVCACHE_SPACE").rsplit(":", 1)[0]), None,
                              str(exc)) from None
@@ -68,7 +74,7 @@ def service_vllm_ledger(config: RenderedService) -> VllmLedger:
     pools = list(config.service.calibration.get("kv_pool", []))
     try:
         return vllm_ledger(vllm, target, card=card.name, card_bytes=card.vram_bytes, drafter=drafter, pools=pools,
-                           shape_matches=lambda p: not _differs(p, shape))
+                           shape_matches=lambda p: not _differs(p, shape), allow_long=_allow_long(config))
     except ValueError as exc:
         raise InputError(config.profile.path if config.profile else config.rendered.script, None, str(exc)) from None
 
@@ -103,7 +109,12 @@ CHECK = service_seam(
             "vLLM's ledger: a rank's weights (and drafter's) exceed `--gpu-memory-utilization` x the card: it will not start"
         ),
         "pool-below-one-sequence": (
-            "vLLM's ledger: the KV pool cannot hold one `--max-model-len` sequence: it will not start (docs/ledger.md, \"vLLM\")"
+            "vLLM's ledger: the KV pool, less the block vLLM holds back, cannot hold one `--max-model-len` sequence "
+            "(or nothing is left at all): it will not start (docs/ledger.md, \"vLLM\")"
+        ),
+        "max-model-len-over-model": (
+            "`--max-model-len` above the model's own limit (max_position_embeddings and RoPE scaling): vLLM refuses "
+            "it at config, before loading anything"
         ),
     },
 )
@@ -115,6 +126,17 @@ def vllm_starts(config: RenderedService) -> None:
     assert vllm is not None and config.profile is not None
     ledger = service_vllm_ledger(config)
     target, _ = _checkpoints(config)
+    if ledger.config_refusal is not None:
+        raise CHECK.fail(
+            config, "max-model-len-over-model",
+            where=config.where_flag(vllm.use("max_model_len")),
+            observed=f"will not start: vLLM refuses at config: {ledger.config_refusal}",
+            expected=(f"--max-model-len <= {ledger.model_limit:g} ({ledger.model_limit_key} of {target.name}, "
+                      f"{config.profile.path.name})"),
+            details=_terms(ledger, target),
+            fix=("lower --max-model-len to the model's limit, or (only for a model that really holds longer contexts, "
+                 "e.g. with RoPE scaling declared in its config.json) set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+        )
     if not ledger.weights_fit:
         raise CHECK.fail(
             config, "weights-exceed-budget",
@@ -128,18 +150,28 @@ def vllm_starts(config: RenderedService) -> None:
                  "memory while loading): a smaller checkpoint (a lower-bit quantisation), more tensor-parallel ranks, "
                  "or a card that holds it"),
         )
-    if ledger.pool < ledger.per_sequence:
+    refusal = ledger.pool_refusal
+    if refusal is not None:
         certain = "" if ledger.peak or "pinned" in ledger.peak_basis else \
             " (the pool is an upper bound: no boot of this shape measured the profiled peak)"
+        # nothing left for blocks is the pool's setting; a pool too small for one sequence is the length's
+        empty = ledger.usable <= 0
+        where = (config.where_flag(vllm.use(ledger.pool_dest)) if ledger.pool_dest != "VLLM_CPU_KVCACHE_SPACE"
+                 else Deferred(lambda: f"{config.where_variable('VLLM_CPU_KVCACHE_SPACE')} (VLLM_CPU_KVCACHE_SPACE)")) \
+            if empty \
+            else config.where_flag(vllm.use("max_model_len") or vllm.use("kv_cache_memory"))
+        held = f" less the {ledger.null_block:,} B block vLLM holds back" if ledger.null_block else ""
         raise CHECK.fail(
             config, "pool-below-one-sequence",
             cites=("B-VL-4", "B-VL-5", "B-VL-6"),
-            where=config.where_flag(vllm.use("max_model_len") or vllm.use("kv_cache_memory")),
-            observed=(f"will not start: one {ledger.max_model_len:,}-token sequence needs {gib(ledger.per_sequence)} of "
-                      f"KV per rank, the pool is {gib(ledger.pool)}{certain}"),
-            expected=f"a KV pool of at least one --max-model-len sequence ({ledger.sequences:.2f}x now)",
+            where=where,
+            observed=(f"will not start: vLLM refuses: {refusal} (the pool is {gib(ledger.pool)}{held}; one "
+                      f"{ledger.max_model_len:,}-token sequence needs {gib(ledger.needed)} of KV per rank){certain}"),
+            expected=(f"a KV pool that holds the block vLLM keeps back and one --max-model-len sequence "
+                      f"({ledger.sequences:.2f}x now)"),
             details=_terms(ledger, target),
-            fix=("vLLM refuses at start ('To serve at least one request with the models's max seq len ..., KV cache is "
-                 "needed, which is larger than the available KV cache memory'): lower --max-model-len, use "
-                 "--kv-cache-dtype fp8, raise tensor parallelism or free the budget"),
+            fix=(f"give the pool memory ({ledger.pool_from.split(' (')[0]} sets it to {gib(ledger.pool)})" if empty else
+                 f"lower --max-model-len to at most {ledger.estimated_max_model_len} (what the pool holds, in whole "
+                 "blocks, after the block vLLM keeps back), use --kv-cache-dtype fp8, raise tensor parallelism or "
+                 "free the budget"),
         )

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from fleetgate.engines.llamacpp import ContextShape
 from fleetgate.ledger.devices import Card
+from fleetgate.ledger.overrides import Moved
 
 __all__ = [
     "TERMS",
@@ -25,6 +26,7 @@ __all__ = [
     "Calibration",
     "DeviceLedger",
     "Ledger",
+    "Refusal",
     "SlotState",
     "Term",
     "calibrations_at",
@@ -108,6 +110,18 @@ class SlotState:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why the engine will not start this command line, in its own words: a process that exits at load holds no
+    memory, so no figure of its ledger is a finding until this is fixed."""
+
+    reason: str
+    dest: str | None
+    """The option to change (its ``LlamaServerConfig`` destination), for the failure's file and line."""
+    source: str
+    """The engine source that refuses."""
+
+
+@dataclass(frozen=True)
 class Ledger:
     shape: ContextShape
     n_ubatch: int
@@ -115,6 +129,9 @@ class Ledger:
     host: DeviceLedger
     slot_state: SlotState
     notes: tuple[str, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
+    moved: tuple[Moved, ...] = ()
+    """Tensors the overrides took off their layer's device (``-ot``, ``--cpu-moe``, ``--n-cpu-moe``)."""
 
     @property
     def cards(self) -> tuple[DeviceLedger, ...]:
@@ -163,4 +180,7 @@ def summarize(ledger: Ledger) -> dict[str, Any]:
         "slot_state": {"tokens": state.tokens, "target_kv": state.target_kv, "recurrent": state.recurrent,
                        "draft": state.draft, "checkpoints": state.checkpoints, "total": state.total},
         "notes": list(ledger.notes),
+        "refusals": [{"reason": r.reason, "option": r.dest, "source": r.source} for r in ledger.refusals],
+        "moved": [{"tensor": m.tensor, "from": m.source, "to": m.target, "bytes": m.nbytes,
+                   "override": m.override.origin} for m in ledger.moved],
     }

@@ -4,10 +4,11 @@ compute buffers, the output buffers; then the ledger per device and the prompt c
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from fleetgate.engines.llamacpp import LlamaServerConfig
-from fleetgate.ledger.accounts import Accounts, Basis, Calibration, DeviceLedger, Ledger, SlotState
+from fleetgate.ledger.accounts import Accounts, Basis, Calibration, DeviceLedger, Ledger, Refusal, SlotState
 from fleetgate.ledger.compute import book_compute, offloads_ops
 from fleetgate.ledger.context import ContextParams, context_params, resolve_flash_attn
 from fleetgate.ledger.devices import HOST, Card
@@ -18,7 +19,7 @@ from fleetgate.ledger.placement import Devices, PlacedModel, devices_of, place_t
 from fleetgate.ledger.projector import book_projector, book_projector_compute
 from fleetgate.ledger.recurrent import book_recurrent, recurrent_per_slot
 from fleetgate.ledger.runtime import book_runtime
-from fleetgate.ledger.weights import book_weights, host_holding
+from fleetgate.ledger.weights import book_weights, host_holding, moved_tensors
 from fleetgate.profile import Profile
 
 __all__ = ["build_ledger"]
@@ -43,13 +44,15 @@ def build_ledger(
     ``ValueError`` for a cache type the engine refuses.
     """
     notes: list[str] = []
+    refusals: list[Refusal] = []
     basis: Basis = "reconstructed" if target.reconstructed else "derived"
     check_cache_types(config)
     params = context_params(config, target)
     _note_taken_as_given(config, notes)
     devices = devices_of(config, cards)
-    model = place_target(config, target, devices)
-    flash_attn = resolve_flash_attn(config, target, notes, [c for c in model.cards if c is not HOST])
+    _refuse_split_buffers(config, devices, refusals)
+    model = place_target(config, target, devices, refusals)
+    flash_attn = resolve_flash_attn(config, target, notes, [c for c in model.cards if c is not HOST], refusals)
     holding = host_holding(config, devices, model, cpu_features, notes)
     cache, draft_cache = kv_caches(config, params, flash_attn=flash_attn)
 
@@ -67,8 +70,21 @@ def build_ledger(
                  flash_attn=flash_attn, op_offload=op_offload, host_compute=holding.compute)
     book_projector_compute(acc, notes, projector_card, projector, calibrations, n_ubatch=params.n_ubatch)
     book_outputs(acc, config, model, drafter, params, basis=basis)
-    return _ledger(acc, notes, model, drafter, devices, params,
-                   _slot_state(config, target, cache, drafter))
+    return dataclasses.replace(
+        _ledger(acc, notes, model, drafter, devices, params, _slot_state(config, target, cache, drafter)),
+        refusals=tuple(refusals), moved=moved_tensors(model))
+
+
+def _refuse_split_buffers(config: LlamaServerConfig, devices: Devices, refusals: list[Refusal]) -> None:
+    """``--split-mode row``: every model device needs a split buffer type (src/llama-model.cpp
+    ``make_gpu_buft_list``, called for each device whatever ``-ngl`` says); the first without one stops the load.
+    With no device (the host alone) the mode changes nothing."""
+    if config.split_mode != "row":
+        return
+    lacking = next((d for d in devices.used if not d.backend.split_buffers), None)
+    if lacking is not None:
+        refusals.append(Refusal(f"error loading model: device {lacking.name} does not support split buffers",
+                                "split_mode", "src/llama-model.cpp make_gpu_buft_list"))
 
 
 def _note_taken_as_given(config: LlamaServerConfig, notes: list[str]) -> None:
@@ -76,7 +92,7 @@ def _note_taken_as_given(config: LlamaServerConfig, notes: list[str]) -> None:
     if config.fit not in ("off", "0", "false"):
         notes.append("--fit is on: llama.cpp may change -ngl or -c at boot to fit free memory; this ledger "
                      "takes the flags as given")
-    if config.split_mode not in ("none", "layer"):
+    if config.split_mode not in ("none", "layer", "row"):  # row: refused with any device, else moot
         notes.append(f"--split-mode {config.split_mode}: modelled as a layer split")
 
 

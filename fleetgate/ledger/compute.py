@@ -22,6 +22,7 @@ from fleetgate.ledger.kv import KvCache, kv_layers
 from fleetgate.ledger.options import flag_value
 from fleetgate.ledger.placement import PlacedModel
 from fleetgate.ledger.weights import alloc
+from fleetgate.ledger.weights import moved_tensors as model_moved
 from fleetgate.profile import Profile
 
 __all__ = [
@@ -176,13 +177,21 @@ def _compute_estimate(profile: Profile, shape: ComputeShape, role: tuple[str, st
 _CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
 
 
-def _offloaded_input(profile: Profile, trunk: Sequence[Card], gpu: Card, cache: KvCache, flash_attn: bool) -> int:
+def _host_tensors(model: PlacedModel) -> set[str]:
+    """The layer tensors an override put on the host while their layer runs on a device."""
+    return {m.tensor for m in model_moved(model) if m.target == HOST.label}
+
+
+def _offloaded_input(profile: Profile, trunk: Sequence[Card], gpu: Card, cache: KvCache, flash_attn: bool,
+                     moved_to_host: frozenset[str] | set[str] = frozenset()) -> int:
     """What the op-offload GPU copies into its compute buffer for the host layers it runs: two of the largest
-    host weight matrices (a split starts at each, ggml-backend.cpp pass 5) and, without flash attention (whose
-    op is never offloaded by weight), one host layer's K and V cache, which the scores are computed against."""
+    host weight matrices (a split starts at each, ggml-backend.cpp pass 5; the layer tensors an override keeps on
+    the host count as host weights) and, without flash attention (whose op is never offloaded by weight), one host
+    layer's K and V cache, which the scores are computed against."""
     host_layers = {il for il, card in enumerate(trunk) if card is HOST}
     sizes = sorted((alloc(w, gpu.backend) for w in profile.weights
-                    if w.block in host_layers and len(w.shape) > 1 and w.shape[1] > 1), reverse=True)
+                    if (w.block in host_layers or w.name in moved_to_host) and len(w.shape) > 1 and w.shape[1] > 1),
+                   reverse=True)
     size = sum(sizes[:2])
     if not flash_attn:
         kv = [il for il in kv_layers(profile, mtp=False) if il in host_layers]
@@ -196,8 +205,8 @@ def offloads_ops(config: LlamaServerConfig, model: PlacedModel, devices: Sequenc
     """ggml-backend.cpp: with a GPU in the schedule, the products of weights left on the host run on the first
     GPU for batches of 32 tokens or more (op_offload), unless ``--no-op-offload``."""
     trunk = model.layer_device[: model.profile.n_layer]
-    return any(d.backend.host_buffer for d in devices) and HOST in trunk and n_ubatch >= 32 \
-        and flag_value(config, "--no-op-offload") is None
+    return any(d.backend.host_buffer for d in devices) and (HOST in trunk or bool(_host_tensors(model))) \
+        and n_ubatch >= 32 and flag_value(config, "--no-op-offload") is None
 
 
 def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, model: PlacedModel, drafter: Drafter,
@@ -214,9 +223,10 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         notes.append(f"calibrations measured at another ubatch do not apply at ubatch {n_ubatch}: "
                      f"{', '.join(stale)}; those buffers are estimated")
     n_seq = cache.n_seq
-    # src/llama-context.cpp: pipeline parallelism needs several devices, every layer offloaded, a layer split
+    # src/llama-context.cpp: pipeline parallelism needs several devices, every layer offloaded, a layer split,
+    # and no tensor override at all (``!model.has_tensor_overrides()``: any -ot/--cpu-moe entry, matched or not)
     pipeline = (len(devices) > 1 and ngl > target.block_count and config.split_mode == "layer"
-                and cache.offload)
+                and cache.offload and not model.overrides)
 
     def shape_of(profile: Profile, outputs: int, parallel: bool, offloaded: int = 0,
                  host_attention: bool = False, first_stage: bool = False) -> ComputeShape:
@@ -250,18 +260,24 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
                 "(no boot measured it)",
                 host_compute if card is HOST else "")
 
-    n_outputs = min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
+    # the graph is reserved for min(n_ubatch, n_outputs_max) outputs (src/llama-context.cpp sched_reserve);
+    # an embedding service's n_outputs_max is n_batch (server_output_limits), so every token's logits are computed
+    n_outputs = n_ubatch if params.every_token else \
+        min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
     layer_cards: dict[str, list[Card]] = {"target": list(dict.fromkeys(trunk))}
     if draft_model is not None and draft is not None:
         layer_cards["draft"] = list(dict.fromkeys(draft_model.layer_device[: draft.n_layer]))
     # the op-offload GPU (offloads_ops) needs the activations of a layer
     gpus = [d for d in devices if d.backend.host_buffer]
-    offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn) if op_offload else 0
+    offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn, _host_tensors(model)) \
+        if op_offload else 0
+    # the host runs the ops of the layer tensors an override left on it, where no GPU takes them over (op offload)
+    host_runs = bool(_host_tensors(model)) and not op_offload
     for card in model.cards:
         # the op-offload GPU runs the host layers, also where it holds only the output layer (-ngl 1)
         runs = op_offload and card is gpus[0]
-        compute(card, "target", target, n_outputs, layers=card in trunk or runs,
+        compute(card, "target", target, n_outputs, layers=card in trunk or runs or (card is HOST and host_runs),
                 output=card == model.output_device, parallel=pipeline, offloaded=offloaded if runs else 0)
     if op_offload and gpus[0] not in model.cards:
         compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline,

@@ -2,6 +2,10 @@
 
 - Context (src/llama-context.cpp, ``llama_context::llama_context``): ``n_ctx = PAD256(-c or n_ctx_train)``,
   ``n_ctx_seq = n_ctx`` when unified else ``PAD256(n_ctx / n_seq)``; ``n_ubatch = min(n_batch, ubatch)``.
+- Embedding services (``--embedding``, ``--rerank``; ``--pooling`` other than ``none``): every token of a batch is
+  an output (tools/server/server-context.cpp ``server_output_limits``: ``n_outputs_max = n_batch``), and the
+  batch must fit one ubatch (tools/server/server.cpp and common/common.cpp ``common_init_from_params``: "setting
+  n_batch = n_ubatch").
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetgate.engines.llamacpp import ContextShape, LlamaServerConfig, pad
+from fleetgate.engines.llamacpp import TRUTHY, ContextShape, LlamaServerConfig, pad
+from fleetgate.ledger.accounts import Refusal
 from fleetgate.ledger.devices import FLOAT_TYPES, Card
+from fleetgate.ledger.options import flag_value
 from fleetgate.profile import Profile
 
-__all__ = ["FA_HEAD_SIZES", "ContextParams", "context_params", "resolve_flash_attn"]
+__all__ = ["FA_HEAD_SIZES", "ContextParams", "context_params", "embedding_mode", "resolve_flash_attn"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,10 @@ class ContextParams:
     shape: ContextShape
     n_batch: int
     n_ubatch: int
+    embedding: bool = False
+    """``--embedding`` (or ``--rerank``): the context also returns embeddings (``cparams.embeddings``)."""
+    every_token: bool = False
+    """Every token of a batch is an output: embedding mode, or a pooling type other than none."""
 
     @property
     def n_seq(self) -> int:
@@ -37,7 +47,25 @@ class ContextParams:
         return self.shape.unified
 
 
+EMBEDDING_FLAGS = ("--embedding", "--embeddings", "LLAMA_ARG_EMBEDDINGS", "--rerank", "--reranking",
+                   "LLAMA_ARG_RERANKING")
+
+
+def embedding_mode(config: LlamaServerConfig) -> tuple[bool, bool]:
+    """(embedding, every token an output): common/arg.cpp ``--embedding`` and ``--rerank`` set
+    ``params.embedding`` (an environment variable only when truthy); ``--pooling`` sets the pooling type, and any but
+    ``none`` makes every token an output (tools/server/server-context.cpp ``server_output_limits``)."""
+    embedding = False
+    for uses in config.parsed.uses.values():
+        for use in uses:
+            if use.flag in EMBEDDING_FLAGS and (use.value is None or use.value.lower() in TRUTHY):
+                embedding = True
+    pooling = (flag_value(config, "--pooling", "LLAMA_ARG_POOLING") or "").lower()
+    return embedding, embedding or pooling not in ("", "none")
+
+
 def context_params(config: LlamaServerConfig, target: Profile) -> ContextParams:
+    embedding, every_token = embedding_mode(config)
     n_seq = max(1, config.n_slots)
     unified = config.unified_kv
     n_ctx = pad(config.ctx_size or target.n_ctx_train or 0, 256)
@@ -47,7 +75,10 @@ def context_params(config: LlamaServerConfig, target: Profile) -> ContextParams:
     shape = ContextShape(n_ctx=n_ctx, n_ctx_seq=n_ctx_seq, n_seq_max=n_seq, unified=unified)
     n_batch = min(n_ctx, config.batch_size) if n_ctx else config.batch_size
     n_ubatch = min(n_batch, config.ubatch_size or n_batch)
-    return ContextParams(shape=shape, n_batch=n_batch, n_ubatch=n_ubatch)
+    if embedding:
+        n_batch = n_ubatch  # tools/server/server.cpp: "setting n_batch = n_ubatch" (embeddings need one ubatch)
+    return ContextParams(shape=shape, n_batch=n_batch, n_ubatch=n_ubatch, embedding=embedding,
+                         every_token=every_token)
 
 
 # ggml/src/ggml-cuda/fattn.cu ggml_cuda_get_best_fattn_kernel: the head sizes CUDA/HIP flash attention has
@@ -60,7 +91,7 @@ FA_HEAD_SIZES: Mapping[str, frozenset[int]] = {
 
 
 def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
-                       devices: Sequence[Card] = ()) -> bool:
+                       devices: Sequence[Card] = (), refusals: list[Refusal] | None = None) -> bool:
     """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
     layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
     llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
@@ -70,6 +101,9 @@ def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[
         if quantized_v:
             notes.append(f"-fa off with a {config.cache_type_v} V cache: llama-server refuses to start "
                          "(a quantized V cache needs flash attention)")
+            if refusals is not None:
+                refusals.append(Refusal("quantized V cache was requested, but this requires Flash Attention",
+                                        "flash_attn", "src/llama-context.cpp llama_context::llama_context"))
         return False
     if mode == "on" or quantized_v:
         return True

@@ -27,6 +27,11 @@ class Backend:
     """The pinned host buffer type the device offers (``CUDA_Host``); host-side output and compute buffers
     and the host's weights use it when this device comes first (src/llama-context.cpp, ``sched_reserve``;
     src/llama-model.cpp, ``make_cpu_buft_list``)."""
+    split_buffers: bool = False
+    """Whether the backend offers a row-split buffer type (its registry exports ``ggml_backend_split_buffer_type``).
+    In build 11434 only SYCL and Hexagon do (ggml-sycl.cpp, ggml-hexagon.cpp ``get_proc_address``); none of the
+    kinds here, so ``--split-mode row`` with any of them as a model device is refused at load
+    (src/llama-model.cpp ``make_gpu_buft_list``: "device CUDA0 does not support split buffers")."""
 
 
 _CUDA = "ggml/src/ggml-cuda/ggml-cuda.cu buffer_type_get_alignment, get_alloc_size"

@@ -39,8 +39,14 @@ def book_outputs(acc: Accounts, config: LlamaServerConfig, model: PlacedModel, d
     out_type = model.output_device.backend.host_buffer or "CPU"
     boot, grown = output_buffer(target, n_seq=n_seq, n_batch=n_batch,
                                 n_max=config.spec_draft_n_max if config.speculative else 0, mtp=mtp)
+    if params.embedding:
+        # output_reserve: the logits are always kept, and cparams.embeddings adds n_embd_out floats per output
+        # (n_outputs_max = max(n_outputs, n_seq) at boot); a request of n tokens grows it to n x (n_vocab + n_embd)
+        embd = n_seq * target.n_embd * 4
+        boot, grown = boot + embd, grown + embd
     acc.add(HOST, "output", "output", "target", boot, basis,
-            "src/llama-context.cpp output_reserve: n_seq x n_vocab x 4 B at boot", out_type)
+            "src/llama-context.cpp output_reserve: n_seq x (n_vocab" + (" + n_embd" if params.embedding else "")
+            + ") x 4 B at boot", out_type)
     acc.add(HOST, "output", "output growth", "target", grown - boot, basis,
             "output_reserve grows it on the first drafted request: n_seq x (1 + n_max) outputs"
             + (" + n_embd x n_batch nextn embeddings" if mtp else ""), out_type)

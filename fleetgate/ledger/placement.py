@@ -7,20 +7,28 @@
   output layer is ``il = n_layer_all``; the input layer (token embeddings) always stays on the host; blocks
   past the model's layers go with the output (``create_tensor``). ``--split-mode none`` keeps only the main
   device and RPC devices come first (src/llama.cpp, ``llama_model_load_from_file_impl``).
+- Tensor overrides (``-ot``, ``--cpu-moe``, ``--n-cpu-moe``, ``--n-cpu-ffn``; fleetgate/ledger/overrides.py) move
+  single tensors off their layer's device: the buffer type each names is resolved here to a device of the
+  command line (common/arg.cpp ``parse_tensor_buffer_overrides`` knows every device's own buffer type, and the
+  host's ``CPU``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig
+from fleetgate.ledger.accounts import Refusal
 from fleetgate.ledger.devices import HOST, Card
 from fleetgate.ledger.options import option_value
+from fleetgate.ledger.overrides import TensorOverride, tensor_overrides
 from fleetgate.profile import Profile
 
-__all__ = ["Devices", "PlacedModel", "devices_of", "n_gpu_layers", "place", "place_target", "placement"]
+__all__ = ["Devices", "PlacedModel", "devices_of", "n_gpu_layers", "place", "place_target", "placement",
+           "resolve_overrides"]
 
 
 def _f32(value: float) -> float:
@@ -75,11 +83,14 @@ class PlacedModel:
     load_mtp: bool
     ngl: int
     """The layers offloaded (``-ngl`` read as the engine reads it)."""
+    overrides: tuple[tuple[TensorOverride, Card], ...] = ()
+    """The tensor overrides in the order the loader tries them, each with the device its buffer type is on."""
 
     @property
     def cards(self) -> list[Card]:
+        """The devices holding blocks or the output layer, then those holding only overridden tensors."""
         seen: list[Card] = []
-        for card in (*self.layer_device, self.output_device):
+        for card in (*self.layer_device, self.output_device, *(card for _, card in self.overrides)):
             if card not in seen:
                 seen.append(card)
         return seen
@@ -141,8 +152,33 @@ def place(profile: Profile, devices: Sequence[Card], ngl: int, tensor_split: Seq
     return PlacedModel(profile, tuple(devices), cards[:n_all], cards[n_all], load_mtp, ngl)
 
 
-def place_target(config: LlamaServerConfig, target: Profile, devices: Devices) -> PlacedModel:
+def resolve_overrides(overrides: Sequence[TensorOverride], devices: Devices, refusals: list[Refusal]
+                      ) -> tuple[tuple[TensorOverride, Card], ...]:
+    """Each override with the device of the buffer type it names: ``CPU`` is the host, any other name a device's
+    own buffer type (``CUDA0``, ``RPC0[host:port]``), among every device the engine registered, used by the model or
+    not. A name no device offers is a refusal in the engine's words (common/arg.cpp,
+    ``parse_tensor_buffer_overrides``: "unknown buffer type"), and the override is left out."""
+    known = {HOST.name: HOST} | {c.label: c for c in (*devices.rpc, *devices.cards)} \
+        | {c.name: c for c in devices.cards}
+    resolved = []
+    for override in overrides:
+        card = known.get(override.buffer_type)
+        if card is None:
+            refusals.append(Refusal(
+                f"error while handling argument \"{override.flag.flag}\": unknown buffer type "
+                f"{override.buffer_type!r} (the engine offers {', '.join(sorted(known))})", override.flag.dest,
+                "common/arg.cpp parse_tensor_buffer_overrides"))
+            continue
+        resolved.append((override, card))
+    return tuple(resolved)
+
+
+def place_target(config: LlamaServerConfig, target: Profile, devices: Devices,
+                 refusals: list[Refusal] | None = None) -> PlacedModel:
     """The target on its devices: ``-ngl`` layers offloaded, split by ``--tensor-split``; its nextn blocks
-    loaded only for ``draft-mtp``."""
+    loaded only for ``draft-mtp``; single tensors moved by the overrides (an override the engine refuses goes to
+    ``refusals``)."""
     ngl = n_gpu_layers(config.n_gpu_layers, target.block_count)
-    return place(target, devices.used, ngl, config.tensor_split, "draft-mtp" in set(config.spec_types))
+    placed = place(target, devices.used, ngl, config.tensor_split, "draft-mtp" in set(config.spec_types))
+    overrides = resolve_overrides(tensor_overrides(config), devices, [] if refusals is None else refusals)
+    return dataclasses.replace(placed, overrides=overrides) if overrides else placed

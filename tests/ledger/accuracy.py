@@ -2,6 +2,7 @@
 
     python -m tests.ledger.accuracy            # markdown tables for docs/ledger.md
     python -m tests.ledger.accuracy --three-stage
+    python -m tests.ledger.accuracy --round3      # tensor overrides and embedding services (issue 35)
 
 The same runs and comparisons as tests/ledger/test_engine.py, printed instead of asserted. ``--three-stage``
 runs three-device pipelines (three ggml-rpc-server devices) that no dataset holds, to test the compute
@@ -48,9 +49,42 @@ def three_stage() -> int:
     return 0
 
 
+def round3() -> int:
+    """The tensor-override and embedding boots of tests/ledger/test_overrides.py and test_embeddings.py: per boot, the
+    weights, KV and output buffers compared (equal or not) and each compute buffer against its estimate."""
+    from tests.ledger.test_embeddings import CASES as EMBEDDINGS
+    from tests.ledger.test_overrides import CASES as OVERRIDES
+    from tests.ledger.test_overrides import ENGINE_CPU
+    from tests.ledger.tiny_models import Qwen3MoeShape, write_qwen3moe
+
+    engine = find_engine()
+    runs = [(c.id, c.model, c.args, c.n_rpc) for c in OVERRIDES] + [(e[0], e[1], e[2], e[3]) for e in EMBEDDINGS]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        models = model_paths(root)
+        models["moe"] = write_qwen3moe(root / "tiny-qwen3moe.gguf")
+        models["moe-q4"] = write_qwen3moe(root / "tiny-qwen3moe-q4.gguf", Qwen3MoeShape(expert_type="Q4_0"))
+        print("| boot | moved tensors | weights, KV, output: equal / compared (in bytes) | compute: estimate / engine "
+              "(MiB) |")
+        print("|---|---:|---|---|")
+        for ident, model, args, n_rpc in runs:
+            observed = run_server(engine, root / ident, models[model], list(args), n_rpc=n_rpc)
+            ledger = build_ledger(parse_llama_server(observed.argv), load_profile(models[model]),
+                                  cpu_features=ENGINE_CPU)
+            names = {d.card.label: d.card.name for d in ledger.devices}
+            rows = compare(observed, ledger, buffers=("model", "KV", "KV (SWA)", "RS", "output"))
+            compute = ", ".join(f"{names.get(r.device, r.device)} {r.predicted / 2**20:.2f}/{r.observed / 2**20:.2f}"
+                                for r in compare(observed, ledger, buffers=("compute",)))
+            print(f"| {ident} | {len(ledger.moved)} | {sum(r.ok for r in rows)}/{len(rows)} "
+                  f"({sum(r.exact for r in rows)}) | {compute} |")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--three-stage"]:
         return three_stage()
+    if argv == ["--round3"]:
+        return round3()
     engine = find_engine()
     wanted = set(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -45,9 +45,11 @@ class Row:
         return (self.predicted - self.observed) / self.observed if self.observed else float("inf")
 
 
-def _log_device(label: str, buffer: str, host_mapped: bool) -> str:
-    if label == "CPU" and buffer == "model" and host_mapped:
-        return "CPU_Mapped"
+def _log_device(label: str, buffer_type: str, buffer: str, host_mapped: bool) -> str:
+    """The name the engine's log gives the buffer: the host's model buffers by their buffer type (CPU_Mapped,
+    CPU_REPACK), every other buffer by its device."""
+    if label == "CPU" and buffer == "model":
+        return buffer_type if buffer_type != "CPU" or not host_mapped else "CPU_Mapped"
     return label
 
 
@@ -59,7 +61,7 @@ def compare(observed: Observed, ledger: Ledger, *, buffers: Sequence[str] = EXAC
         for b in device.buffers:
             if b.buffer not in buffers:
                 continue
-            key = (_log_device(device.card.label, b.buffer, host_mapped), b.buffer, b.context)
+            key = (_log_device(device.card.label, b.device_label, b.buffer, host_mapped), b.buffer, b.context)
             predicted[key] = predicted.get(key, 0) + b.bytes
     logged: dict[tuple[str, str, str], tuple[str, int | None]] = {}
     for b in observed.buffers:

@@ -159,6 +159,21 @@ def _processes() -> Iterator[list[subprocess.Popen[bytes]]]:
                 proc.wait(timeout=10)
 
 
+def _with_endpoints(arg: str, endpoints: Sequence[str]) -> str:
+    for i, endpoint in enumerate(endpoints):
+        arg = arg.replace(f"{{RPC{i}}}", f"RPC0[{endpoint}]")
+    return arg
+
+
+def refused(engine: Engine, workdir: Path, model: Path, args: Sequence[str], *, n_rpc: int) -> str:
+    """Start a command line the engine must refuse: its log once it has exited (RuntimeError if it came up)."""
+    try:
+        run_server(engine, workdir, model, args, n_rpc=n_rpc)
+    except RuntimeError:
+        return (workdir / "server.log").read_text(encoding="utf-8", errors="replace")
+    raise RuntimeError(f"llama-server started with {' '.join(args)}")
+
+
 def run_server(engine: Engine, workdir: Path, model: Path, args: Sequence[str], *, n_rpc: int,
                second_context: str = "draft") -> Observed:
     """Start n_rpc RPC devices and llama-server, wait for /health, stop everything, parse the logs."""
@@ -182,7 +197,8 @@ def run_server(engine: Engine, workdir: Path, model: Path, args: Sequence[str], 
                 "-lv", "4", "--fit", "off", "--no-webui"]
         if endpoints:
             argv += ["--rpc", ",".join(endpoints)]
-        argv += list(args)
+        # "{RPC1}" in an argument stands for that device's buffer type, whose name carries its free port
+        argv += [_with_endpoints(a, endpoints) for a in args]
         server_log = workdir / "server.log"
         handle = server_log.open("wb")
         server = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ))

@@ -37,6 +37,12 @@ def argv_of(boot: dict[str, Any]) -> list[str]:
     return argv + boot["args"].split()
 
 
+# What the recorded engines' CPU backend was compiled for, as /proc/cpuinfo names it: run.sh builds with
+# GGML_NATIVE=OFF (ggml's portable default: AVX, AVX2, FMA, F16C, BMI2) and tox.ini for x86-64-v3; neither compiles
+# AVX-512 or AMX, so a machine's AMX flags (the H200 host's Xeon, the 2-core host) give no AMX buffer type here.
+ENGINE_CPU_FLAGS = frozenset({"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"})
+
+
 def ledger_of(boot: dict[str, Any], machine: dict[str, Any]) -> Ledger:
     config = parse_llama_server(argv_of(boot))
     cards: list[Card] = []
@@ -49,7 +55,8 @@ def ledger_of(boot: dict[str, Any], machine: dict[str, Any]) -> Ledger:
     draft = load_profile(DATA / "profiles" / f"{boot['draft']}.toml") if boot.get("draft") else None
     projector = load_profile(DATA / "profiles" / f"{boot['projector']}.toml") if boot.get("projector") else None
     return build_ledger(config, load_profile(DATA / "profiles" / f"{boot['model']}.toml"), cards=cards,
-                        draft=draft, projector=projector, cpu_features=frozenset(machine["cpu_features"]))
+                        draft=draft, projector=projector,
+                        cpu_features=frozenset(machine["cpu_features"]) & ENGINE_CPU_FLAGS)
 
 
 @dataclass(frozen=True)

@@ -363,8 +363,10 @@ def test_fit_a_vllm_service(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     fleet = edited_fleet(tmp_path, [("dankserver/frank-archon/frank-archon.env", "MAXLEN=262144", "MAXLEN=524288")])
     code, out, _ = run(capsys, "fit", "frank-archon", "--fleet", str(fleet))
     assert code == 1
-    assert out.splitlines()[0] == ("FAILS: will not start: one 524,288-token sequence needs 16.04 GiB of KV per "
-                                   "rank, the pool is 14.42 GiB")
+    # twice the model's max_position_embeddings: vLLM refuses at config, before any pool is sized
+    assert out.splitlines()[0] == ("FAILS: will not start: vLLM refuses at config: User-specified max_model_len "
+                                   "(524288) is greater than the derived max_model_len (max_position_embeddings="
+                                   "262144.0 or model_max_length=None in model's config.json).")
     code, out, _ = run(capsys, "fit", "frank-archon", "--json", "--fleet", str(fleet))
     data = json.loads(out)
     assert (code, data["exit_code"], data["starts"], data["pool_bytes"]) == (1, 1, False, 15483357102)

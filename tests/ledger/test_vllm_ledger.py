@@ -71,11 +71,13 @@ def test_fp8_halves_attention_not_the_side_state() -> None:
      "vllm-starts/weights-exceed-budget", "will not start: each rank loads 35.00 GiB of weights (drafter included) "
                                           "into a budget of 31.22 GiB on ROCm0"),
     ([("dankserver/frank-archon/frank-archon.env", "KV_MEM=0", "KV_MEM=4G")],
-     "vllm-starts/pool-below-one-sequence", "will not start: one 262,144-token sequence needs 8.04 GiB of KV per "
-                                            "rank, the pool is 3.73 GiB"),
+     "vllm-starts/pool-below-one-sequence", "will not start: vLLM refuses: To serve at least one request with the "
+                                            "model's max seq len (262144), (8.04 GiB KV cache is needed, which is "
+                                            "larger than the available KV cache memory (3.73 GiB). (the pool is "
+                                            "3.73 GiB; one 262,144-token sequence needs 8.04 GiB of KV per rank)"),
     ([("dankserver/frank-archon/frank-archon.env", "\nTP=2", "\nTP=1")],
-     "vllm-starts/pool-below-one-sequence", "will not start: one 262,144-token sequence needs 16.07 GiB of KV per "
-                                            "rank, the pool is 3.96 GiB (the pool is an upper bound"),
+     "vllm-starts/pool-below-one-sequence", "(the pool is 3.96 GiB; one 262,144-token sequence needs 16.07 GiB of "
+                                            "KV per rank) (the pool is an upper bound"),
 ], ids=["checkpoint-over-budget", "kv-pinned-below-one-sequence", "tp1-pool-below-one-sequence"])
 def test_vllm_starts_fails_will_not_start(tmp_path: Path, edits: list[tuple[str, str, str]], code: str,
                                           says: str) -> None:
@@ -257,3 +259,51 @@ def test_a_cpu_kvcache_space_that_is_not_a_number_is_one_line(tmp_path: Path) ->
         service_vllm_ledger(config)
     assert "VLLM_CPU_KVCACHE_SPACE='1.5'; expected a whole number of GiB" in str(raised.value)
     assert "vllm-reference.env" in str(raised.value)
+
+
+# -- what vLLM 0.32 refuses at start, on the CPU build's reference (tests/live/test_vllm_refusals.py boots each) ------
+
+@pytest.mark.parametrize(
+    ("edits", "code", "variable", "says"),
+    [
+        # 1 GiB is 8,192 blocks of 128 tokens = 1,048,576 tokens, but the null block is held back: 8,191 blocks usable
+        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")],
+         "vllm-starts/pool-below-one-sequence", "MAXLEN",
+         "To serve at least one request with the model's max seq len (1048576), (1.0 GiB KV cache is needed, which is "
+         "larger than the available KV cache memory (1.0 GiB). Based on the available memory, the estimated maximum "
+         "model length is 1048448."),
+        # twice the model's max_position_embeddings (512), without VLLM_ALLOW_LONG_MAX_MODEL_LEN: refused at config
+        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1024")],
+         "vllm-starts/max-model-len-over-model", "MAXLEN",
+         "User-specified max_model_len (1024) is greater than the derived max_model_len (max_position_embeddings="
+         "512.0 or model_max_length=None in model's config.json)."),
+        # a zero pool: nothing left for any block, the pool's own setting is the line to change
+        ([("scripts/vllm-reference.env", "VLLM_CPU_KVCACHE_SPACE=1", "VLLM_CPU_KVCACHE_SPACE=0")],
+         "vllm-starts/pool-below-one-sequence", "VLLM_CPU_KVCACHE_SPACE",
+         "No available memory for the cache blocks."),
+    ],
+    ids=["null-block", "max-model-len-over-model", "zero-pool"],
+)
+def test_what_vllm_refuses_at_start_is_said_in_its_words_at_its_line(
+        tmp_path: Path, edits: list[tuple[str, str, str]], code: str, variable: str, says: str) -> None:
+    config = _vllm_reference(tmp_path, edits)
+    with pytest.raises(Failure) as caught:
+        get_check("vllm-starts")(config)
+    assert caught.value.code == code
+    when = " at config" if code.endswith("max-model-len-over-model") else ""
+    assert caught.value.observed.startswith(f"will not start: vLLM refuses{when}: {says}"), caught.value.observed
+    env = tmp_path / "vllm-reference" / "scripts" / "vllm-reference.env"
+    line = next(i for i, text in enumerate(env.read_text(encoding="utf-8").splitlines(), 1)
+                if text.removeprefix("export ").startswith(f"{variable}="))
+    assert str(caught.value.where) == f"{env}:{line} ({variable})"
+
+
+def test_the_null_block_is_held_back_from_the_check_not_from_the_blocks(tmp_path: Path) -> None:
+    """vLLM still cuts the whole pool into blocks (the concurrency it prints counts the null block), but plans the
+    start against the pool less one block: 1,048,448 tokens is the longest window a 1 GiB pool serves."""
+    fits = _vllm_reference(tmp_path, [("scripts/vllm-reference.env", "MAXLEN=512",
+                                       "MAXLEN=1048448\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")])
+    ledger = service_vllm_ledger(fits)
+    assert ledger.blocks == 8192 and ledger.null_block == 128 * 1024
+    assert ledger.starts and ledger.estimated_max_model_len == 1_048_448 == 8191 * 128
+    assert f"{ledger.sequences:.2f}" == "1.00"

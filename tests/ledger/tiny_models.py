@@ -1,7 +1,8 @@
 """Tiny random-weight GGUFs for architectures the fleet uses but PyPI has no small model of.
 
 Each writer follows the tensor list build 11434's loader expects (src/models/qwen35.cpp
-``load_arch_tensors``, src/models/dflash.cpp ``load_arch_tensors``) so the real llama-server loads the
+``load_arch_tensors``, src/models/dflash.cpp ``load_arch_tensors``, src/models/qwen3moe.cpp
+``load_arch_tensors``) so the real llama-server loads the
 file, allocates its buffers and reports their sizes. The weights are noise: these models exist to be
 loaded and measured, not to talk. All models share one small byte-level BPE vocabulary, so a target and
 its drafter are compatible.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
-from gguf.quants import quantize
+from gguf.quants import quant_shape_to_byte_shape, quantize
 
 N_VOCAB = 260  # 256 byte tokens, 2 merges, 2 specials
 
@@ -65,7 +66,13 @@ class _Tensors:
             self.writer.add_tensor(name, data.astype(np.float16))
         else:
             gtype = GGMLQuantizationType[qtype]
-            self.writer.add_tensor(name, quantize(data, gtype), raw_dtype=gtype)
+            try:
+                packed = quantize(data, gtype)
+            except NotImplementedError:
+                # gguf's Python quantizer has no K-quants: random blocks of the right size (scales included; the
+                # engine loads and sizes them the same, and nothing here is meant to compute)
+                packed = self.rng.integers(0, 256, size=quant_shape_to_byte_shape(np_shape, gtype), dtype=np.uint8)
+            self.writer.add_tensor(name, packed, raw_dtype=gtype)
 
 
 @dataclass(frozen=True)
@@ -209,6 +216,49 @@ def write_dflash(path: Path, shape: DflashShape = DflashShape(), *, seed: int = 
         t.add(f"blk.{il}.ffn_gate.weight", s.n_embd, s.n_ff)
         t.add(f"blk.{il}.ffn_down.weight", s.n_ff, s.n_embd)
         t.add(f"blk.{il}.ffn_up.weight", s.n_embd, s.n_ff)
+    _finish(w)
+    return path
+
+
+@dataclass(frozen=True)
+class Qwen3MoeShape(_Dims):
+    n_layer: int = 4
+    n_expert: int = 8
+    n_expert_used: int = 2
+    n_ff_exp: int = 64
+    expert_type: str = "Q8_0"
+    """The type of the expert matrices: Q8_0 is never repacked on x86; Q4_0 goes to CPU_REPACK on the host."""
+    matrix_type: str = "F16"
+
+
+def write_qwen3moe(path: Path, shape: Qwen3MoeShape = Qwen3MoeShape(), *, seed: int = 3) -> Path:
+    """A qwen3moe model: attention with q/k norms, a router and three stacked expert matrices per block
+    (``blk.N.ffn_{gate,up,down}_exps.weight``, the names ``--cpu-moe`` and ``--n-cpu-moe`` match)."""
+    s = shape
+    w = GGUFWriter(str(path), "qwen3moe")
+    _header(w, s, name=f"tiny-qwen3moe-{s.n_layer}L-{s.expert_type}", blocks=s.n_layer, rope_dims=s.head_dim)
+    w.add_expert_count(s.n_expert)
+    w.add_expert_used_count(s.n_expert_used)
+    w.add_expert_feed_forward_length(s.n_ff_exp)
+    _vocab(w)
+    t = _Tensors(w, seed)
+    q, e = s.matrix_type, s.expert_type
+    t.add("token_embd.weight", s.n_embd, N_VOCAB, qtype="Q8_0")
+    t.add("output_norm.weight", s.n_embd)
+    t.add("output.weight", s.n_embd, N_VOCAB, qtype="F16")
+    for il in range(s.n_layer):
+        t.add(f"blk.{il}.attn_norm.weight", s.n_embd)
+        t.add(f"blk.{il}.attn_q.weight", s.n_embd, s.head_dim * s.n_head, qtype=q)
+        t.add(f"blk.{il}.attn_k.weight", s.n_embd, s.head_dim * s.n_head_kv, qtype=q)
+        t.add(f"blk.{il}.attn_v.weight", s.n_embd, s.head_dim * s.n_head_kv, qtype=q)
+        t.add(f"blk.{il}.attn_output.weight", s.head_dim * s.n_head, s.n_embd, qtype=q)
+        t.add(f"blk.{il}.attn_q_norm.weight", s.head_dim)
+        t.add(f"blk.{il}.attn_k_norm.weight", s.head_dim)
+        t.add(f"blk.{il}.ffn_norm.weight", s.n_embd)
+        t.add(f"blk.{il}.ffn_gate_inp.weight", s.n_embd, s.n_expert, qtype="F32")
+        t.add(f"blk.{il}.ffn_gate_exps.weight", s.n_embd, s.n_ff_exp, s.n_expert, qtype=e)
+        t.add(f"blk.{il}.ffn_down_exps.weight", s.n_ff_exp, s.n_embd, s.n_expert, qtype=e)
+        t.add(f"blk.{il}.ffn_up_exps.weight", s.n_embd, s.n_ff_exp, s.n_expert, qtype=e)
     _finish(w)
     return path
 
