@@ -9,6 +9,7 @@ factor of its kind of buffer (``COMPUTE_FACTORS``), plus ``COMPUTE_MARGIN`` wher
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,6 +64,14 @@ class ComputeShape:
     mixed-batch inputs ``inp_mixed_embd`` and ``embd``, which ggml-backend.cpp pass 6 collects even where no
     node reads them) where a later stage takes one (the previous stage's ``l_out``), each kept ``copies`` times
     (seen with ``GGML_SCHED_DEBUG=1``); the ninth is measured, not located."""
+    v_copy: int = 0
+    """Without flash attention and with V not transposed (``-fa auto`` resolved off after the cache was made with
+    V as flash attention lays it out: src/llama-context.cpp sets ``cparams.flash_attn`` from the requested type
+    before ``create_memory`` and only ``resolve_fused_ops`` turns it off), src/llama-graph.cpp ``build_attn_mha``
+    takes ``ggml_cont(ggml_transpose(v))``: an f16 copy of the widest layer's whole V view, live with the scores."""
+    floor: int = 0
+    """A peak traced from the engine's source that the estimate must not fall below (``attention_floor``,
+    ``host_inputs``)."""
 
 
 GATED_Q_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
@@ -147,7 +156,7 @@ def compute_peak(profile: Profile, shape: ComputeShape, *, holds_layers: bool, h
     ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
     attn = 4 * ub * (n_embd + 5 * q)
     if not shape.flash_attn and shape.kv_offload:  # with --no-kv-offload the scores are the host's
-        attn += 4 * ub * n_head * max(shape.mask_cells or (0,))
+        attn += 4 * ub * n_head * max(shape.mask_cells or (0,)) + shape.v_copy
     masks = (2 if shape.flash_attn else 4) * ub * cells
     # split inputs: the layer input, and under pipeline parallelism every copy of it and of the masks (f16 with
     # flash attention: src/llama-graph.cpp build_attn_inp_kq_mask); ggml-backend.cpp flags every copy as an
@@ -171,7 +180,75 @@ def _compute_estimate(profile: Profile, shape: ComputeShape, role: tuple[str, st
                         host_layers=host_layers)
     factor = COMPUTE_FACTORS[role]
     margin = COMPUTE_MARGIN if role[1] != "host" else 0
-    return pad(int(peak * factor) + margin + 1, 32)
+    return max(pad(int(peak * factor) + margin + 1, 32), shape.floor)
+
+
+def _widest_views(profile: Profile, cache: KvCache) -> tuple[int, int]:
+    """Elements of the largest layer's whole K view and V view (every cell of every stream): what
+    ``get_k``/``get_v`` hand the attention of one layer (src/llama-kv-cache.cpp)."""
+    k_view = v_view = 0
+    for il in kv_layers(profile, mtp=False):
+        cells = (cache.swa_cells(profile) if profile.is_swa(il) else cache.n_ctx_seq) * cache.n_stream
+        k_elems, v_elems = profile.kv_row_elements(il)
+        k_view, v_view = max(k_view, cells * k_elems), max(v_view, cells * v_elems)
+    return k_view, v_view
+
+
+def _rotations(profile: Profile, cache: KvCache) -> int:
+    """A quantized cache's Hadamard rotation inputs, f32 ``n_rot x n_rot`` for K and for V per cache
+    (src/llama-kv-cache.cpp constructor: ``n_rot_k`` doubles while it divides the head size, ``n_rot_v`` is 64;
+    ``build_input_k_rot``/``build_input_v_rot``); bounded by the head size squared."""
+    if cache.type_k.upper() in ("F16", "F32", "BF16") and cache.type_v.upper() in ("F16", "F32", "BF16"):
+        return 0
+    side = max(profile.key_length, profile.value_length, 64)
+    caches = 1 + any(profile.is_swa(il) for il in kv_layers(profile, mtp=False))
+    return caches * 2 * 4 * side * side
+
+
+def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int]) -> int:
+    """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16.
+
+    ggml-alloc.c ``ggml_gallocr_allocate_node`` sizes a node by its buffer type's ``get_alloc_size``; for
+    FLASH_ATTN_EXT the CUDA buffer type (ggml-cuda.cu ``ggml_backend_cuda_buffer_type_get_alloc_size`` ->
+    fattn.cu ``ggml_cuda_flash_attn_ext_get_alloc_size`` -> fattn-common.cuh
+    ``ggml_cuda_flash_attn_ext_get_f16_extra_data``) adds f16 copies of the whole K and V views, which
+    ``launch_fattn`` dequantizes into, when the kernel chosen needs f16 K/V (the tile and MMA kernels: every
+    batch of more than two tokens per stream on a recent card). The node is larger than any free block, so
+    ``ggml_dyn_tallocr_alloc`` places it above everything still live: the activations of the layer (bounded by
+    five of the widest of n_embd and the query per token), the positions and indices, every f16 mask and the
+    rotation inputs. Measured equal or within 1 % over on every such boot (docs/ledger.md)."""
+    n_embd, _, q, _ = _dims(profile)
+    k_view, v_view = _widest_views(profile, cache)
+    ub = n_ubatch
+    node = pad(4 * ub * q, 128) + pad(2 * k_view, 128) + 2 * v_view
+    masks = sum(2 * cells * ub for cells in mask_cells)
+    live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128
+    return node + masks + live
+
+
+def host_inputs(profile: Profile, cache: KvCache, shape: ComputeShape, *, mean_pooling: bool,
+                cls_pooling: bool) -> int:
+    """The host's compute buffer where it runs no layer: the graph's inputs (ggml-backend.cpp
+    ``ggml_backend_sched_backend_id_from_cur`` puts every input on the last backend, the CPU) and the token
+    embedding path, each tensor padded to 32 (src/llama-graph.cpp ``build_inp_embd``: the rows, the embeddings,
+    the mixed batch and its copy; tokens, mixed tokens, slots (I64), positions (up to four per token), a row
+    scale; per cache ``build_input_k_idxs`` (I64), ``build_input_v_idxs`` (I64, one per element when V is
+    transposed), the mask ``build_attn_inp_kq_mask`` (f16 with flash attention, f32 without) and a quantized
+    cache's rotations; the output ids (every token in an embedding context), ``build_inp_mean`` (f32
+    ``[n_tokens, n_seq]``) or ``build_inp_cls``; a recurrent model's state copy indices)."""
+    n_embd = max(profile.n_embd, 1)
+    ub = shape.n_ubatch
+    widest = max((max(profile.kv_row_elements(il)) for il in kv_layers(profile, mtp=False)), default=1)
+    size = pad(16 * ub * n_embd, 32) + pad(ub * (4 + 4 + 8 + 16 + 4), 32)
+    for cells in shape.mask_cells:
+        size += pad(8 * ub, 32) + pad(8 * ub * (widest if cache.v_trans else 1), 32)
+        size += pad((2 if shape.flash_attn else 4) * cells * ub, 32)
+    size += _rotations(profile, cache) + pad(4 * shape.n_outputs, 32) + pad(4 * shape.n_seq, 32)
+    if mean_pooling:
+        size += pad(4 * ub * shape.n_seq, 32)
+    if cls_pooling:
+        size += pad(4 * shape.n_seq, 32)
+    return size
 
 
 _CONTEXT_TERMS: Mapping[str, Term] = {"draft": "draft", "mtp": "draft", "projector": "projector"}
@@ -234,9 +311,29 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         cells = [cache.n_ctx_seq] if any(not profile.is_swa(il) for il in layers) else []
         if any(profile.is_swa(il) for il in layers):
             cells.append(cache.swa_cells(profile))
+        v_copy = 2 * _widest_views(profile, cache)[1] if not flash_attn and not cache.v_trans else 0
         return ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, n_seq=n_seq, mask_cells=tuple(cells),
                             copies=4 if parallel else 1, flash_attn=flash_attn, offloaded_input=offloaded,
-                            host_attention=host_attention, kv_offload=cache.offload, first_stage=first_stage)
+                            host_attention=host_attention, kv_offload=cache.offload, first_stage=first_stage,
+                            v_copy=v_copy)
+
+    # src/llama-graph.cpp build_pooling: mean pooling takes inp_mean, cls/last/rank inp_cls; an embedding service
+    # that names no pooling takes the model's, which the profile does not hold: both are booked
+    pooling = (flag_value(config, "--pooling", "LLAMA_ARG_POOLING") or "").lower()
+    reranking = flag_value(config, "--rerank", "--reranking", "LLAMA_ARG_RERANKING") is not None
+    mean_pooling = params.every_token and pooling in ("", "mean") and not reranking
+    cls_pooling = params.every_token and (pooling in ("", "cls", "last", "rank") or reranking)
+    quantized_kv = not (cache.type_k.upper() == "F16" and cache.type_v.upper() == "F16")
+
+    def floor_of(card: Card, context: str, profile: Profile, shape: ComputeShape, *, layers: bool) -> int:
+        if context != "target":
+            return 0
+        if card is HOST and not layers and not shape.host_attention:
+            return host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
+        if card is not HOST and layers and flash_attn and quantized_kv and cache.offload \
+                and card.backend.quant_row_padding > 0:
+            return attention_floor(profile, cache, n_ubatch, shape.mask_cells)
+        return 0
 
     def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
                 parallel: bool, offloaded: int = 0) -> None:
@@ -252,8 +349,10 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         role = compute_role(card, layers=layers, pipeline=parallel, gpu_host=bool(gpus))
         host_attention = card is HOST and not cache.offload and bool(kv_layers(profile, mtp=False))
         first = parallel and card is not HOST and bool(layer_cards.get(context)) and card is layer_cards[context][0]
-        estimate = _compute_estimate(profile, shape_of(profile, outputs, parallel, offloaded, host_attention, first),
-                                     role, holds_layers=layers, holds_output=output, host_layers=host_layers)
+        shape = shape_of(profile, outputs, parallel, offloaded, host_attention, first)
+        shape = dataclasses.replace(shape, floor=floor_of(card, context, profile, shape, layers=layers))
+        estimate = _compute_estimate(profile, shape, role, holds_layers=layers, holds_output=output,
+                                     host_layers=host_layers)
         acc.add(card, term, "compute", context, estimate, "estimate",
                 f"estimate ({'/'.join(role)}): the structural peak of one ubatch times its measured factor, plus "
                 "a 0.5 MiB margin where it runs layers "

@@ -69,11 +69,13 @@ class KvCache:
 
 def kv_caches(config: LlamaServerConfig, params: ContextParams, *, flash_attn: bool) -> tuple[KvCache, KvCache]:
     """The target's cache and the draft context's (the same cells, the ``--spec-draft-type-k/v`` types);
-    on the host with ``--no-kv-offload``; V transposed without flash attention."""
+    on the host with ``--no-kv-offload``; V transposed where flash attention is asked off: src/llama-context.cpp
+    sets ``cparams.flash_attn`` from the requested type before ``create_memory`` lays V out, and only later turns an
+    ``auto`` off where a device has no kernel (``resolve_fused_ops``), leaving V as flash attention wants it."""
     offload = flag_value(config, "-nkvo", "--no-kv-offload") is None
     cache = KvCache(n_ctx_seq=params.n_ctx_seq, n_seq=params.n_seq, unified=params.unified, n_ubatch=params.n_ubatch,
                     swa_full=config.swa_full, type_k=config.cache_type_k, type_v=config.cache_type_v,
-                    v_trans=not flash_attn, offload=offload)
+                    v_trans=config.flash_attn == "off", offload=offload)
     draft_cache = dataclasses.replace(cache, type_k=option_value(config, "spec_draft_type_k", "f16"),
                                       type_v=option_value(config, "spec_draft_type_v", "f16"))
     return cache, draft_cache

@@ -154,13 +154,17 @@ def needed_factors() -> dict[tuple[str, str, str], tuple[str, float]]:
     COMPUTE_MARGIN), so the ledger is built with every factor at 0 and at 1 and the line is solved."""
     from fleetgate.ledger import compute
     kept = compute.COMPUTE_FACTORS
+    floors = compute.attention_floor, compute.host_inputs
     built: list[dict[tuple[str, str, str], ComputeRow]] = []
     try:
+        # the floors traced from the source are not scaled by any factor: the factors are fitted without them
+        compute.attention_floor = compute.host_inputs = lambda *a, **k: 0  # type: ignore[assignment]
         for factor in (0.0, 1.0):
             compute.COMPUTE_FACTORS = {key: factor for key in kept}  # type: ignore[misc]
             built.append({(r.boot, r.device, r.context): r for r in compute_rows()})
     finally:
         compute.COMPUTE_FACTORS = kept  # type: ignore[misc]
+        compute.attention_floor, compute.host_inputs = floors  # type: ignore[assignment]
     at_0, at_1 = built
     return {key: (row.role, (row.observed - at_0[key].estimate) / (row.estimate - at_0[key].estimate))
             for key, row in at_1.items() if row.estimate > at_0[key].estimate}

@@ -231,7 +231,7 @@ def test_device_totals_are_within_5_percent_of_nvidia_smi() -> None:
     # at health: 76 one-GPU boots, 8 two-GPU boots x 2; after a request: 41 one-GPU boots, 1 two-GPU boot x 2
     assert len(errors) == 76 + 16 + 41 + 2
     assert {k: round(e, 3) for k, e in errors.items() if abs(e) > 0.05} == {}
-    # the extremes (docs/ledger.md's GPU section): -2.2 % and +4.1 %, both after a request
+    # the extremes (docs/ledger.md's GPU section): -2.2 % and +4.2 %, both after a request
     low, high = min(errors, key=errors.__getitem__), max(errors, key=errors.__getitem__)
     assert (low, round(errors[low], 3)) == (("smollm2-cuda-ngl1-nofa-ub2048", "smi_after_request", 0), -0.022)
-    assert (high, round(errors[high], 3)) == (("qwen35-cuda-ngl1", "smi_after_request", 0), 0.041)
+    assert (high, round(errors[high], 3)) == (("qwen35-cuda-ngl1", "smi_after_request", 0), 0.042)
