@@ -97,12 +97,21 @@ def host_target(fleet: Fleet, endpoint: LiveEndpoint, spec: str | None = None,
     service = fleet.services[endpoint.name]
     if endpoint.config is None:
         raise ValueError(f"{endpoint.name} did not render, so its host has nothing to be held to")
-    spec = spec or default_spec(fleet.host_of(service).address)
+    address = fleet.host_of(service).address
+    spec = spec or default_spec(address)
     port = declared_port(endpoint.config)
     reached = urlsplit(endpoint.url)
     local = spec == "local://" and reached.hostname in LOOPBACK
+    # The live checks talked to whatever answers the URL: a host the URL names that is neither this host's address
+    # nor the one the spec reads (nor loopback, a tunnel's end) holds a process the host checks cannot read.
+    host_of_spec = urlsplit(spec).hostname if "://" in spec else None
+    known = {address, host_of_spec, *LOOPBACK} - {None}
+    elsewhere = (f"the live checks reached {endpoint.url} (--base-url), and {reached.hostname} is not the host "
+                 f"{spec} reads (fleet.toml address {address or 'none'}): the process they tested cannot be read there; "
+                 f"pass --host-url {endpoint.name}=ssh://{reached.hostname} to read it"
+                 if reached.hostname and reached.hostname not in known else None)
     return HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **dict(options or {})), spec=spec,
-                      port=port, reached_port=(reached.port or port) if local else None)
+                      port=port, reached_port=(reached.port or port) if local else None, elsewhere=elsewhere)
 
 
 @dataclass

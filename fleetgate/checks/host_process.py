@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from fleetgate.checks import Check, host_check
+from fleetgate.checks import Check, NotJudged, host_check
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
 from fleetgate.secrets import scrub_argv
 
@@ -47,27 +47,36 @@ def _holder(target: HostTarget, port: int) -> tuple[int, tuple[str, ...]] | None
     return (pid, target.proc_words(pid, "cmdline")) if pid is not None else None
 
 
+def _runs(words: tuple[str, ...], binary: str) -> bool:
+    """Whether a command line runs the engine binary ``binary``: first, or after the interpreter of its ``#!`` line
+    (vLLM's ``vllm`` is a Python console script: the kernel shows ``python3 .../bin/vllm serve ...``)."""
+    return bool(words) and (_binary(words) == binary or (len(words) > 1 and _binary(words[1:]) == binary))
+
+
 def _locate(target: HostTarget) -> tuple[int | None, str, int | None, str]:
     """The engine's PID, how it was found, the port it was found on when not the declared one, and the route.
 
-    The engine is systemd's MainPID of the unit, else the process listening on the declared port; never the
-    process behind the --base-url port as such. Only when nothing listens on the declared port and the
-    --base-url names another port of this same host where the rendered binary itself listens (the engine
-    started on a test port) is that process the engine. Anything else on the --base-url port is a proxy or a
-    tunnel: said once, not judged as the engine."""
+    The host checks judge the process the live checks talked to. Without --base-url on this host that is systemd's
+    MainPID of the unit, else the process listening on the declared port. When --base-url names another port of this
+    same host and the process holding it runs the rendered engine binary itself, that process answered the live
+    checks: it is the one judged (its port the one difference allowed), and whatever holds the declared port is
+    named, not judged. Anything else on the --base-url port (a proxy, an ``ssh -L`` tunnel) is said once and not
+    judged as the engine; the engine is then the one the files locate."""
     pid, how = target.main_pid()
     reached = target.reached_port
     other = _holder(target, reached) if reached is not None and reached != target.port else None
-    moved: int | None = None
-    if pid is None and other is not None and _binary(other[1]) == _binary(target.config.rendered.argv):
-        pid, moved = other[0], reached
-        how = (f"the process listening on port {reached}, where --base-url reaches the service (nothing listens "
-               f"on the declared port {target.port})")
+    binary = _binary(target.config.rendered.argv)
+    if other is not None and other[0] != pid and _runs(other[1], binary):
+        passed_over = (f"the declared port {target.port} is held by PID {pid} ({how}), which the live checks did "
+                       "not reach: not judged" if pid is not None else "")
+        where = "" if pid is not None else f" (nothing listens on the declared port {target.port})"
+        return other[0], f"the process listening on port {reached}, where --base-url reaches the service{where}", \
+            reached, passed_over
     route = ""
     if other is not None and other[0] != pid:
         route = (f"--base-url reaches port {reached}, held by PID {other[0]} ({_binary(other[1]) or '?'}): a proxy "
                  "or tunnel in front of the engine, not judged as it")
-    return pid, how, moved, route
+    return pid, how, None, route
 
 
 PROCESS_CODES = {
@@ -81,6 +90,8 @@ def _process(target: HostTarget, check: Check[HostTarget], *, cmdline: bool = Fa
              libraries: bool = False) -> _Process:
     """The engine's process and what the check reads of it; any read the host refuses is one failure."""
     __tracebackhide__ = True
+    if target.elsewhere is not None:
+        raise NotJudged(f"{target.name}'s engine process: {target.elsewhere}")
     try:
         pid, how, moved, route = _locate(target)
         if pid is not None:
