@@ -54,12 +54,13 @@ def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord 
     with endpoint.recording(check.name) as record:
         endpoint.bill_preflight(record)
         outcome = run(check, subject)  # the check that a halt concerns raises it itself
-        late = (f"{check.name}/timeout", f"{check.name}/out-of-time")
+        late = (f"{check.name}/timeout", f"{check.name}/out-of-time", f"{check.name}/server-cap")
         if outcome.failure is not None and outcome.code in late and endpoint.halt is None:
             # The endpoint stopped answering within the bound (--live-timeout, or one derived from the run's rates):
             # said once, here; the checks after it are not run rather than each failing on the same silence.
-            endpoint.halt = Halt(check.name, outcome.failure,
-                                 f"not run: {endpoint.name} stopped answering within the bound (see {check.name})")
+            capped = outcome.code == f"{check.name}/server-cap"
+            why = "cuts answers short of the max_tokens asked" if capped else "stopped answering within the bound"
+            endpoint.halt = Halt(check.name, outcome.failure, f"not run: {endpoint.name} {why} (see {check.name})")
     return outcome, record
 
 

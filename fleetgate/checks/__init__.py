@@ -85,6 +85,8 @@ TRANSPORT_CODES: Mapping[str, str] = {
     "rate-limited": "a 429 or 503 with Retry-After still stood after the retries the request's bound allowed",
     "not-served": "a document the check reads (/props, /v1/models) is not served as JSON with 200",
     "metrics-unparsable": "/metrics answers, but not in the Prometheus text format",
+    "server-cap": "an answer stopped with finish_reason 'length' before the max_tokens asked and inside the window: the "
+    "server caps generation (vLLM: max_new_tokens of the generation config); said once, the checks after it not run",
 }
 """The endpoint client's own failures, which any live check that makes a request can raise (fleetgate.live)."""
 

@@ -40,6 +40,7 @@ MODES = (
     "vllm-other-name",
     "speculative-burst",
     "burst-of-many-steps",
+    "capped-at-4",
 )
 # vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
 # --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
@@ -186,6 +187,16 @@ class FaultServer:
             handler.close_connection = True  # the connection ends without [DONE] and without the last chunk
             return
         n = next(self.counter)
+        if mode == "capped-at-4":
+            # a server whose own ceiling (vLLM: max_new_tokens of its generation config) cuts every answer at 4 tokens
+            asked = int(body.get("max_tokens") or 4)
+            got = min(asked, 4)
+            reply = {"id": f"c{n}", "object": "chat.completion",
+                     "choices": [{"index": 0, "finish_reason": "length",
+                                  "message": {"role": "assistant", "content": "one two three four"[: 4 * got]}}],
+                     "usage": {"prompt_tokens": 20, "completion_tokens": got, "total_tokens": 20 + got}}
+            self._send(handler, 200, json.dumps(reply).encode())
+            return
         text = f"answer number {n}" if mode == "nondeterministic" else "the same answer"
         if mode == "empty-answer":
             text = ""
