@@ -8,12 +8,13 @@ per-slot window and the sampler defaults, all compared with the rendered config.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks import live_check
+from fleetgate.checks import NotJudged, live_check
 from fleetgate.errors import InputError
 from fleetgate.live.endpoint import LiveEndpoint
 
@@ -163,8 +164,75 @@ PAYLOAD_CHECK = live_check(
         "other-path": "the loaded model's path (/props model_path, vLLM's /v1/models root) is not the rendered `--model` (INC-53)",
         "header-unreadable": "the path matches, but the declared GGUF's header cannot be read where the gate runs (no profile of it)",
         "other-model": "what the engine reports of the loaded model (parameters, vocabulary, size, quantisation) is not the payload's",
+        "other-tokenizer": "vLLM's /detokenize turns token ids of the declared tokenizer's vocabulary into other text: the "
+        "engine reads and writes the model's tokens through another tokenizer",
     },
 )
+
+_PLAIN_TOKEN = re.compile(r"[A-Za-z]{3,}")
+_SAMPLE_TOKENS = 8
+
+
+def _vocabulary_sample(directory: str) -> tuple[list[int], str] | str:
+    """Up to eight ids of the tokenizer in ``directory`` (its tokenizer.json) whose tokens are plain letters, spread
+    over the vocabulary, and the text they spell together; or why they cannot be read here. Plain letters decode to
+    themselves in every decoder (byte-level, metaspace, wordpiece without its ``##``), so the ids of a tokenizer that
+    is the model's spell exactly that text, and a tokenizer with other ids spells another."""
+    import json
+
+    if "://" in directory:
+        return f"{directory} is not a local directory (the gate reads no tokenizer over the network)"
+    path = Path(directory) / "tokenizer.json"
+    try:
+        model = json.loads(path.read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError) as exc:
+        return f"{path}: {' '.join(str(exc).split())[:160]}"
+    vocab = model.get("vocab")
+    pairs: list[tuple[int, str]] = []
+    if isinstance(vocab, dict):  # BPE, WordPiece: token -> id
+        pairs = [(i, t) for t, i in vocab.items() if isinstance(i, int)]
+    elif isinstance(vocab, list):  # Unigram: [token, score] in id order
+        pairs = [(i, e[0]) for i, e in enumerate(vocab) if isinstance(e, list) and e and isinstance(e[0], str)]
+    plain = sorted((i, t) for i, t in pairs if _PLAIN_TOKEN.fullmatch(t))
+    if not plain:
+        return f"{path} has no token of plain letters to compare"
+    step = max(len(plain) // _SAMPLE_TOKENS, 1)
+    chosen = plain[::step][:_SAMPLE_TOKENS]
+    return [i for i, _ in chosen], "".join(t for _, t in chosen)
+
+
+def _tokenizer_note(endpoint: LiveEndpoint) -> str:
+    """Hold vLLM's tokenizer to the declared one: ids of the declared vocabulary sent to /detokenize must come back as
+    the tokens they are. Fails ``other-tokenizer``; returns the note's words (what was compared, or why not)."""
+    from fleetgate.live.client import EndpointError
+
+    declared = endpoint.contract.tokenizer
+    if declared is None:
+        return "no tokenizer declared to compare"
+    sample = _vocabulary_sample(declared)
+    if isinstance(sample, str):
+        return f"the tokenizer was not compared: {sample}"
+    ids, text = sample
+    try:
+        reply = endpoint.client.post("/detokenize", {"model": endpoint.contract.alias or endpoint.name, "tokens": ids},
+                                     timeout=min(endpoint.timeout, 15.0))
+    except EndpointError as error:
+        raise endpoint.unreachable(PAYLOAD, error) from None
+    body = reply.json if isinstance(reply.json, dict) else {}
+    if not reply.ok or not isinstance(body.get("prompt"), str):
+        return f"the tokenizer was not compared: /detokenize answered {reply.brief()}"
+    if body["prompt"] != text:
+        raise PAYLOAD_CHECK.fail(endpoint, "other-tokenizer",
+                                 where=endpoint.where_flag("tokenizer") if endpoint.config is not None and
+                                 endpoint.config.vllm is not None and endpoint.config.vllm.tokenizer else reply.url,
+                                 cites=("C-ID-2",),
+                                 observed=f"/detokenize of ids {ids} (tokens of {declared}/tokenizer.json) gives "
+                                 f"{body['prompt']!r}",
+                                 expected=f"{text!r}: the tokens those ids are in the declared tokenizer",
+                                 fix="vLLM runs with another tokenizer than the model's (--tokenizer, or a tokenizer.json "
+                                 "replaced beside the weights): every prompt reaches the model as other tokens and every "
+                                 "answer comes back as other words; start it with the model's own tokenizer")
+    return f"its tokenizer spells {len(ids)} tokens of {Path(declared).name}/tokenizer.json back (/detokenize)"
 
 
 @PAYLOAD_CHECK.register
@@ -189,8 +257,9 @@ def live_payload(endpoint: LiveEndpoint) -> None:
                                  "/proc/<MainPID>/cmdline, "
                                  "then restart the unit from the repository's env file")
     checkpoint = None if endpoint.dialect.has_props else _declared_checkpoint(endpoint)
+    tokenizer = f"; {_tokenizer_note(endpoint)}" if endpoint.engine == "vllm" else ""
     if checkpoint is None and (not endpoint.dialect.has_props or not expected.endswith(".gguf")):
-        endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare)")
+        endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare){tokenizer}")
         return
     # The declared payload's identity is what the files declare about it (the profile written from its GGUF
     # header), not whatever file sits at the path now: another model copied there under the declared name
@@ -205,7 +274,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         if isinstance(served, str):
             # as before checkpoint profiles were compared: the path is all a remote gate can hold vLLM to
             endpoint.note(f"loaded {loaded} ({source}); the checkpoint there is not readable where the gate runs, so "
-                          f"only the path was compared (on the host it is held to {origin}): {served}")
+                          f"only the path was compared (on the host it is held to {origin}): {served}{tokenizer}")
             return
     else:
         declared, origin = _declared_identity(endpoint, expected)
@@ -247,7 +316,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
                                  "restart the unit, then check which payload was deployed")
     if checkpoint is not None:
         endpoint.note(f"loaded {Path(str(loaded)).name}: {declared.get('weight_bytes'):,} bytes of weights, "
-                      f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root)")
+                      f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root){tokenizer}")
         return
     what = ", ".join(
         text
@@ -335,68 +404,198 @@ SLOTS_CHECK = live_check(
     SLOTS,
     cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
     summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
-    "(vLLM: /v1/models max_model_len equals --max-model-len)",
+    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many streams as --max-num-seqs declares, up to "
+    "four, are generated together)",
     requires=_no_payload_report(SLOTS),
     codes={
         "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
+        "fewer-sequences": "vLLM generated fewer of the gate's concurrent streams together than --max-num-seqs declares "
+        "(it reports max_num_seqs nowhere: the streams' tokens did not interleave)",
     },
 )
+
+CONCURRENT_STREAMS = 4
+"""At most this many streams probe vLLM's --max-num-seqs (a server declaring more is held to four at once)."""
+CONCURRENT_TOKENS = 12
+
+
+def _token_times(stream: Any) -> list[float]:
+    return [t for e, t in zip(stream.events, stream.times, strict=True) if isinstance(e, dict)
+            and any(isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("content")
+                    for c in e.get("choices") or [])]
+
+
+def _together(streams: list[list[float]]) -> int:
+    """How many of the streams were generated together: one stream and every other at least half of whose tokens
+    arrived between its first and its last. A server that runs one sequence at a time makes each stream's tokens
+    only after the one before it finished, so none of another's tokens fall inside a stream's span but for the
+    reading threads' jitter at its ends; batched streams interleave all along."""
+    best = 1 if streams else 0
+    for own in streams:
+        if len(own) < 2:
+            continue
+        inside = [other for other in streams if other is not own and other
+                  and sum(own[0] < t < own[-1] for t in other) * 2 >= len(other)]
+        best = max(best, 1 + len(inside))
+    return best
+
+
+def _sequences(endpoint: LiveEndpoint) -> str:
+    """vLLM reports max_num_seqs nowhere: send as many streams at once as it declares (at most four), each running
+    to max_tokens (ignore_eos), and count how many it generated together. Fails ``fewer-sequences``."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    declared = endpoint.contract.n_slots
+    if declared is None or declared < 2:
+        return ""
+    wanted = min(declared, CONCURRENT_STREAMS)
+    start = threading.Barrier(wanted)
+
+    def one(index: int) -> Any:
+        body = {"messages": [{"role": "user", "content": f"Count from one to five in words ({index})."}],
+                "max_tokens": CONCURRENT_TOKENS, "temperature": 0, **endpoint.thinking(False),
+                **endpoint.dialect.decode_rate_fields}
+        start.wait(timeout=30)  # sent together: a late thread must not read as a sequence the server ran alone
+        return endpoint.stream_chat(SLOTS, body)
+
+    with ThreadPoolExecutor(max_workers=wanted) as pool:
+        streams = list(pool.map(one, range(wanted)))
+    for stream in streams:
+        if stream.status != 200:
+            raise endpoint._fail(SLOTS, code="refused", where=stream.url,
+                                 observed=f"HTTP {stream.status}: {stream.error_text[:200]}",
+                                 expected="200 with an event stream", fix="see live-stream")
+    times = [_token_times(s) for s in streams]
+    seen = _together(times)
+    if seen < wanted:
+        raise SLOTS_CHECK.fail(endpoint, "fewer-sequences",
+                               where=endpoint.where_flag("max_num_seqs"),
+                               cites=("C-ID-6", "C-CAP-13"),
+                               observed=f"of {wanted} streams sent at once ({CONCURRENT_TOKENS} tokens each), at most {seen} "
+                               f"were generated together: tokens per stream {[len(t) for t in times]}, each after the one "
+                               "before it finished",
+                               expected=f"{wanted} generated together (--max-num-seqs {declared})",
+                               fix="the process runs fewer sequences at once than its files declare (--max-num-seqs): "
+                               "clients queue behind each other; restart it from the serve script")
+    return f"; {seen} of {wanted} concurrent streams generated together (--max-num-seqs {declared})"
 
 
 @SLOTS_CHECK.register
 def live_slots(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
-    if endpoint.dialect.has_props:
+    vllm = not endpoint.dialect.has_props
+    if not vllm:
         props = _props(endpoint, SLOTS)
         slots = props.get("total_slots")
         settings = props.get("default_generation_settings")
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     else:
-        slots = None  # vLLM does not report max_num_seqs
+        slots = None  # vLLM does not report max_num_seqs: the concurrent streams below show it
         n_ctx = _model_entry(endpoint, SLOTS).get("max_model_len")
     problems = []
     if contract.n_slots is not None and slots is not None and slots != contract.n_slots:
         problems.append(f"{slots} slots, not {contract.n_slots}")
     if contract.slot_ctx is not None and n_ctx != contract.slot_ctx:
-        problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}")
+        problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}" if not vllm else
+                        f"max_model_len {n_ctx}, not {contract.slot_ctx}")
     if problems:
         raise SLOTS_CHECK.fail(endpoint, "other-shape",
-                               where=endpoint.where_flag("ctx_size"),
+                               where=endpoint.where_flag("max_model_len" if vllm else "ctx_size"),
                                cites=("C-ID-6", "C-CAP-13"),
-                               observed=f"/props: {'; '.join(problems)}",
+                               observed=f"{'/v1/models' if vllm else '/props'}: {'; '.join(problems)}",
                                expected=(
+                                   f"max_model_len {contract.slot_ctx} (--max-model-len as rendered; clients are told "
+                                   f"{contract.context_window})" if vllm else
                                    f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
-                                   "rendered; "
-                                   f"clients are told {contract.context_window})"
+                                   f"rendered; clients are told {contract.context_window})"
                                    ),
-                               fix="the process runs another context shape than the env file: a prompt the clients think "
-                               "fits is "
-                               "refused with a hard 400; restart from the env file, or fix the env file and tell clients")
-    endpoint.note(f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens")
+                               fix="the process runs another context shape than its files: a prompt the clients think "
+                               "fits is refused with a hard 400; restart it from the serve script, or fix the files and "
+                               "tell clients")
+    together = _sequences(endpoint) if vllm and endpoint.engine == "vllm" else ""
+    endpoint.note((f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens") + together)
 
 
 def _no_sampler(endpoint: LiveEndpoint) -> str | None:
-    if not endpoint.dialect.has_props:
+    if not endpoint.dialect.has_props and endpoint.engine != "vllm":
         return f"{SAMPLER} does not apply to {endpoint.name}: its engine ({endpoint.engine}) serves no /props to read defaults from"
     if not endpoint.contract.sampler:
-        return (f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler "
-                "default (--temp, --top-k, --top-p, --min-p)")
+        flags = ("--override-generation-config temperature, top_k, top_p, min_p" if endpoint.engine == "vllm"
+                 else "--temp, --top-k, --top-p, --min-p")
+        return f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler default ({flags})"
     return None
 
 
 SAMPLER_CHECK = live_check(
     SAMPLER,
     cites=("C-CAP-1", "B-UN-8"),
-    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones",
+    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones (vLLM, which "
+    "reports them nowhere: a seeded request without them samples what the same request with them does)",
     requires=_no_sampler,
     codes={
         "other-defaults": "a /props sampler default (temperature, top_k, top_p, min_p) is not the rendered one (B-UN-8)",
+        "other-behaviour": "vLLM sampled otherwise for a seeded request without sampler fields than for the same request "
+        "with the declared defaults: it runs other defaults (--override-generation-config)",
     },
 )
+
+SAMPLER_SEED = 20261207
+SAMPLER_TOKENS = 12
+
+
+def _seeded(endpoint: LiveEndpoint, fields: dict[str, Any]) -> str:
+    """The text of one seeded request with ``fields`` (no sampler field: the server's defaults apply)."""
+    body = {"messages": [{"role": "user", "content": "Name a colour, a number and an animal."}],
+            "max_tokens": SAMPLER_TOKENS, "seed": SAMPLER_SEED, **endpoint.thinking(False),
+            **endpoint.dialect.decode_rate_fields, **fields}
+    reply = endpoint.chat(SAMPLER, body)
+    endpoint.require_ok(SAMPLER, reply, expected="200 with a completion")
+    message = reply.json["choices"][0].get("message") if isinstance(reply.json, dict) and reply.json.get("choices") else {}
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _sampled_behaviour(endpoint: LiveEndpoint) -> None:
+    """vLLM reports its default sampling parameters nowhere (no /props; its log says them at start). What it does
+    shows them: one seeded request without sampler fields, and the same with the declared defaults set, sample
+    alike exactly when the server's defaults are the declared ones (vLLM fills each missing field from them:
+    vllm/entrypoints/openai/chat_completion/protocol.py, to_sampling_params). A third, greedy (or hot, when greedy is
+    declared), shows that this prompt's answer depends on the sampler at all: where it does not, not judged."""
+    declared = dict(endpoint.contract.sampler)
+    contrast = {"temperature": 0.0} if declared.get("temperature", 1.0) > 0.5 else {"temperature": 1.5}
+    server = _seeded(endpoint, {})
+    told = _seeded(endpoint, declared)
+    other = _seeded(endpoint, contrast)
+    said = ", ".join(f"{k} {v:g}" for k, v in declared.items())
+    if server != told:
+        raise SAMPLER_CHECK.fail(endpoint, "other-behaviour",
+                                 where=endpoint.where_flag("override_generation_config"),
+                                 cites=("C-CAP-1", "B-UN-8"),
+                                 observed=f"seed {SAMPLER_SEED} without sampler fields sampled {shorten_text(server)!r}; with "
+                                 f"{said} it sampled {shorten_text(told)!r}",
+                                 expected=f"the same text: a request without sampler fields gets {said} "
+                                 "(--override-generation-config as rendered)",
+                                 fix="clients that send no sampler settings get other defaults than the files declare: "
+                                 "restart vLLM from the serve script (its log's 'Default sampling parameters' line says "
+                                 "what it runs)")
+    if told == other:
+        raise NotJudged(f"{endpoint.name}'s sampler defaults: seed {SAMPLER_SEED} sampled the same text with {said} as "
+                        f"with temperature {contrast['temperature']:g}, so this model's answer does not show its "
+                        "sampler; vLLM reports its defaults nowhere but its log")
+    endpoint.note(f"{said}: a seeded request without them sampled what it sampled with them (and otherwise at "
+                  f"temperature {contrast['temperature']:g})")
+
+
+def shorten_text(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @SAMPLER_CHECK.register
 def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
+    if not endpoint.dialect.has_props:
+        _sampled_behaviour(endpoint)
+        return
     props = _props(endpoint, SAMPLER)
     settings = props.get("default_generation_settings")
     params = settings.get("params") if isinstance(settings, dict) else None

@@ -77,6 +77,33 @@ def test_a_declared_visibility_variable_missing_fails_the_env_check(
                                "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
 
 
+def test_an_engine_variable_the_files_do_not_set_fails_the_env_check(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """Issue 34: a setting in the process environment only (llama-server reads LLAMA_ARG_N_PREDICT as --n-predict;
+    vLLM's VLLM_CPU_KVCACHE_SPACE: tests/live/test_vllm_controls.py) -- every other check passes."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, env={"LLAMA_ARG_N_PREDICT": "4", "LLAMA_API_KEY_NOT_READ": "x"})
+    gate = run_host_gate(fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/undeclared-engine-env",
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
+    assert "observed: LLAMA_ARG_N_PREDICT=4\n" in gate.output, gate.output
+
+
+def test_an_engine_variable_the_files_declare_missing_fails_the_env_check(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The env file exports an engine variable the running process lacks (started before it was declared)."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml)
+    env = fleet_toml.parent / "scripts" / "reference.env"
+    env.write_text(env.read_text(encoding="utf-8") + "export LLAMA_ARG_THREADS_HTTP=2\n", encoding="utf-8")
+    gate = run_host_gate(fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/engine-env-differs",
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
+    assert "observed: no LLAMA_ARG_THREADS_HTTP in the process environment" in gate.output, gate.output
+
+
 def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
         tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The binary copied without its lib directory still runs (LD_LIBRARY_PATH finds the libraries
