@@ -49,7 +49,8 @@ def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord 
         return run(check, subject), None
     endpoint: LiveEndpoint = subject.value
     halt = endpoint.prepare()
-    if halt is not None and halt.check != check.name and check.name != HEALTH:
+    if halt is not None and halt.check != check.name and check.name != HEALTH and not (halt.generating_only
+                                                                                       and check.reads_only):
         return Outcome(check.name, subject.name, "skipped", text=halt.reason), None
     with endpoint.recording(check.name) as record:
         endpoint.bill_preflight(record)
@@ -60,7 +61,8 @@ def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord 
             # said once, here; the checks after it are not run rather than each failing on the same silence.
             capped = outcome.code == f"{check.name}/server-cap"
             why = "cuts answers short of the max_tokens asked" if capped else "stopped answering within the bound"
-            endpoint.halt = Halt(check.name, outcome.failure, f"not run: {endpoint.name} {why} (see {check.name})")
+            endpoint.halt = Halt(check.name, outcome.failure, f"not run: {endpoint.name} {why} (see {check.name})",
+                                 generating_only=capped)
     return outcome, record
 
 

@@ -155,6 +155,9 @@ class FleetReport:
         note = props.get(f"{PREFIX}note")
         if isinstance(note, str):
             entry["note"] = note
+        transcript = props.get(f"{PREFIX}transcript")
+        if isinstance(transcript, str):
+            entry["transcript"] = transcript
         result.checks.append(entry)
         figures = props.get(f"{PREFIX}figures")
         if isinstance(figures, str):

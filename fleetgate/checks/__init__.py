@@ -139,6 +139,9 @@ class Check(Generic[S]):
     """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
     on_attempt: bool = False
     """A seam that judges the render itself: it runs on every service's attempt, rendered or not."""
+    reads_only: bool = False
+    """A live check that generates nothing (health, the model list, /metrics): a server that cuts answers short
+    (``server-cap``) does not stop it."""
     func: Callable[[S], None] | None = field(default=None, repr=False)
 
     def register(self, func: Callable[[S], None]) -> Callable[[S], None]:
@@ -284,9 +287,12 @@ def live_check(
     summary: str,
     codes: Mapping[str, str],
     requires: Callable[[LiveEndpoint], str | None] | None = None,
+    reads_only: bool = False,
 ) -> Check[LiveEndpoint]:
-    """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own."""
-    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires)
+    """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own. ``reads_only``: it generates
+    nothing, so a server's cap on answers does not stop it."""
+    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires,
+                    reads_only=reads_only)
 
 
 def host_check(

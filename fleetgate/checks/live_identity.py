@@ -56,6 +56,7 @@ def live_health(endpoint: LiveEndpoint) -> None:
 
 ALIAS_CHECK = live_check(
     ALIAS,
+    reads_only=True,
     cites=("C-L-2", "INC-53"),
     summary="/v1/models lists the alias the files declare (clients address the model by it)",
     codes={
@@ -155,6 +156,7 @@ def _norm_ftype(name: str) -> str:
 
 PAYLOAD_CHECK = live_check(
     PAYLOAD,
+    reads_only=True,
     cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
     summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
     "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "

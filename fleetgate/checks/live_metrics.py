@@ -22,6 +22,7 @@ def _no_metrics(endpoint: LiveEndpoint) -> str | None:
 
 METRICS_CHECK = live_check(
     METRICS,
+    reads_only=True,
     cites=("B-OB-1", "B-OB-2", "B-OB-3", "INC-24"),
     summary="/metrics is served where the files turn it on, and exports every series of every rule that names "
     "this service (a job matcher), whatever its namespace, and of every unscoped rule in the engine's namespace",

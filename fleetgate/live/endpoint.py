@@ -140,6 +140,8 @@ class Halt:
     check: str
     failure: Failure
     reason: str
+    generating_only: bool = False
+    """Only checks that generate are stopped (a server that cuts answers short): reading ones still run."""
 
 
 @dataclass

@@ -152,6 +152,9 @@ class FaultServer:
                 root, window = VLLM_MODELS[mode]
                 card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
                 self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            elif handler.path == "/v1/models" and mode == "capped-at-4":
+                card = {"id": "fleetgate-reference", "object": "model"}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
             elif handler.path == "/props" and mode == "vision-unbilled":
                 self._send(handler, 200, b'{"modalities":{"vision":true}}')
             else:
