@@ -37,7 +37,7 @@ from fleetgate.fleet import gib
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
 from fleetgate.replay import RequestLog, curl, transcript
-from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
+from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact, redact_json
 from fleetgate.runner import Outcome, recorded, waiver_day
 
 __all__: list[str] = []
@@ -208,7 +208,8 @@ def _write_transcript(item: pytest.Item, service: str, check: str, outcome: str,
     document = transcript(log, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None),
                           about={"service": service, "check": check, "test": item.nodeid, "outcome": outcome,
                                  "code": code, "url": getattr(endpoint, "url", None)})
-    text = redact(json.dumps(document, indent=1, default=str) + "\n", _secret_names(item.config, key_env))
+    safe = redact_json(json.loads(json.dumps(document, default=str)), _secret_names(item.config, key_env))
+    text = json.dumps(safe, indent=1) + "\n"
     target = transcripts_dir(Path(report)) / service / f"{check}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
