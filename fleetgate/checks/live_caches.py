@@ -396,7 +396,9 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
                                   observed="; ".join(problems),
                                   expected=f"a refusal at the {window}-token window clients are told "
                                   f"(fleet.toml context_window {contract.context_window})",
-                                  fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
+                                  fix="the process runs another window than the files declare (--max-model-len): restart it "
+                                  "from the serve script, or declare the window it runs" if endpoint.engine == "vllm" else
+                                  "--parallel divides --ctx-size: the process runs another per-slot window than the files "
                                   "declare")
     prefill = refusal.prompt_tokens / rate if rate else None
     base, base_why = REFUSAL_FLOOR_S, f"{REFUSAL_FLOOR_S:g} s"

@@ -323,9 +323,10 @@ def live_vision(endpoint: LiveEndpoint) -> None:
                                 cites=("C-CAP-1", "C-CAP-6", "INC-08"),
                                 observed="; ".join(problems),
                                 expected="an endpoint that accepts images (the contract declares vision = true)",
-                                fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
-                                "endpoint comes "
-                                "up healthy and text-only")
+                                fix="serve a multimodal model and allow images per prompt (--limit-mm-per-prompt "
+                                "'{\"image\": 1}'; 0 turns them off)" if endpoint.engine == "vllm" else
+                                "pass --mmproj explicitly: this build has no projector autoload, and without it the "
+                                "endpoint comes up healthy and text-only")
     text_only = endpoint.chat(
         VISION,
         {

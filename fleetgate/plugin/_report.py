@@ -175,7 +175,8 @@ def _key_env(item: pytest.Item, endpoint: Any) -> str | None:
     if isinstance(variable, str) and variable:
         return variable
     contract = getattr(endpoint, "contract", None)
-    return getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
+    named = getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
+    return str(named) if named else None
 
 
 def _replay(item: pytest.Item) -> str | None:
