@@ -422,9 +422,18 @@ CONCURRENT_TOKENS = 12
 
 
 def _token_times(stream: Any) -> list[float]:
-    return [t for e, t in zip(stream.events, stream.times, strict=True) if isinstance(e, dict)
-            and any(isinstance(c, dict) and isinstance(c.get("delta"), dict) and c["delta"].get("content")
-                    for c in e.get("choices") or [])]
+    """When each chunk that carries generated tokens arrived: text, or (``logprobs``) the tokens' log-probabilities.
+    Text alone is not enough: vLLM sends no chunk for a token whose bytes do not yet decode to a character (a model
+    writing through another tokenizer left 2 of 12 tokens as text), but with logprobs asked it sends every step's."""
+    def carries(choice: Any) -> bool:
+        if not isinstance(choice, dict):
+            return False
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        logprobs = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
+        return bool(delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content")
+                    or logprobs.get("content"))
+    return [t for e, t in zip(stream.events, stream.times, strict=True)
+            if isinstance(e, dict) and any(carries(c) for c in e.get("choices") or [])]
 
 
 def _together(streams: list[list[float]]) -> int:
@@ -456,7 +465,7 @@ def _sequences(endpoint: LiveEndpoint) -> str:
 
     def one(index: int) -> Any:
         body = {"messages": [{"role": "user", "content": f"Count from one to five in words ({index})."}],
-                "max_tokens": CONCURRENT_TOKENS, "temperature": 0, **endpoint.thinking(False),
+                "max_tokens": CONCURRENT_TOKENS, "temperature": 0, "logprobs": True, **endpoint.thinking(False),
                 **endpoint.dialect.decode_rate_fields}
         start.wait(timeout=30)  # sent together: a late thread must not read as a sequence the server ran alone
         return endpoint.stream_chat(SLOTS, body)
@@ -469,6 +478,10 @@ def _sequences(endpoint: LiveEndpoint) -> str:
                                  observed=f"HTTP {stream.status}: {stream.error_text[:200]}",
                                  expected="200 with an event stream", fix="see live-stream")
     times = [_token_times(s) for s in streams]
+    if min(len(t) for t in times) < 3:
+        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: of {wanted} streams sent at once, one came in "
+                        f"{min(len(t) for t in times)} chunk(s) carrying tokens (per stream {[len(t) for t in times]}), "
+                        "too few to tell when it was generated; vLLM reports max_num_seqs nowhere")
     seen = _together(times)
     if seen < wanted:
         raise SLOTS_CHECK.fail(endpoint, "fewer-sequences",

@@ -79,10 +79,11 @@ def test_every_live_check_keeps_its_transcript_and_no_key_is_kept_anywhere(
     assert first["replay"].startswith("curl -sS -N --max-time ")
     # the replay asks the same question again, the key from the environment
     chat = json.loads((report.parent / kept["live-chat"]).read_text(encoding="utf-8"))
-    replay = chat["exchanges"][-1]["replay"]
+    asked = chat["exchanges"][0]  # 16 tokens with ignore_eos (the last is the grammar-bound one, without max_tokens)
+    replay = asked["replay"]
     done = subprocess.run(["bash", "-c", replay], capture_output=True, text=True, timeout=120, check=False,
                           env={**os.environ, "FLEETGATE_API_KEY": GIVEN})
-    assert json.loads(done.stdout)["usage"]["completion_tokens"] == chat["exchanges"][-1]["request"]["body"]["max_tokens"]
+    assert json.loads(done.stdout)["usage"]["completion_tokens"] == asked["request"]["body"]["max_tokens"] == 16
 
     written = [gate.output, *(p.read_text(encoding="utf-8") for p in pytester.path.rglob("*")
                               if p.is_file() and p.suffix in (".json", ".xml", ".jsonl"))]
