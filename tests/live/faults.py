@@ -48,7 +48,7 @@ MODES = (
     "vllm-sampler-blind",
 )
 # A vLLM for the vllm-reference fixture fleet's declared copy (tests/live/vllm_reference.py ``declare``), each mode
-# breaking one thing vLLM reports nowhere: it serves streams one at a time (--max-num-seqs 1), detokenizes through
+# breaking one thing vLLM reports nowhere: it decodes one sequence at a time (--max-num-seqs 1), detokenizes through
 # another vocabulary (--tokenizer), samples a seeded request without sampler fields otherwise than with the declared
 # ones (--override-generation-config), or samples the same whatever the sampler says (the probe cannot see it).
 VLLM_REFERENCE_MODES = ("vllm-healthy", "vllm-one-at-a-time", "vllm-other-tokenizer", "vllm-other-sampler",
@@ -85,6 +85,9 @@ class FaultServer:
         self.detokenized = ""
         """What /detokenize answers (VLLM_REFERENCE_MODES: the declared tokenizer's text, unless the mode breaks it)."""
         self.one_at_a_time = threading.Lock()
+        self.steps = {1.0: 0, 8.0: 0}
+        """vLLM's vllm:iteration_tokens_total buckets (steps of at most 1 and 8 tokens): requests decoded together make
+        steps of several tokens; ``vllm-one-at-a-time`` decodes each token in a step of its own."""
         self.stopping = threading.Event()
         self.counter = itertools.count()
         server = self
@@ -169,6 +172,12 @@ class FaultServer:
                 root, window = VLLM_MODELS[mode]
                 card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
                 self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            elif handler.path == "/metrics" and (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS):
+                name = "vllm:iteration_tokens_total"
+                lines = [f"# TYPE {name} histogram", f'{name}_bucket{{le="1.0"}} {self.steps[1.0]}',
+                         f'{name}_bucket{{le="8.0"}} {self.steps[8.0]}', f'{name}_bucket{{le="+Inf"}} {self.steps[8.0]}',
+                         f"{name}_count {self.steps[8.0]}", f"{name}_sum {self.steps[8.0]}"]
+                self._send(handler, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
             elif handler.path == "/v1/models" and mode in VLLM_REFERENCE_MODES:
                 card = {"id": "fleetgate-vllm-reference", "object": "model", "root": self.model_root, "max_model_len": 512}
                 self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
@@ -186,6 +195,14 @@ class FaultServer:
             self._send(handler, 404, json.dumps({"error": {"message": message, "type": "NotFoundError",
                                                            "param": "model", "code": 404}}).encode())
             return
+        if (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS) and handler.path == "/v1/chat/completions":
+            tokens = int(body.get("max_tokens") or 1)
+            with self.one_at_a_time:
+                if mode == "vllm-one-at-a-time":
+                    self.steps[1.0] += tokens
+                    self.steps[8.0] += tokens
+                else:
+                    self.steps[8.0] += 1  # decoded beside the others
         if mode in VLLM_REFERENCE_MODES or (mode in VLLM_MODELS and body.get("stream")):
             self._vllm(handler, mode, body)
             return
@@ -239,39 +256,32 @@ class FaultServer:
         self._send(handler, 200, json.dumps(reply).encode())
 
     def _vllm(self, handler: BaseHTTPRequestHandler, mode: str, body: dict[str, Any]) -> None:
-        """A vLLM that answers /detokenize, streams every token of max_tokens 10 ms apart (batched: concurrent streams
-        interleave; one at a time under ``vllm-one-at-a-time``), and samples by the fields a seeded request carries."""
+        """A vLLM that answers /detokenize, streams every token of max_tokens 10 ms apart, and samples by the fields a
+        seeded request carries."""
         if handler.path == "/detokenize":
             text = "some other words" if mode == "vllm-other-tokenizer" else self.detokenized
             self._send(handler, 200, json.dumps({"prompt": text}).encode())
             return
         tokens = int(body.get("max_tokens") or 1)
         if body.get("stream"):
-            lock = self.one_at_a_time if mode == "vllm-one-at-a-time" else None
-            if lock is not None:
-                lock.acquire()
-            try:
-                handler.send_response(200)
-                handler.send_header("Content-Type", "text/event-stream")
-                handler.send_header("Transfer-Encoding", "chunked")
-                handler.end_headers()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
 
-                def send(event: Any) -> None:
-                    data = f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()
-                    handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    handler.wfile.flush()
+            def send(event: Any) -> None:
+                data = f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()
+                handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                handler.wfile.flush()
 
-                send({"id": "s", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-                for _ in range(tokens):
-                    self.stopping.wait(0.01)
-                    send({"id": "s", "choices": [{"index": 0, "delta": {"content": " word"}, "finish_reason": None}]})
-                send({"id": "s", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
-                send({"id": "s", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": tokens}})
-                send("[DONE]")
-                handler.wfile.write(b"0\r\n\r\n")
-            finally:
-                if lock is not None:
-                    lock.release()
+            send({"id": "s", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            for _ in range(tokens):
+                self.stopping.wait(0.01)
+                send({"id": "s", "choices": [{"index": 0, "delta": {"content": " word"}, "finish_reason": None}]})
+            send({"id": "s", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            send({"id": "s", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": tokens}})
+            send("[DONE]")
+            handler.wfile.write(b"0\r\n\r\n")
             return
         text = "the same answer"
         if "seed" in body and mode != "vllm-sampler-blind":

@@ -139,7 +139,7 @@ BOOTS.update({
         },
         why_independent=(
             "one sequence at a time changes only when concurrent requests run (the gate's are sequential but for the "
-            "slots probe); the counts of cached tokens only what an answer's usage says (the cache still works); "
+            "slots probe's); the counts of cached tokens only what an answer's usage says (the cache still works); "
             "a 2 GiB pool instead of 1 only how many blocks the KV cache has (every probe fits in either); the "
             "declared temperature 1.5 applies only to requests that send none (every probe but the sampler's sends "
             "temperature 0)"
@@ -171,8 +171,6 @@ BOOTS.update({
             # tokens, and a trace that ran to max_tokens; chat, stream and determinism pass on whatever it wrote
             "live-tool-calls": "live-tool-calls/no-structured-call",
             "live-reasoning": "live-reasoning/no-answer",
-            # not judged: what it wrote decodes in too few chunks to tell when each stream was generated
-            "live-slots": "skipped",
         },
         why_independent=(
             "the sampler probe compares the server's own answers to one seeded request with and without the declared "
