@@ -44,9 +44,10 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
                                  cites=("B-OB-1",),
                                  observed=f"GET /metrics: {reply.brief()}",
                                  expected="Prometheus text: the rendered config turns metrics on",
-                                 fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
-                                 "script; "
-                                 "every alert on this endpoint is blind until then")
+                                 fix="something in front of vLLM does not pass /metrics (vLLM always serves it): let it "
+                                 "through; every alert on this endpoint is blind until then" if endpoint.engine == "vllm" else
+                                 "the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
+                                 "script; every alert on this endpoint is blind until then")
     namespace = endpoint.dialect.namespace
     watched = _watched(endpoint)
     missing = []
