@@ -210,7 +210,7 @@ class FaultServer:
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
             return
         if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty", *BURSTS):
-            self._stream(handler, mode)
+            self._stream(handler, mode, int(body.get("max_tokens") or 0))
             return
         if (mode == "hang-tools" and body.get("tools")) or (mode == "hang-oversized" and len(json.dumps(body)) > 4096):
             self.stopping.wait(30)  # an engine that took the request and never answers it
@@ -294,8 +294,8 @@ class FaultServer:
                  "usage": {"prompt_tokens": 20, "completion_tokens": tokens, "total_tokens": 20 + tokens}}
         self._send(handler, 200, json.dumps(reply).encode())
 
-    def _stream(self, handler: BaseHTTPRequestHandler, mode: str) -> None:
-        """A complete event stream whose content is wrong in the way ``mode`` says."""
+    def _stream(self, handler: BaseHTTPRequestHandler, mode: str, asked: int) -> None:
+        """A complete event stream whose content is wrong in the way ``mode`` says (``asked``: its max_tokens)."""
         if mode == "stream-refused":
             self._send(handler, 500, b'{"error":{"code":500,"message":"streaming is broken"}}')
             return
@@ -305,7 +305,9 @@ class FaultServer:
             tokens, timings = BURSTS[mode]
             events += [{"id": "a", "choices": [{"index": 0, "delta": {"content": " more"}, "finish_reason": None}]}
                        for _ in range(tokens - 1)]
-            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+            # an answer shorter than asked ended at the model's end of text, not at a length
+            finish = "length" if tokens >= asked else "stop"
+            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
                            "timings": timings})
             events.append({"id": "a", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": tokens}})
         elif mode == "bad-stream":
