@@ -184,7 +184,8 @@ CODES = {code for boot in BOOTS.values() for code in boot.failing.values()}
 
 
 # Under ``-n 2 --dist loadscope`` (tox -e vllm) xdist sends each class (and test_vllm_real.py, one module) to one
-# worker: three scopes, so the five boots run two at a time -- the reference and one pair, then the other pair.
+# worker: four scopes (test_vllm_real.py and three classes), so the eight boots run two at a time (issue 34 added
+# TestBootsC's three).
 class TestBootsA:
     @pytest.mark.parametrize("name", ["flags", "deepseek-r1"])
     def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
