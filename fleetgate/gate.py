@@ -49,17 +49,20 @@ def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord 
         return run(check, subject), None
     endpoint: LiveEndpoint = subject.value
     halt = endpoint.prepare()
-    if halt is not None and halt.check != check.name and check.name != HEALTH:
+    if halt is not None and halt.check != check.name and check.name != HEALTH and not (halt.generating_only
+                                                                                       and check.reads_only):
         return Outcome(check.name, subject.name, "skipped", text=halt.reason), None
     with endpoint.recording(check.name) as record:
         endpoint.bill_preflight(record)
         outcome = run(check, subject)  # the check that a halt concerns raises it itself
-        late = (f"{check.name}/timeout", f"{check.name}/out-of-time")
+        late = (f"{check.name}/timeout", f"{check.name}/out-of-time", f"{check.name}/server-cap")
         if outcome.failure is not None and outcome.code in late and endpoint.halt is None:
             # The endpoint stopped answering within the bound (--live-timeout, or one derived from the run's rates):
             # said once, here; the checks after it are not run rather than each failing on the same silence.
-            endpoint.halt = Halt(check.name, outcome.failure,
-                                 f"not run: {endpoint.name} stopped answering within the bound (see {check.name})")
+            capped = outcome.code == f"{check.name}/server-cap"
+            why = "cuts answers short of the max_tokens asked" if capped else "stopped answering within the bound"
+            endpoint.halt = Halt(check.name, outcome.failure, f"not run: {endpoint.name} {why} (see {check.name})",
+                                 generating_only=capped)
     return outcome, record
 
 
@@ -97,12 +100,21 @@ def host_target(fleet: Fleet, endpoint: LiveEndpoint, spec: str | None = None,
     service = fleet.services[endpoint.name]
     if endpoint.config is None:
         raise ValueError(f"{endpoint.name} did not render, so its host has nothing to be held to")
-    spec = spec or default_spec(fleet.host_of(service).address)
+    address = fleet.host_of(service).address
+    spec = spec or default_spec(address)
     port = declared_port(endpoint.config)
     reached = urlsplit(endpoint.url)
     local = spec == "local://" and reached.hostname in LOOPBACK
+    # The live checks talked to whatever answers the URL: a host the URL names that is neither this host's address
+    # nor the one the spec reads (nor loopback, a tunnel's end) holds a process the host checks cannot read.
+    host_of_spec = urlsplit(spec).hostname if "://" in spec else None
+    known = {address, host_of_spec, *LOOPBACK} - {None}
+    elsewhere = (f"the live checks reached {endpoint.url} (--base-url), and {reached.hostname} is not the host "
+                 f"{spec} reads (fleet.toml address {address or 'none'}): the process they tested cannot be read there; "
+                 f"pass --host-url {endpoint.name}=ssh://{reached.hostname} to read it"
+                 if reached.hostname and reached.hostname not in known else None)
     return HostTarget(config=endpoint.config, host=testinfra.get_host(spec, **dict(options or {})), spec=spec,
-                      port=port, reached_port=(reached.port or port) if local else None)
+                      port=port, reached_port=(reached.port or port) if local else None, elsewhere=elsewhere)
 
 
 @dataclass

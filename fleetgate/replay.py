@@ -1,9 +1,11 @@
-"""Replay a live check's request by hand: the last request it made, as a ``curl`` command to paste.
+"""Replay a live check's requests by hand, and keep what each was answered: the check's transcript.
 
 ``RequestLog.watching(client)`` records what a live check asks of its endpoint through the client's
-public methods (``get``, ``post``, ``stream``) for the duration of the check; ``curl()`` writes one
-request as a command line. The API key is written as ``$VARIABLE`` (the variable it was read from),
-never as its value.
+public methods (``get``, ``post``, ``stream``) for the duration of the check, and what came back (the
+reply, every event of a stream with its time, or the client's error); ``curl()`` writes one request as
+a command line, ``transcript()`` the whole exchange as a JSON document. The API key is written as
+``$VARIABLE`` (the variable it was read from), never as its value; the caller scrubs the text it writes
+(``fleetgate.report.redact``) of every other secret.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Request", "RequestLog", "curl"]
+__all__ = ["Exchange", "Request", "RequestLog", "curl", "transcript"]
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,18 @@ class Request:
 
 
 @dataclass
+class Exchange:
+    """One request and what came of it: the client's reply (``Reply`` or ``StreamReply``), or its error."""
+
+    request: Request
+    reply: Any = None
+    error: str | None = None
+
+
+@dataclass
 class RequestLog:
     requests: list[Request] = field(default_factory=list)
+    exchanges: list[Exchange] = field(default_factory=list)
 
     @property
     def last(self) -> Request | None:
@@ -56,9 +68,17 @@ class RequestLog:
 
             def wrapper(path: str, *args: Any, **kwargs: Any) -> Any:
                 body = args[0] if args else kwargs.get("body")
-                self.requests.append(Request(method, url_of(path), dict(body) if isinstance(body, Mapping) else None,
-                                             stream, kwargs.get("timeout")))
-                return original(path, *args, **kwargs)
+                request = Request(method, url_of(path), dict(body) if isinstance(body, Mapping) else None,
+                                  stream, kwargs.get("timeout"))
+                exchange = Exchange(request)
+                self.requests.append(request)
+                self.exchanges.append(exchange)
+                try:
+                    exchange.reply = original(path, *args, **kwargs)
+                except Exception as exc:
+                    exchange.error = f"{type(exc).__name__}: {exc}"
+                    raise
+                return exchange.reply
 
             return wrapper
 
@@ -91,3 +111,44 @@ def curl(request: Request, *, key_env: str | None, timeout: float | None = None)
     if request.body is not None:
         body = " -H 'Content-Type: application/json' -d " + shlex.quote(json.dumps(request.body, separators=(",", ":")))
     return " ".join(parts) + header + body
+
+
+def _reply(reply: Any) -> dict[str, Any]:
+    """What a reply said, as the client kept it (its key already scrubbed): status, time, body or stream events."""
+    if reply is None:
+        return {}
+    if hasattr(reply, "events"):  # a StreamReply
+        return {"status": reply.status, "elapsed_s": round(float(reply.elapsed), 4), "done": reply.done,
+                "events": list(reply.events), "times_s": [round(float(t), 4) for t in reply.times],
+                "after_done": reply.after_done, "error_text": reply.error_text, "retries": reply.retries}
+    body = reply.json if getattr(reply, "json", None) is not None else getattr(reply, "text", None)
+    return {"status": getattr(reply, "status", None), "elapsed_s": round(float(getattr(reply, "elapsed", 0.0)), 4),
+            "body": body, "retries": getattr(reply, "retries", 0)}
+
+
+def transcript(log: RequestLog, *, key_env: str | None, timeout: float | None = None,
+               about: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every exchange of ``log`` in order: the request (method, URL, headers, body), the ``curl`` that sends it again,
+    and the reply (a stream's every event with the seconds it came at) or the client's error. ``about`` (service,
+    check, outcome, ...) heads the document. The key is ``$key_env`` in the headers and the replays; every other
+    secret is the caller's to scrub from the text it writes."""
+    keyed = bool(key_env and os.environ.get(key_env))
+    entries = []
+    for exchange in log.exchanges:
+        request = exchange.request
+        headers = {"Accept": "application/json"}
+        if keyed:
+            headers["Authorization"] = f"Bearer ${key_env}"
+        if request.body is not None:
+            headers["Content-Type"] = "application/json"
+        entry: dict[str, Any] = {
+            "request": {"method": request.method, "url": request.url, "headers": headers, "body": request.body,
+                        "stream": request.stream},
+            "replay": curl(request, key_env=key_env, timeout=timeout),
+        }
+        if exchange.error is not None:
+            entry["error"] = exchange.error
+        else:
+            entry["stream" if request.stream else "response"] = _reply(exchange.reply)
+        entries.append(entry)
+    return {**dict(about or {}), "exchanges": entries}

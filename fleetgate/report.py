@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
-from fleetgate.secrets import scrub
+from fleetgate.secrets import MASK, SECRET_FLAGS, is_secret_name, scrub, scrub_argv
 
 __all__ = [
     "JSON_PROPERTIES",
@@ -29,6 +29,7 @@ __all__ = [
     "case_properties",
     "live_properties",
     "redact",
+    "redact_json",
     "report_schema",
 ]
 
@@ -87,6 +88,23 @@ def redact(text: str, names: Iterable[str]) -> str:
         if value and len(value) >= 4:
             text = text.replace(value, f"${name}")
     return scrub(text)
+
+
+def redact_json(value: Any, names: Iterable[str]) -> Any:
+    """A JSON document with every string in it redacted as ``redact`` does text, and the string value of every key
+    named like a secret (``HF_TOKEN``, ``api_key``) masked: structurally, so the document stays JSON (text-level
+    scrubbing turned llama.cpp's ``"has_next_token": true`` into ``"has_next_token": ***``)."""
+    names = tuple(names)
+    if isinstance(value, str):
+        return redact(value, names)
+    if isinstance(value, list):
+        if any(isinstance(v, str) and v.partition("=")[0] in SECRET_FLAGS for v in value):
+            value = list(scrub_argv([str(v) for v in value]))  # an argv kept as a list: a flag's value is its next word
+        return [redact_json(v, names) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k), names): MASK if is_secret_name(str(k)) and isinstance(v, str) and v
+                else redact_json(v, names) for k, v in value.items()}
+    return value
 
 
 @dataclass
@@ -155,6 +173,9 @@ class FleetReport:
         note = props.get(f"{PREFIX}note")
         if isinstance(note, str):
             entry["note"] = note
+        transcript = props.get(f"{PREFIX}transcript")
+        if isinstance(transcript, str):
+            entry["transcript"] = transcript
         result.checks.append(entry)
         figures = props.get(f"{PREFIX}figures")
         if isinstance(figures, str):

@@ -70,7 +70,18 @@ def test_a_live_failure_carries_a_curl_that_repeats_it_without_the_key(
     assert sorted((c["check"], c["outcome"], c["code"]) for c in reference["checks"]) == [
         ("live-alias", "failed", "live-alias/not-json"), ("live-chat", "failed", "live-chat/not-json")]
     assert reference["live"]["requests"] == sum(int(v["requests"]) for v in props.values())
-    for text in (junit.read_text(), jsonl.read_text(), report.read_text(), result.stdout.str(), result.stderr.str()):
+    # each check's transcript (written by the xdist worker that ran it) beside the report: the garbage kept as sent
+    transcripts = sorted(p.relative_to(pytester.path).as_posix() for p in pytester.path.glob("fleetgate-transcripts/**/*.json"))
+    assert transcripts == ["fleetgate-transcripts/reference/live-alias.json", "fleetgate-transcripts/reference/live-chat.json"]
+    assert sorted(c["transcript"] for c in reference["checks"]) == transcripts
+    chat_transcript = json.loads((pytester.path / transcripts[1]).read_text())
+    assert (chat_transcript["outcome"], chat_transcript["code"]) == ("failed", "live-chat/not-json")
+    last = chat_transcript["exchanges"][-1]
+    assert last["replay"] == chat[0]
+    assert last["response"] == {"status": 200, "elapsed_s": last["response"]["elapsed_s"], "body": "<html>this is not JSON{",
+                                "retries": 0}
+    kept = [p.read_text() for p in pytester.path.glob("fleetgate-transcripts/**/*.json")]
+    for text in (junit.read_text(), jsonl.read_text(), report.read_text(), result.stdout.str(), result.stderr.str(), *kept):
         assert FAKE_KEY not in text
 
 
@@ -79,7 +90,7 @@ def test_the_replay_sends_the_key_from_the_environment(pytester: pytest.Pytester
     with FaultServer("echo-auth") as server:
         result = pytester.runpytest_subprocess(
             str(LIVE), "--endpoint", "reference", "--base-url", server.url, "-p", "no:cacheprovider",
-            "-k", "test_health", "--live-timeout", "5", timeout=120,
+            "-k", "test_health", "--live-timeout", "5", f"--fleetgate-report={pytester.path / 'r.json'}", timeout=120,
         )
         result.assert_outcomes(failed=1)
         replays = [m.group(1) for line in result.stdout.lines if (m := REPLAY.match(line))]
@@ -88,6 +99,10 @@ def test_the_replay_sends_the_key_from_the_environment(pytester: pytest.Pytester
                               env={**os.environ, "FLEETGATE_API_KEY": FAKE_KEY})
         assert json.loads(done.stdout) == {"error": {"message": f"rejected credentials Bearer {FAKE_KEY}"}}
     assert FAKE_KEY not in result.stdout.str() + result.stderr.str()
+    # the server echoed the key in its answer: the transcript keeps the answer, not the key
+    health = json.loads((pytester.path / "r-transcripts" / "reference" / "live-health.json").read_text())
+    assert health["exchanges"][0]["response"]["body"] == {"error": {"message": "rejected credentials Bearer ***"}}
+    assert FAKE_KEY not in (pytester.path / "r-transcripts" / "reference" / "live-health.json").read_text()
 
 
 @pytest.mark.parametrize("capture", [[], ["-s"]], ids=["captured", "-s"])

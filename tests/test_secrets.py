@@ -129,3 +129,17 @@ def _first_service(manifest: Path) -> str:
 ])
 def test_an_assignment_inside_an_assignment_is_masked_by_its_own_name(text: str, shown: str) -> None:
     assert scrub(text) == shown
+
+
+def test_a_json_document_is_redacted_structurally(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transcripts keep engines' JSON: a key named like a secret whose value is no string (llama.cpp's /slots
+    ``"has_next_token": true``) stays JSON, a string under such a key is masked, and a key in any text is scrubbed."""
+    from fleetgate.report import redact_json
+
+    monkeypatch.setenv("FLEETGATE_API_KEY", KEY)
+    document = {"next_token": [{"has_next_token": True, "n_remain": 3}], "hf_token": "hf_abcdef123",
+                "text": f"echoed Bearer {KEY}", "argv": ["llama-server", "--api-key", "zz-secret-99"]}
+    shown = redact_json(document, ["FLEETGATE_API_KEY"])
+    assert shown == {"next_token": [{"has_next_token": True, "n_remain": 3}], "hf_token": "***",
+                     "text": "echoed Bearer $FLEETGATE_API_KEY", "argv": ["llama-server", "--api-key", "***"]}
+    assert json.loads(json.dumps(shown)) == shown

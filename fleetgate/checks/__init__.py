@@ -99,6 +99,8 @@ TRANSPORT_CODES: Mapping[str, str] = {
     "rate-limited": "a 429 or 503 with Retry-After still stood after the retries the request's bound allowed",
     "not-served": "a document the check reads (/props, /v1/models) is not served as JSON with 200",
     "metrics-unparsable": "/metrics answers, but not in the Prometheus text format",
+    "server-cap": "an answer stopped with finish_reason 'length' before the max_tokens asked and inside the window: the "
+    "server caps generation (vLLM: max_new_tokens of the generation config); said once, the checks after it not run",
 }
 """The endpoint client's own failures, which any live check that makes a request can raise (fleetgate.live)."""
 
@@ -151,6 +153,9 @@ class Check(Generic[S]):
     """The figures the check derives for a subject, for reports (``fleetgate.report``): pass or fail."""
     on_attempt: bool = False
     """A seam that judges the render itself: it runs on every service's attempt, rendered or not."""
+    reads_only: bool = False
+    """A live check that generates nothing (health, the model list, /metrics): a server that cuts answers short
+    (``server-cap``) does not stop it."""
     func: Callable[[S], None] | None = field(default=None, repr=False)
 
     def register(self, func: Callable[[S], None]) -> Callable[[S], None]:
@@ -322,9 +327,12 @@ def live_check(
     summary: str,
     codes: Mapping[str, str],
     requires: Callable[[LiveEndpoint], str | None] | None = None,
+    reads_only: bool = False,
 ) -> Check[LiveEndpoint]:
-    """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own."""
-    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires)
+    """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own. ``reads_only``: it generates
+    nothing, so a server's cap on answers does not stop it."""
+    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires,
+                    reads_only=reads_only)
 
 
 def host_check(

@@ -7,12 +7,15 @@ config: the files declare what the process must be, the host says what it is.
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 
-from fleetgate.checks import Check, host_check
+from fleetgate.checks import Check, NotJudged, host_check
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
-from fleetgate.secrets import scrub_argv
+from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv
 
 __all__: list[str] = []
 
@@ -47,27 +50,36 @@ def _holder(target: HostTarget, port: int) -> tuple[int, tuple[str, ...]] | None
     return (pid, target.proc_words(pid, "cmdline")) if pid is not None else None
 
 
+def _runs(words: tuple[str, ...], binary: str) -> bool:
+    """Whether a command line runs the engine binary ``binary``: first, or after the interpreter of its ``#!`` line
+    (vLLM's ``vllm`` is a Python console script: the kernel shows ``python3 .../bin/vllm serve ...``)."""
+    return bool(words) and (_binary(words) == binary or (len(words) > 1 and _binary(words[1:]) == binary))
+
+
 def _locate(target: HostTarget) -> tuple[int | None, str, int | None, str]:
     """The engine's PID, how it was found, the port it was found on when not the declared one, and the route.
 
-    The engine is systemd's MainPID of the unit, else the process listening on the declared port; never the
-    process behind the --base-url port as such. Only when nothing listens on the declared port and the
-    --base-url names another port of this same host where the rendered binary itself listens (the engine
-    started on a test port) is that process the engine. Anything else on the --base-url port is a proxy or a
-    tunnel: said once, not judged as the engine."""
+    The host checks judge the process the live checks talked to. Without --base-url on this host that is systemd's
+    MainPID of the unit, else the process listening on the declared port. When --base-url names another port of this
+    same host and the process holding it runs the rendered engine binary itself, that process answered the live
+    checks: it is the one judged (its port the one difference allowed), and whatever holds the declared port is
+    named, not judged. Anything else on the --base-url port (a proxy, an ``ssh -L`` tunnel) is said once and not
+    judged as the engine; the engine is then the one the files locate."""
     pid, how = target.main_pid()
     reached = target.reached_port
     other = _holder(target, reached) if reached is not None and reached != target.port else None
-    moved: int | None = None
-    if pid is None and other is not None and _binary(other[1]) == _binary(target.config.rendered.argv):
-        pid, moved = other[0], reached
-        how = (f"the process listening on port {reached}, where --base-url reaches the service (nothing listens "
-               f"on the declared port {target.port})")
+    binary = _binary(target.config.rendered.argv)
+    if other is not None and other[0] != pid and _runs(other[1], binary):
+        passed_over = (f"the declared port {target.port} is held by PID {pid} ({how}), which the live checks did "
+                       "not reach: not judged" if pid is not None else "")
+        where = "" if pid is not None else f" (nothing listens on the declared port {target.port})"
+        return other[0], f"the process listening on port {reached}, where --base-url reaches the service{where}", \
+            reached, passed_over
     route = ""
     if other is not None and other[0] != pid:
         route = (f"--base-url reaches port {reached}, held by PID {other[0]} ({_binary(other[1]) or '?'}): a proxy "
                  "or tunnel in front of the engine, not judged as it")
-    return pid, how, moved, route
+    return pid, how, None, route
 
 
 PROCESS_CODES = {
@@ -81,6 +93,8 @@ def _process(target: HostTarget, check: Check[HostTarget], *, cmdline: bool = Fa
              libraries: bool = False) -> _Process:
     """The engine's process and what the check reads of it; any read the host refuses is one failure."""
     __tracebackhide__ = True
+    if target.elsewhere is not None:
+        raise NotJudged(f"{target.name}'s engine process: {target.elsewhere}")
     try:
         pid, how, moved, route = _locate(target)
         if pid is not None:
@@ -216,14 +230,41 @@ def _visibility(names: object) -> bool:
     return isinstance(names, str) and names.endswith("_VISIBLE_DEVICES")
 
 
+@lru_cache(maxsize=1)
+def _vllm_variables() -> frozenset[str]:
+    """The ``VLLM_*`` variables vLLM reads (vllm/envs.py ``environment_variables``, recorded from the pinned release:
+    engines/vllm_env_0.32.0.json); a serve script's own ``VLLM_``-named variables are not among them."""
+    text = resources.files("fleetgate").joinpath("engines/vllm_env_0.32.0.json").read_text(encoding="utf-8")
+    return frozenset(json.loads(text)["variables"])
+
+
+def _engine_variable(target: HostTarget, name: str) -> bool:
+    """A variable the engine itself reads as configuration: llama-server's ``LLAMA_ARG_*`` (common/arg.cpp: every
+    flag's env name), vLLM's own ``VLLM_*``."""
+    if target.config.llama is not None:
+        return name.startswith("LLAMA_ARG_")
+    if target.config.vllm is not None:
+        return name in _vllm_variables()
+    return False
+
+
+def _shown(name: str, value: str) -> str:
+    return f"{name}={MASK if is_secret_name(name) and value else scrub(value)}"
+
+
 ENV_CHECK = host_check(
     ENV,
     cites=("B-DV-1", "B-DV-2", "B-DV-3", "INC-19", "INC-29"),
-    summary="the process environment carries exactly the device-visibility variables the files declare",
+    summary="the process environment carries exactly the device-visibility variables the files declare, and exactly "
+    "the engine's own configuration variables (llama-server's LLAMA_ARG_*, vLLM's VLLM_*) they declare",
     codes={
         **PROCESS_CODES,
         "visibility-differs": "a `*_VISIBLE_DEVICES` variable the files declare is missing or other in the process environment",
         "undeclared-visibility": "the process environment carries a `*_VISIBLE_DEVICES` variable the files do not set",
+        "engine-env-differs": "an engine variable the files declare (LLAMA_ARG_*, VLLM_*) is missing or other in the process "
+        "environment",
+        "undeclared-engine-env": "the process environment carries an engine variable (LLAMA_ARG_*, VLLM_*) the files do not "
+        "set: the engine runs a setting no file shows (vLLM's VLLM_CPU_KVCACHE_SPACE sizes its KV pool)",
     },
 )
 
@@ -249,6 +290,26 @@ def host_process_env(target: HostTarget) -> None:
                              expected=("only " + ", ".join(f"{k}={v}" for k, v in declared.items())) if declared
                              else "no device-visibility variable (the files set none)",
                              fix="a variable the repository does not set reached the engine: find the drop-in or shell that set it")
+    declared_engine = {k: v for k, v in target.config.rendered.env.items() if _engine_variable(target, k)}
+    running_engine = {k: v for k, v in environ.items() if _engine_variable(target, k)}
+    for name, value in sorted(declared_engine.items()):
+        if running_engine.get(name) != value:
+            raise ENV_CHECK.fail(target, "engine-env-differs", where=where,
+                                 observed=_shown(name, running_engine[name]) if name in running_engine
+                                 else f"no {name} in the process environment",
+                                 expected=f"{_shown(name, value)} ({target.config.where_variable(name)})",
+                                 fix="the engine runs with another setting than its files: restart it from the unit or "
+                                 "serve script, and find what set the variable otherwise (a drop-in, a shell profile)")
+    extra = sorted(set(running_engine) - set(declared_engine))
+    if extra:
+        raise ENV_CHECK.fail(target, "undeclared-engine-env", where=where,
+                             observed=", ".join(_shown(n, running_engine[n]) for n in extra),
+                             expected=("only " + ", ".join(_shown(k, v) for k, v in sorted(declared_engine.items())))
+                             if declared_engine else "no engine variable (the files set none)",
+                             fix="the engine reads a setting no file of the repository shows: find the drop-in, "
+                             "EnvironmentFile or shell that set it, and declare it in the service's files or drop it")
+    target.notes[ENV] = (f"PID {pid}: {len(declared_engine)} engine variable(s) as declared"
+                         + (f" ({', '.join(sorted(declared_engine))})" if declared_engine else ""))
 
 
 LIBS_CHECK = host_check(

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from fleetgate.checks import live_check
+from fleetgate.checks import NotJudged, live_check
 from fleetgate.live.client import Reply
 from fleetgate.live.endpoint import (
     TEMPLATE_ALLOWANCE_TOKENS,
@@ -272,15 +272,26 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     if isinstance(cold_rate, int | float):
         endpoint.measure("prefill_tok_s", float(cold_rate))
     away = f"after {moved} other conversations took every slot" if moved else "repeated at once"
-    if not isinstance(prompt, int) or cached is None or cached < prompt // 2:
+    if cached is None:
+        # No count is no evidence either way: "reused None cached tokens" blamed a cache that was on.
+        how = ("vLLM counts them in usage.prompt_tokens_details.cached_tokens only when started with "
+               "--enable-prompt-tokens-details" if endpoint.engine == "vllm" else
+               "its answers carry neither usage.prompt_tokens_details.cached_tokens nor timings.cache_n")
+        raise NotJudged(f"{endpoint.name} reports no cached tokens ({how}): add that flag to its serve script to "
+                        "judge its prefix cache" if endpoint.engine == "vllm" else
+                        f"{endpoint.name} reports no cached tokens ({how}): the prefix cache cannot be seen")
+    if not isinstance(prompt, int) or cached < prompt // 2:
         raise PREFIX_CHECK.fail(endpoint, "not-reused",
                                 where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
                                 cites=("C-CA-1",),
                                 observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
                                 f"(first request {first.elapsed:.2f} s, return {second.elapsed:.2f} s)",
                                 expected="at least half the prompt served from cache when the conversation returns",
-                                fix="llama.cpp: keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt "
-                                "survives its slot moving on; vLLM: --enable-prefix-caching (reuse is per block: INC-43)")
+                                fix="start vLLM with --enable-prefix-caching (on by default; --no-enable-prefix-caching "
+                                "turns it off), and a prompt reuses only whole blocks of it (INC-43)"
+                                if endpoint.engine == "vllm" else
+                                "keep cache_prompt on and a prompt cache (--cache-ram > 0) so a prompt survives its slot "
+                                "moving on")
     endpoint.measure("cached_tokens", cached)
     endpoint.note(
         f"returned {away}: reused {cached}/{prompt} tokens ({first.elapsed:.2f} s cold, "
@@ -394,7 +405,9 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
                                   observed="; ".join(problems),
                                   expected=f"a refusal at the {window}-token window clients are told "
                                   f"(fleet.toml context_window {contract.context_window})",
-                                  fix="--parallel divides --ctx-size: the process runs another per-slot window than the files "
+                                  fix="the process runs another window than the files declare (--max-model-len): restart it "
+                                  "from the serve script, or declare the window it runs" if endpoint.engine == "vllm" else
+                                  "--parallel divides --ctx-size: the process runs another per-slot window than the files "
                                   "declare")
     prefill = refusal.prompt_tokens / rate if rate else None
     base, base_why = REFUSAL_FLOOR_S, f"{REFUSAL_FLOOR_S:g} s"

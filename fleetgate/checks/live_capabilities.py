@@ -291,11 +291,14 @@ def live_vision(endpoint: LiveEndpoint) -> None:
             raise VISION_CHECK.fail(endpoint, "image-accepted",
                                     where=where,
                                     cites=("C-CAP-6",),
-                                    observed=f"an image was accepted (HTTP {with_image.status}; /props vision {modality!r})",
+                                    observed=f"an image was accepted (HTTP {with_image.status}"
+                                    + (f"; /props vision {modality!r})" if endpoint.dialect.has_props else ")"),
                                     expected="a refusal: the contract says vision = false",
-                                    fix="a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
-                                    "vision = true "
-                                    "so clients send images")
+                                    fix="vLLM serves a multimodal model that takes images: set --limit-mm-per-prompt "
+                                    "'{\"image\": 0}', or declare vision = true so clients send images"
+                                    if endpoint.engine == "vllm" else
+                                    "a projector is loaded on an endpoint declared text-only: drop --mmproj, or declare "
+                                    "vision = true so clients send images")
         message = with_image.error_message()
         own = endpoint.dialect.image_refusal
         if own is None or with_image.status != own[0] or not own[1].search(message):
@@ -323,9 +326,10 @@ def live_vision(endpoint: LiveEndpoint) -> None:
                                 cites=("C-CAP-1", "C-CAP-6", "INC-08"),
                                 observed="; ".join(problems),
                                 expected="an endpoint that accepts images (the contract declares vision = true)",
-                                fix="pass --mmproj explicitly: this build has no projector autoload, and without it the "
-                                "endpoint comes "
-                                "up healthy and text-only")
+                                fix="serve a multimodal model and allow images per prompt (--limit-mm-per-prompt "
+                                "'{\"image\": 1}'; 0 turns them off)" if endpoint.engine == "vllm" else
+                                "pass --mmproj explicitly: this build has no projector autoload, and without it the "
+                                "endpoint comes up healthy and text-only")
     text_only = endpoint.chat(
         VISION,
         {
@@ -485,7 +489,10 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
                                    observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
                                    f"({len(trace)} chars); content {content!r}",
                                    expected=f"an answer in content within {max_tokens} tokens: the trace ended by {budget_words}",
-                                   fix="the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
+                                   fix="the engine never ends the trace: a client with a max_tokens gets an empty answer; "
+                                   "vLLM ends it only when the model writes the reasoning parser's end tag (check "
+                                   "--reasoning-parser against the model's template, and the tokenizer)" if endpoint.engine == "vllm"
+                                   else "the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
                                    "max_tokens gets an empty answer; set a budget below what clients ask for")
     endpoint.note(
         f"trace in {field} ({len(trace)} chars), answer in content ({len(content or '')} chars) "

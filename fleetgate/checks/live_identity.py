@@ -8,12 +8,13 @@ per-slot window and the sampler defaults, all compared with the rendered config.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks import live_check
+from fleetgate.checks import NotJudged, live_check
 from fleetgate.errors import InputError
 from fleetgate.live.endpoint import LiveEndpoint
 
@@ -55,6 +56,7 @@ def live_health(endpoint: LiveEndpoint) -> None:
 
 ALIAS_CHECK = live_check(
     ALIAS,
+    reads_only=True,
     cites=("C-L-2", "INC-53"),
     summary="/v1/models lists the alias the files declare (clients address the model by it)",
     codes={
@@ -154,6 +156,7 @@ def _norm_ftype(name: str) -> str:
 
 PAYLOAD_CHECK = live_check(
     PAYLOAD,
+    reads_only=True,
     cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
     summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
     "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "
@@ -163,8 +166,75 @@ PAYLOAD_CHECK = live_check(
         "other-path": "the loaded model's path (/props model_path, vLLM's /v1/models root) is not the rendered `--model` (INC-53)",
         "header-unreadable": "the path matches, but the declared GGUF's header cannot be read where the gate runs (no profile of it)",
         "other-model": "what the engine reports of the loaded model (parameters, vocabulary, size, quantisation) is not the payload's",
+        "other-tokenizer": "vLLM's /detokenize turns token ids of the declared tokenizer's vocabulary into other text: the "
+        "engine reads and writes the model's tokens through another tokenizer",
     },
 )
+
+_PLAIN_TOKEN = re.compile(r"[A-Za-z]{3,}")
+_SAMPLE_TOKENS = 8
+
+
+def _vocabulary_sample(directory: str) -> tuple[list[int], str] | str:
+    """Up to eight ids of the tokenizer in ``directory`` (its tokenizer.json) whose tokens are plain letters, spread
+    over the vocabulary, and the text they spell together; or why they cannot be read here. Plain letters decode to
+    themselves in every decoder (byte-level, metaspace, wordpiece without its ``##``), so the ids of a tokenizer that
+    is the model's spell exactly that text, and a tokenizer with other ids spells another."""
+    import json
+
+    if "://" in directory:
+        return f"{directory} is not a local directory (the gate reads no tokenizer over the network)"
+    path = Path(directory) / "tokenizer.json"
+    try:
+        model = json.loads(path.read_text(encoding="utf-8")).get("model") or {}
+    except (OSError, ValueError) as exc:
+        return f"{path}: {' '.join(str(exc).split())[:160]}"
+    vocab = model.get("vocab")
+    pairs: list[tuple[int, str]] = []
+    if isinstance(vocab, dict):  # BPE, WordPiece: token -> id
+        pairs = [(i, t) for t, i in vocab.items() if isinstance(i, int)]
+    elif isinstance(vocab, list):  # Unigram: [token, score] in id order
+        pairs = [(i, e[0]) for i, e in enumerate(vocab) if isinstance(e, list) and e and isinstance(e[0], str)]
+    plain = sorted((i, t) for i, t in pairs if _PLAIN_TOKEN.fullmatch(t))
+    if not plain:
+        return f"{path} has no token of plain letters to compare"
+    step = max(len(plain) // _SAMPLE_TOKENS, 1)
+    chosen = plain[::step][:_SAMPLE_TOKENS]
+    return [i for i, _ in chosen], "".join(t for _, t in chosen)
+
+
+def _tokenizer_note(endpoint: LiveEndpoint) -> str:
+    """Hold vLLM's tokenizer to the declared one: ids of the declared vocabulary sent to /detokenize must come back as
+    the tokens they are. Fails ``other-tokenizer``; returns the note's words (what was compared, or why not)."""
+    from fleetgate.live.client import EndpointError
+
+    declared = endpoint.contract.tokenizer
+    if declared is None:
+        return "no tokenizer declared to compare"
+    sample = _vocabulary_sample(declared)
+    if isinstance(sample, str):
+        return f"the tokenizer was not compared: {sample}"
+    ids, text = sample
+    try:
+        reply = endpoint.client.post("/detokenize", {"model": endpoint.contract.alias or endpoint.name, "tokens": ids},
+                                     timeout=min(endpoint.timeout, 15.0))
+    except EndpointError as error:
+        raise endpoint.unreachable(PAYLOAD, error) from None
+    body = reply.json if isinstance(reply.json, dict) else {}
+    if not reply.ok or not isinstance(body.get("prompt"), str):
+        return f"the tokenizer was not compared: /detokenize answered {reply.brief()}"
+    if body["prompt"] != text:
+        raise PAYLOAD_CHECK.fail(endpoint, "other-tokenizer",
+                                 where=endpoint.where_flag("tokenizer") if endpoint.config is not None and
+                                 endpoint.config.vllm is not None and endpoint.config.vllm.tokenizer else reply.url,
+                                 cites=("C-ID-2",),
+                                 observed=f"/detokenize of ids {ids} (tokens of {declared}/tokenizer.json) gives "
+                                 f"{body['prompt']!r}",
+                                 expected=f"{text!r}: the tokens those ids are in the declared tokenizer",
+                                 fix="vLLM runs with another tokenizer than the model's (--tokenizer, or a tokenizer.json "
+                                 "replaced beside the weights): every prompt reaches the model as other tokens and every "
+                                 "answer comes back as other words; start it with the model's own tokenizer")
+    return f"its tokenizer spells {len(ids)} tokens of {Path(declared).name}/tokenizer.json back (/detokenize)"
 
 
 @PAYLOAD_CHECK.register
@@ -189,8 +259,9 @@ def live_payload(endpoint: LiveEndpoint) -> None:
                                  "/proc/<MainPID>/cmdline, "
                                  "then restart the unit from the repository's env file")
     checkpoint = None if endpoint.dialect.has_props else _declared_checkpoint(endpoint)
+    tokenizer = f"; {_tokenizer_note(endpoint)}" if endpoint.engine == "vllm" else ""
     if checkpoint is None and (not endpoint.dialect.has_props or not expected.endswith(".gguf")):
-        endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare)")
+        endpoint.note(f"loaded {loaded} ({source}; no GGUF header or checkpoint profile to compare){tokenizer}")
         return
     # The declared payload's identity is what the files declare about it (the profile written from its GGUF
     # header), not whatever file sits at the path now: another model copied there under the declared name
@@ -205,7 +276,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         if isinstance(served, str):
             # as before checkpoint profiles were compared: the path is all a remote gate can hold vLLM to
             endpoint.note(f"loaded {loaded} ({source}); the checkpoint there is not readable where the gate runs, so "
-                          f"only the path was compared (on the host it is held to {origin}): {served}")
+                          f"only the path was compared (on the host it is held to {origin}): {served}{tokenizer}")
             return
     else:
         declared, origin = _declared_identity(endpoint, expected)
@@ -247,7 +318,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
                                  "restart the unit, then check which payload was deployed")
     if checkpoint is not None:
         endpoint.note(f"loaded {Path(str(loaded)).name}: {declared.get('weight_bytes'):,} bytes of weights, "
-                      f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root)")
+                      f"{len(declared) - 1} config keys as {origin} says (the checkpoint at /v1/models root){tokenizer}")
         return
     what = ", ".join(
         text
@@ -335,68 +406,208 @@ SLOTS_CHECK = live_check(
     SLOTS,
     cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
     summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
-    "(vLLM: /v1/models max_model_len equals --max-model-len)",
+    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many requests at once as --max-num-seqs declares, up "
+    "to four, are decoded together)",
     requires=_no_payload_report(SLOTS),
     codes={
         "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
+        "fewer-sequences": "vLLM decoded the gate's concurrent requests one at a time where --max-num-seqs declares more "
+        "(it reports max_num_seqs nowhere: no engine step of vllm:iteration_tokens_total decoded two together)",
     },
 )
+
+CONCURRENT_REQUESTS = 4
+"""At most this many requests probe vLLM's --max-num-seqs at once."""
+CONCURRENT_TOKENS = 12
+STEP_TOKENS = "vllm:iteration_tokens_total"
+"""vLLM's histogram of the tokens each engine step computed (vllm/v1/metrics/loggers.py): a step that decodes several
+sequences together computes one token for each."""
+
+
+def _small_steps(endpoint: LiveEndpoint) -> tuple[float, float] | None:
+    """(steps of at most 1 token, steps of at most 8) so far, from /metrics; None where the histogram is not served."""
+    from fleetgate.live.client import EndpointError
+    from fleetgate.live.metrics import histogram_buckets
+
+    try:
+        reply = endpoint.get("/metrics")
+    except EndpointError as error:
+        raise endpoint.unreachable(SLOTS, error) from None
+    try:
+        buckets = histogram_buckets(reply.text, STEP_TOKENS) if reply.ok else {}
+    except ValueError:
+        buckets = {}
+    if 1.0 not in buckets or 8.0 not in buckets:
+        return None
+    return buckets[1.0], buckets[8.0]
+
+
+def _sequences(endpoint: LiveEndpoint) -> str:
+    """vLLM reports max_num_seqs nowhere, and a stream's chunks say nothing reliable about when its tokens were made
+    (under load vLLM coalesces a lagging stream's deltas into a chunk or two, and it sends no chunk for bytes that do
+    not decode yet: measured, both). Its engine steps do: send as many requests at once as the files declare (at most
+    four), each prompted differently from its first word (no prefix shared: no short prefill) and running to max_tokens
+    (ignore_eos), and read how many tokens each step computed (``vllm:iteration_tokens_total``). A server that runs one
+    sequence at a time decodes one token per step and prefills each ~30-token prompt in a step of its own; sequences
+    decoded together make steps of 2 to 8 tokens. Fails ``fewer-sequences`` where the probe made no such step."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    declared = endpoint.contract.n_slots
+    if declared is None or declared < 2:
+        return ""
+    wanted = min(declared, CONCURRENT_REQUESTS)
+    before = _small_steps(endpoint)
+    if before is None:
+        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: vLLM reports it nowhere, and its /metrics has no "
+                        f"{STEP_TOKENS} histogram to count the sequences it decodes together")
+    start = threading.Barrier(wanted)
+    words = ("One", "Two", "Three", "Four")
+
+    def one(index: int) -> Any:
+        body = {"messages": [{"role": "user", "content": f"{words[index]}: count from one to five in words."}],
+                "max_tokens": CONCURRENT_TOKENS, "temperature": 0, **endpoint.thinking(False),
+                **endpoint.dialect.decode_rate_fields}
+        start.wait(timeout=30)  # sent together
+        return endpoint.chat(SLOTS, body)
+
+    with ThreadPoolExecutor(max_workers=wanted) as pool:
+        replies = list(pool.map(one, range(wanted)))
+    for reply in replies:
+        endpoint.require_ok(SLOTS, reply, expected="200 with a completion")
+    after = _small_steps(endpoint)
+    if after is None:
+        raise NotJudged(f"{endpoint.name}'s --max-num-seqs: the {STEP_TOKENS} histogram went away during the probe")
+    single = after[0] - before[0]
+    shared = (after[1] - before[1]) - single
+    if shared < 1:
+        raise SLOTS_CHECK.fail(endpoint, "fewer-sequences",
+                               where=endpoint.where_flag("max_num_seqs"),
+                               cites=("C-ID-6", "C-CAP-13"),
+                               observed=f"{wanted} requests sent at once ({CONCURRENT_TOKENS} tokens each) were decoded one "
+                               f"at a time: {single:.0f} engine steps of one token, none of 2 to 8 ({STEP_TOKENS})",
+                               expected=f"steps that decode several of them together (--max-num-seqs {declared})",
+                               fix="the process runs one sequence at a time where its files declare more (--max-num-seqs): "
+                               "clients queue behind each other; restart it from the serve script")
+    return (f"; {wanted} requests at once decoded together: {shared:.0f} engine steps of 2-8 tokens "
+            f"(--max-num-seqs {declared})")
 
 
 @SLOTS_CHECK.register
 def live_slots(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
-    if endpoint.dialect.has_props:
+    vllm = not endpoint.dialect.has_props
+    if not vllm:
         props = _props(endpoint, SLOTS)
         slots = props.get("total_slots")
         settings = props.get("default_generation_settings")
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
     else:
-        slots = None  # vLLM does not report max_num_seqs
+        slots = None  # vLLM does not report max_num_seqs: the concurrent streams below show it
         n_ctx = _model_entry(endpoint, SLOTS).get("max_model_len")
     problems = []
     if contract.n_slots is not None and slots is not None and slots != contract.n_slots:
         problems.append(f"{slots} slots, not {contract.n_slots}")
     if contract.slot_ctx is not None and n_ctx != contract.slot_ctx:
-        problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}")
+        problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}" if not vllm else
+                        f"max_model_len {n_ctx}, not {contract.slot_ctx}")
     if problems:
         raise SLOTS_CHECK.fail(endpoint, "other-shape",
-                               where=endpoint.where_flag("ctx_size"),
+                               where=endpoint.where_flag("max_model_len" if vllm else "ctx_size"),
                                cites=("C-ID-6", "C-CAP-13"),
-                               observed=f"/props: {'; '.join(problems)}",
+                               observed=f"{'/v1/models' if vllm else '/props'}: {'; '.join(problems)}",
                                expected=(
+                                   f"max_model_len {contract.slot_ctx} (--max-model-len as rendered; clients are told "
+                                   f"{contract.context_window})" if vllm else
                                    f"{contract.n_slots} slots of {contract.slot_ctx} tokens (--ctx-size / --parallel as "
-                                   "rendered; "
-                                   f"clients are told {contract.context_window})"
+                                   f"rendered; clients are told {contract.context_window})"
                                    ),
-                               fix="the process runs another context shape than the env file: a prompt the clients think "
-                               "fits is "
-                               "refused with a hard 400; restart from the env file, or fix the env file and tell clients")
-    endpoint.note(f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens")
+                               fix="the process runs another context shape than its files: a prompt the clients think "
+                               "fits is refused with a hard 400; restart it from the serve script, or fix the files and "
+                               "tell clients")
+    together = _sequences(endpoint) if vllm and endpoint.engine == "vllm" else ""
+    endpoint.note((f"{slots} slots x {n_ctx} tokens" if slots is not None else f"window {n_ctx} tokens") + together)
 
 
 def _no_sampler(endpoint: LiveEndpoint) -> str | None:
-    if not endpoint.dialect.has_props:
+    if not endpoint.dialect.has_props and endpoint.engine != "vllm":
         return f"{SAMPLER} does not apply to {endpoint.name}: its engine ({endpoint.engine}) serves no /props to read defaults from"
     if not endpoint.contract.sampler:
-        return (f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler "
-                "default (--temp, --top-k, --top-p, --min-p)")
+        flags = ("--override-generation-config temperature, top_k, top_p, min_p" if endpoint.engine == "vllm"
+                 else "--temp, --top-k, --top-p, --min-p")
+        return f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler default ({flags})"
     return None
 
 
 SAMPLER_CHECK = live_check(
     SAMPLER,
     cites=("C-CAP-1", "B-UN-8"),
-    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones",
+    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones (vLLM, which "
+    "reports them nowhere: a seeded request without them samples what the same request with them does)",
     requires=_no_sampler,
     codes={
         "other-defaults": "a /props sampler default (temperature, top_k, top_p, min_p) is not the rendered one (B-UN-8)",
+        "other-behaviour": "vLLM sampled otherwise for a seeded request without sampler fields than for the same request "
+        "with the declared defaults: it runs other defaults (--override-generation-config)",
     },
 )
+
+SAMPLER_SEED = 20261207
+SAMPLER_TOKENS = 12
+
+
+def _seeded(endpoint: LiveEndpoint, fields: dict[str, Any]) -> str:
+    """The text of one seeded request with ``fields`` (no sampler field: the server's defaults apply)."""
+    body = {"messages": [{"role": "user", "content": "Name a colour, a number and an animal."}],
+            "max_tokens": SAMPLER_TOKENS, "seed": SAMPLER_SEED, **endpoint.thinking(False),
+            **endpoint.dialect.decode_rate_fields, **fields}
+    reply = endpoint.chat(SAMPLER, body)
+    endpoint.require_ok(SAMPLER, reply, expected="200 with a completion")
+    message = reply.json["choices"][0].get("message") if isinstance(reply.json, dict) and reply.json.get("choices") else {}
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
+
+
+def _sampled_behaviour(endpoint: LiveEndpoint) -> None:
+    """vLLM reports its default sampling parameters nowhere (no /props; its log says them at start). What it does
+    shows them: one seeded request without sampler fields, and the same with the declared defaults set, sample
+    alike exactly when the server's defaults are the declared ones (vLLM fills each missing field from them:
+    vllm/entrypoints/openai/chat_completion/protocol.py, to_sampling_params). A third, greedy (or hot, when greedy is
+    declared), shows that this prompt's answer depends on the sampler at all: where it does not, not judged."""
+    declared = dict(endpoint.contract.sampler)
+    contrast = {"temperature": 0.0} if declared.get("temperature", 1.0) > 0.5 else {"temperature": 1.5}
+    server = _seeded(endpoint, {})
+    told = _seeded(endpoint, declared)
+    other = _seeded(endpoint, contrast)
+    said = ", ".join(f"{k} {v:g}" for k, v in declared.items())
+    if server != told:
+        raise SAMPLER_CHECK.fail(endpoint, "other-behaviour",
+                                 where=endpoint.where_flag("override_generation_config"),
+                                 cites=("C-CAP-1", "B-UN-8"),
+                                 observed=f"seed {SAMPLER_SEED} without sampler fields sampled {shorten_text(server)!r}; with "
+                                 f"{said} it sampled {shorten_text(told)!r}",
+                                 expected=f"the same text: a request without sampler fields gets {said} "
+                                 "(--override-generation-config as rendered)",
+                                 fix="clients that send no sampler settings get other defaults than the files declare: "
+                                 "restart vLLM from the serve script (its log's 'Default sampling parameters' line says "
+                                 "what it runs)")
+    if told == other:
+        raise NotJudged(f"{endpoint.name}'s sampler defaults: seed {SAMPLER_SEED} sampled the same text with {said} as "
+                        f"with temperature {contrast['temperature']:g}, so this model's answer does not show its "
+                        "sampler; vLLM reports its defaults nowhere but its log")
+    endpoint.note(f"{said}: a seeded request without them sampled what it sampled with them (and otherwise at "
+                  f"temperature {contrast['temperature']:g})")
+
+
+def shorten_text(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @SAMPLER_CHECK.register
 def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
+    if not endpoint.dialect.has_props:
+        _sampled_behaviour(endpoint)
+        return
     props = _props(endpoint, SAMPLER)
     settings = props.get("default_generation_settings")
     params = settings.get("params") if isinstance(settings, dict) else None

@@ -22,6 +22,7 @@ def _no_metrics(endpoint: LiveEndpoint) -> str | None:
 
 METRICS_CHECK = live_check(
     METRICS,
+    reads_only=True,
     cites=("B-OB-1", "B-OB-2", "B-OB-3", "INC-24"),
     summary="/metrics is served where the files turn it on, and exports every series of every rule that names "
     "this service (a job matcher), whatever its namespace, and of every unscoped rule in the engine's namespace",
@@ -43,9 +44,10 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
                                  cites=("B-OB-1",),
                                  observed=f"GET /metrics: {reply.brief()}",
                                  expected="Prometheus text: the rendered config turns metrics on",
-                                 fix="the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
-                                 "script; "
-                                 "every alert on this endpoint is blind until then")
+                                 fix="something in front of vLLM does not pass /metrics (vLLM always serves it): let it "
+                                 "through; every alert on this endpoint is blind until then" if endpoint.engine == "vllm" else
+                                 "the process runs without --metrics (llama.cpp answers 501): restart it from the serve "
+                                 "script; every alert on this endpoint is blind until then")
     namespace = endpoint.dialect.namespace
     watched = _watched(endpoint)
     missing = []

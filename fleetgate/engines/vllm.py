@@ -77,6 +77,8 @@ OPTIONS: tuple[Option, ...] = (
     _o("expert_precise_memory", "--expert-precise-memory", value=False),
     _o("generation_config", "--generation-config"),
     _o("override_generation_config", "--override-generation-config"),
+    _o("tokenizer", "--tokenizer"),
+    _o("enable_prompt_tokens_details", "--enable-prompt-tokens-details", value=False),
     _o("language_model_only", "--language-model-only", value=False),
 )
 _TABLE = OptionTable(OPTIONS)
@@ -100,6 +102,13 @@ class VllmConfig:
     speculative_config: Mapping[str, Any] | None
     limit_mm_per_prompt: Mapping[str, Any] | None
     problems: tuple[ArgvProblem, ...]
+    tokenizer: str | None = None
+    """``--tokenizer``: the tokenizer's directory when it is not the model's."""
+    override_generation_config: Mapping[str, Any] | None = None
+    """``--override-generation-config``: defaults every request gets (temperature, top_k, ...; ``max_new_tokens``
+    a ceiling on max_tokens: vllm/entrypoints/openai/chat_completion/serving.py, ``override_max_tokens``)."""
+    prompt_tokens_details: bool = False
+    """``--enable-prompt-tokens-details``: answers count cached prompt tokens (usage.prompt_tokens_details)."""
 
     def use(self, dest: str) -> FlagUse | None:
         return self.parsed.last(dest)
@@ -177,6 +186,9 @@ def parse_vllm(argv: Sequence[str]) -> VllmConfig:
         prefix_caching=parsed.last("no_enable_prefix_caching") is None,
         speculative_config=mapping("speculative_config"),
         limit_mm_per_prompt=mapping("limit_mm_per_prompt"),
+        tokenizer=text("tokenizer"),
+        override_generation_config=mapping("override_generation_config"),
+        prompt_tokens_details=parsed.last("enable_prompt_tokens_details") is not None,
         problems=tuple(problems),
     )
 

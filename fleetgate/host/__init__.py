@@ -224,6 +224,9 @@ class HostTarget:
     reached_port: int | None = None
     """The port of this same host where the gate reaches the service (``--base-url``), when that is not
     ``port``: a proxy, a tunnel, or the engine started on another port."""
+    elsewhere: str | None = None
+    """Why the process the live checks reached cannot be read through ``host`` (their URL names another machine),
+    else None: the process checks are then not judged, never held to whatever runs here."""
     notes: dict[str, str] = field(default_factory=dict)
     """What a passing check has to say (check -> note), for the gate's summary."""
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)

@@ -52,6 +52,8 @@ class LiveContract:
     draft_acceptance_min: float | None = None
     ttft_s: float | None = None
     chunk_gap_s: float | None = None
+    tokenizer: str | None = None
+    """Where the tokenizer the engine must use lives (vLLM: ``--tokenizer``, else the model's directory)."""
 
     @property
     def window(self) -> int | None:
@@ -110,6 +112,11 @@ def derive_contract(config: RenderedService) -> LiveContract:
         )
     if vllm is not None:
         spec = vllm.speculative_config
+        # vLLM's sampler defaults on the command line: --override-generation-config (over the model's own
+        # generation_config.json, which is the payload's, not the command line's)
+        overrides = vllm.override_generation_config or {}
+        vllm_sampler = {key: float(overrides[key]) for key, _ in _SAMPLERS
+                        if isinstance(overrides.get(key), int | float) and not isinstance(overrides.get(key), bool)}
         return replace(
             base,
             alias=declared.alias or vllm.served_model_name or vllm.model,
@@ -120,5 +127,7 @@ def derive_contract(config: RenderedService) -> LiveContract:
             spec_types=(str(spec.get("method", "")),) if spec else (),
             metrics=True,
             prefix_caching=vllm.prefix_caching,
+            sampler=vllm_sampler,
+            tokenizer=vllm.tokenizer or vllm.model,
         )
     return base

@@ -140,6 +140,8 @@ class Halt:
     check: str
     failure: Failure
     reason: str
+    generating_only: bool = False
+    """Only checks that generate are stopped (a server that cuts answers short): reading ones still run."""
 
 
 @dataclass
@@ -575,7 +577,32 @@ class LiveEndpoint:
             )
         self._spend(reply.json)
         self._observe(reply.json)
+        if reply.ok:
+            self._cap(check, body, finish_reason_of(reply.json), usage_of(reply.json), reply.url)
         return reply
+
+    def _cap(self, check: str, body: Mapping[str, Any], finish: str | None, usage: Mapping[str, Any], url: str) -> None:
+        """Fail ``check`` when an answer stopped at ``length`` short of its ``max_tokens`` and of the window: the
+        server cut it (vLLM applies the generation config's ``max_new_tokens`` as a ceiling on every request's
+        max_tokens: vllm/entrypoints/utils.py, get_max_tokens). Every check after it would blame its own subject (a
+        parser, a reasoning budget) for answers the cap cut, so the run halts there (``fleetgate.gate.run_live``)."""
+        asked, got, prompt = body.get("max_tokens"), usage.get("completion_tokens"), usage.get("prompt_tokens")
+        if finish != "length" or not isinstance(asked, int) or not isinstance(got, int) or got >= asked:
+            return
+        window = self.contract.window
+        if window is not None and isinstance(prompt, int) and prompt + got >= window:
+            return  # the window ended it, not a cap
+        where_window = f" of a {window}-token window" if window is not None else ""
+        fix = ("vLLM caps every request's max_tokens at the max_new_tokens of the model's generation_config.json "
+               "(--generation-config auto, the default) or of --override-generation-config: drop it, or raise it above "
+               "what clients ask" if self.engine == "vllm" else
+               "something between the client and the model (the engine's own limit, a proxy) cuts answers short of "
+               "the max_tokens they ask: find that limit and raise it above what clients ask")
+        raise self._fail(check, code="server-cap", where=url,
+                         observed=f"an answer that asked max_tokens {asked} stopped at {got} tokens with finish_reason "
+                         f"'length', its {prompt} prompt tokens far inside{where_window or ' the window'}",
+                         expected=f"finish_reason 'length' only at max_tokens ({asked}) or at the window",
+                         fix=fix)
 
     def stream_chat(
         self, check: str, body: Mapping[str, Any], *, timeout: float | None = None
@@ -587,14 +614,20 @@ class LiveEndpoint:
             reply = self.client.stream("/v1/chat/completions", payload, timeout=timeout)
         except EndpointError as error:
             raise self.unreachable(check, error) from None
+        usage: Mapping[str, Any] = {}
         for event in reply.events:
             if isinstance(event, dict) and isinstance(event.get("usage"), dict):
                 self._spend(event)
+                usage = event["usage"]
                 break
         for event in reversed(reply.events):
             if isinstance(event, dict) and isinstance(event.get("timings"), dict):
                 self._observe(event)
                 break
+        finishes = [c.get("finish_reason") for e in reply.events if isinstance(e, dict)
+                    for c in e.get("choices") or [] if isinstance(c, dict) and c.get("finish_reason")]
+        if reply.status == 200 and finishes:
+            self._cap(check, body, str(finishes[-1]), usage, reply.url)
         return reply
 
     def metrics(self, check: str) -> dict[str, float] | None:

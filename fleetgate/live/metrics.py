@@ -35,6 +35,18 @@ def parse_metrics(text: str) -> dict[str, float]:
     return values
 
 
+def histogram_buckets(text: str, name: str) -> dict[float, float]:
+    """The cumulative bucket counts of histogram ``name`` (upper bound -> count, summed over its other labels).
+    Raises ValueError on text that does not parse."""
+    buckets: dict[float, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == f"{name}_bucket" and "le" in sample.labels:
+                bound = float(sample.labels["le"])
+                buckets[bound] = buckets.get(bound, 0.0) + float(sample.value)
+    return buckets
+
+
 @dataclass(frozen=True)
 class RuleSelector:
     series: str

@@ -36,8 +36,8 @@ from fleetgate.failure import Failure
 from fleetgate.fleet import gib
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
-from fleetgate.replay import RequestLog, curl
-from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact
+from fleetgate.replay import RequestLog, curl, transcript
+from fleetgate.report import JSON_PROPERTIES, PREFIX, FleetReport, case_properties, live_properties, redact, redact_json
 from fleetgate.runner import Outcome, recorded, waiver_day
 
 __all__: list[str] = []
@@ -169,16 +169,52 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
             item.stash[_OUTCOMES] = list(outcomes)
 
 
+def _key_env(item: pytest.Item, endpoint: Any) -> str | None:
+    """The variable the endpoint's key is read from (what the client was given: ``fleetgate.live.connect``)."""
+    variable = getattr(endpoint, "api_key_variable", None)
+    if isinstance(variable, str) and variable:
+        return variable
+    contract = getattr(endpoint, "contract", None)
+    named = getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
+    return str(named) if named else None
+
+
 def _replay(item: pytest.Item) -> str | None:
     """The curl that repeats the last request of a live check (the key as $VARIABLE)."""
     endpoint = _live_endpoint(item)
     log = item.stash.get(_state.REQUESTS, None)
     if endpoint is None or log is None or log.last is None:
         return None
-    contract = getattr(endpoint, "contract", None)
-    key_env = getattr(contract, "api_key_env", None) or item.config.getoption("--api-key-env", None)
+    key_env = _key_env(item, endpoint)
     command = curl(log.last, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None))
-    return redact(command, _secret_names(item.config))
+    return redact(command, _secret_names(item.config, key_env))
+
+
+def transcripts_dir(report: Path) -> Path:
+    """Where a run that writes the fleetgate report at ``report`` keeps its live checks' transcripts: beside it, named
+    after it (two reports in one directory keep theirs apart)."""
+    return report.parent / f"{report.stem}-transcripts"
+
+
+def _write_transcript(item: pytest.Item, service: str, check: str, outcome: str, code: str | None) -> str | None:
+    """The live check's every request and answer (stream events too), with a curl per request, as
+    ``transcripts/SERVICE/CHECK.json`` beside the report; its path relative to the report's directory, or None where
+    no report is written or the check made no request. Every secret is scrubbed from the text before it is written."""
+    report = item.config.getoption("--fleetgate-report")
+    endpoint = _live_endpoint(item)
+    log = item.stash.get(_state.REQUESTS, None)
+    if not report or endpoint is None or log is None or not log.exchanges:
+        return None
+    key_env = _key_env(item, endpoint)
+    document = transcript(log, key_env=key_env, timeout=getattr(endpoint.client, "timeout", None),
+                          about={"service": service, "check": check, "test": item.nodeid, "outcome": outcome,
+                                 "code": code, "url": getattr(endpoint, "url", None)})
+    safe = redact_json(json.loads(json.dumps(document, default=str)), _secret_names(item.config, key_env))
+    text = json.dumps(safe, indent=1) + "\n"
+    target = transcripts_dir(Path(report)) / service / f"{check}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    return str(target.relative_to(Path(report).parent))
 
 
 # -- properties and waivers (in the process that runs the test: an xdist worker) -------------------
@@ -254,6 +290,10 @@ def _report_test(item: pytest.Item, call: pytest.CallInfo[None], report: pytest.
         if replay is not None:
             report.longrepr = f"{report.longrepr}\n  replay:   {replay}"
             props.append((f"{PREFIX}replay", replay))
+    if record is not None and call.when == "call":
+        kept = _write_transcript(item, service, check.name, report.outcome, code)
+        if kept is not None:
+            props.append((f"{PREFIX}transcript", kept))
     # The call report is already built: it and the teardown report (JUnit reads that one) both carry them.
     item.user_properties.extend(props)
     report.user_properties.extend(props)
@@ -385,8 +425,8 @@ class _Collector:
         target.write_text(redact(text, _secret_names(self.config)), encoding="utf-8")
 
 
-def _secret_names(config: pytest.Config) -> list[str]:
-    names = {"FLEETGATE_API_KEY"}
+def _secret_names(config: pytest.Config, *more: str | None) -> list[str]:
+    names = {"FLEETGATE_API_KEY", *(name for name in more if name)}
     option = config.getoption("--api-key-env", None)
     if option:
         names.add(str(option))

@@ -77,6 +77,33 @@ def test_a_declared_visibility_variable_missing_fails_the_env_check(
                                "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
 
 
+def test_an_engine_variable_the_files_do_not_set_fails_the_env_check(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """Issue 34: a setting in the process environment only (llama-server reads LLAMA_ARG_N_PREDICT as --n-predict;
+    vLLM's VLLM_CPU_KVCACHE_SPACE: tests/live/test_vllm_controls.py) -- every other check passes."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, env={"LLAMA_ARG_N_PREDICT": "4", "LLAMA_API_KEY_NOT_READ": "x"})
+    gate = run_host_gate(fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/undeclared-engine-env",
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
+    assert "observed: LLAMA_ARG_N_PREDICT=4\n" in gate.output, gate.output
+
+
+def test_an_engine_variable_the_files_declare_missing_fails_the_env_check(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The env file exports an engine variable the running process lacks (started before it was declared)."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml)
+    env = fleet_toml.parent / "scripts" / "reference.env"
+    env.write_text(env.read_text(encoding="utf-8") + "export LLAMA_ARG_THREADS_HTTP=2\n", encoding="utf-8")
+    gate = run_host_gate(fleet_toml)
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/engine-env-differs",
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
+    assert "observed: no LLAMA_ARG_THREADS_HTTP in the process environment" in gate.output, gate.output
+
+
 def test_libraries_loaded_off_the_runpath_fail_the_libs_check(
         tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The binary copied without its lib directory still runs (LD_LIBRARY_PATH finds the libraries
@@ -256,6 +283,61 @@ def test_an_engine_moved_to_the_base_url_port_is_judged_with_that_port(
     processes(fleet_toml, edit=moved(second, "--n-predict", "4"))
     gate = run_host_gate(fleet_toml, base_url=f"http://127.0.0.1:{second}", only=("host-process-argv",))
     assert gate.outcomes() == {"host-process-argv": "host-process-argv/argv-differs"}, gate.output
+
+
+def _listening_on(to: int, *extra: str) -> Callable[[list[str]], list[str]]:
+    def edit(argv: list[str]) -> list[str]:
+        index = argv.index("--port")
+        return [*argv[:index + 1], str(to), *argv[index + 2:], *extra]
+    return edit
+
+
+PROCESS_CHECKS = ("host-process-argv", "host-process-env", "host-exposure", "host-runtime-libs")
+
+
+def test_the_engine_behind_the_base_url_is_judged_not_the_one_on_the_declared_port(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """Issue 34: --base-url at one llama-server while another holds the declared port. The live checks talked to
+    the first, so the host checks judge it (its port the one difference allowed) and name the other, not judged;
+    neither is called a proxy or tunnel. Then the other way round: the server the live checks reach runs another argv
+    while the declared port's one is right, and the argv check fails on the one reached."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    other = free_port()
+    squatter = processes(fleet_toml, edit=lambda a: [*a, "--n-predict", "4"])
+    tested = processes(fleet_toml, edit=_listening_on(other))
+    gate = run_host_gate(fleet_toml, base_url=f"http://127.0.0.1:{other}", only=PROCESS_CHECKS)
+    assert gate.outcomes() == dict.fromkeys(PROCESS_CHECKS, "PASS"), gate.output
+    note = gate.checks["host-process-argv"][1]
+    assert note.startswith(f"PID {tested.process.pid} runs the rendered argv; it listens on port {other}, not the "
+                           f"declared {port} (--base-url): the port is the one difference allowed; the declared port "
+                           f"{port} is held by PID {squatter.process.pid} "), note
+    assert note.endswith("which the live checks did not reach: not judged"), note
+    assert gate.checks["host-exposure"][1] == f"PID {tested.process.pid} listens on 127.0.0.1:{other} (loopback only)"
+    assert "proxy or tunnel" not in gate.output
+    squatter.stop()
+    tested.stop()
+
+    right = processes(fleet_toml)
+    wrong = processes(fleet_toml, edit=_listening_on(other, "--n-predict", "4"))
+    gate = run_host_gate(fleet_toml, base_url=f"http://127.0.0.1:{other}", only=PROCESS_CHECKS)
+    assert gate.outcomes() == {**dict.fromkeys(PROCESS_CHECKS, "PASS"),
+                               "host-process-argv": "host-process-argv/argv-differs"}, gate.output
+    assert f"PID {wrong.process.pid} (the process listening on port {other}, where --base-url reaches the service)" \
+        in gate.output, gate.output
+    assert f"the declared port {port} is held by PID {right.process.pid}" in gate.output, gate.output
+    assert "not rendered: --n-predict\n" in gate.output, gate.output  # 4 is a word of the rendered argv too
+
+
+def test_a_base_url_on_another_machine_leaves_the_process_checks_not_judged(tmp_path: Path, port: int) -> None:
+    """The live checks reached a host the host checks cannot read (a --base-url on another machine than the
+    service's host): the process checks say so, rather than judging whatever runs on the declared host."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    gate = run_host_gate(fleet_toml, base_url="http://192.0.2.7:8080", only=PROCESS_CHECKS)
+    assert gate.outcomes() == dict.fromkeys(PROCESS_CHECKS, "NOT-JUDGED"), gate.output
+    assert gate.checks["host-process-argv"][1] == (
+        "not judged: reference's engine process: the live checks reached http://192.0.2.7:8080 (--base-url), and "
+        "192.0.2.7 is not the host local:// reads (fleet.toml address 127.0.0.1): the process they tested cannot be "
+        "read there; pass --host-url reference=ssh://192.0.2.7 to read it"), gate.checks
 
 
 def test_sockets_the_host_cannot_list_fail_the_exposure_check(

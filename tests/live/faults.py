@@ -40,7 +40,19 @@ MODES = (
     "vllm-other-name",
     "speculative-burst",
     "burst-of-many-steps",
+    "capped-at-4",
+    "vllm-healthy",
+    "vllm-one-at-a-time",
+    "vllm-other-tokenizer",
+    "vllm-other-sampler",
+    "vllm-sampler-blind",
 )
+# A vLLM for the vllm-reference fixture fleet's declared copy (tests/live/vllm_reference.py ``declare``), each mode
+# breaking one thing vLLM reports nowhere: it decodes one sequence at a time (--max-num-seqs 1), detokenizes through
+# another vocabulary (--tokenizer), samples a seeded request without sampler fields otherwise than with the declared
+# ones (--override-generation-config), or samples the same whatever the sampler says (the probe cannot see it).
+VLLM_REFERENCE_MODES = ("vllm-healthy", "vllm-one-at-a-time", "vllm-other-tokenizer", "vllm-other-sampler",
+                        "vllm-sampler-blind")
 # vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
 # --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
 # work while auto is refused, or leaves the call as text in the content (a parser of another format).
@@ -68,6 +80,14 @@ class FaultServer:
         if mode not in MODES:
             raise ValueError(mode)
         self.mode = mode
+        self.model_root = ""
+        """What /v1/models says the loaded model is (VLLM_REFERENCE_MODES: the declared copy's model directory)."""
+        self.detokenized = ""
+        """What /detokenize answers (VLLM_REFERENCE_MODES: the declared tokenizer's text, unless the mode breaks it)."""
+        self.one_at_a_time = threading.Lock()
+        self.steps = {1.0: 0, 8.0: 0}
+        """vLLM's vllm:iteration_tokens_total buckets (steps of at most 1 and 8 tokens): requests decoded together make
+        steps of several tokens; ``vllm-one-at-a-time`` decodes each token in a step of its own."""
         self.stopping = threading.Event()
         self.counter = itertools.count()
         server = self
@@ -141,7 +161,8 @@ class FaultServer:
         if body is None:
             if handler.path == "/health":
                 # vLLM's health() is a 200 with no body; llama-server's is {"status": "ok"}
-                vllm = mode in VLLM_MODELS or mode in AUTO_TOOL_MODES or mode == "vllm-other-name"
+                vllm = (mode in VLLM_MODELS or mode in AUTO_TOOL_MODES or mode == "vllm-other-name"
+                        or mode in VLLM_REFERENCE_MODES)
                 self._send(handler, 200, b"" if vllm else b'{"status":"ok"}')
             elif handler.path == "/v1/models" and mode == "vllm-other-name":
                 card = {"id": "another-name", "object": "model", "root": VLLM_MODELS["vllm-as-declared"][0],
@@ -150,6 +171,18 @@ class FaultServer:
             elif handler.path == "/v1/models" and mode in VLLM_MODELS:
                 root, window = VLLM_MODELS[mode]
                 card = {"id": "frank-archon", "object": "model", "root": root, "max_model_len": window}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            elif handler.path == "/metrics" and (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS):
+                name = "vllm:iteration_tokens_total"
+                lines = [f"# TYPE {name} histogram", f'{name}_bucket{{le="1.0"}} {self.steps[1.0]}',
+                         f'{name}_bucket{{le="8.0"}} {self.steps[8.0]}', f'{name}_bucket{{le="+Inf"}} {self.steps[8.0]}',
+                         f"{name}_count {self.steps[8.0]}", f"{name}_sum {self.steps[8.0]}"]
+                self._send(handler, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
+            elif handler.path == "/v1/models" and mode in VLLM_REFERENCE_MODES:
+                card = {"id": "fleetgate-vllm-reference", "object": "model", "root": self.model_root, "max_model_len": 512}
+                self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
+            elif handler.path == "/v1/models" and mode == "capped-at-4":
+                card = {"id": "fleetgate-reference", "object": "model"}
                 self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
             elif handler.path == "/props" and mode == "vision-unbilled":
                 self._send(handler, 200, b'{"modalities":{"vision":true}}')
@@ -162,11 +195,22 @@ class FaultServer:
             self._send(handler, 404, json.dumps({"error": {"message": message, "type": "NotFoundError",
                                                            "param": "model", "code": 404}}).encode())
             return
+        if (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS) and handler.path == "/v1/chat/completions":
+            tokens = int(body.get("max_tokens") or 1)
+            with self.one_at_a_time:
+                if mode == "vllm-one-at-a-time":
+                    self.steps[1.0] += tokens
+                    self.steps[8.0] += tokens
+                else:
+                    self.steps[8.0] += 1  # decoded beside the others
+        if mode in VLLM_REFERENCE_MODES or (mode in VLLM_MODELS and body.get("stream")):
+            self._vllm(handler, mode, body)
+            return
         if mode == "refuse-unexplained":
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
             return
         if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty", *BURSTS):
-            self._stream(handler, mode)
+            self._stream(handler, mode, int(body.get("max_tokens") or 0))
             return
         if (mode == "hang-tools" and body.get("tools")) or (mode == "hang-oversized" and len(json.dumps(body)) > 4096):
             self.stopping.wait(30)  # an engine that took the request and never answers it
@@ -186,6 +230,16 @@ class FaultServer:
             handler.close_connection = True  # the connection ends without [DONE] and without the last chunk
             return
         n = next(self.counter)
+        if mode == "capped-at-4":
+            # a server whose own ceiling (vLLM: max_new_tokens of its generation config) cuts every answer at 4 tokens
+            asked = int(body.get("max_tokens") or 4)
+            got = min(asked, 4)
+            reply = {"id": f"c{n}", "object": "chat.completion",
+                     "choices": [{"index": 0, "finish_reason": "length",
+                                  "message": {"role": "assistant", "content": "one two three four"[: 4 * got]}}],
+                     "usage": {"prompt_tokens": 20, "completion_tokens": got, "total_tokens": 20 + got}}
+            self._send(handler, 200, json.dumps(reply).encode())
+            return
         text = f"answer number {n}" if mode == "nondeterministic" else "the same answer"
         if mode == "empty-answer":
             text = ""
@@ -201,8 +255,47 @@ class FaultServer:
             reply["timings"] = FAST_TIMINGS
         self._send(handler, 200, json.dumps(reply).encode())
 
-    def _stream(self, handler: BaseHTTPRequestHandler, mode: str) -> None:
-        """A complete event stream whose content is wrong in the way ``mode`` says."""
+    def _vllm(self, handler: BaseHTTPRequestHandler, mode: str, body: dict[str, Any]) -> None:
+        """A vLLM that answers /detokenize, streams every token of max_tokens 10 ms apart, and samples by the fields a
+        seeded request carries."""
+        if handler.path == "/detokenize":
+            text = "some other words" if mode == "vllm-other-tokenizer" else self.detokenized
+            self._send(handler, 200, json.dumps({"prompt": text}).encode())
+            return
+        tokens = int(body.get("max_tokens") or 1)
+        if body.get("stream"):
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream")
+            handler.send_header("Transfer-Encoding", "chunked")
+            handler.end_headers()
+
+            def send(event: Any) -> None:
+                data = f"data: {event if isinstance(event, str) else json.dumps(event)}\n\n".encode()
+                handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                handler.wfile.flush()
+
+            send({"id": "s", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            for _ in range(tokens):
+                self.stopping.wait(0.01)
+                send({"id": "s", "choices": [{"index": 0, "delta": {"content": " word"}, "finish_reason": None}]})
+            send({"id": "s", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+            send({"id": "s", "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": tokens}})
+            send("[DONE]")
+            handler.wfile.write(b"0\r\n\r\n")
+            return
+        text = "the same answer"
+        if "seed" in body and mode != "vllm-sampler-blind":
+            # sampled by the temperature the request sends; without one, the server's default: the declared 1.5, or
+            # (vllm-other-sampler) greedy
+            temperature = body.get("temperature", 0.0 if mode == "vllm-other-sampler" else 1.5)
+            text = f"sampled at temperature {temperature:g}"
+        reply = {"id": "c", "object": "chat.completion",
+                 "choices": [{"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": text}}],
+                 "usage": {"prompt_tokens": 20, "completion_tokens": tokens, "total_tokens": 20 + tokens}}
+        self._send(handler, 200, json.dumps(reply).encode())
+
+    def _stream(self, handler: BaseHTTPRequestHandler, mode: str, asked: int) -> None:
+        """A complete event stream whose content is wrong in the way ``mode`` says (``asked``: its max_tokens)."""
         if mode == "stream-refused":
             self._send(handler, 500, b'{"error":{"code":500,"message":"streaming is broken"}}')
             return
@@ -212,7 +305,9 @@ class FaultServer:
             tokens, timings = BURSTS[mode]
             events += [{"id": "a", "choices": [{"index": 0, "delta": {"content": " more"}, "finish_reason": None}]}
                        for _ in range(tokens - 1)]
-            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}],
+            # an answer shorter than asked ended at the model's end of text, not at a length
+            finish = "length" if tokens >= asked else "stop"
+            events.append({"id": "a", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
                            "timings": timings})
             events.append({"id": "a", "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": tokens}})
         elif mode == "bad-stream":

@@ -41,6 +41,10 @@ FAULTS: dict[str, dict[str, str]] = {
     # come out with their step), not by its chunks
     "speculative-burst": {"live-stream": "passed"},
     "burst-of-many-steps": {"live-stream": "live-stream/buffered"},
+    # every answer cut at 4 tokens by the server's own ceiling: said once, by the first check it cuts (not as the
+    # parser's or the budget's fault further on); the generating checks after it not run, the reading ones run
+    "capped-at-4": {"live-chat": "live-chat/server-cap", "live-stream": "skipped", "live-determinism": "skipped",
+                    "live-alias": "passed"},
     "vision-unbilled": {
         "live-vision": "live-vision/image-not-billed",
         "live-vision-colour": "live-vision-colour/colour-not-named",  # the colour check runs beside it
@@ -171,3 +175,45 @@ def test_vllm_not_serving_the_alias_is_said_once(pytester: pytest.Pytester, no_a
         )
     assert junit_outcomes(junit) == {"live-health": "passed", "live-alias": "live-alias/not-listed",
                                      "live-chat": "skipped", "live-payload": "skipped", "host-payload": "skipped"}
+
+
+# Issue 34: what vLLM reports nowhere, broken one thing at a time by a fake vLLM for the vllm-reference fleet (real
+# vLLM servers: tests/live/test_vllm_controls.py, boots sequences-env-details and tokenizer-sampler).
+VLLM_REFERENCE_FAULTS: dict[str, dict[str, str]] = {
+    "vllm-healthy": {"live-payload": "passed", "live-slots": "passed", "live-sampler-defaults": "passed"},
+    "vllm-one-at-a-time": {"live-payload": "passed", "live-slots": "live-slots/fewer-sequences",
+                           "live-sampler-defaults": "passed"},
+    "vllm-other-tokenizer": {"live-payload": "live-payload/other-tokenizer", "live-slots": "passed",
+                             "live-sampler-defaults": "passed"},
+    "vllm-other-sampler": {"live-payload": "passed", "live-slots": "passed",
+                           "live-sampler-defaults": "live-sampler-defaults/other-behaviour"},
+    # the answer does not depend on the sampler: not judged, never a pass
+    "vllm-sampler-blind": {"live-payload": "passed", "live-slots": "passed", "live-sampler-defaults": "not-judged"},
+}
+FAULT_CODES |= {code for outcomes in VLLM_REFERENCE_FAULTS.values() for code in outcomes.values() if "/" in code}
+
+
+@pytest.mark.parametrize(("mode", "expected"), list(VLLM_REFERENCE_FAULTS.items()))
+def test_what_vllm_reports_nowhere_is_seen_through_what_it_does(
+    mode: str, expected: dict[str, str], tmp_path: Path, no_api_key: None
+) -> None:
+    from fleetgate.checks.live_identity import _vocabulary_sample
+    from fleetgate.gate import run_gate
+    from fleetgate.manifest import load_fleet
+
+    from . import vllm_reference as vr
+    from .test_vllm_controls import HOT
+
+    with FaultServer(mode) as server:
+        fleet_toml = vr.declare(tmp_path / "fleet", port=int(server.url.rsplit(":", 1)[1]), edits=(HOT,))
+        server.model_root = str(vr.MODELS / "vllm-model")
+        sample = _vocabulary_sample(server.model_root)
+        assert not isinstance(sample, str), sample
+        server.detokenized = sample[1]
+        run = run_gate(load_fleet(fleet_toml), vr.SERVICE, list(expected), base_url=server.url, timeout=5)
+    assert run.verdicts == expected, run.text()
+    if mode == "vllm-healthy":
+        assert run.notes["live-slots"] == ("window 512 tokens; 4 requests at once decoded together: 4 engine steps of 2-8 "
+                                           "tokens (--max-num-seqs 4)")
+        assert run.notes["live-payload"].endswith("its tokenizer spells 8 tokens of vllm-model/tokenizer.json back "
+                                                  "(/detokenize)"), run.notes

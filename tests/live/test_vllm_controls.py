@@ -45,6 +45,8 @@ class Boot:
     """Edits both the declaration and the process have (what the gate is told, and is true)."""
     other_model: bool = False
     """The declared path holds another checkpoint (fixtures/vllm-model re-exported in float32)."""
+    permuted_tokenizer: bool = False
+    """The process runs ``--tokenizer`` of a copy of the model's tokenizer whose ids are permuted (made at test time)."""
 
 
 BOOTS: dict[str, Boot] = {
@@ -115,12 +117,75 @@ BOOTS: dict[str, Boot] = {
         why_independent="one misconfiguration",
     ),
 }
+# Issue 34: what vLLM reports nowhere, seen through what it does.
+HOT = ("    --enable-auto-tool-choice\n",
+       "    --enable-auto-tool-choice\n    --override-generation-config '{\"temperature\": 1.5}'\n")
+BOOTS.update({
+    # 5. one sequence at a time, a KV pool set in the environment only, no cached-token counts; sampler defaults
+    # declared and run alike (live-sampler-defaults judged by a seeded request, passing).
+    "sequences-env-details": Boot(
+        running=(
+            ('    --max-num-seqs "$MAXSEQS"\n', "    --max-num-seqs 1\n"),
+            ("    --enable-prompt-tokens-details\n", ""),
+            ('exec vllm "${args[@]}"', 'export VLLM_CPU_KVCACHE_SPACE=2\nexec vllm "${args[@]}"'),
+        ),
+        declared=(HOT,),
+        failing={
+            "live-slots": "live-slots/fewer-sequences",
+            "live-prefix-cache": "skipped",  # not judged: vLLM counts no cached tokens without the flag
+            "live-sampler-defaults": "passed",
+            "host-process-env": "host-process-env/engine-env-differs",
+            "host-process-argv": "host-process-argv/argv-differs",
+        },
+        why_independent=(
+            "one sequence at a time changes only when concurrent requests run (the gate's are sequential but for the "
+            "slots probe's); the counts of cached tokens only what an answer's usage says (the cache still works); "
+            "a 2 GiB pool instead of 1 only how many blocks the KV cache has (every probe fits in either); the "
+            "declared temperature 1.5 applies only to requests that send none (every probe but the sampler's sends "
+            "temperature 0)"
+        ),
+    ),
+    # 6. a server-side cap: every answer at most 8 tokens (vLLM's override_max_tokens).
+    "server-cap": Boot(
+        running=(("    --enable-auto-tool-choice\n",
+                  "    --enable-auto-tool-choice\n    --override-generation-config '{\"max_new_tokens\": 8}'\n"),),
+        failing={
+            **{check: "skipped" for check in EXPECTED_LIVE
+               if check not in ("live-health", "live-alias", "live-payload", "live-metrics")},
+            "live-drafter": "live-drafter/server-cap",
+            "host-process-argv": "host-process-argv/argv-differs",
+        },
+        why_independent="one misconfiguration",
+    ),
+    # 7. a tokenizer that is not the model's, and sampler defaults other than declared.
+    "tokenizer-sampler": Boot(
+        running=(("""    --override-generation-config '{"temperature": 1.5}'\n""",
+                  """    --override-generation-config '{"temperature": 0}'\n"""),),
+        declared=(HOT,),
+        permuted_tokenizer=True,
+        failing={
+            "live-payload": "live-payload/other-tokenizer",
+            "live-sampler-defaults": "live-sampler-defaults/other-behaviour",
+            "host-process-argv": "host-process-argv/argv-differs",
+            # what the model made of prompts it read as other tokens (measured): no call in the required call's 48
+            # tokens, and a trace that ran to max_tokens; chat, stream and determinism pass on whatever it wrote
+            "live-tool-calls": "live-tool-calls/no-structured-call",
+            "live-reasoning": "live-reasoning/no-answer",
+        },
+        why_independent=(
+            "the sampler probe compares the server's own answers to one seeded request with and without the declared "
+            "defaults, whatever tokens they are; the tokenizer changes every text the model reads and writes, and the "
+            "rest of this table is what that did (measured)"
+        ),
+    ),
+})
 CODES = {code for boot in BOOTS.values() for code in boot.failing.values()}
 """The live failure codes these controls reproduce (tests/live/test_negative_controls.py counts them)."""
 
 
 # Under ``-n 2 --dist loadscope`` (tox -e vllm) xdist sends each class (and test_vllm_real.py, one module) to one
-# worker: three scopes, so the five boots run two at a time -- the reference and one pair, then the other pair.
+# worker: four scopes (test_vllm_real.py and three classes), so the eight boots run two at a time (issue 34 added
+# TestBootsC's three).
 class TestBootsA:
     @pytest.mark.parametrize("name", ["flags", "deepseek-r1"])
     def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
@@ -133,8 +198,34 @@ class TestBootsB:
         _control(name, tmp_path, pytester)
 
 
+class TestBootsC:
+    @pytest.mark.parametrize("name", ["sequences-env-details", "server-cap", "tokenizer-sampler"])
+    def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
+        _control(name, tmp_path, pytester)
+
+
 def test_every_boot_runs_in_one_class() -> None:
-    assert sorted(["flags", "deepseek-r1", "parser-window-model", "served-name"]) == sorted(BOOTS)
+    assert sorted(["flags", "deepseek-r1", "parser-window-model", "served-name", "sequences-env-details", "server-cap",
+                   "tokenizer-sampler"]) == sorted(BOOTS)
+
+
+def permuted_tokenizer(target: Path) -> Path:
+    """A copy of the model's tokenizer (and its chat template, which vLLM reads from the tokenizer's directory) at
+    ``target`` whose ordinary tokens have their ids reversed: the same merges and texts, other ids."""
+    import json
+    import shutil
+
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(vr.MODELS / "vllm-model" / name, target / name)
+    document = json.loads((vr.MODELS / "vllm-model" / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab: dict[str, int] = document["model"]["vocab"]
+    special = {entry["id"] for entry in document.get("added_tokens", [])}
+    ordinary = sorted(i for i in vocab.values() if i not in special)
+    flipped = dict(zip(ordinary, reversed(ordinary), strict=True))
+    document["model"]["vocab"] = {token: flipped.get(i, i) for token, i in vocab.items()}
+    (target / "tokenizer.json").write_text(json.dumps(document), encoding="utf-8")
+    return target
 
 
 def _control(name: str, tmp_path: Path, pytester: pytest.Pytester) -> None:
@@ -144,8 +235,13 @@ def _control(name: str, tmp_path: Path, pytester: pytest.Pytester) -> None:
     before = vr.system_temp_shapes()
     with vr.own_temp_dir() as temp:
         models = vr.float32_export(python, tmp_path / "models", temp=temp) if boot.other_model else vr.MODELS
+        tokenizer: tuple[Edit, ...] = ()
+        if boot.permuted_tokenizer:
+            path = permuted_tokenizer(tmp_path / "tokenizer")
+            tokenizer = (('    --max-model-len "$MAXLEN"\n', f'    --max-model-len "$MAXLEN"\n    --tokenizer {path}\n'),)
         declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models)
-        running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running), models=models)
+        running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running, *tokenizer),
+                             models=models)
         try:
             server = vr.start(running, python=python, work=tmp_path, temp=temp, port=port)
         except ReferenceError as exc:

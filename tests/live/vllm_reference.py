@@ -98,6 +98,11 @@ def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = (),
     text = env.read_text(encoding="utf-8")
     text = re.sub(r"(?m)^PORT=.*$", f"PORT={port}", text)
     text = re.sub(r"(?m)^MODEL_DIR=.*$", f"MODEL_DIR={models}", text)
+    # The caches' directory ``start`` gives the process (its ``work``, the copy's parent: VLLM_CACHE_ROOT and the
+    # like), declared in the copy too: host-process-env holds the engine's VLLM_* variables to the files.
+    default_cache = "${VLLM_REFERENCE_CACHE:-/var/cache/fleetgate-vllm}"
+    assert default_cache in text, env
+    text = text.replace(default_cache, str(target.parent / "cache"))
     env.write_text(text, encoding="utf-8")
     manifest = target / "fleet.toml"
     text = manifest.read_text(encoding="utf-8")
