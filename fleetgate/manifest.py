@@ -382,6 +382,7 @@ def _contract(raw: Mapping[str, Any]) -> Contract:
         chunk_gap_s=raw.get("chunk_gap_s"),
         structured_output=raw.get("structured_output"),
         reasoning_replay=raw.get("reasoning_replay"),
+        parallel_tool_calls=raw.get("parallel_tool_calls"),
     )
 
 

@@ -14,10 +14,17 @@ from typing import Any
 import jsonschema
 
 from fleetgate.checks import NOT_JUDGED, NotJudged, live_check
-from fleetgate.checks.live_capabilities import WEATHER_TOOL
+from fleetgate.checks.live_capabilities import _EXAMPLE, _QUESTION, WEATHER_TOOL
 from fleetgate.live.client import shorten
-from fleetgate.live.deltas import assemble
-from fleetgate.live.endpoint import LiveEndpoint, message_of, usage_of
+from fleetgate.live.deltas import assemble, same_calls
+from fleetgate.live.endpoint import (
+    LiveEndpoint,
+    OutOfTime,
+    finish_reason_of,
+    message_of,
+    prompt_tokens_at_most,
+    usage_of,
+)
 
 STRUCTURED = "live-structured-output"
 TURNS = "live-reasoning-turns"
@@ -166,7 +173,7 @@ TURNS_CHECK = live_check(
 )
 
 _TRACE = "The user asks for Berlin in fahrenheit, so I call get_weather with those two arguments."
-_QUESTION = {"role": "user", "content": "What is the weather in Berlin in fahrenheit?"}
+_ASKED = {"role": "user", "content": "What is the weather in Berlin in fahrenheit?"}
 _CALL = {
     "role": "assistant",
     "content": "",
@@ -205,8 +212,8 @@ def live_reasoning_turns(endpoint: LiveEndpoint) -> None:
     seen: dict[str, tuple[int, int]] = {}
     # what follows the call's turn: its tool result (the agent goes on), then the answer and the user's next message
     for case, after in (("after-tool-result", [_RESULT]), ("after-user-message", [_RESULT, _ANSWER, _NEXT])):
-        seen[case] = (_prompt_tokens(endpoint, [_QUESTION, _CALL, *after]),
-                      _prompt_tokens(endpoint, [_QUESTION, thought, *after]))
+        seen[case] = (_prompt_tokens(endpoint, [_ASKED, _CALL, *after]),
+                      _prompt_tokens(endpoint, [_ASKED, thought, *after]))
         without, with_trace = seen[case]
         rendered = with_trace != without
         if rendered == expect[case]:
@@ -232,3 +239,139 @@ def live_reasoning_turns(endpoint: LiveEndpoint) -> None:
     endpoint.note(f"an earlier trace, as {replay!r} declares: after a tool result {said('after-tool-result')} "
                   f"({tool[0]} -> {tool[1]} prompt tokens), after the user's message {said('after-user-message')} "
                   f"({user[0]} -> {user[1]})")
+
+
+PARALLEL = "live-parallel-tool-calls"
+PARALLEL_TOKENS = 96
+"""Room for two whole calls (about 38 tokens each for the reference's template) and the start of a third."""
+
+
+def _parallel_undeclared(endpoint: LiveEndpoint) -> str | None:
+    if endpoint.contract.tools is not True:
+        return f"{PARALLEL} does not apply to {endpoint.name}: its contract does not promise tool calls (contract.tools)"
+    if endpoint.contract.parallel_tool_calls is None:
+        return (f"{NOT_JUDGED}{endpoint.name} promises tool calls but not whether several come in one answer: declare "
+                "contract.parallel_tool_calls (true, or false where a request for them must be refused or answered "
+                "with one call)")
+    return None
+
+
+PARALLEL_CHECK = live_check(
+    PARALLEL,
+    cites=("C-CAP-2",),
+    summary="where parallel calls are declared, `parallel_tool_calls: true` gets several whole, schema-valid calls "
+    "with their own ids, blocking and streamed alike; where they are not, it is refused cleanly or answered with one",
+    requires=_parallel_undeclared,
+    codes={
+        "not-parallel": "parallel calls are declared, yet a request for them, kept from ending after its first call, got "
+        "fewer than two whole, schema-valid calls with distinct ids",
+        "stream-differs": "the same parallel request streamed: the deltas, assembled by index as a client assembles "
+        "them, are not the blocking answer's calls",
+        "not-refused": "parallel calls are declared absent, yet a request for them got several calls (the engine "
+        "ignores parallel_tool_calls for this template)",
+        "unclean-refusal": "parallel calls are declared absent, and the request for them got something other than a "
+        "4xx or a single call",
+    },
+)
+
+
+def _whole_calls(calls: Any) -> list[str]:
+    """Why the calls are not each a whole get_weather call valid against its schema with an id of its own."""
+    problems: list[str] = []
+    if not isinstance(calls, list):
+        return [f"tool_calls is {calls!r}"]
+    schema = WEATHER_TOOL["function"]["parameters"]
+    ids = [c.get("id") for c in calls if isinstance(c, dict)]
+    if len(set(ids)) != len(calls) or not all(ids):
+        problems.append(f"ids {ids} are not one per call")
+    for i, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        try:
+            text = function.get("arguments") if isinstance(function, dict) else None
+            arguments = json.loads(text) if isinstance(text, str) else None
+            jsonschema.validate(arguments, schema)
+        except (TypeError, ValueError, jsonschema.ValidationError) as exc:
+            problems.append(f"call {i} ({name}): arguments fail the schema: {str(exc).splitlines()[0][:80]}")
+        if name != WEATHER_TOOL["function"]["name"]:
+            problems.append(f"call {i} names {name!r}")
+    return problems
+
+
+@PARALLEL_CHECK.register
+def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
+    allowed = endpoint.contract.parallel_tool_calls
+    body: dict[str, Any] = {
+        "messages": [*_EXAMPLE, _QUESTION],
+        "tools": [WEATHER_TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": True,
+        "max_tokens": PARALLEL_TOKENS,
+        "temperature": 0,
+        **endpoint.thinking(False),
+        # the answer cannot end after its first call: where the grammar admits another call the model must write one,
+        # where it admits none the engine must have refused the request or end it there, whatever words it picks
+        **endpoint.dialect.decode_rate_fields,
+    }
+    bound = endpoint.bound(prompt_tokens_at_most(body), PARALLEL_TOKENS)
+    try:
+        reply = endpoint.chat(PARALLEL, body, bound=bound)
+    except OutOfTime as late:
+        raise PARALLEL_CHECK.fail(endpoint, "not-parallel" if allowed else "unclean-refusal",
+                                  where=late.url, cites=("C-CAP-2",), observed=late.observed, expected=late.expected,
+                                  fix="the engine took longer than its own rates allow: read its log for this request") from None
+    message = message_of(reply.json)
+    calls = message.get("tool_calls") or []
+    where = endpoint.where_contract("parallel_tool_calls")
+    if not allowed:
+        if reply.ok and isinstance(calls, list) and len(calls) > 1:
+            raise PARALLEL_CHECK.fail(endpoint, "not-refused",
+                                      where=where,
+                                      cites=("C-CAP-2",),
+                                      observed=f"parallel_tool_calls true got {len(calls)} calls",
+                                      expected="a 4xx refusal, or one call: the contract says parallel calls are not "
+                                      "allowed",
+                                      fix="the engine does not hold the template to one call (llama.cpp build 11434 "
+                                      "admits one or more calls whatever parallel_tool_calls says): clients that cannot "
+                                      "run several calls must send parallel_tool_calls false and still check; or "
+                                      "declare parallel_tool_calls = true")
+        if not (400 <= reply.status < 500 or (reply.ok and len(calls) == 1)):
+            raise PARALLEL_CHECK.fail(endpoint, "unclean-refusal",
+                                      where=reply.url,
+                                      cites=("C-CAP-2",),
+                                      observed=f"{reply.brief() if not reply.ok else f'{len(calls)} calls'}",
+                                      expected="a 4xx refusal, or one call",
+                                      fix="read the engine log: a request for parallel calls broke something")
+        endpoint.note(f"parallel calls not allowed, as declared: "
+                      f"{'refused ' + shorten(reply.brief(), 60) if not reply.ok else 'answered with one call'}")
+        return
+    fix = ("the grammar or the parser keeps one call: llama.cpp derives parallel support from the template (it must "
+           "render several tool_calls); vLLM's --tool-call-parser must read several; a proxy may keep only the first")
+    endpoint.require_ok(PARALLEL, reply, expected="200 with several calls", fix=fix, cites=("C-CAP-2",))
+    problems = _whole_calls(calls)
+    if len(calls) < 2 or problems:
+        raise PARALLEL_CHECK.fail(endpoint, "not-parallel",
+                                  where=reply.url,
+                                  cites=("C-CAP-2",),
+                                  observed=f"{len(calls)} call(s), finish_reason {finish_reason_of(reply.json)!r}"
+                                  + (f"; {'; '.join(problems)}" if problems else ""),
+                                  expected="two or more whole get_weather calls, each valid against its schema, each "
+                                  "with its own id",
+                                  fix=fix)
+    stream = endpoint.stream_chat(PARALLEL, {**body, "stream_options": {"include_usage": True}}, timeout=bound.seconds)
+    endpoint.require_stream_ok(PARALLEL, stream, expected="200 and an event stream", fix=fix, cites=("C-CAP-2",))
+    got = assemble(stream.events)
+    # the answer is cut at max_tokens inside a further call: the blocking answer drops that part, a stream has already
+    # sent it, so only the whole calls are compared
+    differences = same_calls(calls, got.calls[: len(calls)]) + got.problems
+    if len(got.calls) < len(calls):
+        differences.append(f"{len(got.calls)} call(s) streamed, {len(calls)} blocking")
+    if differences:
+        raise PARALLEL_CHECK.fail(endpoint, "stream-differs",
+                                  where=stream.url,
+                                  cites=("C-CAP-2",),
+                                  observed="streamed: " + "; ".join(differences),
+                                  expected="the deltas assemble by index into the blocking answer's calls",
+                                  fix="each call's deltas must carry its own index (a proxy or an engine that sends every "
+                                  "fragment under index 0 merges the calls into one)")
+    endpoint.note(f"{len(calls)} whole calls with their own ids; streamed: the same {len(calls)} by index")

@@ -122,6 +122,8 @@ TOOLS_CHECK = live_check(
         "them, are not the blocking answer's calls (name, arguments, an id), or the stream did not finish with tool_calls",
         "calls-only-at-finish": "the streamed call arrived only in the chunk that carries finish_reason: held back to the "
         "end, where a client that stops at finish_reason drops it",
+        "result-not-rendered": "the call's result sent back (a `tool` message) did not reach the prompt: a longer result "
+        "was billed no more prompt tokens than a shorter one",
     },
 )
 
@@ -189,7 +191,9 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
                                fix=fix)
     arguments = calls[0]["function"]["arguments"]
     streamed = _streamed_call(endpoint, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS}, message, fix)
-    reply = _tool_chat(endpoint, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
+    # the whole loop: the call goes back with its result, and the answer comes without another call
+    loop = {**base, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(calls[0], _RESULT)], "tool_choice": "none"}
+    reply = _tool_chat(endpoint, {**loop, "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
         raise TOOLS_CHECK.fail(endpoint, "none-refused",
                                where=reply.url,
@@ -205,8 +209,41 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
                                f"finish_reason {finish_reason_of(reply.json)!r}",
                                expected="no tool call when the client says none",
                                fix=fix)
+    rendered = _result_rendered(endpoint, loop, calls[0], reply)
     auto = _auto_tool_call(endpoint, base)
-    endpoint.note(f"one call get_weather({arguments}); streamed: {streamed}; none -> no call{auto}")
+    endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}; streamed: {streamed}; {rendered}")
+
+
+_RESULT = {"temperature": 17}
+_LONGER_RESULT = {"temperature": 17, "wind": "north-west at 20 km/h", "sky": "overcast, light rain in the evening"}
+
+
+def _result_turns(call: Mapping[str, Any], result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The model's call sent back as the client holds it, and the tool's result for it."""
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}]
+
+
+def _result_rendered(endpoint: LiveEndpoint, loop: Mapping[str, Any], call: Mapping[str, Any], answered: Reply) -> str:
+    """Whether the tool's result reaches the prompt, read from the prompt tokens of the loop's answer and of the same
+    loop with a longer result (one token): the template's and the engine's doing, not the model's."""
+    longer = _tool_chat(endpoint, {**loop, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(call, _LONGER_RESULT)],
+                                   "max_tokens": 1})
+    endpoint.require_ok(TOOLS, longer, expected="200 for the loop with a longer tool result", fix="read the engine log",
+                        cites=("C-CAP-2",))
+    short, long = usage_of(answered.json).get("prompt_tokens"), usage_of(longer.json).get("prompt_tokens")
+    if not (isinstance(short, int) and isinstance(long, int)):
+        return "whether the result reaches the prompt is not judged: no usage.prompt_tokens"
+    if long <= short:
+        raise TOOLS_CHECK.fail(endpoint, "result-not-rendered",
+                               where=longer.url,
+                               cites=("C-CAP-2",),
+                               observed=f"{short} prompt tokens with the result {json.dumps(_RESULT)}, {long} with "
+                               f"{json.dumps(_LONGER_RESULT)}",
+                               expected="more prompt tokens for the longer result: the tool message reaches the model",
+                               fix="the template (or a proxy) drops tool messages: the agent calls, and the model never "
+                               "sees what came back; render the tool role (or the tool_call_id the template expects)")
+    return f"the result sent back reaches the prompt ({short} -> {long} tokens for a longer one)"
 
 
 def _streamed_call(endpoint: LiveEndpoint, body: dict[str, Any], blocking: Mapping[str, Any], fix: str) -> str:

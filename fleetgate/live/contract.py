@@ -56,6 +56,7 @@ class LiveContract:
     """Whether ``response_format`` JSON schemas are honoured: declared, else True for the engines known to (llama.cpp
     json_schema -> GBNF, vLLM structured outputs), else None (not judged)."""
     reasoning_replay: str | None = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def window(self) -> int | None:
@@ -90,6 +91,7 @@ def derive_contract(config: RenderedService) -> LiveContract:
         structured_output=(declared.structured_output if declared.structured_output is not None
                            else True if service.engine in ("llama.cpp", "vllm") else None),
         reasoning_replay=declared.reasoning_replay,
+        parallel_tool_calls=declared.parallel_tool_calls,
     )
     llama, vllm = config.llama, config.vllm
     if llama is not None:

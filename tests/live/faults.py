@@ -42,6 +42,8 @@ MODES = (
     "burst-of-many-steps",
     "schema-refused",
     "schema-500",
+    "parallel-refused",
+    "parallel-500",
 )
 # vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
 # --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
@@ -167,6 +169,11 @@ class FaultServer:
         if mode == "refuse-unexplained":
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
             return
+        if mode in ("parallel-refused", "parallel-500") and body.get("parallel_tool_calls"):
+            status, message = (400, "parallel_tool_calls is not supported") if mode == "parallel-refused" else (
+                500, "tool parser crashed")
+            self._send(handler, status, json.dumps({"error": {"code": status, "message": message}}).encode())
+            return
         if mode in ("schema-refused", "schema-500") and body.get("response_format"):
             # an engine without grammar support: a clean refusal, or an error of the engine's own
             status, message = (400, "response_format is not supported") if mode == "schema-refused" else (
@@ -250,7 +257,7 @@ class FaultServer:
                     "</tool_call>") if choice == "auto" else "It is sunny in Paris."
             reply = {"id": "t", "object": "chat.completion",
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                     "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}
+                     "usage": {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4, "completion_tokens": 20}}
             self._send(handler, 200, json.dumps(reply).encode())
             return
         if body.get("tool_choice") == "none" and mode == "tools-none-refused":
@@ -261,6 +268,19 @@ class FaultServer:
             "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "celsius"})},
         }
+        if body.get("stream"):
+            # the call in two fragments, before the finish chunk, as llama-server streams it
+            arguments = call["function"]["arguments"]
+            parts = [{"index": 0, "id": "call_1", "type": "function",
+                      "function": {"name": "get_weather", "arguments": arguments[:9]}},
+                     {"index": 0, "function": {"arguments": arguments[9:]}}]
+            events: list[Any] = [{"id": "t", "choices": [{"index": 0, "delta": {"role": "assistant", "content": None},
+                                                          "finish_reason": None}]}]
+            events += [{"id": "t", "choices": [{"index": 0, "delta": {"tool_calls": [p]}, "finish_reason": None}]}
+                       for p in parts]
+            events.append({"id": "t", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            self._send(handler, 200, sse([*events, "[DONE]"]), "text/event-stream")
+            return
         reply = {
             "id": "t",
             "object": "chat.completion",
@@ -271,7 +291,8 @@ class FaultServer:
                     "message": {"role": "assistant", "content": None, "tool_calls": [call]},
                 }
             ],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+            # a prompt as long as its messages: a longer tool result is billed more, as a template renders it
+            "usage": {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4, "completion_tokens": 20},
         }
         self._send(handler, 200, json.dumps(reply).encode())
 
@@ -286,6 +307,9 @@ AGENT_MODES = (
     "break-json-schema-stream",
     "reasoning-as-content-stream",
     "think-tags-stream",
+    "drop-tool-results",
+    "first-call-only",
+    "tool-index-zero",
 )
 
 
@@ -302,14 +326,21 @@ def rewrite_request(mode: str, body: dict[str, Any]) -> dict[str, Any]:
     if mode == "drop-reasoning-history":
         body = {**body, "messages": [{k: v for k, v in m.items() if k != "reasoning_content"}
                                      for m in body.get("messages", [])]}
+    if mode == "drop-tool-results":
+        body = {**body, "messages": [{**m, "content": ""} if m.get("role") == "tool" else m
+                                     for m in body.get("messages", [])]}
     return body
 
 
 def rewrite_answer(mode: str, request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
-    """``break-json-schema``: a response_format answer loses its last character (a document cut short)."""
+    """``break-json-schema``: a response_format answer loses its last character (a document cut short);
+    ``first-call-only``: an answer to a request for parallel calls keeps only its first."""
     if mode == "break-json-schema" and request.get("response_format"):
         message = reply["choices"][0]["message"]
         message["content"] = message["content"].rstrip()[:-1]
+    if mode == "first-call-only" and request.get("parallel_tool_calls"):
+        message = reply["choices"][0]["message"]
+        message["tool_calls"] = (message.get("tool_calls") or [])[:1]
     return reply
 
 
@@ -319,10 +350,12 @@ def rewrite_stream(mode: str, request: dict[str, Any], events: list[Any]) -> lis
     ``tool-calls-at-finish`` moves every tool-call delta, assembled into one, into the finish chunk;
     ``tool-name-every-delta`` repeats the call's name in each of its deltas (what a client appends twice);
     ``split-tool-arguments`` splits each arguments fragment into one-character deltas (a healthy stream, finer);
+    ``tool-index-zero`` sends every call's deltas under index 0 (several calls merge into one);
     ``break-json-schema-stream`` drops the last content delta of a response_format stream;
     ``reasoning-as-content-stream`` sends the reasoning deltas as content, ``think-tags-stream`` the same wrapped in
     think tags (a streaming parser that does not split the trace out)."""
-    if mode in ("tool-calls-at-finish", "tool-name-every-delta", "split-tool-arguments") and request.get("tools"):
+    if mode in ("tool-calls-at-finish", "tool-name-every-delta", "split-tool-arguments", "tool-index-zero") and request.get(
+            "tools"):
         return _rewrite_calls(mode, events)
     if mode == "break-json-schema-stream" and request.get("response_format"):
         last = max((i for i, e in enumerate(events) if (_delta(e) or {}).get("content")), default=None)
@@ -367,6 +400,8 @@ def _rewrite_calls(mode: str, events: list[Any]) -> list[Any]:
                 call["function"]["arguments"] += function.get("arguments", "")
             elif mode == "tool-name-every-delta":
                 function["name"] = "get_weather"
+            elif mode == "tool-index-zero":
+                part["index"] = 0
         if mode == "tool-calls-at-finish":
             continue
         if mode == "split-tool-arguments":

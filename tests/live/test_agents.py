@@ -24,6 +24,7 @@ from .faults import AGENT_MODES, FaultProxy, FaultServer
 
 TOOLS, REASONING = "live-tool-calls", "live-reasoning"
 STRUCTURED, TURNS = "live-structured-output", "live-reasoning-turns"
+PARALLEL = "live-parallel-tool-calls"
 
 # mode -> the checks run, and the outcome of each
 AGENT_PROXIES: dict[str, dict[str, str]] = {
@@ -39,12 +40,19 @@ AGENT_PROXIES: dict[str, dict[str, str]] = {
     "break-json-schema-stream": {STRUCTURED: "live-structured-output/stream-not-honoured"},
     "reasoning-as-content-stream": {REASONING: "live-reasoning/stream-no-trace"},
     "think-tags-stream": {REASONING: "live-reasoning/stream-tags-in-content"},
+    # the tool message's content blanked on its way: the loop's result never reaches the model
+    "drop-tool-results": {TOOLS: "live-tool-calls/result-not-rendered"},
+    # only the first of several calls kept (a proxy or parser that reads one)
+    "first-call-only": {PARALLEL: "live-parallel-tool-calls/not-parallel"},
+    # every call's deltas under index 0: the single call passes, the parallel ones merge
+    "tool-index-zero": {TOOLS: "passed", PARALLEL: "live-parallel-tool-calls/stream-differs"},
 }
 assert set(AGENT_PROXIES) == set(AGENT_MODES)
 # every code this module reproduces: the proxies', the control's and the declared-absent cases' below
 AGENT_CODES = {code for failing in AGENT_PROXIES.values() for code in failing.values() if "/" in code} | {
     "live-reasoning-turns/after-user-message", "live-structured-output/not-refused",
-    "live-structured-output/unclean-refusal"}
+    "live-structured-output/unclean-refusal", "live-parallel-tool-calls/not-refused",
+    "live-parallel-tool-calls/unclean-refusal"}
 
 
 @pytest.mark.parametrize(("variant", "mode"), [("shipped", m) for m in AGENT_PROXIES],
@@ -144,3 +152,27 @@ def test_deltas_assemble_as_a_client_does() -> None:
         **tail["function"], "name": "get_weather"}}]}), _chunk({"tool_calls": [{"function": {"arguments": "}"}}]})])
     assert same_calls(BLOCKING, again.calls) == ["call 0: name 'get_weatherget_weather' streamed, 'get_weather' blocking"]
     assert again.problems == ["a tool-call delta without an integer index: {'function': {'arguments': '}'}}"]
+
+
+@pytest.mark.parametrize("variant", ["shipped"], indirect=True)
+def test_parallel_calls_declared_absent(
+    variant: str, reference_in: ReferenceServer, gate: Callable[..., GateHere], fleet_copy: Callable[..., Path],
+    no_api_key: None,
+) -> None:
+    """llama.cpp build 11434 admits one or more calls for this template whatever parallel_tool_calls says (the call
+    rule is one_or_more: common/chat-auto-parser-generator.cpp, build_tool_parser_json_native): a contract that says
+    clients get one call at most is not what the engine does."""
+    fleet_toml = fleet_copy({"fleet.toml": lambda t: t.replace("parallel_tool_calls = true", "parallel_tool_calls = false")})
+    run = gate(reference_in.url, only=(PARALLEL,), fleet_toml=fleet_toml, variant=variant)
+    assert run.outcomes == {PARALLEL: "live-parallel-tool-calls/not-refused"}, run.output
+
+
+@pytest.mark.parametrize(("mode", "outcome"), [("parallel-refused", "passed"),
+                                               ("parallel-500", "live-parallel-tool-calls/unclean-refusal")])
+def test_parallel_refusals(
+    mode: str, outcome: str, gate: Callable[..., GateHere], fleet_copy: Callable[..., Path], no_api_key: None
+) -> None:
+    fleet_toml = fleet_copy({"fleet.toml": lambda t: t.replace("parallel_tool_calls = true", "parallel_tool_calls = false")})
+    with FaultServer(mode) as server:
+        run = gate(server.url, only=(PARALLEL,), fleet_toml=fleet_toml, live_timeout=2)
+    assert run.outcomes == {PARALLEL: outcome}, run.output
