@@ -384,7 +384,7 @@ def _rewrite_calls(mode: str, events: list[Any]) -> list[Any]:
         delta = _delta(event)
         parts = delta.get("tool_calls") if delta is not None else None
         if delta is None or not isinstance(parts, list):
-            if mode == "tool-calls-at-finish" and held and event["choices"][0].get("finish_reason"):
+            if mode == "tool-calls-at-finish" and held and delta is not None and event["choices"][0].get("finish_reason"):
                 event["choices"][0]["delta"] = {"tool_calls": list(held.values())}
             out.append(event)
             continue

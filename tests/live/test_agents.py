@@ -52,7 +52,7 @@ assert set(AGENT_PROXIES) == set(AGENT_MODES)
 AGENT_CODES = {code for failing in AGENT_PROXIES.values() for code in failing.values() if "/" in code} | {
     "live-reasoning-turns/after-user-message", "live-structured-output/not-refused",
     "live-structured-output/unclean-refusal", "live-parallel-tool-calls/not-refused",
-    "live-parallel-tool-calls/unclean-refusal"}
+    "live-parallel-tool-calls/unclean-refusal", "live-parallel-tool-calls/out-of-time"}
 
 
 @pytest.mark.parametrize(("variant", "mode"), [("shipped", m) for m in AGENT_PROXIES],
@@ -176,3 +176,10 @@ def test_parallel_refusals(
     with FaultServer(mode) as server:
         run = gate(server.url, only=(PARALLEL,), fleet_toml=fleet_toml, live_timeout=2)
     assert run.outcomes == {PARALLEL: outcome}, run.output
+
+
+def test_parallel_calls_out_of_time(gate: Callable[..., GateHere], no_api_key: None) -> None:
+    """An engine that takes a request with tools and never answers it: said by the bound the run's rates derive."""
+    with FaultServer("hang-tools") as server:
+        run = gate(server.url, only=(PARALLEL,), live_timeout=2)
+    assert run.outcomes == {PARALLEL: "live-parallel-tool-calls/out-of-time"}, run.output
