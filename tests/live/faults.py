@@ -417,6 +417,12 @@ def _rewrite_calls(mode: str, events: list[Any]) -> list[Any]:
     return out
 
 
+def _plain(request: dict[str, Any]) -> bool:
+    """A stream of text alone: no tools, no schema, thinking not asked for (what live-stream sends)."""
+    thinking = (request.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return not (request.get("tools") or request.get("response_format") or thinking)
+
+
 def sse(events: list[Any]) -> bytes:
     return b"".join(f"data: {e if e == '[DONE]' else json.dumps(e)}\n\n".encode() for e in events)
 
@@ -454,7 +460,7 @@ class FaultProxy:
     answers 503 ``Loading model`` for the first ``delay`` seconds; ``rate-limit-once`` answers the second chat
     request 429 with ``Retry-After: 1`` (then passes everything), ``rate-limited`` every chat request,
     ``rate-limit-streams`` every streaming one;
-    ``cut-second-stream`` cuts the second event stream after its first chunk (the first one passes whole).
+    ``cut-second-stream`` cuts the second of live-stream's plain event streams after its first chunk (the first one passes whole).
     Listens on 127.0.0.1 only; every upstream call is bounded.
     """
 
@@ -550,8 +556,10 @@ class FaultProxy:
         if method == "POST" and path == "/v1/chat/completions":
             with self.lock:
                 self.chats += 1
-                self.streams += streaming
-                chat, stream = self.chats, self.streams
+                # live-stream's own streams: the streams of tool calls, schemas and reasoning are other checks'
+                plain = streaming and _plain(json.loads(body))
+                self.streams += plain
+                chat, stream = self.chats, self.streams if plain else 0
             if (mode == "rate-limited" or (mode == "rate-limit-once" and chat == 2)
                     or (mode == "rate-limit-streams" and streaming)):
                 with self.lock:

@@ -19,7 +19,7 @@ import pytest
 from fleetgate.live.deltas import assemble, same_calls
 from fleetgate.reference import ReferenceServer
 
-from .conftest import FLEET_DIR, Edit, GateHere, server_port, set_value
+from .conftest import FLEET_DIR, VARIANTS, Edit, GateHere, server_port, set_value
 from .faults import AGENT_MODES, FaultProxy, FaultServer
 
 TOOLS, REASONING = "live-tool-calls", "live-reasoning"
@@ -154,7 +154,8 @@ def test_deltas_assemble_as_a_client_does() -> None:
     assert again.problems == ["a tool-call delta without an integer index: {'function': {'arguments': '}'}}"]
 
 
-@pytest.mark.parametrize("variant", ["shipped"], indirect=True)
+# the first call is the model's to start (the worked example makes it, as for live-tool-calls): every variant
+@pytest.mark.parametrize("variant", list(VARIANTS), indirect=True)
 def test_parallel_calls_declared_absent(
     variant: str, reference_in: ReferenceServer, gate: Callable[..., GateHere], fleet_copy: Callable[..., Path],
     no_api_key: None,
