@@ -1,9 +1,10 @@
-"""What agent clients build on beyond one call: structured output and the reasoning of earlier turns (C.2).
+"""What agent clients build on beyond one call: structured output, the reasoning of earlier turns, parallel calls (C.2).
 
-Both are judged by what the engine and its template do, never by the words a model picks. A JSON schema in
+Each is judged by what the engine and its template do, never by the words a model picks. A JSON schema in
 ``response_format`` becomes a grammar that admits only valid documents, so the answer is held to the schema,
 blocking and streamed. Whether a trace sent back in the history reaches the prompt is read from the prompt's token
-count, with and without the trace: a one-token request, whatever the model would have said.
+count, with and without the trace: a one-token request, whatever the model would have said. Parallel calls are asked
+with the answer kept from ending: after the first call, a grammar that admits another must be followed.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ STRUCTURED = "live-structured-output"
 TURNS = "live-reasoning-turns"
 
 STRUCTURED_TOKENS = 40
-"""The answer's bound: the schema's shortest document is about 10 tokens, and the grammar lets the model put
-whitespace between its tokens (at most a newline and 20 blanks at each of five places)."""
+"""The answer's bound: the schema's documents take about 20 tokens on the reference, and the grammar lets the model put
+whitespace at five places (llama.cpp: common/json-schema-to-grammar.cpp, SPACE_RULE, one or two newlines and up to 20
+blanks), which the model has not been seen to fill."""
 
 VERDICT_SCHEMA: dict[str, Any] = {
     "type": "object",
