@@ -92,6 +92,9 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
             "live-tool-calls": "live-tool-calls/no-structured-call",
             "live-reasoning": "live-reasoning/no-trace",
             "live-reasoning-effort": "live-reasoning-effort/other-status",
+            # the same cause: SmolLM2's own template has no tool-call format and renders no trace back
+            "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel",
+            "live-reasoning-turns": "live-reasoning-turns/after-tool-result",
         },
     ),
     "reasoning-in-content": (
@@ -125,7 +128,9 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
     "garbage": (  # argv edit built in the test: a server-wide +100 bias on '!'
         None,
         {},
-        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call"},
+        # every call starts with '!' too: neither one call nor two (measured, both variants)
+        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call",
+         "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel"},
     ),
     "drafter-undeclared": (
         None,
