@@ -118,6 +118,15 @@ class Contract:
     """Bound on the time to the first streamed token (default: derived from the measured rates)."""
     chunk_gap_s: float | None = None
     """Bound on the gap between streamed chunks (default: derived from the measured rates)."""
+    structured_output: bool | None = None
+    """Whether the engine honours ``response_format`` JSON schemas (a grammar); None: what the engine is known to do
+    (llama.cpp and vLLM do), else not judged."""
+    parallel_tool_calls: bool | None = None
+    """Whether one answer may carry several tool calls (clients that run them at once); false: a request for them
+    must be refused or answered with one call."""
+    reasoning_replay: str | None = None
+    """Which earlier reasoning traces the chat template renders back into the prompt: ``after-last-user`` (the turns
+    after the last user message: an agent's trace while it works through tool results), ``always``, ``never``."""
 
 
 @dataclass(frozen=True)

@@ -384,6 +384,9 @@ def _contract(raw: Mapping[str, Any]) -> Contract:
         draft_acceptance_min=raw.get("draft_acceptance_min"),
         ttft_s=raw.get("ttft_s"),
         chunk_gap_s=raw.get("chunk_gap_s"),
+        structured_output=raw.get("structured_output"),
+        reasoning_replay=raw.get("reasoning_replay"),
+        parallel_tool_calls=raw.get("parallel_tool_calls"),
     )
 
 

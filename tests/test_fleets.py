@@ -206,8 +206,8 @@ def _ansible_table() -> dict[tuple[str, str], str]:
 def _start_scripts_table() -> dict[tuple[str, str], str]:
     # Two plain start scripts, no unit and no env file. vLLM from a virtualenv in the background: nothing pins its
     # release, so the newest release held judges its argv (and says so); no profile sizes its checkpoint, so
-    # vllm-starts is not judged; its model is a hub id, no host file. llama-server exec'd from a build tree on the second card, the model written in the script.
-    # nvidia-smi (the pre-flight of both) is stubbed in the render.
+    # vllm-starts is not judged; its model is a hub id, no host file. llama-server exec'd from a build tree on the
+    # second card, the model written in the script. nvidia-smi (the pre-flight of both) is stubbed in the render.
     qwen = {**VLLM_COMPOSE_SERVICE, "vllm-argv": PASSED, "vllm-starts": NOT_JUDGED, "container-paths": SKIPPED}
     table = {("qwen", check): outcome for check, outcome in qwen.items()}
     table.update(_table("box", "gemma", **{f"gemma:{c}": o for c, o in NO_UNIT.items()},

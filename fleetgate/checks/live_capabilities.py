@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
 
 from fleetgate.checks import live_check
 from fleetgate.live.client import Reply, shorten
+from fleetgate.live.deltas import assemble, same_calls
 from fleetgate.live.endpoint import (
     LiveEndpoint,
     OutOfTime,
@@ -116,6 +118,12 @@ TOOLS_CHECK = live_check(
         "none-refused": "`tool_choice: none` was refused with an error status",
         "call-despite-none": "`tool_choice: none` was answered with a tool call",
         "call-as-text": "under `tool_choice: auto` (vLLM) the model's call was left as text in the content, not in tool_calls",
+        "stream-differs": "the same `tool_choice: required` request streamed: its deltas, assembled as a client assembles "
+        "them, are not the blocking answer's calls (name, arguments, an id), or the stream did not finish with tool_calls",
+        "calls-only-at-finish": "the streamed call arrived only in the chunk that carries finish_reason: held back to the "
+        "end, where a client that stops at finish_reason drops it",
+        "result-not-rendered": "the call's result sent back (a `tool` message) did not reach the prompt: a longer result "
+        "was billed no more prompt tokens than a shorter one",
     },
 )
 
@@ -182,7 +190,10 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
                                "against its schema",
                                fix=fix)
     arguments = calls[0]["function"]["arguments"]
-    reply = _tool_chat(endpoint, {**base, "tool_choice": "none", "max_tokens": TOOL_NONE_TOKENS})
+    streamed = _streamed_call(endpoint, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS}, message, fix)
+    # the whole loop: the call goes back with its result, and the answer comes without another call
+    loop = {**base, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(calls[0], _RESULT)], "tool_choice": "none"}
+    reply = _tool_chat(endpoint, {**loop, "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
         raise TOOLS_CHECK.fail(endpoint, "none-refused",
                                where=reply.url,
@@ -198,8 +209,79 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
                                f"finish_reason {finish_reason_of(reply.json)!r}",
                                expected="no tool call when the client says none",
                                fix=fix)
+    rendered = _result_rendered(endpoint, loop, calls[0], reply)
     auto = _auto_tool_call(endpoint, base)
-    endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}")
+    endpoint.note(f"one call get_weather({arguments}); none -> no call{auto}; streamed: {streamed}; {rendered}")
+
+
+_RESULT = {"temperature": 17}
+_LONGER_RESULT = {"temperature": 17, "wind": "north-west at 20 km/h", "sky": "overcast, light rain in the evening"}
+
+
+def _result_turns(call: Mapping[str, Any], result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The model's call sent back as the client holds it, and the tool's result for it."""
+    return [{"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call.get("id"), "content": json.dumps(result)}]
+
+
+def _result_rendered(endpoint: LiveEndpoint, loop: Mapping[str, Any], call: Mapping[str, Any], answered: Reply) -> str:
+    """Whether the tool's result reaches the prompt, read from the prompt tokens of the loop's answer and of the same
+    loop with a longer result (one token): the template's and the engine's doing, not the model's."""
+    longer = _tool_chat(endpoint, {**loop, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(call, _LONGER_RESULT)],
+                                   "max_tokens": 1})
+    endpoint.require_ok(TOOLS, longer, expected="200 for the loop with a longer tool result", fix="read the engine log",
+                        cites=("C-CAP-2",))
+    short, long = usage_of(answered.json).get("prompt_tokens"), usage_of(longer.json).get("prompt_tokens")
+    if not (isinstance(short, int) and isinstance(long, int)):
+        return "whether the result reaches the prompt is not judged: no usage.prompt_tokens"
+    if long <= short:
+        raise TOOLS_CHECK.fail(endpoint, "result-not-rendered",
+                               where=longer.url,
+                               cites=("C-CAP-2",),
+                               observed=f"{short} prompt tokens with the result {json.dumps(_RESULT)}, {long} with "
+                               f"{json.dumps(_LONGER_RESULT)}",
+                               expected="more prompt tokens for the longer result: the tool message reaches the model",
+                               fix="the template (or a proxy) drops tool messages: the agent calls, and the model never "
+                               "sees what came back; render the tool role (or the tool_call_id the template expects)")
+    return f"the result sent back reaches the prompt ({short} -> {long} tokens for a longer one)"
+
+
+def _streamed_call(endpoint: LiveEndpoint, body: dict[str, Any], blocking: Mapping[str, Any], fix: str) -> str:
+    """The blocking request again as a stream: a client must assemble exactly the blocking answer's calls from its
+    deltas, and see them before the finish chunk. The greedy answer is the engine's to repeat (live-determinism
+    holds it to that); the call's shape is the grammar's."""
+    bound = endpoint.bound(prompt_tokens_at_most(body), int(body["max_tokens"]))
+    stream = endpoint.stream_chat(TOOLS, {**body, "stream_options": {"include_usage": True}}, timeout=bound.seconds)
+    endpoint.require_stream_ok(TOOLS, stream, expected="200 and an event stream of the call", fix=fix, cites=("C-CAP-2",))
+    got = assemble(stream.events)
+    differences = same_calls(blocking.get("tool_calls") or [], got.calls) + got.problems
+    if got.finish != "tool_calls":
+        differences.append(f"finish_reason {got.finish!r}")
+    blocking_content = blocking.get("content") if isinstance(blocking.get("content"), str) else ""
+    if got.content.strip() != (blocking_content or "").strip():
+        differences.append(f"content {shorten(got.content, 80)!r} streamed, {shorten(blocking_content or '', 80)!r} "
+                           "blocking")
+    if differences:
+        raise TOOLS_CHECK.fail(endpoint, "stream-differs",
+                               where=stream.url,
+                               cites=("C-CAP-2",),
+                               observed="streamed: " + "; ".join(differences),
+                               expected="the deltas assemble (by index: id, name and arguments appended) into the "
+                               "blocking answer's calls, finish_reason tool_calls",
+                               fix="the engine (or a proxy) streams calls a client cannot put back together: a name or "
+                               "id repeated in every delta, fragments under another index, a call never streamed; "
+                               "upgrade the engine, or take the proxy out of the stream's path")
+    if got.call_chunks == got.call_chunks_with_finish:
+        raise TOOLS_CHECK.fail(endpoint, "calls-only-at-finish",
+                               where=stream.url,
+                               cites=("C-CAP-2",),
+                               observed=f"all {got.call_chunks} tool-call delta chunk(s) also carry finish_reason "
+                               f"{got.finish!r}",
+                               expected="the call's deltas before the finish chunk, as they are generated",
+                               fix="something holds the call back to the last chunk (a proxy that rewrites streamed "
+                               "calls, an engine built without incremental tool-call parsing): clients that stop at "
+                               "finish_reason drop the call, and none shows progress")
+    return f"{got.call_chunks} delta chunks assemble into the same call"
 
 
 def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
@@ -429,6 +511,9 @@ REASONING_CHECK = live_check(
         "tags-in-content": "a think tag reached the content: the engine did not parse the trace out of it (INC-72)",
         "no-trace": "with thinking on, the declared reasoning field came back empty (the trace elsewhere, or none) (INC-72)",
         "no-answer": "with thinking on, the content stayed empty within the budget + 16 tokens: the trace never ended",
+        "stream-tags-in-content": "the same request streamed: a think tag reached the content deltas",
+        "stream-no-trace": "the same request streamed: no delta carried the declared reasoning field (the trace went "
+        "to the content, another field, or nowhere)",
     },
 )
 
@@ -440,19 +525,17 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
     budget = endpoint.contract.reasoning_budget
     bounded = budget is not None and budget >= 0
     max_tokens = (budget + ANSWER_TOKENS) if bounded and budget is not None else REASONING_TOKENS
-    reply = endpoint.chat(
-        REASONING,
-        {
-            "messages": [{"role": "user", "content": "Is seven a prime number? Answer yes or no."}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            **endpoint.thinking(True),
-            # the generation runs to max_tokens and the model cannot close the trace itself: what ends
-            # the trace is the engine's budget, whatever words the model picks
-            **endpoint.dialect.decode_rate_fields,
-            **endpoint.dialect.no_think_close,
-        },
-    )
+    body = {
+        "messages": [{"role": "user", "content": "Is seven a prime number? Answer yes or no."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **endpoint.thinking(True),
+        # the generation runs to max_tokens and the model cannot close the trace itself: what ends
+        # the trace is the engine's budget, whatever words the model picks
+        **endpoint.dialect.decode_rate_fields,
+        **endpoint.dialect.no_think_close,
+    }
+    reply = endpoint.chat(REASONING, body)
     endpoint.require_ok(REASONING, reply, cites=("C-CAP-8",))
     message = message_of(reply.json)
     trace = message.get(field)
@@ -494,10 +577,43 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
                                    "--reasoning-parser against the model's template, and the tokenizer)" if endpoint.engine == "vllm"
                                    else "the engine never ends the trace (--reasoning-budget -1 is unlimited): a client with a "
                                    "max_tokens gets an empty answer; set a budget below what clients ask for")
+    streamed = _streamed_reasoning(endpoint, body, field)
     endpoint.note(
         f"trace in {field} ({len(trace)} chars), answer in content ({len(content or '')} chars) "
-        f"within {max_tokens} tokens ({budget_words})"
+        f"within {max_tokens} tokens ({budget_words}); streamed: {streamed}"
     )
+
+
+def _streamed_reasoning(endpoint: LiveEndpoint, body: Mapping[str, Any], field: str) -> str:
+    """The reasoning probe again as a stream: the trace arrives in the declared field's deltas and no tag in the
+    content's, whatever words the model picks (the same bias and budget hold the trace's end to the engine)."""
+    stream = endpoint.stream_chat(REASONING, body)
+    endpoint.require_stream_ok(REASONING, stream, expected="200 and an event stream",
+                               fix="read the engine log for the refused stream", cites=("C-CAP-8",))
+    got = assemble(stream.events)
+    tags = _TAGS.findall(got.content)
+    if tags:
+        raise REASONING_CHECK.fail(endpoint, "stream-tags-in-content",
+                                   where=endpoint.where_flag("reasoning_format"),
+                                   cites=("C-CAP-8", "INC-72"),
+                                   observed=f"streamed, the content deltas carry {', '.join(sorted(set(tags)))}: "
+                                   f"{shorten(got.content, 80)!r}",
+                                   expected=f"the trace in the {field} deltas, the content free of tags",
+                                   fix="the stream is parsed apart from the blocking answer: a proxy that rewrites "
+                                   "streamed deltas, or an engine build whose streaming parser differs; read the stream")
+    trace = got.reasoning.get(field, "")
+    if not trace.strip():
+        elsewhere = {name: text for name, text in got.reasoning.items() if name != field and text.strip()}
+        raise REASONING_CHECK.fail(endpoint, "stream-no-trace",
+                                   where=stream.url,
+                                   cites=("C-CAP-8", "INC-72"),
+                                   observed=f"streamed, no {field} delta"
+                                   + (f"; the trace came in {', '.join(elsewhere)}" if elsewhere else "")
+                                   + f"; content {shorten(got.content, 60)!r}",
+                                   expected=f"the trace in delta.{field}, as the blocking answer had it in message.{field}",
+                                   fix="a client streaming with thinking on shows the trace as the answer: the stream "
+                                   "drops or renames the reasoning field (a proxy, a streaming parser); read the stream")
+    return f"trace in {field} deltas ({len(trace)} chars), no tag in the content"
 
 
 def _no_efforts(endpoint: LiveEndpoint) -> str | None:

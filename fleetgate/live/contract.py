@@ -54,6 +54,11 @@ class LiveContract:
     chunk_gap_s: float | None = None
     tokenizer: str | None = None
     """Where the tokenizer the engine must use lives (vLLM: ``--tokenizer``, else the model's directory)."""
+    structured_output: bool | None = None
+    """Whether ``response_format`` JSON schemas are honoured: declared, else True for the engines known to (llama.cpp
+    json_schema -> GBNF, vLLM structured outputs), else None (not judged)."""
+    reasoning_replay: str | None = None
+    parallel_tool_calls: bool | None = None
 
     @property
     def window(self) -> int | None:
@@ -85,6 +90,10 @@ def derive_contract(config: RenderedService) -> LiveContract:
         draft_acceptance_min=declared.draft_acceptance_min,
         ttft_s=declared.ttft_s,
         chunk_gap_s=declared.chunk_gap_s,
+        structured_output=(declared.structured_output if declared.structured_output is not None
+                           else True if service.engine in ("llama.cpp", "vllm") else None),
+        reasoning_replay=declared.reasoning_replay,
+        parallel_tool_calls=declared.parallel_tool_calls,
     )
     llama, vllm = config.llama, config.vllm
     if llama is not None:

@@ -26,7 +26,7 @@ from fleetgate.rendered import RenderedService
 __all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
            "prompt_tokens_at_most"]
 
-BUDGET_TOKENS = 300
+BUDGET_TOKENS = 600
 """Generated tokens the whole gate may spend on one service."""
 
 HEALTH = "live-health"
@@ -484,6 +484,23 @@ class LiveEndpoint:
             raise self._fail(
                 check, code=code, where=reply.url, cites=cites, observed=reply.brief(), expected=expected, fix=fix
             )
+
+    def require_stream_ok(self, check: str, stream: StreamReply, *, expected: str, fix: str,
+                          cites: tuple[str, ...] = ()) -> None:
+        """Fail the check with the stream's status and error text when it was not answered with an event stream."""
+        if stream.rate_limited:
+            raise self._fail(
+                check,
+                code="rate-limited",
+                where=stream.url,
+                observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After {stream.retry_after:g} s, "
+                f"still after {stream.retries} retries within the request's bound",
+                expected="an event stream once the endpoint's Retry-After has passed",
+                fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not saturated",
+            )
+        if stream.status != 200:
+            raise self._fail(check, code="refused", where=stream.url, cites=cites,
+                             observed=f"HTTP {stream.status}: {shorten(stream.error_text, 240)}", expected=expected, fix=fix)
 
     def rate_limited(self, check: str, reply: Reply) -> Failure:
         """A 429/503 with ``Retry-After`` that still stood after the retries the request's bound allowed."""

@@ -61,6 +61,7 @@ TEXT_DECIDED_CODES = frozenset({
     "live-chat/garbage",
     "live-chat/cut-by-server",
     "live-tool-calls/no-structured-call",
+    "live-parallel-tool-calls/not-parallel",
     "live-reasoning/no-trace",
     "live-reasoning/tags-in-content",
     "live-reasoning/no-answer",

@@ -46,6 +46,10 @@ MODES = (
     "vllm-other-tokenizer",
     "vllm-other-sampler",
     "vllm-sampler-blind",
+    "schema-refused",
+    "schema-500",
+    "parallel-refused",
+    "parallel-500",
 )
 # A vLLM for the vllm-reference fixture fleet's declared copy (tests/live/vllm_reference.py ``declare``), each mode
 # breaking one thing vLLM reports nowhere: it decodes one sequence at a time (--max-num-seqs 1), detokenizes through
@@ -209,6 +213,17 @@ class FaultServer:
         if mode == "refuse-unexplained":
             self._send(handler, 400, b'{"error":{"code":400,"message":"bad request"}}')
             return
+        if mode in ("parallel-refused", "parallel-500") and body.get("parallel_tool_calls"):
+            status, message = (400, "parallel_tool_calls is not supported") if mode == "parallel-refused" else (
+                500, "tool parser crashed")
+            self._send(handler, status, json.dumps({"error": {"code": status, "message": message}}).encode())
+            return
+        if mode in ("schema-refused", "schema-500") and body.get("response_format"):
+            # an engine without grammar support: a clean refusal, or an error of the engine's own
+            status, message = (400, "response_format is not supported") if mode == "schema-refused" else (
+                500, "grammar backend crashed")
+            self._send(handler, status, json.dumps({"error": {"code": status, "message": message}}).encode())
+            return
         if body.get("stream") and mode in ("bad-stream", "stream-refused", "stream-empty", *BURSTS):
             self._stream(handler, mode, int(body.get("max_tokens") or 0))
             return
@@ -337,7 +352,7 @@ class FaultServer:
                     "</tool_call>") if choice == "auto" else "It is sunny in Paris."
             reply = {"id": "t", "object": "chat.completion",
                      "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                     "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}}
+                     "usage": {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4, "completion_tokens": 20}}
             self._send(handler, 200, json.dumps(reply).encode())
             return
         if body.get("tool_choice") == "none" and mode == "tools-none-refused":
@@ -348,6 +363,19 @@ class FaultServer:
             "type": "function",
             "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "celsius"})},
         }
+        if body.get("stream"):
+            # the call in two fragments, before the finish chunk, as llama-server streams it
+            arguments = call["function"]["arguments"]
+            parts = [{"index": 0, "id": "call_1", "type": "function",
+                      "function": {"name": "get_weather", "arguments": arguments[:9]}},
+                     {"index": 0, "function": {"arguments": arguments[9:]}}]
+            events: list[Any] = [{"id": "t", "choices": [{"index": 0, "delta": {"role": "assistant", "content": None},
+                                                          "finish_reason": None}]}]
+            events += [{"id": "t", "choices": [{"index": 0, "delta": {"tool_calls": [p]}, "finish_reason": None}]}
+                       for p in parts]
+            events.append({"id": "t", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            self._send(handler, 200, sse([*events, "[DONE]"]), "text/event-stream")
+            return
         reply = {
             "id": "t",
             "object": "chat.completion",
@@ -358,9 +386,140 @@ class FaultServer:
                     "message": {"role": "assistant", "content": None, "tool_calls": [call]},
                 }
             ],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+            # a prompt as long as its messages: a longer tool result is billed more, as a template renders it
+            "usage": {"prompt_tokens": len(json.dumps(body.get("messages"))) // 4, "completion_tokens": 20},
         }
         self._send(handler, 200, json.dumps(reply).encode())
+
+
+# Faults of what agent clients build on, each breaking one thing of a real answer (DeltaFaults says which).
+AGENT_MODES = (
+    "tool-calls-at-finish",
+    "tool-name-every-delta",
+    "split-tool-arguments",
+    "drop-reasoning-history",
+    "break-json-schema",
+    "break-json-schema-stream",
+    "reasoning-as-content-stream",
+    "think-tags-stream",
+    "drop-tool-results",
+    "first-call-only",
+    "tool-index-zero",
+)
+
+
+def _delta(event: Any) -> dict[str, Any] | None:
+    choices = event.get("choices") if isinstance(event, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict) and isinstance(choices[0].get("delta"), dict):
+        return choices[0]["delta"]  # type: ignore[no-any-return]
+    return None
+
+
+def rewrite_request(mode: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``drop-reasoning-history``: every message's ``reasoning_content`` stripped (a client or proxy that keeps only
+    the OpenAI fields of the history)."""
+    if mode == "drop-reasoning-history":
+        body = {**body, "messages": [{k: v for k, v in m.items() if k != "reasoning_content"}
+                                     for m in body.get("messages", [])]}
+    if mode == "drop-tool-results":
+        body = {**body, "messages": [{**m, "content": ""} if m.get("role") == "tool" else m
+                                     for m in body.get("messages", [])]}
+    return body
+
+
+def rewrite_answer(mode: str, request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """``break-json-schema``: a response_format answer loses its last character (a document cut short);
+    ``first-call-only``: an answer to a request for parallel calls keeps only its first."""
+    if mode == "break-json-schema" and request.get("response_format"):
+        message = reply["choices"][0]["message"]
+        message["content"] = message["content"].rstrip()[:-1]
+    if mode == "first-call-only" and request.get("parallel_tool_calls"):
+        message = reply["choices"][0]["message"]
+        message["tool_calls"] = (message.get("tool_calls") or [])[:1]
+    return reply
+
+
+def rewrite_stream(mode: str, request: dict[str, Any], events: list[Any]) -> list[Any]:
+    """One fault of a whole stream's events (``[DONE]`` kept as the string):
+
+    ``tool-calls-at-finish`` moves every tool-call delta, assembled into one, into the finish chunk;
+    ``tool-name-every-delta`` repeats the call's name in each of its deltas (what a client appends twice);
+    ``split-tool-arguments`` splits each arguments fragment into one-character deltas (a healthy stream, finer);
+    ``tool-index-zero`` sends every call's deltas under index 0 (several calls merge into one);
+    ``break-json-schema-stream`` drops the last content delta of a response_format stream;
+    ``reasoning-as-content-stream`` sends the reasoning deltas as content, ``think-tags-stream`` the same wrapped in
+    think tags (a streaming parser that does not split the trace out)."""
+    if mode in ("tool-calls-at-finish", "tool-name-every-delta", "split-tool-arguments", "tool-index-zero") and request.get(
+            "tools"):
+        return _rewrite_calls(mode, events)
+    if mode == "break-json-schema-stream" and request.get("response_format"):
+        last = max((i for i, e in enumerate(events) if (_delta(e) or {}).get("content")), default=None)
+        return [e for i, e in enumerate(events) if i != last]
+    thinking = (request.get("chat_template_kwargs") or {}).get("enable_thinking")
+    if mode in ("reasoning-as-content-stream", "think-tags-stream") and thinking:
+        out, opened, closed = [], False, False
+        for event in events:
+            delta = _delta(event)
+            if delta is not None and isinstance(delta.get("reasoning_content"), str):
+                text = delta.pop("reasoning_content")
+                if mode == "think-tags-stream" and not opened:
+                    text, opened = "<think>" + text, True
+                delta["content"] = (delta.get("content") or "") + text
+            elif delta is not None and isinstance(delta.get("content"), str) and opened and not closed:
+                delta["content"], closed = "</think>" + delta["content"], True
+            out.append(event)
+        return out
+    return events
+
+
+def _rewrite_calls(mode: str, events: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    held: dict[int, dict[str, Any]] = {}
+    for event in events:
+        delta = _delta(event)
+        parts = delta.get("tool_calls") if delta is not None else None
+        if delta is None or not isinstance(parts, list):
+            if mode == "tool-calls-at-finish" and held and delta is not None and event["choices"][0].get("finish_reason"):
+                event["choices"][0]["delta"] = {"tool_calls": list(held.values())}
+            out.append(event)
+            continue
+        for part in parts:
+            function = part.setdefault("function", {})
+            if mode == "tool-calls-at-finish":
+                call = held.setdefault(part["index"], {"index": part["index"], "function": {"arguments": ""}})
+                for key in ("id", "type"):
+                    if key in part:
+                        call[key] = part[key]
+                if "name" in function:
+                    call["function"]["name"] = function["name"]
+                call["function"]["arguments"] += function.get("arguments", "")
+            elif mode == "tool-name-every-delta":
+                function["name"] = "get_weather"
+            elif mode == "tool-index-zero":
+                part["index"] = 0
+        if mode == "tool-calls-at-finish":
+            continue
+        if mode == "split-tool-arguments":
+            for part in parts:
+                arguments = part.get("function", {}).get("arguments") or ""
+                head = {**part, "function": {**part["function"], "arguments": arguments[:1]}}
+                out.append({**event, "choices": [{**event["choices"][0], "delta": {"tool_calls": [head]}}]})
+                for char in arguments[1:]:
+                    piece = {"index": part["index"], "function": {"arguments": char}}
+                    out.append({**event, "choices": [{**event["choices"][0], "delta": {"tool_calls": [piece]}}]})
+            continue
+        out.append(event)
+    return out
+
+
+def _plain(request: dict[str, Any]) -> bool:
+    """A stream of text alone: no tools, no schema, thinking not asked for (what live-stream sends)."""
+    thinking = (request.get("chat_template_kwargs") or {}).get("enable_thinking")
+    return not (request.get("tools") or request.get("response_format") or thinking)
+
+
+def sse(events: list[Any]) -> bytes:
+    return b"".join(f"data: {e if e == '[DONE]' else json.dumps(e)}\n\n".encode() for e in events)
 
 
 PROXY_MODES = (
@@ -379,6 +538,7 @@ PROXY_MODES = (
     "rate-limited",
     "rate-limit-streams",
     "cut-second-stream",
+    *AGENT_MODES,
 )
 
 
@@ -397,7 +557,7 @@ class FaultProxy:
     answers 503 ``Loading model`` for the first ``delay`` seconds; ``rate-limit-once`` answers the second chat
     request 429 with ``Retry-After: 1`` (then passes everything), ``rate-limited`` every chat request,
     ``rate-limit-streams`` every streaming one;
-    ``cut-second-stream`` cuts the second event stream after its first chunk (the first one passes whole).
+    ``cut-second-stream`` cuts the second of live-stream's plain event streams after its first chunk (the first one passes whole).
     Listens on 127.0.0.1 only; every upstream call is bounded.
     """
 
@@ -489,11 +649,16 @@ class FaultProxy:
             self.stopping.wait(self.delay)
         headers = {k: v for k, v in handler.headers.items() if k.lower() in ("authorization", "content-type")}
         streaming = method == "POST" and (b'"stream": true' in body or b'"stream":true' in body)
+        if mode in AGENT_MODES and method == "POST" and path == "/v1/chat/completions":
+            self._agent(handler, mode, json.loads(body), streaming, headers)
+            return
         if method == "POST" and path == "/v1/chat/completions":
             with self.lock:
                 self.chats += 1
-                self.streams += streaming
-                chat, stream = self.chats, self.streams
+                # live-stream's own streams: the streams of tool calls, schemas and reasoning are other checks'
+                plain = streaming and _plain(json.loads(body))
+                self.streams += plain
+                chat, stream = self.chats, self.streams if plain else 0
             if (mode == "rate-limited" or (mode == "rate-limit-once" and chat == 2)
                     or (mode == "rate-limit-streams" and streaming)):
                 with self.lock:
@@ -541,3 +706,21 @@ class FaultProxy:
             self.refusals_held += 1
             self.stopping.wait(self.delay)
         self._send(handler, response.status_code, data, kind)
+
+    def _agent(self, handler: BaseHTTPRequestHandler, mode: str, request: dict[str, Any], streaming: bool,
+               headers: dict[str, str]) -> None:
+        """A chat request forwarded whole, its answer (or its stream, read to its end) rewritten by ``mode``."""
+        import httpx
+
+        request = rewrite_request(mode, request)
+        with httpx.Client(timeout=httpx.Timeout(120.0, connect=5.0)) as client:
+            response = client.post(self.upstream + "/v1/chat/completions", json=request, headers=headers)
+        if response.status_code != 200:
+            self._send(handler, response.status_code, response.content)
+            return
+        if not streaming:
+            self._send(handler, 200, json.dumps(rewrite_answer(mode, request, response.json())).encode())
+            return
+        events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        parsed = [e if e == "[DONE]" else json.loads(e) for e in events]
+        self._send(handler, 200, sse(rewrite_stream(mode, request, parsed)), "text/event-stream")

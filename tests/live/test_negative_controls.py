@@ -24,6 +24,7 @@ from fleetgate.reference import MODEL_FILE, ReferenceServer, llama_bin_dir, mode
 
 from .conftest import TEXT_DECIDED_CODES, VARIANTS, Edit, GateHere, drop, expected_outcomes, live_checks, set_value, variants_for
 from .mmproj import IMAGE_TOKENS, write_random_projector
+from .test_agents import AGENT_CODES
 from .test_bounds import BOUND_CODES
 from .test_faults import FAULT_CODES
 from .test_proxies import PROXY_CODES
@@ -91,6 +92,9 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
             "live-tool-calls": "live-tool-calls/no-structured-call",
             "live-reasoning": "live-reasoning/no-trace",
             "live-reasoning-effort": "live-reasoning-effort/other-status",
+            # the same cause: SmolLM2's own template has no tool-call format and renders no trace back
+            "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel",
+            "live-reasoning-turns": "live-reasoning-turns/after-tool-result",
         },
     ),
     "reasoning-in-content": (
@@ -124,7 +128,9 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
     "garbage": (  # argv edit built in the test: a server-wide +100 bias on '!'
         None,
         {},
-        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call"},
+        # every call starts with '!' too: neither one call nor two (measured, both variants)
+        {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call",
+         "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel"},
     ),
     "drafter-undeclared": (
         None,
@@ -180,7 +186,7 @@ def _raised_codes() -> set[str]:
 
 def test_every_live_failure_code_has_a_reproduction() -> None:
     shown = {code for _, _, failing in CONTROLS.values() for code in failing.values()}
-    shown |= FAULT_CODES | PROXY_CODES | BOUND_CODES
+    shown |= FAULT_CODES | PROXY_CODES | BOUND_CODES | AGENT_CODES
     assert {code.split("/", 1)[0] for code in shown if code.startswith("live-")} == live_checks()
     assert _raised_codes() - shown == set()
 

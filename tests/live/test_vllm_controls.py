@@ -62,6 +62,7 @@ BOOTS: dict[str, Boot] = {
             "live-tool-calls": "live-tool-calls/refused",
             "live-reasoning": "live-reasoning/tags-in-content",
             "live-prefix-cache": "live-prefix-cache/not-reused",
+            # reasoning_replay is read from prompts without tools: the traces' verdict does not wait on tool support
             "host-process-argv": "host-process-argv/argv-differs",
         },
         why_independent=(
@@ -101,6 +102,9 @@ BOOTS: dict[str, Boot] = {
         running=(('    --reasoning-parser "$REASONING_PARSER"\n', "    --reasoning-parser deepseek_r1\n"),),
         failing={
             "live-tool-calls": "live-tool-calls/no-structured-call",
+            # the same cause: with thinking off deepseek_r1 holds the whole answer as reasoning, and the schema's
+            # document never reaches the content (measured: content None)
+            "live-structured-output": "live-structured-output/not-honoured",
             "host-process-argv": "host-process-argv/argv-differs",
         },
         why_independent="one misconfiguration",
