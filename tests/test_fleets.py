@@ -53,6 +53,8 @@ LLAMA_UNIT_SERVICE = {
     "unit-exec-args": PASSED,
     "container-paths": SKIPPED,  # a systemd unit, not a Quadlet
     "drafter-placement": SKIPPED,  # no drafter
+    "engine-auth": SKIPPED,  # --host 127.0.0.1 (or a port published on 127.0.0.1): only the host reaches it
+    "cache-reuse-kept": SKIPPED,  # no --cache-reuse
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -60,6 +62,7 @@ FLEET_LEVEL = {
     "service-ports-unique": PASSED,
     "rules-exported": SKIPPED,  # no rules, no dashboards: nothing to hold to the engines' series
     "co-residence-fits": SKIPPED,  # one service: nothing shares its card
+    "vllm-start-headroom": SKIPPED,  # no vLLM beside another engine of its host
 }
 NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "vllm-starts", "vllm-mm-limits", "vllm-speculative-depth",
               "timeouts-nest")
@@ -104,6 +107,9 @@ VLLM_COMPOSE_SERVICE = {
     "rendered-port-matches": PASSED,  # "${VLLM_PORT:-8000}:8000" publishes --port 8000 on 8000, fleet.toml's port
     "payload-defaults": SKIPPED,  # no env variable names a host payload path (the container sees /models)
     "container-paths": PASSED,  # --model /models/Qwen3-8B-FP8 is /srv/models/Qwen3-8B-FP8, the declared payload
+    # "8000:8000" publishes the port on every address of the host, and vLLM is given no key (docs/seams.md,
+    # engine-auth: a true finding of this fleet, which its table now holds).
+    "engine-auth": "engine-auth/no-key",
     **NO_UNIT,
 }
 LLAMA_ONLY = tuple(c for c in LLAMA_UNIT_SERVICE if c not in VLLM_COMPOSE_SERVICE)
@@ -167,9 +173,13 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
     # vLLM's Deployment reads like compose-vllm's service: the image pins 0.13.0, one nvidia.com/gpu, and the Service
     # port 80 forwards to the container's named port http (8000), fleet.toml's port being the Service's.
     table = {("qwen", check): outcome for check, outcome in {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD}.items()}
+    # Its Service is ClusterIP: only the cluster reaches it, as the cluster's network policies allow.
+    table[("qwen", "engine-auth")] = SKIPPED
     # llama-server's StatefulSet: the server-cuda-b10867 image pins the build; the model on the claim has no profile.
     gemma = _table("rack", "gemma", **{f"gemma:{c}": o for c, o in K8S_NOT_HELD.items()},
-                   **{"gemma:engine-build-minimum": PASSED, "gemma:payload-defaults": SKIPPED})
+                   **{"gemma:engine-build-minimum": PASSED, "gemma:payload-defaults": SKIPPED,
+                      # its NodePort Service opens 30080 on every node to an engine that asks no key
+                      "gemma:engine-auth": "engine-auth/no-key"})
     table.update(gemma)
     for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
         table.pop(("fleet", check))
@@ -178,7 +188,8 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
 
 
 CLEAN = {
-    "unit-script": _table("l4-box", "qwen"),
+    # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
+    "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
     # DynamicUser=yes: systemd allocates a transient unprivileged user.
     "unit-exec": _table("homelab", "chat", **{"chat:unit-user": PASSED}),
     # llama.cpp's server-cuda image: the tag pins build 10867 (engine-build-minimum now has a build to hold), the
@@ -196,7 +207,10 @@ CLEAN = {
     # The image tag pins build 10500: the build is known, so engine-build-minimum judges it (nothing it runs needs
     # a minimum).
     # The unit runs `docker run`: the engine runs as the container's user, not as the unit's User=.
-    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED, "coder:unit-user": SKIPPED}),
+    # -p "${PORT}:8080" publishes on every address of the host; the image binds 0.0.0.0 (LLAMA_ARG_HOST) and no key
+    # is given: a true finding (docs/seams.md, engine-auth).
+    "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED, "coder:unit-user": SKIPPED,
+                                               "coder:engine-auth": "engine-auth/no-key"}),
     # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
     "unit-install-env": _table("den", "llama"),
     "llama-swap": _swap_table(),
@@ -272,6 +286,34 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "exec-start-stray-positional": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                                    'EXTRA_ARGS="--jinja true --flash-attn on"')],
                                     {"chat:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
+    # engine-auth (issue 32): an engine other machines reach asks for a key. A key file passes; a key from an empty
+    # variable is no key (llama-server drops empty keys); loopback is reached by the host alone.
+    "auth-key-file": ("unit-script", [("config/llama-server.env", "JINJA=--jinja",
+                                       "JINJA=--jinja --api-key-file /etc/llama/api-keys")],
+                      {"qwen:engine-auth": PASSED}),
+    "auth-key-in-environment": ("unit-script", [("systemd/llama-server.service", "Type=simple",
+                                                 "Type=simple\nEnvironment=LLAMA_API_KEY=fixture-not-a-secret")],
+                                {"qwen:engine-auth": PASSED}),
+    "auth-empty-key": ("unit-script", [("bin/serve.sh", '  --port "$PORT" \\\n', '  --port "$PORT" \\\n  --api-key "${API_KEY:-}" \\\n')],
+                       # the empty word is --api-key's value (engine-accepts-argv names it), and no key (engine-auth)
+                       {"qwen:engine-auth": "engine-auth/empty-key",
+                        "qwen:engine-accepts-argv": "engine-accepts-argv/empty-value"}),
+    "auth-loopback": ("unit-script", [("config/llama-server.env", "HOST=0.0.0.0", "HOST=127.0.0.1")],
+                      {"qwen:engine-auth": SKIPPED}),
+    "auth-ipv6-every-address": ("unit-exec", [("systemd/llama-chat.service", "--host 127.0.0.1", "--host ::")],
+                                {"chat:engine-auth": "engine-auth/no-key"}),
+    "auth-compose-loopback": ("compose-vllm", [("compose.yaml", '"${VLLM_PORT:-8000}:8000"',
+                                                '"127.0.0.1:${VLLM_PORT:-8000}:8000"')],
+                              {"qwen:engine-auth": SKIPPED}),
+    "auth-compose-empty-key": ("compose-vllm", [("compose.yaml", "      HF_HUB_OFFLINE: \"1\"\n",
+                                                 "      HF_HUB_OFFLINE: \"1\"\n      VLLM_API_KEY: ${VLLM_API_KEY:-}\n")],
+                               {"qwen:engine-auth": "engine-auth/empty-key"}),
+    "auth-compose-key": ("compose-vllm", [("compose.yaml", "      HF_HUB_OFFLINE: \"1\"\n",
+                                           "      HF_HUB_OFFLINE: \"1\"\n      VLLM_API_KEY: fixture-not-a-secret\n")],
+                         {"qwen:engine-auth": PASSED}),
+    "auth-cluster-ip": ("kubernetes", [("deploy/llama/statefulset.yaml", "  type: NodePort\n", ""),
+                                       ("deploy/llama/statefulset.yaml", "      nodePort: 30080\n", "")],
+                        {"gemma:engine-auth": SKIPPED}),
     # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
     "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
                                   {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),
@@ -368,14 +410,16 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                 "exec /opt/llama.cpp/build/bin/llama-server")], {}),
     # docker run: the engine binds 8080 in the container; -p must publish it on fleet.toml's port.
     "docker-port-not-published": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', '-p "${PORT}:8081"')],
-                                  {"coder:rendered-port-matches": "rendered-port-matches/run-not-published"}),
+                                  {"coder:rendered-port-matches": "rendered-port-matches/run-not-published",
+                                   "coder:engine-auth": SKIPPED}),  # the engine's port is not published at all
     "docker-host-port-differs": ("docker-run", [("config/coder.env", "PORT=8000", "PORT=8001")],
                                  {"coder:rendered-port-matches": "rendered-port-matches/run-published-differs"}),
     "docker-stray-positional": ("docker-run", [("scripts/run-coder.sh", "  --jinja\n", "  --jinja true\n")],
                                 {"coder:engine-accepts-argv": "engine-accepts-argv/stray-positional"}),
     # Harmless spellings of the same run line: --flag=value with an address, host networking, podman.
     "docker-publish-equals": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"',
-                                              '--publish="127.0.0.1:${PORT}:8080"')], {}),
+                                              '--publish="127.0.0.1:${PORT}:8080"')],
+                              {"coder:engine-auth": SKIPPED}),  # published on loopback only
     "docker-network-host": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', "--network host"),
                                            ("scripts/run-coder.sh", "--port 8080", '--port "$PORT"')], {}),
     "podman-container-run": ("docker-run", [("scripts/run-coder.sh", "exec docker run", "exec podman container run")], {}),
@@ -442,7 +486,9 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                         {"gemma:rendered-port-matches": "rendered-port-matches/kubernetes-port-differs"}),
     # The engine's port from the ConfigMap-fed $(PORT): moved, the Service's targetPort no longer reaches it.
     "kubernetes-env-port-moved": ("kubernetes", [("deploy/llama/statefulset.yaml", 'value: "8080"', 'value: "8090"')],
-                                  {"gemma:rendered-port-matches": "rendered-port-matches/kubernetes-not-targeted"}),
+                                  {"gemma:rendered-port-matches": "rendered-port-matches/kubernetes-not-targeted",
+                                   # the NodePort no longer reaches the engine's port: nothing outside reaches it
+                                   "gemma:engine-auth": SKIPPED}),
     # The same Service targeting the container port by number: harmless.
     "kubernetes-target-by-number": ("kubernetes", [("deploy/vllm/deployment.yaml", "      targetPort: http",
                                                     "      targetPort: 8000")], {}),

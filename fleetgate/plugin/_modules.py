@@ -69,7 +69,8 @@ MODULES = (
     CheckModule("seams/test_context.py", "--parallel divides the context; every slot stays within the trained window (B-CTX-1..5, "
                 "INC-07).", ("slots-divide-context", "slot-within-trained-window", "slots-divide-pool")),
     CheckModule("seams/test_coresidence.py", "Co-residence: services that can hold one card at once (llama-swap groups, two units "
-                "on one host) fit it together.", ("co-residence-fits",)),
+                "on one host) fit it together; vLLM's fraction is free on a card it shares (issue 32).",
+                ("co-residence-fits", "vllm-start-headroom")),
     CheckModule("seams/test_deploy.py", "The deploy script's readiness probes can succeed (B-TO-6, B-UN-6); its payload gate names "
                 "what the units load (B-MM-4).", ("deploy-probes", "deploy-payload")),
     CheckModule("seams/test_devices.py", "The engine sees exactly its cards (B-DV-1..4, INC-19, INC-29).", ("device-visibility",)),
@@ -93,6 +94,10 @@ MODULES = (
                 "INC-16, INC-24).", ("rules-exported", "rules-drafter-alert", "retired-names")),
     CheckModule("seams/test_runbook.py", "What a service's runbook requires of its engine is what it is started with (B-UN-12, "
                 "B-CTX-8).", ("runbook-settings",)),
+    CheckModule("seams/test_reuse.py", "--cache-reuse is kept by the engine: not beside a projector, not on a "
+                "sliding-window model without --swa-full (issue 32).", ("cache-reuse-kept",)),
+    CheckModule("seams/test_security.py", "What every fleet owes its network: an engine other machines reach asks for a key "
+                "(issue 32).", ("engine-auth",)),
     CheckModule("seams/test_shell.py", "An explicitly empty variable omits its flag (B-SH-1, INC-57).", ("empty-means-omit",)),
     CheckModule("seams/test_speculative.py", "Speculative decoding is wired the way the engine can load it (B-SP-1..8, INC-13, "
                 "INC-15, INC-16).", ("speculative-wiring", "engine-build-minimum")),
