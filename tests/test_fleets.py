@@ -55,6 +55,7 @@ LLAMA_UNIT_SERVICE = {
     "drafter-placement": SKIPPED,  # no drafter
     "engine-auth": SKIPPED,  # --host 127.0.0.1 (or a port published on 127.0.0.1): only the host reaches it
     "cache-reuse-kept": SKIPPED,  # no --cache-reuse
+    "volume-variables": SKIPPED,  # no compose file or Quadlet mounts anything
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -94,6 +95,8 @@ def _copy(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
 # the engine is given (container-paths). By hand, for each fixture:
 NO_UNIT = {f"{check}": SKIPPED for check in ("unit-install", "unit-user", "unit-restart", "unit-env-files",
                                               "unit-exec-args")}
+# A compose service's volumes: paths written without a variable, or with one the .env sets.
+COMPOSE_VOLUMES = {"volume-variables": PASSED}
 # vLLM in compose on one 24 GiB card: what each vLLM seam does on it.
 VLLM_COMPOSE_SERVICE = {
     "vllm-argv": PASSED,  # every flag is one vLLM 0.13.0 (the image tag) knows
@@ -111,6 +114,7 @@ VLLM_COMPOSE_SERVICE = {
     # engine-auth: a true finding of this fleet, which its table now holds).
     "engine-auth": "engine-auth/no-key",
     **NO_UNIT,
+    **COMPOSE_VOLUMES,
 }
 LLAMA_ONLY = tuple(c for c in LLAMA_UNIT_SERVICE if c not in VLLM_COMPOSE_SERVICE)
 
@@ -166,7 +170,7 @@ def _preset_table() -> dict[tuple[str, str], str]:
 
 # Two Kubernetes workloads (fleetgate.sources.kubernetes): no unit; the pods' volumeMounts are read but container-paths
 # has no Kubernetes branch yet, so it skips naming the workload.
-K8S_NOT_HELD = {**NO_UNIT, "container-paths": SKIPPED}
+K8S_NOT_HELD = {**NO_UNIT, "container-paths": SKIPPED, "volume-variables": SKIPPED}
 
 
 def _kubernetes_table() -> dict[tuple[str, str], str]:
@@ -194,13 +198,13 @@ CLEAN = {
     "unit-exec": _table("homelab", "chat", **{"chat:unit-user": PASSED}),
     # llama.cpp's server-cuda image: the tag pins build 10867 (engine-build-minimum now has a build to hold), the
     # container's paths are bind-mounted, port 8080 inside is published on 127.0.0.1:8081.
-    "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in NO_UNIT.items()},
+    "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES}.items()},
                             **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                "chat:payload-defaults": SKIPPED}),
     "compose-vllm": _compose_vllm_table(),
     # The same engine split over include: and extends: (the service defined in llm/compose.yaml, its image, mount and
     # card in llm/base.yaml): it reads to the same seams as compose-llama's one file.
-    "compose-include": _table("attic", "chat", **{f"chat:{c}": o for c, o in NO_UNIT.items()},
+    "compose-include": _table("attic", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES}.items()},
                               **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                  "chat:payload-defaults": SKIPPED}),
     "unit-bash-c": _table("team-box", "mistral"),

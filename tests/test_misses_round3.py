@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.runner import run_seams
-from tests.fleet_edits import Edit
+from tests.fleet_edits import Edit, edited_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEETS = REPO / "fixtures" / "fleets"
@@ -173,3 +173,57 @@ def test_cache_reuse_kept(case: str, tmp_path: Path) -> None:
     edits, expected = REUSE[case]
     outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "cache-reuse-kept")
     assert outcomes == expected, texts
+
+
+# -- volume-variables: compose (compose-vllm) and a Quadlet (the example fleet's frank-archon) ----------------------
+
+VOLUME_COMPOSE: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "literal": ([], {"qwen": PASSED}),
+    # ${MODELS} set in .env: compose reads it there.
+    "set-in-env": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS}:/models:ro"),
+                    (".env", "VLLM_PORT=8000", "VLLM_PORT=8000\nMODELS=/srv/models")], {"qwen": PASSED}),
+    # A default covers it.
+    "with-default": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS:-/srv/models}:/models:ro")],
+                     {"qwen": PASSED}),
+    # Nothing sets it: ':/models' is no bind mount.
+    "unset": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS}:/models:ro")],
+              {"qwen": "volume-variables/compose-unset"}),
+    # Part of a path: '/qwen' is mounted instead.
+    "unset-prefix": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS_ROOT}/models:/models:ro")],
+                     {"qwen": "volume-variables/compose-unset"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VOLUME_COMPOSE))
+def test_volume_variables_compose(case: str, tmp_path: Path) -> None:
+    edits, expected = VOLUME_COMPOSE[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "compose-vllm", edits), "volume-variables")
+    assert outcomes == expected, texts
+
+
+QUADLET = "dankserver/frank-archon/quadlet/frank-archon.container"
+ARCHON_ENV = "dankserver/frank-archon/frank-archon.env"
+_VOLUME: Edit = (QUADLET, "Volume=/home/dank/models:/models:ro", "Volume=${MODELS_DIR}:/models:ro")
+# The example fleet's services that a Quadlet or compose starts: frank-archon alone.
+_OTHERS = {s: SKIPPED for s in ("frank-medium", "frank-zealot", "frank-dragoon", "frank-tts", "reference")}
+
+VOLUME_QUADLET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "literal": ([], {"frank-archon": PASSED}),
+    # Only [Container] EnvironmentFile= (the container's) sets it: systemd expands it to ''.
+    "container-env-only": ([_VOLUME, (ARCHON_ENV, "\nPORT=", "\nMODELS_DIR=/home/dank/models\nPORT=")],
+                           {"frank-archon": "volume-variables/quadlet-unset"}),
+    "nowhere": ([_VOLUME], {"frank-archon": "volume-variables/quadlet-unset"}),
+    # [Service] Environment= is what systemd expands ExecStart= from.
+    "service-environment": ([_VOLUME, (QUADLET, "[Service]\n", "[Service]\nEnvironment=MODELS_DIR=/home/dank/models\n")],
+                            {"frank-archon": PASSED}),
+    # $$ is a literal dollar for systemd.
+    "literal-dollar": ([(QUADLET, "Volume=/home/dank/models:/models:ro", "Volume=/home/dank/mo$$dels:/models:ro")],
+                       {"frank-archon": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VOLUME_QUADLET))
+def test_volume_variables_quadlet(case: str, tmp_path: Path) -> None:
+    edits, expected = VOLUME_QUADLET[case]
+    outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "volume-variables")
+    assert outcomes == {**_OTHERS, **expected}, texts

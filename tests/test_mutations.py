@@ -135,6 +135,9 @@ CLEAN: dict[tuple[str, str], str] = {
     # No service passes --cache-reuse; frank-archon, the one vLLM, runs beside nothing (frank-medium is its rollback).
     **{(s, "cache-reuse-kept"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
     ("frank", "vllm-start-headroom"): SKIPPED,
+    # frank-archon's Quadlet mounts literal paths; no other service is started by a Quadlet or compose.
+    ("frank-archon", "volume-variables"): PASSED,
+    **{(s, "volume-variables"): SKIPPED for s in ("frank-medium", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),

@@ -111,6 +111,8 @@ MODULES = (
                  "quadlet-compile-cache", "container-paths")),
     CheckModule("seams/test_vision.py", "Vision needs an explicit --mmproj the service declares (B-MM-1, B-MM-2, INC-08).",
                 ("vision-mmproj",)),
+    CheckModule("seams/test_volumes.py", "A mount path's variables are set where compose or systemd expands them (issue "
+                "32).", ("volume-variables",)),
     CheckModule("seams/test_vllm.py", "vLLM memory knobs (B-VL-1..5, INC-30, INC-31, INC-42).", ("vllm-memory-knobs", "vllm-starts")),
     CheckModule("seams/test_vllm_argv.py", "vLLM argv as the pinned release reads it; flags the fleet's rules forbid (INC-88, "
                 "B-VL-8, B-FIT-12).", ("vllm-argv", "forbidden-flags")),
