@@ -56,6 +56,7 @@ LLAMA_UNIT_SERVICE = {
     "engine-auth": SKIPPED,  # --host 127.0.0.1 (or a port published on 127.0.0.1): only the host reaches it
     "cache-reuse-kept": SKIPPED,  # no --cache-reuse
     "volume-variables": SKIPPED,  # no compose file or Quadlet mounts anything
+    "embeddings-served": SKIPPED,  # no --pooling, no /v1/embeddings in a contract
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {

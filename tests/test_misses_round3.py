@@ -227,3 +227,77 @@ def test_volume_variables_quadlet(case: str, tmp_path: Path) -> None:
     edits, expected = VOLUME_QUADLET[case]
     outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "volume-variables")
     assert outcomes == {**_OTHERS, **expected}, texts
+
+
+# -- embeddings-served: a router preset (router-preset) and a unit's contract (unit-exec) ---------------------------
+
+_CODER = "parallel = 1\n"
+EMBEDDINGS_PRESET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "chat-only": ([], {"coder": SKIPPED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # A section asks for mean pooling and never turns embeddings on: every embeddings request is a 501.
+    "pooling-only": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\n")],
+                     {"coder": "embeddings-served/pooling-only", "llama": SKIPPED, "autocomplete": SKIPPED}),
+    "pooling-and-embeddings": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\nembeddings = true\n")],
+                               {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # `[*]` turning embeddings on reaches every section.
+    "embeddings-global": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\n"),
+                           ("config/models.ini", "flash-attn   = on\n", "flash-attn   = on\nembeddings   = on\n")],
+                          {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # Reranking turns embeddings on too.
+    "pooling-rank-reranking": ([("config/models.ini", _CODER, _CODER + "pooling  = rank\nreranking = true\n")],
+                               {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMBEDDINGS_PRESET))
+def test_embeddings_served_preset(case: str, tmp_path: Path) -> None:
+    edits, expected = EMBEDDINGS_PRESET[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "router-preset", edits), "embeddings-served")
+    assert outcomes == expected, texts
+
+
+_CONTRACT: Edit = ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                   'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n[services.chat.contract]\n'
+                   'endpoints = ["/health", "/v1/embeddings"]\n')
+EMBEDDINGS_CONTRACT: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "contract-without-flag": ([_CONTRACT], {"chat": "embeddings-served/contract-endpoint"}),
+    "contract-with-flag": ([_CONTRACT, _args("--embeddings")], {"chat": PASSED}),
+    "contract-with-env": ([_CONTRACT, ("env/chat.env", "PORT=8081", "PORT=8081\nLLAMA_ARG_EMBEDDINGS=1")], {"chat": PASSED}),
+    "pooling-flag": ([_args("--pooling cls")], {"chat": "embeddings-served/pooling-only"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMBEDDINGS_CONTRACT))
+def test_embeddings_served_contract(case: str, tmp_path: Path) -> None:
+    edits, expected = EMBEDDINGS_CONTRACT[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "embeddings-served")
+    assert outcomes == expected, texts
+
+
+# -- slot-within-trained-window: an embedding server at 4x its trained window, and the RoPE scaling that stretches it -
+
+_EMBED_4X: list[Edit] = [*GEMMA_SERVICE, ("env/chat.env", "CTX=16384", "CTX=131072")]
+TRAINED: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "within": ([*GEMMA_SERVICE, _args("--embeddings --pooling mean")], {"chat": PASSED}),
+    # 131072 positions in one slot: 4x gemma-3-270m's 32768, on the base rope.
+    "embeddings-4x": ([*_EMBED_4X, _args("--embeddings --pooling mean")],
+                      {"chat": "slot-within-trained-window/past-trained-window"}),
+    # YaRN x 4 stretches the window to 131072.
+    "embeddings-4x-yarn": ([*_EMBED_4X, _args("--embeddings --pooling mean --rope-scaling yarn --rope-scale 4")],
+                           {"chat": PASSED}),
+    "embeddings-4x-freq-scale": ([*_EMBED_4X, _args("--embeddings --rope-scaling linear --rope-freq-scale 0.25")],
+                                 {"chat": PASSED}),
+    # A factor with the GGUF's scaling type none is never applied (llama_context: "never scale if scaling type is none").
+    "embeddings-4x-scale-without-type": ([*_EMBED_4X, _args("--embeddings --rope-scale 4")],
+                                         {"chat": "slot-within-trained-window/past-trained-window"}),
+    # x 2 is not x 4.
+    "embeddings-4x-yarn-2": ([*_EMBED_4X, _args("--embeddings --rope-scaling yarn --rope-scale 2")],
+                             {"chat": "slot-within-trained-window/past-trained-window"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAINED))
+def test_trained_window_with_rope_scaling(case: str, tmp_path: Path) -> None:
+    edits, expected = TRAINED[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "slot-within-trained-window")
+    assert outcomes == expected, texts

@@ -137,6 +137,7 @@ CLEAN: dict[tuple[str, str], str] = {
     ("frank", "vllm-start-headroom"): SKIPPED,
     # frank-archon's Quadlet mounts literal paths; no other service is started by a Quadlet or compose.
     ("frank-archon", "volume-variables"): PASSED,
+    **{(s, "embeddings-served"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
     **{(s, "volume-variables"): SKIPPED for s in ("frank-medium", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),

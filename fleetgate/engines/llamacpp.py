@@ -65,6 +65,7 @@ OPTIONS: tuple[Option, ...] = (
     _o("cache_reuse", "--cache-reuse", env="LLAMA_ARG_CACHE_REUSE"),
     _o("embeddings", "--embedding", "--embeddings", value=False, env="LLAMA_ARG_EMBEDDINGS"),
     _o("pooling", "--pooling", env="LLAMA_ARG_POOLING"),
+    _o("reranking", "--rerank", "--reranking", value=False, env="LLAMA_ARG_RERANKING"),
     _o("rope_scaling", "--rope-scaling", env="LLAMA_ARG_ROPE_SCALING_TYPE"),
     _o("rope_scale", "--rope-scale", env="LLAMA_ARG_ROPE_SCALE"),
     _o("rope_freq_scale", "--rope-freq-scale", env="LLAMA_ARG_ROPE_FREQ_SCALE"),

@@ -78,6 +78,8 @@ MODULES = (
                 ("docs-index", "docs-shapes")),
     CheckModule("seams/test_drafter.py", "The draft context runs on the card it was sized for (B-FIT-13, B-FIT-7, INC-03, INC-10, "
                 "INC-58).", ("drafter-placement",)),
+    CheckModule("seams/test_embeddings.py", "A llama-server asked for embeddings is started with --embeddings (issue "
+                "32).", ("embeddings-served",)),
     CheckModule("seams/test_fleet.py", "Fleet-level findings: duplicate host:port, a rendered port that is not the declared one, "
                 "inf/nan.", ("fleet-numbers-finite", "service-ports-unique", "rendered-port-matches")),
     CheckModule("seams/test_memory.py", "The ledger holds the floors: cards, balance, drafter, prompt cache (B-FIT-1/2/7, "
