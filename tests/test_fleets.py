@@ -18,6 +18,8 @@ import pytest
 from fleetgate.checks import REGISTRY, _load_all
 from fleetgate.policies import POLICIES
 from tests.fleet_edits import Edit, edited_fleet
+from tests.test_misses_round3 import (EMBED, EMBEDDINGS_CONTRACT, EMBEDDINGS_PRESET, GEMMA, GEMMA_COMMAND, GEMMA_GGUF,
+                                      LLAMA_IMAGE, REUSE, VOLUME_COMPOSE, _declared, _second)
 from tests.test_mutations import NOT_JUDGED, PASSED, SKIPPED, run_seams
 
 REPO = Path(__file__).resolve().parents[1]
@@ -234,6 +236,15 @@ def test_a_strangers_fleet_gives_exactly_its_table(name: str, pytester: pytest.P
             assert word not in text, text
 
 
+ABSENT = "absent"
+"""A (subject, check) of the clean table that a miss takes away (a seam with no subject gains one)."""
+
+
+def _added(service: str, outcomes: dict[str, str]) -> dict[str, str]:
+    """A service a miss adds: its outcome on every seam, as ``service:check`` keys."""
+    return {f"{service}:{check}": outcome for check, outcome in outcomes.items()}
+
+
 def _broken(fleet: str, service: str) -> dict[str, str]:
     """A service whose files cannot be read: serve-script-renders says which line; every other seam of it skips."""
     changes = {f"{service}:{check}": SKIPPED for (subject, check) in CLEAN[fleet] if subject == service}
@@ -319,6 +330,51 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "auth-cluster-ip": ("kubernetes", [("deploy/llama/statefulset.yaml", "  type: NodePort\n", ""),
                                        ("deploy/llama/statefulset.yaml", "      nodePort: 30080\n", "")],
                         {"gemma:engine-auth": SKIPPED}),
+    # vllm-start-headroom (issue 32): a second engine on compose-vllm's one card, granted it by count: 1.
+    # A second vLLM (an embedding model, no profile) at 0.30 beside the first's 0.90: the one that starts second
+    # refuses; co-residence-fits sums the two budgets past the card as well.
+    "headroom-two-vllm": ("compose-vllm", [*_second("embed", "vllm/vllm-openai:v0.13.0",
+                                                    "--model /models/Qwen3-Embedding-0.6B --port 8001 "
+                                                    "--gpu-memory-utilization 0.30"),
+                                           _declared("embed", "vllm", EMBED)],
+                          {"tiwaz:vllm-start-headroom": "vllm-start-headroom/fractions-over-card",
+                           "tiwaz:co-residence-fits": "co-residence-fits/over-card",
+                           **_added("embed", {**VLLM_COMPOSE_SERVICE, "vllm-starts": NOT_JUDGED,  # no profile
+                                              "engine-auth": SKIPPED})}),  # published on 127.0.0.1
+    # gemma-3-270m's llama-server (its profile: 1.02 GiB on the card at 32768 positions) beside vLLM raised to 0.97,
+    # which asks 23.28 GiB of the 24 free at start.
+    "headroom-beside-llama": ("compose-vllm", [*_second("chat", LLAMA_IMAGE, GEMMA_COMMAND),
+                                               _declared("chat", "llama.cpp", GEMMA_GGUF, f"profiles/{GEMMA.name}"),
+                                               ("compose.yaml", "--gpu-memory-utilization 0.90",
+                                                "--gpu-memory-utilization 0.97")],
+                              {"tiwaz:vllm-start-headroom": "vllm-start-headroom/beside-engine",
+                               "tiwaz:co-residence-fits": "co-residence-fits/over-card",
+                               **_added("chat", {**LLAMA_UNIT_SERVICE, **NO_UNIT, **COMPOSE_VOLUMES,
+                                                 # the profile: the ledger's seams judge it
+                                                 "profile-declared": PASSED, "slot-within-trained-window": PASSED,
+                                                 "card-floor": PASSED, "prompt-cache-holds-slot": PASSED,
+                                                 # the image tag pins b10867; the payload is the declared one
+                                                 "engine-build-minimum": PASSED, "container-paths": PASSED,
+                                                 "payload-defaults": SKIPPED}),
+                               # the llama.cpp seams now have a subject
+                               **{f"fleet:{check}": ABSENT for check in LLAMA_ONLY}}),
+    # cache-reuse-kept (issue 32) on unit-exec: beside a projector (no profile needed); on gemma-3-270m (its profile,
+    # 15 of 18 blocks windowed) without --swa-full; on an M-RoPE architecture.
+    "reuse-multimodal": ("unit-exec", REUSE["reuse-multimodal"][0], {"chat:cache-reuse-kept": "cache-reuse-kept/multimodal"}),
+    **{case: ("unit-exec", REUSE[case][0],
+              {"chat:cache-reuse-kept": code, "chat:profile-declared": PASSED, "chat:card-floor": PASSED,
+               "chat:prompt-cache-holds-slot": PASSED, "chat:slot-within-trained-window": PASSED})
+       for case, code in (("reuse-sliding-window", "cache-reuse-kept/sliding-window"),
+                          ("reuse-m-rope", "cache-reuse-kept/no-shift"))},
+    # volume-variables (issue 32): ${MODELS} that no .env sets is ':/models', no bind mount: the model is not mounted.
+    "volume-unset": ("compose-vllm", VOLUME_COMPOSE["unset"][0],
+                     {"qwen:volume-variables": "volume-variables/compose-unset",
+                      "qwen:container-paths": "container-paths/compose-not-mounted"}),
+    # embeddings-served (issue 32): a preset section with pooling and no embeddings; a contract that lists them.
+    "embeddings-preset-pooling": ("router-preset", EMBEDDINGS_PRESET["pooling-only"][0],
+                                  {"coder:embeddings-served": "embeddings-served/pooling-only"}),
+    "embeddings-contract": ("unit-exec", EMBEDDINGS_CONTRACT["contract-without-flag"][0],
+                            {"chat:embeddings-served": "embeddings-served/contract-endpoint"}),
     # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
     "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
                                   {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),
@@ -531,6 +587,7 @@ def test_a_miss_is_its_own_code_and_a_harmless_variant_passes(case: str, pyteste
     outcomes, texts = run_seams(pytester, _copy(tmp_path, name, edits))
     expected = dict(CLEAN[name])
     expected.update({tuple(key.split(":", 1)): outcome for key, outcome in changes.items()})  # type: ignore[misc]
+    expected = {key: outcome for key, outcome in expected.items() if outcome != ABSENT}
     assert outcomes == expected
     for text in texts.values():
         assert "Traceback" not in text

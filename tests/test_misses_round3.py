@@ -21,15 +21,13 @@ from tests.fleet_edits import Edit, edited_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 FLEETS = REPO / "fixtures" / "fleets"
-GEMMA = REPO / "tests" / "data" / "profiles" / "gemma-3-270m-q4_k_m.toml"
+GEMMA = FLEETS / "unit-exec" / "profiles" / "gemma-3-270m-q4_k_m.toml"
 PASSED, SKIPPED, NOT_JUDGED = "passed", "skipped", "not-judged"
 
 
 def _fleet(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
     target = tmp_path / name
     shutil.copytree(FLEETS / name, target, symlinks=True)
-    (target / "profiles").mkdir(exist_ok=True)
-    shutil.copy(GEMMA, target / "profiles" / GEMMA.name)
     for file, old, new in edits:
         text = (target / file).read_text(encoding="utf-8")
         assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"

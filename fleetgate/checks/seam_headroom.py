@@ -1,8 +1,9 @@
 """vLLM starts beside the other engines of its card (issue 32).
 
-vLLM refuses to start when the free memory of a card is below ``--gpu-memory-utilization`` x its total: the worker
-compares the two before it loads anything ("Free memory on device ... is less than desired GPU memory
-utilization", vllm/v1/worker/gpu_worker.py, ``determine_available_memory``'s start-up check; ENGINE-FACTS.md). So on a
+vLLM refuses to start when the free memory of a card is below ``--gpu-memory-utilization`` x its total: its GPU worker
+compares the two when it initialises the device, before it loads anything (vllm/v1/worker/gpu_worker.py,
+``init_device``: "ValueError: Free memory on device cuda:0 (12.38/287.69 GiB) on startup is less than desired GPU
+memory utilization (0.92, 264.67 GiB)", as users' logs quote it). So on a
 card that another engine of the fleet also uses, vLLM starts only if that engine leaves it ``utilization x total``:
 
 - two vLLM services on one card: their fractions must sum to at most 1, or the one that starts second refuses
