@@ -18,8 +18,19 @@ import pytest
 from fleetgate.checks import REGISTRY, _load_all
 from fleetgate.policies import POLICIES
 from tests.fleet_edits import Edit, edited_fleet
-from tests.test_misses_round3 import (EMBED, EMBEDDINGS_CONTRACT, EMBEDDINGS_PRESET, GEMMA, GEMMA_COMMAND, GEMMA_GGUF,
-                                      LLAMA_IMAGE, REUSE, VOLUME_COMPOSE, _declared, _second)
+from tests.test_misses_round3 import (
+    EMBED,
+    EMBEDDINGS_CONTRACT,
+    EMBEDDINGS_PRESET,
+    GEMMA,
+    GEMMA_COMMAND,
+    GEMMA_GGUF,
+    LLAMA_IMAGE,
+    REUSE,
+    VOLUME_COMPOSE,
+    _declared,
+    _second,
+)
 from tests.test_mutations import NOT_JUDGED, PASSED, SKIPPED, run_seams
 
 REPO = Path(__file__).resolve().parents[1]

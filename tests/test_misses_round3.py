@@ -68,7 +68,7 @@ def _declared(name: str, engine: str, payload: str, profile: str = "") -> Edit:
 EMBED = "/srv/models/Qwen3-Embedding-0.6B"
 GEMMA_GGUF = "/srv/models/gemma-3-270m-q4_k_m.gguf"
 LLAMA_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda-b10867"
-GEMMA_COMMAND = f"-m /models/gemma-3-270m-q4_k_m.gguf -c 32768 -ngl 99 --host 0.0.0.0 --port 8001"
+GEMMA_COMMAND = "-m /models/gemma-3-270m-q4_k_m.gguf -c 32768 -ngl 99 --host 0.0.0.0 --port 8001"
 
 HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
     # One vLLM alone on its card: nothing shares it.
@@ -76,17 +76,17 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
     # A second vLLM (an embedding model at 0.30) on the same card: 0.90 + 0.30 of it; the one that starts second
     # refuses.
     "two-vllm-over": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
-                                f"--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
+                                "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
                        _declared("embed", "vllm", EMBED)],
                       {"tiwaz": "vllm-start-headroom/fractions-over-card"}),
     # At 0.10 the two fractions make the whole card: both start, in either order.
     "two-vllm-fit": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
-                               f"--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.10"),
+                               "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.10"),
                       _declared("embed", "vllm", EMBED)],
                      {"tiwaz": PASSED}),
     # Each on its own card of a two-card host: nothing shared.
     "two-vllm-own-cards": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
-                                     f"--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                     "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
                                      grant='device_ids: ["1"]'),
                             _declared("embed", "vllm", EMBED),
                             ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]',
@@ -95,7 +95,7 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
                            {"tiwaz": PASSED}),
     # fleet.toml says they never run together.
     "two-vllm-exclusive": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
-                                     f"--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
+                                     "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
                             _declared("embed", "vllm", EMBED),
                             ("fleet.toml", 'compose_service = "vllm"\n', 'compose_service = "vllm"\nexclusive_with = ["embed"]\n')],
                            {"tiwaz": SKIPPED}),

@@ -67,7 +67,7 @@ def _published(host_ip: str | None, port: int | None, where: str) -> Reach | Non
 _PUBLISH = re.compile(r"^(?:(?P<ip>\[[^\]]*\]|[^:]*):)?(?:(?P<host>\d*)(?:-\d+)?:)?(?P<container>\d+)(?:-\d+)?(?:/\w+)?$")
 
 
-def reach(config: RenderedService) -> Reach | None | str:
+def reach(config: RenderedService) -> Reach | str | None:
     """How other machines reach the engine: (what, where), None when only the host (or its containers) can, or a
     string: why the check does not apply."""
     rendered = config.rendered

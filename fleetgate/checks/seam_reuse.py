@@ -96,8 +96,8 @@ def cache_reuse_kept(config: RenderedService) -> None:
             config, "no-shift",
             where=where,
             observed=(f"{reuse} on {profile.name} (architecture {profile.architecture}, whose cache never shifts: "
-                      "several rope positions per token, or per-layer rope): so llama-server logs 'cache_reuse is not supported by this context, it "
-                      "will be disabled'"),
+                      "several rope positions per token, or per-layer rope): llama-server logs 'cache_reuse is not "
+                      "supported by this context, it will be disabled'"),
             expected="--cache-reuse only where the context can shift its cells",
             fix="drop --cache-reuse: it is off on this model whatever its value",
         )
