@@ -70,6 +70,7 @@ LLAMA_UNIT_SERVICE = {
     "cache-reuse-kept": SKIPPED,  # no --cache-reuse
     "volume-variables": SKIPPED,  # no compose file or Quadlet mounts anything
     "embeddings-served": SKIPPED,  # no --pooling, no /v1/embeddings in a contract
+    "container-user": SKIPPED,  # no container: unit-user holds the unit's user
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -111,6 +112,9 @@ NO_UNIT = {f"{check}": SKIPPED for check in ("unit-install", "unit-user", "unit-
                                               "unit-exec-args")}
 # A compose service's volumes: paths written without a variable, or with one the .env sets.
 COMPOSE_VOLUMES = {"volume-variables": PASSED}
+# An engine image (llama.cpp's server images, vllm/vllm-openai) sets no USER, and nothing sets the container's user:
+# the engine runs as root (docs/seams.md, container-user: a true finding of each fixture that runs one).
+IMAGE_ROOT = {"container-user": "container-user/image-root"}
 # vLLM in compose on one 24 GiB card: what each vLLM seam does on it.
 VLLM_COMPOSE_SERVICE = {
     "vllm-argv": PASSED,  # every flag is one vLLM 0.13.0 (the image tag) knows
@@ -129,6 +133,7 @@ VLLM_COMPOSE_SERVICE = {
     "engine-auth": "engine-auth/no-key",
     **NO_UNIT,
     **COMPOSE_VOLUMES,
+    **IMAGE_ROOT,
 }
 LLAMA_ONLY = tuple(c for c in LLAMA_UNIT_SERVICE if c not in VLLM_COMPOSE_SERVICE)
 
@@ -197,7 +202,7 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
     gemma = _table("rack", "gemma", **{f"gemma:{c}": o for c, o in K8S_NOT_HELD.items()},
                    **{"gemma:engine-build-minimum": PASSED, "gemma:payload-defaults": SKIPPED,
                       # its NodePort Service opens 30080 on every node to an engine that asks no key
-                      "gemma:engine-auth": "engine-auth/no-key"})
+                      "gemma:engine-auth": "engine-auth/no-key", "gemma:container-user": "container-user/image-root"})
     table.update(gemma)
     for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
         table.pop(("fleet", check))
@@ -212,13 +217,13 @@ CLEAN = {
     "unit-exec": _table("homelab", "chat", **{"chat:unit-user": PASSED}),
     # llama.cpp's server-cuda image: the tag pins build 10867 (engine-build-minimum now has a build to hold), the
     # container's paths are bind-mounted, port 8080 inside is published on 127.0.0.1:8081.
-    "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES}.items()},
+    "compose-llama": _table("den", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES, **IMAGE_ROOT}.items()},
                             **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                "chat:payload-defaults": SKIPPED}),
     "compose-vllm": _compose_vllm_table(),
     # The same engine split over include: and extends: (the service defined in llm/compose.yaml, its image, mount and
     # card in llm/base.yaml): it reads to the same seams as compose-llama's one file.
-    "compose-include": _table("attic", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES}.items()},
+    "compose-include": _table("attic", "chat", **{f"chat:{c}": o for c, o in {**NO_UNIT, **COMPOSE_VOLUMES, **IMAGE_ROOT}.items()},
                               **{"chat:container-paths": PASSED, "chat:engine-build-minimum": PASSED,
                                  "chat:payload-defaults": SKIPPED}),
     "unit-bash-c": _table("team-box", "mistral"),
@@ -228,7 +233,8 @@ CLEAN = {
     # -p "${PORT}:8080" publishes on every address of the host; the image binds 0.0.0.0 (LLAMA_ARG_HOST) and no key
     # is given: a true finding (docs/seams.md, engine-auth).
     "docker-run": _table("garage", "coder", **{"coder:engine-build-minimum": PASSED, "coder:unit-user": SKIPPED,
-                                               "coder:engine-auth": "engine-auth/no-key"}),
+                                               "coder:engine-auth": "engine-auth/no-key",
+                                               "coder:container-user": "container-user/image-root"}),
     # The env file is rendered by install.sh from the repository's template (env_file = { template, script }).
     "unit-install-env": _table("den", "llama"),
     "llama-swap": _swap_table(),
@@ -360,7 +366,7 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                 "--gpu-memory-utilization 0.97")],
                               {"tiwaz:vllm-start-headroom": "vllm-start-headroom/beside-engine",
                                "tiwaz:co-residence-fits": "co-residence-fits/over-card",
-                               **_added("chat", {**LLAMA_UNIT_SERVICE, **NO_UNIT, **COMPOSE_VOLUMES,
+                               **_added("chat", {**LLAMA_UNIT_SERVICE, **NO_UNIT, **COMPOSE_VOLUMES, **IMAGE_ROOT,
                                                  # the profile: the ledger's seams judge it
                                                  "profile-declared": PASSED, "slot-within-trained-window": PASSED,
                                                  "card-floor": PASSED, "prompt-cache-holds-slot": PASSED,
@@ -386,6 +392,36 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                   {"coder:embeddings-served": "embeddings-served/pooling-only"}),
     "embeddings-contract": ("unit-exec", EMBEDDINGS_CONTRACT["contract-without-flag"][0],
                             {"chat:embeddings-served": "embeddings-served/contract-endpoint"}),
+    # container-user (issue 32): who the containerised engine runs as, as its start file says.
+    "user-compose-uid": ("compose-llama", [("docker/compose.yaml", "    restart: unless-stopped\n",
+                                            '    restart: unless-stopped\n    user: "1000:1000"\n')],
+                         {"chat:container-user": PASSED}),
+    "user-compose-root": ("compose-llama", [("docker/compose.yaml", "    restart: unless-stopped\n",
+                                             "    restart: unless-stopped\n    user: root\n")],
+                          {"chat:container-user": "container-user/root"}),
+    "user-docker-uid": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n", "  --gpus all -u 1000:1000 \\\n")],
+                        {"coder:container-user": PASSED}),
+    "user-docker-root": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n", "  --gpus all --user=0 \\\n")],
+                         {"coder:container-user": "container-user/root"}),
+    # runAsNonRoot alone on an image whose USER is root: the kubelet refuses the container.
+    "user-k8s-non-root-alone": ("kubernetes", [("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
+                                                "          securityContext:\n            runAsNonRoot: true\n"
+                                                "          args: [\"-m\"")],
+                                {"gemma:container-user": "container-user/non-root-refused"}),
+    # The pod's runAsUser, under the container's runAsNonRoot: it starts as 1000.
+    "user-k8s-pod-uid": ("kubernetes", [("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                         "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n"),
+                                        ("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
+                                         "          securityContext:\n            runAsNonRoot: true\n"
+                                         "          args: [\"-m\"")],
+                         {"gemma:container-user": PASSED}),
+    # The container's runAsUser 0 over the pod's 1000.
+    "user-k8s-container-root": ("kubernetes", [("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                                "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n"),
+                                               ("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
+                                                "          securityContext:\n            runAsUser: 0\n"
+                                                "          args: [\"-m\"")],
+                                {"gemma:container-user": "container-user/root"}),
     # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
     "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
                                   {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),

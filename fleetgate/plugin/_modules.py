@@ -98,8 +98,9 @@ MODULES = (
                 "B-CTX-8).", ("runbook-settings",)),
     CheckModule("seams/test_reuse.py", "--cache-reuse is kept by the engine: not beside a projector, not on a "
                 "sliding-window model without --swa-full (issue 32).", ("cache-reuse-kept",)),
-    CheckModule("seams/test_security.py", "What every fleet owes its network: an engine other machines reach asks for a key "
-                "(issue 32).", ("engine-auth",)),
+    CheckModule("seams/test_security.py", "What every fleet owes its network and its hosts: an engine other machines reach "
+                "asks for a key; an engine in a container does not run as root (issue 32).",
+                ("engine-auth", "container-user")),
     CheckModule("seams/test_shell.py", "An explicitly empty variable omits its flag (B-SH-1, INC-57).", ("empty-means-omit",)),
     CheckModule("seams/test_speculative.py", "Speculative decoding is wired the way the engine can load it (B-SP-1..8, INC-13, "
                 "INC-15, INC-16).", ("speculative-wiring", "engine-build-minimum")),

@@ -128,6 +128,8 @@ class ComposeService:
     """Variables the file interpolates that the ``.env`` file does not set (compose: a blank string)."""
     volume_unset: tuple[UnsetVolume, ...] = ()
     """``volumes:`` entries that interpolate a variable the ``.env`` file does not set, as written."""
+    user: tuple[str, str] | None = None
+    """``user:`` (``NAME|UID[:GROUP|GID]``) and where it is written; None: the image's USER applies."""
     command_where: str = ""
     engine_build: EngineBuild | None = None
     notes: tuple[str, ...] = field(default=())
@@ -832,12 +834,14 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     argv, command_where = _argv(reader, node, what, service, repo, tag, attr)
     ports, host_network = _ports(reader, attr, what)
     mounts, volume_unset = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
+    user_node = attr("user")
+    user = (reader.text(user_node, f"{what}.user"), reader.where(user_node)) if user_node is not None else None
     grant = _gpus(reader, attr, what, container)
     return ComposeService(
         path=file.path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
         project=file.project,
         ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
-        unset=tuple(dict.fromkeys(reader.unset)), volume_unset=volume_unset, command_where=command_where,
+        unset=tuple(dict.fromkeys(reader.unset)), volume_unset=volume_unset, user=user, command_where=command_where,
         engine_build=_engine_build(service, image, image_where, image_node, reader),
     )
 
