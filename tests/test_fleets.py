@@ -71,6 +71,7 @@ LLAMA_UNIT_SERVICE = {
     "volume-variables": SKIPPED,  # no compose file or Quadlet mounts anything
     "embeddings-served": SKIPPED,  # no --pooling, no /v1/embeddings in a contract
     "container-user": SKIPPED,  # no container: unit-user holds the unit's user
+    "tools-need-jinja": SKIPPED,  # no contract promises tool calls
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -422,6 +423,19 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                                 "          securityContext:\n            runAsUser: 0\n"
                                                 "          args: [\"-m\"")],
                                 {"gemma:container-user": "container-user/root"}),
+    # tools-need-jinja (issue 32): a contract that promises tool calls, jinja on by default, then turned off.
+    "tools-jinja-default": ("unit-exec", [("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                           'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                           "[services.chat.contract]\ntools = true\n"),
+                                          ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                           'EXTRA_ARGS="--flash-attn on"')],
+                            {"chat:tools-need-jinja": PASSED}),
+    "tools-no-jinja": ("unit-exec", [("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                      'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                      "[services.chat.contract]\ntools = true\n"),
+                                     ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                      'EXTRA_ARGS="--no-jinja --flash-attn on"')],
+                       {"chat:tools-need-jinja": "tools-need-jinja/no-jinja"}),
     # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
     "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
                                   {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),

@@ -138,6 +138,8 @@ CLEAN: dict[tuple[str, str], str] = {
     # frank-archon's Quadlet mounts literal paths; no other service is started by a Quadlet or compose.
     ("frank-archon", "volume-variables"): PASSED,
     **{(s, "embeddings-served"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
+    # Every llama.cpp service of frank promises tool calls, with jinja on (the build's default).
+    **{(s, "tools-need-jinja"): PASSED for s in ("frank-medium", "frank-zealot", "reference")},
     # No engine of frank runs in a container but frank-archon, a rootless Quadlet (its root is dank's).
     **{(s, "container-user"): SKIPPED for s in ("frank-medium", "frank-archon", "frank-zealot", "frank-dragoon", "frank-tts",
                                                 "reference")},
