@@ -299,3 +299,30 @@ def test_trained_window_with_rope_scaling(case: str, tmp_path: Path) -> None:
     edits, expected = TRAINED[case]
     outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "slot-within-trained-window")
     assert outcomes == expected, texts
+
+
+# -- engine-auth on a Quadlet's PublishPort= (the example fleet's frank-archon, waived for its LAN) ------------------
+
+WAIVED = "waived"
+_AUTH_CLEAN = {"frank-medium": WAIVED, "frank-archon": WAIVED, "frank-zealot": WAIVED, "reference": SKIPPED}
+AUTH_QUADLET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # Network=host: the engine's own --host 0.0.0.0, waived (fleet.toml [[waivers]]).
+    "host-network": ([], {}),
+    "published-loopback": ([(QUADLET, "Network=host", "PublishPort=127.0.0.1:7770:7770")], {"frank-archon": SKIPPED}),
+    "published-ipv6-loopback": ([(QUADLET, "Network=host", "PublishPort=[::1]:7770:7770")], {"frank-archon": SKIPPED}),
+    "published-everywhere": ([(QUADLET, "Network=host", "PublishPort=7770:7770")], {"frank-archon": WAIVED}),
+    # Another port of the container is published, not the engine's: nothing outside reaches it.
+    "other-port": ([(QUADLET, "Network=host", "PublishPort=9090:9090")], {"frank-archon": SKIPPED}),
+    # Without the waiver the finding counts.
+    "published-everywhere-unwaived": ([(QUADLET, "Network=host", "PublishPort=0.0.0.0:7770:7770"),
+                                       ("fleet.toml", 'code = "engine-auth/no-key"\nservice = "frank-archon"',
+                                        'code = "engine-auth/empty-key"\nservice = "frank-archon"')],
+                                      {"frank-archon": "engine-auth/no-key"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTH_QUADLET))
+def test_engine_auth_quadlet(case: str, tmp_path: Path) -> None:
+    edits, expected = AUTH_QUADLET[case]
+    outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "engine-auth")
+    assert outcomes == {**_AUTH_CLEAN, **expected}, texts

@@ -17,7 +17,6 @@ An API key is ``--api-key``, ``--api-key-file`` or ``LLAMA_API_KEY`` for llama-s
 from __future__ import annotations
 
 import ipaddress
-import re
 
 from fleetgate.checks import service_seam
 from fleetgate.failure import Deferred
@@ -64,7 +63,25 @@ def _published(host_ip: str | None, port: int | None, where: str) -> Reach | Non
     return (shown, where) if _beyond_host(host_ip or "") else None
 
 
-_PUBLISH = re.compile(r"^(?:(?P<ip>\[[^\]]*\]|[^:]*):)?(?:(?P<host>\d*)(?:-\d+)?:)?(?P<container>\d+)(?:-\d+)?(?:/\w+)?$")
+def _publish_port(value: str) -> tuple[str, int | None, int] | None:
+    """A Quadlet's ``PublishPort=[[IP:][HOST_PORT]:]CONTAINER_PORT[/PROTO]`` (podman run ``-p``): (address, host port,
+    container port); a range is read by its first port, a UDP port is none of the engine's."""
+    spec, _, proto = value.strip().partition("/")
+    if proto and proto != "tcp":
+        return None
+    ip = ""
+    if spec.startswith("["):  # an IPv6 address: [::1]:8080:8080
+        ip, _, spec = spec[1:].partition("]")
+        spec = spec.removeprefix(":")
+    parts = spec.split(":")
+    if not ip and len(parts) == 3:
+        ip, parts = parts[0], parts[1:]
+    try:
+        container = int(parts[-1].split("-")[0])
+        host = int(parts[0].split("-")[0]) if len(parts) == 2 and parts[0] else None
+    except ValueError:
+        return None
+    return ip, host, container
 
 
 def reach(config: RenderedService) -> Reach | str | None:
@@ -106,10 +123,10 @@ def reach(config: RenderedService) -> Reach | str | None:
         if network is not None and network.value.strip() == "host":
             return _bound(config)
         for setting in unit.all("Container", "PublishPort"):
-            match = _PUBLISH.match(setting.value.strip())
-            if match is None or int(match.group("container")) != port:
+            published = _publish_port(setting.value)
+            if published is None or published[2] != port:
                 continue
-            found = _published(match.group("ip"), int(match.group("host") or 0) or None, setting.where)
+            found = _published(published[0], published[1], setting.where)
             if found is not None:
                 return (f"PublishPort={setting.value} publishes the engine's port {port} on {found[0]}", found[1])
         return None
