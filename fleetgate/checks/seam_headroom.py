@@ -105,7 +105,7 @@ def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[De
             return ()
         if config.llama.devices and config.llama.devices != ("none",):
             # llama.cpp names the cards it sees CUDA0, ROCm0, Vulkan0, ... in the order it sees them
-            names = {f"{d.name[:-1]}{i}" if d.name[-1:].isdigit() else d.name: d for i, d in enumerate(seen)}
+            names = {f"{d.name.rstrip('0123456789')}{i}": d for i, d in enumerate(seen)}
             return tuple(names[n] for n in config.llama.devices if n in names)
         if config.llama.devices == ("none",):
             return ()
