@@ -436,6 +436,11 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                      ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                       'EXTRA_ARGS="--no-jinja --flash-attn on"')],
                        {"chat:tools-need-jinja": "tools-need-jinja/no-jinja"}),
+    # A runAsUser that is no UID: the manifest cannot be read as the kubelet reads it, one line.
+    "user-k8s-not-a-uid": ("kubernetes", [("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
+                                           "          securityContext:\n            runAsUser: llama\n"
+                                           "          args: [\"-m\"")],
+                           _broken("kubernetes", "gemma")),
     # Compose: the port clients reach is the published one; the engine's --port must be what ports: publishes.
     "compose-published-differs": ("compose-llama", [("docker/.env", "LLAMA_PORT=8081", "LLAMA_PORT=8082")],
                                   {"chat:rendered-port-matches": "rendered-port-matches/published-differs"}),

@@ -768,10 +768,10 @@ def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: 
     user_node, flag_node = found.get("runAsUser"), found.get("runAsNonRoot")
     user = _scalar(path, user_node, f"{what} securityContext.runAsUser").strip() if user_node is not None else None
     flag = _scalar(path, flag_node, f"{what} securityContext.runAsNonRoot").strip().lower() if flag_node else None
-    if user is not None and not user.isdigit():
+    if user_node is not None and user is not None and not user.isdigit():
         raise InputError(path, _line(user_node), f"{what} securityContext.runAsUser = {user!r}; expected a UID (an "
                          "integer)")
-    if flag is not None and flag not in ("true", "false"):
+    if flag_node is not None and flag is not None and flag not in ("true", "false"):
         raise InputError(path, _line(flag_node), f"{what} securityContext.runAsNonRoot = {flag!r}; expected true or "
                          "false")
     return RunAs(user=int(user) if user is not None else None,
