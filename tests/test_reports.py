@@ -330,8 +330,8 @@ def test_a_waived_fleet_gets_one_verdict_from_the_plugin_the_catalogue_and_the_r
     (tmp_path / "entries" / "waived-fleet.toml").write_text(WAIVED_ENTRY, encoding="utf-8")
     (entry,) = load_catalogue(tmp_path / "entries", rules=False)
     fleet_toml = apply(entry, FLEET, tmp_path / "fleet")
-    # the example fleet's own engine-auth waivers come first
-    applies, expired, unused = _waiver_lines(fleet_toml)[-3:]
+    # the entry's three, before the example fleet's own engine-auth waivers (at the end of its fleet.toml)
+    applies, expired, unused = _waiver_lines(fleet_toml)[:3]
     expected = {key: (outcome, None, None) for key, outcome in CLEAN.items() if key[1] in WAIVED_CHECKS}
     expected[("frank-medium", "vision-mmproj")] = (
         "waived", CODE, f"waiver {CODE} for frank-medium until 2999-12-31: projector rollout pending (fleet.toml:{applies})")
@@ -428,7 +428,7 @@ def test_a_quoted_value_in_a_podman_env_file_fails_its_check_in_one_line_not_the
                                  "number of GiB (vllm/platforms/cpu.py reads it with int())",
                                  "FAILED seams/test_vllm.py::test_vllm_starts[[]coder[]]*"])
     checks = json.loads(report.read_text())["services"]["coder"]["checks"]
-    assert [(c["check"], c["outcome"]) for c in checks if c["outcome"] == "failed"] == [("vllm-starts", "failed")]
+    assert sorted(c["check"] for c in checks if c["outcome"] == "failed") == ["container-user", "engine-auth", "vllm-starts"]
     # Unquoted, the same fleet starts.
     manifest = podman_vllm_fleet(pytester.path / "unquoted", "40")
     again = pytester.runpytest(IMPORT_BY_PATH, str(seams / "test_vllm.py"), f"--fleet={manifest}", "-p",
