@@ -38,7 +38,8 @@ from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
 
 __all__ = ["MAX_ARG_STRLEN", "InlineScript", "container_engines", "container_lines", "engine_exec_start",
-           "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "service_inputs"]
+           "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "service_inputs",
+           "unit_environment"]
 
 # Linux refuses any single argument or environment string longer than this at exec (MAX_ARG_STRLEN).
 MAX_ARG_STRLEN = 32 * 4096
@@ -419,6 +420,19 @@ def _require_inline_bash(script: str, setting: Setting) -> None:
         raise InputError(setting.path, setting.line, f"ExecStart=: the inline script does not parse: {message}; expected "
                          "a script bash can parse")
     parsed_now("inline", content)
+
+
+def unit_environment(fleet: Fleet, service: Service, unit: Unit, section: str = "Service") -> dict[str, Origin]:
+    """The variables systemd itself holds for a unit's command lines: ``Environment=`` and ``EnvironmentFile=`` of
+    ``section`` (a Quadlet's ``[Service]``: its ``[Container]`` ones are the container's, which systemd never sees),
+    read as systemd reads them. An ``EnvironmentFile=`` outside the repository raises ``InputError``."""
+    origins: dict[str, Origin] = {}
+    for setting in unit.all(section, "EnvironmentFile"):
+        origins.update(_unit_env_file(fleet, setting, "systemd", service))
+    for setting in unit.all(section, "Environment"):
+        for name, value in split_environment_assignments(setting):
+            origins[name] = Origin(name, value, setting.where, "Environment=")
+    return origins
 
 
 def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:

@@ -26,6 +26,9 @@ from fleetgate.manifest import load_fleet
 from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import NOT_JUDGED, SEAMS, SKIPPED, run_seams
 
+# unit-script's engine listens on HOST=0.0.0.0 with no key: the hand-written table's engine-auth finding.
+UNIT_SCRIPT_AUTH = CLEAN["unit-script"][("qwen", "engine-auth")]
+
 # What init says after "nothing written": the shapes it reads, and the one next step.
 NO_ENGINE_NEXT = ("init reads systemd units and Quadlets (.service, .container), compose files, Kubernetes manifests, "
                   "llama-swap configs, router presets (.ini), NixOS modules (.nix: services.llama-cpp, "
@@ -122,7 +125,10 @@ def test_the_seams_judge_the_written_fleet_as_the_hand_written_one(name: str, tm
     _declare_host(repo / "fleet.toml", HOSTS[name])
     outcomes, texts = run_seams(pytester, repo / "fleet.toml")
     # unit-exec's DynamicUser=yes is no root engine (unit-user passes there, as in the hand-written table).
-    expected = _table(name, NAMES[name], **({f"{NAMES[name]}:unit-user": "passed"} if name == "unit-exec" else {}))
+    changes = {f"{NAMES[name]}:unit-user": "passed"} if name == "unit-exec" else {}
+    if name == "unit-script":
+        changes[f"{NAMES[name]}:engine-auth"] = UNIT_SCRIPT_AUTH  # HOST=0.0.0.0, no key, as in the hand-written table
+    expected = _table(name, NAMES[name], **changes)
     assert outcomes == expected
     # The same table as the hand-written fleet's, under init's names for the fleet and the service.
     assert len(outcomes) == len(CLEAN[name])
@@ -139,7 +145,8 @@ def test_a_host_declared_without_cards_skips_exactly_the_check_that_needs_them(t
     assert _init(capsys, str(repo))[0] == 0
     _declare_host(repo / "fleet.toml", "ram_gib = 64\ndevices = []\n")
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server-unit", **{"llama-server-unit:device-visibility": SKIPPED})
+    assert outcomes == _table("unit-script", "llama-server-unit", **{"llama-server-unit:device-visibility": SKIPPED,
+                                                                     "llama-server-unit:engine-auth": UNIT_SCRIPT_AUTH})
 
 
 def _stub(tmp_path: Path, name: str, script: str) -> dict[str, str]:
@@ -170,7 +177,7 @@ def test_probe_reads_the_cards_from_nvidia_smi_and_needs_no_hand_edit(tmp_path: 
     assert abs(host.ram_bytes - mem_kib * 1024) <= 0.05 * (1 << 30) + 1
     assert f"then: cd {repo} && pytest --fleet fleet.toml" in out and "TODO" not in out
     outcomes, _ = run_seams(pytester, repo / "fleet.toml")
-    assert outcomes == _table("unit-script", "llama-server-unit")
+    assert outcomes == _table("unit-script", "llama-server-unit", **{"llama-server-unit:engine-auth": UNIT_SCRIPT_AUTH})
 
 
 def test_without_probe_no_tool_of_the_host_is_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -511,7 +518,9 @@ WRITTEN_DIFFERS: dict[str, dict[tuple[str, str], str]] = {
     # against the card and is not judged, naming services.NAME.profile.
     "compose-vllm": {("qwen", "vllm-starts"): NOT_JUDGED},
     # The same for the kubernetes fleet's vLLM Deployment (its profile is declared by hand).
-    "kubernetes": {("qwen", "vllm-starts"): NOT_JUDGED},
+    # init puts both workloads on one host (which node runs a pod is the scheduler's): vllm-start-headroom has a pair
+    # to judge, and passes, since the device plugin gives each container its own card.
+    "kubernetes": {("qwen", "vllm-starts"): NOT_JUDGED, ("rack", "vllm-start-headroom"): "passed"},
     "llama-swap": {
         # Each model declares a profile by hand: without one, the ledger's seams judge it as the hand-written
         # no-profile llama.cpp service of tests/test_fleets.py (each of these is not judged, one line) ...

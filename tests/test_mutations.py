@@ -26,7 +26,7 @@ SEAMS = REPO / "seams"
 CATALOGUES = ("incidents/rules", "branches")
 CATALOGUE = [entry for name in CATALOGUES for entry in load_catalogue(REPO / "fixtures" / name)]
 
-PASSED, SKIPPED, NOT_JUDGED = "passed", "skipped", "not-judged"
+PASSED, SKIPPED, NOT_JUDGED, WAIVED = "passed", "skipped", "not-judged", "waived"
 LLAMA_CHECKS = ("engine-accepts-argv", "profile-declared", "slots-divide-context", "slot-within-trained-window",
                 "device-visibility", "card-floor", "card-balance", "drafter-kv-fits", "prompt-cache-holds-slot",
                 "speculative-wiring", "vision-mmproj", "serve-script-renders", "empty-means-omit", "rendered-port-matches",
@@ -127,6 +127,23 @@ CLEAN: dict[tuple[str, str], str] = {
     # The runbooks' Deployed configuration tables (B-UN-12): only frank-dragoon's page has one (halogen's cache knob).
     ("frank-dragoon", "runbook-settings"): PASSED,
     **{(s, "runbook-settings"): SKIPPED for s in ("frank-medium", "frank-zealot", "frank-archon", "frank-tts", "reference")},
+    # engine-auth (issue 32, docs/seams.md): the three engines listen on every address with no API key, a true
+    # finding this fleet waives for its home LAN until 2027-06-30 (fleet.toml [[waivers]]); the reference binds
+    # 127.0.0.1. halogen and the speech shim are engines fleetgate has no argv model for.
+    **{(s, "engine-auth"): WAIVED for s in ("frank-medium", "frank-archon", "frank-zealot")},
+    ("reference", "engine-auth"): SKIPPED,
+    # No service passes --cache-reuse; frank-archon, the one vLLM, runs beside nothing (frank-medium is its rollback).
+    **{(s, "cache-reuse-kept"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
+    ("frank", "vllm-start-headroom"): SKIPPED,
+    # frank-archon's Quadlet mounts literal paths; no other service is started by a Quadlet or compose.
+    ("frank-archon", "volume-variables"): PASSED,
+    **{(s, "embeddings-served"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
+    # Every llama.cpp service of frank promises tool calls, with jinja on (the build's default).
+    **{(s, "tools-need-jinja"): PASSED for s in ("frank-medium", "frank-zealot", "reference")},
+    # No engine of frank runs in a container but frank-archon, a rootless Quadlet (its root is dank's).
+    **{(s, "container-user"): SKIPPED for s in ("frank-medium", "frank-archon", "frank-zealot", "frank-dragoon", "frank-tts",
+                                                "reference")},
+    **{(s, "volume-variables"): SKIPPED for s in ("frank-medium", "frank-zealot", "frank-dragoon", "frank-tts", "reference")},
     **_outcomes("tts-budgets", ("timeouts-nest",)),
     **_outcomes("scriptwriting-under-webui", ("timeouts-nest",)),
     **_outcomes("scriptwriting-at-app-default", ("timeouts-nest",)),
@@ -148,7 +165,7 @@ class _Checks:
 
 def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> tuple[dict[tuple[str, str], str], dict[tuple[str, str], str]]:
     """Run seams/ on a fleet: the outcome of every (subject, check) -- passed, skipped, not-judged (a skip that
-    carries its not-judged line) or the failure code -- and the text of each failure."""
+    carries its not-judged line), waived (xfail) or the failure code -- and the text of each failure."""
     checks = _Checks()
     recorder = pytester.inline_run(str(SEAMS), f"--fleet={fleet_toml}", "-p", "no:cacheprovider", "-q",
                                    "--import-mode=importlib", plugins=[checks])
@@ -162,6 +179,8 @@ def run_seams(pytester: pytest.Pytester, fleet_toml: Path) -> tuple[dict[tuple[s
             assert subject == key[0], text
             outcomes[key] = rest.split(" [")[0]
             texts[key] = text
+        elif report.skipped and hasattr(report, "wasxfail"):
+            outcomes[key] = WAIVED  # pytest's xfail: a failure a waiver of fleet.toml covers
         elif report.skipped:
             unjudged = any(name == "fleetgate.not_judged" for name, _ in report.user_properties)
             outcomes[key] = NOT_JUDGED if unjudged else SKIPPED
@@ -178,8 +197,8 @@ def outcomes_here(fleet_toml: Path) -> tuple[dict[tuple[str, str], str], dict[tu
     for outcome in run_seams_here(fleet_toml):
         key = (outcome.subject, outcome.check)
         assert key not in outcomes, f"{key} judged twice"
-        outcomes[key] = outcome.code if outcome.code is not None else outcome.outcome
-        if outcome.failure is not None:
+        outcomes[key] = outcome.code if outcome.outcome == "failed" and outcome.code else outcome.outcome
+        if outcome.outcome == "failed":
             texts[key] = outcome.text
     return outcomes, texts
 

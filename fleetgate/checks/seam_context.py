@@ -113,6 +113,28 @@ TRAINED_CHECK = service_seam(
 )
 
 
+def rope_extension(config: RenderedService) -> tuple[float, str]:
+    """How far the argv's RoPE scaling stretches the trained window, and how that was read (src/llama-context.cpp,
+    llama_context: ``rope_freq_scale`` is ``--rope-freq-scale`` or 1 / ``--rope-scale``; a scaling type of ``none``,
+    passed or the GGUF's own, never scales). 1.0 when nothing stretches it."""
+    llama, profile = config.llama, config.profile
+    assert llama is not None and profile is not None
+    kind_use = llama.use("rope_scaling")
+    kind = (kind_use.value or "") if kind_use is not None else (profile.rope_scaling or "none")
+    scale_use, freq_use = llama.use("rope_scale"), llama.use("rope_freq_scale")
+    factor = 1.0
+    try:
+        if freq_use is not None and freq_use.value:
+            factor = 1.0 / float(freq_use.value) if float(freq_use.value) > 0 else 1.0
+        elif scale_use is not None and scale_use.value:
+            factor = float(scale_use.value)
+    except ValueError:
+        return 1.0, "no RoPE scaling read (engine-accepts-argv names the value)"
+    if kind not in ("linear", "yarn") or not math.isfinite(factor) or factor <= 1.0:
+        return 1.0, f"RoPE scaling {kind or 'none'}" + (f" (a factor of {factor:g} unused)" if factor > 1.0 else "")
+    return factor, f"RoPE scaling {kind} x {factor:g}"
+
+
 @TRAINED_CHECK.register
 def slot_within_trained_window(config: RenderedService) -> None:
     llama, profile = config.llama, config.profile
@@ -120,7 +142,8 @@ def slot_within_trained_window(config: RenderedService) -> None:
     shape = context_shape(llama, profile.n_ctx_train)
     assert shape is not None
     extrapolation = config.service.extrapolation
-    ratio = extrapolation.max_ratio if extrapolation else 1.0
+    stretch, rope = rope_extension(config)
+    ratio = max(extrapolation.max_ratio if extrapolation else 1.0, stretch)
     limit = int(profile.n_ctx_train * ratio)
     if shape.n_ctx_seq > limit:
         declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
@@ -129,10 +152,11 @@ def slot_within_trained_window(config: RenderedService) -> None:
             where=config.where_flag(llama.use("ctx_size")),
             observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
                       f"the trained {profile.n_ctx_train} of {profile.name}"
-                      f" (rope scaling: {profile.rope_scaling or 'unknown'})"),
+                      f" (the GGUF's rope scaling: {profile.rope_scaling or 'unknown'}; the argv's: {rope})"),
             expected=f"at most {limit} per slot: the trained window{declared}",
             fix=("positions past the trained window extrapolate on the base rope: lower --ctx-size or raise "
-                 "--parallel, or declare [services.NAME.extrapolation] with the ratio and why it is acceptable"),
+                 "--parallel, stretch the rope (--rope-scaling yarn --rope-scale N, where the model takes it), or "
+                 "declare [services.NAME.extrapolation] with the ratio and why it is acceptable"),
         )
 
 

@@ -69,7 +69,8 @@ MODULES = (
     CheckModule("seams/test_context.py", "--parallel divides the context; every slot stays within the trained window (B-CTX-1..5, "
                 "INC-07).", ("slots-divide-context", "slot-within-trained-window", "slots-divide-pool")),
     CheckModule("seams/test_coresidence.py", "Co-residence: services that can hold one card at once (llama-swap groups, two units "
-                "on one host) fit it together.", ("co-residence-fits",)),
+                "on one host) fit it together; vLLM's fraction is free on a card it shares (issue 32).",
+                ("co-residence-fits", "vllm-start-headroom")),
     CheckModule("seams/test_deploy.py", "The deploy script's readiness probes can succeed (B-TO-6, B-UN-6); its payload gate names "
                 "what the units load (B-MM-4).", ("deploy-probes", "deploy-payload")),
     CheckModule("seams/test_devices.py", "The engine sees exactly its cards (B-DV-1..4, INC-19, INC-29).", ("device-visibility",)),
@@ -77,6 +78,8 @@ MODULES = (
                 ("docs-index", "docs-shapes")),
     CheckModule("seams/test_drafter.py", "The draft context runs on the card it was sized for (B-FIT-13, B-FIT-7, INC-03, INC-10, "
                 "INC-58).", ("drafter-placement",)),
+    CheckModule("seams/test_embeddings.py", "A llama-server asked for embeddings is started with --embeddings (issue "
+                "32).", ("embeddings-served",)),
     CheckModule("seams/test_fleet.py", "Fleet-level findings: duplicate host:port, a rendered port that is not the declared one, "
                 "inf/nan.", ("fleet-numbers-finite", "service-ports-unique", "rendered-port-matches")),
     CheckModule("seams/test_memory.py", "The ledger holds the floors: cards, balance, drafter, prompt cache (B-FIT-1/2/7, "
@@ -93,12 +96,18 @@ MODULES = (
                 "INC-16, INC-24).", ("rules-exported", "rules-drafter-alert", "retired-names")),
     CheckModule("seams/test_runbook.py", "What a service's runbook requires of its engine is what it is started with (B-UN-12, "
                 "B-CTX-8).", ("runbook-settings",)),
+    CheckModule("seams/test_reuse.py", "--cache-reuse is kept by the engine: not beside a projector, not on a "
+                "sliding-window model without --swa-full (issue 32).", ("cache-reuse-kept",)),
+    CheckModule("seams/test_security.py", "What every fleet owes its network and its hosts: an engine other machines reach "
+                "asks for a key; an engine in a container does not run as root (issue 32).",
+                ("engine-auth", "container-user")),
     CheckModule("seams/test_shell.py", "An explicitly empty variable omits its flag (B-SH-1, INC-57).", ("empty-means-omit",)),
     CheckModule("seams/test_speculative.py", "Speculative decoding is wired the way the engine can load it (B-SP-1..8, INC-13, "
                 "INC-15, INC-16).", ("speculative-wiring", "engine-build-minimum")),
     CheckModule("seams/test_swap.py", "After a swap every consumer names the same payload at its size (B-SW-1/2/3, INC-02, "
                 "INC-68, INC-76).", ("payload-consistency", "payload-defaults")),
     CheckModule("seams/test_timeouts.py", "Timeouts nest inside-out with strict > (B-TO-1..4, INC-45, INC-46).", ("timeouts-nest",)),
+    CheckModule("seams/test_tools.py", "A server promising tool calls keeps jinja on (issue 32).", ("tools-need-jinja",)),
     CheckModule("seams/test_units.py", "Units and Quadlets: install target, user, memlock, restart, env files, ExecStart= "
                 "arguments, ports, image form, compile cache, container paths (B-UN-1/2, B-RAM-4, B-SH-3, B-VL-13..16, "
                 "INC-35/36/53/79/85).",
@@ -106,6 +115,8 @@ MODULES = (
                  "quadlet-compile-cache", "container-paths")),
     CheckModule("seams/test_vision.py", "Vision needs an explicit --mmproj the service declares (B-MM-1, B-MM-2, INC-08).",
                 ("vision-mmproj",)),
+    CheckModule("seams/test_volumes.py", "A mount path's variables are set where compose or systemd expands them (issue "
+                "32).", ("volume-variables",)),
     CheckModule("seams/test_vllm.py", "vLLM memory knobs (B-VL-1..5, INC-30, INC-31, INC-42).", ("vllm-memory-knobs", "vllm-starts")),
     CheckModule("seams/test_vllm_argv.py", "vLLM argv as the pinned release reads it; flags the fleet's rules forbid (INC-88, "
                 "B-VL-8, B-FIT-12).", ("vllm-argv", "forbidden-flags")),

@@ -84,6 +84,18 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class UnsetVolume:
+    """A ``volumes:`` entry whose path names a variable no ``.env`` of the project sets: compose warns and substitutes a
+    blank string, so the mount is another path (``/qwen`` for ``${MODELS}/qwen``) or no valid spec at all."""
+
+    written: str
+    variables: tuple[str, ...]
+    read: str
+    """What compose makes of it."""
+    where: str
+
+
+@dataclass(frozen=True)
 class Grant:
     """The cards the container gets: host device indices, ``None`` for every card, and how that was read."""
 
@@ -114,6 +126,10 @@ class ComposeService:
     ``/dev/dri`` render node in ``devices:``)."""
     unset: tuple[str, ...] = ()
     """Variables the file interpolates that the ``.env`` file does not set (compose: a blank string)."""
+    volume_unset: tuple[UnsetVolume, ...] = ()
+    """``volumes:`` entries that interpolate a variable the ``.env`` file does not set, as written."""
+    user: tuple[str, str] | None = None
+    """``user:`` (``NAME|UID[:GROUP|GID]``) and where it is written; None: the image's USER applies."""
     command_where: str = ""
     engine_build: EngineBuild | None = None
     notes: tuple[str, ...] = field(default=())
@@ -817,13 +833,15 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
 
     argv, command_where = _argv(reader, node, what, service, repo, tag, attr)
     ports, host_network = _ports(reader, attr, what)
-    mounts = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
+    mounts, volume_unset = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
+    user_node = attr("user")
+    user = (reader.text(user_node, f"{what}.user"), reader.where(user_node)) if user_node is not None else None
     grant = _gpus(reader, attr, what, container)
     return ComposeService(
         path=file.path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
         project=file.project,
         ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
-        unset=tuple(dict.fromkeys(reader.unset)), command_where=command_where,
+        unset=tuple(dict.fromkeys(reader.unset)), volume_unset=volume_unset, user=user, command_where=command_where,
         engine_build=_engine_build(service, image, image_where, image_node, reader),
     )
 
@@ -1111,39 +1129,54 @@ def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tu
 
 
 def _mounts(fleet: Fleet, reader: _Reader, node: Node | None, what: str,
-            map_to_repo: Callable[[Fleet, str], Path | None]) -> tuple[Mount, ...]:
+            map_to_repo: Callable[[Fleet, str], Path | None]) -> tuple[tuple[Mount, ...], tuple[UnsetVolume, ...]]:
     if node is None:
-        return ()
+        return (), ()
     if not isinstance(node, SequenceNode):
         raise reader.fail(node, f"{what}.volumes: expected a list, got {_kind(node)}")
     found: list[Mount] = []
+    unset: list[UnsetVolume] = []
     for i, item in enumerate(node.value):
-        label = f"{what}.volumes[{i}]"
-        # A relative source is relative to the project directory of the file that wrote it (an extended file's own).
-        base = reader.file(item).base.resolve().relative_to(fleet.root.resolve())
-        host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
-            fleet.deploy_root or str(fleet.root))
-        if isinstance(item, MappingNode):
-            kind = reader.get(item, "type", label)
-            source_node, target_node = reader.get(item, "source", label), reader.get(item, "target", label)
-            if kind is not None and reader.text(kind, f"{label}.type") != "bind":
-                continue
-            if source_node is None or target_node is None:
-                raise reader.fail(item, f"{label}: expected source: and target: (a bind mount)")
-            source, target = reader.text(source_node, f"{label}.source"), reader.text(target_node, f"{label}.target")
-        else:
-            parts = reader.text(item, label).split(":")
-            if len(parts) < 2:
-                continue  # an anonymous volume: nothing of the host behind it
-            source, target = parts[0], parts[1]
-        if source.startswith("~"):
-            continue  # the home directory of whoever runs compose: not known offline
-        if source.startswith("."):
-            source = posixpath.normpath(posixpath.join(host_dir, source))
-        elif not source.startswith("/"):
-            continue  # a named volume: docker's storage, not a host path
-        found.append(Mount(source, target, reader.where(item)))
-    return tuple(found)
+        before = len(reader.unset)
+        mount, written, read = _mount(fleet, reader, item, f"{what}.volumes[{i}]")
+        if len(reader.unset) > before:
+            unset.append(UnsetVolume(written, tuple(dict.fromkeys(reader.unset[before:])), read, reader.where(item)))
+        if mount is not None:
+            found.append(mount)
+    return tuple(found), tuple(unset)
+
+
+def _mount(fleet: Fleet, reader: _Reader, item: Node, label: str) -> tuple[Mount | None, str, str]:
+    """One entry of ``volumes:``: its bind mount (None for an anonymous or named volume, or a source not known
+    offline), the entry's path as written and as compose reads it."""
+    # A relative source is relative to the project directory of the file that wrote it (an extended file's own).
+    base = reader.file(item).base.resolve().relative_to(fleet.root.resolve())
+    host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
+        fleet.deploy_root or str(fleet.root))
+    if isinstance(item, MappingNode):
+        kind = reader.get(item, "type", label)
+        source_node, target_node = reader.get(item, "source", label), reader.get(item, "target", label)
+        if kind is not None and reader.text(kind, f"{label}.type") != "bind":
+            return None, "", ""
+        if source_node is None or target_node is None:
+            raise reader.fail(item, f"{label}: expected source: and target: (a bind mount)")
+        source, target = reader.text(source_node, f"{label}.source"), reader.text(target_node, f"{label}.target")
+        written = source_node.value if isinstance(source_node, ScalarNode) else ""
+        read = source
+    else:
+        read = reader.text(item, label)
+        written = item.value if isinstance(item, ScalarNode) else ""
+        parts = read.split(":")
+        if len(parts) < 2:
+            return None, written, read  # an anonymous volume: nothing of the host behind it
+        source, target = parts[0], parts[1]
+    if source.startswith("~"):
+        return None, written, read  # the home directory of whoever runs compose: not known offline
+    if source.startswith("."):
+        source = posixpath.normpath(posixpath.join(host_dir, source))
+    elif not source.startswith("/"):
+        return None, written, read  # a named volume: docker's storage, not a host path
+    return Mount(source, target, reader.where(item)), written, read
 
 
 def _device_ids(reader: _Reader, node: Node, label: str) -> tuple[tuple[int, ...], tuple[str, ...]]:

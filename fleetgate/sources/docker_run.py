@@ -119,6 +119,8 @@ class ContainerRun:
     name: str | None
     problems: tuple[str, ...] = field(default=())
     """What the line holds that the client would refuse (an option without its value, no image)."""
+    user: str | None = None
+    """``--user``/``-u`` (``NAME|UID[:GROUP|GID]``): None where the line gives none, and the image's USER applies."""
 
     @property
     def engine(self) -> str | None:
@@ -269,4 +271,5 @@ def parse_client(argv: Sequence[str]) -> ContainerRun | None:
         env_files=tuple(values.get("env-file", [])), published=tuple(published), volumes=tuple(volumes),
         gpus=tuple(values.get("gpus", [])), devices=tuple(values.get("device", [])),
         network=networks[-1] if networks else None, name=values["name"][-1] if values.get("name") else None, problems=tuple(problems),
+        user=values["user"][-1] if values.get("user") else None,
     )

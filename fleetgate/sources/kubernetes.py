@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
 __all__ = ["GPU_RESOURCES", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
-           "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes", "render_kubernetes",
+           "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes", "render_kubernetes",
            "unrendered"]
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod")
@@ -101,6 +101,17 @@ class VolumeMount:
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """Who a pod's container runs as: ``runAsUser`` and ``runAsNonRoot`` of its ``securityContext``, each the
+    container's where it sets one, else the pod's (None: neither sets it, and the image's USER applies)."""
+
+    user: int | None
+    user_where: str
+    non_root: bool | None
+    non_root_where: str
+
+
+@dataclass(frozen=True)
 class KubernetesContainer:
     path: Path
     """The manifest file that defines the workload."""
@@ -124,6 +135,8 @@ class KubernetesContainer:
     """None: no GPU resource in ``resources.limits``."""
     command_where: str
     notes: tuple[str, ...] = field(default=())
+    run_as: RunAs | None = None
+    """``securityContext`` ``runAsUser``/``runAsNonRoot``, the container's over the pod's."""
 
     @property
     def name(self) -> str:
@@ -739,7 +752,32 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
         argv=(service.binary, *words[1:]), env=env, secret_names=frozenset(secret), ports=ports,
         service_ports=tuple(service_ports), selected=tuple(selected), mounts=_mounts(path, spec, node, what, _claim_templates(obj)),
         gpus=_gpus(path, node, what), command_where=_where(path, command_node), notes=tuple(notes),
+        run_as=_run_as(path, spec, node, what),
     )
+
+
+def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: str) -> RunAs:
+    """``runAsUser`` and ``runAsNonRoot``: the container's securityContext over the pod's (core/v1)."""
+    found: dict[str, Node] = {}
+    for owner in (spec, container):
+        context = _mapping(path, _get(owner, "securityContext"), f"{what} securityContext")
+        for key in ("runAsUser", "runAsNonRoot"):
+            node = _get(context, key)
+            if node is not None:
+                found[key] = node
+    user_node, flag_node = found.get("runAsUser"), found.get("runAsNonRoot")
+    user = _scalar(path, user_node, f"{what} securityContext.runAsUser").strip() if user_node is not None else None
+    flag = _scalar(path, flag_node, f"{what} securityContext.runAsNonRoot").strip().lower() if flag_node else None
+    if user_node is not None and user is not None and not user.isdigit():
+        raise InputError(path, _line(user_node), f"{what} securityContext.runAsUser = {user!r}; expected a UID (an "
+                         "integer)")
+    if flag_node is not None and flag is not None and flag not in ("true", "false"):
+        raise InputError(path, _line(flag_node), f"{what} securityContext.runAsNonRoot = {flag!r}; expected true or "
+                         "false")
+    return RunAs(user=int(user) if user is not None else None,
+                 user_where=_where(path, user_node if user_node is not None else container),
+                 non_root=(flag == "true") if flag is not None else None,
+                 non_root_where=_where(path, flag_node if flag_node is not None else container))
 
 
 def render_kubernetes(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:

@@ -14,10 +14,13 @@ from tests.seams.raise_log import recorded
 from tests.seams.raise_sites import REPO, raise_sites
 
 ENTRY = REPO / "fixtures" / "branches" / "service-ports-unique.duplicate.toml"
-CODES = {"service-ports-unique/duplicate", "co-residence-fits/over-card", "docs-index/index-status"}
+CODES = {"service-ports-unique/duplicate", "co-residence-fits/over-card", "docs-index/index-status",
+         "vllm-start-headroom/beside-engine",
+         # the example fleet's engine-auth failures are built too, then waived (fleet.toml [[waivers]])
+         "engine-auth/no-key"}
 
 # A process of its own, recording as every pytest process of the tests env does: the mutation's seams run, and
-# its three failures are built.
+# its failures are built.
 SCRIPT = """
 import sys
 from pathlib import Path

@@ -1,0 +1,131 @@
+"""An engine in a container does not run as root (issue 32): the container counterpart of ``unit-user``.
+
+Who the engine runs as is what its start file says, else the image's ``USER``:
+
+- compose ``user:``, ``docker run --user``/``-u``, Kubernetes ``securityContext.runAsUser`` (the container's over
+  the pod's); ``root``, ``0`` or ``0:GROUP`` is root;
+- nothing given: the image's ``USER``. llama.cpp's server images (.devops/*.Dockerfile, target ``server``) and vLLM's
+  ``vllm/vllm-openai`` set none, so their engine runs as root (vLLM's own docs mount the model cache at
+  ``/root/.cache/huggingface``). Another image's ``USER`` is not known offline: not judged, naming what to declare.
+- Kubernetes ``runAsNonRoot: true`` with no ``runAsUser`` on an image that runs as root is refused by the kubelet
+  ("container has runAsNonRoot and image will run as root"): the pod never starts.
+
+A root Docker daemon maps the container's root to the host's; rootless podman maps it to the user who runs it, so a
+``podman run`` from a user unit (or one with ``User=``), and a Quadlet (a rootless container unit here, as
+``unit-user`` reads it), are not judged here. Security linters of images and manifests hold the same by default
+(hadolint DL3002, kube-linter ``run-as-non-root``).
+"""
+
+from __future__ import annotations
+
+from fleetgate.checks import NotJudged, service_seam
+from fleetgate.rendered import RenderedService
+from fleetgate.sources.docker_run import engine_of_image
+
+__all__ = ["CONTAINER_USER"]
+
+CONTAINER_USER = "container-user"
+
+
+def _root(user: str) -> bool:
+    name = user.strip().split(":", 1)[0]
+    return name in ("root", "0")
+
+
+def _rootless_podman(config: RenderedService) -> bool:
+    run = config.rendered.container
+    if run is None or run.client != "podman":
+        return False
+    unit = config.rendered.unit
+    if unit is None:
+        return True  # a script run by hand: whoever runs it, not known to be root
+    from fleetgate.checks.seam_units import user_unit
+
+    user = unit.last("Service", "User")
+    return user_unit(unit) or (user is not None and user.value.strip() not in ("", "root", "0"))
+
+
+def _not_a_container(config: RenderedService) -> str | None:
+    rendered = config.rendered
+    if rendered.compose is None and rendered.kubernetes is None and rendered.container is None:
+        unit = rendered.unit
+        if unit is not None and unit.kind == "quadlet":
+            return (f"{config.name} is a rootless Quadlet: the container's root is the user whose manager starts it "
+                    "(unit-user's reading)")
+        return f"{config.name} does not run in a container (unit-user holds the user of a systemd unit)"
+    if _rootless_podman(config):
+        return (f"{config.name} runs rootless podman (a user unit, or one with User=): the container's root is that "
+                "user, not the host's")
+    return None
+
+
+CHECK = service_seam(
+    CONTAINER_USER,
+    cites=(),
+    summary="an engine in a container (compose, docker run, Kubernetes) runs as an unprivileged user, and a pod that "
+            "asks for non-root can start",
+    requires=_not_a_container,
+    codes={
+        "root": "the start file runs the container as root (`user: root`/`0`, `--user 0`, `runAsUser: 0`)",
+        "image-root": ("no user given, and the image runs as root (llama.cpp's server images and `vllm/vllm-openai` "
+                       "set no `USER`)"),
+        "non-root-refused": ("Kubernetes `runAsNonRoot: true` without `runAsUser` on an image that runs as root: the "
+                             "kubelet refuses to start the container"),
+    },
+)
+
+
+@CHECK.register
+def container_user(config: RenderedService) -> None:
+    rendered = config.rendered
+    compose, pod, run = rendered.compose, rendered.kubernetes, rendered.container
+    image = (compose.image if compose is not None else pod.image if pod is not None
+             else run.image if run is not None else None) or ""
+    image_where = (compose.image_where if compose is not None else f"{pod.path}:{pod.line}" if pod is not None
+                   else str(rendered.script))
+    how = ("compose user:" if compose is not None else "securityContext.runAsUser" if pod is not None
+           else f"{run.client} run --user" if run is not None else "")
+    given: tuple[str, str] | None = None
+    if compose is not None and compose.user is not None:
+        given = compose.user
+    elif pod is not None and pod.run_as is not None and pod.run_as.user is not None:
+        given = (str(pod.run_as.user), pod.run_as.user_where)
+    elif run is not None and run.user is not None:
+        given = (run.user, str(rendered.script))
+    if given is not None:
+        if _root(given[0]):
+            raise CHECK.fail(
+                config, "root",
+                where=given[1],
+                observed=f"{how} {given[0]}: the engine runs as root in the container"
+                         + ("" if pod is not None else ", which a root Docker daemon makes the host's root"),
+                expected="an unprivileged UID (a user the image has, or any UID the model files are readable by)",
+                fix=f"set {how} to an unprivileged {'UID' if pod is not None else 'UID:GID'} that can read the model "
+                    "files",
+            )
+        return
+    image_root = engine_of_image(image) in ("llama.cpp", "vllm")
+    if pod is not None and pod.run_as is not None and pod.run_as.non_root:
+        if image_root:
+            raise CHECK.fail(
+                config, "non-root-refused",
+                where=pod.run_as.non_root_where,
+                observed=(f"runAsNonRoot: true, no runAsUser, and {image} runs as root (its Dockerfile sets no USER): "
+                          "the kubelet refuses the container ('container has runAsNonRoot and image will run as root')"),
+                expected="runAsUser: an unprivileged UID beside runAsNonRoot: true",
+                fix="add securityContext.runAsUser (and runAsGroup, fsGroup for the model volume) with an unprivileged UID",
+            )
+        return  # the kubelet starts it only as non-root
+    if not image_root:
+        raise NotJudged(f"{config.name}'s image {image or '(none)'} sets a USER fleetgate cannot read offline, and "
+                        f"nothing sets the user: declare it ({how} UID:GID)")
+    raise CHECK.fail(
+        config, "image-root",
+        where=image_where,
+        observed=(f"nothing sets the user, and {image} runs as root (its Dockerfile sets no USER): the engine runs as "
+                  "root" + ("" if pod is not None else ", which a root Docker daemon makes the host's root")),
+        expected=f"the engine run as an unprivileged user ({how} {'UID' if pod is not None else 'UID:GID'})",
+        fix=(f"set {how} to an unprivileged {'UID (runAsGroup: GID)' if pod is not None else 'UID:GID'} that can read "
+             "the model files"
+             + (" (and runAsNonRoot: true)" if pod is not None else "")),
+    )

@@ -1,0 +1,247 @@
+"""vLLM starts beside the other engines of its card (issue 32).
+
+vLLM refuses to start when the free memory of a card is below ``--gpu-memory-utilization`` x its total: its GPU worker
+compares the two when it initialises the device, before it loads anything (vllm/v1/worker/gpu_worker.py,
+``init_device``: "ValueError: Free memory on device cuda:0 (12.38/287.69 GiB) on startup is less than desired GPU
+memory utilization (0.92, 264.67 GiB)", as users' logs quote it). So on a
+card that another engine of the fleet also uses, vLLM starts only if that engine leaves it ``utilization x total``:
+
+- two vLLM services on one card: their fractions must sum to at most 1, or the one that starts second refuses
+  whatever the model (the first holds its fraction from start to stop);
+- vLLM beside llama-server: what llama-server holds on the card (its ledger: weights, KV, compute) must leave
+  vLLM's fraction free, or vLLM refuses when llama-server got there first (and llama-server runs out of memory when
+  vLLM did).
+
+Which cards a service uses is read from how it starts: a compose GPU grant (``device_ids``, ``count``, ``gpus:``,
+device nodes), a ``docker run --gpus``, the visibility variables of a process of the host; vLLM's are the first
+tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin never gives one card to two containers,
+so pods that both ask for a GPU through ``resources`` share none. Services of one host run at once unless
+``exclusive_with`` says they never do; a rollback or undeployed service does not run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetgate.checks import NOT_JUDGED, NotApplicable, NotJudged, fleet_seam
+from fleetgate.checks._common import profile_missing
+from fleetgate.checks.seam_devices import visible_devices
+from fleetgate.errors import InputError
+from fleetgate.fleet import GIB, Device, Fleet, Host, Service
+from fleetgate.rendered import RenderedService
+
+__all__ = ["HEADROOM", "cards_of"]
+
+HEADROOM = "vllm-start-headroom"
+
+
+@dataclass(frozen=True)
+class _Cards:
+    cards: tuple[Device, ...]
+    how: str
+    plugin: bool = False
+    """Granted by Kubernetes' device plugin, which gives a card to one container only."""
+
+
+def _by_index(host: Host, indices: tuple[int, ...] | None) -> tuple[Device, ...]:
+    if indices is None:
+        return host.cards
+    return tuple(d for d in host.cards if d.index in indices)
+
+
+def _docker_gpus(host: Host, values: tuple[str, ...]) -> tuple[Device, ...]:
+    """``--gpus all``, ``--gpus 2`` (the first two), ``--gpus device=0,1`` / ``'"device=0,1"'``."""
+    chosen: list[Device] = []
+    for value in values:
+        text = value.strip().strip("'\"")
+        if text == "all":
+            return host.cards
+        if text.isdigit():
+            chosen += host.cards[:int(text)]
+            continue
+        for part in text.split(","):
+            key, _, item = part.partition("=")
+            item = item if key.strip() in ("device", "\"device") else key
+            item = item.strip().strip("'\"")
+            if item.isdigit():
+                chosen += [d for d in host.cards if d.index == int(item)]
+    return tuple(dict.fromkeys(chosen))
+
+
+def cards_of(config: RenderedService) -> _Cards:
+    """The cards a rendered service's engine uses, by how it starts."""
+    host = config.host
+    rendered = config.rendered
+    if rendered.compose is not None:
+        grant = rendered.compose.gpus
+        seen = _by_index(host, grant.indices) if grant is not None else ()
+        how = f"compose {grant.how} ({grant.where})" if grant is not None else "compose grants no GPU"
+    elif rendered.kubernetes is not None:
+        grant = rendered.kubernetes.gpus
+        seen = _by_index(host, grant.indices) if grant is not None else ()
+        how = f"{grant.how} ({grant.where})" if grant is not None else "no GPU in resources.limits"
+        return _Cards(_engine_share(config, seen), how, plugin=grant is not None)
+    elif rendered.container is not None:
+        run = rendered.container
+        nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
+        seen = host.cards if nodes else _docker_gpus(host, run.gpus)
+        how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run --device"
+    else:
+        visibility = visible_devices(host.devices, dict(rendered.env))
+        seen = tuple(d for d in visibility.devices if d.serves)
+        how = "; ".join(visibility.steps) or "every card of the host (no visibility variable)"
+    return _Cards(_engine_share(config, seen), how)
+
+
+def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[Device, ...]:
+    """Of the cards an engine sees, those it loads onto: vLLM's first TP x PP ranks; llama-server's ``--device``
+    list, or every card it sees unless ``-ngl 0`` keeps the model on the host."""
+    if config.vllm is not None:
+        pp_use = config.vllm.use("pipeline_parallel_size")
+        pp = int(pp_use.value) if pp_use is not None and pp_use.value and pp_use.value.isdigit() else 1
+        return seen[:max(1, config.vllm.tensor_parallel_size) * max(1, pp)]
+    if config.llama is not None:
+        if config.llama.n_gpu_layers.strip() == "0":
+            return ()
+        if config.llama.devices and config.llama.devices != ("none",):
+            # llama.cpp names the cards it sees CUDA0, ROCm0, Vulkan0, ... in the order it sees them
+            names = {f"{d.name.rstrip('0123456789')}{i}": d for i, d in enumerate(seen)}
+            return tuple(names[n] for n in config.llama.devices if n in names)
+        if config.llama.devices == ("none",):
+            return ()
+    return seen
+
+
+def _config(fleet: Fleet, service: Service) -> RenderedService | None:
+    from fleetgate.render_types import RenderRefused
+    from fleetgate.rendered import load_service, run_attempt
+
+    attempt = run_attempt(fleet, service)
+    try:
+        return attempt.config if attempt is not None else load_service(fleet, service)
+    except (RenderRefused, InputError):
+        return None
+
+
+def _running(fleet: Fleet) -> dict[str, list[Service]]:
+    hosts: dict[str, list[Service]] = {}
+    for service in fleet.services.values():
+        if service.state == "active":
+            hosts.setdefault(service.host, []).append(service)
+    return hosts
+
+
+def _pairs(fleet: Fleet) -> list[tuple[Service, Service]]:
+    """(a vLLM service, another service of its host that can run beside it)."""
+    pairs = []
+    for services in _running(fleet).values():
+        for vllm in (s for s in services if s.engine == "vllm"):
+            for other in services:
+                if other is vllm or other.name in vllm.exclusive_with or vllm.name in other.exclusive_with:
+                    continue
+                pairs.append((vllm, other))
+    return pairs
+
+
+def _alone(fleet: Fleet) -> str | None:
+    if _pairs(fleet):
+        return None
+    return (f"no vLLM service of {fleet.name} runs beside another service of its host (services of one host run at "
+            "once unless exclusive_with says otherwise): no card is shared with vLLM")
+
+
+CHECK = fleet_seam(
+    HEADROOM,
+    cites=(),
+    summary="vLLM's --gpu-memory-utilization is free on each card it shares with another engine of the fleet, so it "
+            "starts whichever engine came first",
+    requires=_alone,
+    codes={
+        "fractions-over-card": (
+            "two vLLM services share a card and their `--gpu-memory-utilization` sum past 1: the one that starts "
+            "second refuses (free memory below its fraction of the card)"
+        ),
+        "beside-engine": (
+            "vLLM shares a card with a llama-server whose ledger there leaves less free than vLLM's "
+            "`--gpu-memory-utilization` x the card: vLLM refuses to start when llama-server got there first"
+        ),
+    },
+)
+
+
+def _held(other: RenderedService, card: Device) -> int | None:
+    """What a llama-server service holds on a card (its ledger), None without a profile."""
+    from fleetgate.ledger.service import service_ledger
+
+    if other.profile is None:
+        return None
+    try:
+        ledger = service_ledger(other)
+    except (KeyError, ValueError):
+        raise NotApplicable(f"{other.name}'s ledger cannot place it on {other.host.name}'s cards: see "
+                            f"card-floor[{other.name}]") from None
+    return next((device.total for device in ledger.cards if device.card.name == card.name), 0)
+
+
+@CHECK.register
+def vllm_start_headroom(fleet: Fleet) -> None:
+    unjudged: list[str] = []
+    for vllm_service, other_service in _pairs(fleet):
+        vllm = _config(fleet, vllm_service)
+        other = _config(fleet, other_service)
+        if vllm is None or other is None or vllm.vllm is None:
+            name = vllm_service.name if vllm is None else other_service.name
+            unjudged.append(f"{name} did not render: see serve-script-renders[{name}]")
+            continue
+        mine, theirs = cards_of(vllm), cards_of(other)
+        if mine.plugin and theirs.plugin:
+            continue  # the device plugin gives each container its own cards
+        shared = [card for card in mine.cards if card in theirs.cards]
+        if not shared:
+            continue
+        fraction = vllm.vllm.gpu_memory_utilization
+        where = vllm.where_flag(vllm.vllm.use("gpu_memory_utilization"))
+        for card in shared:
+            total = card.vram_bytes
+            if other.vllm is not None:
+                theirs_fraction = other.vllm.gpu_memory_utilization
+                if fraction + theirs_fraction <= 1 + 1e-9:
+                    continue
+                raise CHECK.fail(
+                    fleet, "fractions-over-card",
+                    where=where,
+                    observed=(f"{vllm_service.name} (--gpu-memory-utilization {fraction:g}) and {other_service.name} "
+                              f"(--gpu-memory-utilization {theirs_fraction:g}) both use {card.name} of "
+                              f"{vllm_service.host}: {fraction + theirs_fraction:g} of the card"),
+                    details=[f"{vllm_service.name}: {mine.how}", f"{other_service.name}: {theirs.how}"],
+                    expected=(f"fractions that sum to 1 or less on a shared card: the one that starts second needs "
+                              f"its fraction of {total / GIB:.2f} GiB free, and vLLM refuses to start below it"),
+                    fix=("lower the fractions so they sum to 1 or less, give each service its own card (device_ids, "
+                         "CUDA_VISIBLE_DEVICES), or declare exclusive_with if they never run together"),
+                )
+            if other.llama is None:
+                unjudged.append(f"{other_service.name} runs {other_service.engine} on {card.name} beside "
+                                f"{vllm_service.name}, and fleetgate has no ledger for it: declare "
+                                f"services.{other_service.name}.exclusive_with if they never run together")
+                continue
+            held = _held(other, card)
+            if held is None:
+                unjudged.append(profile_missing(other).removeprefix(NOT_JUDGED))
+                continue
+            free = total - held
+            if free >= fraction * total:
+                continue
+            raise CHECK.fail(
+                fleet, "beside-engine",
+                where=where,
+                observed=(f"{other_service.name} (llama.cpp) holds {held / GIB:.2f} GiB of {card.name} "
+                          f"({total / GIB:.2f} GiB), leaving {free / GIB:.2f} GiB; {vllm_service.name} asks "
+                          f"--gpu-memory-utilization {fraction:g} = {fraction * total / GIB:.2f} GiB free at start"),
+                details=[f"{vllm_service.name}: {mine.how}", f"{other_service.name}: {theirs.how}"],
+                expected=(f"at most {(1 - held / total):.3f} for vLLM's fraction beside {other_service.name}, or the "
+                          "two on separate cards"),
+                fix=(f"lower --gpu-memory-utilization to {max(0.0, (free / total) - 0.005):.2f} or less, give each "
+                     "service its own card, or declare exclusive_with if they never run together"),
+            )
+    if unjudged:
+        raise NotJudged("; ".join(dict.fromkeys(unjudged)))

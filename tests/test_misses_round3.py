@@ -1,0 +1,328 @@
+"""Issue 32's misses, each a universal check shown failing on a stranger's fleet (fixtures/fleets) and passing on its
+harmless neighbours: the exact outcome of that check on every subject it concerns, in-process (the runner the plugin
+uses). The whole tables of the fixture fleets, with these checks in them, are tests/test_fleets.py's.
+
+- vllm-start-headroom: vLLM's fraction is free on a card another engine of the fleet uses;
+- cache-reuse-kept: --cache-reuse beside a projector, on a sliding-window model without --swa-full (the profile is
+  gemma-3-270m's, written by `fleetgate profile` from the gemma3-270m wheel's GGUF; a real llama-server disables the
+  reuse exactly there: docs/seams.md);
+- engine-auth's reproductions are in tests/test_fleets.py (MISSES, ``auth-*``).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleetgate.runner import run_seams
+from tests.fleet_edits import Edit, edited_fleet
+
+REPO = Path(__file__).resolve().parents[1]
+FLEETS = REPO / "fixtures" / "fleets"
+GEMMA = FLEETS / "unit-exec" / "profiles" / "gemma-3-270m-q4_k_m.toml"
+PASSED, SKIPPED, NOT_JUDGED = "passed", "skipped", "not-judged"
+
+
+def _fleet(tmp_path: Path, name: str, edits: list[Edit]) -> Path:
+    target = tmp_path / name
+    shutil.copytree(FLEETS / name, target, symlinks=True)
+    for file, old, new in edits:
+        text = (target / file).read_text(encoding="utf-8")
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {file}"
+        (target / file).write_text(text.replace(old, new), encoding="utf-8")
+    return target / "fleet.toml"
+
+
+def _outcomes(fleet_toml: Path, check: str) -> tuple[dict[str, str], dict[str, str]]:
+    outcomes: dict[str, str] = {}
+    texts: dict[str, str] = {}
+    for o in run_seams(fleet_toml, [check]):
+        outcomes[o.subject] = o.code if o.outcome == "failed" and o.code else o.outcome
+        texts[o.subject] = o.text
+    return outcomes, texts
+
+
+# -- vllm-start-headroom (compose-vllm: one 24 GiB card, vLLM at 0.90) ----------------------------------------------
+
+_GRANT = "            - driver: nvidia\n              count: 1\n              capabilities: [gpu]\n"
+
+
+def _second(name: str, image: str, command: str, grant: str = "count: 1") -> list[Edit]:
+    """A second compose service on the same card (count: 1 is the first card, as Docker's NVIDIA runtime grants it)."""
+    service = (f"  {name}:\n    image: {image}\n    ports:\n      - \"127.0.0.1:8001:8001\"\n    volumes:\n"
+               f"      - /srv/models:/models:ro\n    command: {command}\n    deploy:\n      resources:\n"
+               f"        reservations:\n          devices:\n            - driver: nvidia\n              {grant}\n"
+               "              capabilities: [gpu]\n")
+    return [("compose.yaml", _GRANT, _GRANT + service)]
+
+
+def _declared(name: str, engine: str, payload: str, profile: str = "") -> Edit:
+    extra = f'profile = "{profile}"\n' if profile else ""
+    return ("fleet.toml", 'profile = "profiles/qwen3-8b-fp8.toml"\n',
+            f'profile = "profiles/qwen3-8b-fp8.toml"\n\n[services.{name}]\nhost = "tiwaz"\nport = 8001\n'
+            f'engine = "{engine}"\ncompose = "compose.yaml"\ncompose_service = "{name}"\npayload = ["{payload}"]\n{extra}')
+
+
+EMBED = "/srv/models/Qwen3-Embedding-0.6B"
+GEMMA_GGUF = "/srv/models/gemma-3-270m-q4_k_m.gguf"
+LLAMA_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda-b10867"
+GEMMA_COMMAND = "-m /models/gemma-3-270m-q4_k_m.gguf -c 32768 -ngl 99 --host 0.0.0.0 --port 8001"
+
+HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # One vLLM alone on its card: nothing shares it.
+    "alone": ([], {"tiwaz": SKIPPED}),
+    # A second vLLM (an embedding model at 0.30) on the same card: 0.90 + 0.30 of it; the one that starts second
+    # refuses.
+    "two-vllm-over": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
+                                "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
+                       _declared("embed", "vllm", EMBED)],
+                      {"tiwaz": "vllm-start-headroom/fractions-over-card"}),
+    # At 0.10 the two fractions make the whole card: both start, in either order.
+    "two-vllm-fit": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
+                               "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.10"),
+                      _declared("embed", "vllm", EMBED)],
+                     {"tiwaz": PASSED}),
+    # Each on its own card of a two-card host: nothing shared.
+    "two-vllm-own-cards": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
+                                     "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                     grant='device_ids: ["1"]'),
+                            _declared("embed", "vllm", EMBED),
+                            ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]',
+                             'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }, '
+                             '{ name = "CUDA1", vram_bytes = 25769803776 }]')],
+                           {"tiwaz": PASSED}),
+    # fleet.toml says they never run together.
+    "two-vllm-exclusive": ([*_second("embed", "vllm/vllm-openai:v0.13.0",
+                                     "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30"),
+                            _declared("embed", "vllm", EMBED),
+                            ("fleet.toml", 'compose_service = "vllm"\n', 'compose_service = "vllm"\nexclusive_with = ["embed"]\n')],
+                           {"tiwaz": SKIPPED}),
+    # llama-server beside it with no profile: what it holds is unknown, so vLLM's start is not judged.
+    "llama-no-profile": ([*_second("chat", LLAMA_IMAGE, GEMMA_COMMAND), _declared("chat", "llama.cpp", GEMMA_GGUF)],
+                         {"tiwaz": NOT_JUDGED}),
+    # With gemma-3-270m's profile, its ledger at 32768 positions fits beside vLLM's 0.90 ...
+    "llama-fits": ([*_second("chat", LLAMA_IMAGE, GEMMA_COMMAND),
+                    _declared("chat", "llama.cpp", GEMMA_GGUF, f"profiles/{GEMMA.name}")],
+                   {"tiwaz": PASSED}),
+    # ... and not beside 0.97: vLLM asks 23.28 GiB free of the 24.
+    "llama-beside-097": ([*_second("chat", LLAMA_IMAGE, GEMMA_COMMAND),
+                          _declared("chat", "llama.cpp", GEMMA_GGUF, f"profiles/{GEMMA.name}"),
+                          ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
+                         {"tiwaz": "vllm-start-headroom/beside-engine"}),
+    # -ngl 0 keeps llama-server's model on the host: it uses no card.
+    "llama-on-host": ([*_second("chat", LLAMA_IMAGE, GEMMA_COMMAND.replace("-ngl 99", "-ngl 0")),
+                       _declared("chat", "llama.cpp", GEMMA_GGUF),
+                       ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
+                      {"tiwaz": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HEADROOM))
+def test_vllm_start_headroom(case: str, tmp_path: Path) -> None:
+    edits, expected = HEADROOM[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "compose-vllm", edits), "vllm-start-headroom")
+    assert outcomes == expected, texts
+
+
+# -- cache-reuse-kept (unit-exec: llama-server from ExecStart=, gemma-3 on one card) --------------------------------
+
+_ARGS = 'EXTRA_ARGS="--jinja --flash-attn on"'
+
+
+def _args(extra: str) -> Edit:
+    return ("env/chat.env", _ARGS, f'EXTRA_ARGS="--jinja --flash-attn on {extra}"')
+
+
+# The model the service loads becomes gemma-3-270m, with its profile: 18 blocks, 15 of them windowed (512).
+GEMMA_SERVICE: list[Edit] = [
+    ("env/chat.env", "MODEL=/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf",
+     "MODEL=/var/lib/llama/models/gemma-3-270m-q4_k_m.gguf"),
+    ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]',
+     f'payload = ["/var/lib/llama/models/gemma-3-270m-q4_k_m.gguf"]\nprofile = "profiles/{GEMMA.name}"'),
+]
+
+REUSE: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "no-reuse": ([], {"chat": SKIPPED}),
+    "reuse-zero": ([_args("--cache-reuse 0")], {"chat": SKIPPED}),
+    # No profile: whether the model has windowed layers is unknown.
+    "reuse-no-profile": ([_args("--cache-reuse 256")], {"chat": NOT_JUDGED}),
+    # A projector turns reuse off whatever the model: no profile needed.
+    "reuse-multimodal": ([_args("--cache-reuse 256 --mmproj /var/lib/llama/models/mmproj-gemma-3-12b-f16.gguf")],
+                         {"chat": "cache-reuse-kept/multimodal"}),
+    # 16384 positions, one slot: the windowed cache holds PAD256(512 + 512) = 1024 cells beside 16384.
+    "reuse-sliding-window": ([*GEMMA_SERVICE, _args("--cache-reuse 256")], {"chat": "cache-reuse-kept/sliding-window"}),
+    "reuse-sliding-window-env": ([*GEMMA_SERVICE, ("env/chat.env", "PORT=8081", "PORT=8081\nLLAMA_ARG_CACHE_REUSE=256")],
+                                 {"chat": "cache-reuse-kept/sliding-window"}),
+    "reuse-swa-full": ([*GEMMA_SERVICE, _args("--cache-reuse 256 --swa-full")], {"chat": PASSED}),
+    # 1024 positions: the window and a ubatch fill the whole context, both caches hold 1024 cells.
+    "reuse-window-covers-context": ([*GEMMA_SERVICE, _args("--cache-reuse 256"), ("env/chat.env", "CTX=16384", "CTX=1024")],
+                                    {"chat": PASSED}),
+    # An M-RoPE architecture never shifts, windowed or not.
+    "reuse-m-rope": ([*GEMMA_SERVICE, _args("--cache-reuse 256 --swa-full"),
+                      (f"profiles/{GEMMA.name}", 'architecture = "gemma3"', 'architecture = "qwen3vl"')],
+                     {"chat": "cache-reuse-kept/no-shift"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REUSE))
+def test_cache_reuse_kept(case: str, tmp_path: Path) -> None:
+    edits, expected = REUSE[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "cache-reuse-kept")
+    assert outcomes == expected, texts
+
+
+# -- volume-variables: compose (compose-vllm) and a Quadlet (the example fleet's frank-archon) ----------------------
+
+VOLUME_COMPOSE: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "literal": ([], {"qwen": PASSED}),
+    # ${MODELS} set in .env: compose reads it there.
+    "set-in-env": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS}:/models:ro"),
+                    (".env", "VLLM_PORT=8000", "VLLM_PORT=8000\nMODELS=/srv/models")], {"qwen": PASSED}),
+    # A default covers it.
+    "with-default": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS:-/srv/models}:/models:ro")],
+                     {"qwen": PASSED}),
+    # Nothing sets it: ':/models' is no bind mount.
+    "unset": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS}:/models:ro")],
+              {"qwen": "volume-variables/compose-unset"}),
+    # Part of a path: '/qwen' is mounted instead.
+    "unset-prefix": ([("compose.yaml", "      - /srv/models:/models:ro", "      - ${MODELS_ROOT}/models:/models:ro")],
+                     {"qwen": "volume-variables/compose-unset"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VOLUME_COMPOSE))
+def test_volume_variables_compose(case: str, tmp_path: Path) -> None:
+    edits, expected = VOLUME_COMPOSE[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "compose-vllm", edits), "volume-variables")
+    assert outcomes == expected, texts
+
+
+QUADLET = "dankserver/frank-archon/quadlet/frank-archon.container"
+ARCHON_ENV = "dankserver/frank-archon/frank-archon.env"
+_VOLUME: Edit = (QUADLET, "Volume=/home/dank/models:/models:ro", "Volume=${MODELS_DIR}:/models:ro")
+# The example fleet's services that a Quadlet or compose starts: frank-archon alone.
+_OTHERS = {s: SKIPPED for s in ("frank-medium", "frank-zealot", "frank-dragoon", "frank-tts", "reference")}
+
+VOLUME_QUADLET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "literal": ([], {"frank-archon": PASSED}),
+    # Only [Container] EnvironmentFile= (the container's) sets it: systemd expands it to ''.
+    "container-env-only": ([_VOLUME, (ARCHON_ENV, "\nPORT=", "\nMODELS_DIR=/home/dank/models\nPORT=")],
+                           {"frank-archon": "volume-variables/quadlet-unset"}),
+    "nowhere": ([_VOLUME], {"frank-archon": "volume-variables/quadlet-unset"}),
+    # [Service] Environment= is what systemd expands ExecStart= from.
+    "service-environment": ([_VOLUME, (QUADLET, "[Service]\n", "[Service]\nEnvironment=MODELS_DIR=/home/dank/models\n")],
+                            {"frank-archon": PASSED}),
+    # $$ is a literal dollar for systemd.
+    "literal-dollar": ([(QUADLET, "Volume=/home/dank/models:/models:ro", "Volume=/home/dank/mo$$dels:/models:ro")],
+                       {"frank-archon": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VOLUME_QUADLET))
+def test_volume_variables_quadlet(case: str, tmp_path: Path) -> None:
+    edits, expected = VOLUME_QUADLET[case]
+    outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "volume-variables")
+    assert outcomes == {**_OTHERS, **expected}, texts
+
+
+# -- embeddings-served: a router preset (router-preset) and a unit's contract (unit-exec) ---------------------------
+
+_CODER = "parallel = 1\n"
+EMBEDDINGS_PRESET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "chat-only": ([], {"coder": SKIPPED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # A section asks for mean pooling and never turns embeddings on: every embeddings request is a 501.
+    "pooling-only": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\n")],
+                     {"coder": "embeddings-served/pooling-only", "llama": SKIPPED, "autocomplete": SKIPPED}),
+    "pooling-and-embeddings": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\nembeddings = true\n")],
+                               {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # `[*]` turning embeddings on reaches every section.
+    "embeddings-global": ([("config/models.ini", _CODER, _CODER + "pooling  = mean\n"),
+                           ("config/models.ini", "flash-attn   = on\n", "flash-attn   = on\nembeddings   = on\n")],
+                          {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+    # Reranking turns embeddings on too.
+    "pooling-rank-reranking": ([("config/models.ini", _CODER, _CODER + "pooling  = rank\nreranking = true\n")],
+                               {"coder": PASSED, "llama": SKIPPED, "autocomplete": SKIPPED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMBEDDINGS_PRESET))
+def test_embeddings_served_preset(case: str, tmp_path: Path) -> None:
+    edits, expected = EMBEDDINGS_PRESET[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "router-preset", edits), "embeddings-served")
+    assert outcomes == expected, texts
+
+
+_CONTRACT: Edit = ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                   'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n[services.chat.contract]\n'
+                   'endpoints = ["/health", "/v1/embeddings"]\n')
+EMBEDDINGS_CONTRACT: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "contract-without-flag": ([_CONTRACT], {"chat": "embeddings-served/contract-endpoint"}),
+    "contract-with-flag": ([_CONTRACT, _args("--embeddings")], {"chat": PASSED}),
+    "contract-with-env": ([_CONTRACT, ("env/chat.env", "PORT=8081", "PORT=8081\nLLAMA_ARG_EMBEDDINGS=1")], {"chat": PASSED}),
+    "pooling-flag": ([_args("--pooling cls")], {"chat": "embeddings-served/pooling-only"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMBEDDINGS_CONTRACT))
+def test_embeddings_served_contract(case: str, tmp_path: Path) -> None:
+    edits, expected = EMBEDDINGS_CONTRACT[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "embeddings-served")
+    assert outcomes == expected, texts
+
+
+# -- slot-within-trained-window: an embedding server at 4x its trained window, and the RoPE scaling that stretches it -
+
+_EMBED_4X: list[Edit] = [*GEMMA_SERVICE, ("env/chat.env", "CTX=16384", "CTX=131072")]
+TRAINED: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "within": ([*GEMMA_SERVICE, _args("--embeddings --pooling mean")], {"chat": PASSED}),
+    # 131072 positions in one slot: 4x gemma-3-270m's 32768, on the base rope.
+    "embeddings-4x": ([*_EMBED_4X, _args("--embeddings --pooling mean")],
+                      {"chat": "slot-within-trained-window/past-trained-window"}),
+    # YaRN x 4 stretches the window to 131072.
+    "embeddings-4x-yarn": ([*_EMBED_4X, _args("--embeddings --pooling mean --rope-scaling yarn --rope-scale 4")],
+                           {"chat": PASSED}),
+    "embeddings-4x-freq-scale": ([*_EMBED_4X, _args("--embeddings --rope-scaling linear --rope-freq-scale 0.25")],
+                                 {"chat": PASSED}),
+    # A factor with the GGUF's scaling type none is never applied (llama_context: "never scale if scaling type is none").
+    "embeddings-4x-scale-without-type": ([*_EMBED_4X, _args("--embeddings --rope-scale 4")],
+                                         {"chat": "slot-within-trained-window/past-trained-window"}),
+    # x 2 is not x 4.
+    "embeddings-4x-yarn-2": ([*_EMBED_4X, _args("--embeddings --rope-scaling yarn --rope-scale 2")],
+                             {"chat": "slot-within-trained-window/past-trained-window"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAINED))
+def test_trained_window_with_rope_scaling(case: str, tmp_path: Path) -> None:
+    edits, expected = TRAINED[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "unit-exec", edits), "slot-within-trained-window")
+    assert outcomes == expected, texts
+
+
+# -- engine-auth on a Quadlet's PublishPort= (the example fleet's frank-archon, waived for its LAN) ------------------
+
+WAIVED = "waived"
+_AUTH_CLEAN = {"frank-medium": WAIVED, "frank-archon": WAIVED, "frank-zealot": WAIVED, "reference": SKIPPED}
+AUTH_QUADLET: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # Network=host: the engine's own --host 0.0.0.0, waived (fleet.toml [[waivers]]).
+    "host-network": ([], {}),
+    "published-loopback": ([(QUADLET, "Network=host", "PublishPort=127.0.0.1:7770:7770")], {"frank-archon": SKIPPED}),
+    "published-ipv6-loopback": ([(QUADLET, "Network=host", "PublishPort=[::1]:7770:7770")], {"frank-archon": SKIPPED}),
+    "published-everywhere": ([(QUADLET, "Network=host", "PublishPort=7770:7770")], {"frank-archon": WAIVED}),
+    # Another port of the container is published, not the engine's: nothing outside reaches it.
+    "other-port": ([(QUADLET, "Network=host", "PublishPort=9090:9090")], {"frank-archon": SKIPPED}),
+    # Without the waiver the finding counts.
+    "published-everywhere-unwaived": ([(QUADLET, "Network=host", "PublishPort=0.0.0.0:7770:7770"),
+                                       ("fleet.toml", 'code = "engine-auth/no-key"\nservice = "frank-archon"',
+                                        'code = "engine-auth/empty-key"\nservice = "frank-archon"')],
+                                      {"frank-archon": "engine-auth/no-key"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTH_QUADLET))
+def test_engine_auth_quadlet(case: str, tmp_path: Path) -> None:
+    edits, expected = AUTH_QUADLET[case]
+    outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "engine-auth")
+    assert outcomes == {**_AUTH_CLEAN, **expected}, texts
