@@ -242,14 +242,17 @@ def _start_scripts_table() -> dict[tuple[str, str], str]:
     # release, so the newest release held judges its argv (and says so); no profile sizes its checkpoint, so
     # vllm-starts is not judged; its model is a hub id, no host file. llama-server exec'd from a build tree on the
     # second card, the model written in the script. nvidia-smi (the pre-flight of both) is stubbed in the render.
-    qwen = {**VLLM_COMPOSE_SERVICE, "vllm-argv": PASSED, "vllm-starts": NOT_JUDGED, "container-paths": SKIPPED}
+    qwen = {**VLLM_COMPOSE_SERVICE, "vllm-argv": PASSED, "vllm-starts": NOT_JUDGED, "container-paths": SKIPPED,
+            "volume-variables": SKIPPED}
     table = {("qwen", check): outcome for check, outcome in qwen.items()}
     table.update(_table("box", "gemma", **{f"gemma:{c}": o for c, o in NO_UNIT.items()},
                         **{"gemma:payload-defaults": SKIPPED, "gemma:card-balance": NOT_JUDGED}))
     for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
         table.pop(("fleet", check))
-    # Two services on the host with no profile: co-residence skips naming the profiles to declare.
+    # Two services on the host with no profile: co-residence skips naming the profiles to declare. vLLM's card is
+    # not the llama-server's (CUDA_VISIBLE_DEVICES 0 and 1): vLLM's fraction has its card to itself.
     table[("box", "co-residence-fits")] = SKIPPED
+    table[("box", "vllm-start-headroom")] = PASSED
     return table
 
 

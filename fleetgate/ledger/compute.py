@@ -328,12 +328,17 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
     def floor_of(card: Card, context: str, profile: Profile, shape: ComputeShape, *, layers: bool) -> int:
         if context != "target":
             return 0
+        floor = 0
         if card is HOST and not layers and not shape.host_attention:
-            return host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
-        if card is not HOST and layers and flash_attn and quantized_kv and cache.offload \
+            floor = host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
+        elif card is not HOST and layers and flash_attn and quantized_kv and cache.offload \
                 and card.backend.quant_row_padding > 0:
-            return attention_floor(profile, cache, n_ubatch, shape.mask_cells)
-        return 0
+            floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells)
+        # The floors mirror build 11434; a buffer measured on the fleet's own engine at a larger ubatch (a compute
+        # buffer grows with it) is what that engine does, and no floor goes above it.
+        measured = [c.bytes for c in calibrations if c.context == context and c.device in (card.name, card.label)
+                    and c.ubatch >= n_ubatch]
+        return min([floor, *measured])
 
     def compute(card: Card, context: str, profile: Profile, outputs: int, *, layers: bool, output: bool,
                 parallel: bool, offloaded: int = 0) -> None:

@@ -89,6 +89,7 @@ def test_a_declared_service_named_llama_server_is_fitted_as_that_service(capsys:
 
     fleet = edited_fleet(tmp_path, [("fleet.toml", "[services.frank-medium]\n", "[services.llama-server]\n")])
     text = fleet.read_text(encoding="utf-8").replace("services.frank-medium.", "services.llama-server.")
+    text = text.replace('service = "frank-medium"', 'service = "llama-server"')  # its waiver
     fleet.write_text(text, encoding="utf-8")
     code, out, err = run(capsys, "fit", "llama-server", "--fleet", str(fleet))
     assert (code, err) == (0, "")
