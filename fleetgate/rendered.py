@@ -30,9 +30,11 @@ from fleetgate.failure import Deferred
 from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render import render
+from fleetgate.render_inputs import unit_environment
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable, counting
 from fleetgate.sources.docker_run import engine_of_image
+from fleetgate.units import Unit
 
 __all__ = [
     "RenderedService",
@@ -129,6 +131,11 @@ class RenderedService:
         deploy script run as this service's). Raises ``RenderRefused`` when the script refuses. Made by the run's
         renderer: asked twice, rendered once."""
         return self.renderer.probe(self.fleet, service or self.service, overrides, args)
+
+    def systemd_environment(self, unit: Unit) -> dict[str, Origin]:
+        """The variables systemd itself expands in ``unit``'s lines (its ``[Service]`` Environment= and
+        EnvironmentFile=), read as systemd reads them; ``InputError`` for an env file outside the repository."""
+        return unit_environment(self.fleet, self.service, unit)
 
     @property
     def name(self) -> str:

@@ -39,6 +39,7 @@ LEFT = {
     ("seam_units", "fleetgate.units"): "the Unit and Setting types of the rendered unit",
     ("seam_units", "fleetgate.sources"): "systemd's ExecStart= expansion, applied to the unit's own line",
     ("seam_coresidence", "fleetgate.sources"): "a llama-swap config's groups and a router preset's models-max",
+    ("seam_container_user", "fleetgate.sources"): "the engine an image reference names (a function of the text)",
 }
 """The reader imports left, by (check module, reader): each is a fact a reader should hand the check instead."""
 

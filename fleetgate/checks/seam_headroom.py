@@ -113,13 +113,12 @@ def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[De
 
 
 def _config(fleet: Fleet, service: Service) -> RenderedService | None:
-    from fleetgate.render_types import RenderRefused
-    from fleetgate.rendered import load_service, run_attempt
+    """The run's render of a neighbour (rendered now where the run made none); None where it does not render."""
+    from fleetgate.rendered import attempt_of
 
-    attempt = run_attempt(fleet, service)
     try:
-        return attempt.config if attempt is not None else load_service(fleet, service)
-    except (RenderRefused, InputError):
+        return attempt_of(fleet, service).config
+    except InputError:  # fleet.toml itself: every other seam says it
         return None
 
 

@@ -19,7 +19,6 @@ import re
 
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.errors import InputError
-from fleetgate.render_inputs import unit_environment
 from fleetgate.rendered import RenderedService
 
 __all__ = ["VOLUMES"]
@@ -79,7 +78,7 @@ def volume_variables(config: RenderedService) -> None:
     if not referenced:
         return
     try:
-        known = unit_environment(config.fleet, config.service, unit)
+        known = config.systemd_environment(unit)
     except InputError as error:
         raise NotJudged(f"{config.name}'s [Service] EnvironmentFile= cannot be read ({error.message}): declare it as "
                         "a file of this repository") from None
