@@ -499,5 +499,6 @@ def test_a_finding_names_the_env_line_that_set_the_value(pytester: pytest.Pytest
     dotenv.write_text(dotenv.read_text(encoding="utf-8").replace("MAX_MODEL_LEN=16384", "MAX_MODEL_LEN=131072"),
                       encoding="utf-8")
     outcomes, texts = run_seams(pytester, fleet / "fleet.toml")
-    assert outcomes[("qwen", "vllm-starts")] == "vllm-starts/pool-below-one-sequence"
+    # 131072 is past the model's max_position_embeddings: vLLM refuses it at config, before sizing the pool
+    assert outcomes[("qwen", "vllm-starts")] == "vllm-starts/max-model-len-over-model"
     assert "  where:    .env:3 (MAX_MODEL_LEN)" in texts[("qwen", "vllm-starts")].splitlines()
