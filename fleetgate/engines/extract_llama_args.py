@@ -24,6 +24,7 @@ never copied: the JSON holds names, types and choices, not code.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import subprocess
@@ -393,12 +394,19 @@ def published_builds() -> list[int]:
     return sorted(int(v.strip().split(".")[0]) for v in line.split(":", 1)[1].split(","))
 
 
+@functools.cache
+def _releases() -> dict[str, list[dict[str, Any]]]:
+    """Every release's files, from PyPI's JSON API for the project (one request: the per-version endpoint is not
+    served by every mirror of the index)."""
+    with urllib.request.urlopen(f"{INDEX}/json", timeout=120) as answer:
+        releases: dict[str, list[dict[str, Any]]] = json.load(answer)["releases"]
+    return releases
+
+
 def sdist_url(build: int) -> str:
-    """The sdist of one published build, from PyPI's JSON API (its URL may be relative to the API's)."""
-    with urllib.request.urlopen(f"{INDEX}/{build}.0.0/json", timeout=120) as answer:
-        release = json.load(answer)
-    url = next(f["url"] for f in release["urls"] if f["packagetype"] == "sdist")
-    return str(urllib.parse.urljoin(f"{INDEX}/{build}.0.0/json", url))
+    """The sdist of one published build (its URL may be relative to the API's)."""
+    url = next(f["url"] for f in _releases()[f"{build}.0.0"] if f["packagetype"] == "sdist")
+    return str(urllib.parse.urljoin(f"{INDEX}/json", url))
 
 
 def read_sdist(stream: Any) -> dict[str, str]:
