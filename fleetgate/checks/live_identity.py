@@ -418,7 +418,9 @@ SLOTS_CHECK = live_check(
 
 CONCURRENT_REQUESTS = 4
 """At most this many requests probe vLLM's --max-num-seqs at once."""
-CONCURRENT_TOKENS = 12
+CONCURRENT_TOKENS = 48
+"""Long enough that requests sent together are in flight together on a loaded client: at 12 tokens vLLM finished one
+before the next arrived under CI load, and a healthy server read as one sequence at a time."""
 STEP_TOKENS = "vllm:iteration_tokens_total"
 """vLLM's histogram of the tokens each engine step computed (vllm/v1/metrics/loggers.py): a step that decodes several
 sequences together computes one token for each."""
