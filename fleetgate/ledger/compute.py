@@ -72,6 +72,10 @@ class ComputeShape:
     floor: int = 0
     """A peak traced from the engine's source that the estimate must not fall below (``attention_floor``,
     ``host_inputs``)."""
+    every_token: bool = False
+    """An embedding context (``ContextParams.every_token``): the output layer's logits cover the whole ubatch, an
+    exact tensor that most of the buffer is; the measured factor, which stands for small tensors the peak does not
+    list, does not scale it."""
 
 
 GATED_Q_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
@@ -180,7 +184,10 @@ def _compute_estimate(profile: Profile, shape: ComputeShape, role: tuple[str, st
                         host_layers=host_layers)
     factor = COMPUTE_FACTORS[role]
     margin = COMPUTE_MARGIN if role[1] != "host" else 0
-    return max(pad(int(peak * factor) + margin + 1, 32), shape.floor)
+    # ggml-alloc.c places a tensor larger than every hole at the top of the buffer, above whatever is still live;
+    # the scaled rest of the peak bounds that, the logits' own size is ggml_nbytes of [n_vocab, n_outputs] f32
+    logits = 4 * shape.n_outputs * max(profile.n_vocab, 1) if shape.every_token and holds_output else 0
+    return max(pad(int((peak - logits) * factor) + logits + margin + 1, 32), shape.floor)
 
 
 def _widest_views(profile: Profile, cache: KvCache) -> tuple[int, int]:
@@ -315,7 +322,7 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         return ComputeShape(n_ubatch=n_ubatch, n_outputs=outputs, n_seq=n_seq, mask_cells=tuple(cells),
                             copies=4 if parallel else 1, flash_attn=flash_attn, offloaded_input=offloaded,
                             host_attention=host_attention, kv_offload=cache.offload, first_stage=first_stage,
-                            v_copy=v_copy)
+                            v_copy=v_copy, every_token=params.every_token)
 
     # src/llama-graph.cpp build_pooling: mean pooling takes inp_mean, cls/last/rank inp_cls; an embedding service
     # that names no pooling takes the model's, which the profile does not hold: both are booked

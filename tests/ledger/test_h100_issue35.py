@@ -58,8 +58,8 @@ def test_every_refusal_is_the_ledgers(boot: dict[str, Any]) -> None:
 
 
 def test_device_totals_against_nvidia_smi() -> None:
-    """At health and after the request: within 5 % but two embedding boots, whose compute estimate multiplies
-    every token's logits by the layer factor (docs/ledger.md)."""
+    """At health and after the request: within 5 % on every boot. The two embedding boots that were +5.1 % and
+    +5.2 % while the layer factor multiplied every token's logits are +3.7 % and +4.8 % (docs/ledger.md)."""
     errors: dict[tuple[str, str], float] = {}
     for boot in HEALTHY:
         ledger = ledger_of(boot, DATASET["machine"])
@@ -68,6 +68,7 @@ def test_device_totals_against_nvidia_smi() -> None:
                 predicted = _device_totals(boot, ledger, after=key == "smi_after_request")
                 errors[(boot["id"], key)] = predicted[0] / _smi(boot, key)[0] - 1
     assert len(errors) == 39 + 22
-    assert {k: round(e, 3) for k, e in errors.items() if abs(e) > 0.05} == {
-        ("smollm2-embd-ub2048", "smi_healthy"): 0.051, ("smollm2-embd-cls-nofa", "smi_healthy"): 0.052}
+    assert {k: round(e, 3) for k, e in errors.items() if abs(e) > 0.05} == {}
+    assert round(errors[("smollm2-embd-ub2048", "smi_healthy")], 3) == 0.037
+    assert round(errors[("smollm2-embd-cls-nofa", "smi_healthy")], 3) == 0.048
     assert min(errors.values()) > 0
