@@ -6,7 +6,8 @@ buffers from the RPC server's GGML_RPC_DEBUG log (the same matching as tests/led
 the engine's memory breakdown at exit, nvidia-smi, llama-fit-params' estimate and the pinned host
 allocations made after a live request started (the output buffer growing while drafting).
 Usage: ``python -m tests.ledger.gpu.record BOOTS_DIR GPU_TXT OUT.json``; a later run's boots are added to a
-dataset with ``--append HELD_OUT_FROM SERIES BOOTS_DIR GPU_TXT DATASET.json``.
+dataset with ``--append HELD_OUT_FROM SERIES BOOTS_DIR GPU_TXT DATASET.json``; a run of one held-out selection
+becomes its own dataset with ``--series NAME BOOTS_DIR GPU_TXT OUT.json``.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def append(boots: Path, gpu_txt: Path, out: Path, *, held_out_from: str, note: s
     out.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def main(boots: Path, gpu_txt: Path, out: Path) -> None:
+def main(boots: Path, gpu_txt: Path, out: Path, *, series: str | None = None) -> None:
     order = [r["id"] for r in json.loads((boots / "boots.json").read_text())]
     machine = [ln.strip() for ln in gpu_txt.read_text().splitlines() if ln.strip()]
     flags = next((ln.split(":", 1)[1].split() for ln in machine if ln.startswith("flags")), [])
@@ -148,11 +149,17 @@ def main(boots: Path, gpu_txt: Path, out: Path) -> None:
                     "cpu_features": sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))},
         "boots": [one(boots / ident) for ident in order],
     }
+    if series is not None:  # a run of one selection of boots.py, every boot of it held out
+        data["produced_by"] = f"bash tests/ledger/gpu/run.sh {series}; python -m tests.ledger.gpu.record --series " \
+                              f"{series} BOOTS_DIR GPU_TXT OUT.json"
+        data["boots"] = [{**b, "held_out": True, "series": series} for b in data["boots"]]
     out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--append":  # --append HELD_OUT_FROM NOTE BOOTS_DIR GPU_TXT DATASET.json
         append(Path(sys.argv[4]), Path(sys.argv[5]), Path(sys.argv[6]), held_out_from=sys.argv[2], note=sys.argv[3])
+    elif sys.argv[1] == "--series":  # --series NAME BOOTS_DIR GPU_TXT OUT.json
+        main(Path(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5]), series=sys.argv[2])
     else:
         main(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
