@@ -3,8 +3,8 @@ One module for one reading of one engine file: the option table, the value rules
 typed config and its slot arithmetic all mirror common/arg.cpp together, and a build's change lands in one place.
 
 The engine applies ``LLAMA_ARG_*`` environment variables first and the command line after them; a
-``--long_name`` is read as ``--long-name``; a repeated flag keeps its last value except ``--spec-type``,
-whose values accumulate; an unknown flag stops the server at startup ("error: invalid argument").
+``--long_name`` is read as ``--long-name``; a repeated flag keeps its last value except ``--spec-type`` and
+the tensor overrides (``-ot``, ``-otd``), whose values accumulate; an unknown flag stops the server at startup ("error: invalid argument").
 ``accepted_flags(build)`` is the complete list of a build's flags, from llama_server_builds.json (build
 11434's is checked against the real binary's ``--help`` by the suite's tests); ``OPTIONS`` are the ones
 fleetgate interprets, under their 11434 names (a build that lacks a name does not accept it).
@@ -152,6 +152,12 @@ def accepted_flags(build: int = BUILD) -> frozenset[str]:
     return frozenset(name for variant in load_builds().at(_sample(build)) for name in variant.all_names)
 
 
+# Options whose common/arg.cpp handler appends to a list (``parse_tensor_buffer_overrides`` pushes every
+# PATTERN=BUFT of every use), so a repeated flag adds up: two ``-ot`` flags moved both sets of tensors on a real boot
+# (docs/ledger.md, the held-out ``ho-moe-ot-twice``)
+_APPENDING = frozenset({"--override-tensor", "--override-tensor-draft"})
+
+
 def _table(build: int = BUILD) -> OptionTable:
     return _table_of_sample(_sample(build))
 
@@ -175,7 +181,8 @@ def _table_of_sample(sample: int) -> OptionTable:
         negative = tuple(n for n in variant.neg if n not in known)
         if positive or negative:
             others.append(Option(dest=f"_other_{i}", names=positive or negative, neg_names=negative if positive else (),
-                                 takes_value=variant.takes_value, env=variant.env))
+                                 takes_value=variant.takes_value, env=variant.env,
+                                 repeat="append" if set(positive) & _APPENDING else "last"))
     return OptionTable((*interpreted, *others))
 
 

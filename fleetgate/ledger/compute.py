@@ -383,15 +383,25 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
     gpus = [d for d in devices if d.backend.host_buffer]
     offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn, _host_tensors(model)) \
         if op_offload else 0
+    # an output layer left on the host (-ngl 0) is one more product the op-offload GPU takes once it has 32 rows or
+    # more (ggml-cuda.cu ``offload_op``: the op's batch, here n_outputs): an embedding context's whole ubatch. The
+    # logits are then the GPU's, beside its copy of the output weight (found on the held-out
+    # ho-gemma3-embd-last-ngl0: 687.01 MiB on CUDA0, 512 of them logits, where the ledger had them on the host)
+    output_offloaded = op_offload and model.output_device is HOST and n_outputs >= 32
+    if output_offloaded:
+        names = {w.name: w for w in target.weights}
+        output_weight = names.get("output.weight") or names.get("token_embd.weight")
+        offloaded += alloc(output_weight, gpus[0].backend) if output_weight is not None else 0
     # the host runs the ops of the layer tensors an override left on it, where no GPU takes them over (op offload)
     host_runs = bool(_host_tensors(model)) and not op_offload
     for card in model.cards:
         # the op-offload GPU runs the host layers, also where it holds only the output layer (-ngl 1)
         runs = op_offload and card is gpus[0]
         compute(card, "target", target, n_outputs, layers=card in trunk or runs or (card is HOST and host_runs),
-                output=card == model.output_device, parallel=pipeline, offloaded=offloaded if runs else 0)
+                output=(card == model.output_device and not output_offloaded) or (runs and output_offloaded),
+                parallel=pipeline, offloaded=offloaded if runs else 0)
     if op_offload and gpus[0] not in model.cards:
-        compute(gpus[0], "target", target, n_outputs, layers=True, output=False, parallel=pipeline,
+        compute(gpus[0], "target", target, n_outputs, layers=True, output=output_offloaded, parallel=pipeline,
                 offloaded=offloaded)
     if HOST not in model.cards:
         compute(HOST, "target", target, n_outputs, layers=False, output=False, parallel=pipeline)

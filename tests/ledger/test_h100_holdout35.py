@@ -23,24 +23,23 @@ BOOTS = DATASET["boots"]
 HEALTHY = [b for b in BOOTS if b["healthy"]]
 
 # (boot, device, buffer, context): (ledger, engine) in bytes, every buffer but compute that differs
-NOT_EQUAL = {
-    ("ho-moe-ot-twice", "CUDA0", "model", "target"): (118272000, 103521536),
-}
-# (boot, device): (ledger, engine) in MiB, every compute buffer the ledger puts below the engine
+# (found on the held-out set: ho-moe-ot-twice's CUDA0 weights, 118272000 against 103521536, while fleetgate's argv
+# parser kept only the last of two -ot flags; common/arg.cpp appends both)
+NOT_EQUAL: dict[tuple[str, str, str, str], tuple[int, int]] = {}
+# (boot, device): (ledger, engine) in MiB, every compute buffer the ledger puts below the engine (found on the
+# held-out set and fixed since: ho-gemma3-embd-last-ngl0's CUDA0, 26.89 against 687.01, its total -54 %: the
+# op-offload GPU computes an embedding context's logits at -ngl 0)
 COMPUTE_UNDER = {
     ("ho-smollm2-q8-32k-ngl20", "CUDA0"): (62.81, 75.50),
     ("ho-qwen35-ngl0-np4", "CUDA_Host"): (1.53, 1.90),
     ("ho-gemma3-ngl8-c16k", "CUDA0"): (33.13, 34.01),
     ("ho-qwen35-np8-nkvo-ub32", "CUDA_Host"): (0.67, 0.85),
     ("ho-smollm2-nkvo-q8-16k", "CUDA0"): (32.63, 40.04),
-    ("ho-gemma3-embd-last-ngl0", "CUDA0"): (26.89, 687.01),
     ("ho-gemma3-ncffn12-q8-16k", "CUDA0"): (46.03, 52.28),
 }
 # (boot, reading): the ledger's GPU total / nvidia-smi's used memory - 1, where it is beyond 5 %
 TOTALS_BEYOND_5 = {
     ("ho-smollm2-rerank-ub1024-nofa", "smi_healthy"): 0.076,
-    ("ho-gemma3-embd-last-ngl0", "smi_healthy"): -0.540,
-    ("ho-moe-ot-twice", "smi_after_request"): 0.053,
     ("ho-moe-cpu-moe-ub16", "smi_after_request"): 0.176,
 }
 
