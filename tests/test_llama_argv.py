@@ -15,6 +15,7 @@ import pytest
 
 from fleetgate.engines.llama_help import parse_help
 from fleetgate.engines.llamacpp import OPTIONS, context_shape, parse_llama_server
+from fleetgate.ledger.overrides import tensor_overrides
 from tests import argv_oracle as oracle
 from tests.argv_oracle import ENV_CASES, ORACLE_CASES
 from tests.engine import llama_server_binary
@@ -38,6 +39,15 @@ def test_a_repeated_flag_keeps_its_last_value_but_spec_types_accumulate() -> Non
     config = parse_llama_server(["llama-server", "-c", "1", "-c", "2", "--spec-type", "draft-mtp", "--spec-type", "ngram-mod"])
     assert config.ctx_size == 2
     assert config.spec_types == ("draft-mtp", "ngram-mod")
+
+
+def test_repeated_tensor_overrides_accumulate_in_order() -> None:
+    """common/arg.cpp appends every ``-ot`` use; a real boot moved the tensors of both (tests/ledger/data/
+    gpu-h100-holdout35.json, ``ho-moe-ot-twice``), where reading the last use alone put 14.75 MB more on the GPU."""
+    config = parse_llama_server(["llama-server", "-ot", r"blk\.0\.=CPU", "--override-tensor", "ffn_up_exps=CPU,a=CPU"],
+                                {"LLAMA_ARG_OVERRIDE_TENSOR": "env=CPU"})
+    assert [(o.pattern, o.buffer_type) for o in tensor_overrides(config)] == \
+        [("env", "CPU"), (r"blk\.0\.", "CPU"), ("ffn_up_exps", "CPU"), ("a", "CPU")]
 
 
 def test_defaults_of_build_11434() -> None:
