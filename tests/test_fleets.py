@@ -256,6 +256,23 @@ def _start_scripts_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _compose_rocm_table() -> dict[tuple[str, str], str]:
+    # Two llama.cpp ROCm containers, each given /dev/kfd and every render node (docker's devices:), narrowed to one
+    # card by HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES: each sees one of the host's two cards, so neither "has no
+    # GPU". The image tag pins build 10867; the model directory is bind-mounted from the .env's MODELS_DIR; each port
+    # is published on 127.0.0.1 only. No profile.
+    per_service = {**NO_UNIT, **COMPOSE_VOLUMES, **IMAGE_ROOT, "container-paths": PASSED, "engine-build-minimum": PASSED,
+                   "payload-defaults": SKIPPED, "card-balance": NOT_JUDGED}
+    table: dict[tuple[str, str], str] = {}
+    for service in ("chat", "embed"):
+        table.update(_table("workstation", service, **{f"{service}:{c}": o for c, o in per_service.items()}))
+    # The embedder is started with --embeddings --pooling mean, which serves /v1/embeddings as asked.
+    table[("embed", "embeddings-served")] = PASSED
+    # Two services on the host with no profile: co-residence skips naming the profiles to declare.
+    table[("workstation", "co-residence-fits")] = SKIPPED
+    return table
+
+
 CLEAN = {
     # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
     "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
@@ -289,6 +306,7 @@ CLEAN = {
     "nixos": _nixos_table(),
     "ansible": _ansible_table(),
     "start-scripts": _start_scripts_table(),
+    "compose-rocm": _compose_rocm_table(),
 }
 
 

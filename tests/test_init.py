@@ -497,6 +497,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "nixos": {"llama-cpp": "chat", "llama-coder": "coder"},
     "ansible": {"llama-server-unit": "chat", "coder": "coder", "small": "small"},
     "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},
+    "compose-rocm": {"chat": "chat", "embed": "embed"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.
