@@ -160,11 +160,13 @@ class RenderedService:
         return found
 
     def host_path(self, path: str) -> str:
-        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` starts
-        the engine (``-v /srv/models:/models``), else the path itself."""
+        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` or a
+        compose service starts the engine (``-v /srv/models:/models``), else the path itself."""
         run = self.rendered.container
         pod = self.rendered.kubernetes
-        mapped = run.host_path(path) if run is not None else pod.host_path(path) if pod is not None else None
+        compose = self.rendered.compose
+        mapped = (run.host_path(path) if run is not None else pod.host_path(path) if pod is not None
+                  else compose.host_path(path) if compose is not None else None)
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:

@@ -192,3 +192,13 @@ def test_a_malformed_not_judged_pair_is_one_line(tmp_path: Path) -> None:
         load_catalogue(tmp_path)
     assert str(info.value) == (f"{path}: not_judged: 'svc: card-floor/short'; expected 'SUBJECT: check' or "
                                "'SUBJECT: *', e.g. 'frank-medium: card-floor'")
+
+
+def test_a_compose_services_missing_profile_names_the_model_at_its_host_path() -> None:
+    """The command in the line runs on the host, where the container's /models is the .env's MODELS_DIR."""
+    outcomes = run_seams(REPO / "fixtures" / "fleets" / "compose-rocm" / "fleet.toml")
+    lines = {o.text for o in outcomes if o.outcome == "not-judged" and o.subject == "chat"}
+    assert lines == {
+        "not judged: chat declares no model profile, which the ledger and the context seams read: write it with "
+        "`fleetgate profile /mnt/fast/models/Mistral-Small-3.2-24B-Instruct-2506-Q4_K_M.gguf -o profiles/chat.toml` "
+        "and set services.chat.profile = \"profiles/chat.toml\" in fleet.toml"}
