@@ -273,6 +273,19 @@ def _compose_rocm_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _compose_router_table() -> dict[tuple[str, str], str]:
+    # llama-server as a router in one compose container: its three preset models are the services, each judged as
+    # the router-preset fixture's are (the child's port is the router's pick). The container's --models-max 2
+    # (declared: models_max = 2) keeps two loaded at once: the coder (14.83 GiB) and the llama (7.09 GiB) fit the
+    # 24 GiB card together, as does any other pair.
+    table = {(service, check): outcome for service in ("coder", "llama", "autocomplete")
+             for check, outcome in PRESET_MODEL.items()}
+    table.update({("lab", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    table[("lab", "co-residence-fits")] = PASSED
+    table.update({("fleet", check): SKIPPED for check in (*NO_SUBJECT, *POLICY_CHECKS)})
+    return table
+
+
 CLEAN = {
     # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
     "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
@@ -307,6 +320,7 @@ CLEAN = {
     "ansible": _ansible_table(),
     "start-scripts": _start_scripts_table(),
     "compose-rocm": _compose_rocm_table(),
+    "compose-router": _compose_router_table(),
 }
 
 
@@ -884,3 +898,18 @@ def test_the_example_fleet_without_a_house_rule_no_longer_catches_its_incident(p
     with_policy = edited_fleet(tmp_path / "on", [("dankserver/frank-archon/frank-archon.env", "KV_MEM=0", "KV_MEM=")])
     outcomes, _ = run_seams(pytester, with_policy)
     assert outcomes[("frank-archon", "vllm-memory-knobs")] == "vllm-memory-knobs/kv-memory-omitted"
+
+
+def test_a_router_keeping_three_models_whose_three_exceed_the_card_fails_co_residence(pytester: pytest.Pytester,
+                                                                                    tmp_path: Path) -> None:
+    """compose-router with --models-max 3 (declared models_max = 3): the three presets at once are 14.83 + 7.09 +
+    2.43 = 24.34 GiB on the 24 GiB card. Only co-residence changes."""
+    target = tmp_path / "compose-router"
+    shutil.copytree(FLEETS / "compose-router", target)
+    fleet_toml = target / "fleet.toml"
+    text = fleet_toml.read_text(encoding="utf-8")
+    assert text.count("models_max = 2\n") == 3
+    fleet_toml.write_text(text.replace("models_max = 2\n", "models_max = 3\n"), encoding="utf-8")
+    outcomes, texts = run_seams(pytester, fleet_toml)
+    assert outcomes == {**CLEAN["compose-router"], ("lab", "co-residence-fits"): "co-residence-fits/over-card"}
+    assert "24.34 GiB of 24.00 GiB" in texts[("lab", "co-residence-fits")]

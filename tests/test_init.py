@@ -498,6 +498,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "ansible": {"llama-server-unit": "chat", "coder": "coder", "small": "small"},
     "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},
     "compose-rocm": {"chat": "chat", "embed": "embed"},
+    "compose-router": {"qwen2-5-coder-14b": "coder", "llama-3-1-8b": "llama", "qwen2-5-coder-1-5b": "autocomplete"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.
@@ -537,6 +538,12 @@ WRITTEN_DIFFERS: dict[str, dict[tuple[str, str], str]] = {
            for check in _PROFILE_SEAMS},
         # ... so co-residence-fits cannot sum the three models the router keeps loaded: it skips naming the profiles.
         ("studio", "co-residence-fits"): SKIPPED,
+    },
+    # The same for the router in compose.
+    "compose-router": {
+        **{(service, check): LLAMA_UNIT_SERVICE[check] for service in ("coder", "llama", "autocomplete")
+           for check in _PROFILE_SEAMS},
+        ("lab", "co-residence-fits"): SKIPPED,
     },
 }
 
@@ -615,6 +622,33 @@ def test_the_routers_port_and_models_max_come_from_its_unit_and_the_router_is_no
         "qwen3-8b": {"host": "localhost", "port": 8081, "engine": "llama.cpp", "models_preset": "models.ini",
                      "preset_model": "qwen3-8b", "models_max": 3, "payload": ["/srv/models/Qwen3-8B-Q4_K_M.gguf"]},
     }
+    _schema_valid(data)
+
+
+def test_a_router_in_compose_is_no_service_and_its_models_get_its_published_port_models_max_and_mounts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compose-router's container runs llama-server --models-preset /etc/llama/models.ini --models-max 2 --port 8080,
+    published on 127.0.0.1:${ROUTER_PORT:-9090}, the preset bind-mounted from llama/models.ini and the models from
+    /data/gguf. The .env sets ROUTER_PORT=9091 here and the container keeps 3: both are read."""
+    repo = _bare(tmp_path, "compose-router")
+    (repo / ".env").write_text("ROUTER_PORT=9091\n", encoding="utf-8")
+    compose = (repo / "compose.yaml").read_text(encoding="utf-8")
+    (repo / "compose.yaml").write_text(compose.replace('- "2"', '- "3"'), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "lab")
+    assert (code, err) == (0, "")
+    text = (repo / "fleet.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    shared = {"host": "localhost", "port": 9091, "engine": "llama.cpp", "models_preset": "llama/models.ini",
+              "models_max": 3}
+    assert data["services"] == {
+        "qwen2-5-coder-14b": {**shared, "preset_model": "qwen2.5-coder-14b",
+                              "payload": ["/data/gguf/Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf"]},
+        "llama-3-1-8b": {**shared, "preset_model": "llama-3.1-8b",
+                         "payload": ["/data/gguf/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]},
+        "qwen2-5-coder-1-5b": {**shared, "preset_model": "qwen2.5-coder-1.5b",
+                               "payload": ["/data/gguf/qwen2.5-coder-1.5b-q8_0.gguf"]},
+    }
+    assert "port = 9091  # the router's published port in compose.yaml:5" in text
     _schema_valid(data)
 
 

@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -170,10 +170,15 @@ def _has_entry_with(section: Node | None, keys: tuple[str, ...]) -> bool:
         for entry in merged_keys(section).values())
 
 
-def _from_compose(ctx: Context, path: Path) -> list[Found]:
+def _from_compose(ctx: Context, path: Path, doors: dict[Path, FrontDoor] | None = None) -> list[Found]:
     """Each service of a compose file whose container starts an engine, read by ``fleetgate.sources.compose`` (the
     reader the seams render it with): the argv and environment of the container, the host port ``ports:`` publishes
-    the engine's port on, the host paths the bind mounts give the model paths."""
+    the engine's port on, the host paths the bind mounts give the model paths.
+
+    A container that runs llama-server as a router (``--models-preset FILE``, or ``LLAMA_ARG_MODELS_PRESET``) whose
+    preset a bind mount takes from the repository is no service: it is the front door of the preset's models
+    (``doors``, by the preset's repository file), with the port it is published on, its ``--models-max`` and its
+    mounts, through which the models' paths are the host's."""
     from fleetgate.sources.compose import list_services, read_compose
 
     rel = rel_path(ctx.root, path)
@@ -196,6 +201,15 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
             port, port_from = listen, f"network_mode: host, the engine's port ({where})"
         else:
             port, port_from = listen, f"the engine's port in the container; no ports: entry publishes it on a known host port ({where})"
+        preset = _flag_values(args, ("--models-preset",)) or env.get("LLAMA_ARG_MODELS_PRESET")
+        if engine == "llama.cpp" and preset and doors is not None:
+            local = _compose_repository_file(ctx, read.host_path(preset))
+            if local is not None:
+                text = _flag_values(args, ("--models-max",)) or env.get("LLAMA_ARG_MODELS_MAX")
+                models_max = int(text) if text is not None and text.isdigit() else None
+                known = published is not None and published.published is not None or read.host_network
+                doors[local.resolve()] = FrontDoor(port if known else None, models_max, where, path, read.host_path)
+                continue
         payload: list[str] = []
         for model in model_paths(engine, args, env):
             host_path = read.host_path(model)
@@ -435,8 +449,10 @@ class FrontDoor:
     models_max: int | None
     where: str
     unit: Path
-    """The unit that runs llama-swap or the router (``llama-server --models-preset``): the models behind it are the
-    services, not it."""
+    """The unit (or compose file) that runs llama-swap or the router (``llama-server --models-preset``): the models
+    behind it are the services, not it."""
+    host_path: Callable[[str], str | None] | None = None
+    """A container's bind mounts, where the router runs in one: the models' paths in it -> the host's."""
 
 
 _LISTEN = re.compile(r"^(?:.*:)?(\d{1,5})$")
@@ -619,7 +635,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         try:
             if file in composes:
                 read["compose files"] += 1
-                services += _from_compose(ctx, file)
+                services += _from_compose(ctx, file, doors)
             elif _has_entry_with(top.get("models"), ("cmd",)):
                 read["llama-swap configs"] += 1
                 services += _with_door(_from_llama_swap(ctx, file), doors.get(file.resolve()), "llama-swap's --listen")
@@ -644,7 +660,9 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             continue
         if found_presets:
             read["router presets"] += 1
-            services += _with_door(found_presets, doors.get(file.resolve()), "the router's --port")
+            door = doors.get(file.resolve())
+            what = "the router's --port" if door is None or door.host_path is None else "the router's published port"
+            services += _with_door(found_presets, door, what)
     named = [found for found in services if _nameable(root, found, notes)]
     return Discovery(root=root, services=tuple(named), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
@@ -675,12 +693,27 @@ def _with_vars(ctx: Context, found: Found, extra: tuple[Path, ...]) -> Found:
 
 
 def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Found]:
-    """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with."""
+    """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with;
+    in a container, each model at the host path its bind mounts give (a path no mount maps is left as written)."""
     if door is None:
         return found
+    mapped = door.host_path
     return [replace(f, port=door.port if door.port is not None else f.port,
                     port_from=f"{what} in {door.where}" if door.port is not None else f.port_from,
-                    models_max=door.models_max) for f in found]
+                    models_max=door.models_max,
+                    payload=f.payload if mapped is None else tuple(mapped(p) or p for p in f.payload)) for f in found]
+
+
+def _compose_repository_file(ctx: Context, host_path: str | None) -> Path | None:
+    """The repository file a compose bind mount's host path is: a relative source is the repository itself (the
+    compose file's directory, read as ``ctx.root``'s) or under ``deploy_root``."""
+    if host_path is None:
+        return None
+    root = str(ctx.root)
+    if host_path.startswith(root + "/"):
+        local = Path(host_path)
+        return local if local.is_file() and ctx.root.resolve() in local.resolve().parents else None
+    return repository_file(ctx.root, ctx.deploy_root, host_path)
 
 
 def _compose_shaped(document: Node) -> bool:
