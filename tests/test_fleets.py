@@ -72,6 +72,7 @@ LLAMA_UNIT_SERVICE = {
     "embeddings-served": SKIPPED,  # no --pooling, no /v1/embeddings in a contract
     "container-user": SKIPPED,  # no container: unit-user holds the unit's user
     "tools-need-jinja": SKIPPED,  # no contract promises tool calls
+    "chat-template": SKIPPED,  # no --chat-template-file, and no contract promises tool calls
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -509,13 +510,33 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                            "[services.chat.contract]\ntools = true\n"),
                                           ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                            'EXTRA_ARGS="--flash-attn on"')],
-                            {"chat:tools-need-jinja": PASSED}),
+                            # the template is the GGUF's own, and the model is not on this machine
+                            {"chat:tools-need-jinja": PASSED, "chat:chat-template": NOT_JUDGED}),
     "tools-no-jinja": ("unit-exec", [("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
                                       'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
                                       "[services.chat.contract]\ntools = true\n"),
                                      ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                       'EXTRA_ARGS="--no-jinja --flash-attn on"')],
                        {"chat:tools-need-jinja": "tools-need-jinja/no-jinja"}),
+    # chat-template (issue 32): a --chat-template-file under deploy_root that the repository does not hold stops
+    # llama-server at start; one outside the repository, or a builtin name, cannot be read here.
+    "chat-template-missing": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template-file '
+                                             '/etc/llama/templates/chat.jinja"')],
+                              {"chat:chat-template": "chat-template/missing-file"}),
+    "chat-template-outside": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template-file '
+                                             '/usr/share/llama/chat.jinja"'),
+                                            ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                             'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                             "[services.chat.contract]\ntools = true\n")],
+                              {"chat:chat-template": NOT_JUDGED, "chat:tools-need-jinja": PASSED}),
+    "chat-template-builtin": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template chatml"'),
+                                            ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                             'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                             "[services.chat.contract]\ntools = true\n")],
+                              {"chat:chat-template": NOT_JUDGED, "chat:tools-need-jinja": PASSED}),
     # A runAsUser that is no UID: the manifest cannot be read as the kubelet reads it, one line.
     "user-k8s-not-a-uid": ("kubernetes", [("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
                                            "          securityContext:\n            runAsUser: llama\n"
