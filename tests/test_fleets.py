@@ -287,6 +287,28 @@ def _compose_router_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _kustomize_table() -> dict[tuple[str, str], str]:
+    # kubectl kustomize's output of the overlay (rendered/gpu-node.yaml): vLLM's Deployment as the kubernetes
+    # fixture's, its image tag set by the overlay (v0.13.0), reached through a ClusterIP Service. No profile sizes the
+    # checkpoint: vllm-starts is not judged. The base's and the overlay's own files are inputs of the build, not read
+    # as manifests.
+    service = {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
+    table = {("mistral-vllm", check): outcome for check, outcome in service.items()}
+    table.update({("cluster", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    no_subject = (*LLAMA_ONLY, "slots-divide-pool", "timeouts-nest")
+    table.update({("fleet", check): SKIPPED for check in (*no_subject, *POLICY_CHECKS)})
+    return table
+
+
+def _helm_output_table() -> dict[tuple[str, str], str]:
+    # The chart's rendered output (rendered/chat.yaml): llama-server from ggml-org's ROCm image, whose tag pins build
+    # 10867; one amd.com/gpu from the device plugin (the MI100 node's one card); the model on a hostPath; a ClusterIP
+    # Service (only the cluster reaches it); the pod runs as UID 1000. No profile.
+    service = {**K8S_NOT_HELD, "engine-build-minimum": PASSED, "payload-defaults": SKIPPED, "engine-auth": SKIPPED,
+               "container-user": PASSED}
+    return _table("mi100", "chat-llama-server", **{f"chat-llama-server:{c}": o for c, o in service.items()})
+
+
 CLEAN = {
     # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
     "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
@@ -322,6 +344,8 @@ CLEAN = {
     "start-scripts": _start_scripts_table(),
     "compose-rocm": _compose_rocm_table(),
     "compose-router": _compose_router_table(),
+    "kustomize": _kustomize_table(),
+    "helm-output": _helm_output_table(),
 }
 
 

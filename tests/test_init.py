@@ -499,6 +499,8 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},
     "compose-rocm": {"chat": "chat", "embed": "embed"},
     "compose-router": {"qwen2-5-coder-14b": "coder", "llama-3-1-8b": "llama", "qwen2-5-coder-1-5b": "autocomplete"},
+    "kustomize": {"mistral-vllm": "mistral-vllm"},
+    "helm-output": {"chat-llama-server": "chat-llama-server"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.
@@ -508,6 +510,18 @@ INIT_ERR = {
                   "charts/chat/values.yaml > rendered.yaml` and declare kubernetes = \"rendered.yaml\"\n"
                   "fleetgate init: skipped {repo}/deploy/llama/statefulset.yaml:28: StatefulSet/llama-gemma container "
                   "server: the model /models/gemma-3-12b-it-Q4_K_M.gguf lies on no hostPath volume; payload left out\n",
+    # Each kustomization once (not its resources or patches), with the command that builds it; the build's output,
+    # kept beside them, is read.
+    "kustomize": "".join(
+        f"fleetgate init: skipped {{repo}}/deploy/{d}/kustomization.yaml: deploy/{d}/kustomization.yaml is a "
+        f"kustomization, which fleetgate does not build: run `kustomize build deploy/{d} > rendered.yaml` (or "
+        f"`kubectl kustomize deploy/{d}`) and declare kubernetes = \"rendered.yaml\"\n"
+        for d in ("base", "overlays/gpu-node")),
+    # The chart once, at its Chart.yaml; its rendered output beside it is read.
+    "helm-output": "fleetgate init: skipped {repo}/charts/llama-server/Chart.yaml: charts/llama-server/Chart.yaml "
+                   "belongs to the Helm chart charts/llama-server, which fleetgate does not render: run `helm template "
+                   "RELEASE charts/llama-server -f charts/llama-server/values.yaml > rendered.yaml` and declare "
+                   "kubernetes = \"rendered.yaml\"\n",
 }
 
 # Where the written fleet is judged otherwise than the hand-written one, because the hand-written fleet.toml declares

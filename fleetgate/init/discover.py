@@ -35,7 +35,7 @@ from fleetgate.init.found import (
     unwritable,
 )
 from fleetgate.init.units import from_script, from_unit, sandbox_render
-from fleetgate.sources.kubernetes import unrendered
+from fleetgate.sources.kubernetes import KUSTOMIZATIONS, unrendered
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 from fleetgate.units import Unit, parse_unit, split_command, unit_from_text
 
@@ -236,7 +236,9 @@ def _kubernetes_shaped(ctx: Context, path: Path) -> bool:
     if next_step is not None:
         chart_file = (path.parent / "Chart.yaml").is_file() or (
             path.parent.name == "templates" and (path.parent.parent / "Chart.yaml").is_file())
-        if not chart_file or path.name == "Chart.yaml":
+        # a kustomization's resources and patches are said once, at the kustomization
+        kustomized = path.name not in KUSTOMIZATIONS and any((path.parent / k).is_file() for k in KUSTOMIZATIONS)
+        if not (chart_file or kustomized) or path.name == "Chart.yaml":
             ctx.notes.append(Note(path, None, next_step))
         return True
     try:
