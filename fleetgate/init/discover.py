@@ -207,7 +207,7 @@ def _from_compose(ctx: Context, path: Path, doors: dict[Path, FrontDoor] | None 
             if local is not None:
                 text = _flag_values(args, ("--models-max",)) or env.get("LLAMA_ARG_MODELS_MAX")
                 models_max = int(text) if text is not None and text.isdigit() else None
-                known = published is not None and published.published is not None or read.host_network
+                known = (published is not None and published.published is not None) or read.host_network
                 doors[local.resolve()] = FrontDoor(port if known else None, models_max, where, path, read.host_path)
                 continue
         payload: list[str] = []
