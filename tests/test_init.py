@@ -666,6 +666,39 @@ def test_a_router_in_compose_is_no_service_and_its_models_get_its_published_port
     _schema_valid(data)
 
 
+ROUTER_SCRIPT = ("#!/bin/bash\ncd \"$(dirname \"$0\")\"\nexec /opt/llama.cpp/build/bin/llama-server --models-preset "
+                 "./{preset} --models-max 2 --host 127.0.0.1 --port 8077\n")
+
+
+def test_a_router_a_plain_script_starts_is_no_service_and_gives_its_models_its_port_and_models_max(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(FLEETS / "compose-router" / "llama" / "models.ini", repo / "models.ini")
+    (repo / "start-router.sh").write_text(ROUTER_SCRIPT.format(preset="models.ini"), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "rs")
+    assert (code, err) == (0, "")
+    text = (repo / "fleet.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    assert {name: (s["port"], s["models_max"], s["preset_model"]) for name, s in data["services"].items()} == {
+        "qwen2-5-coder-14b": (8077, 2, "qwen2.5-coder-14b"), "llama-3-1-8b": (8077, 2, "llama-3.1-8b"),
+        "qwen2-5-coder-1-5b": (8077, 2, "qwen2.5-coder-1.5b")}
+    assert text.count("port = 8077  # the router's --port in start-router.sh\n") == 3
+    _schema_valid(data)
+
+
+def test_a_router_on_a_preset_the_repository_lacks_is_one_line_and_no_service(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "start-router.sh").write_text(ROUTER_SCRIPT.format(preset="presets.ini"), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "rs")
+    assert code == 1 and not (repo / "fleet.toml").exists()
+    assert (f"fleetgate init: skipped {repo}/start-router.sh: start-router.sh starts llama-server as a router on the preset "
+            "./presets.ini, which is no file of the repository: its models are not read (keep the preset in the "
+            "repository, or declare each model as a service)\n") in err
+
+
 def test_a_compose_service_named_llama_server_gets_its_published_port_and_a_name_fit_reads_as_a_service(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # fleet.toml's port is where clients reach the engine: the host side of "9292:8080" (docs/sources.md, compose)

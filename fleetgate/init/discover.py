@@ -593,7 +593,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
             continue
-        if found is not None:
+        if found is not None and not _router(ctx, found, doors):
             services.append(_with_vars(ctx, found, template_vars.get(file, ())))
     started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
     for file in files:
@@ -601,7 +601,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             continue
         read["serve scripts"] += 1
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
-        if found is not None:
+        if found is not None and not _router(ctx, found, doors):
             services.append(found)
     for file in nix_files:
         try:
@@ -704,6 +704,23 @@ def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Fo
                     port_from=f"{what} in {door.where}" if door.port is not None else f.port_from,
                     models_max=door.models_max,
                     payload=f.payload if mapped is None else tuple(mapped(p) or p for p in f.payload)) for f in found]
+
+
+def _router(ctx: Context, found: Found, doors: dict[Path, FrontDoor]) -> bool:
+    """Whether ``found`` is llama-server run as a router (a script's rendered ``--models-preset``): then it is no
+    service but the front door of its preset's models, at its port with its ``--models-max``. A preset the repository
+    does not hold leaves its models unread, said in one line."""
+    if found.router_preset is None:
+        return False
+    local = _repository_file(ctx.root, ctx.deploy_root, ctx.files, found.router_preset)
+    where = found.serve_script or found.source
+    if local is None:
+        ctx.notes.append(Note(ctx.root / where, None, f"{where} starts llama-server as a router on the preset "
+                              f"{found.router_preset}, which is no file of the repository: its models are not read "
+                              "(keep the preset in the repository, or declare each model as a service)"))
+        return True
+    doors[local.resolve()] = FrontDoor(found.port, found.models_max, where, ctx.root / where)
+    return True
 
 
 def _compose_repository_file(ctx: Context, host_path: str | None) -> Path | None:
