@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import gguf  # noqa: F401  (numpy under it): imported before pytester's in-process runs, which drop what they import
 import httpx
 import pytest
 
@@ -113,11 +114,11 @@ def _expected(**changes: str) -> dict[tuple[str, str], str]:
 
 def test_a_model_on_this_machine_whose_own_template_describes_no_tools(pytester: pytest.Pytester,
                                                                         tmp_path: Path) -> None:
-    gguf = str(model_dir() / MODEL_FILE)
-    outcomes, texts = run_seams(pytester, _unit_exec(tmp_path, "--jinja --flash-attn on", gguf))
+    model = str(model_dir() / MODEL_FILE)
+    outcomes, texts = run_seams(pytester, _unit_exec(tmp_path, "--jinja --flash-attn on", model))
     assert outcomes == _expected(**{"chat-template": "chat-template/no-tools"})
     text = texts[("chat", "chat-template")]
-    assert f"where:    {gguf}'s own template" in text
+    assert f"where:    {model}'s own template" in text
     assert "never uses the tools it is offered" in text
 
 
