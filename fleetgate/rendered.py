@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from fleetgate.chat_template import ChatTemplate
 from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.llamacpp import LlamaServerConfig, llama_table_build, parse_llama_server
@@ -159,12 +160,22 @@ class RenderedService:
                 found[name] = _origin(entry)
         return found
 
+    @cached_property
+    def chat_template(self) -> ChatTemplate | None:
+        """The chat template its llama-server will use (``fleetgate.chat_template``), read once: the repository's
+        template file or the model's GGUF header on this machine; None for another engine."""
+        from fleetgate.chat_template import find_template
+
+        return find_template(self)
+
     def host_path(self, path: str) -> str:
-        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` starts
-        the engine (``-v /srv/models:/models``), else the path itself."""
+        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` or a
+        compose service starts the engine (``-v /srv/models:/models``), else the path itself."""
         run = self.rendered.container
         pod = self.rendered.kubernetes
-        mapped = run.host_path(path) if run is not None else pod.host_path(path) if pod is not None else None
+        compose = self.rendered.compose
+        mapped = (run.host_path(path) if run is not None else pod.host_path(path) if pod is not None
+                  else compose.host_path(path) if compose is not None else None)
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:

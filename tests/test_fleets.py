@@ -72,6 +72,7 @@ LLAMA_UNIT_SERVICE = {
     "embeddings-served": SKIPPED,  # no --pooling, no /v1/embeddings in a contract
     "container-user": SKIPPED,  # no container: unit-user holds the unit's user
     "tools-need-jinja": SKIPPED,  # no contract promises tool calls
+    "chat-template": SKIPPED,  # no --chat-template-file, and no contract promises tool calls
 }
 # The fleet as a whole, and the checks with no subject in it.
 FLEET_LEVEL = {
@@ -256,6 +257,58 @@ def _start_scripts_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _compose_rocm_table() -> dict[tuple[str, str], str]:
+    # Two llama.cpp ROCm containers, each given /dev/kfd and every render node (docker's devices:), narrowed to one
+    # card by HIP_VISIBLE_DEVICES / ROCR_VISIBLE_DEVICES: each sees one of the host's two cards, so neither "has no
+    # GPU". The image tag pins build 10867; the model directory is bind-mounted from the .env's MODELS_DIR; each port
+    # is published on 127.0.0.1 only. No profile.
+    per_service = {**NO_UNIT, **COMPOSE_VOLUMES, **IMAGE_ROOT, "container-paths": PASSED, "engine-build-minimum": PASSED,
+                   "payload-defaults": SKIPPED, "card-balance": NOT_JUDGED}
+    table: dict[tuple[str, str], str] = {}
+    for service in ("chat", "embed"):
+        table.update(_table("workstation", service, **{f"{service}:{c}": o for c, o in per_service.items()}))
+    # The embedder is started with --embeddings --pooling mean, which serves /v1/embeddings as asked.
+    table[("embed", "embeddings-served")] = PASSED
+    # Two services on the host with no profile: co-residence skips naming the profiles to declare.
+    table[("workstation", "co-residence-fits")] = SKIPPED
+    return table
+
+
+def _compose_router_table() -> dict[tuple[str, str], str]:
+    # llama-server as a router in one compose container: its three preset models are the services, each judged as
+    # the router-preset fixture's are (the child's port is the router's pick). The container's --models-max 2
+    # (declared: models_max = 2) keeps two loaded at once: the coder (14.83 GiB) and the llama (7.09 GiB) fit the
+    # 24 GiB card together, as does any other pair.
+    table = {(service, check): outcome for service in ("coder", "llama", "autocomplete")
+             for check, outcome in PRESET_MODEL.items()}
+    table.update({("lab", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    table[("lab", "co-residence-fits")] = PASSED
+    table.update({("fleet", check): SKIPPED for check in (*NO_SUBJECT, *POLICY_CHECKS)})
+    return table
+
+
+def _kustomize_table() -> dict[tuple[str, str], str]:
+    # kubectl kustomize's output of the overlay (rendered/gpu-node.yaml): vLLM's Deployment as the kubernetes
+    # fixture's, its image tag set by the overlay (v0.13.0), reached through a ClusterIP Service. No profile sizes the
+    # checkpoint: vllm-starts is not judged. The base's and the overlay's own files are inputs of the build, not read
+    # as manifests.
+    service = {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
+    table = {("mistral-vllm", check): outcome for check, outcome in service.items()}
+    table.update({("cluster", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    no_subject = (*LLAMA_ONLY, "slots-divide-pool", "timeouts-nest")
+    table.update({("fleet", check): SKIPPED for check in (*no_subject, *POLICY_CHECKS)})
+    return table
+
+
+def _helm_output_table() -> dict[tuple[str, str], str]:
+    # The chart's rendered output (rendered/chat.yaml): llama-server from ggml-org's ROCm image, whose tag pins build
+    # 10867; one amd.com/gpu from the device plugin (the MI100 node's one card); the model on a hostPath; a ClusterIP
+    # Service (only the cluster reaches it); the pod runs as UID 1000. No profile.
+    service = {**K8S_NOT_HELD, "engine-build-minimum": PASSED, "payload-defaults": SKIPPED, "engine-auth": SKIPPED,
+               "container-user": PASSED}
+    return _table("mi100", "chat-llama-server", **{f"chat-llama-server:{c}": o for c, o in service.items()})
+
+
 CLEAN = {
     # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
     "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
@@ -289,6 +342,10 @@ CLEAN = {
     "nixos": _nixos_table(),
     "ansible": _ansible_table(),
     "start-scripts": _start_scripts_table(),
+    "compose-rocm": _compose_rocm_table(),
+    "compose-router": _compose_router_table(),
+    "kustomize": _kustomize_table(),
+    "helm-output": _helm_output_table(),
 }
 
 
@@ -477,13 +534,33 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                            "[services.chat.contract]\ntools = true\n"),
                                           ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                            'EXTRA_ARGS="--flash-attn on"')],
-                            {"chat:tools-need-jinja": PASSED}),
+                            # the template is the GGUF's own, and the model is not on this machine
+                            {"chat:tools-need-jinja": PASSED, "chat:chat-template": NOT_JUDGED}),
     "tools-no-jinja": ("unit-exec", [("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
                                       'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
                                       "[services.chat.contract]\ntools = true\n"),
                                      ("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
                                       'EXTRA_ARGS="--no-jinja --flash-attn on"')],
                        {"chat:tools-need-jinja": "tools-need-jinja/no-jinja"}),
+    # chat-template (issue 32): a --chat-template-file under deploy_root that the repository does not hold stops
+    # llama-server at start; one outside the repository, or a builtin name, cannot be read here.
+    "chat-template-missing": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template-file '
+                                             '/etc/llama/templates/chat.jinja"')],
+                              {"chat:chat-template": "chat-template/missing-file"}),
+    "chat-template-outside": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template-file '
+                                             '/usr/share/llama/chat.jinja"'),
+                                            ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                             'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                             "[services.chat.contract]\ntools = true\n")],
+                              {"chat:chat-template": NOT_JUDGED, "chat:tools-need-jinja": PASSED}),
+    "chat-template-builtin": ("unit-exec", [("env/chat.env", 'EXTRA_ARGS="--jinja --flash-attn on"',
+                                             'EXTRA_ARGS="--jinja --flash-attn on --chat-template chatml"'),
+                                            ("fleet.toml", 'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n',
+                                             'payload = ["/var/lib/llama/models/gemma-3-12b-it-Q4_K_M.gguf"]\n\n'
+                                             "[services.chat.contract]\ntools = true\n")],
+                              {"chat:chat-template": NOT_JUDGED, "chat:tools-need-jinja": PASSED}),
     # A runAsUser that is no UID: the manifest cannot be read as the kubelet reads it, one line.
     "user-k8s-not-a-uid": ("kubernetes", [("deploy/llama/statefulset.yaml", "          args: [\"-m\"",
                                            "          securityContext:\n            runAsUser: llama\n"
@@ -866,3 +943,18 @@ def test_the_example_fleet_without_a_house_rule_no_longer_catches_its_incident(p
     with_policy = edited_fleet(tmp_path / "on", [("dankserver/frank-archon/frank-archon.env", "KV_MEM=0", "KV_MEM=")])
     outcomes, _ = run_seams(pytester, with_policy)
     assert outcomes[("frank-archon", "vllm-memory-knobs")] == "vllm-memory-knobs/kv-memory-omitted"
+
+
+def test_a_router_keeping_three_models_whose_three_exceed_the_card_fails_co_residence(pytester: pytest.Pytester,
+                                                                                    tmp_path: Path) -> None:
+    """compose-router with --models-max 3 (declared models_max = 3): the three presets at once are 14.83 + 7.09 +
+    2.43 = 24.34 GiB on the 24 GiB card. Only co-residence changes."""
+    target = tmp_path / "compose-router"
+    shutil.copytree(FLEETS / "compose-router", target)
+    fleet_toml = target / "fleet.toml"
+    text = fleet_toml.read_text(encoding="utf-8")
+    assert text.count("models_max = 2\n") == 3
+    fleet_toml.write_text(text.replace("models_max = 2\n", "models_max = 3\n"), encoding="utf-8")
+    outcomes, texts = run_seams(pytester, fleet_toml)
+    assert outcomes == {**CLEAN["compose-router"], ("lab", "co-residence-fits"): "co-residence-fits/over-card"}
+    assert "24.34 GiB of 24.00 GiB" in texts[("lab", "co-residence-fits")]

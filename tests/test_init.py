@@ -497,6 +497,10 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "nixos": {"llama-cpp": "chat", "llama-coder": "coder"},
     "ansible": {"llama-server-unit": "chat", "coder": "coder", "small": "small"},
     "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},
+    "compose-rocm": {"chat": "chat", "embed": "embed"},
+    "compose-router": {"qwen2-5-coder-14b": "coder", "llama-3-1-8b": "llama", "qwen2-5-coder-1-5b": "autocomplete"},
+    "kustomize": {"mistral-vllm": "mistral-vllm"},
+    "helm-output": {"chat-llama-server": "chat-llama-server"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.
@@ -506,6 +510,18 @@ INIT_ERR = {
                   "charts/chat/values.yaml > rendered.yaml` and declare kubernetes = \"rendered.yaml\"\n"
                   "fleetgate init: skipped {repo}/deploy/llama/statefulset.yaml:28: StatefulSet/llama-gemma container "
                   "server: the model /models/gemma-3-12b-it-Q4_K_M.gguf lies on no hostPath volume; payload left out\n",
+    # Each kustomization once (not its resources or patches), with the command that builds it; the build's output,
+    # kept beside them, is read.
+    "kustomize": "".join(
+        f"fleetgate init: skipped {{repo}}/deploy/{d}/kustomization.yaml: deploy/{d}/kustomization.yaml is a "
+        f"kustomization, which fleetgate does not build: run `kustomize build deploy/{d} > rendered.yaml` (or "
+        f"`kubectl kustomize deploy/{d}`) and declare kubernetes = \"rendered.yaml\"\n"
+        for d in ("base", "overlays/gpu-node")),
+    # The chart once, at its Chart.yaml; its rendered output beside it is read.
+    "helm-output": "fleetgate init: skipped {repo}/charts/llama-server/Chart.yaml: charts/llama-server/Chart.yaml "
+                   "belongs to the Helm chart charts/llama-server, which fleetgate does not render: run `helm template "
+                   "RELEASE charts/llama-server -f charts/llama-server/values.yaml > rendered.yaml` and declare "
+                   "kubernetes = \"rendered.yaml\"\n",
 }
 
 # Where the written fleet is judged otherwise than the hand-written one, because the hand-written fleet.toml declares
@@ -536,6 +552,12 @@ WRITTEN_DIFFERS: dict[str, dict[tuple[str, str], str]] = {
            for check in _PROFILE_SEAMS},
         # ... so co-residence-fits cannot sum the three models the router keeps loaded: it skips naming the profiles.
         ("studio", "co-residence-fits"): SKIPPED,
+    },
+    # The same for the router in compose.
+    "compose-router": {
+        **{(service, check): LLAMA_UNIT_SERVICE[check] for service in ("coder", "llama", "autocomplete")
+           for check in _PROFILE_SEAMS},
+        ("lab", "co-residence-fits"): SKIPPED,
     },
 }
 
@@ -615,6 +637,66 @@ def test_the_routers_port_and_models_max_come_from_its_unit_and_the_router_is_no
                      "preset_model": "qwen3-8b", "models_max": 3, "payload": ["/srv/models/Qwen3-8B-Q4_K_M.gguf"]},
     }
     _schema_valid(data)
+
+
+def test_a_router_in_compose_is_no_service_and_its_models_get_its_published_port_models_max_and_mounts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """compose-router's container runs llama-server --models-preset /etc/llama/models.ini --models-max 2 --port 8080,
+    published on 127.0.0.1:${ROUTER_PORT:-9090}, the preset bind-mounted from llama/models.ini and the models from
+    /data/gguf. The .env sets ROUTER_PORT=9091 here and the container keeps 3: both are read."""
+    repo = _bare(tmp_path, "compose-router")
+    (repo / ".env").write_text("ROUTER_PORT=9091\n", encoding="utf-8")
+    compose = (repo / "compose.yaml").read_text(encoding="utf-8")
+    (repo / "compose.yaml").write_text(compose.replace('- "2"', '- "3"'), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "lab")
+    assert (code, err) == (0, "")
+    text = (repo / "fleet.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    shared = {"host": "localhost", "port": 9091, "engine": "llama.cpp", "models_preset": "llama/models.ini",
+              "models_max": 3}
+    assert data["services"] == {
+        "qwen2-5-coder-14b": {**shared, "preset_model": "qwen2.5-coder-14b",
+                              "payload": ["/data/gguf/Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf"]},
+        "llama-3-1-8b": {**shared, "preset_model": "llama-3.1-8b",
+                         "payload": ["/data/gguf/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]},
+        "qwen2-5-coder-1-5b": {**shared, "preset_model": "qwen2.5-coder-1.5b",
+                               "payload": ["/data/gguf/qwen2.5-coder-1.5b-q8_0.gguf"]},
+    }
+    assert "port = 9091  # the router's published port in compose.yaml:5" in text
+    _schema_valid(data)
+
+
+ROUTER_SCRIPT = ("#!/bin/bash\ncd \"$(dirname \"$0\")\"\nexec /opt/llama.cpp/build/bin/llama-server --models-preset "
+                 "./{preset} --models-max 2 --host 127.0.0.1 --port 8077\n")
+
+
+def test_a_router_a_plain_script_starts_is_no_service_and_gives_its_models_its_port_and_models_max(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(FLEETS / "compose-router" / "llama" / "models.ini", repo / "models.ini")
+    (repo / "start-router.sh").write_text(ROUTER_SCRIPT.format(preset="models.ini"), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "rs")
+    assert (code, err) == (0, "")
+    text = (repo / "fleet.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    assert {name: (s["port"], s["models_max"], s["preset_model"]) for name, s in data["services"].items()} == {
+        "qwen2-5-coder-14b": (8077, 2, "qwen2.5-coder-14b"), "llama-3-1-8b": (8077, 2, "llama-3.1-8b"),
+        "qwen2-5-coder-1-5b": (8077, 2, "qwen2.5-coder-1.5b")}
+    assert text.count("port = 8077  # the router's --port in start-router.sh\n") == 3
+    _schema_valid(data)
+
+
+def test_a_router_on_a_preset_the_repository_lacks_is_one_line_and_no_service(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "start-router.sh").write_text(ROUTER_SCRIPT.format(preset="presets.ini"), encoding="utf-8")
+    code, _, err = _init(capsys, str(repo), "--name", "rs")
+    assert code == 1 and not (repo / "fleet.toml").exists()
+    assert (f"fleetgate init: skipped {repo}/start-router.sh: start-router.sh starts llama-server as a router on the preset "
+            "./presets.ini, which is no file of the repository: its models are not read (keep the preset in the "
+            "repository, or declare each model as a service)\n") in err
 
 
 def test_a_compose_service_named_llama_server_gets_its_published_port_and_a_name_fit_reads_as_a_service(

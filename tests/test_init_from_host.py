@@ -6,6 +6,7 @@ this machine's PID 1 is not systemd (docs/init.md says which backend was proven 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -246,3 +247,68 @@ def test_a_container_is_written_as_the_run_line_its_runtime_inspects(tmp_path: P
     service = tomllib.loads((out / "fleet.toml").read_text(encoding="utf-8"))["services"]["llama-8080"]
     assert service == {"host": "localhost", "port": 8091, "engine": "llama.cpp", "serve_script": "scripts/llama-8080.sh",
                        "payload": ["/srv/models/Qwen3-8B-Q4_K_M.gguf"]}
+
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[str]:
+    """A real OpenSSH server on 127.0.0.1 at a free port, key authentication only, with its host key, the client's
+    key and both configs in a temporary directory; stopped by its PID. The testinfra spec that reaches it."""
+    if not SSHD.exists() or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
+        pytest.skip("openssh-server and openssh-client are not installed (apt-get install openssh-server "
+                    "openssh-client; .ci/run installs them)")
+    if os.geteuid() != 0:
+        pytest.skip("sshd needs root to serve a login (CI runs as root)")
+    keys = tmp_path / "ssh"
+    keys.mkdir(mode=0o700)
+    for name in ("host", "client"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True, timeout=30)
+    shutil.copy(keys / "client.pub", keys / "authorized_keys")
+    port = free_port()
+    (keys / "sshd_config").write_text(
+        f"ListenAddress 127.0.0.1\nPort {port}\nHostKey {keys / 'host'}\nAuthorizedKeysFile {keys / 'authorized_keys'}\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+        f"StrictModes no\nPidFile {keys / 'sshd.pid'}\nUsePAM no\n", encoding="utf-8")
+    (keys / "config").write_text(
+        f"Host 127.0.0.1\n  Port {port}\n  IdentityFile {keys / 'client'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {keys / 'known_hosts'}\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n",
+        encoding="utf-8")
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(keys / "sshd_config")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            probe = subprocess.run(["ssh", "-F", str(keys / "config"), "root@127.0.0.1", "true"],
+                                   capture_output=True, timeout=30, check=False)
+            if probe.returncode == 0:
+                break
+            assert process.poll() is None, "sshd exited"
+            time.sleep(0.3)
+        else:
+            pytest.fail(f"sshd on 127.0.0.1:{port} took no login in 30 s: {probe.stderr.decode(errors='replace')}")
+        yield f"ssh://root@127.0.0.1?ssh_config={keys / 'config'}"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_ssh_host_running_a_real_llama_server(engine: tuple[int, Path], sshd: str, tmp_path: Path) -> None:
+    """The same engine read through a real sshd (testinfra's ssh backend: each read one ssh command) gives the same
+    service as local:// does."""
+    port, cwd = engine
+    out = tmp_path / "over-ssh"
+    assert main(["init", "--from-host", sshd, str(out), "--name", "there"]) in (0, 3)
+    fleet = tomllib.loads((out / "fleet.toml").read_text(encoding="utf-8"))
+    ours = {name: s for name, s in fleet["services"].items() if s["port"] == port}
+    assert ours == {f"llama-{port}": {"host": "localhost", "port": port, "engine": "llama.cpp",
+                                      "serve_script": f"scripts/llama-{port}.sh",
+                                      "payload": [str(model_dir() / MODEL_FILE)]}}
+    script = (out / f"scripts/llama-{port}.sh").read_text(encoding="utf-8")
+    assert f"cd {cwd}\n" in script and "export HF_TOKEN='***'\n" in script and "--api-key '***'" in script
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_text(encoding="utf-8")
+            assert KEY not in text and TOKEN not in text, path

@@ -140,6 +140,10 @@ CLEAN: dict[tuple[str, str], str] = {
     **{(s, "embeddings-served"): SKIPPED for s in ("frank-medium", "frank-zealot", "reference")},
     # Every llama.cpp service of frank promises tool calls, with jinja on (the build's default).
     **{(s, "tools-need-jinja"): PASSED for s in ("frank-medium", "frank-zealot", "reference")},
+    # The reference's template is the repository's own (scripts/reference-chat.jinja) and describes the tools it is
+    # offered; frank-medium's and frank-zealot's are their GGUFs' own, and the models are not on this machine.
+    ("reference", "chat-template"): PASSED,
+    **{(s, "chat-template"): NOT_JUDGED for s in ("frank-medium", "frank-zealot")},
     # No engine of frank runs in a container but frank-archon, a rootless Quadlet (its root is dank's).
     **{(s, "container-user"): SKIPPED for s in ("frank-medium", "frank-archon", "frank-zealot", "frank-dragoon", "frank-tts",
                                                 "reference")},

@@ -33,6 +33,15 @@ MEDIUM_LINE = (
     f"`fleetgate profile {GGUF} -o profiles/frank-medium.toml` and set services.frank-medium.profile = "
     "\"profiles/frank-medium.toml\" in fleet.toml"
 )
+# The example fleet's own not-judged lines: frank-medium's and frank-zealot's chat templates are their GGUFs' own,
+# and the models are not on the machine that runs the seams (chat-template, docs/seams.md).
+TEMPLATE_TAIL = ("'s own (tokenizer.chat_template), and the model is not on this machine: pass the template as a file of "
+                 "the repository (--chat-template-file), or run the seams where the model is")
+MEDIUM_TEMPLATE = ("not judged: the chat template of frank-medium cannot be read: the template is "
+                   f"Swift-Qwen3.8-27B-Uncensored-Dynamic-MTP-UD-Q8_K_XL.gguf{TEMPLATE_TAIL}")
+ZEALOT_TEMPLATE = ("not judged: the chat template of frank-zealot cannot be read: the template is "
+                   f"Ternary-Bonsai-2-9B-PQ2_0.gguf{TEMPLATE_TAIL}")
+TEMPLATES = {("frank-medium", "chat-template"): MEDIUM_TEMPLATE, ("frank-zealot", "chat-template"): ZEALOT_TEMPLATE}
 # Each seam of frank-medium that reads the profile (the clean fleet passes them all).
 BLIND = ("card-balance", "card-floor", "drafter-kv-fits", "drafter-placement", "profile-declared",
          "prompt-cache-holds-slot", "slot-within-trained-window")
@@ -70,7 +79,7 @@ def seams(pytester: pytest.Pytester) -> Path:
 def test_the_runner_says_one_line_for_every_seam_blind_without_the_profile(tmp_path: Path) -> None:
     outcomes = run_seams(_no_profile(tmp_path))
     unjudged = {(o.subject, o.check): o.text for o in outcomes if o.outcome == "not-judged"}
-    assert unjudged == {("frank-medium", check): MEDIUM_LINE for check in BLIND}
+    assert unjudged == {**{("frank-medium", check): MEDIUM_LINE for check in BLIND}, **TEMPLATES}
     assert [o for o in outcomes if o.outcome == "failed"] == []
 
 
@@ -84,24 +93,27 @@ def test_the_summary_says_not_judged_once_per_service(pytester: pytest.Pytester,
     document = json.loads(report.read_text())
     jsonschema.Draft202012Validator(report_schema()).validate(document)
     medium = document["services"]["frank-medium"]
-    assert medium["not_judged"] == [MEDIUM_LINE]
-    assert medium["outcomes"]["not-judged"] == len(BLIND)
+    assert sorted(medium["not_judged"]) == sorted([MEDIUM_LINE, MEDIUM_TEMPLATE])
+    assert medium["outcomes"]["not-judged"] == len(BLIND) + 1
     assert "failed" not in medium["outcomes"]
     assert sorted((c["check"], c["outcome"], c.get("not_judged")) for c in medium["checks"]
-                  if "not_judged" in c) == [(check, "not-judged", MEDIUM_LINE) for check in BLIND]
-    assert {name: s["not_judged"] for name, s in document["services"].items() if s["not_judged"]} == {
-        "frank-medium": [MEDIUM_LINE]}
+                  if "not_judged" in c) == sorted([*((check, "not-judged", MEDIUM_LINE) for check in BLIND),
+                                                   ("chat-template", "not-judged", MEDIUM_TEMPLATE)])
+    assert {name: sorted(s["not_judged"]) for name, s in document["services"].items() if s["not_judged"]} == {
+        "frank-medium": sorted([MEDIUM_LINE, MEDIUM_TEMPLATE]), "frank-zealot": [ZEALOT_TEMPLATE]}
     out = result.stdout.lines
     counts = medium["outcomes"]
     # engine-auth is waived for frank-medium (fleet.toml [[waivers]]): pytest's xfail.
-    assert (f"frank-medium: {counts['passed']} passed, 0 failed, {counts['skipped']} skipped, 7 not judged, "
+    assert (f"frank-medium: {counts['passed']} passed, 0 failed, {counts['skipped']} skipped, 8 not judged, "
             f"{counts['xfailed']} xfailed") in out
     assert counts["xfailed"] == 1
-    # The line once in the summary, and once in -rs: every not-judged skip of the service shares its fleet.toml table.
+    # Each line once in the summary, and once in -rs: every not-judged skip of the service shares its fleet.toml table.
     assert out.count(f"  {MEDIUM_LINE}") == 1
-    assert [line for line in out if line.startswith("SKIPPED") and "not judged" in line] == [
-        f"SKIPPED [7] fleet/fleet.toml:85: {MEDIUM_LINE}"]
-    assert [line for line in out if "not judged: " in line and not line.startswith("SKIPPED")] == [f"  {MEDIUM_LINE}"]
+    assert sorted(line for line in out if line.startswith("SKIPPED") and "not judged" in line) == sorted([
+        f"SKIPPED [7] fleet/fleet.toml:85: {MEDIUM_LINE}", f"SKIPPED [1] fleet/fleet.toml:85: {MEDIUM_TEMPLATE}",
+        f"SKIPPED [1] fleet/fleet.toml:223: {ZEALOT_TEMPLATE}"])
+    assert sorted(line for line in out if "not judged: " in line and not line.startswith("SKIPPED")) == sorted(
+        f"  {line}" for line in (MEDIUM_LINE, MEDIUM_TEMPLATE, ZEALOT_TEMPLATE))
 
 
 @pytest.mark.parametrize("switch", [("--fleetgate-strict",), ("-o", "fleetgate_strict=true")], ids=["option", "ini"])
@@ -112,20 +124,21 @@ def test_strict_fails_each_not_judged_check_with_its_line(pytester: pytest.Pytes
     result = pytester.runpytest_subprocess(IMPORT_BY_PATH, str(seams), f"--fleet={fleet_toml}", "-p", "no:cacheprovider",
                                            f"--fleetgate-report={report}", *switch)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    assert result.parseoutcomes()["failed"] == len(BLIND)
+    assert result.parseoutcomes()["failed"] == len(BLIND) + len(TEMPLATES)
     # Each failure is the one line, no traceback: once in each failure's section.
     assert result.stdout.lines.count(MEDIUM_LINE) == len(BLIND)
+    assert result.stdout.lines.count(MEDIUM_TEMPLATE) == result.stdout.lines.count(ZEALOT_TEMPLATE) == 1
     assert "Traceback" not in result.stdout.str()
     document = json.loads(report.read_text())
     jsonschema.Draft202012Validator(report_schema()).validate(document)
     medium = document["services"]["frank-medium"]
-    assert medium["not_judged"] == [MEDIUM_LINE]
-    assert medium["outcomes"]["failed"] == len(BLIND) and "not-judged" not in medium["outcomes"]
-    assert sorted((c["check"], c["outcome"]) for c in medium["checks"] if "not_judged" in c) == [
-        (check, "failed") for check in BLIND]
+    assert sorted(medium["not_judged"]) == sorted([MEDIUM_LINE, MEDIUM_TEMPLATE])
+    assert medium["outcomes"]["failed"] == len(BLIND) + 1 and "not-judged" not in medium["outcomes"]
+    assert sorted((c["check"], c["outcome"]) for c in medium["checks"] if "not_judged" in c) == sorted(
+        (check, "failed") for check in (*BLIND, "chat-template"))
     assert out_line(result, "frank-medium: ") == (
-        f"frank-medium: {medium['outcomes']['passed']} passed, 7 failed, {medium['outcomes']['skipped']} skipped, "
-        "7 not judged, 1 xfailed")
+        f"frank-medium: {medium['outcomes']['passed']} passed, 8 failed, {medium['outcomes']['skipped']} skipped, "
+        "8 not judged, 1 xfailed")
 
 
 def out_line(result: pytest.RunResult, start: str) -> str:
@@ -192,3 +205,13 @@ def test_a_malformed_not_judged_pair_is_one_line(tmp_path: Path) -> None:
         load_catalogue(tmp_path)
     assert str(info.value) == (f"{path}: not_judged: 'svc: card-floor/short'; expected 'SUBJECT: check' or "
                                "'SUBJECT: *', e.g. 'frank-medium: card-floor'")
+
+
+def test_a_compose_services_missing_profile_names_the_model_at_its_host_path() -> None:
+    """The command in the line runs on the host, where the container's /models is the .env's MODELS_DIR."""
+    outcomes = run_seams(REPO / "fixtures" / "fleets" / "compose-rocm" / "fleet.toml")
+    lines = {o.text for o in outcomes if o.outcome == "not-judged" and o.subject == "chat"}
+    assert lines == {
+        "not judged: chat declares no model profile, which the ledger and the context seams read: write it with "
+        "`fleetgate profile /mnt/fast/models/Mistral-Small-3.2-24B-Instruct-2506-Q4_K_M.gguf -o profiles/chat.toml` "
+        "and set services.chat.profile = \"profiles/chat.toml\" in fleet.toml"}

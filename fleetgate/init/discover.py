@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -35,7 +35,7 @@ from fleetgate.init.found import (
     unwritable,
 )
 from fleetgate.init.units import from_script, from_unit, sandbox_render
-from fleetgate.sources.kubernetes import unrendered
+from fleetgate.sources.kubernetes import KUSTOMIZATIONS, unrendered
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 from fleetgate.units import Unit, parse_unit, split_command, unit_from_text
 
@@ -170,10 +170,15 @@ def _has_entry_with(section: Node | None, keys: tuple[str, ...]) -> bool:
         for entry in merged_keys(section).values())
 
 
-def _from_compose(ctx: Context, path: Path) -> list[Found]:
+def _from_compose(ctx: Context, path: Path, doors: dict[Path, FrontDoor] | None = None) -> list[Found]:
     """Each service of a compose file whose container starts an engine, read by ``fleetgate.sources.compose`` (the
     reader the seams render it with): the argv and environment of the container, the host port ``ports:`` publishes
-    the engine's port on, the host paths the bind mounts give the model paths."""
+    the engine's port on, the host paths the bind mounts give the model paths.
+
+    A container that runs llama-server as a router (``--models-preset FILE``, or ``LLAMA_ARG_MODELS_PRESET``) whose
+    preset a bind mount takes from the repository is no service: it is the front door of the preset's models
+    (``doors``, by the preset's repository file), with the port it is published on, its ``--models-max`` and its
+    mounts, through which the models' paths are the host's."""
     from fleetgate.sources.compose import list_services, read_compose
 
     rel = rel_path(ctx.root, path)
@@ -196,6 +201,15 @@ def _from_compose(ctx: Context, path: Path) -> list[Found]:
             port, port_from = listen, f"network_mode: host, the engine's port ({where})"
         else:
             port, port_from = listen, f"the engine's port in the container; no ports: entry publishes it on a known host port ({where})"
+        preset = _flag_values(args, ("--models-preset",)) or env.get("LLAMA_ARG_MODELS_PRESET")
+        if engine == "llama.cpp" and preset and doors is not None:
+            local = _compose_repository_file(ctx, read.host_path(preset))
+            if local is not None:
+                text = _flag_values(args, ("--models-max",)) or env.get("LLAMA_ARG_MODELS_MAX")
+                models_max = int(text) if text is not None and text.isdigit() else None
+                known = (published is not None and published.published is not None) or read.host_network
+                doors[local.resolve()] = FrontDoor(port if known else None, models_max, where, path, read.host_path)
+                continue
         payload: list[str] = []
         for model in model_paths(engine, args, env):
             host_path = read.host_path(model)
@@ -222,7 +236,9 @@ def _kubernetes_shaped(ctx: Context, path: Path) -> bool:
     if next_step is not None:
         chart_file = (path.parent / "Chart.yaml").is_file() or (
             path.parent.name == "templates" and (path.parent.parent / "Chart.yaml").is_file())
-        if not chart_file or path.name == "Chart.yaml":
+        # a kustomization's resources and patches are said once, at the kustomization
+        kustomized = path.name not in KUSTOMIZATIONS and any((path.parent / k).is_file() for k in KUSTOMIZATIONS)
+        if not (chart_file or kustomized) or path.name == "Chart.yaml":
             ctx.notes.append(Note(path, None, next_step))
         return True
     try:
@@ -435,8 +451,10 @@ class FrontDoor:
     models_max: int | None
     where: str
     unit: Path
-    """The unit that runs llama-swap or the router (``llama-server --models-preset``): the models behind it are the
-    services, not it."""
+    """The unit (or compose file) that runs llama-swap or the router (``llama-server --models-preset``): the models
+    behind it are the services, not it."""
+    host_path: Callable[[str], str | None] | None = None
+    """A container's bind mounts, where the router runs in one: the models' paths in it -> the host's."""
 
 
 _LISTEN = re.compile(r"^(?:.*:)?(\d{1,5})$")
@@ -575,7 +593,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         except InputError as exc:
             notes.append(Note(exc.path, exc.line, f"{exc.message}: skipped"))
             continue
-        if found is not None:
+        if found is not None and not _router(ctx, found, doors):
             services.append(_with_vars(ctx, found, template_vars.get(file, ())))
     started = {ctx.root / f.serve_script for f in services if f.serve_script is not None}
     for file in files:
@@ -583,7 +601,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             continue
         read["serve scripts"] += 1
         found = from_script(ctx, file, None, None, {}, rel_path(root, file))
-        if found is not None:
+        if found is not None and not _router(ctx, found, doors):
             services.append(found)
     for file in nix_files:
         try:
@@ -619,7 +637,7 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
         try:
             if file in composes:
                 read["compose files"] += 1
-                services += _from_compose(ctx, file)
+                services += _from_compose(ctx, file, doors)
             elif _has_entry_with(top.get("models"), ("cmd",)):
                 read["llama-swap configs"] += 1
                 services += _with_door(_from_llama_swap(ctx, file), doors.get(file.resolve()), "llama-swap's --listen")
@@ -644,7 +662,9 @@ def discover(root: Path, paths: Sequence[Path] = (), *, render_scripts: bool = T
             continue
         if found_presets:
             read["router presets"] += 1
-            services += _with_door(found_presets, doors.get(file.resolve()), "the router's --port")
+            door = doors.get(file.resolve())
+            what = "the router's --port" if door is None or door.host_path is None else "the router's published port"
+            services += _with_door(found_presets, door, what)
     named = [found for found in services if _nameable(root, found, notes)]
     return Discovery(root=root, services=tuple(named), notes=tuple(notes), deploy_root=deploy_root,
                      deploy_root_from=first.get(deploy_root) if deploy_root else None, read=dict(read))
@@ -675,12 +695,44 @@ def _with_vars(ctx: Context, found: Found, extra: tuple[Path, ...]) -> Found:
 
 
 def _with_door(found: list[Found], door: FrontDoor | None, what: str) -> list[Found]:
-    """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with."""
+    """The services behind llama-swap or the router, with the port (and ``--models-max``) its unit starts it with;
+    in a container, each model at the host path its bind mounts give (a path no mount maps is left as written)."""
     if door is None:
         return found
+    mapped = door.host_path
     return [replace(f, port=door.port if door.port is not None else f.port,
                     port_from=f"{what} in {door.where}" if door.port is not None else f.port_from,
-                    models_max=door.models_max) for f in found]
+                    models_max=door.models_max,
+                    payload=f.payload if mapped is None else tuple(mapped(p) or p for p in f.payload)) for f in found]
+
+
+def _router(ctx: Context, found: Found, doors: dict[Path, FrontDoor]) -> bool:
+    """Whether ``found`` is llama-server run as a router (a script's rendered ``--models-preset``): then it is no
+    service but the front door of its preset's models, at its port with its ``--models-max``. A preset the repository
+    does not hold leaves its models unread, said in one line."""
+    if found.router_preset is None:
+        return False
+    local = _repository_file(ctx.root, ctx.deploy_root, ctx.files, found.router_preset)
+    where = found.serve_script or found.source
+    if local is None:
+        ctx.notes.append(Note(ctx.root / where, None, f"{where} starts llama-server as a router on the preset "
+                              f"{found.router_preset}, which is no file of the repository: its models are not read "
+                              "(keep the preset in the repository, or declare each model as a service)"))
+        return True
+    doors[local.resolve()] = FrontDoor(found.port, found.models_max, where, ctx.root / where)
+    return True
+
+
+def _compose_repository_file(ctx: Context, host_path: str | None) -> Path | None:
+    """The repository file a compose bind mount's host path is: a relative source is the repository itself (the
+    compose file's directory, read as ``ctx.root``'s) or under ``deploy_root``."""
+    if host_path is None:
+        return None
+    root = str(ctx.root)
+    if host_path.startswith(root + "/"):
+        local = Path(host_path)
+        return local if local.is_file() and ctx.root.resolve() in local.resolve().parents else None
+    return repository_file(ctx.root, ctx.deploy_root, host_path)
 
 
 def _compose_shaped(document: Node) -> bool:

@@ -122,6 +122,9 @@ class Found:
     """The router's ``--models-max``, from the unit that starts it (a router preset's models)."""
     env_template: tuple[str, str] | None = None
     """(template, install script): the env file the unit reads is the script's rendering of the template."""
+    router_preset: str | None = None
+    """The ``--models-preset`` path the rendered command line names: this is llama-server as a router, the front door
+    of that preset's models (the services), never a service itself."""
 
 
 @dataclass(frozen=True)

@@ -258,10 +258,23 @@ def from_script(ctx: Context, script: Path, unit: Path | None, env_file: Path | 
             port_from = f"the engine's port in the container: the {run.client} run line of {rel_script} publishes none"
         payload = [run.host_path(p) or p for p in payload]
     env_rel = rel_path(ctx.root, env_file) if env_file is not None else rendered.sourced[0] if len(rendered.sourced) == 1 else None
+    preset = _last_value(args, "--models-preset") or engine_env.get("LLAMA_ARG_MODELS_PRESET") if engine == "llama.cpp" else None
+    models_max = _last_value(args, "--models-max") or engine_env.get("LLAMA_ARG_MODELS_MAX") if preset else None
     return Found(name=name, engine=engine, port=port or DEFAULT_PORT[engine], port_from=port_from,
                  source=source, payload=tuple(payload),
                  unit=rel_path(ctx.root, unit) if unit is not None else None, serve_script=rel_script,
-                 env_file=env_rel)
+                 env_file=env_rel, router_preset=preset or None,
+                 models_max=int(models_max) if models_max is not None and models_max.isdigit() else None)
+
+
+def _last_value(args: Sequence[str], flag: str) -> str | None:
+    """The last ``--flag VALUE`` or ``--flag=VALUE`` of an engine's argv, as its parser keeps it."""
+    value = None
+    for i, word in enumerate(args):
+        name, eq, given = word.partition("=")
+        if name == flag:
+            value = given if eq else (args[i + 1] if i + 1 < len(args) else None)
+    return value
 
 
 def sandbox_render(root: Path, deploy_root: str | None, name: str, engine: EngineName, script: Path, unit: Path | None,

@@ -107,7 +107,8 @@ MODULES = (
     CheckModule("seams/test_swap.py", "After a swap every consumer names the same payload at its size (B-SW-1/2/3, INC-02, "
                 "INC-68, INC-76).", ("payload-consistency", "payload-defaults")),
     CheckModule("seams/test_timeouts.py", "Timeouts nest inside-out with strict > (B-TO-1..4, INC-45, INC-46).", ("timeouts-nest",)),
-    CheckModule("seams/test_tools.py", "A server promising tool calls keeps jinja on (issue 32).", ("tools-need-jinja",)),
+    CheckModule("seams/test_tools.py", "A server promising tool calls keeps jinja on, and its chat template is there and "
+                "describes the tools (issue 32).", ("tools-need-jinja", "chat-template")),
     CheckModule("seams/test_units.py", "Units and Quadlets: install target, user, memlock, restart, env files, ExecStart= "
                 "arguments, ports, image form, compile cache, container paths (B-UN-1/2, B-RAM-4, B-SH-3, B-VL-13..16, "
                 "INC-35/36/53/79/85).",

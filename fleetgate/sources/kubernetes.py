@@ -53,7 +53,7 @@ from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["GPU_RESOURCES", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
+__all__ = ["GPU_RESOURCES", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
            "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes", "render_kubernetes",
            "unrendered"]
 
@@ -278,15 +278,26 @@ def _neighbours(path: Path, repository: Path) -> list[_Object]:
 
 # ------------------------------------------------------------------------------------------------ not renderable
 
+KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+"""The names kustomize reads a directory's kustomization from (api/konfig: RecognizedKustomizationFileNames)."""
+
+
 def unrendered(path: Path, repository: Path) -> str | None:
     """The one-line next step for a file that is a Helm chart, a Flux HelmRelease or a kustomization: the command
     that renders it offline into manifests fleetgate reads; None for any other file."""
     rel = _rel(path, repository)
     directory = _rel(path.parent, repository)
     name = path.name
-    if name == "kustomization.yaml" or name == "kustomization.yml" or name == "Kustomization":
+    if name in KUSTOMIZATIONS:
         return (f"{rel} is a kustomization, which fleetgate does not build: run `kustomize build {directory} > "
                 f"rendered.yaml` (or `kubectl kustomize {directory}`) and declare kubernetes = \"rendered.yaml\"")
+    beside = next((path.parent / k for k in KUSTOMIZATIONS if (path.parent / k).is_file()), None)
+    if beside is not None:
+        # A base's resource or an overlay's patch is an input of the build, never applied alone: a patch is a
+        # fragment, and a base's workload runs only as the overlays change it.
+        return (f"{rel} is part of the kustomization {_rel(beside, repository)}, which fleetgate does not build: run "
+                f"`kustomize build {directory} > rendered.yaml` (or `kubectl kustomize {directory}`) on the overlay "
+                "that is deployed and declare kubernetes = \"rendered.yaml\"")
     if name in ("Chart.yaml", "values.yaml") or (path.parent / "Chart.yaml").is_file() or (
             path.parent.name == "templates" and (path.parent.parent / "Chart.yaml").is_file()):
         chart = path.parent if (path.parent / "Chart.yaml").is_file() else path.parent.parent
