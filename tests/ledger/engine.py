@@ -29,6 +29,9 @@ from fleetgate.reference import MODEL_FILE, ReferenceError, free_port, llama_bin
 
 MiB = 1 << 20
 LOAD_TIMEOUT_S = 90.0
+LOADED_LINE = re.compile(r"\w: model loaded$", re.MULTILINE)
+"""What llama-server logs just before /health turns 200. Its log is written by a worker thread, so on a loaded
+machine /health can answer before the load's buffer lines reach the file: the log is read once this line is there."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,12 @@ def run_server(engine: Engine, workdir: Path, model: Path, args: Sequence[str], 
                     break
             time.sleep(0.1)
         text = server_log.read_text(encoding="utf-8", errors="replace")
+        while healthy and not LOADED_LINE.search(text) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            text = server_log.read_text(encoding="utf-8", errors="replace")
+        if healthy and not LOADED_LINE.search(text):
+            raise RuntimeError(f"llama-server answered /health but its log never said 'model loaded' within "
+                               f"{LOAD_TIMEOUT_S:.0f} s: {' '.join(argv)}")
         if not healthy:
             tail = "\n".join(text.splitlines()[-25:])
             raise RuntimeError(f"llama-server did not become healthy within {LOAD_TIMEOUT_S:.0f} s "
