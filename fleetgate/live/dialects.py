@@ -58,9 +58,14 @@ class Dialect:
     """Request fields that keep the model from writing a closing think tag itself (a finite negative
     logit bias: the engine's own forced close still wins, every other token being -inf then)."""
     auto_tool_parse: bool = False
-    """The engine parses the model's own call only under ``tool_choice: auto`` (a flag turns that on), while
-    ``required`` and named choices go through structured output and never reach the parser: the gate then also
-    asks with ``auto``, as a client that sends tools without a ``tool_choice`` does."""
+    """The gate also asks with ``tool_choice: auto``, as a client that sends tools without a ``tool_choice`` does.
+    vLLM parses the model's own call only under auto (a flag turns that on), while ``required`` and named choices go
+    through structured output and never reach the parser; llama.cpp answers auto with a lazy grammar that the
+    call's opening tag triggers, so where the model calls, the call and its stream are the engine's to parse."""
+    trace_end_as_rendered: Mapping[str, Any] = field(default_factory=dict)
+    """Request fields that make the engine's forced end of a trace read as the template renders one (llama.cpp's
+    ``reasoning_budget_message`` is put before the forced end tag: tools/server/server-schema.cpp), so that what
+    follows a trace ended by the budget is what the model has seen follow a trace in the history."""
     health_body: str = "json-or-empty"
     """What the engine's own health answer carries: ``status-ok`` (a JSON object with ``"status": "ok"``),
     ``empty`` (no body), or ``json-or-empty`` (the generic subset: anything but a page)."""
@@ -145,6 +150,10 @@ DIALECTS: Mapping[str, Dialect] = {
         # then the logit bias: -100 keeps the model from opening a tag, never the engine's forced close.
         # String keys are tokenized by the server (tools/server/server-schema.cpp, logit_bias).
         no_think_close={"logit_bias": {"<": -100, " <": -100, "</": -100, " </": -100, "\n</": -100}},
+        # templates render a trace as "<think>\nTRACE\n</think>\n": the forced "</think>" then follows a newline as
+        # there (without it the reference's 135M model wrote a second "</think>" into the content, measured)
+        trace_end_as_rendered={"reasoning_budget_message": "\n"},
+        auto_tool_parse=True,
         # tools/server/server-context.cpp: the health handler answers {"status": "ok"} once loaded
         health_body="status-ok",
     ),
