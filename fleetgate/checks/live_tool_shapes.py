@@ -11,7 +11,7 @@ enums. Streamed, the deltas must assemble into the blocking answer's call.
 
 With reasoning on, llama.cpp's reasoning budget ends the trace (common/reasoning-budget.cpp forces the end tag) and
 the required grammar then admits the call; where the engine has no budget (vLLM ends a trace only where the model
-writes the parser's end tag) an answer that is all trace leaves the call unjudged, and the check says so.
+writes the reasoning parser's end tag) whether a call follows the trace is the model's, and the check is not judged.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from fleetgate.checks import NOT_JUDGED, NotJudged, live_check
+from fleetgate.checks import NOT_JUDGED, live_check
 from fleetgate.checks.live_capabilities import _EXAMPLE, WEATHER_TOOL
 from fleetgate.live.client import Reply, shorten
 from fleetgate.live.deltas import assemble, same_calls
@@ -219,6 +219,12 @@ def _reasoning_call_undeclared(endpoint: LiveEndpoint) -> str | None:
     if endpoint.contract.reasoning_field is None:
         return (f"{REASONING_CALL} does not apply to {endpoint.name}: its contract declares no reasoning field "
                 "(contract.reasoning_field)")
+    budget = endpoint.contract.reasoning_budget
+    if budget is None or budget < 0:
+        return (f"{NOT_JUDGED}{endpoint.name} ends a trace only where the model writes its end tag ("
+                + ("--reasoning-budget -1" if budget is not None else "no reasoning budget in its files")
+                + "), and the required grammar starts after it: whether a call follows the trace is the model's. "
+                "A budget the engine enforces (llama.cpp --reasoning-budget N) makes it the engine's")
     return None
 
 
@@ -262,11 +268,6 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
     calls = message.get("tool_calls") or []
     trace = message.get(field) if isinstance(message.get(field), str) else ""
     content = message.get("content") if isinstance(message.get("content"), str) else ""
-    budget = endpoint.contract.reasoning_budget
-    if not calls and not (content or "").strip() and (trace or "").strip() and (budget is None or budget < 0):
-        raise NotJudged(f"{endpoint.name}'s answer with thinking on is all trace ({shorten(trace or '', 40)!r}), no call: "
-                        "this engine ends a trace only where the model writes its end (no reasoning budget in the "
-                        "files), and the required grammar waits for it; a call with reasoning on is not judged here")
     schema = WEATHER_TOOL["function"]["parameters"]
     called, arguments = _arguments(calls[0] if isinstance(calls, list) and calls else None)
     problem = None

@@ -62,6 +62,11 @@ class Dialect:
     vLLM parses the model's own call only under auto (a flag turns that on), while ``required`` and named choices go
     through structured output and never reach the parser; llama.cpp answers auto with a lazy grammar that the
     call's opening tag triggers, so where the model calls, the call and its stream are the engine's to parse."""
+    calls_in_markup: bool = False
+    """A request may hold the answer to a regex (vLLM's ``structured_outputs``), and under auto the engine's tool
+    parser reads the calls out of the model's own markup: several calls can be asked for in that markup, so their
+    count is the regex's and their parsing the engine's (vllm/tool_parsers/abstract_tool_parser.py leaves a client's
+    structured outputs in place under auto)."""
     trace_end_as_rendered: Mapping[str, Any] = field(default_factory=dict)
     """Request fields that make the engine's forced end of a trace read as the template renders one (llama.cpp's
     ``reasoning_budget_message`` is put before the forced end tag: tools/server/server-schema.cpp), so that what
@@ -183,6 +188,7 @@ DIALECTS: Mapping[str, Dialect] = {
         # choices are decoded by structured output (vllm/parser/abstract_parser.py) and bypass --tool-call-parser,
         # which reads the model's own markup only under auto (vllm/entrypoints/openai/chat_completion/serving.py)
         auto_tool_parse=True,
+        calls_in_markup=True,
     ),
     "openai": Dialect(
         engine="openai",
