@@ -266,8 +266,8 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
     endpoint.require_ok(REASONING_CALL, reply, expected="200 with a trace and a call", fix=fix, cites=("C-CAP-2",))
     message = message_of(reply.json)
     calls = message.get("tool_calls") or []
-    trace = message.get(field) if isinstance(message.get(field), str) else ""
-    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    trace = str(message.get(field) or "") if isinstance(message.get(field), str) else ""
+    content = str(message.get("content") or "") if isinstance(message.get("content"), str) else ""
     schema = WEATHER_TOOL["function"]["parameters"]
     called, arguments = _arguments(calls[0] if isinstance(calls, list) and calls else None)
     problem = None
@@ -281,7 +281,7 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
     if problem:
         raise REASONING_CALL_CHECK.fail(endpoint, "no-call", where=reply.url, cites=("C-CAP-2",),
                                         observed=f"{problem}; finish_reason {finish_reason_of(reply.json)!r}; trace "
-                                        f"{shorten(trace or '', 60)!r}; content {shorten(content or '', 60)!r}",
+                                        f"{shorten(trace, 60)!r}; content {shorten(content, 60)!r}",
                                         expected="a whole get_weather call valid against its schema after the trace",
                                         fix=fix)
     if not (trace or "").strip():

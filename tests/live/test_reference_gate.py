@@ -31,7 +31,7 @@ def test_gate_passes_against_the_reference(
     variant: str, reference_in: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None
 ) -> None:
     run = plugin_gate(reference_in.url, variant=variant)
-    run.result.assert_outcomes(passed=24, skipped=7)
+    run.result.assert_outcomes(passed=26, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     run.result.stdout.fnmatch_lines(
         [
@@ -50,7 +50,7 @@ def test_gate_passes_against_the_reference(
 
 def test_gate_passes_under_xdist(reference: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None) -> None:
     run = plugin_gate(reference.url, "-n", "4")
-    run.result.assert_outcomes(passed=24, skipped=7)
+    run.result.assert_outcomes(passed=26, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     assert run.spent() <= BUDGET_TOKENS
 
