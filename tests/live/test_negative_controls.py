@@ -107,13 +107,17 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
     "reasoning-budget-unlimited": (
         lambda a: set_value(a, "--reasoning-budget", "-1"),
         {},
-        {"live-reasoning": "live-reasoning/no-answer", "live-tool-reasoning": "live-tool-reasoning/no-call"},
+        # with tools, after the agent's earlier trace, the model closed its own trace and called (measured, both
+        # variants): the call with reasoning on holds whoever ends the trace
+        {"live-reasoning": "live-reasoning/no-answer"},
     ),
     "reasoning-budget-zero": (
         # build 11434 arms no budget sampler at 0 with thinking requested: the trace never ends
         lambda a: set_value(a, "--reasoning-budget", "0"),
         {},
-        {"live-reasoning": "live-reasoning/no-answer", "live-tool-reasoning": "live-tool-reasoning/no-call"},
+        # with tools the budget of 0 ends the trace before it starts: the call comes with no trace (measured, both
+        # variants)
+        {"live-reasoning": "live-reasoning/no-answer", "live-tool-reasoning": "live-tool-reasoning/no-trace"},
     ),
     "no-prompt-cache": (
         lambda a: set_value(a, "--cache-ram", "0"),
