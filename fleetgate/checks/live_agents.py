@@ -4,7 +4,8 @@ Each is judged by what the engine and its template do, never by the words a mode
 ``response_format`` becomes a grammar that admits only valid documents, so the answer is held to the schema,
 blocking and streamed. Whether a trace sent back in the history reaches the prompt is read from the prompt's token
 count, with and without the trace: a one-token request, whatever the model would have said. Parallel calls are asked
-with the answer kept from ending: after the first call, a grammar that admits another must be followed.
+with the answer kept from ending: after the first call, a grammar that admits another must be followed; on vLLM, whose
+grammar leaves the count to the model, two calls are asked in the tool parser's own markup through a regex.
 """
 
 from __future__ import annotations
