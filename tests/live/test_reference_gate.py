@@ -40,7 +40,7 @@ def test_gate_passes_against_the_reference(
             "*PASS live-reasoning-effort*none 200, low 200, medium 200, high 400*",
             '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
             "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance *, cached * tokens*",
-            "*spent: * generated tokens (budget 600)*",
+            f"*spent: * generated tokens (budget {BUDGET_TOKENS})*",
         ]
     )
     # vision-colour applies only where vision is declared; the reference is text-only.
