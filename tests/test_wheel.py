@@ -113,7 +113,7 @@ def test_the_wheel_alone_collects_the_live_gate(site: Path, initialised: tuple[P
     ids = [line for line in alone.stdout.splitlines() if "::" in line]
     assert alone.returncode == checkout.returncode == 0, (alone.stdout, alone.stderr)
     assert ids == [line for line in checkout.stdout.splitlines() if "::" in line]
-    assert len(ids) == 31 and ids[0] == f"live/test_host.py::test_unit_state[{SERVICE}]", ids
+    assert len(ids) == 33 and ids[0] == f"live/test_host.py::test_unit_state[{SERVICE}]", ids
 
 
 def test_the_table_supplies_every_registered_check_once() -> None:

@@ -4,12 +4,14 @@ Each is judged by what the engine and its template do, never by the words a mode
 ``response_format`` becomes a grammar that admits only valid documents, so the answer is held to the schema,
 blocking and streamed. Whether a trace sent back in the history reaches the prompt is read from the prompt's token
 count, with and without the trace: a one-token request, whatever the model would have said. Parallel calls are asked
-with the answer kept from ending: after the first call, a grammar that admits another must be followed.
+with the answer kept from ending: after the first call, a grammar that admits another must be followed; on vLLM, whose
+grammar leaves the count to the model, two calls are asked in the tool parser's own markup through a regex.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -270,6 +272,18 @@ PINNED_TOOL: dict[str, Any] = {
 }
 
 
+# The markup each vLLM --tool-call-parser reads under auto (vllm/tool_parsers/hermes_tool_parser.py:
+# <tool_call>{"name", "arguments"}</tool_call>): the regex of two whole pinned calls in it.
+_CALL_MARKUP = {"hermes": ('<tool_call>\n{"name": "get_weather", "arguments": ', "}\n</tool_call>")}
+_PINNED_ARGUMENTS = r'\{"city": "(Paris|Berlin)", "unit": "(celsius|fahrenheit)"\}'
+
+
+def _markup_regex(parser: str) -> str:
+    head, tail = _CALL_MARKUP[parser]
+    one = re.escape(head) + _PINNED_ARGUMENTS + re.escape(tail)
+    return f"{one}\n{one}"
+
+
 def _parallel_undeclared(endpoint: LiveEndpoint) -> str | None:
     if endpoint.contract.tools is not True:
         return f"{PARALLEL} does not apply to {endpoint.name}: its contract does not promise tool calls (contract.tools)"
@@ -277,6 +291,10 @@ def _parallel_undeclared(endpoint: LiveEndpoint) -> str | None:
         return (f"{NOT_JUDGED}{endpoint.name} promises tool calls but not whether several come in one answer: declare "
                 "contract.parallel_tool_calls (true, or false where a request for them must be refused or answered "
                 "with one call)")
+    parser = endpoint.contract.tool_call_parser
+    if endpoint.dialect.calls_in_markup and parser not in _CALL_MARKUP:
+        return (f"{NOT_JUDGED}{endpoint.name}'s --tool-call-parser is {parser!r}: the gate writes two calls in the markup "
+                f"the parser reads, and knows {', '.join(sorted(_CALL_MARKUP))}'s")
     return None
 
 
@@ -338,6 +356,12 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
         # where it admits none the engine must have refused the request or end it there, whatever words it picks
         **endpoint.dialect.decode_rate_fields,
     }
+    if endpoint.dialect.calls_in_markup and endpoint.contract.tool_call_parser in _CALL_MARKUP:
+        # vLLM's required grammar admits one call or more and leaves the count to the model; under auto a regex of two
+        # whole calls in the parser's own markup makes the count the request's and the parsing the engine's
+        body = {**{k: v for k, v in body.items() if k not in endpoint.dialect.decode_rate_fields},
+                "tool_choice": "auto",
+                "structured_outputs": {"regex": _markup_regex(str(endpoint.contract.tool_call_parser))}}
     bound = endpoint.bound(prompt_tokens_at_most(body), PARALLEL_TOKENS)
     try:
         reply = endpoint.chat(PARALLEL, body, bound=bound)

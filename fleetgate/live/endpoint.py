@@ -26,7 +26,7 @@ from fleetgate.rendered import RenderedService
 __all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
            "prompt_tokens_at_most"]
 
-BUDGET_TOKENS = 600
+BUDGET_TOKENS = 1100
 """Generated tokens the whole gate may spend on one service."""
 
 HEALTH = "live-health"

@@ -133,9 +133,11 @@ MODULES = (
     CheckModule("live/test_live_caches.py", "Speculation, prefix cache, capacity (C.3, C.4, INC-16, INC-83).",
                 ("live-drafter", "live-prefix-cache", "live-capacity")),
     CheckModule("live/test_live_capabilities.py", "Capabilities: tool calls, vision, reasoning field, reasoning efforts, "
-                "structured output, the reasoning of earlier turns (C.2, INC-08, INC-26, INC-72).",
+                "structured output, the reasoning of earlier turns, nested and long arguments, a call with reasoning on "
+                "(C.2, INC-08, INC-26, INC-72).",
                 ("live-tool-calls", "live-vision", "live-vision-colour", "live-reasoning", "live-reasoning-effort",
-                 "live-structured-output", "live-reasoning-turns", "live-parallel-tool-calls")),
+                 "live-structured-output", "live-reasoning-turns", "live-parallel-tool-calls", "live-tool-schema",
+                 "live-tool-reasoning")),
     CheckModule("live/test_live_generation.py", "Generation: a real completion, a well-formed stream, greedy determinism (C-L-3, "
                 "C-PF-1, C-SP-6).", ("live-chat", "live-stream", "live-determinism")),
     CheckModule("live/test_live_identity.py", "Liveness and identity: health, alias, payload, slots, sampler defaults (C.1, "

@@ -405,6 +405,14 @@ AGENT_MODES = (
     "drop-tool-results",
     "first-call-only",
     "tool-index-zero",
+    "schema-days-flattened",
+    "schema-text-double-escaped",
+    "schema-stream-fragment-lost",
+    "tool-trace-in-content",
+    "tool-trace-dropped",
+    "tool-trace-stream-as-content",
+    "auto-call-as-text",
+    "auto-stream-as-text",
 )
 
 
@@ -427,9 +435,47 @@ def rewrite_request(mode: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _tool_names(request: dict[str, Any]) -> set[str]:
+    return {t.get("function", {}).get("name") for t in request.get("tools") or [] if isinstance(t, dict)}
+
+
+def _thinking_with_tools(request: dict[str, Any]) -> bool:
+    return bool(request.get("tools")) and bool((request.get("chat_template_kwargs") or {}).get("enable_thinking"))
+
+
+def _rewrite_plan_arguments(mode: str, arguments: str) -> str:
+    """``schema-days-flattened``: the array of days becomes its first day (a parser or proxy that flattens nesting);
+    ``schema-text-double-escaped``: the note's escapes written once more (a text encoded twice)."""
+    parsed = json.loads(arguments)
+    if mode == "schema-days-flattened":
+        parsed["days"] = parsed["days"][0]
+    else:
+        parsed["note"] = json.dumps(parsed["note"])[1:-1]
+    return json.dumps(parsed)
+
+
 def rewrite_answer(mode: str, request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
     """``break-json-schema``: a response_format answer loses its last character (a document cut short);
-    ``first-call-only``: an answer to a request for parallel calls keeps only its first."""
+    ``first-call-only``: an answer to a request for parallel calls keeps only its first; ``schema-*``: the
+    nested-schema call's arguments rewritten (``_rewrite_plan_arguments``); ``tool-trace-in-content``: with thinking
+    on and tools, the trace also written into the content in think tags; ``tool-trace-dropped``: the trace's field
+    dropped from such an answer; ``auto-call-as-text``: an auto answer's calls turned back into their markup in the
+    content (a parser or proxy that leaves calls as text)."""
+    if mode in ("schema-days-flattened", "schema-text-double-escaped") and "plan_trip" in _tool_names(request):
+        for call in reply["choices"][0]["message"].get("tool_calls") or []:
+            call["function"]["arguments"] = _rewrite_plan_arguments(mode, call["function"]["arguments"])
+    if mode in ("tool-trace-in-content", "tool-trace-dropped") and _thinking_with_tools(request):
+        message = reply["choices"][0]["message"]
+        trace = message.pop("reasoning_content", None) if mode == "tool-trace-dropped" else message.get(
+            "reasoning_content")
+        if mode == "tool-trace-in-content":
+            message["content"] = f"<think>\n{trace}\n</think>\n" + (message.get("content") or "")
+    if mode == "auto-call-as-text" and request.get("tool_choice") == "auto":
+        message = reply["choices"][0]["message"]
+        calls = message.pop("tool_calls", None) or []
+        message["content"] = "".join(f'<tool_call>\n{{"name": "{c["function"]["name"]}", "arguments": '
+                                     f'{c["function"]["arguments"]}}}\n</tool_call>' for c in calls)
+        reply["choices"][0]["finish_reason"] = "stop"
     if mode == "break-json-schema" and request.get("response_format"):
         message = reply["choices"][0]["message"]
         message["content"] = message["content"].rstrip()[:-1]
@@ -452,6 +498,29 @@ def rewrite_stream(mode: str, request: dict[str, Any], events: list[Any]) -> lis
     if mode in ("tool-calls-at-finish", "tool-name-every-delta", "split-tool-arguments", "tool-index-zero") and request.get(
             "tools"):
         return _rewrite_calls(mode, events)
+    if mode == "schema-stream-fragment-lost" and "plan_trip" in _tool_names(request):
+        # one arguments fragment from the middle of the call lost on the way
+        fragments = [i for i, e in enumerate(events) if any(
+            (p.get("function") or {}).get("arguments") for p in (_delta(e) or {}).get("tool_calls") or [])]
+        lost = fragments[len(fragments) // 2] if fragments else None
+        return [e for i, e in enumerate(events) if i != lost]
+    if mode == "tool-trace-stream-as-content" and _thinking_with_tools(request):
+        for event in events:
+            delta = _delta(event)
+            if delta is not None and isinstance(delta.get("reasoning_content"), str):
+                delta["content"] = (delta.get("content") or "") + delta.pop("reasoning_content")
+        return events
+    if mode == "auto-stream-as-text" and request.get("tool_choice") == "auto":
+        # every call delta's name and arguments sent as content (a streaming parser that does not see the call)
+        for event in events:
+            delta = _delta(event)
+            parts = delta.get("tool_calls") if delta is not None else None
+            if delta is not None and isinstance(parts, list):
+                text = "".join((p.get("function") or {}).get("name") or "" for p in parts) + "".join(
+                    (p.get("function") or {}).get("arguments") or "" for p in parts)
+                del delta["tool_calls"]
+                delta["content"] = (delta.get("content") or "") + text
+        return events
     if mode == "break-json-schema-stream" and request.get("response_format"):
         last = max((i for i, e in enumerate(events) if (_delta(e) or {}).get("content")), default=None)
         return [e for i, e in enumerate(events) if i != last]

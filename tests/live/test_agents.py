@@ -25,6 +25,7 @@ from .faults import AGENT_MODES, FaultProxy, FaultServer
 TOOLS, REASONING = "live-tool-calls", "live-reasoning"
 STRUCTURED, TURNS = "live-structured-output", "live-reasoning-turns"
 PARALLEL = "live-parallel-tool-calls"
+SCHEMA, TOOL_REASONING = "live-tool-schema", "live-tool-reasoning"
 
 # mode -> the checks run, and the outcome of each
 AGENT_PROXIES: dict[str, dict[str, str]] = {
@@ -46,13 +47,27 @@ AGENT_PROXIES: dict[str, dict[str, str]] = {
     "first-call-only": {PARALLEL: "live-parallel-tool-calls/not-parallel"},
     # every call's deltas under index 0: the single call passes, the parallel ones merge
     "tool-index-zero": {TOOLS: "passed", PARALLEL: "live-parallel-tool-calls/stream-differs"},
+    # the nested call's array of days flattened to its first day; its long text escaped twice; a fragment of its
+    # stream lost: each breaks the nested call alone (the flat call of live-tool-calls passes through the same proxy)
+    "schema-days-flattened": {TOOLS: "passed", SCHEMA: "live-tool-schema/nested-invalid"},
+    "schema-text-double-escaped": {SCHEMA: "live-tool-schema/long-text-differs"},
+    "schema-stream-fragment-lost": {TOOLS: "passed", SCHEMA: "live-tool-schema/stream-differs"},
+    # with thinking on and tools: the trace written into the content too, the trace dropped, the trace streamed as
+    # content; live-reasoning (thinking on, no tools) passes through the same proxies
+    "tool-trace-in-content": {REASONING: "passed", TOOL_REASONING: "live-tool-reasoning/trace-leaked"},
+    "tool-trace-dropped": {TOOL_REASONING: "live-tool-reasoning/no-trace"},
+    "tool-trace-stream-as-content": {REASONING: "passed", TOOL_REASONING: "live-tool-reasoning/stream-differs"},
+    # tool_choice auto only: its call left as text blocking, or streamed as text; required and none pass first
+    "auto-call-as-text": {TOOLS: "live-tool-calls/call-as-text"},
+    "auto-stream-as-text": {TOOLS: "live-tool-calls/auto-stream-differs"},
 }
 assert set(AGENT_PROXIES) == set(AGENT_MODES)
 # every code this module reproduces: the proxies', the control's and the declared-absent cases' below
 AGENT_CODES = {code for failing in AGENT_PROXIES.values() for code in failing.values() if "/" in code} | {
     "live-reasoning-turns/after-user-message", "live-structured-output/not-refused",
     "live-structured-output/unclean-refusal", "live-parallel-tool-calls/not-refused",
-    "live-parallel-tool-calls/unclean-refusal", "live-parallel-tool-calls/out-of-time"}
+    "live-parallel-tool-calls/unclean-refusal", "live-parallel-tool-calls/out-of-time",
+    "live-tool-schema/out-of-time", "live-tool-reasoning/out-of-time"}
 
 
 @pytest.mark.parametrize(("variant", "mode"), [("shipped", m) for m in AGENT_PROXIES],
@@ -179,8 +194,30 @@ def test_parallel_refusals(
     assert run.outcomes == {PARALLEL: outcome}, run.output
 
 
-def test_parallel_calls_out_of_time(gate: Callable[..., GateHere], no_api_key: None) -> None:
+@pytest.mark.parametrize("check", [PARALLEL, SCHEMA, TOOL_REASONING])
+def test_tool_requests_out_of_time(check: str, gate: Callable[..., GateHere], no_api_key: None) -> None:
     """An engine that takes a request with tools and never answers it: said by the bound the run's rates derive."""
     with FaultServer("hang-tools") as server:
-        run = gate(server.url, only=(PARALLEL,), live_timeout=2)
-    assert run.outcomes == {PARALLEL: "live-parallel-tool-calls/out-of-time"}, run.output
+        run = gate(server.url, only=(check,), live_timeout=2)
+    assert run.outcomes == {check: f"{check}/out-of-time"}, run.output
+
+
+def test_a_call_with_reasoning_is_not_judged_without_a_budget(
+    gate: Callable[..., GateHere], fleet_copy: Callable[..., Path], no_api_key: None
+) -> None:
+    """Where nothing ends a trace but the model, whether a call follows it is the model's: not judged, naming why."""
+    fleet_toml = fleet_copy({"scripts/reference.env": lambda t: t.replace("REASONING_BUDGET=8", "REASONING_BUDGET=-1")})
+    with FaultServer("hang-tools") as server:
+        run = gate(server.url, only=(TOOL_REASONING,), fleet_toml=fleet_toml, live_timeout=2)
+    assert run.outcomes == {TOOL_REASONING: "not-judged"}, run.output
+    assert "ends a trace only where the model writes its end tag (--reasoning-budget -1)" in run.note(TOOL_REASONING)
+
+
+def test_a_window_too_small_for_the_nested_call_is_not_judged(
+    gate: Callable[..., GateHere], fleet_copy: Callable[..., Path], no_api_key: None
+) -> None:
+    fleet_toml = fleet_copy({"scripts/reference.env": lambda t: t.replace("CTX_SIZE=4096", "CTX_SIZE=1024")})
+    with FaultServer("hang-tools") as server:
+        run = gate(server.url, only=(SCHEMA,), fleet_toml=fleet_toml, live_timeout=2)
+    assert run.outcomes == {SCHEMA: "not-judged"}, run.output
+    assert "window of 512 tokens cannot hold the nested-schema probe" in run.note(SCHEMA), run.note(SCHEMA)

@@ -217,3 +217,30 @@ def test_what_vllm_reports_nowhere_is_seen_through_what_it_does(
                                            "tokens (--max-num-seqs 4)")
         assert run.notes["live-payload"].endswith("its tokenizer spells 8 tokens of vllm-model/tokenizer.json back "
                                                   "(/detokenize)"), run.notes
+
+
+def test_vllm_parallel_calls_with_a_parser_whose_markup_the_gate_does_not_write(
+    pytester: pytest.Pytester, tmp_path: Path, no_api_key: None
+) -> None:
+    """On vLLM the gate asks for two calls in the tool parser's own markup (hermes, on the real vLLM:
+    test_vllm_real.py); frank-archon's qwen3_coder writes another: not judged, naming the parser."""
+    import shutil
+
+    from .conftest import FLEET_DIR, LIVE, junit_outcomes
+
+    fleet = tmp_path / "fleet"
+    shutil.copytree(FLEET_DIR, fleet)
+    manifest = fleet / "fleet.toml"
+    text = manifest.read_text(encoding="utf-8")
+    marker = '[services.frank-archon.contract]\nvision = true\n'
+    assert marker in text
+    manifest.write_text(text.replace(marker, marker + "parallel_tool_calls = true\n"), encoding="utf-8")
+    with FaultServer("vllm-as-declared") as server:
+        junit = pytester.path / "junit.xml"
+        result = pytester.runpytest_subprocess(
+            str(LIVE), "--endpoint", "frank-archon", "--base-url", server.url, "--fleet", str(manifest), "-k",
+            "test_parallel_tool_calls", "-p", "no:cacheprovider", "-rs", f"--junitxml={junit}", timeout=120,
+        )
+    assert junit_outcomes(junit) == {"live-parallel-tool-calls": "skipped"}, result.stdout.str()
+    result.stdout.fnmatch_lines(["*not judged: frank-archon's --tool-call-parser is 'qwen3_coder': the gate writes two "
+                                 "calls in the markup the parser reads, and knows hermes's*"])

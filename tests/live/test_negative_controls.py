@@ -95,23 +95,29 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
             # the same cause: SmolLM2's own template has no tool-call format and renders no trace back
             "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel",
             "live-reasoning-turns": "live-reasoning-turns/after-tool-result",
+            "live-tool-schema": "live-tool-schema/no-call",
+            "live-tool-reasoning": "live-tool-reasoning/no-call",
         },
     ),
     "reasoning-in-content": (
         lambda a: set_value(a, "--reasoning-format", "none"),
         {},
-        {"live-reasoning": "live-reasoning/tags-in-content"},
+        {"live-reasoning": "live-reasoning/tags-in-content", "live-tool-reasoning": "live-tool-reasoning/no-trace"},
     ),
     "reasoning-budget-unlimited": (
         lambda a: set_value(a, "--reasoning-budget", "-1"),
         {},
+        # with tools, after the agent's earlier trace, the model closed its own trace and called (measured, both
+        # variants): the call with reasoning on holds whoever ends the trace
         {"live-reasoning": "live-reasoning/no-answer"},
     ),
     "reasoning-budget-zero": (
         # build 11434 arms no budget sampler at 0 with thinking requested: the trace never ends
         lambda a: set_value(a, "--reasoning-budget", "0"),
         {},
-        {"live-reasoning": "live-reasoning/no-answer"},
+        # with tools the budget of 0 ends the trace before it starts: the call comes with no trace (measured, both
+        # variants)
+        {"live-reasoning": "live-reasoning/no-answer", "live-tool-reasoning": "live-tool-reasoning/no-trace"},
     ),
     "no-prompt-cache": (
         lambda a: set_value(a, "--cache-ram", "0"),
@@ -130,7 +136,8 @@ CONTROLS: dict[str, tuple[Edit | str | None, FleetEdits, dict[str, str]]] = {
         {},
         # every call starts with '!' too: neither one call nor two (measured, both variants)
         {"live-chat": "live-chat/garbage", "live-tool-calls": "live-tool-calls/no-structured-call",
-         "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel"},
+         "live-parallel-tool-calls": "live-parallel-tool-calls/not-parallel",
+         "live-tool-schema": "live-tool-schema/no-call", "live-tool-reasoning": "live-tool-reasoning/no-call"},
     ),
     "drafter-undeclared": (
         None,

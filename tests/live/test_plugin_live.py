@@ -17,12 +17,12 @@ def test_live_without_an_endpoint_is_a_usage_error(pytester: pytest.Pytester) ->
     # a CI step that lost its --endpoint must not go green with everything skipped
     result = pytester.runpytest_subprocess(str(LIVE), "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*20 live test(s) collected but no endpoint to check*--skip-live*"])
+    result.stderr.fnmatch_lines(["*22 live test(s) collected but no endpoint to check*--skip-live*"])
 
 
 def test_skip_live_skips_on_purpose(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess(str(LIVE), "--skip-live", "-p", "no:cacheprovider", "-rs")
-    result.assert_outcomes(skipped=20 + 11)  # the live checks, and the host checks of live/test_host.py
+    result.assert_outcomes(skipped=22 + 11)  # the live checks, and the host checks of live/test_host.py
     result.stdout.fnmatch_lines(["*live tests skipped: --skip-live was given*"])
 
 

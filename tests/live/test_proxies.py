@@ -43,11 +43,14 @@ PROXIES: dict[str, tuple[float, dict[str, str], bool]] = {
     # a rate limit that persists is said once, as such
     "rate-limited": (0, {"live-health": "passed", "live-chat": "live-chat/rate-limited"}, True),
     # every event stream answered 429 with Retry-After: 1 (other requests pass): named as rate limiting, by every check
-    # that streams (the streamed tool call, parallel calls, schema and reasoning too, each after its blocking request)
+    # that streams (the streamed tool call, parallel calls, schema and reasoning too, the nested call and the call with
+    # reasoning on, each after its blocking request)
     "rate-limit-streams": (0, {"live-stream": "live-stream/rate-limited", "live-tool-calls": "live-tool-calls/rate-limited",
                                "live-parallel-tool-calls": "live-parallel-tool-calls/rate-limited",
                                "live-structured-output": "live-structured-output/rate-limited",
-                               "live-reasoning": "live-reasoning/rate-limited"}, False),
+                               "live-reasoning": "live-reasoning/rate-limited",
+                               "live-tool-schema": "live-tool-schema/rate-limited",
+                               "live-tool-reasoning": "live-tool-reasoning/rate-limited"}, False),
     # the first stream passes whole, the second is cut: the gate streams twice
     "cut-second-stream": (0, {"live-stream": "live-stream/truncated"}, False),
 }

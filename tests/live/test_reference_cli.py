@@ -98,7 +98,7 @@ def test_fleetgate_reference_then_its_suggested_gate_is_green(
         result = pytester.runpytest_subprocess(str(LIVE), *words[1:], "--fleet", str(fleet_toml), "-p",
                                                "no:cacheprovider", f"--junitxml={junit}", timeout=300)
         assert junit_outcomes(junit) == expected_outcomes({}), result.stdout.str()
-        result.assert_outcomes(passed=24, skipped=7)
+        result.assert_outcomes(passed=26, skipped=7)
         result.stdout.fnmatch_lines([f"*PASS host-process-argv*listens on port {port}, not the declared {declared} "
                                      "(--base-url)*"])
     finally:

@@ -31,7 +31,7 @@ def test_gate_passes_against_the_reference(
     variant: str, reference_in: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None
 ) -> None:
     run = plugin_gate(reference_in.url, variant=variant)
-    run.result.assert_outcomes(passed=24, skipped=7)
+    run.result.assert_outcomes(passed=26, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     run.result.stdout.fnmatch_lines(
         [
@@ -40,7 +40,7 @@ def test_gate_passes_against_the_reference(
             "*PASS live-reasoning-effort*none 200, low 200, medium 200, high 400*",
             '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
             "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance *, cached * tokens*",
-            "*spent: * generated tokens (budget 600)*",
+            f"*spent: * generated tokens (budget {BUDGET_TOKENS})*",
         ]
     )
     # vision-colour applies only where vision is declared; the reference is text-only.
@@ -50,7 +50,7 @@ def test_gate_passes_against_the_reference(
 
 def test_gate_passes_under_xdist(reference: ReferenceServer, plugin_gate: Callable[..., Gate], no_api_key: None) -> None:
     run = plugin_gate(reference.url, "-n", "4")
-    run.result.assert_outcomes(passed=24, skipped=7)
+    run.result.assert_outcomes(passed=26, skipped=7)
     assert run.outcomes == expected_outcomes({}), run.output
     assert run.spent() <= BUDGET_TOKENS
 
