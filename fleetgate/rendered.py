@@ -13,7 +13,7 @@ import os
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -29,7 +29,7 @@ from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import render
+from fleetgate.render import RenderRequest, render, render_many
 from fleetgate.render_inputs import unit_environment
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable, counting
@@ -37,6 +37,7 @@ from fleetgate.sources.docker_run import engine_of_image
 from fleetgate.units import Unit
 
 __all__ = [
+    "Probe",
     "RenderedService",
     "Renderer",
     "ServiceAttempt",
@@ -64,16 +65,22 @@ class Renderer:
 
     KEEP = 64
 
-    def __init__(self) -> None:
+    def __init__(self, planner: Callable[[RenderedService], Sequence[Probe]] | None = None) -> None:
         self._lock = threading.Lock()
-        self._made: OrderedDict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]],
-                                tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
+        self._made: OrderedDict[_Key, tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
+        self._ahead: dict[_Key, tuple[Fleet, Rendered | Exception]] = {}
+        self._planned: dict[tuple[int, str], threading.Event] = {}
+        self._configs: list[RenderedService] = []
+        self.planner = planner
+        """The probes the run's checks will ask of a service (``fleetgate.runner.planned_probes``): made together,
+        in one sandbox session, when the first of them is asked for."""
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
-        """Asks answered with a render made before."""
+        """Asks answered with a render made before for another ask (a render made ahead for its ask is not one)."""
         self.runs = 0
-        """Sandboxed runs its renders made (a render's retries and an env file read by bash included)."""
+        """Sandbox sessions its renders made (a render's retries and an env file read by bash included): a session
+        holds one run, or several runs made side by side (``render_many``), each in namespaces of its own."""
 
     def __reduce__(self) -> tuple[type[Renderer], tuple[()]]:
         return (Renderer, ())
@@ -82,12 +89,68 @@ class Renderer:
         with self._lock:
             self.runs += 1
 
+    def prefetch(self, fleet: Fleet, probes: Sequence[tuple[Service, Probe]]) -> None:
+        """Render ``probes`` of ``fleet`` together (``render_many``: few sandbox sessions), to answer the asks that
+        follow: each answer is kept until it is asked for once, then as any other."""
+        wanted: dict[_Key, RenderRequest] = {}
+        with self._lock:
+            for service, probe in probes:
+                key = _key(fleet, service, probe.overrides, probe.args)
+                kept = self._made.get(key)
+                if (kept is None or kept[0] is not fleet) and key not in self._ahead:
+                    wanted[key] = RenderRequest(service, probe.overrides, probe.args)
+        if not wanted:
+            return
+        with counting(self._tally):
+            made = render_many(fleet, list(wanted.values()))
+        with self._lock:
+            for key, one in zip(wanted, made, strict=True):
+                self.renders += 1
+                self._ahead[key] = (fleet, one)
+
+    def expect(self, configs: Sequence[RenderedService]) -> None:
+        """Services whose checks will ask for probes: planned together with the first one asked (``_plan``)."""
+        with self._lock:
+            self._configs.extend(configs)
+
+    def _plan(self, config: RenderedService, extra: Sequence[Probe] = ()) -> None:
+        """The first probe of the run: every probe the checks will ask of every service this renderer expects, made
+        together in few sandbox sessions (with ``extra``, a probe of ``config`` asked now that no check could declare
+        ahead: where a failing flag's value comes from)."""
+        planner = self.planner
+        if planner is None:
+            return
+        mark = _mark(config)
+        with self._lock:
+            planned = self._planned.get(mark)
+            batch: list[RenderedService] = []
+            if planned is None:
+                planned = threading.Event()
+                for one in [config, *self._configs]:
+                    if one.fleet is config.fleet and _mark(one) not in self._planned:
+                        self._planned[_mark(one)] = planned
+                        batch.append(one)
+                self._configs.clear()
+        if not batch:
+            planned.wait()  # the probes another thread is making (payload-defaults asks side by side)
+            return
+        try:
+            probes: list[tuple[Service, Probe]] = []
+            for one in batch:
+                try:
+                    probes += [(probe.service or one.service, probe) for probe in planner(one)]
+                except Exception:  # a plan is only ahead of time: the checks ask for themselves all the same
+                    continue
+            probes += [(config.service, probe) for probe in extra]
+            self.prefetch(config.fleet, probes)
+        finally:
+            planned.set()
+
     def probe(self, fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None = None,
               args: tuple[str, ...] = ()) -> Rendered:
         """``service`` rendered with ``overrides`` (None unsets a variable) and ``args``; a refusal is raised again as
         the same ``RenderRefused`` each time it is asked for."""
-        # A service is a frozen dataclass with dicts in it: its repr is its value.
-        key = (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
+        key = _key(fleet, service, overrides, args)
         with self._lock:
             kept = self._made.get(key)
             # the fleet itself, not only its id: an id is reused once its fleet is gone
@@ -95,6 +158,12 @@ class Renderer:
             if made is not None:
                 self.reused += 1
                 self._made.move_to_end(key)
+            ahead = self._ahead.pop(key, None)
+        if made is None and ahead is not None and ahead[0] is fleet:
+            if not isinstance(ahead[1], (Rendered, RenderRefused)):
+                raise ahead[1]  # what render() raised (a broken file, no sandbox): kept for no second ask, as before
+            made = ahead[1]
+            self._keep(key, fleet, made)
         if made is None:
             try:
                 with counting(self._tally):
@@ -103,12 +172,39 @@ class Renderer:
                 made = refused
             with self._lock:
                 self.renders += 1
-                self._made[key] = (fleet, made)
-                while len(self._made) > self.KEEP:
-                    self._made.popitem(last=False)
+            self._keep(key, fleet, made)
         if isinstance(made, RenderRefused):
             raise made
         return made
+
+    def _keep(self, key: _Key, fleet: Fleet, made: Rendered | RenderRefused) -> None:
+        with self._lock:
+            self._made[key] = (fleet, made)
+            while len(self._made) > self.KEEP:
+                self._made.popitem(last=False)
+
+
+_Key = tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]]
+
+
+def _mark(config: RenderedService) -> tuple[int, str]:
+    return (id(config.fleet), repr(config.service))
+
+
+def _key(fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None, args: tuple[str, ...]) -> _Key:
+    # A service is a frozen dataclass with dicts in it: its repr is its value.
+    return (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A render a check asks of its subject (``RenderedService.probe``): ``overrides`` replace variables (None unsets
+    one), ``args`` are the script's arguments, ``service`` another start of the service (a bench, build or deploy
+    script run as the service's). What a check declares it will ask (``probes=`` on its declaration)."""
+
+    overrides: Mapping[str, str | None] | None = None
+    args: tuple[str, ...] = ()
+    service: Service | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +226,7 @@ class RenderedService:
         are the script's positional arguments, ``service`` another start of it (a bench harness, the build or
         deploy script run as this service's). Raises ``RenderRefused`` when the script refuses. Made by the run's
         renderer: asked twice, rendered once."""
+        self.renderer._plan(self)
         return self.renderer.probe(self.fleet, service or self.service, overrides, args)
 
     def systemd_environment(self, unit: Unit) -> dict[str, Origin]:
@@ -205,6 +302,8 @@ class RenderedService:
         candidates = [o for o in self.variables.values() if o.value and o.value in value]
         # The variable whose whole value is the flag's value is the likeliest; try it first.
         candidates.sort(key=lambda o: (o.value != value, -len(o.value)))
+        # The likeliest one rides with the service's planned probes when none was asked for yet (one session).
+        self.renderer._plan(self, [Probe({o.name: f"fleetgate-probe-{o.name.lower()}"}) for o in candidates[:1]])
         for origin in candidates:
             sentinel = f"fleetgate-probe-{origin.name.lower()}"
             try:
@@ -264,7 +363,7 @@ def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = Non
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
              if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None
-    return RenderedService(
+    config = RenderedService(
         fleet=fleet,
         service=service,
         rendered=rendered,
@@ -274,6 +373,8 @@ def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = Non
         draft_profile=load_profile(service.draft_profile) if service.draft_profile else None,
         renderer=renderer,
     )
+    renderer.expect([config])
+    return config
 
 
 @dataclass(frozen=True)
@@ -319,6 +420,8 @@ def attempt_services(fleet: Fleet, *, jobs: int | None = None, renderer: Rendere
     """
     renderer = renderer if renderer is not None else Renderer()
     services = list(fleet.services.values())
+    # Every service's render made side by side in few sandbox sessions; each attempt below reads its own.
+    renderer.prefetch(fleet, [(service, Probe()) for service in services])
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(services)))
     if workers == 1:
         return {service.name: attempt_service(fleet, service, renderer) for service in services}

@@ -40,7 +40,7 @@ from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
-from fleetgate.rendered import Renderer, ServiceAttempt, attempt_services, run_attempts
+from fleetgate.rendered import Probe, RenderedService, Renderer, ServiceAttempt, attempt_services, run_attempts
 from fleetgate.secrets import scrub
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
@@ -55,6 +55,8 @@ __all__ = [
     "WaiverUse",
     "host_subjects",
     "live_subjects",
+    "planned_probes",
+    "planned_renderer",
     "recorded",
     "reproduce",
     "run",
@@ -168,12 +170,33 @@ class SeamInputs(Protocol):
     def chains(self) -> Sequence[ResolvedChain]: ...
 
 
+def planned_probes(config: RenderedService) -> list[Probe]:
+    """The renders the seams that will judge ``config`` declare they will ask of it (``probes=``): the ones on by the
+    fleet's policies that can judge it."""
+    found: list[Probe] = []
+    for check in list(REGISTRY.values()):
+        if (check.probes is None or check.kind != "seam" or check.subject != "service" or check.on_attempt
+                or policy_off(config.fleet, check.name) is not None):
+            continue
+        try:
+            if check.why_not(config) is None:
+                found.extend(check.probes(config))
+        except Exception:  # the check meets the same error when it runs, and says it there
+            continue
+    return found
+
+
+def planned_renderer() -> Renderer:
+    """A run's renderer that makes each service's declared probes together (``planned_probes``)."""
+    return Renderer(planner=planned_probes)
+
+
 class FleetInputs:
     """The seams' inputs of one fleet, made in this process once each (the catalogue's reproductions)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
-        self.renderer = Renderer()
+        self.renderer = planned_renderer()
         """Every render of this run, the checks' probes included, made once and counted."""
 
     @property

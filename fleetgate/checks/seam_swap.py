@@ -24,7 +24,7 @@ from fleetgate.checks import service_seam
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render_types import Origin, Rendered, RenderRefused
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 
 __all__ = ["payload_variables"]
 
@@ -139,8 +139,14 @@ def _names_payload(config: RenderedService) -> str | None:
     return None
 
 
+def _unset_each(config: RenderedService) -> list[Probe]:
+    """The renders ``payload-defaults`` asks: one per payload variable, that variable unset."""
+    return [Probe({origin.name: None}) for origin in payload_variables(config)]
+
+
 DEFAULTS_CHECK = service_seam(
     DEFAULTS,
+    probes=_unset_each,
     cites=("B-SW-2", "B-SW-1", "INC-68"),
     summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one",
     requires=_names_payload,
