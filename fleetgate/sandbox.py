@@ -14,7 +14,9 @@ loader's cache and the alternatives links, a ``/proc`` of the sandbox's own proc
 runs without any capability, with at most ``NPROC_LIMIT`` processes and ``MEMORY_LIMIT_MIB`` of address
 space per process, so it cannot remount, unmount or leave that root.
 
-Every run gets fresh namespaces, its own tmpfs and its own init. What builds them is one long-lived
+Every run gets fresh mount and PID namespaces, its own tmpfs and its own init; a run of its own gets fresh user, UTS
+and network namespaces too, and the runs of one session (``run_many``) share those three, one run after another.
+What builds them is one long-lived
 sandbox parent per process (``_sandbox_parent.py``, started on the first run, ending with this process):
 it forks each run from a prepared interpreter and makes the namespaces, mounts and ``pivot_root`` by
 system calls, so a run costs a few forks instead of the fifteen programs of util-linux the sandbox used

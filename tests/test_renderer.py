@@ -76,3 +76,35 @@ def test_a_worker_gets_an_empty_renderer_of_its_own() -> None:
     assert len(renderers) == 1
     (renderer,) = renderers
     assert renderer is not inputs.renderer and (renderer.renders, renderer.reused, renderer.runs) == (0, 0, 0)
+
+
+def test_the_probes_checks_declare_are_made_ahead_in_few_sessions(exchanges: list[object]) -> None:
+    from fleetgate.checks import load_checks
+    from fleetgate.runner import planned_probes
+
+    load_checks("seam")
+    inputs = FleetInputs(load_fleet(FLEET))
+    configs = [a.config for a in inputs.attempts().values() if a.config is not None]
+    own = len(exchanges)
+    plans = {config.name: planned_probes(config) for config in configs}
+    # frank-zealot: each payload variable unset (payload-defaults), its omittable variable set to a marker and emptied
+    # (empty-means-omit), the deploy gate run as it (deploy-payload)
+    zealot = next(c for c in configs if c.name == "frank-zealot")
+    assert sorted(str(p.overrides) for p in plans["frank-zealot"] if p.service is None) == sorted(
+        [*(str({v: None}) for v in ("MMPROJ", "MODEL", "DRAFT_MODEL") if v in zealot.variables
+           and zealot.variables[v].value in zealot.service.payload),
+         "{'SPEC_PRESENCE_PENALTY': 'fleetgate-probe-spec_presence_penalty'}", "{'SPEC_PRESENCE_PENALTY': ''}"])
+    planned = sum(len(p) for p in plans.values())
+    # The first ask makes every service's planned probes: sessions of at most 16 runs, then no session for any of them.
+    first = next(p for p in plans["frank-zealot"] if p.service is None)
+    with pytest.raises(RenderRefused):
+        zealot.probe(first.overrides)  # MODEL unset: the script refuses (its ${MODEL:?} has no default)
+    made = len(exchanges) - own
+    assert made == -(-planned // 16) and inputs.renderer.renders == len(configs) + planned
+    for config in configs:
+        for probe in plans[config.name]:
+            try:
+                config.probe(probe.overrides, args=probe.args, service=probe.service)
+            except RenderRefused:
+                pass
+    assert len(exchanges) - own == made and inputs.renderer.reused == 1  # frank-zealot's first, asked again
