@@ -17,7 +17,6 @@ file the env file names. The deploy script's defaults are ``deploy-payload``'s (
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
@@ -170,9 +169,9 @@ def payload_defaults(config: RenderedService) -> None:
         except RenderRefused as refused:
             return refused
 
-    # One render per variable, side by side: each is its own sandboxed bash.
-    with ThreadPoolExecutor(max_workers=len(variables)) as pool:
-        results = list(pool.map(unset_one, variables))
+    # One render per variable, each its own sandboxed bash: made ahead, with the service's other probes, by the run's
+    # renderer (``probes=_unset_each``), so asking them one after another waits for nothing.
+    results = [unset_one(origin) for origin in variables]
     for origin, unset in zip(variables, results, strict=True):
         if isinstance(unset, RenderRefused):
             refused = unset
