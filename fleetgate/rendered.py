@@ -118,8 +118,8 @@ class Renderer:
         together in few sandbox sessions (with ``extra``, a probe of ``config`` asked now that no check could declare
         ahead: where a failing flag's value comes from)."""
         planner = self.planner
-        if planner is None:
-            return
+        if planner is None or getattr(_PLANNING, "active", False):
+            return  # a planner that probes (through a check's requires=) asks as any check does
         mark = _mark(config)
         with self._lock:
             planned = self._planned.get(mark)
@@ -134,6 +134,7 @@ class Renderer:
         if not batch:
             planned.wait()  # the probes another thread is making (payload-defaults asks side by side)
             return
+        _PLANNING.active = True
         try:
             probes: list[tuple[Service, Probe]] = []
             for one in batch:
@@ -144,6 +145,7 @@ class Renderer:
             probes += [(config.service, probe) for probe in extra]
             self.prefetch(config.fleet, probes)
         finally:
+            _PLANNING.active = False
             planned.set()
 
     def probe(self, fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None = None,
@@ -185,6 +187,7 @@ class Renderer:
 
 
 _Key = tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]]
+_PLANNING = threading.local()
 
 
 def _mark(config: RenderedService) -> tuple[int, str]:
