@@ -51,6 +51,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
@@ -635,27 +636,41 @@ def run_many(specs: Sequence[tuple[SandboxSpec, Path | str]]) -> list[SandboxRes
             continue
         # one session per repository: its mount is where the session's unsharer starts
         waiting.setdefault(prepared.request["repo"], []).append((i, prepared))
-    for group in waiting.values():
-        for start in range(0, len(group), SESSION_JOBS):
-            chunk = group[start:start + SESSION_JOBS]
-            if len(chunk) == 1:
-                i, prepared = chunk[0]
-                _tallied()
-                answers: list[tuple[object, ...]] = [_exchange(prepared.request, prepared.spec.timeout + _GRACE_S + 5)]
-            else:
-                first = chunk[0][1].request
-                session = {"jobs": [p.request for _, p in chunk], "cpu": first["cpu"], "repo": first["repo"],
-                           "mapped": first["mapped"], "root_runs_as": first["root_runs_as"],
-                           "deadline": sum(float(cast(float, p.request["deadline"])) for _, p in chunk)}
-                _tallied()
-                answer = _exchange(session, float(cast(float, session["deadline"])) + 5)
-                answers = cast(list[tuple[object, ...]], answer[1])
-            for (i, prepared), one in zip(chunk, answers, strict=True):
-                try:
-                    results[i] = _answered(prepared, one)
-                except SandboxUnavailable as exc:
-                    results[i] = exc
+    chunks = [group[start:start + SESSION_JOBS] for group in waiting.values()
+              for start in range(0, len(group), SESSION_JOBS)]
+    tally = _TALLY.get()
+
+    def session(chunk: list[tuple[int, _Prepared]]) -> None:
+        if tally is not None:
+            tally()
+        if len(chunk) == 1:
+            prepared = chunk[0][1]
+            answers: list[tuple[object, ...]] = [_exchange(prepared.request, prepared.spec.timeout + _GRACE_S + 5)]
+        else:
+            first = chunk[0][1].request
+            request = {"jobs": [p.request for _, p in chunk], "cpu": first["cpu"], "repo": first["repo"],
+                       "mapped": first["mapped"], "root_runs_as": first["root_runs_as"],
+                       "deadline": sum(float(cast(float, p.request["deadline"])) for _, p in chunk)}
+            answer = _exchange(request, float(cast(float, request["deadline"])) + 5)
+            answers = cast(list[tuple[object, ...]], answer[1])
+        for (i, prepared), one in zip(chunk, answers, strict=True):
+            try:
+                results[i] = _answered(prepared, one)
+            except SandboxUnavailable as exc:
+                results[i] = exc
+
+    if len(chunks) <= 1:
+        for chunk in chunks:
+            session(chunk)
+    else:
+        # Sessions side by side (a run of one session waits for the run before it, as the process limit of their
+        # shared user namespace requires): a render mostly waits for its bash.
+        with ThreadPoolExecutor(max_workers=min(len(chunks), _SESSIONS_AT_ONCE), thread_name_prefix="fleetgate-session") as pool:
+            list(pool.map(session, chunks))
     return [r if r is not None else ValueError("no result") for r in results]
+
+
+_SESSIONS_AT_ONCE = 8
 
 
 @cache
