@@ -55,13 +55,15 @@ __all__ = [
 class Renderer:
     """One run's renderer: every render the run asks for (each service's own, and what a check probes: a service with
     variables overridden or unset, with positional arguments, or another script of the service's run the same way)
-    made once and counted. A check never starts the sandbox itself: it asks its subject (``RenderedService.probe``),
+    made once and counted; what can be known ahead (the services' own renders, the probes checks declare) made side by
+    side in sandbox sessions (``render_many``). A check never starts the sandbox itself: it asks its subject (``RenderedService.probe``),
     and the run that made the subject answers from here, so what the seams cost is seen in one place.
 
     Not carried to another process (an xdist worker gets a renderer of its own, empty): what it holds is this
     process's answers, and the counts are this process's. It keeps the last ``KEEP`` answers: a seams run asks no
     render twice today (``benchmarks/seam_runs.py``), and keeping every probe's trace grew a 200-service run by a
-    third of its memory."""
+    third of its memory; an answer made ahead is kept until it is asked for once (docs/speed.md, "Sandbox
+    sessions": the same growth, the price of making them together)."""
 
     KEEP = 64
 
@@ -72,8 +74,8 @@ class Renderer:
         self._planned: dict[tuple[int, str], threading.Event] = {}
         self._configs: list[RenderedService] = []
         self.planner = planner
-        """The probes the run's checks will ask of a service (``fleetgate.runner.planned_probes``): made together,
-        in one sandbox session, when the first of them is asked for."""
+        """The probes the run's checks will ask of a service (``fleetgate.runner.planned_probes``): every service's made
+        together, in sandbox sessions of several runs, when the first probe is asked for."""
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
