@@ -107,3 +107,22 @@ def test_the_probes_checks_declare_are_made_ahead_in_few_sessions(exchanges: lis
             with contextlib.suppress(RenderRefused):
                 config.probe(probe.overrides, args=probe.args, service=probe.service)
     assert len(exchanges) - own == made and inputs.renderer.reused == 1  # frank-zealot's first, asked again
+
+
+def test_every_declared_probe_is_one_a_check_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe declared but asked otherwise (another override, another pseudo service) would be rendered twice: once
+    ahead, never asked, and once when asked. After the example fleet's seams, nothing made ahead is left unasked."""
+    from fleetgate import runner
+
+    made: list[Renderer] = []
+    planned = runner.planned_renderer
+
+    def recorded() -> Renderer:
+        made.append(planned())
+        return made[-1]
+
+    monkeypatch.setattr(runner, "planned_renderer", recorded)
+    outcomes = runner.run_seams(FLEET)
+    assert outcomes and len(made) == 1
+    (renderer,) = made
+    assert renderer._ahead == {} and renderer.reused == 0
