@@ -121,6 +121,9 @@ def _child(root: Path, fleet: Path) -> int:
         names = [f"{Path(f.filename).stem}.{f.name}" for f in traceback.extract_stack()[:-1] if "/fleetgate/" in f.filename]
         if any(n.startswith("envfile.") for n in names):
             asked = "an env file read by bash"
+        elif any(n.startswith("sandbox.session") for n in names):
+            # a batch's sessions go side by side, each from a thread of its own: what asked is not on its stack
+            asked = "a batch of renders made ahead (services' own renders, declared probes)"
         else:
             asked = next((n for n in reversed(names) if n.startswith("seam_") or n in ("rendered.load_service",
                                                                                       "rendered.attempt_services")),

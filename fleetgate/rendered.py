@@ -66,16 +66,23 @@ class Renderer:
     sessions": the same growth, the price of making them together)."""
 
     KEEP = 64
+    PLAN_ALL = 64
 
-    def __init__(self, planner: Callable[[RenderedService], Sequence[Probe]] | None = None) -> None:
+    def __init__(self, planner: Callable[[RenderedService, object], Sequence[Probe]] | None = None,
+                 scope: Callable[[], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._made: OrderedDict[_Key, tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
         self._ahead: dict[_Key, tuple[Fleet, Rendered | Exception]] = {}
-        self._planned: dict[tuple[int, str], threading.Event] = {}
+        self._planned: dict[tuple[object, int, str], threading.Event] = {}
         self._configs: list[RenderedService] = []
+        self._plan_all: bool | None = None
         self.planner = planner
         """The probes the run's checks will ask of a service (``fleetgate.runner.planned_probes``): every service's made
         together, in sandbox sessions of several runs, when the first probe is asked for."""
+        self.scope = scope
+        """What a plan is made for (``fleetgate.runner.plan_scope``: the check running). The first probe plans every
+        service's probes of every scope when they are at most ``PLAN_ALL`` runs (a small fleet: few sessions), else
+        those of its scope alone (a large one: only one check's answers wait to be asked at a time)."""
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
@@ -116,39 +123,52 @@ class Renderer:
             self._configs.extend(configs)
 
     def _plan(self, config: RenderedService, extra: Sequence[Probe] = ()) -> None:
-        """The first probe of the run: every probe the checks will ask of every service this renderer expects, made
-        together in few sandbox sessions (with ``extra``, a probe of ``config`` asked now that no check could declare
-        ahead: where a failing flag's value comes from)."""
+        """The first probe in a scope (the running check): every probe the planner says will be asked of every service
+        this renderer expects, made together in few sandbox sessions (with ``extra``, a probe of ``config`` asked now
+        that no check could declare ahead: where a failing flag's value comes from)."""
         planner = self.planner
         if planner is None or getattr(_PLANNING, "active", False):
             return  # a planner that probes (through a check's requires=) asks as any check does
-        mark = _mark(config)
+        scope = self.scope() if self.scope is not None else None
         with self._lock:
-            planned = self._planned.get(mark)
+            planned = self._planned.get((None, *_mark(config))) or self._planned.get((scope, *_mark(config)))
             batch: list[RenderedService] = []
             if planned is None:
                 planned = threading.Event()
                 for one in [config, *self._configs]:
-                    if one.fleet is config.fleet and _mark(one) not in self._planned:
-                        self._planned[_mark(one)] = planned
+                    marks = [(None, *_mark(one)), (scope, *_mark(one))]
+                    if one.fleet is config.fleet and not any(m in self._planned for m in marks):
+                        self._planned[marks[1]] = planned
                         batch.append(one)
-                self._configs.clear()
         if not batch:
             planned.wait()  # the probes another thread is making (payload-defaults asks side by side)
             return
         _PLANNING.active = True
         try:
-            probes: list[tuple[Service, Probe]] = []
-            for one in batch:
-                try:
-                    probes += [(probe.service or one.service, probe) for probe in planner(one)]
-                except Exception:  # a plan is only ahead of time: the checks ask for themselves all the same
-                    continue
+            probes = self._planned_probes(planner, batch, None) if self._plan_all is not False else []
+            if self._plan_all is not False and len(probes) <= self.PLAN_ALL:
+                with self._lock:
+                    for one in batch:
+                        self._planned[(None, *_mark(one))] = planned
+            else:
+                self._plan_all = False  # asked once: the next scopes plan their own probes without counting all again
+                probes = self._planned_probes(planner, batch, scope)
             probes += [(config.service, probe) for probe in extra]
             self.prefetch(config.fleet, probes)
         finally:
             _PLANNING.active = False
             planned.set()
+
+    @staticmethod
+    def _planned_probes(planner: Callable[[RenderedService, object], Sequence[Probe]], batch: Sequence[RenderedService],
+                        scope: object) -> list[tuple[Service, Probe]]:
+        probes: list[tuple[Service, Probe]] = []
+        for one in batch:
+            try:
+                probes += [(probe.service or one.service, probe) for probe in planner(one, scope)]
+            except Exception:  # a plan is only ahead of time: the checks ask for themselves all the same
+                continue
+        return probes
 
     def probe(self, fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None = None,
               args: tuple[str, ...] = ()) -> Rendered:

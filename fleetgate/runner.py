@@ -55,6 +55,7 @@ __all__ = [
     "WaiverUse",
     "host_subjects",
     "live_subjects",
+    "plan_scope",
     "planned_probes",
     "planned_renderer",
     "recorded",
@@ -170,11 +171,19 @@ class SeamInputs(Protocol):
     def chains(self) -> Sequence[ResolvedChain]: ...
 
 
-def planned_probes(config: RenderedService) -> list[Probe]:
+_CHECKING: ContextVar[str | None] = ContextVar("fleetgate_checking", default=None)
+
+
+def plan_scope() -> str | None:
+    """The check this thread is running (its failure's text included), or None."""
+    return _CHECKING.get()
+
+
+def planned_probes(config: RenderedService, scope: object = None) -> list[Probe]:
     """The renders the seams that will judge ``config`` declare they will ask of it (``probes=``): the ones on by the
-    fleet's policies that can judge it."""
+    fleet's policies that can judge it; for a scope (``plan_scope``: a check's name), that check's alone."""
     found: list[Probe] = []
-    for check in list(REGISTRY.values()):
+    for check in [REGISTRY[scope]] if isinstance(scope, str) and scope in REGISTRY else list(REGISTRY.values()):
         if (check.probes is None or check.kind != "seam" or check.subject != "service" or check.on_attempt
                 or policy_off(config.fleet, check.name) is not None):
             continue
@@ -188,7 +197,7 @@ def planned_probes(config: RenderedService) -> list[Probe]:
 
 def planned_renderer() -> Renderer:
     """A run's renderer that makes each service's declared probes together (``planned_probes``)."""
-    return Renderer(planner=planned_probes)
+    return Renderer(planner=planned_probes, scope=plan_scope)
 
 
 class FleetInputs:
@@ -335,6 +344,15 @@ def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = No
 
 
 def _run(check: Check[Any], subject: Subject) -> Outcome:
+    __tracebackhide__ = True
+    token = _CHECKING.set(check.name)
+    try:
+        return _run_checking(check, subject)
+    finally:
+        _CHECKING.reset(token)
+
+
+def _run_checking(check: Check[Any], subject: Subject) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
         reason = scrub(subject.skip_reason)

@@ -27,7 +27,7 @@ from fleetgate.plugin._missing import missing_requirement
 from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.replay import RequestLog
 from fleetgate.report import PREFIX
-from fleetgate.runner import chains_of, planned_probes, planned_renderer
+from fleetgate.runner import chains_of, plan_scope, planned_probes, planned_renderer
 from fleetgate.timeouts import ResolvedChain
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
         rendered = [attempt.config for attempt in made.values() if attempt.config is not None]
         for one in rendered:
             # a worker's renderer (one for all its attempts) plans its probes the way the controller's would
-            one.renderer.planner = planned_probes
+            one.renderer.planner, one.renderer.scope = planned_probes, plan_scope
         if rendered:
             rendered[0].renderer.expect(rendered)
         if made and _FLEET not in config.stash:
