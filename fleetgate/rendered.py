@@ -82,7 +82,8 @@ class Renderer:
         self.scope = scope
         """What a plan is made for (``fleetgate.runner.plan_scope``: the check running). The first probe plans every
         service's probes of every scope when they are at most ``PLAN_ALL`` runs (a small fleet: few sessions), else
-        those of its scope alone (a large one: only one check's answers wait to be asked at a time)."""
+        those of its scope alone, for the next services until about ``PLAN_ALL`` runs (a large one: that many answers
+        wait to be asked at a time)."""
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
@@ -152,7 +153,16 @@ class Renderer:
                         self._planned[(None, *_mark(one))] = planned
             else:
                 self._plan_all = False  # asked once: the next scopes plan their own probes without counting all again
-                probes = self._planned_probes(planner, batch, scope)
+                probes = []
+                for i, one in enumerate(batch):
+                    if len(probes) >= self.PLAN_ALL:
+                        # the services after these are planned when the first of them is asked: a plan holds about
+                        # PLAN_ALL answers at a time (whole sessions), not a whole check's over a large fleet
+                        with self._lock:
+                            for rest in batch[i:]:
+                                self._planned.pop((scope, *_mark(rest)), None)
+                        break
+                    probes += self._planned_probes(planner, [one], scope)
             probes += [(config.service, probe) for probe in extra]
             self.prefetch(config.fleet, probes)
         finally:
