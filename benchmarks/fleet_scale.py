@@ -26,6 +26,7 @@ checkout's editable install set aside for those runs only).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -91,9 +92,30 @@ def generate(size: int, target: Path) -> Path:
             path.write_text(body, encoding="utf-8")
         extra.append(block)
         clones.append((source, name, raw["port"], port))
+    # A clone runs where its original runs, on the same cards: declared never to run beside any other service of its
+    # host, so that the clones are not a co-residence the example fleet does not have (vllm-start-headroom's finding).
+    on_host: dict[str, list[str]] = {}
+    for name in [*originals, *(clone for _, clone, _, _ in clones)]:
+        source = next((s for s, c, _, _ in clones if c == name), name)
+        on_host.setdefault(data["services"][source]["host"], []).append(name)
+    for i, (source, name, _, _) in enumerate(clones):
+        others = [other for other in on_host[data["services"][source]["host"]] if other != name]
+        header, _, rest = extra[i].partition("\n")
+        extra[i] = f"{header}\nexclusive_with = {json.dumps(others)}\n{rest}"
+    # A waiver names its service: a clone of a waived service is waived the same way (its original's finding).
+    for waiver in data.get("waivers", []):
+        for source, name, _, _ in clones:
+            if waiver.get("service") == source:
+                extra.append("[[waivers]]\n" + "".join(
+                    f"{key} = {_toml_value(name if key == 'service' else value)}\n" for key, value in waiver.items()))
     manifest.write_text(text + "\n" + "\n".join(extra), encoding="utf-8")
     _register_clones(target, data, clones)
     return manifest
+
+
+def _toml_value(value: object) -> str:
+    """A waiver's value as TOML writes it: strings quoted, dates bare."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
 
 
 def _register_clones(target: Path, fleet: dict[str, object], clones: list[tuple[str, str, int, int]]) -> None:
@@ -285,7 +307,7 @@ def _bench(args: argparse.Namespace, designs: list[Design]) -> int:
             for design in designs:
                 one = median_run(design.seams(fleet, []), args.repeat)
                 outcome = one.output.strip().splitlines()[-1] if one.output.strip() else ""
-                if one.returncode != 0 or "failed" in outcome or "error" in outcome:
+                if one.returncode != 0 or re.search(r"\d+ (failed|errors?)\b", outcome):
                     print(one.output[-3000:], file=sys.stderr)
                     raise SystemExit(f"{design.name}: the generated fleet of {size} services does not pass every seam")
                 tests = re.search(r"(\d+) passed", outcome)

@@ -1,6 +1,12 @@
-"""What one ``pytest seams/`` asks the sandbox for on a generated fleet (benchmarks/fleet_scale.py's): the sandboxed
-runs, by the seam (or render) that asked, and the ``bash -n`` parses of scripts; with ``--baseline REV``, the same
-fleets run by a previous design too, printed side by side. Counts, not times: they do not move with the machine's load.
+"""What one ``pytest seams/`` asks the sandbox for on a generated fleet (benchmarks/fleet_scale.py's): the sandbox
+sessions, by the seam (or render) that asked, the runs made in them, and the ``bash -n`` parses of scripts; with
+``--baseline REV``, the same fleets run by a previous design too, printed side by side. Counts, not times: they do not
+move with the machine's load.
+
+A session is one request to the sandbox parent (``fleetgate.sandbox._exchange``): one manager and unsharer, one user,
+UTS and network namespace with its id maps. A run is one command the sandbox runs (a serve script, a probe of it, an
+env file read by bash), each in mount and PID namespaces, a tmpfs and an init of its own; a design before sessions
+makes one session per run.
 
     python benchmarks/seam_runs.py 6 10 50 200 --baseline 4255105   # this checkout beside 4255105, same fleets
     python benchmarks/seam_runs.py 50 --root DIR                    # another tree (git archive REV | tar -x -C DIR)
@@ -50,9 +56,9 @@ def main() -> int:
             archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline], capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
             designs.append((f"baseline {args.baseline}", base))
-        print("| design | services | pytest exit | sandboxed runs | runs per service | +runs per added service | "
-              "`bash -n` | renders made / answered again (the run's renderer) |")
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
+        print("| design | services | pytest exit | sandbox sessions | sessions per service | +sessions per added service | "
+              "runs in them | runs per service | `bash -n` | renders made / answered again (the run's renderer) |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         previous: dict[str, tuple[int, int]] = {}
         listings: list[str] = []
         for size in args.sizes:
@@ -75,8 +81,8 @@ def main() -> int:
                 renderer = (f"{counts['renders']} / {counts['reused']}" if counts.get("renders") is not None else
                             "no renderer")
                 print(f"| {name} | {services} | {counts['exit']} | {total} | {total / services:.2f} | {marginal} | "
-                      f"{counts['parses']} | {renderer} |", flush=True)
-                listings.append(f"# {services} services, {name}: {total} sandboxed runs, {counts['distinct']} of them "
+                      f"{counts['jobs']} | {counts['jobs'] / services:.2f} | {counts['parses']} | {renderer} |", flush=True)
+                listings.append(f"# {services} services, {name}: {total} sandbox sessions, {counts['distinct']} of them "
                                 "different requests\n" + "\n".join(
                     f"{count:6d}  {asked}" for asked, count in sorted(counts["runs"].items(), key=lambda kv: -kv[1])))
         if args.by_seam:
@@ -102,17 +108,25 @@ def _child(root: Path, fleet: Path) -> int:
     if not sandbox.__file__ or not sandbox.__file__.startswith(str(root)):
         raise SystemExit(f"fleetgate was imported from {sandbox.__file__}, not from {root}")
     runs: collections.Counter[str] = collections.Counter()
+    jobs = 0
     asked_for: set[str] = set()
     exchange = sandbox._exchange
 
     def counted(request: Any, wait: float) -> Any:
+        nonlocal jobs
+        # a session (``jobs``) is one sandbox made, its runs each in mount and PID namespaces of their own
+        jobs += len(request["jobs"]) if isinstance(request.get("jobs"), list) else 1
         # two requests alike (its deadline aside) would be one render asked twice: what a cache could answer
         asked_for.add(hashlib.sha256(marshal.dumps({k: v for k, v in request.items() if k != "deadline"})).hexdigest())
         names = [f"{Path(f.filename).stem}.{f.name}" for f in traceback.extract_stack()[:-1] if "/fleetgate/" in f.filename]
         if any(n.startswith("envfile.") for n in names):
             asked = "an env file read by bash"
+        elif any(n.startswith("sandbox.session") for n in names):
+            # a batch's sessions go side by side, each from a thread of its own: what asked is not on its stack
+            asked = "a batch of renders made ahead (services' own renders, declared probes)"
         else:
-            asked = next((n for n in reversed(names) if n.startswith("seam_") or n == "rendered.load_service"),
+            asked = next((n for n in reversed(names) if n.startswith("seam_") or n in ("rendered.load_service",
+                                                                                      "rendered.attempt_services")),
                          (names or ["?"])[-1])
         runs[asked] += 1
         return exchange(request, wait)
@@ -123,8 +137,8 @@ def _child(root: Path, fleet: Path) -> int:
     if renderer_class is not None:
         made = renderer_class.__init__
 
-        def init(self: Any) -> None:
-            made(self)
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            made(self, *args, **kwargs)
             renderers.append(self)
 
         renderer_class.__init__ = init
@@ -139,7 +153,7 @@ def _child(root: Path, fleet: Path) -> int:
 
     subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign,assignment]
     code = pytest.main([str(root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}"])
-    counts = {"exit": int(code), "runs": dict(runs), "parses": parses, "distinct": len(asked_for),
+    counts = {"exit": int(code), "runs": dict(runs), "jobs": jobs, "parses": parses, "distinct": len(asked_for),
               "renders": sum(r.renders for r in renderers) if renderer_class is not None else None,
               "reused": sum(r.reused for r in renderers) if renderer_class is not None else None}
     print("\n" + json.dumps(counts))

@@ -493,12 +493,17 @@ def _monotonic() -> float:
 # --- Outside: the manager and the unsharer. --------------------------------------------------------------------
 
 def _unsharer(req: Request, sock: socket.socket, ready_w: int, mapped_r: int) -> NoReturn:
-    """Fresh namespaces, mapped by the parent; then the init, PID 1 of the new PID namespace."""
+    """Fresh namespaces, mapped by the parent; then the init, PID 1 of the new PID namespace. A session (``jobs``)
+    makes the user, UTS and network namespaces once, and each job a mount and PID namespace and an init of its own."""
     if req["cpu"] is not None:
         _quiet(os.sched_setaffinity, 0, {req["cpu"]})
     if req["repo"] is not None:
         os.chdir(req["repo"])  # before unshare: the working directory follows into the new mount namespace
-    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWNET | CLONE_NEWPID) != 0:
+    jobs = req.get("jobs")
+    flags = CLONE_NEWUSER | CLONE_NEWUTS | CLONE_NEWNET
+    if jobs is None:
+        flags |= CLONE_NEWNS | CLONE_NEWPID
+    if _LIBC.unshare(flags) != 0:
         number = ctypes.get_errno()
         _frame(sock, ("error", f"unshare failed: {os.strerror(number)}"))
         os._exit(0)
@@ -517,6 +522,33 @@ def _unsharer(req: Request, sock: socket.socket, ready_w: int, mapped_r: int) ->
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:
         os._exit(0)
+    if jobs is None:
+        init = _fork_init(req, sock)
+        sock.close()
+        os.waitpid(init, 0)
+        os._exit(0)
+    for job in jobs:
+        # One job at a time, each in a process of its own: its mount and PID namespaces (and so its tmpfs, its
+        # processes and its init) end with it, and the next job starts from this process's clean state.
+        child = os.fork()
+        if child == 0:
+            try:
+                prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if _LIBC.unshare(CLONE_NEWNS | CLONE_NEWPID) != 0:
+                    _fail_errno("unshare a job's mount and PID namespaces")
+                init = _fork_init(job, sock)
+                _frame(sock, ("job-end", _wait_for(init, job["deadline"])))
+            except BaseException as exc:
+                _quiet(_frame, sock, ("error", f"{type(exc).__name__}: {exc}"))
+                _quiet(_frame, sock, ("job-end", False))
+            os._exit(0)
+        os.waitpid(child, 0)
+    sock.close()
+    os._exit(0)
+
+
+def _fork_init(req: Request, sock: socket.socket) -> int:
+    """The init of one run (PID 1 of the PID namespace this process made); its pid."""
     init = os.fork()
     if init == 0:
         try:
@@ -530,9 +562,20 @@ def _unsharer(req: Request, sock: socket.socket, ready_w: int, mapped_r: int) ->
         except BaseException as exc:
             _quiet(_frame, sock, ("error", f"{type(exc).__name__}: {exc}"))
         os._exit(0)
-    sock.close()
+    return init
+
+
+def _wait_for(init: int, deadline: float) -> bool:
+    """Wait for a job's init; killed (and with it its PID namespace) at the job's deadline. Whether it was killed."""
+    fd = os.pidfd_open(init)
+    try:
+        ended, _, _ = select.select([fd], [], [], deadline)
+    finally:
+        os.close(fd)
+    if not ended:
+        _quiet(os.kill, init, signal.SIGKILL)
     os.waitpid(init, 0)
-    os._exit(0)
+    return not ended
 
 
 def _start(req: Request, sock: socket.socket, control: socket.socket) -> int:

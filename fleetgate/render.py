@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.errors import NotRead
@@ -41,13 +42,14 @@ from fleetgate.render_sandbox import (
     read_writes,
     require_bash,
     require_program_name,
-    run_script,
     script_as_run,
+    script_spec,
     traced_engine_paths,
     vllm_module_notes,
 )
 from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered, RenderRefused
-from fleetgate.sandbox import overrun_message
+from fleetgate.sandbox import SandboxResult, SandboxSpec, overrun_message, run_many
+from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.sources.compose import render_compose
 from fleetgate.sources.kubernetes import render_kubernetes
 from fleetgate.sources.llama_swap import render_service as render_swap
@@ -55,7 +57,7 @@ from fleetgate.sources.router_preset import render_service as render_preset
 from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit
 
-__all__ = ["render"]
+__all__ = ["RenderRequest", "render", "render_many"]
 
 _READ_ONLY = re.compile(r"(?:^|: )([^:\n]+): Read-only file system$")
 """The script's last error (``last_error``'s message) when it is a write the read-only repository refused."""
@@ -76,6 +78,66 @@ def render(
     again after every file the script sources; ``payload`` replaces the declared payload files;
     ``args`` are the script's positional arguments (what a unit's ``ExecStart=`` passes after it).
     """
+    steps = _render_steps(fleet, service, overrides, payload, args, timeout)
+    try:
+        spec, what = next(steps)
+        while True:
+            spec, what = steps.send(run_sandboxed(spec, what=what))
+    except StopIteration as done:
+        rendered: Rendered = done.value
+        return rendered
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """One render ``render_many`` makes: ``render(fleet, service, overrides=..., args=...)``."""
+
+    service: Service
+    overrides: Mapping[str, str | None] | None = None
+    args: tuple[str, ...] = ()
+
+
+def render_many(fleet: Fleet, requests: Sequence[RenderRequest]) -> list[Rendered | Exception]:
+    """Each request rendered as ``render`` renders it, its sandboxed runs side by side in sandbox sessions
+    (``fleetgate.sandbox.run_many``): the first run of every request in one batch, then the runs some of them ask
+    for again (an engine path or directory the first run named). Each render in order, or what ``render`` raised."""
+    results: list[Rendered | Exception | None] = [None] * len(requests)
+    steps = [_render_steps(fleet, r.service, r.overrides, None, r.args, RENDER_TIMEOUT_S) for r in requests]
+    pending: dict[int, tuple[SandboxSpec, Path | str]] = {}
+
+    def advance(i: int, answer: SandboxResult | Exception | None) -> None:
+        try:
+            if answer is None:
+                pending[i] = next(steps[i])
+            elif isinstance(answer, Exception):
+                pending[i] = steps[i].throw(answer)
+            else:
+                pending[i] = steps[i].send(answer)
+        except StopIteration as done:
+            results[i] = done.value
+        except Exception as exc:  # handed back to the one who asked for this render, as render() raises it
+            results[i] = exc
+
+    for i in range(len(requests)):
+        advance(i, None)
+    while pending:
+        order = list(pending)
+        answers = run_many([pending.pop(i) for i in order])
+        for i, answer in zip(order, answers, strict=True):
+            advance(i, answer)
+    return [r if r is not None else RuntimeError("no render") for r in results]
+
+
+def _render_steps(
+    fleet: Fleet,
+    service: Service,
+    overrides: Mapping[str, str | None] | None,
+    payload: tuple[str, ...] | None,
+    args: tuple[str, ...],
+    timeout: float,
+) -> Generator[tuple[SandboxSpec, Path | str], SandboxResult, Rendered]:
+    """``render``'s work: yields each sandboxed run it needs (the spec and the file a refusal names), is sent its
+    result, and returns the render."""
     if service.compose is not None:
         return render_compose(fleet, service, overrides or {})
     if service.kubernetes is not None:
@@ -108,8 +170,9 @@ def render(
     # An engine started by an absolute path the sandbox does not have yet, or a directory the script cd's into
     # that the repository does not hold: made inside the sandbox (a stub, an empty directory) and run again.
     for _ in range(4):
-        result = run_script(fleet, service, script, origins, dict(overrides or {}), payload, timeout, engine_paths,
-                             args, command=command, placeholder_dirs=placeholder_dirs, run_as=run_as)
+        result = yield (script_spec(fleet, service, script, origins, dict(overrides or {}), payload, timeout,
+                                    engine_paths, args, command=command, placeholder_dirs=placeholder_dirs,
+                                    run_as=run_as), script)
         invocations = read_invocations(result.files)
         containers = container_engines(fleet, service, result.files)
         if invocations or containers:

@@ -39,7 +39,7 @@ from fleetgate.units import Setting, Unit
 __all__ = ["RENDER_TIMEOUT_S", "engine_environment", "inline_records", "last_error", "last_traced_line", "missing_directories",
            "missing_engine_paths", "parsed_before", "parsed_now", "preflight_notes", "read_invocations", "read_sourced",
            "read_tests", "read_writes", "repo_mounts", "require_bash", "require_program_name", "run_script",
-           "script_as_run", "traced_engine_paths", "vllm_module_notes"]
+           "script_as_run", "script_spec", "traced_engine_paths", "vllm_module_notes"]
 
 _READ_ONLY_TOOLS = (
     "awk", "basename", "cat", "cut", "date", "dirname", "env", "expr", "false", "grep", "head", "id",
@@ -247,6 +247,17 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
                 overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
                 engine_paths: list[str], args: tuple[str, ...] = (), *, command: list[str] | None = None,
                 placeholder_dirs: list[str] | None = None, run_as: Path | None = None) -> SandboxResult:
+    spec = script_spec(fleet, service, script, origins, overrides, payload, timeout, engine_paths, args,
+                       command=command, placeholder_dirs=placeholder_dirs, run_as=run_as)
+    return run_sandboxed(spec, what=script)
+
+
+def script_spec(fleet: Fleet, service: Service, script: Path, origins: Mapping[str, Origin],
+                overrides: Mapping[str, str | None], payload: tuple[str, ...], timeout: float,
+                engine_paths: list[str], args: tuple[str, ...] = (), *, command: list[str] | None = None,
+                placeholder_dirs: list[str] | None = None, run_as: Path | None = None) -> SandboxSpec:
+    """The sandbox's request for one run of the script (``run_script`` runs it; a batch of renders runs several
+    in one session)."""
     out = f"{INSIDE}/out"
     files: dict[str, bytes] = {f"{INSIDE}/bin/{service.binary}": _stub(out, kind="engine")}
     for name in (*_PREFLIGHT_CHECKS, *_PREFLIGHT_PREPARES):
@@ -296,7 +307,7 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
     env["__FG_BINARY"] = service.binary
     env["__FG_OVERRIDES"] = _override_script(overrides)
     home = env["HOME"]
-    spec = SandboxSpec(
+    return SandboxSpec(
         command=command if command is not None else ["/bin/bash", str(run_as or script), *args],
         env=env,
         cwd=f"{INSIDE}/cwd",
@@ -308,7 +319,6 @@ def run_script(fleet: Fleet, service: Service, script: Path, origins: Mapping[st
         files=files,
         links=links,
     )
-    return run_sandboxed(spec, what=script)
 
 
 _PREAMBLE_PATH = f"{INSIDE}/preamble.bash"

@@ -13,7 +13,7 @@ import os
 import pickle
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -30,7 +30,7 @@ from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.profile import Profile, load_profile
-from fleetgate.render import render
+from fleetgate.render import RenderRequest, render, render_many
 from fleetgate.render_inputs import unit_environment
 from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable, counting
@@ -38,6 +38,7 @@ from fleetgate.sources.docker_run import engine_of_image
 from fleetgate.units import Unit
 
 __all__ = [
+    "Probe",
     "RenderedService",
     "Renderer",
     "ServiceAttempt",
@@ -55,26 +56,42 @@ __all__ = [
 class Renderer:
     """One run's renderer: every render the run asks for (each service's own, and what a check probes: a service with
     variables overridden or unset, with positional arguments, or another script of the service's run the same way)
-    made once and counted. A check never starts the sandbox itself: it asks its subject (``RenderedService.probe``),
+    made once and counted; what can be known ahead (the services' own renders, the probes checks declare) made side by
+    side in sandbox sessions (``render_many``). A check never starts the sandbox itself: it asks its subject (``RenderedService.probe``),
     and the run that made the subject answers from here, so what the seams cost is seen in one place.
 
     Not carried to another process (an xdist worker gets a renderer of its own, empty): what it holds is this
     process's answers, and the counts are this process's. It keeps the last ``KEEP`` answers: a seams run asks no
     render twice today (``benchmarks/seam_runs.py``), and keeping every probe's trace grew a 200-service run by a
-    third of its memory."""
+    third of its memory; an answer made ahead is kept until it is asked for once (docs/speed.md, "Sandbox
+    sessions": the same growth, the price of making them together)."""
 
     KEEP = 64
+    PLAN_ALL = 64
 
-    def __init__(self) -> None:
+    def __init__(self, planner: Callable[[RenderedService, object], Sequence[Probe]] | None = None,
+                 scope: Callable[[], object] | None = None) -> None:
         self._lock = threading.Lock()
-        self._made: OrderedDict[tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]],
-                                tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
+        self._made: OrderedDict[_Key, tuple[Fleet, Rendered | RenderRefused]] = OrderedDict()
+        self._ahead: dict[_Key, tuple[Fleet, Rendered | Exception]] = {}
+        self._planned: dict[tuple[object, int, str], threading.Event] = {}
+        self._configs: list[RenderedService] = []
+        self._plan_all: bool | None = None
+        self.planner = planner
+        """The probes the run's checks will ask of a service (``fleetgate.runner.planned_probes``): every service's made
+        together, in sandbox sessions of several runs, when the first probe is asked for."""
+        self.scope = scope
+        """What a plan is made for (``fleetgate.runner.plan_scope``: the check running). The first probe plans every
+        service's probes of every scope when they are at most ``PLAN_ALL`` runs (a small fleet: few sessions), else
+        those of its scope alone, for the next services until about ``PLAN_ALL`` runs (a large one: that many answers
+        wait to be asked at a time)."""
         self.renders = 0
         """Renders this renderer made (each one or more sandboxed runs, or none for a shape read as data)."""
         self.reused = 0
-        """Asks answered with a render made before."""
+        """Asks answered with a render made before for another ask (a render made ahead for its ask is not one)."""
         self.runs = 0
-        """Sandboxed runs its renders made (a render's retries and an env file read by bash included)."""
+        """Sandbox sessions its renders made (a render's retries and an env file read by bash included): a session
+        holds one run, or several runs made side by side (``render_many``), each in namespaces of its own."""
 
     def __reduce__(self) -> tuple[type[Renderer], tuple[()]]:
         return (Renderer, ())
@@ -83,12 +100,92 @@ class Renderer:
         with self._lock:
             self.runs += 1
 
+    def prefetch(self, fleet: Fleet, probes: Sequence[tuple[Service, Probe]]) -> None:
+        """Render ``probes`` of ``fleet`` together (``render_many``: few sandbox sessions), to answer the asks that
+        follow: each answer is kept until it is asked for once, then as any other."""
+        wanted: dict[_Key, RenderRequest] = {}
+        with self._lock:
+            for service, probe in probes:
+                key = _key(fleet, service, probe.overrides, probe.args)
+                kept = self._made.get(key)
+                if (kept is None or kept[0] is not fleet) and key not in self._ahead:
+                    wanted[key] = RenderRequest(service, probe.overrides, probe.args)
+        if not wanted:
+            return
+        with counting(self._tally):
+            made = render_many(fleet, list(wanted.values()))
+        with self._lock:
+            for key, one in zip(wanted, made, strict=True):
+                self.renders += 1
+                self._ahead[key] = (fleet, one)
+
+    def expect(self, configs: Sequence[RenderedService]) -> None:
+        """Services whose checks will ask for probes: planned together with the first one asked (``_plan``)."""
+        with self._lock:
+            self._configs.extend(configs)
+
+    def _plan(self, config: RenderedService, extra: Sequence[Probe] = ()) -> None:
+        """The first probe in a scope (the running check): every probe the planner says will be asked of every service
+        this renderer expects, made together in few sandbox sessions (with ``extra``, a probe of ``config`` asked now
+        that no check could declare ahead: where a failing flag's value comes from)."""
+        planner = self.planner
+        if planner is None or getattr(_PLANNING, "active", False):
+            return  # a planner that probes (through a check's requires=) asks as any check does
+        scope = self.scope() if self.scope is not None else None
+        with self._lock:
+            planned = self._planned.get((None, *_mark(config))) or self._planned.get((scope, *_mark(config)))
+            batch: list[RenderedService] = []
+            if planned is None:
+                planned = threading.Event()
+                for one in [config, *self._configs]:
+                    marks = [(None, *_mark(one)), (scope, *_mark(one))]
+                    if one.fleet is config.fleet and not any(m in self._planned for m in marks):
+                        self._planned[marks[1]] = planned
+                        batch.append(one)
+        if not batch:
+            planned.wait()  # the probes another thread is making (payload-defaults asks side by side)
+            return
+        _PLANNING.active = True
+        try:
+            probes = self._planned_probes(planner, batch, None) if self._plan_all is not False else []
+            if self._plan_all is not False and len(probes) <= self.PLAN_ALL:
+                with self._lock:
+                    for one in batch:
+                        self._planned[(None, *_mark(one))] = planned
+            else:
+                self._plan_all = False  # asked once: the next scopes plan their own probes without counting all again
+                probes = []
+                for i, one in enumerate(batch):
+                    if len(probes) >= self.PLAN_ALL:
+                        # the services after these are planned when the first of them is asked: a plan holds about
+                        # PLAN_ALL answers at a time (whole sessions), not a whole check's over a large fleet
+                        with self._lock:
+                            for rest in batch[i:]:
+                                self._planned.pop((scope, *_mark(rest)), None)
+                        break
+                    probes += self._planned_probes(planner, [one], scope)
+            probes += [(config.service, probe) for probe in extra]
+            self.prefetch(config.fleet, probes)
+        finally:
+            _PLANNING.active = False
+            planned.set()
+
+    @staticmethod
+    def _planned_probes(planner: Callable[[RenderedService, object], Sequence[Probe]], batch: Sequence[RenderedService],
+                        scope: object) -> list[tuple[Service, Probe]]:
+        probes: list[tuple[Service, Probe]] = []
+        for one in batch:
+            try:
+                probes += [(probe.service or one.service, probe) for probe in planner(one, scope)]
+            except Exception:  # a plan is only ahead of time: the checks ask for themselves all the same
+                continue
+        return probes
+
     def probe(self, fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None = None,
               args: tuple[str, ...] = ()) -> Rendered:
         """``service`` rendered with ``overrides`` (None unsets a variable) and ``args``; a refusal is raised again as
         the same ``RenderRefused`` each time it is asked for."""
-        # A service is a frozen dataclass with dicts in it: its repr is its value.
-        key = (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
+        key = _key(fleet, service, overrides, args)
         with self._lock:
             kept = self._made.get(key)
             # the fleet itself, not only its id: an id is reused once its fleet is gone
@@ -96,6 +193,12 @@ class Renderer:
             if made is not None:
                 self.reused += 1
                 self._made.move_to_end(key)
+            ahead = self._ahead.pop(key, None)
+        if made is None and ahead is not None and ahead[0] is fleet:
+            if not isinstance(ahead[1], (Rendered, RenderRefused)):
+                raise ahead[1]  # what render() raised (a broken file, no sandbox): kept for no second ask, as before
+            made = ahead[1]
+            self._keep(key, fleet, made)
         if made is None:
             try:
                 with counting(self._tally):
@@ -104,12 +207,40 @@ class Renderer:
                 made = refused
             with self._lock:
                 self.renders += 1
-                self._made[key] = (fleet, made)
-                while len(self._made) > self.KEEP:
-                    self._made.popitem(last=False)
+            self._keep(key, fleet, made)
         if isinstance(made, RenderRefused):
             raise made
         return made
+
+    def _keep(self, key: _Key, fleet: Fleet, made: Rendered | RenderRefused) -> None:
+        with self._lock:
+            self._made[key] = (fleet, made)
+            while len(self._made) > self.KEEP:
+                self._made.popitem(last=False)
+
+
+_Key = tuple[int, str, tuple[tuple[str, str | None], ...], tuple[str, ...]]
+_PLANNING = threading.local()
+
+
+def _mark(config: RenderedService) -> tuple[int, str]:
+    return (id(config.fleet), repr(config.service))
+
+
+def _key(fleet: Fleet, service: Service, overrides: Mapping[str, str | None] | None, args: tuple[str, ...]) -> _Key:
+    # A service is a frozen dataclass with dicts in it: its repr is its value.
+    return (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A render a check asks of its subject (``RenderedService.probe``): ``overrides`` replace variables (None unsets
+    one), ``args`` are the script's arguments, ``service`` another start of the service (a bench, build or deploy
+    script run as the service's). What a check declares it will ask (``probes=`` on its declaration)."""
+
+    overrides: Mapping[str, str | None] | None = None
+    args: tuple[str, ...] = ()
+    service: Service | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +262,7 @@ class RenderedService:
         are the script's positional arguments, ``service`` another start of it (a bench harness, the build or
         deploy script run as this service's). Raises ``RenderRefused`` when the script refuses. Made by the run's
         renderer: asked twice, rendered once."""
+        self.renderer._plan(self)
         return self.renderer.probe(self.fleet, service or self.service, overrides, args)
 
     def systemd_environment(self, unit: Unit) -> dict[str, Origin]:
@@ -216,6 +348,8 @@ class RenderedService:
         candidates = [o for o in self.variables.values() if o.value and o.value in value]
         # The variable whose whole value is the flag's value is the likeliest; try it first.
         candidates.sort(key=lambda o: (o.value != value, -len(o.value)))
+        # The likeliest one rides with the service's planned probes when none was asked for yet (one session).
+        self.renderer._plan(self, [Probe({o.name: f"fleetgate-probe-{o.name.lower()}"}) for o in candidates[:1]])
         for origin in candidates:
             sentinel = f"fleetgate-probe-{origin.name.lower()}"
             try:
@@ -275,7 +409,7 @@ def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = Non
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
              if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None
-    return RenderedService(
+    config = RenderedService(
         fleet=fleet,
         service=service,
         rendered=rendered,
@@ -285,6 +419,8 @@ def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = Non
         draft_profile=load_profile(service.draft_profile) if service.draft_profile else None,
         renderer=renderer,
     )
+    renderer.expect([config])
+    return config
 
 
 @dataclass(frozen=True)
@@ -330,6 +466,8 @@ def attempt_services(fleet: Fleet, *, jobs: int | None = None, renderer: Rendere
     """
     renderer = renderer if renderer is not None else Renderer()
     services = list(fleet.services.values())
+    # Every service's render made side by side in few sandbox sessions; each attempt below reads its own.
+    renderer.prefetch(fleet, [(service, Probe()) for service in services])
     workers = max(1, min(jobs or os.cpu_count() or 1, 8, len(services)))
     if workers == 1:
         return {service.name: attempt_service(fleet, service, renderer) for service in services}

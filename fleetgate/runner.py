@@ -40,7 +40,7 @@ from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
-from fleetgate.rendered import Renderer, ServiceAttempt, attempt_services, run_attempts
+from fleetgate.rendered import Probe, RenderedService, Renderer, ServiceAttempt, attempt_services, run_attempts
 from fleetgate.secrets import scrub
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
@@ -55,6 +55,9 @@ __all__ = [
     "WaiverUse",
     "host_subjects",
     "live_subjects",
+    "plan_scope",
+    "planned_probes",
+    "planned_renderer",
     "recorded",
     "reproduce",
     "run",
@@ -168,12 +171,41 @@ class SeamInputs(Protocol):
     def chains(self) -> Sequence[ResolvedChain]: ...
 
 
+_CHECKING: ContextVar[str | None] = ContextVar("fleetgate_checking", default=None)
+
+
+def plan_scope() -> str | None:
+    """The check this thread is running (its failure's text included), or None."""
+    return _CHECKING.get()
+
+
+def planned_probes(config: RenderedService, scope: object = None) -> list[Probe]:
+    """The renders the seams that will judge ``config`` declare they will ask of it (``probes=``): the ones on by the
+    fleet's policies that can judge it; for a scope (``plan_scope``: a check's name), that check's alone."""
+    found: list[Probe] = []
+    for check in [REGISTRY[scope]] if isinstance(scope, str) and scope in REGISTRY else list(REGISTRY.values()):
+        if (check.probes is None or check.kind != "seam" or check.subject != "service" or check.on_attempt
+                or policy_off(config.fleet, check.name) is not None):
+            continue
+        try:
+            if check.why_not(config) is None:
+                found.extend(check.probes(config))
+        except Exception:  # the check meets the same error when it runs, and says it there
+            continue
+    return found
+
+
+def planned_renderer() -> Renderer:
+    """A run's renderer that makes each service's declared probes together (``planned_probes``)."""
+    return Renderer(planner=planned_probes, scope=plan_scope)
+
+
 class FleetInputs:
     """The seams' inputs of one fleet, made in this process once each (the catalogue's reproductions)."""
 
     def __init__(self, fleet: Fleet) -> None:
         self._fleet = fleet
-        self.renderer = Renderer()
+        self.renderer = planned_renderer()
         """Every render of this run, the checks' probes included, made once and counted."""
 
     @property
@@ -312,6 +344,15 @@ def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = No
 
 
 def _run(check: Check[Any], subject: Subject) -> Outcome:
+    __tracebackhide__ = True
+    token = _CHECKING.set(check.name)
+    try:
+        return _run_checking(check, subject)
+    finally:
+        _CHECKING.reset(token)
+
+
+def _run_checking(check: Check[Any], subject: Subject) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
         reason = scrub(subject.skip_reason)

@@ -14,7 +14,9 @@ loader's cache and the alternatives links, a ``/proc`` of the sandbox's own proc
 runs without any capability, with at most ``NPROC_LIMIT`` processes and ``MEMORY_LIMIT_MIB`` of address
 space per process, so it cannot remount, unmount or leave that root.
 
-Every run gets fresh namespaces, its own tmpfs and its own init. What builds them is one long-lived
+Every run gets fresh mount and PID namespaces, its own tmpfs and its own init; a run of its own gets fresh user, UTS
+and network namespaces too, and the runs of one session (``run_many``) share those three, one run after another.
+What builds them is one long-lived
 sandbox parent per process (``_sandbox_parent.py``, started on the first run, ending with this process):
 it forks each run from a prepared interpreter and makes the namespaces, mounts and ``pivot_root`` by
 system calls, so a run costs a few forks instead of the fifteen programs of util-linux the sandbox used
@@ -49,6 +51,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import cache
@@ -67,12 +70,14 @@ __all__ = [
     "OPT_OUT",
     "SCRATCH_MIB",
     "SCRATCH_PREFIX",
+    "SESSION_JOBS",
     "SandboxResult",
     "SandboxSpec",
     "SandboxUnavailable",
     "counting",
     "overrun_message",
     "run",
+    "run_many",
     "sandbox_problem",
 ]
 
@@ -143,9 +148,9 @@ _TALLY: ContextVar[Callable[[], None] | None] = ContextVar("fleetgate_sandbox_ta
 
 @contextlib.contextmanager
 def counting(tally: Callable[[], None]) -> Iterator[None]:
-    """Within the block (in this thread), ``tally()`` once per sandboxed run made: how the run's renderer counts what
-    its renders cost (an env file read by bash and a render's retries included; an answer from the render cache is
-    no run)."""
+    """Within the block (in this thread), ``tally()`` once per sandbox session made (a ``run``, or a session of
+    ``run_many`` however many runs it holds): how the run's renderer counts what its renders cost (an env file read by
+    bash and a render's retries included; an answer from the render cache is no session)."""
     token = _TALLY.set(tally)
     try:
         yield
@@ -410,7 +415,16 @@ def _parent() -> _Parent:
 
 
 def _exchange(request: Mapping[str, object], wait: float) -> tuple[object, ...]:
-    """Send one run to the parent; the init's answer (``done``/``error``) or the manager's ``end``."""
+    """Send one run (or one session of runs, ``jobs``) to the parent; the init's answer (``done``/``error``) or the
+    manager's ``end``; for a session, ``("session", answers)``, one answer of those kinds per job."""
+    jobs = request.get("jobs")
+    if isinstance(jobs, list):
+        return ("session", _exchange_frames(request, wait, len(jobs)))
+    frames = _exchange_frames(request, wait, None)
+    return frames[0]
+
+
+def _exchange_frames(request: Mapping[str, object], wait: float, jobs: int | None) -> list[tuple[object, ...]]:
     for attempt in (0, 1):
         try:
             connection = _parent().connect()
@@ -419,12 +433,14 @@ def _exchange(request: Mapping[str, object], wait: float) -> tuple[object, ...]:
                 raise
             continue
         break
+    answers: list[tuple[object, ...]] = []
+    answer: tuple[object, ...] | None = None
+    ended: tuple[object, ...] = ("error", "the sandbox parent went away")
     with connection:
         connection.settimeout(wait)
         data = marshal.dumps(dict(request))
         try:
             connection.sendall(struct.pack("!Q", len(data)) + data)
-            answer: tuple[object, ...] | None = None
             while True:
                 head = _recv_exactly(connection, 8)
                 if head is None:
@@ -433,13 +449,27 @@ def _exchange(request: Mapping[str, object], wait: float) -> tuple[object, ...]:
                 if body is None:
                     break
                 frame = marshal.loads(body)
-                if answer is None or answer[0] == "end":
+                if jobs is not None and frame[0] == "job-end":
+                    # a session's job is over: its init's first answer, else its deadline or a silent end
+                    answers.append(answer if answer is not None and answer[0] != "end" else ("end", bool(frame[1])))
+                    answer = None
+                elif answer is None or answer[0] == "end":
                     answer = frame
         except TimeoutError:
-            return ("end", True)
+            ended = ("end", True)
         except OSError as exc:
-            return ("error", f"the sandbox parent went away: {exc}")
-    return answer if answer is not None else ("error", "the sandbox parent went away")
+            ended = ("error", f"the sandbox parent went away: {exc}")
+        else:
+            if answer is not None:
+                ended = answer
+    if jobs is None:
+        return [ended]
+    if len(answers) < jobs and ended[0] == "done":
+        # the job that was running when the session ended had answered; the ones after it never ran
+        answers.append(ended)
+        ended = ("end", True)
+    # Jobs the session never reached (it ran past its deadline, or could not start) end the way the session did.
+    return answers + [ended] * (jobs - len(answers))
 
 
 def _recv_exactly(connection: socket.socket, count: int) -> bytes | None:
@@ -516,24 +546,51 @@ _MOUNT_POINT = "/tmp"
 """Where each run's tmpfs is mounted before pivot_root, in the run's own mount namespace only."""
 
 
-def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
+SESSION_JOBS = 16
+"""Runs one session of the sandbox makes at most (``run_many``): its user, UTS and network namespaces are made once
+for them, and each run still gets mount and PID namespaces, a tmpfs and an init of its own."""
+
+
+@dataclass
+class _Prepared:
+    spec: SandboxSpec
+    request: dict[str, object]
+    repo: Path | None
+    key: str | None = None
+    snapshot: Any = None
+    hit: SandboxResult | None = None
+
+
+def _prepare(spec: SandboxSpec) -> _Prepared:
     for item in (*spec.command, *spec.env, *spec.env.values()):
         if "\0" in item:
             raise ValueError(f"NUL in a sandbox argument: {item!r}")
-    request = _request(spec)
+    prepared = _Prepared(spec, _request(spec), spec.read_only[0][0] if spec.read_only else None)
     cache = cache_dir()
-    repo = spec.read_only[0][0] if spec.read_only else None
-    key, snapshot = None, None
     if cache is not None:
-        request["track"] = repo is not None
-        key, snapshot = cache_key(request, repo, _code_version())
-        hit = cache_load(cache, key, repo, snapshot)
+        prepared.request["track"] = prepared.repo is not None
+        prepared.key, prepared.snapshot = cache_key(prepared.request, prepared.repo, _code_version())
+        hit = cache_load(cache, prepared.key, prepared.repo, prepared.snapshot)
         if hit is not None:
-            return SandboxResult(hit[0], False, hit[1], True, None)
+            prepared.hit = SandboxResult(hit[0], False, hit[1], True, None)
+    return prepared
+
+
+def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
+    prepared = _prepare(spec)
+    if prepared.hit is not None:
+        return prepared.hit
+    _tallied()
+    return _answered(prepared, _exchange(prepared.request, spec.timeout + _GRACE_S + 5))
+
+
+def _tallied() -> None:
     tally = _TALLY.get()
     if tally is not None:
         tally()
-    answer = _exchange(request, spec.timeout + _GRACE_S + 5)
+
+
+def _answered(prepared: _Prepared, answer: tuple[object, ...]) -> SandboxResult:
     if answer[0] == "end":
         if answer[1]:
             return SandboxResult(None, True, {}, True)
@@ -545,9 +602,75 @@ def _run_sandboxed(spec: SandboxSpec) -> SandboxResult:
     status = {"flooded": "1" if flooded else "0", "full": "1" if full else "0"}
     overrun = _overrun(status, files.get("stderr", b""))
     result = SandboxResult(rc, bool(timed_out), files, True, overrun)
+    cache, repo, key = cache_dir(), prepared.repo, prepared.key
     if cache is not None and key is not None and not timed_out and overrun is None and (repo is None or opened is not None):
-        cache_store(cache, key, repo, snapshot, opened if isinstance(opened, list) else [], result.returncode, result.files)
+        cache_store(cache, key, repo, prepared.snapshot, opened if isinstance(opened, list) else [], result.returncode,
+                    result.files)
     return result
+
+
+def run_many(specs: Sequence[tuple[SandboxSpec, Path | str]]) -> list[SandboxResult | Exception]:
+    """Run several commands, each as ``run`` would (``(spec, what)``: ``what`` names the file for a refusal line), in
+    as few sandbox sessions as their repository allows (``SESSION_JOBS`` runs each): one user, UTS and network
+    namespace per session, and for each run its own mount and PID namespaces, tmpfs, init and bounds, so that no run
+    sees what another wrote or started. Each result in order, or the exception ``run`` would have raised for it."""
+    problem = sandbox_problem()
+    if problem is not None:
+        out: list[SandboxResult | Exception] = []
+        for spec, what in specs:
+            try:
+                out.append(run(spec, what=what))
+            except (InputError, ValueError, OSError) as exc:
+                out.append(exc)
+        return out
+    results: list[SandboxResult | Exception | None] = [None] * len(specs)
+    waiting: dict[object, list[tuple[int, _Prepared]]] = {}
+    for i, (spec, _) in enumerate(specs):
+        try:
+            prepared = _prepare(spec)
+        except ValueError as exc:
+            results[i] = exc
+            continue
+        if prepared.hit is not None:
+            results[i] = prepared.hit
+            continue
+        # one session per repository: its mount is where the session's unsharer starts
+        waiting.setdefault(prepared.request["repo"], []).append((i, prepared))
+    chunks = [group[start:start + SESSION_JOBS] for group in waiting.values()
+              for start in range(0, len(group), SESSION_JOBS)]
+    tally = _TALLY.get()
+
+    def session(chunk: list[tuple[int, _Prepared]]) -> None:
+        if tally is not None:
+            tally()
+        if len(chunk) == 1:
+            prepared = chunk[0][1]
+            answers: list[tuple[object, ...]] = [_exchange(prepared.request, prepared.spec.timeout + _GRACE_S + 5)]
+        else:
+            first = chunk[0][1].request
+            request = {"jobs": [p.request for _, p in chunk], "cpu": first["cpu"], "repo": first["repo"],
+                       "mapped": first["mapped"], "root_runs_as": first["root_runs_as"],
+                       "deadline": sum(float(cast(float, p.request["deadline"])) for _, p in chunk)}
+            answer = _exchange(request, float(cast(float, request["deadline"])) + 5)
+            answers = cast(list[tuple[object, ...]], answer[1])
+        for (i, prepared), one in zip(chunk, answers, strict=True):
+            try:
+                results[i] = _answered(prepared, one)
+            except SandboxUnavailable as exc:
+                results[i] = exc
+
+    if len(chunks) <= 1:
+        for chunk in chunks:
+            session(chunk)
+    else:
+        # Sessions side by side (a run of one session waits for the run before it, as the process limit of their
+        # shared user namespace requires): a render mostly waits for its bash.
+        with ThreadPoolExecutor(max_workers=min(len(chunks), _SESSIONS_AT_ONCE), thread_name_prefix="fleetgate-session") as pool:
+            list(pool.map(session, chunks))
+    return [r if r is not None else ValueError("no result") for r in results]
+
+
+_SESSIONS_AT_ONCE = 8
 
 
 @cache

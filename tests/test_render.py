@@ -479,3 +479,57 @@ def test_a_template_shipped_for_an_absent_env_file_is_read_and_noted(tmp_path: P
     result = rendered(fleet_toml)
     assert (result.argv[2], result.argv[3] if len(result.argv) > 3 else "") == read
     assert result.notes == tuple(n.format(unit=tmp_path / "s.service") for n in notes)
+
+
+# --- Sessions: several runs in one request to the sandbox (sandbox.run_many) -------------------------------------------
+
+def _session_spec(script: str, timeout: float = 5.0) -> object:
+    from fleetgate.sandbox import SandboxSpec
+
+    return SandboxSpec(command=["/bin/bash", "-c", script], env={"PATH": "/usr/bin:/bin"}, timeout=timeout)
+
+
+def test_runs_of_one_session_see_nothing_of_each_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgate import sandbox
+
+    ran = _counting_runs(monkeypatch)
+    first = "echo kept > /tmp/left; sleep 30 & echo $! > /run/fleetgate/out/pid; echo $$"
+    # the next run lists what it can see: the file the first wrote, any process besides its own shell and init
+    second = ("ls -A /tmp; for f in /proc/[0-9]*/comm; do read -r c < \"$f\"; echo \"$c\"; done; echo $$; "
+              "[[ -e /run/fleetgate/out/pid ]] && echo pid")
+    answers = sandbox.run_many([(_session_spec(first), "first"), (_session_spec(second), "second")])
+    assert len(ran) == 1  # one request: the session
+    one, two = answers
+    assert isinstance(one, sandbox.SandboxResult) and isinstance(two, sandbox.SandboxResult)
+    assert one.returncode == 0 and one.files["stdout"] == b"2\n" and one.files["pid"].strip().isdigit()
+    # nothing in /tmp, no process but the init (the interpreter) and the shell: the first run's sleep is gone; the
+    # shell PID 2 of a PID namespace of its own again, and no output file of the first run
+    init, shell, pid = two.files["stdout"].decode().splitlines()
+    assert two.returncode == 1 and init.startswith("python") and (shell, pid) == ("bash", "2")
+
+
+def test_a_run_of_a_session_that_times_out_ends_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgate import sandbox
+
+    ran = _counting_runs(monkeypatch)
+    answers = sandbox.run_many([(_session_spec("sleep 30", timeout=1.0), "slow"), (_session_spec("echo after"), "next")])
+    assert len(ran) == 1
+    slow, after = answers
+    assert isinstance(slow, sandbox.SandboxResult) and isinstance(after, sandbox.SandboxResult)
+    assert slow.timed_out and not after.timed_out
+    assert after.returncode == 0 and after.files["stdout"] == b"after\n"
+
+
+def test_renders_made_side_by_side_are_the_renders_made_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetgate.render import RenderRequest, render_many
+
+    fleet = load_fleet(make_fleet(tmp_path, 'exec llama-server -c "${CTX:-4096}" --alias "$GREETING" "$@"\n'))
+    service = fleet.services["s"]
+    asks = [RenderRequest(service), RenderRequest(service, {"CTX": "8192"}), RenderRequest(service, {"GREETING": None}),
+            RenderRequest(service, args=("--one", "two"))]
+    alone = [render(fleet, a.service, overrides=a.overrides, args=a.args) for a in asks]
+    ran = _counting_runs(monkeypatch)
+    together = render_many(fleet, asks)
+    assert len(ran) == 1
+    assert [(r.argv, r.env, r.trace, r.tests, r.sourced) for r in together if not isinstance(r, Exception)] == [
+        (r.argv, r.env, r.trace, r.tests, r.sourced) for r in alone]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,52 @@ def test_a_worker_gets_an_empty_renderer_of_its_own() -> None:
     assert len(renderers) == 1
     (renderer,) = renderers
     assert renderer is not inputs.renderer and (renderer.renders, renderer.reused, renderer.runs) == (0, 0, 0)
+
+
+def test_the_probes_checks_declare_are_made_ahead_in_few_sessions(exchanges: list[object]) -> None:
+    from fleetgate.checks import load_checks
+    from fleetgate.runner import planned_probes
+
+    load_checks("seam")
+    inputs = FleetInputs(load_fleet(FLEET))
+    configs = [a.config for a in inputs.attempts().values() if a.config is not None]
+    own = len(exchanges)
+    plans = {config.name: planned_probes(config) for config in configs}
+    # frank-zealot: each payload variable unset (payload-defaults), its omittable variable set to a marker and emptied
+    # (empty-means-omit), the deploy gate run as it (deploy-payload)
+    zealot = next(c for c in configs if c.name == "frank-zealot")
+    assert sorted(str(p.overrides) for p in plans["frank-zealot"] if p.service is None) == sorted(
+        [*(str({v: None}) for v in ("MMPROJ", "MODEL", "DRAFT_MODEL") if v in zealot.variables
+           and zealot.variables[v].value in zealot.service.payload),
+         "{'SPEC_PRESENCE_PENALTY': 'fleetgate-probe-spec_presence_penalty'}", "{'SPEC_PRESENCE_PENALTY': ''}"])
+    planned = sum(len(p) for p in plans.values())
+    # The first ask makes every service's planned probes: sessions of at most 16 runs, then no session for any of them.
+    first = next(p for p in plans["frank-zealot"] if p.service is None)
+    with pytest.raises(RenderRefused):
+        zealot.probe(first.overrides)  # MODEL unset: the script refuses (its ${MODEL:?} has no default)
+    made = len(exchanges) - own
+    assert made == -(-planned // 16) and inputs.renderer.renders == len(configs) + planned
+    for config in configs:
+        for probe in plans[config.name]:
+            with contextlib.suppress(RenderRefused):
+                config.probe(probe.overrides, args=probe.args, service=probe.service)
+    assert len(exchanges) - own == made and inputs.renderer.reused == 1  # frank-zealot's first, asked again
+
+
+def test_every_declared_probe_is_one_a_check_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe declared but asked otherwise (another override, another pseudo service) would be rendered twice: once
+    ahead, never asked, and once when asked. After the example fleet's seams, nothing made ahead is left unasked."""
+    from fleetgate import runner
+
+    made: list[Renderer] = []
+    planned = runner.planned_renderer
+
+    def recorded() -> Renderer:
+        made.append(planned())
+        return made[-1]
+
+    monkeypatch.setattr(runner, "planned_renderer", recorded)
+    outcomes = runner.run_seams(FLEET)
+    assert outcomes and len(made) == 1
+    (renderer,) = made
+    assert renderer._ahead == {} and renderer.reused == 0

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
     from fleetgate.host import HostTarget
     from fleetgate.live.endpoint import LiveEndpoint
-    from fleetgate.rendered import RenderedService, ServiceAttempt
+    from fleetgate.rendered import Probe, RenderedService, ServiceAttempt
     from fleetgate.timeouts import ResolvedChain
 
 __all__ = [
@@ -156,6 +156,10 @@ class Check(Generic[S]):
     reads_only: bool = False
     """A live check that generates nothing (health, the model list, /metrics): a server that cuts answers short
     (``server-cap``) does not stop it."""
+    probes: Callable[[S], Sequence[Probe]] | None = None
+    """The renders the check will ask of its subject (``config.probe``), declared so that the run's renderer makes
+    them together, in one sandbox session per service, before the first is asked for: each must be exactly one the
+    check asks (an ask nobody declared is still answered, by a session of its own)."""
     func: Callable[[S], None] | None = field(default=None, repr=False)
 
     def register(self, func: Callable[[S], None]) -> Callable[[S], None]:
@@ -279,10 +283,11 @@ def service_seam(
     requires: Callable[[RenderedService], str | None] | None = None,
     engines: tuple[str, ...] | None = None,
     figures: Callable[[RenderedService], Mapping[str, Any]] | None = None,
+    probes: Callable[[RenderedService], Sequence[Probe]] | None = None,
 ) -> Check[RenderedService]:
     """A seam on every rendered service (of ``engines``, when given)."""
     return _declare(name, "seam", "service", codes, cites=cites, summary=summary, requires=requires,
-                    engines=engines, figures=figures)
+                    engines=engines, figures=figures, probes=probes)
 
 
 def attempt_seam(

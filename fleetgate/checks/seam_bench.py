@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetgate.checks import service_seam
-from fleetgate.fleet import Bench
+from fleetgate.fleet import Bench, Service
 from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 
 __all__ = ["NAME"]
 
@@ -150,8 +150,19 @@ def _vllm_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) ->
 _READERS = {"llama-bench": _llama_bench, "systemd-run": _systemd_run, "vllm": _vllm_bench}
 
 
+def _bench_run(config: RenderedService, bench: Bench) -> Service:
+    """A bench harness run as the service's, its program stubbed."""
+    return replace(config.service, name=f"{config.name}:{bench.script.name}", binary=bench.binary,
+                   serve_script=bench.script, env_file=None, unit=None)
+
+
+def _bench_probes(config: RenderedService) -> list[Probe]:
+    return [Probe(service=_bench_run(config, bench)) for bench in config.service.benches]
+
+
 CHECK = service_seam(
     NAME,
+    probes=_bench_probes,
     cites=("B-H-1", "B-H-2", "B-H-3", "B-H-4", "B-H-5", "B-H-8", "INC-20", "INC-21", "INC-22", "INC-23", "INC-41",
               "INC-55"),
     summary="the bench harnesses a service declares call their programs the way those programs measure it",
@@ -172,10 +183,8 @@ CHECK = service_seam(
 @CHECK.register
 def bench_harness(config: RenderedService) -> None:
     for bench in config.service.benches:
-        pseudo = replace(config.service, name=f"{config.name}:{bench.script.name}", binary=bench.binary,
-                         serve_script=bench.script, env_file=None, unit=None)
         try:
-            rendered = config.probe(service=pseudo)
+            rendered = config.probe(service=_bench_run(config, bench))
         except RenderRefused as refused:
             raise CHECK.fail(config, "does-not-run", cites=("B-H-3",),
                              where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),

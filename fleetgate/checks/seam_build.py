@@ -16,9 +16,9 @@ import posixpath
 from dataclasses import replace
 
 from fleetgate.checks import Lacks, service_seam
-from fleetgate.fleet import Bench
+from fleetgate.fleet import Bench, Service
 from fleetgate.render_types import Rendered, RenderRefused
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 
 __all__ = ["NAME"]
 
@@ -31,6 +31,17 @@ def _build_of(config: RenderedService) -> Bench | Lacks:
     if config.service.build is None:
         return Lacks(f"{config.name} declares no build script (services.{config.name}.build in fleet.toml)")
     return config.service.build
+
+
+def _build_run(config: RenderedService, build: Bench) -> Service:
+    """The build script run as the service's, its build tool stubbed."""
+    return replace(config.service, name=f"{config.name}:build", binary=build.binary, serve_script=build.script,
+                   env_file=None, unit=None)
+
+
+def _build_probes(config: RenderedService) -> list[Probe]:
+    build = _build_of(config)
+    return [] if isinstance(build, Lacks) else [Probe(service=_build_run(config, build))]
 
 
 def _defines(argv: tuple[str, ...]) -> dict[str, str]:
@@ -79,6 +90,7 @@ def _landings(rendered: Rendered) -> dict[str, str]:
 
 CHECK = service_seam(
     NAME,
+    probes=_build_probes,
     cites=("B-DV-5", "B-UN-3", "INC-01", "INC-18"),
     summary="the engine's build targets the host's GPU architecture and bundles its runtime at the loader's depth",
     codes={
@@ -91,10 +103,8 @@ CHECK = service_seam(
 
 @CHECK.needing(_build_of)
 def build_script(config: RenderedService, build: Bench) -> None:
-    pseudo = replace(config.service, name=f"{config.name}:build", binary=build.binary, serve_script=build.script,
-                     env_file=None, unit=None)
     try:
-        rendered = config.probe(service=pseudo)
+        rendered = config.probe(service=_build_run(config, build))
     except RenderRefused as refused:
         raise CHECK.fail(config, "does-not-run", cites=("B-DV-5",),
                          where=f"{build.script}:{refused.line}" if refused.line else str(build.script),

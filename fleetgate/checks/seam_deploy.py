@@ -29,6 +29,7 @@ from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
 from fleetgate.render_types import RenderRefused
+from fleetgate.rendered import Probe as RenderProbe
 from fleetgate.rendered import RenderedService
 
 __all__: list[str] = []
@@ -201,8 +202,18 @@ def _tested(calls: tuple[tuple[str, ...], ...]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _deploy_run(config: RenderedService) -> RenderProbe:
+    """``deploy.sh HOST --service NAME`` run as the service's, ssh stubbed."""
+    script = config.fleet.deploy_script
+    assert script is not None
+    pseudo = replace(config.service, name=f"{config.name}:deploy", binary="ssh", serve_script=script,
+                     env_file=None, unit=None)
+    return RenderProbe(args=(config.service.host, "--service", config.name), service=pseudo)
+
+
 PAYLOAD_CHECK = service_seam(
     PAYLOAD,
+    probes=lambda config: [_deploy_run(config)],
     cites=("B-MM-4", "B-SW-1", "INC-76"),
     summary="the deploy script's payload-existence gate, run with its defaults, tests the files the env file "
                "names and the unit loads: model and mmproj",
@@ -224,10 +235,9 @@ def deploy_payload(config: RenderedService) -> None:
     script = config.fleet.deploy_script
     assert script is not None
     host = config.service.host
-    pseudo = replace(config.service, name=f"{config.name}:deploy", binary="ssh", serve_script=script,
-                     env_file=None, unit=None)
+    planned = _deploy_run(config)
     try:
-        run = config.probe(service=pseudo, args=(host, "--service", config.name))
+        run = config.probe(service=planned.service, args=planned.args)
     except RenderRefused as refused:
         raise PAYLOAD_CHECK.fail(
             config, "does-not-run",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 
 NAME = "empty-means-omit"
 
@@ -30,8 +30,18 @@ def _flag_fed_by(argv: tuple[str, ...], sentinel: str) -> str | None:
     return None
 
 
+def _sentinel(variable: str) -> str:
+    return f"fleetgate-probe-{variable.lower()}"
+
+
+def _set_and_emptied(config: RenderedService) -> list[Probe]:
+    """The renders ``empty-means-omit`` asks: each omittable variable set to a marker, and set empty."""
+    return [Probe({variable: value}) for variable in config.service.omittable for value in (_sentinel(variable), "")]
+
+
 CHECK = service_seam(
     NAME,
+    probes=_set_and_emptied,
     cites=("B-SH-1", "INC-57"),
     summary="setting an omittable variable to the empty string omits the flag it feeds",
     requires=_no_omittable,
@@ -46,7 +56,7 @@ CHECK = service_seam(
 @CHECK.register
 def empty_means_omit(config: RenderedService) -> None:
     for variable in config.service.omittable:
-        sentinel = f"fleetgate-probe-{variable.lower()}"
+        sentinel = _sentinel(variable)
         try:
             probe = config.probe({variable: sentinel})
         except RenderRefused as refused:

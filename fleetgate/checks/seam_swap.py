@@ -17,14 +17,13 @@ file the env file names. The deploy script's defaults are ``deploy-payload``'s (
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
 from fleetgate.payload import read_manifest
 from fleetgate.profile import Profile, load_profile
 from fleetgate.render_types import Origin, Rendered, RenderRefused
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 
 __all__ = ["payload_variables"]
 
@@ -139,8 +138,14 @@ def _names_payload(config: RenderedService) -> str | None:
     return None
 
 
+def _unset_each(config: RenderedService) -> list[Probe]:
+    """The renders ``payload-defaults`` asks: one per payload variable, that variable unset."""
+    return [Probe({origin.name: None}) for origin in payload_variables(config)]
+
+
 DEFAULTS_CHECK = service_seam(
     DEFAULTS,
+    probes=_unset_each,
     cites=("B-SW-2", "B-SW-1", "INC-68"),
     summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one",
     requires=_names_payload,
@@ -164,9 +169,9 @@ def payload_defaults(config: RenderedService) -> None:
         except RenderRefused as refused:
             return refused
 
-    # One render per variable, side by side: each is its own sandboxed bash.
-    with ThreadPoolExecutor(max_workers=len(variables)) as pool:
-        results = list(pool.map(unset_one, variables))
+    # One render per variable, each its own sandboxed bash: made ahead, with the service's other probes, by the run's
+    # renderer (``probes=_unset_each``), so asking them one after another waits for nothing.
+    results = [unset_one(origin) for origin in variables]
     for origin, unset in zip(variables, results, strict=True):
         if isinstance(unset, RenderRefused):
             refused = unset

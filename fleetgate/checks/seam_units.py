@@ -15,7 +15,7 @@ from itertools import pairwise
 from fleetgate.checks import service_seam
 from fleetgate.policies import policy_on
 from fleetgate.render_types import RenderRefused, map_to_repo
-from fleetgate.rendered import RenderedService
+from fleetgate.rendered import Probe, RenderedService
 from fleetgate.units import Setting, Unit
 
 __all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of", "user_unit"]
@@ -406,8 +406,20 @@ def _shell_expansions(config: RenderedService, unit: Unit) -> None:
         )
 
 
+def _exec_probes(config: RenderedService) -> list[Probe]:
+    """The render ``unit-exec-args`` asks: the serve script with the arguments ``ExecStart=`` (or ``Exec=``) passes."""
+    unit = unit_of(config)
+    if unit is None:
+        return []
+    if unit.kind == "systemd" and unit.all("Service", "ExecStart") and config.rendered.script == unit.path:
+        return []
+    found = _exec_args(config, unit)
+    return [Probe(args=found[1])] if found is not None and found[1] else []
+
+
 EXEC_ARGS_CHECK = service_seam(
     EXEC_ARGS,
+    probes=_exec_probes,
     cites=("B-SH-3",),
     summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes",
     requires=_has_unit,

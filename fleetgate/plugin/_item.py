@@ -44,6 +44,11 @@ class CheckParam:
     strict: bool = False
     """A not-judged outcome fails (``--fleetgate-strict``) instead of skipping."""
 
+    def __repr__(self) -> str:
+        # pytest shows a failing test's arguments by repr (and truncates it only after building it): the generated
+        # repr held the whole fleet, and building it was a tenth of a failing seam's report.
+        return f"CheckParam({self.check.name if self.check is not None else None!r}, {self.name!r})"
+
     @property
     def name(self) -> str:
         """The test id: the subject's name (a service, a chain, the fleet), ``no-endpoint`` for the placeholder."""

@@ -27,7 +27,7 @@ from fleetgate.plugin._missing import missing_requirement
 from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.replay import RequestLog
 from fleetgate.report import PREFIX
-from fleetgate.runner import chains_of
+from fleetgate.runner import chains_of, plan_scope, planned_probes, planned_renderer
 from fleetgate.timeouts import ResolvedChain
 
 if TYPE_CHECKING:
@@ -135,8 +135,14 @@ def attempts(config: pytest.Config) -> dict[str, ServiceAttempt]:
     def make() -> dict[str, ServiceAttempt]:
         shared = getattr(config, "workerinput", {}).get(SHARED)
         if shared is None:
-            return attempt_services(fleet(config))
+            return attempt_services(fleet(config), renderer=planned_renderer())
         made = unshare_attempts(shared)
+        rendered = [attempt.config for attempt in made.values() if attempt.config is not None]
+        for one in rendered:
+            # a worker's renderer (one for all its attempts) plans its probes the way the controller's would
+            one.renderer.planner, one.renderer.scope = planned_probes, plan_scope
+        if rendered:
+            rendered[0].renderer.expect(rendered)
         if made and _FLEET not in config.stash:
             config.stash[_FLEET] = _Memo(value=next(iter(made.values())).fleet)
         return made
