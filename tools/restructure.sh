@@ -88,7 +88,7 @@ perl -0pi -e '
     my $subs = $ENV{RENDER_SUBS};
     # paths that need more than a rename: a sibling looked up by name, the extractors writing beside the tables
     s{Path\(__file__\)\.with_name\("sandbox_cache\.py"\)}{Path(__file__).with_name("render_cache.py")}g;
-    s{Path\(__file__\)\.with_name\("(llama_server_builds|vllm_releases)\.json"\)}{Path(__file__).resolve().parents[1] / "fleetgate" / "engines" / "$1.json"}g;
+    s{Path\(__file__\)\.with_name\("(llama_server_builds|vllm_releases)\.json"\)}{Path(__file__).parents[1] / "fleetgate/engines/$1.json"}g;
     # `from fleetgate import X` of a moved module keeps its local name
     s{^(\s*)from fleetgate import (gguf_remote|gguf|rangeread|profile)[ \t]*$}{$1from fleetgate.models import $2}mg;
     s{^(\s*)from fleetgate import model_config[ \t]*$}{$1from fleetgate.models import config as model_config}mg;
@@ -132,6 +132,13 @@ perl -0pi -e '
     s{"\*\.bash"}{"sandbox/*.bash"}g;
     s{^packages = \["fleetgate"\]$}{packages = ["fleetgate", "tools"]}mg;
 ' pyproject.toml
+
+# The rewritten imports in isort's order again (ruff, as the lint env runs it; RUFF names another command).
+if ${RUFF:-ruff} --version >/dev/null 2>&1; then
+    ${RUFF:-ruff} check --quiet --select I001 --fix -- fleetgate tests benchmarks tools seams live conftest.py || true
+else
+    echo "restructure: no ruff here: run ruff check --select I001 --fix to sort the rewritten imports" >&2
+fi
 
 # A module left at an old place (added by a branch after this layout was drawn) is named, not guessed at.
 leftover=$(git ls-files -- fleetgate | grep -E '^fleetgate/(render_[a-z_]*|cli_[a-z_]*|gguf[a-z_]*|sandbox[a-z_]*|_sandbox[a-z_]*|rangeread|profile|model_config|rendered|render|cli)\.py$|^fleetgate/engines/(extract|record)_[a-z_]*\.py$' || true)
