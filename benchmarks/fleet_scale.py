@@ -215,7 +215,7 @@ _LAUNCH = ("import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editabl
 _IN_PROCESS = """
 import resource, sys, time
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
+from fleetgate.render.dispatch import render
 from fleetgate import sandbox
 fleet = load_fleet(sys.argv[1])
 service = fleet.services[sys.argv[2]]

@@ -14,7 +14,7 @@ makes one session per run.
 A size of 6 or less is the example fleet itself. Each design runs in a process of its own, with the suite's engine
 preflight (the repository's conftest.py) marked done: it is fleetgate's own test suite's, not the seams'. The first
 sandboxed run of a process is the sandbox's probe; it is counted under whatever asked first. Where the design has one,
-the run's renderer (``fleetgate.rendered.Renderer``) says what it rendered and what it answered again from its cache.
+the run's renderer (``fleetgate.render.rendered.Renderer``) says what it rendered and what it answered again from its cache.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _child(root: Path, fleet: Path) -> int:
     sys.path[:0] = [str(root)]
     import pytest
 
-    import fleetgate.rendered as rendered
+    import fleetgate.render.rendered as rendered
     import fleetgate.sandbox as sandbox
 
     if not sandbox.__file__ or not sandbox.__file__.startswith(str(root)):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fleetgate.rendered import RenderedService
+    from fleetgate.render.rendered import RenderedService
 
 __all__ = ["PROBE_TOOL", "ChatTemplate", "describes_tools", "find_template"]
 
@@ -68,8 +68,8 @@ def _read_file(path: Path) -> str | None:
 def find_template(config: RenderedService) -> ChatTemplate | None:
     """The template of a llama-server service (None for another engine). Reads the repository's template file, or
     the model's GGUF header when the model is a file on this machine; never the network."""
-    from fleetgate.gguf import read_header
-    from fleetgate.render_types import map_to_repo
+    from fleetgate.models.gguf import read_header
+    from fleetgate.render.types import map_to_repo
 
     llama = config.llama
     if llama is None:

@@ -33,9 +33,9 @@ import httpx
 from fleetgate.errors import InputError
 from fleetgate.fleet import LOOPBACK, Fleet, Service
 from fleetgate.live import LocalRender
-from fleetgate.render import render
-from fleetgate.render_inputs import service_inputs
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
+from fleetgate.render.dispatch import render
+from fleetgate.render.inputs import service_inputs
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Rendered
 from fleetgate.secrets import scrub_argv
 
 __all__ = [

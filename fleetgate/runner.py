@@ -40,7 +40,7 @@ from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
 from fleetgate.policies import policy_off
-from fleetgate.rendered import Probe, RenderedService, Renderer, ServiceAttempt, attempt_services, run_attempts
+from fleetgate.render.rendered import Probe, RenderedService, Renderer, ServiceAttempt, attempt_services, run_attempts
 from fleetgate.secrets import scrub
 from fleetgate.timeouts import ResolvedChain, resolve_chains
 
@@ -127,7 +127,7 @@ class Subject:
     """The skip is a policy the fleet does not keep (the plugin reports it once per policy, at fleet.toml)."""
     made_attempts: Callable[[], Mapping[str, ServiceAttempt] | None] | None = field(default=None, compare=False, repr=False)
     """A fleet seam's: the renders its run has made so far (None while none), which the check reads rather than
-    rendering a service again (``fleetgate.rendered.run_attempt``)."""
+    rendering a service again (``fleetgate.render.rendered.run_attempt``)."""
     waivers: tuple[Waiver, ...] = field(default=(), compare=False, repr=False)
     """The fleet's waivers that name this subject (``run`` judges the outcome with them)."""
 

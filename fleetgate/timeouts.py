@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from fleetgate.envfile import parse_env_file
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, TimeoutChain
-from fleetgate.render_types import Origin
+from fleetgate.render.types import Origin
 
 __all__ = ["Budget", "ResolvedChain", "resolve_chains"]
 

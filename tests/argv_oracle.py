@@ -75,7 +75,7 @@ def _example_fleet_pairs() -> list[tuple[str, str]]:
     """Every (flag, value) the example fleet's llama.cpp services pass, as rendered."""
     from fleetgate.engines.llamacpp import _table
     from fleetgate.manifest import load_fleet
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
 
     fleet = load_fleet(Path(__file__).resolve().parents[1] / "fixtures" / "fleet" / "fleet.toml")
     pairs: list[tuple[str, str]] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.cli import main
-from fleetgate.cli_incidents import markdown_pages
+from fleetgate.cli.incidents import markdown_pages
 from fleetgate.incidents import apply, load_catalogue
 from tests.test_mutations import CLEAN
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from fleetgate.chat_template import describes_tools
-from fleetgate.gguf import read_header
+from fleetgate.models.gguf import read_header
 from fleetgate.reference import MODEL_FILE, free_port, model_dir
 from tests.engine import llama_server_binary
 from tests.test_fleets import CLEAN, FLEETS

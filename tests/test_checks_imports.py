@@ -2,9 +2,9 @@
 function-local and type-only alike): a check gets what it needs from its subject, never by starting the sandbox or
 reading a file itself.
 
-- **The sandbox and the renderer**: no check imports them, nor the functions of ``fleetgate.rendered`` that render.
+- **The sandbox and the renderer**: no check imports them, nor the functions of ``fleetgate.render.rendered`` that render.
   A check that needs the service rendered another way asks its subject (``RenderedService.probe``), so the run's
-  renderer makes each render once and counts it (``fleetgate.rendered.Renderer``, ``benchmarks/seam_runs.py``).
+  renderer makes each render once and counts it (``fleetgate.render.rendered.Renderer``, ``benchmarks/seam_runs.py``).
 - **The readers** (env files, units, GGUF headers, profiles, manifests, the start-shape sources): the imports that are
   left are listed below, each with what it reads, so the list can only shrink. A new one fails here; one that is gone
   fails too, until it is struck from the list.
@@ -18,20 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = REPO / "fleetgate" / "checks"
 
-SANDBOX = ("fleetgate.sandbox", "fleetgate._sandbox_parent", "fleetgate.sandbox_cache", "fleetgate.render",
-           "fleetgate.render_sandbox", "fleetgate.render_inputs")
+SANDBOX = ("fleetgate.sandbox", "fleetgate.sandbox._parent", "fleetgate.sandbox.render_cache", "fleetgate.render.dispatch",
+           "fleetgate.render.script", "fleetgate.render.inputs")
 """What runs a fleet's bash, and the renderer that runs it."""
 RENDERING = ("render", "load_service", "attempt_service", "attempt_services", "Renderer")
-"""The names of ``fleetgate.rendered`` that render (a check asks its subject instead)."""
-READERS = ("fleetgate.envfile", "fleetgate.units", "fleetgate.gguf", "fleetgate.gguf_remote", "fleetgate.rangeread",
-           "fleetgate.profile", "fleetgate.model_config", "fleetgate.payload", "fleetgate.deploy", "fleetgate.manifest",
+"""The names of ``fleetgate.render.rendered`` that render (a check asks its subject instead)."""
+READERS = ("fleetgate.envfile", "fleetgate.units", "fleetgate.models.gguf", "fleetgate.models.gguf_remote", "fleetgate.models.rangeread",
+           "fleetgate.models.profile", "fleetgate.models.config", "fleetgate.payload", "fleetgate.deploy", "fleetgate.manifest",
            "fleetgate.sources")
 """What reads a file of the fleet (or a model's) the way its consumer reads it."""
 
 LEFT = {
-    ("live_identity", "fleetgate.gguf"): "the served model's GGUF header, read from disk beside the endpoint",
+    ("live_identity", "fleetgate.models.gguf"): "the served model's GGUF header, read from disk beside the endpoint",
     ("seam_swap", "fleetgate.payload"): "the fetch script's payload manifest",
-    ("seam_swap", "fleetgate.profile"): "each payload file's profile (its size)",
+    ("seam_swap", "fleetgate.models.profile"): "each payload file's profile (its size)",
     ("host_payload", "fleetgate.payload"): "the fetch script's payload manifest, to compare with the host's files",
     ("seam_deploy", "fleetgate.deploy"): "the deploy script's readiness-probe table",
     ("seam_proxy", "fleetgate.envfile"): "the routing proxy's env file",
@@ -75,9 +75,9 @@ def test_no_check_imports_the_sandbox_or_renders() -> None:
         for module, names, line in _imports(path):
             if (root := _under(module, SANDBOX)) is not None:
                 offenders.append(f"fleetgate/checks/{path.name}:{line}: imports {root}")
-            rendering = sorted(set(names) & set(RENDERING)) if module == "fleetgate.rendered" else []
+            rendering = sorted(set(names) & set(RENDERING)) if module == "fleetgate.render.rendered" else []
             if rendering:
-                offenders.append(f"fleetgate/checks/{path.name}:{line}: imports {', '.join(rendering)} from fleetgate.rendered")
+                offenders.append(f"fleetgate/checks/{path.name}:{line}: imports {', '.join(rendering)} from fleetgate.render.rendered")
     offenders = list(dict.fromkeys(offenders))
     assert offenders == [], "\n".join([*offenders, "ask the subject instead: RenderedService.probe(overrides, args=..., service=...)"])
 
@@ -99,7 +99,7 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "import fleetgate.sandbox\n"
-        "from fleetgate.rendered import RenderedService, load_service\n"
+        "from fleetgate.render.rendered import RenderedService, load_service\n"
         "if TYPE_CHECKING:\n"
         "    from fleetgate.units import Unit\n"
         "def f() -> None:\n"
@@ -107,7 +107,7 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
         "from .. import render\n",
         encoding="utf-8")
     seen = {(module, line) for module, _, line in _imports(source)}
-    assert {("fleetgate.sandbox", 2), ("fleetgate.rendered", 3), ("fleetgate.units", 5),
-            ("fleetgate.sources.llama_swap", 7), ("fleetgate.render", 8)} <= seen
-    assert [names for module, names, _ in _imports(source) if module == "fleetgate.rendered"] == [
+    assert {("fleetgate.sandbox", 2), ("fleetgate.render.rendered", 3), ("fleetgate.units", 5),
+            ("fleetgate.sources.llama_swap", 7), ("fleetgate.render.dispatch", 8)} <= seen
+    assert [names for module, names, _ in _imports(source) if module == "fleetgate.render.rendered"] == [
         ("RenderedService", "load_service")]

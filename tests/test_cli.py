@@ -152,7 +152,7 @@ def test_a_command_imports_only_its_own_module() -> None:
     assert render.stdout.splitlines()[-1] == "[]", render.stdout
     checks = subprocess.run([sys.executable, "-c", probe, "checks", "--count"], capture_output=True, text=True, timeout=120,
                             check=True)
-    assert checks.stdout.splitlines()[-1] == "['fleetgate.cli_checks']", checks.stdout
+    assert checks.stdout.splitlines()[-1] == "['fleetgate.cli.checks']", checks.stdout
     helped = subprocess.run([sys.executable, "-m", "fleetgate.cli", "--help"], capture_output=True, text=True, timeout=120,
                             check=False)
     listed = " ".join(helped.stdout.split())

@@ -14,7 +14,7 @@ import pytest
 from fleetgate.checks import get_check
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
-from fleetgate.rendered import load_service
+from fleetgate.render.rendered import load_service
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"

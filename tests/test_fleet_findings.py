@@ -161,7 +161,7 @@ def test_a_non_finite_extrapolation_is_the_finite_seams_finding_and_the_window_s
 def test_a_serve_script_nested_past_bash_s_parser_is_one_line(tmp_path: Path) -> None:
     """200,000 nested $( overflow bash's recursive parser: bash -n dies of SIGSEGV without a word."""
     from fleetgate.manifest import load_fleet
-    from fleetgate.rendered import attempt_service
+    from fleetgate.render.rendered import attempt_service
 
     depth = 200_000
     script = "scripts/serve-reference.sh"
@@ -190,7 +190,7 @@ def test_a_systemd_env_file_with_cr_line_endings_reads_as_systemd_reads_it(tmp_p
     """systemd's env-file parser ends a line at CR as at LF (NEWLINE is "\\n\\r"): the same variables, same lines."""
     from fleetgate.envfile import parse_env_file
     from fleetgate.manifest import load_fleet
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
 
     env = "scripts/frank-medium.env"
     clean = load_fleet(FLEET / "fleet.toml")

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.engines.llama_help import parse_help
 from fleetgate.engines.llamacpp import OPTIONS, context_shape, parse_llama_server
 from fleetgate.ledger.overrides import tensor_overrides
 from tests import argv_oracle as oracle
 from tests.argv_oracle import ENV_CASES, ORACLE_CASES
 from tests.engine import llama_server_binary
+from tools.llama_help import parse_help
 
 
 def test_aliases_and_underscores_read_as_one_flag() -> None:
@@ -222,7 +222,7 @@ def test_a_value_the_engine_refuses_fails_the_argv_seam_with_its_code(
     from fleetgate.checks.seam_argv import engine_accepts_argv
     from fleetgate.failure import Failure
     from fleetgate.manifest import load_fleet
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
 
     fleet_dir = tmp_path / "fleet"
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fleet", fleet_dir)

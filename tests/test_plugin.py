@@ -188,19 +188,19 @@ def test_a_chain_through_a_broken_service_skips_naming_it(pytester: pytest.Pytes
 def test_a_broken_service_file_renders_the_fleet_once(pytester: pytest.Pytester, seams: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken service's error is remembered with the renders: nine seam test functions, one render per service."""
-    import fleetgate.rendered
+    import fleetgate.render.rendered
 
     fleet = copy_fleet(pytester)
     unit = fleet / "scripts" / "frank-tts.service"
     unit.write_text(unit.read_text().replace("[Service]", "[Service", 1))
     renders: Counter[str] = Counter()
-    real = fleetgate.rendered.load_service
+    real = fleetgate.render.rendered.load_service
 
     def counting(fleet: object, service: object, *rest: Any) -> object:
         renders[getattr(service, "name", "?")] += 1
         return real(fleet, service, *rest)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fleetgate.rendered, "load_service", counting)
+    monkeypatch.setattr(fleetgate.render.rendered, "load_service", counting)
     modules = [str(seams / f"test_{name}.py") for name in ("render", "context", "fleet", "argv", "vision")]
     recorder = pytester.inline_run(IMPORT_BY_PATH, *modules, f"--fleet={fleet / 'fleet.toml'}", "-p", "no:cacheprovider")
     failed = [r.nodeid.rpartition("::")[2] for r in recorder.getreports("pytest_runtest_logreport") if r.failed]
@@ -213,14 +213,14 @@ def test_a_fleet_with_one_malformed_file_renders_once_per_run(pytester: pytest.P
     """Every seam of seams/ on a fleet whose frank-medium env file is malformed: the fleet is rendered once for the
     whole run (the renders, the broken one with them, are the run's state), each service once."""
     import fleetgate.plugin._state
-    import fleetgate.rendered
+    import fleetgate.render.rendered
 
     fleet = copy_fleet(pytester)
     env = fleet / "scripts" / "frank-medium.env"
     env.write_text(env.read_text().replace("CACHE_RAM=16384", "export CACHE_RAM=16384", 1))
     fleets: list[str] = []
     renders: Counter[str] = Counter()
-    real_fleet, real_service = fleetgate.plugin._state.attempt_services, fleetgate.rendered.attempt_service
+    real_fleet, real_service = fleetgate.plugin._state.attempt_services, fleetgate.render.rendered.attempt_service
 
     def fleet_render(rendered: Any, **kwargs: Any) -> Any:
         fleets.append(rendered.name)
@@ -231,7 +231,7 @@ def test_a_fleet_with_one_malformed_file_renders_once_per_run(pytester: pytest.P
         return real_service(rendered, service, *rest)
 
     monkeypatch.setattr(fleetgate.plugin._state, "attempt_services", fleet_render)
-    monkeypatch.setattr(fleetgate.rendered, "attempt_service", service_render)
+    monkeypatch.setattr(fleetgate.render.rendered, "attempt_service", service_render)
     recorder = pytester.inline_run(IMPORT_BY_PATH, str(seams), f"--fleet={fleet / 'fleet.toml'}", "-p", "no:cacheprovider")
     failed = [r.nodeid.rpartition("::")[2] for r in recorder.getreports("pytest_runtest_logreport") if r.failed]
     assert failed == ["test_serve_script_renders[frank-medium]"]

@@ -10,8 +10,8 @@ import pytest
 
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
-from fleetgate.render_types import RenderRefused
+from fleetgate.render.dispatch import render
+from fleetgate.render.types import RenderRefused
 
 FLEET_TOML = """
 [fleet]
@@ -521,7 +521,7 @@ def test_a_run_of_a_session_that_times_out_ends_alone(monkeypatch: pytest.Monkey
 
 
 def test_renders_made_side_by_side_are_the_renders_made_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fleetgate.render import RenderRequest, render_many
+    from fleetgate.render.dispatch import RenderRequest, render_many
 
     fleet = load_fleet(make_fleet(tmp_path, 'exec llama-server -c "${CTX:-4096}" --alias "$GREETING" "$@"\n'))
     service = fleet.services["s"]

@@ -10,8 +10,8 @@ import pytest
 
 from fleetgate import sandbox
 from fleetgate.manifest import load_fleet
-from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import Renderer, load_service, share_attempts, unshare_attempts
+from fleetgate.render.rendered import Renderer, load_service, share_attempts, unshare_attempts
+from fleetgate.render.types import RenderRefused
 from fleetgate.runner import FleetInputs
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-import fleetgate.rendered
+import fleetgate.render.rendered
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred, Failure
 from fleetgate.manifest import load_fleet
-from fleetgate.rendered import attempt_services, load_service, share_attempts, unshare_attempts
+from fleetgate.render.rendered import attempt_services, load_service, share_attempts, unshare_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
@@ -73,13 +73,13 @@ def test_where_flag_renders_only_when_a_failure_shows_it(monkeypatch: pytest.Mon
     config = load_service(fleet, fleet.services["frank-medium"])
     assert config.llama is not None
     calls: list[object] = []
-    real = fleetgate.rendered.render
+    real = fleetgate.render.rendered.render
 
     def counting(*args: object, **kwargs: object) -> object:
         calls.append(kwargs.get("overrides"))
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fleetgate.rendered, "render", counting)
+    monkeypatch.setattr(fleetgate.render.rendered, "render", counting)
     where = config.where_flag(config.llama.use("ctx_size"))
     assert isinstance(where, Deferred) and calls == []
     failure = Failure(service="frank-medium", check="c", where=where, observed="o", expected="e", fix="f")
@@ -90,8 +90,8 @@ def test_where_flag_renders_only_when_a_failure_shows_it(monkeypatch: pytest.Mon
 
 
 COUNTER = '''
-import json, os, fleetgate.rendered
-_real = fleetgate.rendered.render
+import json, os, fleetgate.render.rendered
+_real = fleetgate.render.rendered.render
 def _counting(fleet, service, **kwargs):
     # a service's own render; a check's probe (overrides, arguments, a bench, build or deploy script) is not one
     if not kwargs.get("overrides") and not kwargs.get("args") and service.name in fleet.services:
@@ -99,7 +99,7 @@ def _counting(fleet, service, **kwargs):
         with open(path, "a") as f:
             f.write(service.name + "\\n")
     return _real(fleet, service, **kwargs)
-fleetgate.rendered.render = _counting
+fleetgate.render.rendered.render = _counting
 '''
 
 

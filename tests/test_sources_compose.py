@@ -460,7 +460,7 @@ def test_a_start_fleetgate_cannot_read_says_so(tmp_path: Path, service: str, lin
 
 
 def test_a_broken_compose_file_is_that_service_s_finding_not_a_traceback(tmp_path: Path) -> None:
-    from fleetgate.rendered import attempt_service
+    from fleetgate.render.rendered import attempt_service
 
     (tmp_path / "fleet.toml").write_text(FLEET.format(engine="llama.cpp", extra=""), encoding="utf-8")
     (tmp_path / "compose.yaml").write_text("services: [\n", encoding="utf-8")

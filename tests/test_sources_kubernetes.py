@@ -13,7 +13,7 @@ import pytest
 
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
+from fleetgate.render.dispatch import render
 from fleetgate.sources.compose import Grant
 from fleetgate.sources.kubernetes import (
     MAX_VALUE_CHARS,

@@ -14,7 +14,7 @@ import pytest
 
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
+from fleetgate.render.dispatch import render
 from fleetgate.sources.llama_swap import DEFAULT_GROUP, SwapGroup, read_config, split_command
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ import pytest
 
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
+from fleetgate.render.dispatch import render
 from fleetgate.sources.router_preset import child_argv, load_on_startup, read_preset
 
 REPO = Path(__file__).resolve().parents[1]

@@ -93,7 +93,7 @@ def _unit_exec_fleet(tmp_path: Path, exec_start: str, extra: str = ""):  # type:
 ])
 def test_an_inline_script_renders_after_systemds_expansion(tmp_path: Path, exec_start: str,
                                                            argv: tuple[str, ...]) -> None:
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     fleet = _unit_exec_fleet(tmp_path, exec_start)
     result = render(fleet, fleet.services["chat"])
@@ -103,7 +103,7 @@ def test_an_inline_script_renders_after_systemds_expansion(tmp_path: Path, exec_
 
 
 def test_sh_c_is_named_as_rendered_by_bash(tmp_path: Path) -> None:
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     fleet = _unit_exec_fleet(tmp_path, "ExecStart=/bin/sh -c 'exec llama-server'")
     notes = render(fleet, fleet.services["chat"]).notes
@@ -116,7 +116,7 @@ def test_sh_c_is_named_as_rendered_by_bash(tmp_path: Path) -> None:
     ("ExecStart=/bin/bash -c", "without a command string"),
 ])
 def test_a_broken_inline_script_is_one_line_naming_file_and_line(tmp_path: Path, exec_start: str, said: str) -> None:
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     fleet = _unit_exec_fleet(tmp_path, exec_start)
     with pytest.raises(InputError) as caught:
@@ -127,8 +127,8 @@ def test_a_broken_inline_script_is_one_line_naming_file_and_line(tmp_path: Path,
 
 
 def test_an_inline_script_that_exits_names_the_exec_start_line(tmp_path: Path) -> None:
-    from fleetgate.render import render
-    from fleetgate.render_types import RenderRefused
+    from fleetgate.render.dispatch import render
+    from fleetgate.render.types import RenderRefused
 
     fleet = _unit_exec_fleet(tmp_path, "ExecStart=/bin/bash -c 'echo no model >&2; exit 3'")
     with pytest.raises(RenderRefused) as caught:
@@ -146,7 +146,7 @@ def _install_fleet(tmp_path: Path, install: str):  # type: ignore[no-untyped-def
 
 
 def test_an_env_file_rendered_by_an_install_script_is_read_where_the_template_sets_it(tmp_path: Path) -> None:
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     # sudo runs the rest of its line; systemctl and chown are stubs; nothing leaves the sandbox.
     fleet_dir = _install_fleet(tmp_path, "#!/bin/bash\nset -e\ncd \"$(dirname \"$0\")\"\nsudo -E mkdir -p /etc/default\n"
@@ -165,7 +165,7 @@ def test_an_env_file_rendered_by_an_install_script_is_read_where_the_template_se
 
 
 def test_an_install_script_that_writes_no_env_file_is_one_line(tmp_path: Path) -> None:
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     fleet_dir = _install_fleet(tmp_path, "#!/bin/bash\necho 'run me as root' >&2\nexit 4\n")
     fleet = load_fleet(fleet_dir / "fleet.toml")

@@ -15,7 +15,7 @@ from fleetgate.engines.vllm import image_release, load_release, read_argv
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
-from fleetgate.rendered import RenderedService, load_service
+from fleetgate.render.rendered import RenderedService, load_service
 from fleetgate.sources.docker_run import engine_of_image
 from tests.fleet_edits import Edit, edited_fleet
 
@@ -96,7 +96,7 @@ def test_a_pinned_release_without_a_table_is_not_judged(tmp_path: Path, engine_b
               else f"engine_build ({config.fleet.where('services', 'frank-archon', 'engine_build')})")
     assert _verdict(config) == ("not judged", (
         "not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every release from 0.8.0 to 0.34.0); "
-        "declare the release the service runs, or record it: python -m fleetgate.engines.extract_vllm_args (it reads "
+        "declare the release the service runs, or record it: python -m tools.extract_vllm_args (it reads "
         f"each release's sdist from PyPI); pinned by {pinned}"))
 
 
@@ -308,7 +308,7 @@ def test_the_extractor_reads_what_the_data_says_of_a_real_sdist(tmp_path: Path) 
     import os
     import urllib.request
 
-    from fleetgate.engines import extract_vllm_args
+    from tools import extract_vllm_args
 
     if os.environ.get("FLEETGATE_FETCH_SDISTS") != "1":
         pytest.skip("FLEETGATE_FETCH_SDISTS=1 is not set: reading vLLM sdists from PyPI is left to CI")

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
     from fleetgate.host import HostTarget
     from fleetgate.live.endpoint import LiveEndpoint
-    from fleetgate.rendered import Probe, RenderedService, ServiceAttempt
+    from fleetgate.render.rendered import Probe, RenderedService, ServiceAttempt
     from fleetgate.timeouts import ResolvedChain
 
 __all__ = [

@@ -10,7 +10,7 @@ from fleetgate.checks import NOT_JUDGED
 from fleetgate.fleet import gib
 
 if TYPE_CHECKING:
-    from fleetgate.rendered import RenderedService
+    from fleetgate.render.rendered import RenderedService
 
 __all__ = ["gib", "mib", "no_cards", "no_profile", "profile_missing"]
 

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 
 from fleetgate.checks import Check, host_check
 from fleetgate.host import HostReadError, HostTarget, SystemdUnit, environment_files, limit_bytes
-from fleetgate.render_types import map_to_repo
+from fleetgate.render.types import map_to_repo
 
 __all__: list[str] = []
 

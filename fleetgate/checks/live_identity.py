@@ -120,7 +120,7 @@ def _model_entry(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
 @lru_cache(maxsize=8)
 def _declared_header(path: str) -> dict[str, Any] | str:
     """What the GGUF at the declared path says about itself, or why it cannot be read here."""
-    from fleetgate.gguf import read_header
+    from fleetgate.models.gguf import read_header
 
     try:
         header = read_header(Path(path))

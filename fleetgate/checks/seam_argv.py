@@ -17,7 +17,7 @@ import shlex
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
 from fleetgate.engines.llamacpp import LlamaServerConfig, accepted_flags
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["NAME", "table_note"]
 
@@ -33,7 +33,7 @@ def _is_llama(config: RenderedService) -> str | None:
         return (f"{config.name} declares llama.cpp build {build.number} "
                 f"({config.fleet.where('services', config.name, 'engine_build')}), outside the option tables "
                 f"(builds {builds.first} to {builds.last}): its argv cannot be read as that build reads it; "
-                "declare a build in that span, or extend the tables (python -m fleetgate.engines.extract_llama_args)")
+                "declare a build in that span, or extend the tables (python -m tools.extract_llama_args)")
     return None
 
 
@@ -126,7 +126,7 @@ def _not_judged(llama: LlamaServerConfig, resolved: Resolved, undecided: dict[st
                          f"was cut from ({resolved.sample} or {resolved.next_sample}) as engine_build")
     values = "; ".join(f"{p.flag}: {p.message}" for p in llama.unjudged)
     return NotJudged(f"not judged: {values}; record the handler's condition in extract_llama_args and regenerate "
-                     "the tables (python -m fleetgate.engines.extract_llama_args)")
+                     "the tables (python -m tools.extract_llama_args)")
 
 
 @CHECK.register

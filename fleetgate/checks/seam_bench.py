@@ -16,8 +16,8 @@ from dataclasses import replace
 
 from fleetgate.checks import service_seam
 from fleetgate.fleet import Bench, Service
-from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import Probe, RenderedService
+from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.types import RenderRefused
 
 __all__ = ["NAME"]
 

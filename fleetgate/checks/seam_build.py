@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from fleetgate.checks import Lacks, service_seam
 from fleetgate.fleet import Bench, Service
-from fleetgate.render_types import Rendered, RenderRefused
-from fleetgate.rendered import Probe, RenderedService
+from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.types import Rendered, RenderRefused
 
 __all__ = ["NAME"]
 

@@ -19,7 +19,7 @@ A root Docker daemon maps the container's root to the host's; rootless podman ma
 from __future__ import annotations
 
 from fleetgate.checks import NotJudged, service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 from fleetgate.sources.docker_run import engine_of_image
 
 __all__ = ["CONTAINER_USER"]

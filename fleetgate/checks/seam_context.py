@@ -13,7 +13,7 @@ from fleetgate.checks import service_seam
 from fleetgate.checks._common import no_profile
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.policies import policy_on
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"

@@ -142,8 +142,8 @@ def _nothing_shared(fleet: Fleet) -> str | None:
 def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
     from fleetgate.ledger.service import service_ledger
-    from fleetgate.render_types import RenderRefused
-    from fleetgate.rendered import attempt_of
+    from fleetgate.render.rendered import attempt_of
+    from fleetgate.render.types import RenderRefused
 
     try:
         # the run's render of it, when the run has made one

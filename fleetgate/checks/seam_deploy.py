@@ -28,9 +28,9 @@ from fleetgate.checks import service_seam
 from fleetgate.checks.seam_swap import payload_variables
 from fleetgate.deploy import Probe, read_probes
 from fleetgate.failure import Failure
-from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import Probe as RenderProbe
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import Probe as RenderProbe
+from fleetgate.render.rendered import RenderedService
+from fleetgate.render.types import RenderRefused
 
 __all__: list[str] = []
 

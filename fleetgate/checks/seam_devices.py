@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from fleetgate.checks import service_seam
 from fleetgate.fleet import Device
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "device-visibility"
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")

@@ -26,7 +26,7 @@ from fleetgate.checks import fleet_seam, service_seam
 from fleetgate.checks.seam_context import declared_shape
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.fleet import Fleet
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["IndexEntry", "Shape", "read_index"]
 

@@ -19,7 +19,7 @@ from fleetgate.ledger.accounts import Buffer, Ledger
 from fleetgate.ledger.devices import HOST
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
 from fleetgate.ledger.service import calibrations_of
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).

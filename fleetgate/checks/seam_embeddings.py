@@ -10,7 +10,7 @@ to pool once embeddings are on. A router's preset section is the same argv (``po
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["EMBEDDINGS"]
 

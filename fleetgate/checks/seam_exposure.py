@@ -20,7 +20,7 @@ import ipaddress
 
 from fleetgate.checks import service_seam
 from fleetgate.failure import Deferred
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 Reach = tuple[str, "str | Deferred"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, fleet_seam, service_seam
 from fleetgate.fleet import Fleet, Service
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 FINITE = "fleet-numbers-finite"
 UNIQUE = "service-ports-unique"

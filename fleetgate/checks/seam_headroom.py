@@ -28,7 +28,7 @@ from fleetgate.checks._common import profile_missing
 from fleetgate.checks.seam_devices import visible_devices
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["HEADROOM", "cards_of"]
 
@@ -114,7 +114,7 @@ def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[De
 
 def _config(fleet: Fleet, service: Service) -> RenderedService | None:
     """The run's render of a neighbour (rendered now where the run made none); None where it does not render."""
-    from fleetgate.rendered import attempt_of
+    from fleetgate.render.rendered import attempt_of
 
     try:
         return attempt_of(fleet, service).config

@@ -21,7 +21,7 @@ from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
 from fleetgate.ledger.service import _ledger_builder, arm_rungs, calibrations_of, service_ledger, service_sweep
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 from fleetgate.toml_keys import locate_key
 
 FLOOR = "card-floor"

@@ -7,7 +7,7 @@ is what it will do. A live check (live-sampler-defaults) reads the same values b
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["NAME"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.checks._common import profile_missing
 from fleetgate.policies import policy_on
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "profile-declared"
 

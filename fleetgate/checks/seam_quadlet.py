@@ -14,8 +14,8 @@ from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
 from fleetgate.checks.seam_units import UNIT_ENGINES, not_a_quadlet, unit_of
-from fleetgate.render_types import map_to_repo
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
+from fleetgate.render.types import map_to_repo
 from fleetgate.units import Setting, Unit
 
 __all__ = ["container_paths", "mounts"]

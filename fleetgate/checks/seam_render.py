@@ -7,8 +7,8 @@ from typing import NoReturn
 
 from fleetgate.checks import NotJudged, attempt_seam
 from fleetgate.errors import NotRead
-from fleetgate.render_types import Origin
-from fleetgate.rendered import ServiceAttempt
+from fleetgate.render.rendered import ServiceAttempt
+from fleetgate.render.types import Origin
 
 NAME = "serve-script-renders"
 

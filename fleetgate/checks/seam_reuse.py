@@ -20,7 +20,7 @@ from __future__ import annotations
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.checks._common import profile_missing
 from fleetgate.engines.llamacpp import context_shape, pad, stoi
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["REUSE"]
 

@@ -24,7 +24,7 @@ from fleetgate.engines.llama_metrics import load_llama_metrics
 from fleetgate.engines.vllm import load_release
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, Service
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["Selector", "exported", "selectors"]
 

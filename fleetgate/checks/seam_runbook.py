@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.checks import service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "runbook-settings"
 HEADING = "deployed configuration"

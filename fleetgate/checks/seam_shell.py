@@ -7,8 +7,8 @@ does not read the script: it asks for it rendered twice (its probe), as bash run
 from __future__ import annotations
 
 from fleetgate.checks import NotApplicable, service_seam
-from fleetgate.render_types import RenderRefused
-from fleetgate.rendered import Probe, RenderedService
+from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.types import RenderRefused
 
 NAME = "empty-means-omit"
 

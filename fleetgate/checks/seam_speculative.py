@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "speculative-wiring"
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 from fleetgate.checks import service_seam
+from fleetgate.models.profile import Profile, load_profile
 from fleetgate.payload import read_manifest
-from fleetgate.profile import Profile, load_profile
-from fleetgate.render_types import Origin, Rendered, RenderRefused
-from fleetgate.rendered import Probe, RenderedService
+from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.types import Origin, Rendered, RenderRefused
 
 __all__ = ["payload_variables"]
 

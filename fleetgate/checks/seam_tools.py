@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fleetgate.chat_template import PROBE_TOOL, describes_tools
 from fleetgate.checks import NotApplicable, NotJudged, service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["TEMPLATE", "TOOLS"]
 

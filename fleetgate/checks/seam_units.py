@@ -14,8 +14,8 @@ from itertools import pairwise
 
 from fleetgate.checks import service_seam
 from fleetgate.policies import policy_on
-from fleetgate.render_types import RenderRefused, map_to_repo
-from fleetgate.rendered import Probe, RenderedService
+from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.types import RenderRefused, map_to_repo
 from fleetgate.units import Setting, Unit
 
 __all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of", "user_unit"]

@@ -6,7 +6,7 @@ import re
 
 from fleetgate.checks import service_seam
 from fleetgate.failure import Deferred
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).

@@ -11,7 +11,7 @@ from typing import Any
 
 from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.policies import policy_on
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "vllm-memory-knobs"
 

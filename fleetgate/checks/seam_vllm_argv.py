@@ -5,7 +5,7 @@ vLLM image in fleet.toml, compose, ``docker run``, a Kubernetes container or a Q
 ``Image=`` tag names); a service that pins none, or pulls a tag that floats, is read with the newest release held,
 and its figures and failures say so with how to pin it; a pinned release with no recorded table is not judged. The release's options, value
 parsers and ``--speculative-config`` schema come from its wheel (fleetgate/engines/vllm_release*.json, read by
-``fleetgate.engines.vllm_wheel``); a Quadlet whose image is the radiance fork adds that fork's flags and drafter
+``tools.vllm_wheel``); a Quadlet whose image is the radiance fork adds that fork's flags and drafter
 method.
 """
 
@@ -27,7 +27,7 @@ from fleetgate.engines.vllm import (
     unrecorded,
 )
 from fleetgate.failure import Deferred
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["fork_of", "release_of"]
 

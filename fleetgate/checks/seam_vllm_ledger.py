@@ -15,7 +15,7 @@ from fleetgate.checks._common import gib
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "vllm-starts"
 

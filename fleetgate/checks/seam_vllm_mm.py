@@ -17,7 +17,7 @@ from typing import Any
 
 from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.engines.vllm import RADIANCE, load_release, read_as_vllm
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "vllm-mm-limits"
 DEFAULT_LIMIT = 999  # vllm/config/multimodal.py: per modality when --limit-mm-per-prompt does not name it

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgate.checks import service_seam
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 NAME = "vllm-speculative-depth"
 

@@ -19,7 +19,7 @@ import re
 
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.errors import InputError
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["VOLUMES"]
 

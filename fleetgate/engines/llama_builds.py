@@ -1,7 +1,7 @@
 """llama-server's options build by build (llama_server_builds.json), and what one build does with a flag name.
 
 The data comes from the ``add_opt(common_arg(...))`` declarations of every published build's common/arg.cpp
-(``python -m fleetgate.engines.extract_llama_args`` regenerates it): each option variant (names, value type,
+(``python -m tools.extract_llama_args`` regenerates it): each option variant (names, value type,
 value grammar, removal) with the intervals of builds that carry it. A published build is read exactly. A build
 number that was never published (a local build, a fork's tag) lies between two published ones; it is judged for
 a flag only where their tables agree on it (``Builds.undecided``): the same state, value type and grammar on

@@ -291,7 +291,7 @@ def _data() -> dict[str, Any]:
 
 def releases() -> tuple[str, ...]:
     """The vLLM releases fleetgate holds option tables for: every release from 0.8.0 to the newest it was
-    extracted at (vllm_releases.json, fleetgate.engines.extract_vllm_args)."""
+    extracted at (vllm_releases.json, tools.extract_vllm_args)."""
     return tuple(_data()["releases"])
 
 
@@ -321,7 +321,7 @@ def holders(name: str) -> list[tuple[str, str]]:
 
 def load_release(version: str = DEFAULT_RELEASE) -> Release:
     """One vLLM release's options, speculative-config schema and metrics (vllm_releases.json, read from its sdist
-    by fleetgate.engines.extract_vllm_args); 0.13.0 unless told (the release the radiance fork is built on)."""
+    by tools.extract_vllm_args); 0.13.0 unless told (the release the radiance fork is built on)."""
     if version not in releases():
         raise ValueError(f"no option table for vLLM {version}: fleetgate holds {releases()[0]} to {releases()[-1]}")
     return _load_release(version)
@@ -394,7 +394,7 @@ def unrecorded(version: str) -> str | None:
     held = releases()
     return (f"not judged: vLLM {version} has no recorded option table (fleetgate holds every release from {held[0]} "
             f"to {held[-1]}); declare the release the service runs, or record it: python -m "
-            "fleetgate.engines.extract_vllm_args (it reads each release's sdist from PyPI)")
+            "tools.extract_vllm_args (it reads each release's sdist from PyPI)")
 
 
 # -- what vLLM names as the successor of an option it removed or renamed (vllm_successors.json) -----------------

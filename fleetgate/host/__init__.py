@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from fleetgate.fleet import LOOPBACK
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = [
     "HostTarget",

@@ -6,7 +6,7 @@ suite already has:
 
 - systemd units (``*.service``) and Quadlet ``*.container`` files, by ``fleetgate.units.parse_unit``: an
   ``ExecStart=`` that runs the engine itself is expanded as systemd expands it (``fleetgate.sources.systemd``); one
-  that runs a serve script of the repository is rendered the way the seams render it (``fleetgate.render``), so the
+  that runs a serve script of the repository is rendered the way the seams render it (``fleetgate.render.dispatch``), so the
   port and the model come from the argv the script really builds;
 - serve scripts whose engine is a ``docker run``/``podman run`` line: rendered in the sandbox (the client is a stub,
   ``fleetgate.sources.docker_run`` reads the recorded line); the port through ``-p``, the model through ``-v``;

@@ -281,13 +281,13 @@ def sandbox_render(root: Path, deploy_root: str | None, name: str, engine: Engin
                     payload: tuple[str, ...], env_template: tuple[Path, Path] | None = None) -> ScriptRender:
     """Render one script as the seams do, with a fleet of that one service (nothing written, nothing started)."""
     from fleetgate.fleet import EnvTemplate
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     template = (EnvTemplate(template=env_template[0], script=env_template[1], writes=None, where="fleetgate init")
                 if env_template is not None else None)
     fleet, service = stub_fleet(root, deploy_root, name, engine, serve_script=script.resolve(),
                                  unit=unit.resolve() if unit else None, payload=payload, env_template=template)
-    from fleetgate.render_types import RenderRefused
+    from fleetgate.render.types import RenderRefused
 
     # A script that tests its payload before it starts the engine (`[ -f "$MODEL" ] || exit 1`) is rendered again
     # with each file it asked for present, as the seams render it with the declared payload: a few rounds at most.

@@ -20,7 +20,7 @@ from fleetgate.ledger.projector import book_projector, book_projector_compute
 from fleetgate.ledger.recurrent import book_recurrent, recurrent_per_slot
 from fleetgate.ledger.runtime import book_runtime
 from fleetgate.ledger.weights import book_weights, host_holding, moved_tensors
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["build_ledger"]
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
-from fleetgate.gguf import row_bytes
 from fleetgate.ledger.accounts import Accounts, Calibration, Term, calibrations_at
 from fleetgate.ledger.context import ContextParams
 from fleetgate.ledger.devices import HOST, Card
@@ -24,7 +23,8 @@ from fleetgate.ledger.options import flag_value
 from fleetgate.ledger.placement import PlacedModel
 from fleetgate.ledger.weights import alloc
 from fleetgate.ledger.weights import moved_tensors as model_moved
-from fleetgate.profile import Profile
+from fleetgate.models.gguf import row_bytes
+from fleetgate.models.profile import Profile
 
 __all__ = [
     "COMPUTE_FACTORS",

@@ -17,7 +17,7 @@ from fleetgate.engines.llamacpp import TRUTHY, ContextShape, LlamaServerConfig, 
 from fleetgate.ledger.accounts import Refusal
 from fleetgate.ledger.devices import FLOAT_TYPES, Card
 from fleetgate.ledger.options import flag_value
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["FA_HEAD_SIZES", "ContextParams", "context_params", "embedding_mode", "resolve_flash_attn"]
 

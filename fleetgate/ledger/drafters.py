@@ -16,7 +16,7 @@ from fleetgate.ledger.kv import KvCache, book_kv, kv_layers, state_per_slot
 from fleetgate.ledger.options import option_value
 from fleetgate.ledger.placement import Devices, PlacedModel, n_gpu_layers, place
 from fleetgate.ledger.weights import HostHolding, book_weights
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["CONTEXT_DRAFTERS", "Drafter", "book_drafter"]
 

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
-from fleetgate.gguf import KV_CACHE_TYPES, row_bytes
 from fleetgate.ledger.accounts import Accounts, Basis, Term
 from fleetgate.ledger.context import ContextParams
 from fleetgate.ledger.devices import FLOAT_TYPES, HOST, Card
 from fleetgate.ledger.options import flag_value, option_value
-from fleetgate.profile import Profile
+from fleetgate.models.gguf import KV_CACHE_TYPES, row_bytes
+from fleetgate.models.profile import Profile
 
 __all__ = ["KvCache", "book_kv", "check_cache_types", "kv_caches", "kv_layers", "state_per_slot"]
 

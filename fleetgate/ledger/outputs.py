@@ -10,7 +10,7 @@ from fleetgate.ledger.devices import HOST
 from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import kv_layers
 from fleetgate.ledger.placement import PlacedModel
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["book_outputs", "output_buffer"]
 

@@ -25,7 +25,7 @@ from fleetgate.ledger.accounts import Refusal
 from fleetgate.ledger.devices import HOST, Card
 from fleetgate.ledger.options import option_value
 from fleetgate.ledger.overrides import TensorOverride, tensor_overrides
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["Devices", "PlacedModel", "devices_of", "n_gpu_layers", "place", "place_target", "placement",
            "resolve_overrides"]

@@ -15,7 +15,7 @@ from fleetgate.ledger.devices import HOST, Card
 from fleetgate.ledger.options import option_value
 from fleetgate.ledger.placement import Devices
 from fleetgate.ledger.weights import alloc
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["book_projector", "book_projector_compute"]
 

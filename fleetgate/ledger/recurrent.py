@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
-from fleetgate.gguf import RS_ROLLBACK_ARCHS
 from fleetgate.ledger.accounts import Accounts, Basis
 from fleetgate.ledger.devices import HOST, Card
 from fleetgate.ledger.kv import KvCache
 from fleetgate.ledger.placement import PlacedModel
-from fleetgate.profile import Profile
+from fleetgate.models.gguf import RS_ROLLBACK_ARCHS
+from fleetgate.models.profile import Profile
 
 __all__ = ["ROLLBACK_DRAFTERS", "book_recurrent", "recurrent_per_slot", "rollback_rows"]
 

@@ -15,7 +15,7 @@ from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import kv_layers
 from fleetgate.ledger.placement import Devices, PlacedModel
 from fleetgate.ledger.weights import with_tied_output
-from fleetgate.profile import Profile
+from fleetgate.models.profile import Profile
 
 __all__ = ["RUNTIMES", "Runtime", "book_runtime"]
 

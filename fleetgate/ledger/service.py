@@ -1,4 +1,4 @@
-"""The ledger of a rendered fleet service (``fleetgate.rendered.RenderedService``) on its host's cards: the compute
+"""The ledger of a rendered fleet service (``fleetgate.render.rendered.RenderedService``) on its host's cards: the compute
 calibrations and documented arms its fleet.toml declares, the ledger built once per rendered config for all the
 memory seams, and its ``--tensor-split`` sweep against the host's floor and slack."""
 
@@ -12,7 +12,7 @@ from fleetgate.ledger.accounts import Calibration, Ledger
 from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import Card
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 
 __all__ = ["arm_rungs", "calibrations_of", "service_ledger", "service_sweep"]
 
@@ -57,7 +57,7 @@ _LEDGERS: dict[int, tuple[Any, Ledger]] = {}
 
 
 def service_ledger(config: Any) -> Ledger:
-    """The ledger of a rendered llama.cpp service (``fleetgate.rendered.RenderedService``) on its host's cards.
+    """The ledger of a rendered llama.cpp service (``fleetgate.render.rendered.RenderedService``) on its host's cards.
 
     Built once per rendered config, for all the memory seams. Raises KeyError for a ``--device`` name
     the host has no card for.

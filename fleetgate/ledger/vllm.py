@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import InputError
-from fleetgate.model_config import DTYPE_BYTES, ModelConfig, model_config_from
+from fleetgate.models.config import DTYPE_BYTES, ModelConfig, model_config_from
 
 __all__ = ["Checkpoint", "VllmLedger", "checkpoint_of", "derived_max_model_len", "safetensors_bytes", "vllm_ledger"]
 
@@ -164,7 +164,7 @@ def _json(text: bytes, where: str) -> Mapping[str, Any]:
 
 def _remote_safetensors(url: str) -> tuple[int, int]:
     """(tensor bytes, header bytes read) of one safetensors file, by range."""
-    from fleetgate.rangeread import RangeReader
+    from fleetgate.models.rangeread import RangeReader
 
     with RangeReader(url, limit=MAX_SAFETENSORS_HEADER + 8) as src:
         (length,) = struct.unpack("<Q", src.read(8))
@@ -176,7 +176,7 @@ def _remote_safetensors(url: str) -> tuple[int, int]:
 
 
 def _remote_small(url: str, limit: int = 16 << 20) -> bytes:
-    from fleetgate.rangeread import RangeReader
+    from fleetgate.models.rangeread import RangeReader
 
     with RangeReader(url, limit=limit) as src:
         out = bytearray()
@@ -197,7 +197,7 @@ def safetensors_bytes(source: str) -> tuple[int, list[str]]:
     A remote checkpoint (``hf://OWNER/REPO`` or its resolve URL of a file) is read by range: the index
     (``model.safetensors.index.json``) names the shards, each shard's header is read, never its data.
     """
-    from fleetgate.rangeread import is_remote, resolve_url
+    from fleetgate.models.rangeread import is_remote, resolve_url
 
     if not is_remote(source):
         path = Path(source)

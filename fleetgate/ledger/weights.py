@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
-from fleetgate.gguf import row_bytes
 from fleetgate.ledger.accounts import Accounts, Basis, Term
 from fleetgate.ledger.devices import BACKENDS, FLOAT_TYPES, HOST, Backend, Card
 from fleetgate.ledger.options import flag_value
 from fleetgate.ledger.overrides import Moved, TensorOverride, match_override
 from fleetgate.ledger.placement import Devices, PlacedModel
-from fleetgate.profile import Profile, Weight
+from fleetgate.models.gguf import row_bytes
+from fleetgate.models.profile import Profile, Weight
 
 __all__ = [
     "AMX_FEATURES",

@@ -20,8 +20,8 @@ from fleetgate.live.contract import LiveContract, derive_contract
 from fleetgate.live.dialects import Dialect, dialect_for
 from fleetgate.live.endpoint import BUDGET_TOKENS, CheckRecord, LiveEndpoint
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, rule_selectors, rule_thresholds
-from fleetgate.render import render
-from fleetgate.rendered import RenderedService, load_service
+from fleetgate.render.dispatch import render
+from fleetgate.render.rendered import RenderedService, load_service
 
 __all__ = [
     "BUDGET_TOKENS",

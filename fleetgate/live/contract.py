@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.fleet import Engine
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["LiveContract", "derive_contract"]
 

@@ -21,7 +21,7 @@ from fleetgate.live.client import Client, EndpointError, Reply, StreamReply, sho
 from fleetgate.live.contract import LiveContract
 from fleetgate.live.dialects import Dialect
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, parse_metrics
-from fleetgate.rendered import RenderedService
+from fleetgate.render.rendered import RenderedService
 
 __all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
            "prompt_tokens_at_most"]

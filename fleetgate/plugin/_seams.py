@@ -26,7 +26,7 @@ from fleetgate.fleet import LOOPBACK
 from fleetgate.incidents import load_catalogue
 from fleetgate.plugin import _state
 from fleetgate.plugin._item import CheckParam
-from fleetgate.rendered import share_attempts
+from fleetgate.render.rendered import share_attempts
 from fleetgate.runner import NotASeam, seam_subjects
 
 __all__: list[str] = []

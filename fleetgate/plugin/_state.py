@@ -24,7 +24,7 @@ from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet, Service
 from fleetgate.manifest import load_fleet
 from fleetgate.plugin._missing import missing_requirement
-from fleetgate.rendered import ServiceAttempt, attempt_services, unshare_attempts
+from fleetgate.render.rendered import ServiceAttempt, attempt_services, unshare_attempts
 from fleetgate.replay import RequestLog
 from fleetgate.report import PREFIX
 from fleetgate.runner import chains_of, plan_scope, planned_probes, planned_renderer

@@ -38,7 +38,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
-from fleetgate.render_types import Origin, Rendered, map_to_repo
+from fleetgate.render.types import Origin, Rendered, map_to_repo
 from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.errors import InputError, read_text
-from fleetgate.render_types import Origin, Rendered
+from fleetgate.render.types import Origin, Rendered
 from fleetgate.secrets import MASK
 from fleetgate.sources.compose import Grant, deepest_mount
 from fleetgate.sources.docker_run import split_image

@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from fleetgate.errors import InputError, read_text
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 from fleetgate.sources.yaml_bounded import compose_yaml
 
 if TYPE_CHECKING:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError, read_text
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
 if TYPE_CHECKING:
     from fleetgate.engines.llama_builds import Variant

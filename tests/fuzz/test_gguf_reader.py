@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetgate.errors import InputError
-from fleetgate.gguf import read_header
-from fleetgate.profile import load_profile
+from fleetgate.models.gguf import read_header
+from fleetgate.models.profile import load_profile
 from tests.fuzz._oneline import assert_reads_or_one_line
 from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
 

@@ -1,6 +1,6 @@
 """The committed vLLM release data (fleetgate/engines/vllm_releases.json) and the argparse reading built on it.
 
-The data is what ``python -m fleetgate.engines.extract_vllm_args`` reads from each release's sdist; when a wheel is
+The data is what ``python -m tools.extract_vllm_args`` reads from each release's sdist; when a wheel is
 at hand (FLEETGATE_VLLM_WHEEL=PATH, from ``pip download --no-deps vllm==0.13.0``) it is read and must give the
 release's options, speculative schema and metrics as the committed data holds them.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.engines.vllm import RADIANCE, load_release, read_as_vllm
-from fleetgate.engines.vllm_wheel import read_wheel
+from tools.vllm_wheel import read_wheel
 
 
 def test_the_release_is_the_pinned_one_with_its_own_flags_and_metrics() -> None:

@@ -548,7 +548,7 @@ def test_the_table_has_every_kind_of_the_issue() -> None:
 
 def test_an_engine_run_by_absolute_path_renders_as_the_engine(world: World) -> None:
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     _script("exec {engine} --port 8080 -c 1024\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
@@ -559,7 +559,7 @@ def test_an_engine_run_by_absolute_path_renders_as_the_engine(world: World) -> N
 
 def test_a_render_with_lingering_children_ends_when_the_script_does(world: World) -> None:
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     _script("(exec -a {token} /bin/sleep 300) >&2 &\nexec llama-server --port 8080\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
@@ -571,8 +571,8 @@ def test_a_render_with_lingering_children_ends_when_the_script_does(world: World
 
 def test_a_timeout_kills_the_whole_tree(world: World) -> None:
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
-    from fleetgate.render_types import RenderRefused
+    from fleetgate.render.dispatch import render
+    from fleetgate.render.types import RenderRefused
 
     _script("for i in 1 2 3; do setsid bash -c 'while :; do /bin/sleep 1; done' {token} & done\nwhile :; do /bin/sleep 0.1; done\n")(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
@@ -586,7 +586,7 @@ def test_the_probes_see_an_escape_when_unconfined(world: World, monkeypatch: pyt
     """Negative control: under the explicit opt-out the same probes catch the write and the connection."""
     from fleetgate import sandbox
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "namespaces switched off by this test")
     monkeypatch.setenv(sandbox.OPT_OUT, "1")
@@ -614,7 +614,7 @@ def test_without_namespaces_the_render_refuses_in_one_line(world: World, monkeyp
 def test_a_units_bash_env_is_read_before_the_script_as_bash_reads_it(world: World) -> None:
     """bash reads BASH_ENV before a non-interactive script: a unit's BASH_ENV file sets what the script sees."""
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     (world.fleet / "be.env").write_text("CTX=99999999999\n", encoding="utf-8")
     _unit("Environment=PATH", "Environment=BASH_ENV=/srv/repo/be.env PATH")(world)
@@ -627,7 +627,7 @@ def test_a_units_bash_env_is_read_before_the_script_as_bash_reads_it(world: Worl
 
 def test_the_sandbox_has_a_host_name_of_its_own(world: World) -> None:
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     _script('exec llama-server --alias "$(hostname)/$(uname -n)/$HOSTNAME"\n')(world)
     fleet = load_fleet(world.fleet / "fleet.toml")
@@ -638,7 +638,7 @@ def test_the_sandbox_has_a_host_name_of_its_own(world: World) -> None:
 def test_a_drop_in_linked_to_a_file_of_the_repository_applies(world: World) -> None:
     """The control of the drop-in cases: confinement is by real path, not a ban on symlinks."""
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     (world.fleet / "shared").mkdir()
     (world.fleet / "shared" / "ctx.conf").write_text("[Service]\nEnvironment=CTX=2048\n", encoding="utf-8")
@@ -653,7 +653,7 @@ def test_a_stderr_path_is_stubbed_inside_the_sandbox_only(world: World) -> None:
     """The engine by a normal absolute path the script names on stderr: stubbed in the new root, the
     render goes on, and the directory does not appear on this machine."""
     from fleetgate.manifest import load_fleet
-    from fleetgate.render import render
+    from fleetgate.render.dispatch import render
 
     _script('[[ -x {outside}/made/llama-server ]] || echo "{outside}/made/llama-server: No such file or directory" >&2\n'
             'exec {outside}/made/llama-server --port 8080\n')(world)

@@ -21,7 +21,7 @@ import pytest
 
 from fleetgate.cli import main
 from fleetgate.errors import InputError
-from fleetgate.gguf_remote import read_remote_header
+from fleetgate.models.gguf_remote import read_remote_header
 
 TOKEN = "hf_never_shown_0123456789"
 

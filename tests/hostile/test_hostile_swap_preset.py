@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
-from fleetgate.render import render
+from fleetgate.render.dispatch import render
 fleet = load_fleet(Path(sys.argv[1]))
 try:
     print(render(fleet, fleet.services["coder"]).argv)

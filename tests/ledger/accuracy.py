@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.build import build_ledger
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 from tests.ledger.cases import CASES, Case
 from tests.ledger.compare import compare
 from tests.ledger.engine import find_engine, model_paths, run_server

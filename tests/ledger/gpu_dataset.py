@@ -18,7 +18,7 @@ from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.accounts import Ledger
 from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import Card
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 
 DATA = Path(__file__).parent / "data"
 DATASET = DATA / "gpu-h200.json"

@@ -21,8 +21,8 @@ from fleetgate.ledger.accounts import Calibration, Ledger
 from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import Card
 from fleetgate.manifest import load_fleet
-from fleetgate.profile import load_profile
-from fleetgate.rendered import load_service
+from fleetgate.models.profile import load_profile
+from fleetgate.render.rendered import load_service
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "fixtures" / "fleet" / "fleet.toml"

@@ -20,7 +20,7 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.build import build_ledger
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 from tests.ledger.gpu_dataset import DATA, rows
 from tests.ledger.tiny_models import Qwen3MoeShape, write_qwen3moe
 
@@ -79,7 +79,7 @@ def test_a_host_declares_the_cpu_its_engine_uses(tmp_path: Path) -> None:
     host that declares amx_int8 and avx512_vnni, and stays in the mapped file where the host declares none."""
     from fleetgate.ledger.service import service_ledger
     from fleetgate.manifest import load_fleet
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
     from tests.fleet_edits import edited_fleet
 
     def host_model(edits: list[tuple[str, str, str]]) -> dict[str, int]:

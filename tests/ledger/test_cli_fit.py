@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.cli import main
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
 
 FLEET = str(Path(__file__).resolve().parents[2] / "fixtures" / "fleet" / "fleet.toml")

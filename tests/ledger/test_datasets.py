@@ -18,7 +18,7 @@ import pytest
 from fleetgate.ledger.compute import COMPUTE_FACTORS, COMPUTE_MARGIN
 from fleetgate.ledger.outputs import output_buffer
 from fleetgate.ledger.runtime import RUNTIMES
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 from tests.ledger.gpu_dataset import DATA, MiB, compute_rows, datasets, ledger_of, needed_factors, rows
 
 DATA_SETS = datasets()

@@ -14,7 +14,7 @@ import pytest
 
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.ledger.build import build_ledger
-from fleetgate.profile import load_profile
+from fleetgate.models.profile import load_profile
 from tests.ledger.compare import compare, table
 from tests.ledger.engine import Engine, run_server
 

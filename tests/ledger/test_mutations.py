@@ -18,7 +18,7 @@ import pytest
 from fleetgate.checks import REGISTRY, get_check
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
-from fleetgate.rendered import attempt_service
+from fleetgate.render.rendered import attempt_service
 from fleetgate.runner import waiver_day
 
 FLEET = Path(__file__).resolve().parents[2] / "fixtures" / "fleet"

@@ -8,11 +8,11 @@ import pytest
 
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.errors import InputError
-from fleetgate.gguf import KV_CACHE_TYPES, profile_data, profile_toml, read_header
 from fleetgate.ledger.accounts import summarize
 from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.placement import placement
-from fleetgate.profile import load_profile
+from fleetgate.models.gguf import KV_CACHE_TYPES, profile_data, profile_toml, read_header
+from fleetgate.models.profile import load_profile
 from tests.ledger.tiny_models import DflashShape, Qwen35Shape, write_dflash, write_qwen35
 
 FLEET = Path(__file__).resolve().parents[2] / "fixtures" / "fleet"

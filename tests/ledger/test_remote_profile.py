@@ -19,10 +19,10 @@ import pytest
 
 from fleetgate.cli import main
 from fleetgate.errors import InputError
-from fleetgate.gguf import profile_data, read_header
-from fleetgate.gguf_remote import source_profile
-from fleetgate.profile import load_profile
-from fleetgate.rangeread import RemoteError, hf_url
+from fleetgate.models.gguf import profile_data, read_header
+from fleetgate.models.gguf_remote import source_profile
+from fleetgate.models.profile import load_profile
+from fleetgate.models.rangeread import RemoteError, hf_url
 from tests.ledger.range_server import Served, serve
 from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
 

@@ -15,8 +15,8 @@ from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import Card
 from fleetgate.ledger.service import calibrations_of, service_ledger
 from fleetgate.manifest import load_fleet
-from fleetgate.profile import load_profile
-from fleetgate.rendered import RenderedService, load_service
+from fleetgate.models.profile import load_profile
+from fleetgate.render.rendered import RenderedService, load_service
 from tests.ledger.seed_tables import ROWS, Row, calibrate_b, derive_set_a, ledger_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,9 +21,9 @@ from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.ledger.vllm import safetensors_bytes
 from fleetgate.manifest import load_fleet
-from fleetgate.model_config import load_model_config
-from fleetgate.profile import load_profile
-from fleetgate.rendered import RenderedService, load_service
+from fleetgate.models.config import load_model_config
+from fleetgate.models.profile import load_profile
+from fleetgate.render.rendered import RenderedService, load_service
 from tests.fleet_edits import FLEET, edited_fleet
 from tests.ledger.range_server import serve
 

@@ -16,7 +16,7 @@ from fleetgate.checks import get_check
 from fleetgate.failure import Failure
 from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, free_port
-from fleetgate.rendered import load_service
+from fleetgate.render.rendered import load_service
 
 from . import vllm_reference as vr
 

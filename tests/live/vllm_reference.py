@@ -27,9 +27,9 @@ import httpx
 from fleetgate.fleet import Fleet
 from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, ReferenceServer, die_with_parent
-from fleetgate.render import render
-from fleetgate.render_inputs import service_inputs
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered
+from fleetgate.render.dispatch import render
+from fleetgate.render.inputs import service_inputs
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Rendered
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET_DIR = REPO / "fixtures" / "vllm-reference"
@@ -271,7 +271,7 @@ def ledger_agrees(fleet_toml: Path, log: Path, url: str) -> None:
     (fleetgate/ledger/vllm.py) of the files it ran: the pool, the block size, the blocks, the window, the
     concurrency as printed (two decimals) and the tokens it prints (concurrency x window, truncated)."""
     from fleetgate.checks.seam_vllm_ledger import service_vllm_ledger
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
 
     fleet = load_fleet(fleet_toml)
     ledger = service_vllm_ledger(load_service(fleet, fleet.services[SERVICE]))

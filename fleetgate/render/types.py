@@ -2,11 +2,11 @@
 
 A render of any start shape is a ``Rendered``: the engine's argv and environment, and where each variable of the
 environment the service starts with was set (``Origin``); the serve script run in the sandbox
-(fleetgate.render_sandbox) adds the files it sourced (``SourcedFile``), the files it tested (``FileTest``) and bash's
+(fleetgate.render.script) adds the files it sourced (``SourcedFile``), the files it tested (``FileTest``) and bash's
 trace. A script that exits without starting the engine is ``RenderRefused``. ``map_to_repo`` reads a host path under
 ``deploy_root`` as the repository's file, the way every shape names the repository's files.
 
-The start shapes of fleetgate.sources build these types and the dispatcher (fleetgate.render) imports the shapes, so
+The start shapes of fleetgate.sources build these types and the dispatcher (fleetgate.render.dispatch) imports the shapes, so
 this module imports nothing of either (only the type checker sees the shapes' types it names).
 """
 

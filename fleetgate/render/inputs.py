@@ -13,7 +13,7 @@ with (and where each variable was set), the script, and what starts the engine.
   (fleetgate.sources.docker_run).
 
 An env file rendered from a template is the one input found by running something: the install script, in the
-sandbox, its administration commands stubbed. The serve script itself is run by fleetgate.render_sandbox.
+sandbox, its administration commands stubbed. The serve script itself is run by fleetgate.render.script.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from pathlib import Path
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file, parse_env_text
 from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_sandbox import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
+from fleetgate.render.script import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
 from fleetgate.sandbox import INSIDE, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.sources.docker_run import ENGINE_IMAGES, ContainerRun, parse_client

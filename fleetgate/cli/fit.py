@@ -1,4 +1,4 @@
-"""``fleetgate fit``: the ledger from the command line (``fleetgate profile`` is ``fleetgate.cli_profile``).
+"""``fleetgate fit``: the ledger from the command line (``fleetgate profile`` is ``fleetgate.cli.profile``).
 
     fleetgate fit SERVICE [--sweep-ts] [--json]          a service of the fleet, on its host's cards
     fleetgate fit [--card NAME=SIZE ...] [--json] -- llama-server -m MODEL.gguf [flags]
@@ -94,7 +94,7 @@ def _declared(path: str | None, name: str) -> bool:
 
 def _fit_service(args: argparse.Namespace, name: str) -> int:
     from fleetgate.cli import resolve_fleet
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
 
     fleet = resolve_fleet(args.fleet, only=name)
     service = fleet.services.get(name)
@@ -296,8 +296,8 @@ def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> 
 
 def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
     from fleetgate.engines.llamacpp import parse_llama_server
-    from fleetgate.profile import load_profile
-    from fleetgate.rangeread import is_remote
+    from fleetgate.models.profile import load_profile
+    from fleetgate.models.rangeread import is_remote
 
     # argv[0] is the binary's name; a line that starts with a flag gets one
     argv = ["llama-server", *words] if words[0].startswith("-") else list(words)
@@ -318,8 +318,8 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
 
     def profile_of(option: str | None, path: str | None, what: str) -> Any:
         if option and is_remote(option):
-            from fleetgate.gguf_remote import source_profile
-            from fleetgate.profile import profile_from_data
+            from fleetgate.models.gguf_remote import source_profile
+            from fleetgate.models.profile import profile_from_data
 
             return profile_from_data(source_profile(option)[0], Path(option.rsplit("/", 1)[-1]))
         if option:

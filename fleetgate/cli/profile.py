@@ -58,8 +58,8 @@ def _fileparse_size(text: str) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from fleetgate.gguf import profile_toml
-    from fleetgate.gguf_remote import source_profile
+    from fleetgate.models.gguf import profile_toml
+    from fleetgate.models.gguf_remote import source_profile
 
     if args.safetensors:
         from fleetgate.ledger.vllm import safetensors_bytes
@@ -68,7 +68,7 @@ def _profile(args: argparse.Namespace) -> int:
         return write_stdout(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"
                       f"weight_bytes = {total}\n")
     if args.from_config:
-        from fleetgate.model_config import config_profile, load_model_config
+        from fleetgate.models.config import config_profile, load_model_config
 
         if args.gguf:
             raise InputError(Path(args.gguf), None, "a GGUF and --from-config; expected one of them")
@@ -82,7 +82,7 @@ def _profile(args: argparse.Namespace) -> int:
                    "the shape is the model card's;\nthe weights are the stated size spread over the blocks by "
                    "parameter count (source = \"config\")")
     elif args.gguf:
-        from fleetgate.rangeread import redact
+        from fleetgate.models.rangeread import redact
 
         data, reads = source_profile(args.gguf)
         shown = redact(args.gguf) if reads else Path(args.gguf).name

@@ -1,7 +1,7 @@
-"""GGUF headers named by a source: a URL read front to back by HTTP range requests (``fleetgate.rangeread``; the
+"""GGUF headers named by a source: a URL read front to back by HTTP range requests (``fleetgate.models.rangeread``; the
 tensor data never fetched), split GGUFs (``-00001-of-0000N``) read part by part and merged as the loader maps
 them, and the profile of any source (``fleetgate profile``). A local file's header and the profile's derivation
-are ``fleetgate.gguf``'s.
+are ``fleetgate.models.gguf``'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetgate.errors import InputError
-from fleetgate.gguf import (
+from fleetgate.models.gguf import (
     MAX_ARRAY,
     MIN_KV_BYTES,
     MIN_TENSOR_BYTES,
@@ -171,7 +171,7 @@ def read_remote_header(source: str, *, limit: int | None = None, timeout: float 
                        deadline: float | None = None) -> tuple[Header, SourceRead]:
     """A GGUF header by HTTP range requests (``hf://``, ``https://``, ``http://``), the tensor data never read;
     ``deadline`` (seconds, default ``rangeread.DEFAULT_DEADLINE``) bounds the whole read."""
-    from fleetgate.rangeread import DEFAULT_DEADLINE, DEFAULT_LIMIT, RangeReader, redact
+    from fleetgate.models.rangeread import DEFAULT_DEADLINE, DEFAULT_LIMIT, RangeReader, redact
 
     with RangeReader(source, limit=limit or DEFAULT_LIMIT, timeout=timeout,
                      deadline=DEFAULT_DEADLINE if deadline is None else deadline) as src:
@@ -208,7 +208,7 @@ def _merge_splits(parts: Sequence[Header], names: Sequence[str], where: Any) -> 
 def read_any_header(source: str, *, deadline: float | None = None) -> tuple[Header, list[SourceRead]]:
     """A local GGUF or a URL, split GGUFs (``-00001-of-0000N``) read part by part; errors are one line.
     ``deadline`` bounds each remote part's read (seconds)."""
-    from fleetgate.rangeread import RemoteError, is_remote, split_parts
+    from fleetgate.models.rangeread import RemoteError, is_remote, split_parts
 
     names = split_parts(source)
     if is_remote(source):
@@ -229,7 +229,7 @@ def read_any_header(source: str, *, deadline: float | None = None) -> tuple[Head
 def source_profile(source: str, *, deadline: float | None = None) -> tuple[dict[str, Any], list[SourceRead]]:
     """The profile data of a GGUF named by a path or a URL; a remote header's problems name the URL.
     ``deadline`` bounds each remote file's read (seconds; default ``rangeread.DEFAULT_DEADLINE``)."""
-    from fleetgate.rangeread import RemoteError, is_remote, redact
+    from fleetgate.models.rangeread import RemoteError, is_remote, redact
 
     header, reads = read_any_header(source, deadline=deadline)
     try:

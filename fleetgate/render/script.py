@@ -3,7 +3,7 @@
 The serve script is executed by bash, with the environment its unit gives it, and with a stub first on
 PATH in place of the engine binary. The stub records the argv and environment it was started with and
 exits; nothing of the engine runs and nothing is pattern-matched. Questions the script asks about the
-host are answered from the fleet (see ``_render_preamble.bash``): files of the repository are read from
+host are answered from the fleet (see ``sandbox/_render_preamble.bash``): files of the repository are read from
 the repository, declared payload files exist, anything else does not. Commands that write files are
 stubbed too, so a render never changes anything.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, TRACE_LINE, FileTest, Origin, SourcedFile
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, TRACE_LINE, FileTest, Origin, SourcedFile
 from fleetgate.sandbox import INSIDE, SandboxResult, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.units import Setting, Unit
@@ -326,7 +326,7 @@ _PREAMBLE_PATH = f"{INSIDE}/preamble.bash"
 
 @cache
 def _PREAMBLE() -> bytes:
-    return resources.files("fleetgate").joinpath("_render_preamble.bash").read_bytes()
+    return resources.files("fleetgate").joinpath("sandbox/_render_preamble.bash").read_bytes()
 
 
 @cache

@@ -19,7 +19,7 @@ A profile is TOML. Its ``[layers] pattern`` has one letter per block: ``A`` full
 sliding-window attention, ``R`` recurrent, ``N`` nextn (MTP) block.
 
 A header without the file (by HTTP range requests), split GGUFs and the profile of any source are
-``fleetgate.gguf_remote``'s.
+``fleetgate.models.gguf_remote``'s.
 """
 
 from __future__ import annotations

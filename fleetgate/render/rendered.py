@@ -29,10 +29,10 @@ from fleetgate.envfile import EnvEntry, parse_env_file
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.fleet import EngineBuild, Fleet, Host, Service
-from fleetgate.profile import Profile, load_profile
-from fleetgate.render import RenderRequest, render, render_many
-from fleetgate.render_inputs import unit_environment
-from fleetgate.render_types import Origin, Rendered, RenderRefused, map_to_repo
+from fleetgate.models.profile import Profile, load_profile
+from fleetgate.render.dispatch import RenderRequest, render, render_many
+from fleetgate.render.inputs import unit_environment
+from fleetgate.render.types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable, counting
 from fleetgate.sources.docker_run import engine_of_image
 from fleetgate.units import Unit

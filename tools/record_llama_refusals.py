@@ -1,6 +1,6 @@
 """Record which argvs one llama-server build refuses, once, as data (llama_server_refusals_BUILD.json).
 
-``python -m fleetgate.engines.record_llama_refusals PATH/TO/llama-server BUILD > fleetgate/engines/llama_server_refusals_BUILD.json``
+``python -m tools.record_llama_refusals PATH/TO/llama-server BUILD > fleetgate/engines/llama_server_refusals_BUILD.json``
 
 Building an older llama-server takes minutes, too long for CI; so a build other than the test
 environment's is started once, for every case below, with a model path that does not exist: it either
@@ -77,13 +77,13 @@ def run_case(binary: str, args: tuple[str, ...], port: int) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        sys.stderr.write("usage: python -m fleetgate.engines.record_llama_refusals PATH/TO/llama-server BUILD\n")
+        sys.stderr.write("usage: python -m tools.record_llama_refusals PATH/TO/llama-server BUILD\n")
         return 2
     binary, build = argv[1], int(argv[2])
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, check=False)
     record = {
         "build": build,
-        "recorded_by": f"python -m fleetgate.engines.record_llama_refusals llama-server {build}",
+        "recorded_by": f"python -m tools.record_llama_refusals llama-server {build}",
         "binary": next((line.strip() for line in (version.stdout + version.stderr).splitlines() if "version" in line), ""),
         "cases": [run_case(binary, args, 18000 + i) for i, args in enumerate(cases(build))],
     }

@@ -1,6 +1,6 @@
 """Read llama-server's ``--help`` into the flag list fleetgate keeps for its build (llama_server_flags.json).
 
-``python -m fleetgate.engines.llama_help PATH/TO/llama-server > fleetgate/engines/llama_server_flags.json``
+``python -m tools.llama_help PATH/TO/llama-server > fleetgate/engines/llama_server_flags.json``
 regenerates the list for a new build; the suite's tests compare the committed list with the real binary.
 """
 

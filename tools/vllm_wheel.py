@@ -1,7 +1,7 @@
 """Read a vLLM release's argument and metric definitions without importing vLLM.
 
-``fleetgate.engines.extract_vllm_args`` reads every release's sdist with ``read_sources`` into vllm_releases.json;
-``python -m fleetgate.engines.vllm_wheel PATH/TO/vllm-X.whl`` prints one wheel's reading (``pip download --no-deps
+``tools.extract_vllm_args`` reads every release's sdist with ``read_sources`` into vllm_releases.json;
+``python -m tools.vllm_wheel PATH/TO/vllm-X.whl`` prints one wheel's reading (``pip download --no-deps
 vllm==X`` gives the wheel), which must agree with what the committed data holds for that release.
 
 What is read, as Python source parsed with ``ast`` (nothing of vLLM runs):
@@ -279,7 +279,7 @@ def read_sources(files: dict[str, str], version: str, origin: str) -> dict[str, 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        sys.stderr.write("usage: python -m fleetgate.engines.vllm_wheel PATH/TO/vllm-X.whl\n")
+        sys.stderr.write("usage: python -m tools.vllm_wheel PATH/TO/vllm-X.whl\n")
         return 2
     json.dump(read_wheel(Path(argv[1])), sys.stdout, indent=1)
     sys.stdout.write("\n")

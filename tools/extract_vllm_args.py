@@ -1,12 +1,12 @@
 """Extract ``vllm serve``'s options, every release from 0.8.0 to the newest on PyPI, as intervals of releases.
 
-``python -m fleetgate.engines.extract_vllm_args`` regenerates ``fleetgate/engines/vllm_releases.json``:
+``python -m tools.extract_vllm_args`` regenerates ``fleetgate/engines/vllm_releases.json``:
 
 1. PyPI's JSON API lists vLLM's releases (final ones, 0.8.0 and later);
 2. each release's sdist is streamed (its wheel where no sdist was published) and only the argument code is read
    out of it: vllm/engine/arg_utils.py, the CLI's cli_args.py, the config dataclasses (vllm/config*.py), the
    module that holds FlexibleArgumentParser, and the metric loggers; nothing is installed or imported;
-3. ``fleetgate.engines.vllm_wheel.read_sources`` reads them with ``ast``: each option's names and how argparse
+3. ``tools.vllm_wheel.read_sources`` reads them with ``ast``: each option's names and how argparse
    reads its value (with a config group's keys, which its dotted ``--X-config.KEY`` arguments may set), the
    ``SpeculativeConfig`` schema, the metrics, and whether the parser takes abbreviations and dotted arguments;
 4. every distinct option (and field, method, metric) is kept once with the intervals of releases that carry it.
@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fleetgate.engines.vllm_wheel import read_sources, wanted
+from tools.vllm_wheel import read_sources, wanted
 
 __all__ = ["FIRST", "intervals", "published_releases", "release_key", "release_sources", "release_table", "table"]
 
@@ -124,10 +124,10 @@ def table(tables: dict[str, dict[str, Any]], origins: dict[str, str]) -> dict[st
     metrics = {r: [{"name": m["name"], "type": m["type"]} for m in tables[r]["metrics"]] for r in releases}
     parser = {r: [{"abbreviations": tables[r]["abbreviations"], "dotted": tables[r]["dotted"]}] for r in releases}
     return {
-        "generated_by": "python -m fleetgate.engines.extract_vllm_args",
+        "generated_by": "python -m tools.extract_vllm_args",
         "source": "each vLLM release's sdist on PyPI (its wheel where none was published): vllm/engine/arg_utils.py, "
                   "the CLI's cli_args.py, vllm/config*.py, FlexibleArgumentParser's module and the metric loggers, "
-                  "read with ast (fleetgate.engines.vllm_wheel.read_sources), never imported",
+                  "read with ast (tools.vllm_wheel.read_sources), never imported",
         "note": "each option, SpeculativeConfig field, speculative method, metric and parser behaviour is listed once "
                 "with 'seen', the intervals [first, last] of releases that carry it exactly so",
         "releases": releases,
@@ -160,9 +160,9 @@ def _write(data: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fleetgate.engines.extract_vllm_args", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.extract_vllm_args", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("vllm_releases.json"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "fleetgate/engines/vllm_releases.json")
     parser.add_argument("--cache", type=Path, default=None, help="keep each release's argument code here")
     parser.add_argument("--releases", nargs="*", help="only these releases (a trial run)")
     parser.add_argument("--jobs", type=int, default=3, help="downloads at once")

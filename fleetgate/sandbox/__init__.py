@@ -1,7 +1,7 @@
 """Run a fleet's bash (serve scripts, env files in the bash dialect) in a sandbox of its own. One module for one
 job, running a command there: the spec, the host layout it is checked against, the request sent to the sandbox
-parent, the result read back with the bounds' messages (one protocol with ``_sandbox_parent.py``), and the opt-out
-that runs the same command without one; the opt-in render cache is ``fleetgate.sandbox_cache``.
+parent, the result read back with the bounds' messages (one protocol with ``sandbox/_parent.py``), and the opt-out
+that runs the same command without one; the opt-in render cache is ``fleetgate.sandbox.render_cache``.
 
 The sandbox is made of Linux namespaces: a user namespace (so no privilege is needed), a mount namespace
 whose root is a size-bounded tmpfs, a UTS namespace (a host name of its own), a network namespace with
@@ -17,7 +17,7 @@ space per process, so it cannot remount, unmount or leave that root.
 Every run gets fresh mount and PID namespaces, its own tmpfs and its own init; a run of its own gets fresh user, UTS
 and network namespaces too, and the runs of one session (``run_many``) share those three, one run after another.
 What builds them is one long-lived
-sandbox parent per process (``_sandbox_parent.py``, started on the first run, ending with this process):
+sandbox parent per process (``sandbox/_parent.py``, started on the first run, ending with this process):
 it forks each run from a prepared interpreter and makes the namespaces, mounts and ``pivot_root`` by
 system calls, so a run costs a few forks instead of the fifteen programs of util-linux the sandbox used
 to start per run (docs/sandbox.md, "Cost"). Nothing of a run is written on this machine: its spec
@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from fleetgate.errors import InputError
-from fleetgate.sandbox_cache import CACHE_ENV, cache_dir, cache_key, cache_load, cache_store
+from fleetgate.sandbox.render_cache import CACHE_ENV, cache_dir, cache_key, cache_load, cache_store
 
 __all__ = [
     "CACHE_ENV",
@@ -309,7 +309,7 @@ def _normal(path: str) -> str | None:
 
 @cache
 def _parent_text() -> str:
-    return resources.files("fleetgate").joinpath("_sandbox_parent.py").read_text(encoding="utf-8")
+    return resources.files("fleetgate").joinpath("sandbox/_parent.py").read_text(encoding="utf-8")
 
 
 @cache
@@ -321,7 +321,7 @@ def _cap_last() -> int:
 
 
 class _Parent:
-    """The sandbox parent of this process (``_sandbox_parent.py``): started once, it forks every run."""
+    """The sandbox parent of this process (``sandbox/_parent.py``): started once, it forks every run."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -677,7 +677,7 @@ _SESSIONS_AT_ONCE = 8
 def _code_version() -> bytes:
     """The sandbox's own code (this module, the cache's, the parent's text): a run kept by another version is never
     used."""
-    own = Path(__file__).read_bytes() + Path(__file__).with_name("sandbox_cache.py").read_bytes()
+    own = Path(__file__).read_bytes() + Path(__file__).with_name("render_cache.py").read_bytes()
     return hashlib.sha256(own + _parent_text().encode("utf-8")).digest()
 
 

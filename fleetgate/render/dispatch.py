@@ -3,9 +3,9 @@
 ``render()`` reads each start shape the way its consumer reads it: a compose service, a Kubernetes container, a
 llama-swap model and a llama.cpp router preset's model as data (fleetgate.sources), a unit whose ``ExecStart=`` is
 the engine as systemd expands the line (nothing runs). Anything else is a serve script (or a unit's inline ``bash -c``): its inputs found as
-the unit gives them (fleetgate.render_inputs), it runs in the sandbox with the engine stubbed
-(fleetgate.render_sandbox), and what the stub recorded is the render. Every shape builds the types of
-fleetgate.render_types.
+the unit gives them (fleetgate.render.inputs), it runs in the sandbox with the engine stubbed
+(fleetgate.render.script), and what the stub recorded is the render. Every shape builds the types of
+fleetgate.render.types.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from fleetgate.errors import NotRead
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render_inputs import (
+from fleetgate.render.inputs import (
     container_engines,
     container_lines,
     engine_exec_start,
@@ -27,7 +27,7 @@ from fleetgate.render_inputs import (
     inline_exec_start,
     service_inputs,
 )
-from fleetgate.render_sandbox import (
+from fleetgate.render.script import (
     RENDER_TIMEOUT_S,
     engine_environment,
     inline_records,
@@ -47,7 +47,7 @@ from fleetgate.render_sandbox import (
     traced_engine_paths,
     vllm_module_notes,
 )
-from fleetgate.render_types import SYSTEMD_DEFAULT_PATH, Rendered, RenderRefused
+from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Rendered, RenderRefused
 from fleetgate.sandbox import SandboxResult, SandboxSpec, overrun_message, run_many
 from fleetgate.sandbox import run as run_sandboxed
 from fleetgate.sources.compose import render_compose

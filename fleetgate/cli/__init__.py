@@ -22,19 +22,19 @@ from fleetgate.fleet import Fleet
 from fleetgate.manifest import load_fleet
 
 if TYPE_CHECKING:
-    from fleetgate.rendered import RenderedService
+    from fleetgate.render.rendered import RenderedService
 
 __all__ = ["argv_lines", "main", "parse_size", "resolve_fleet", "write_stdout"]
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "fit": ("fleetgate.cli_fit", "the per-device memory ledger of a llama.cpp service or of a llama-server command line"),
-    "profile": ("fleetgate.cli_profile",
+    "fit": ("fleetgate.cli.fit", "the per-device memory ledger of a llama.cpp service or of a llama-server command line"),
+    "profile": ("fleetgate.cli.profile",
                 "write a model profile (TOML) from a GGUF header, local or by HTTP range, or from a config.json"),
-    "reference": ("fleetgate.cli_reference",
+    "reference": ("fleetgate.cli.reference",
                   "start the reference endpoint: run its serve script for real (llama-server + SmolLM2)"),
-    "incidents": ("fleetgate.cli_incidents",
+    "incidents": ("fleetgate.cli.incidents",
                   "the regression catalogue: every past incident, what catches it, how it is reproduced"),
-    "checks": ("fleetgate.cli_checks", "every check fleetgate runs: seams (offline), live (the endpoint) and host checks"),
+    "checks": ("fleetgate.cli.checks", "every check fleetgate runs: seams (offline), live (the endpoint) and host checks"),
 }
 """Command -> (the module whose ``register`` adds it, its one-line help). Only the command asked for is imported:
 ``fit`` alone brings the whole ledger, and ``fleetgate render`` should not pay for it."""
@@ -106,7 +106,7 @@ def _find_fleet(path: str | None, only: str | None = None) -> Fleet:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from fleetgate.rendered import load_service
+    from fleetgate.render.rendered import load_service
     from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv, scrub_environment
 
     fleet = resolve_fleet(args.fleet, only=args.service)
@@ -200,7 +200,7 @@ def _builds_lines(config: RenderedService) -> list[str]:
             lines.append(f"  {name} {value}: value refused by {len(refuse)} of {len(have)} builds that have the flag "
                          f"({_intervals(refuse, builds.recorded)})")
     lines.append(f"(tables: every one of the {len(builds.published)} published builds, {builds.first} to "
-                 f"{builds.last}; python -m fleetgate.engines.extract_llama_args regenerates them)")
+                 f"{builds.last}; python -m tools.extract_llama_args regenerates them)")
     return lines
 
 

@@ -5,7 +5,7 @@ tensor with its type, shape and offset), or reconstructed by hand from published
 (``source = "reconstructed"``: bytes per block kind instead of tensors) when the file is not at hand.
 A service may also point straight at the GGUF; it is then read the same way, header only.
 
-Tables (see fleetgate/gguf.py for how a GGUF's keys resolve into them):
+Tables (see fleetgate/models/gguf.py for how a GGUF's keys resolve into them):
 
 - ``[model]`` name, source, architecture, block_count (nextn blocks included), nextn_layers, n_embd,
   n_vocab, n_ctx_train, rope_scaling, file_bytes, data_offset
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.errors import InputError, parse_toml
-from fleetgate.gguf import ggml_type_size, profile_data, read_header, tensor_bytes
+from fleetgate.models.gguf import ggml_type_size, profile_data, read_header, tensor_bytes
 from fleetgate.toml_keys import locate_key
 
 __all__ = ["DrafterInfo", "Profile", "Recurrent", "Weight", "load_profile", "profile_from_data"]
