@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from fleetgate import sandbox
 from fleetgate.errors import InputError, read_text
+from fleetgate.sandbox import INSIDE, SandboxSpec, run
 
 __all__ = ["Dialect", "EnvEntry", "EnvFile", "parse_env_file", "parse_env_text"]
 
@@ -288,8 +290,6 @@ def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
     """Let bash read it, in the render's sandbox: source the file in an empty environment and collect what it set.
     A file in the plain dialect is read here instead, where the sandbox could run bash on it (so that a machine
     without one refuses as it would for any bash file)."""
-    from fleetgate import sandbox
-
     plain = _read_plain(text, path)
     if plain is not None and sandbox.sandbox_problem() is None:
         return plain
@@ -305,8 +305,6 @@ def _parse_bash(text: str, path: Path) -> list[EnvEntry]:
 
 
 def _source_with_bash(text: str, path: Path) -> list[EnvEntry]:
-    from fleetgate.sandbox import INSIDE, SandboxSpec, run
-
     script = 'set -a; PS4="+\\${LINENO}: "; set -x; . /run/fleetgate/stdin; set +x; env -0'
     result = run(SandboxSpec(command=["/bin/bash", "--noprofile", "--norc", "-c", script, "fleetgate-envfile"],
                              env={"PATH": "/usr/bin:/bin"}, cwd=f"{INSIDE}/cwd", dirs=[f"{INSIDE}/cwd"],

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from fleetgate.engines.llama_builds import image_build
+from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import read_text
 from fleetgate.toml_keys import KeyIndex
 
@@ -173,9 +175,6 @@ class EngineBuild:
     def floating(self) -> bool:
         """An image whose tag pins no build (or, for vLLM's own images, no release): what runs changes with the
         next pull."""
-        from fleetgate.engines.llama_builds import image_build
-        from fleetgate.engines.vllm import image_release, is_vllm_image
-
         if self.image is None:
             return False
         if is_vllm_image(self.image):

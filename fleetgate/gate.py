@@ -28,10 +28,10 @@ from fleetgate.checks import REGISTRY, Check, load_checks
 from fleetgate.fleet import LOOPBACK, Fleet
 from fleetgate.host import HostTarget, default_spec
 from fleetgate.live import LiveEndpoint, LocalRender, connect, declared_port
-from fleetgate.live.endpoint import HEALTH, CheckRecord, Halt
+from fleetgate.live.endpoint import BUDGET_TOKENS, HEALTH, CheckRecord, Halt, fmt_measured
 from fleetgate.runner import Outcome, Subject, host_subjects, live_subjects, run
 
-__all__ = ["GateRun", "host_note", "host_target", "live_note", "run_gate", "run_host", "run_live", "summary_word"]
+__all__ = ["GateRun", "LiveStack", "host_note", "host_target", "live_note", "run_gate", "run_host", "run_live", "summary_word"]
 
 
 def summary_word(outcome: str) -> str:
@@ -188,3 +188,19 @@ def run_gate(
     finally:
         endpoint.client.close()
     return gate
+
+
+class LiveStack:
+    """The live gate as the plugin calls it: the one name its one lazy import takes (``plugin._state.live_stack``), so
+    that ``pytest seams/`` imports neither httpx nor testinfra and the plugin still calls typed functions."""
+
+    connect = staticmethod(connect)
+    local_render = LocalRender
+    host_target = staticmethod(host_target)
+    run_live = staticmethod(run_live)
+    run_host = staticmethod(run_host)
+    live_note = staticmethod(live_note)
+    host_note = staticmethod(host_note)
+    summary_word = staticmethod(summary_word)
+    fmt_measured = staticmethod(fmt_measured)
+    budget_tokens = BUDGET_TOKENS

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.errors import InputError
 from fleetgate.fleet import LOOPBACK, Fleet, Service
 from fleetgate.live import LocalRender
@@ -348,7 +349,6 @@ def start(
         raise ReferenceError(f"{fleet.path} declares no service {REFERENCE!r}")
     rendered = render_reference(fleet, service, port=port)
     origins, script, _ = service_inputs(fleet, service)
-    from fleetgate.engines.llamacpp import parse_llama_server
 
     llama = parse_llama_server(rendered.argv, rendered.env)
     if llama.host not in LOOPBACK:

@@ -149,7 +149,7 @@ def test_a_command_imports_only_its_own_module() -> None:
              f"print(sorted(m for m in sys.modules if m in {sorted(module for module, _ in SUBCOMMANDS.values())!r}))")
     render = subprocess.run([sys.executable, "-c", probe, "render", "frank-tts", "--fleet", str(FLEET / "fleet.toml")],
                             capture_output=True, text=True, timeout=120, check=True)
-    assert render.stdout.splitlines()[-1] == "[]", render.stdout
+    assert render.stdout.splitlines()[-1] == "['fleetgate.cli.render']", render.stdout
     checks = subprocess.run([sys.executable, "-c", probe, "checks", "--count"], capture_output=True, text=True, timeout=120,
                             check=True)
     assert checks.stdout.splitlines()[-1] == "['fleetgate.cli.checks']", checks.stdout

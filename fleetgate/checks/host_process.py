@@ -14,6 +14,7 @@ from functools import lru_cache
 from importlib import resources
 
 from fleetgate.checks import Check, NotJudged, host_check
+from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
 from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv
 
@@ -179,8 +180,6 @@ def _loopback(address: str) -> bool:
 def _has_api_key(target: HostTarget, argv: tuple[str, ...], environ: dict[str, str]) -> bool:
     """Whether the running process was given an API key, read as its engine reads argv and environment."""
     if target.config.llama is not None:
-        from fleetgate.engines.llamacpp import parse_llama_server
-
         return parse_llama_server((_binary(argv), *argv[1:]), environ).api_key_set
     flagged = any(w in ("--api-key", "--api-key-file") or w.startswith(("--api-key=", "--api-key-file="))
                   for w in argv[1:])

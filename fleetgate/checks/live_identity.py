@@ -7,16 +7,23 @@ per-slot window and the sampler defaults, all compared with the rendered config.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from fleetgate.checks import NotJudged, live_check
 from fleetgate.errors import InputError
+from fleetgate.ledger.vllm import checkpoint_of, safetensors_bytes
+from fleetgate.live.client import EndpointError
 from fleetgate.live.endpoint import LiveEndpoint
+from fleetgate.live.metrics import histogram_buckets
+from fleetgate.models.gguf import gguf_package, read_header
 
 HEALTH = "live-health"
 ALIAS = "live-alias"
@@ -120,8 +127,6 @@ def _model_entry(endpoint: LiveEndpoint, check_name: str) -> dict[str, Any]:
 @lru_cache(maxsize=8)
 def _declared_header(path: str) -> dict[str, Any] | str:
     """What the GGUF at the declared path says about itself, or why it cannot be read here."""
-    from fleetgate.models.gguf import read_header
-
     try:
         header = read_header(Path(path))
     except InputError as exc:
@@ -138,10 +143,8 @@ def _declared_header(path: str) -> dict[str, Any] | str:
 
 
 def _ftype_name(value: int) -> str | None:
-    from gguf import LlamaFileType
-
     try:
-        return _norm_ftype(LlamaFileType(value).name)
+        return _norm_ftype(gguf_package().file_type(value).name)
     except ValueError:
         return None
 
@@ -180,8 +183,6 @@ def _vocabulary_sample(directory: str) -> tuple[list[int], str] | str:
     over the vocabulary, and the text they spell together; or why they cannot be read here. Plain letters decode to
     themselves in every decoder (byte-level, metaspace, wordpiece without its ``##``), so the ids of a tokenizer that
     is the model's spell exactly that text, and a tokenizer with other ids spells another."""
-    import json
-
     if "://" in directory:
         return f"{directory} is not a local directory (the gate reads no tokenizer over the network)"
     path = Path(directory) / "tokenizer.json"
@@ -206,8 +207,6 @@ def _vocabulary_sample(directory: str) -> tuple[list[int], str] | str:
 def _tokenizer_note(endpoint: LiveEndpoint) -> str:
     """Hold vLLM's tokenizer to the declared one: ids of the declared vocabulary sent to /detokenize must come back as
     the tokens they are. Fails ``other-tokenizer``; returns the note's words (what was compared, or why not)."""
-    from fleetgate.live.client import EndpointError
-
     declared = endpoint.contract.tokenizer
     if declared is None:
         return "no tokenizer declared to compare"
@@ -352,7 +351,6 @@ def _declared_checkpoint(endpoint: LiveEndpoint) -> tuple[dict[str, Any], str] |
     profile = config.profile if config is not None else None
     if profile is None or profile.raw.get("model", {}).get("source") != "checkpoint":
         return None
-    from fleetgate.ledger.vllm import checkpoint_of
 
     declared: dict[str, Any] = {"weight_bytes": checkpoint_of(profile).weight_bytes}
     declared.update(_config_keys(profile.raw.get("config")))
@@ -362,9 +360,6 @@ def _declared_checkpoint(endpoint: LiveEndpoint) -> tuple[dict[str, Any], str] |
 def _checkpoint_at(path: str) -> dict[str, Any] | str:
     """The same facts of the checkpoint directory at ``path`` (its safetensors headers and config.json), or why
     they cannot be read here."""
-    import json
-
-    from fleetgate.ledger.vllm import safetensors_bytes
 
     if "://" in path:
         return f"{path} is not a local directory (the gate reads no checkpoint over the network)"
@@ -428,9 +423,6 @@ sequences together computes one token for each."""
 
 def _small_steps(endpoint: LiveEndpoint) -> tuple[float, float] | None:
     """(steps of at most 1 token, steps of at most 8) so far, from /metrics; None where the histogram is not served."""
-    from fleetgate.live.client import EndpointError
-    from fleetgate.live.metrics import histogram_buckets
-
     try:
         reply = endpoint.get("/metrics")
     except EndpointError as error:
@@ -452,9 +444,6 @@ def _sequences(endpoint: LiveEndpoint) -> str:
     (ignore_eos), and read how many tokens each step computed (``vllm:iteration_tokens_total``). A server that runs one
     sequence at a time decodes one token per step and prefills each ~30-token prompt in a step of its own; sequences
     decoded together make steps of 2 to 8 tokens. Fails ``fewer-sequences`` where the probe made no such step."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     declared = endpoint.contract.n_slots
     if declared is None or declared < 2:
         return ""

@@ -19,6 +19,7 @@ A root Docker daemon maps the container's root to the host's; rootless podman ma
 from __future__ import annotations
 
 from fleetgate.checks import NotJudged, service_seam
+from fleetgate.checks.seam_units import user_unit
 from fleetgate.render.rendered import RenderedService
 from fleetgate.sources.docker_run import engine_of_image
 
@@ -39,7 +40,6 @@ def _rootless_podman(config: RenderedService) -> bool:
     unit = config.rendered.unit
     if unit is None:
         return True  # a script run by hand: whoever runs it, not known to be root
-    from fleetgate.checks.seam_units import user_unit
 
     user = unit.last("Service", "User")
     return user_unit(unit) or (user is not None and user.value.strip() not in ("", "root", "0"))

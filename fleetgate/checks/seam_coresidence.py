@@ -24,6 +24,11 @@ from dataclasses import dataclass
 from fleetgate.checks import NotApplicable, fleet_seam
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
+from fleetgate.ledger.service import service_ledger
+from fleetgate.render.rendered import attempt_of
+from fleetgate.render.types import RenderRefused
+from fleetgate.sources.llama_swap import read_config
+from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, MAX_RESIDENCIES, read_preset
 
 __all__ = ["co_resident_states"]
 
@@ -41,8 +46,6 @@ class _HostStates:
 
 
 def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozenset[str], ...]], dict[str, str]]:
-    from fleetgate.sources.llama_swap import read_config
-
     choices: list[tuple[frozenset[str], ...]] = []
     where: dict[str, str] = {}
     configs: dict[object, list[Service]] = {}
@@ -76,8 +79,6 @@ def _choices(fleet: Fleet, services: list[Service]) -> tuple[list[tuple[frozense
 
 def _preset_choices(members: list[Service], where: dict[str, str]) -> list[tuple[frozenset[str], ...]]:
     """A router preset's models as the router keeps them loaded: any ``--models-max`` of them at once."""
-    from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, MAX_RESIDENCIES, read_preset
-
     assert members[0].models_preset is not None
     try:
         preset = read_preset(members[0].models_preset)
@@ -141,10 +142,6 @@ def _nothing_shared(fleet: Fleet) -> str | None:
 
 def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     """What one service holds on each card of its host, by card name."""
-    from fleetgate.ledger.service import service_ledger
-    from fleetgate.render.rendered import attempt_of
-    from fleetgate.render.types import RenderRefused
-
     try:
         # the run's render of it, when the run has made one
         config = attempt_of(fleet, fleet.services[name]).config

@@ -28,7 +28,8 @@ from fleetgate.checks._common import profile_missing
 from fleetgate.checks.seam_devices import visible_devices
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
-from fleetgate.render.rendered import RenderedService
+from fleetgate.ledger.service import service_ledger
+from fleetgate.render.rendered import RenderedService, attempt_of
 
 __all__ = ["HEADROOM", "cards_of"]
 
@@ -114,8 +115,6 @@ def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[De
 
 def _config(fleet: Fleet, service: Service) -> RenderedService | None:
     """The run's render of a neighbour (rendered now where the run made none); None where it does not render."""
-    from fleetgate.render.rendered import attempt_of
-
     try:
         return attempt_of(fleet, service).config
     except InputError:  # fleet.toml itself: every other seam says it
@@ -170,8 +169,6 @@ CHECK = fleet_seam(
 
 def _held(other: RenderedService, card: Device) -> int | None:
     """What a llama-server service holds on a card (its ledger), None without a profile."""
-    from fleetgate.ledger.service import service_ledger
-
     if other.profile is None:
         return None
     try:

@@ -16,6 +16,7 @@ from fleetgate.checks import service_seam
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import Probe, RenderedService
 from fleetgate.render.types import RenderRefused, map_to_repo
+from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit
 
 __all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of", "user_unit"]
@@ -386,8 +387,6 @@ def _exec_args(config: RenderedService, unit: Unit) -> tuple[Setting, tuple[str,
 
 def _shell_expansions(config: RenderedService, unit: Unit) -> None:
     """systemd expands ExecStart= itself, and a shell's expansion is not systemd's."""
-    from fleetgate.sources.systemd import expand_exec
-
     setting = unit.all("Service", "ExecStart")[-1]
     env = {name: origin.value for name, origin in config.rendered.inputs.items()}
     line = expand_exec(setting, env)

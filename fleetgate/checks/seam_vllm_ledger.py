@@ -12,6 +12,7 @@ from typing import Any
 
 from fleetgate.checks import NOT_JUDGED, service_seam
 from fleetgate.checks._common import gib
+from fleetgate.checks.seam_vllm import _differs
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
@@ -53,8 +54,6 @@ def _checkpoints(config: RenderedService) -> tuple[Checkpoint, Checkpoint | None
 
 def service_vllm_ledger(config: RenderedService) -> VllmLedger:
     """The ledger of a rendered vLLM service on its host's first serving card (every rank has one such card)."""
-    from fleetgate.checks.seam_vllm import _differs
-
     vllm = config.vllm
     assert vllm is not None
     target, drafter = _checkpoints(config)

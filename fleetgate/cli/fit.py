@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fleetgate.cli import SUBCOMMANDS, parse_size, write_stdout
+from fleetgate.checks.seam_vllm_ledger import _no_ledger, service_vllm_ledger
+from fleetgate.cli import SUBCOMMANDS, parse_size, resolve_fleet, write_stdout
+from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, gib
 from fleetgate.ledger.accounts import DeviceLedger, Ledger, summarize
@@ -23,6 +25,10 @@ from fleetgate.ledger.devices import DEVICE_KINDS, Card
 from fleetgate.ledger.service import service_ledger, service_sweep
 from fleetgate.ledger.verdict import SweepRow, Verdict, judge, nearest_fitting, sweep_tensor_split
 from fleetgate.ledger.weights import local_cpu_features
+from fleetgate.models.gguf_remote import source_profile
+from fleetgate.models.profile import load_profile, profile_from_data
+from fleetgate.models.rangeread import is_remote
+from fleetgate.render.rendered import load_service
 
 __all__ = ["register"]
 
@@ -81,8 +87,6 @@ def _declared(path: str | None, name: str) -> bool:
     """Whether the fleet declares a service ``name``: a declared name wins over reading it as a bare engine
     command line (a fleet whose unit is llama-server.service has a service of that name). With no fleet at all the
     word is the command line."""
-    from fleetgate.cli import resolve_fleet
-
     try:
         fleet = resolve_fleet(path, only=name)
     except InputError as exc:
@@ -93,9 +97,6 @@ def _declared(path: str | None, name: str) -> bool:
 
 
 def _fit_service(args: argparse.Namespace, name: str) -> int:
-    from fleetgate.cli import resolve_fleet
-    from fleetgate.render.rendered import load_service
-
     fleet = resolve_fleet(args.fleet, only=name)
     service = fleet.services.get(name)
     if service is None:
@@ -162,8 +163,6 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
 
 def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
     """A vLLM service: the ledger of one rank and the verdict vLLM reaches at start (exit 1: it will not start)."""
-    from fleetgate.checks.seam_vllm_ledger import _no_ledger, service_vllm_ledger
-
     if args.sweep_ts:
         raise InputError(config.fleet.path, config.service.line, f"{config.name} runs vLLM: --sweep-ts is llama.cpp's")
     if reason := _no_ledger(config):
@@ -295,10 +294,6 @@ def _cards(specs: Sequence[str], devices: Sequence[str], rpc: Sequence[str]) -> 
 
 
 def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
-    from fleetgate.engines.llamacpp import parse_llama_server
-    from fleetgate.models.profile import load_profile
-    from fleetgate.models.rangeread import is_remote
-
     # argv[0] is the binary's name; a line that starts with a flag gets one
     argv = ["llama-server", *words] if words[0].startswith("-") else list(words)
     config = parse_llama_server(argv)
@@ -318,9 +313,6 @@ def _fit_command(args: argparse.Namespace, words: Sequence[str]) -> int:
 
     def profile_of(option: str | None, path: str | None, what: str) -> Any:
         if option and is_remote(option):
-            from fleetgate.models.gguf_remote import source_profile
-            from fleetgate.models.profile import profile_from_data
-
             return profile_from_data(source_profile(option)[0], Path(option.rsplit("/", 1)[-1]))
         if option:
             return load_profile(Path(option))

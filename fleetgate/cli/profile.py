@@ -12,6 +12,11 @@ from typing import Any
 
 from fleetgate.cli import SUBCOMMANDS, parse_size, write_stdout
 from fleetgate.errors import InputError
+from fleetgate.ledger.vllm import safetensors_bytes
+from fleetgate.models.config import config_profile, load_model_config
+from fleetgate.models.gguf import profile_toml
+from fleetgate.models.gguf_remote import source_profile
+from fleetgate.models.rangeread import redact
 
 __all__ = ["register"]
 
@@ -58,18 +63,11 @@ def _fileparse_size(text: str) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from fleetgate.models.gguf import profile_toml
-    from fleetgate.models.gguf_remote import source_profile
-
     if args.safetensors:
-        from fleetgate.ledger.vllm import safetensors_bytes
-
         total, files = safetensors_bytes(args.safetensors)
         return write_stdout(f"# the safetensors headers of {len(files)} file(s) of {args.safetensors}\n"
                       f"weight_bytes = {total}\n")
     if args.from_config:
-        from fleetgate.models.config import config_profile, load_model_config
-
         if args.gguf:
             raise InputError(Path(args.gguf), None, "a GGUF and --from-config; expected one of them")
         if not args.size:
@@ -82,8 +80,6 @@ def _profile(args: argparse.Namespace) -> int:
                    "the shape is the model card's;\nthe weights are the stated size spread over the blocks by "
                    "parameter count (source = \"config\")")
     elif args.gguf:
-        from fleetgate.models.rangeread import redact
-
         data, reads = source_profile(args.gguf)
         shown = redact(args.gguf) if reads else Path(args.gguf).name
         comment = f"written by `fleetgate profile {shown}` from the GGUF header (tensor data is never read)"

@@ -11,6 +11,9 @@ from pathlib import Path
 from types import FrameType
 
 from fleetgate.cli import SUBCOMMANDS, resolve_fleet
+from fleetgate.errors import InputError
+from fleetgate.reference import ReferenceError, exit_cause, start
+from fleetgate.secrets import scrub_argv
 
 __all__ = ["register"]
 
@@ -35,10 +38,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fleetgate.errors import InputError
-    from fleetgate.reference import ReferenceError, exit_cause, start
-    from fleetgate.secrets import scrub_argv
-
     fleet = resolve_fleet(args.fleet)
     if args.service not in fleet.services:
         raise InputError(

@@ -21,36 +21,11 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
+from fleetgate.engines.llama_values import Variant, refusal, server_rule
+
 __all__ = ["Builds", "NameVerdict", "Resolved", "Variant", "image_build", "load_builds", "resolve_tag"]
 
 State = Literal["live", "removed", "absent"]
-
-
-@dataclass(frozen=True)
-class Variant:
-    names: tuple[str, ...]
-    neg: tuple[str, ...]
-    value: str
-    """``none`` (a switch), ``bool`` (a switch with negative names), ``int``, ``string``, ``string2`` (two values)."""
-    env: str | None
-    enum: tuple[str, ...]
-    removed: str | None
-    """The build knows the name only to refuse it: ``arg_removed(MESSAGE)``."""
-    seen: tuple[tuple[int, int], ...]
-    grammar: tuple[tuple[str, Any], ...] = ()
-    """The handler's value grammar beyond ``enum`` (extract_llama_args: or_number, number, refuse, message,
-    split, items, items_stop, items_below, needs_item, partial), as sorted (key, value) pairs."""
-
-    def rule(self, key: str) -> Any:
-        return next((v for k, v in self.grammar if k == key), None)
-
-    @property
-    def all_names(self) -> tuple[str, ...]:
-        return (*self.names, *self.neg)
-
-    @property
-    def takes_value(self) -> bool:
-        return self.value in ("int", "string", "string2")
 
 
 @dataclass(frozen=True)
@@ -249,8 +224,6 @@ class Builds:
     def takes_value(self, name: str, value: str, sample: int) -> bool:
         """Whether a recorded build's table lets ``name`` take ``value``: it has the name, and its handler's grammar
         takes the value (fleetgate.engines.llama_values)."""
-        from fleetgate.engines.llama_values import refusal, server_rule
-
         variant = self.variant(name, sample)
         return (variant is not None and refusal(variant, value, sample) is None
                 and server_rule(frozenset(variant.all_names), value) is None)

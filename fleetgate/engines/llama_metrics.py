@@ -1,8 +1,8 @@
 """The series llama-server exports on /metrics, captured from the real server (llama_server_metrics.json).
 
-``python -m fleetgate.engines.llama_metrics URL BUILD > fleetgate/engines/llama_server_metrics.json`` reads
-/metrics of a running llama-server with every feature that adds series on (``--metrics``, speculative
-decoding after at least one drafted request: the per-position acceptance series appears only then) and
+``python -m tools.llama_metrics URL BUILD > fleetgate/engines/llama_server_metrics.json`` (a maintainer's tool,
+not in the wheel) reads /metrics of a running llama-server with every feature that adds series on (``--metrics``,
+speculative decoding after at least one drafted request: the per-position acceptance series appears only then) and
 stores the sample names with the build they came from. tests/host/test_llama_metrics.py re-captures them
 from the reference server and compares.
 """
@@ -10,7 +10,6 @@ from the reference server and compares.
 from __future__ import annotations
 
 import json
-import sys
 from importlib import resources
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -37,21 +36,3 @@ def load_llama_metrics() -> tuple[str, frozenset[str]]:
     """(build, series) of the committed capture."""
     data = json.loads(resources.files("fleetgate.engines").joinpath("llama_server_metrics.json").read_text(encoding="utf-8"))
     return str(data["build"]), frozenset(data["series"])
-
-
-def main(argv: list[str]) -> int:
-    import httpx
-
-    if len(argv) != 3:
-        sys.stderr.write("usage: python -m fleetgate.engines.llama_metrics URL BUILD\n")
-        return 2
-    text = httpx.get(argv[1].rstrip("/") + "/metrics", timeout=10).text
-    json.dump({"build": argv[2], "generated_from": f"GET /metrics of llama-server build {argv[2]} "
-               "(the reference: --metrics, draft-simple speculative decoding, after one drafted request)",
-               "series": exported_series(text)}, sys.stdout, indent=1)
-    sys.stdout.write("\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))

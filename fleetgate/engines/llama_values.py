@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fleetgate.engines.llama_builds import Variant
-
-__all__ = ["FLT_MAX", "INT_MAX", "INT_MIN", "LLAMA_MAX_DEVICES", "refusal", "server_rule", "stof", "stoi", "stoul"]
+__all__ = ["FLT_MAX", "INT_MAX", "INT_MIN", "LLAMA_MAX_DEVICES", "Variant", "refusal", "server_rule", "stof", "stoi", "stoul"]
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 ULONG_MAX = (1 << 64) - 1
@@ -30,6 +28,34 @@ LLAMA_MAX_DEVICES = 16
 
 _STOI = re.compile(r"^[ \t\n\v\f\r]*[+-]?\d+")
 _STOF = re.compile(r"^\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Variant:
+    names: tuple[str, ...]
+    neg: tuple[str, ...]
+    value: str
+    """``none`` (a switch), ``bool`` (a switch with negative names), ``int``, ``string``, ``string2`` (two values)."""
+    env: str | None
+    enum: tuple[str, ...]
+    removed: str | None
+    """The build knows the name only to refuse it: ``arg_removed(MESSAGE)``."""
+    seen: tuple[tuple[int, int], ...]
+    grammar: tuple[tuple[str, Any], ...] = ()
+    """The handler's value grammar beyond ``enum`` (extract_llama_args: or_number, number, refuse, message,
+    split, items, items_stop, items_below, needs_item, partial), as sorted (key, value) pairs."""
+
+    def rule(self, key: str) -> Any:
+        return next((v for k, v in self.grammar if k == key), None)
+
+    @property
+    def all_names(self) -> tuple[str, ...]:
+        return (*self.names, *self.neg)
+
+    @property
+    def takes_value(self) -> bool:
+        return self.value in ("int", "string", "string2")
+
 
 
 def stoi(text: str) -> int:

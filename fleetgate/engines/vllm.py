@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
+from importlib import resources
 from typing import Any
 
 from fleetgate.engines.argv import ArgvProblem, FlagUse, Option, OptionTable, ParsedArgv
@@ -284,8 +285,6 @@ def release_key(version: str) -> tuple[int, ...]:
 
 @cache
 def _data() -> dict[str, Any]:
-    from importlib import resources
-
     return dict(json.loads(resources.files("fleetgate.engines").joinpath("vllm_releases.json").read_text(encoding="utf-8")))
 
 
@@ -411,8 +410,6 @@ class Successor:
 
 @cache
 def successors() -> Mapping[str, Successor]:
-    from importlib import resources
-
     text = resources.files("fleetgate.engines").joinpath("vllm_successors.json").read_text(encoding="utf-8")
     return {flag: Successor(flag, entry.get("successor"), entry["how"], entry["source"])
             for flag, entry in json.loads(text)["flags"].items()}

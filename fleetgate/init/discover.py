@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from yaml.nodes import MappingNode, Node
 
+from fleetgate.engines.llamacpp import BUILD
 from fleetgate.errors import InputError, NotRead, read_text
 from fleetgate.init.found import (
     DEFAULT_PORT,
@@ -34,8 +35,14 @@ from fleetgate.init.found import (
     unprefixed,
     unwritable,
 )
-from fleetgate.init.units import from_script, from_unit, sandbox_render
-from fleetgate.sources.kubernetes import KUSTOMIZATIONS, unrendered
+from fleetgate.init.units import from_script, from_unit, sandbox_render, unit_env
+from fleetgate.sources.ansible import RENDERED_FILES, render_template, template_variables
+from fleetgate.sources.compose import list_services, project_files, read_compose
+from fleetgate.sources.kubernetes import KUSTOMIZATIONS, list_workloads, read_kubernetes, unrendered
+from fleetgate.sources.llama_swap import read_config
+from fleetgate.sources.nix import nix_units, read_nix_unit
+from fleetgate.sources.router_preset import child_argv, read_preset
+from fleetgate.sources.systemd import expand_exec
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 from fleetgate.units import Unit, parse_unit, split_command, unit_from_text
 
@@ -179,8 +186,6 @@ def _from_compose(ctx: Context, path: Path, doors: dict[Path, FrontDoor] | None 
     preset a bind mount takes from the repository is no service: it is the front door of the preset's models
     (``doors``, by the preset's repository file), with the port it is published on, its ``--models-max`` and its
     mounts, through which the models' paths are the host's."""
-    from fleetgate.sources.compose import list_services, read_compose
-
     rel = rel_path(ctx.root, path)
     found: list[Found] = []
     for entry in list_services(path, ctx.root):
@@ -253,8 +258,6 @@ def _from_kubernetes(ctx: Context, path: Path) -> list[Found]:
     ``fleetgate.sources.kubernetes``: its argv and environment (ConfigMaps and Secrets of its directory), the port
     of the Service that forwards to the engine (else the engine's own), the host paths hostPath volumes give the
     model paths."""
-    from fleetgate.sources.kubernetes import list_workloads, read_kubernetes
-
     rel = rel_path(ctx.root, path)
     entries = list_workloads(path, ctx.root)
     per_workload = Counter(entry.workload for entry in entries)
@@ -304,10 +307,6 @@ def _from_nix(ctx: Context, path: Path) -> list[Found] | None:
     """Each engine unit a NixOS module declares (``services.llama-cpp``, a ``systemd.services.NAME`` whose ExecStart
     runs an engine), read by ``fleetgate.sources.nix`` as the unit NixOS would generate, without evaluating Nix. A unit
     the reader cannot read is one line naming the option and the generated unit to give instead."""
-    from fleetgate.init.units import unit_env
-    from fleetgate.sources.nix import nix_units, read_nix_unit
-    from fleetgate.sources.systemd import expand_exec
-
     try:
         text = read_text(path, "the Nix file")
     except InputError:
@@ -346,8 +345,6 @@ def _ansible_rendered(ctx: Context, template: Path) -> tuple[str, tuple[Path, ..
     """An Ansible role's template rendered from the role's defaults and group_vars/all (``fleetgate.sources.ansible``);
     a variable only a group's or a host's file sets is taken from the one file that sets it (said in fleet.toml's
     comment). None, with one line, when it needs Ansible itself or more than one file could give a variable."""
-    from fleetgate.sources.ansible import RENDERED_FILES, render_template, template_variables
-
     extra: list[Path] = []
     candidates = [f for f in ctx.files if f.suffix in (".yml", ".yaml", "") and
                   any(p in ("group_vars", "host_vars") for p in f.relative_to(ctx.root).parts[:-1])
@@ -389,8 +386,6 @@ def _from_llama_swap(ctx: Context, path: Path, ansible_vars: tuple[Path, ...] = 
     (macros, ``${PORT}``, ``env`` as llama-swap reads them). Every model's port is llama-swap's own listen port,
     where clients reach it; the engine's ``${PORT}`` is llama-swap's business (rendered-port-matches holds the engine
     to the model's ``proxy:``)."""
-    from fleetgate.sources.llama_swap import read_config
-
     rel = rel_path(ctx.root, path)
     config = read_config(path, ctx.root, ansible_vars)
     found: list[Found] = []
@@ -421,9 +416,6 @@ def _from_router_preset(ctx: Context, path: Path) -> list[Found]:
     (``model``/``m``, ``hf-repo``/``hf``, ``LLAMA_ARG_MODEL``, in its section or ``[*]``), read by
     ``fleetgate.sources.router_preset`` as llama-server reads it. An INI file with no such section is not a preset:
     nothing is found in it. Every model's port is the router's, its default 8080."""
-    from fleetgate.engines.llamacpp import BUILD
-    from fleetgate.sources.router_preset import child_argv, read_preset
-
     preset = read_preset(path)
     model_keys = {"model", "m", "LLAMA_ARG_MODEL", "hf-repo", "hf", "hfr", "LLAMA_ARG_HF_REPO"}
     shared = set(preset.global_section.keys) if preset.global_section is not None else set()
@@ -742,8 +734,6 @@ def _compose_shaped(document: Node) -> bool:
 
 def _project_parts(ctx: Context, composes: list[Path]) -> set[Path]:
     """The real paths of the compose files that another of ``composes`` includes or extends."""
-    from fleetgate.sources.compose import project_files
-
     parts: set[Path] = set()
     for file in composes:
         try:

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fleetgate.engines.llamacpp import parse_llama_server
+from fleetgate.engines.vllm import parse_vllm
+from fleetgate.fleet import DEFAULT_BINARY, Contract, Fleet, Host, Service
 from fleetgate.units import Setting
 
 if TYPE_CHECKING:
@@ -193,14 +196,10 @@ def parsed_argv(engine: EngineName, args: Sequence[str], env: Mapping[str, str])
     """The port the argv sets (None: the engine's default) and the files it loads, read by the engine's own argv
     model (``fleetgate.engines``): aliases, ``--flag=value``, ``LLAMA_ARG_*`` and the last value winning."""
     if engine == "llama.cpp":
-        from fleetgate.engines.llamacpp import parse_llama_server
-
         llama = parse_llama_server(("llama-server", *args), env)
         given = llama.use("port")
         files = [llama.model, llama.mmproj, llama.spec_draft_model]
     else:
-        from fleetgate.engines.vllm import parse_vllm
-
         vllm = parse_vllm(("vllm", *args))
         given = vllm.use("port")
         drafter = (vllm.speculative_config or {}).get("model")
@@ -254,8 +253,6 @@ ENGINE_COMMAND = re.compile(
 
 def stub_fleet(root: Path, deploy_root: str | None, name: str, engine: EngineName, **where: Any) -> tuple[Fleet, Service]:
     """A fleet of one service pointing at a file, for a reader that takes (fleet, service): nothing else is known."""
-    from fleetgate.fleet import DEFAULT_BINARY, Contract, Fleet, Host, Service
-
     host = Host(name="localhost", ram_bytes=0, devices=(), card_floor_bytes=None, balance_slack_bytes=None,
                 vllm_max_gpu_memory_utilization=None)
     fields: dict[str, Any] = {"serve_script": None, "env_file": None, "unit": None, "payload": (), **where}

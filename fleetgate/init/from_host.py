@@ -26,6 +26,7 @@ is then read by ``fleetgate init`` like any repository.
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -33,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+import testinfra
 
 from fleetgate.errors import InputError
 from fleetgate.secrets import scrub, scrub_argv, scrub_environment
@@ -155,8 +158,6 @@ def _container_run(host: Any, cgroup: str, notes: list[str]) -> str | None:
     """The run line of the container a process runs in, from ``docker inspect``/``podman inspect`` on the host: the
     image, the entrypoint and command, the published ports, bind mounts, devices and GPU requests, and the engine's
     variables of its environment (secrets as ***). None when the process is in no container the runtime answers for."""
-    import json
-
     match = _CONTAINER_CGROUP.search(cgroup)
     if match is None:
         return None
@@ -216,8 +217,6 @@ def _split_cat(text: str) -> list[tuple[str, str]]:
 def read_host(spec: str, host: Any = None) -> HostFleet:
     """Read the engines a host runs (the module's docstring); one ``InputError`` line when the host cannot be read.
     ``host`` is a testinfra ``Host`` already made (by default, ``testinfra.get_host(spec)``)."""
-    import testinfra
-
     notes: list[str] = []
     try:
         host = host if host is not None else testinfra.get_host(spec)

@@ -9,6 +9,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetgate.host import ROCM_SMI, parse_rocm_smi
+from fleetgate.host import meminfo as read_meminfo
+
 __all__ = ["Card", "HostFacts", "probe_host"]
 
 
@@ -58,8 +61,6 @@ def probe_host(*, meminfo: Path = Path("/proc/meminfo"), timeout: float = 10.0) 
             cards = tuple(parsed)
             source = "nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits"
     elif shutil.which("rocm-smi"):
-        from fleetgate.host import ROCM_SMI, parse_rocm_smi
-
         out = _run(ROCM_SMI.split(), timeout, problems)
         if out is not None:
             try:
@@ -69,7 +70,6 @@ def probe_host(*, meminfo: Path = Path("/proc/meminfo"), timeout: float = 10.0) 
                 problems.append(f"--probe: {ROCM_SMI}: {exc}")
     else:
         problems.append("--probe: neither nvidia-smi nor rocm-smi is on PATH; the cards stay TODO")
-    from fleetgate.host import meminfo as read_meminfo
 
     ram_gib = None
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fleetgate.envfile import parse_env_file
 from fleetgate.errors import InputError, read_text
+from fleetgate.fleet import EnvTemplate
 from fleetgate.init.found import (
     DEFAULT_PORT,
     ENGINE_BINARIES,
@@ -33,6 +34,9 @@ from fleetgate.init.found import (
     stub_fleet,
     unprefixed,
 )
+from fleetgate.render.dispatch import render
+from fleetgate.render.types import RenderRefused
+from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit, split_command, split_environment_assignments
 
 __all__ = ["from_script", "from_unit", "sandbox_render", "unit_env"]
@@ -109,8 +113,6 @@ def from_unit(ctx: Context, path: Path, unit: Unit) -> Found | None:
     rel = rel_path(ctx.root, path)
     hit = engine_of(words)
     if hit is not None:
-        from fleetgate.sources.systemd import expand_exec
-
         engine, start = hit
         name = service_name(_unit_stem(path), ctx.taken, "unit")
         templates = {ctx.templates[s.value.lstrip("-")] for s in unit.all("Service", "EnvironmentFile")
@@ -280,14 +282,10 @@ def _last_value(args: Sequence[str], flag: str) -> str | None:
 def sandbox_render(root: Path, deploy_root: str | None, name: str, engine: EngineName, script: Path, unit: Path | None,
                     payload: tuple[str, ...], env_template: tuple[Path, Path] | None = None) -> ScriptRender:
     """Render one script as the seams do, with a fleet of that one service (nothing written, nothing started)."""
-    from fleetgate.fleet import EnvTemplate
-    from fleetgate.render.dispatch import render
-
     template = (EnvTemplate(template=env_template[0], script=env_template[1], writes=None, where="fleetgate init")
                 if env_template is not None else None)
     fleet, service = stub_fleet(root, deploy_root, name, engine, serve_script=script.resolve(),
                                  unit=unit.resolve() if unit else None, payload=payload, env_template=template)
-    from fleetgate.render.types import RenderRefused
 
     # A script that tests its payload before it starts the engine (`[ -f "$MODEL" ] || exit 1`) is rendered again
     # with each file it asked for present, as the seams render it with the declared payload: a few rounds at most.

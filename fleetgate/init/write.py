@@ -24,6 +24,7 @@ from fleetgate.errors import InputError, parse_toml, read_text
 from fleetgate.init.found import Discovery, Found, Note, visible
 from fleetgate.init.manifest_text import fleet_toml
 from fleetgate.init.probe import Card, HostFacts
+from fleetgate.manifest import load_fleet
 
 __all__ = ["check_target", "place", "vet"]
 
@@ -93,8 +94,6 @@ def _where(root: Path, found: Found) -> tuple[Path, int | None]:
 def vet(output: Path, discovery: Discovery, *, name: str, facts: HostFacts | None) -> Discovery:
     """``discovery`` less the services fleetgate's own loader would refuse as init writes them (each a note); one
     line when the loader refuses the manifest for a reason no single service explains."""
-    from fleetgate.manifest import load_fleet
-
     if not discovery.services:
         return discovery
     stand_in = HostFacts(cards=facts.cards or _STAND_IN.cards, ram_gib=facts.ram_gib or _STAND_IN.ram_gib,

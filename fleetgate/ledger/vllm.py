@@ -64,6 +64,7 @@ from typing import Any
 
 from fleetgate.errors import InputError
 from fleetgate.models.config import DTYPE_BYTES, ModelConfig, model_config_from
+from fleetgate.models.rangeread import RangeReader, is_remote, resolve_url
 
 __all__ = ["Checkpoint", "VllmLedger", "checkpoint_of", "derived_max_model_len", "safetensors_bytes", "vllm_ledger"]
 
@@ -164,8 +165,6 @@ def _json(text: bytes, where: str) -> Mapping[str, Any]:
 
 def _remote_safetensors(url: str) -> tuple[int, int]:
     """(tensor bytes, header bytes read) of one safetensors file, by range."""
-    from fleetgate.models.rangeread import RangeReader
-
     with RangeReader(url, limit=MAX_SAFETENSORS_HEADER + 8) as src:
         (length,) = struct.unpack("<Q", src.read(8))
         if length > MAX_SAFETENSORS_HEADER or (src.size is not None and 8 + length > src.size):
@@ -176,8 +175,6 @@ def _remote_safetensors(url: str) -> tuple[int, int]:
 
 
 def _remote_small(url: str, limit: int = 16 << 20) -> bytes:
-    from fleetgate.models.rangeread import RangeReader
-
     with RangeReader(url, limit=limit) as src:
         out = bytearray()
         while src.size is None or src.position < src.size:
@@ -197,8 +194,6 @@ def safetensors_bytes(source: str) -> tuple[int, list[str]]:
     A remote checkpoint (``hf://OWNER/REPO`` or its resolve URL of a file) is read by range: the index
     (``model.safetensors.index.json``) names the shards, each shard's header is read, never its data.
     """
-    from fleetgate.models.rangeread import is_remote, resolve_url
-
     if not is_remote(source):
         path = Path(source)
         files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]

@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.errors import InputError
+
+if TYPE_CHECKING:
+    from fleetgate.models.gguf_package import GGUFPackage
 
 __all__ = [
     "HYBRID_ARCHS",
@@ -41,6 +45,7 @@ __all__ = [
     "Header",
     "TensorInfo",
     "ggml_type_size",
+    "gguf_package",
     "profile_data",
     "profile_toml",
     "read_header",
@@ -108,13 +113,6 @@ class Header:
         return value
 
 
-@cache
-def _type_sizes() -> dict[str, tuple[int, int]]:
-    from gguf import GGML_QUANT_SIZES
-
-    return {qtype.name: sizes for qtype, sizes in GGML_QUANT_SIZES.items()}
-
-
 # The KV cache types llama-server accepts (common/arg.cpp, kv_cache_types) with their (block, bytes)
 # from ggml/src/ggml.c type_traits: kept here so that sizing a cache does not import numpy.
 KV_CACHE_TYPES: Mapping[str, tuple[int, int]] = {
@@ -129,9 +127,9 @@ def ggml_type_size(ggml_type: str) -> tuple[int, int]:
     if known is not None:
         return known
     try:
-        return _type_sizes()[ggml_type.upper()]
+        return gguf_package().type_sizes[ggml_type.upper()]
     except KeyError:
-        names = ", ".join(sorted(_type_sizes()))
+        names = ", ".join(sorted(gguf_package().type_sizes))
         raise KeyError(f"unknown ggml type {ggml_type!r}; expected one of {names}") from None
 
 
@@ -149,58 +147,14 @@ def tensor_bytes(ggml_type: str, shape: Sequence[int]) -> int:
 MAX_ARRAY = 4096
 
 
-@lru_cache(maxsize=1)
-def _reader_class() -> type[Any]:
-    """``GGUFReader``, told to step over the long arrays the ledger never reads.
+@cache
+def gguf_package() -> type[GGUFPackage]:
+    """The ``gguf`` package's reader and tables (``fleetgate.models.gguf_package``), imported on first use."""
+    # Lazy, fleetgate's one import of gguf: it imports numpy (about 160 ms), which sizing a KV cache, reading a
+    # profile or running a seam never needs; only a header read or an uncommon quantisation type does.
+    from fleetgate.models.gguf_package import GGUFPackage
 
-    The stock reader decodes every element of every array one numpy slice at a time: a 262k-token
-    vocabulary (tokens, scores, types) costs it about ten seconds. This subclass lets the package parse
-    everything else (magic, version, scalar keys, tensor infos, alignment) and only skips arrays of more
-    than ``MAX_ARRAY`` elements, keeping their length.
-    """
-    import struct
-
-    import numpy as np
-    from gguf import GGUFReader, GGUFValueType
-
-    class _Reader(GGUFReader):
-        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> Any:
-            # slice a plain ndarray view of the map: np.memmap's per-slice bookkeeping dominates otherwise
-            plain = self.__dict__.get("_plain")
-            if plain is None:
-                plain = self.data.view(np.ndarray)
-                self.__dict__["_plain"] = plain
-            count = int(count)
-            itemsize = np.dtype(dtype).itemsize
-            arr = plain[offset: offset + itemsize * count].view(dtype=dtype)[:count]
-            order = self.byte_order if override_order is None else override_order
-            return arr.view(arr.dtype.newbyteorder(order))
-
-        def _get_field_parts(self, orig_offs: int, raw_type: int) -> Any:
-            if GGUFValueType(raw_type) != GGUFValueType.ARRAY or self.byte_order != "I":
-                return super()._get_field_parts(orig_offs, raw_type)
-            raw_itype = self._get(orig_offs, np.uint32)
-            alen = self._get(orig_offs + 4, np.uint64)
-            count = int(alen[0])
-            if count <= MAX_ARRAY:
-                return super()._get_field_parts(orig_offs, raw_type)
-            itype = GGUFValueType(int(raw_itype[0]))
-            offs = orig_offs + 12
-            if count > len(self.data) - offs:
-                raise ValueError(f"an array of {count} entries at byte {orig_offs} runs past the file's end")
-            scalar = self.gguf_scalar_to_np.get(itype)
-            if scalar is not None:
-                offs += count * np.dtype(scalar).itemsize
-            elif itype == GGUFValueType.STRING:
-                view = memoryview(self.__dict__["_plain"])
-                unpack = struct.Struct("<Q").unpack_from
-                for _ in range(count):
-                    offs += 8 + unpack(view, offs)[0]
-            else:
-                return super()._get_field_parts(orig_offs, raw_type)
-            return offs - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, itype]
-
-    return _Reader
+    return GGUFPackage
 
 
 # the fewest bytes one key/value and one tensor description take in a GGUF v2/v3 header
@@ -212,8 +166,6 @@ MIN_TENSOR_BYTES = 8 + 1 + 4 + 8 + 4 + 8
 
 def _check_counts(path: Path, start: bytes, size: int) -> None:
     """The header's tensor and key counts against the file's size, before anything is sized by them."""
-    import struct
-
     if len(start) < 24:
         raise InputError(path, None, f"truncated GGUF header: {len(start)} bytes; expected at least 24")
     version, n_tensors, n_kv = struct.unpack_from("<IQQ", start, 4)
@@ -240,7 +192,7 @@ def read_header(path: Path | str) -> Header:
         raise InputError(path, None, f"not a GGUF file: starts with {magic!r}, expected b'GGUF'")
     _check_counts(path, start, size)
     try:
-        reader = _reader_class()(path)
+        reader = gguf_package().reader(path, MAX_ARRAY)
     except Exception as exc:
         raise InputError(path, None, f"unreadable GGUF header ({type(exc).__name__}: {exc}); "
                                      "expected a complete file (a truncated copy fails to map)") from None

@@ -6,10 +6,12 @@ are ``fleetgate.models.gguf``'s.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from fleetgate.errors import InputError
 from fleetgate.models.gguf import (
@@ -18,10 +20,12 @@ from fleetgate.models.gguf import (
     MIN_TENSOR_BYTES,
     Header,
     TensorInfo,
+    gguf_package,
     profile_data,
     read_header,
     tensor_bytes,
 )
+from fleetgate.models.rangeread import DEFAULT_DEADLINE, DEFAULT_LIMIT, RangeReader, RemoteError, is_remote, redact, split_parts
 
 __all__ = ["MAX_STRING", "SourceRead", "read_any_header", "read_remote_header", "source_profile"]
 
@@ -39,10 +43,6 @@ _MAX_DIMS = 4  # GGML_MAX_DIMS
 def _stream_header(src: Any, name: str) -> Header:
     """Parse a GGUF header from a ``RangeReader``: every count and length is checked against the file's size
     and the header cap before anything is allocated or read for it."""
-    import struct
-
-    from gguf import GGMLQuantizationType
-
     start = src.read(24)
     if len(start) < 24:
         raise src.error(f"truncated GGUF header: {len(start)} bytes; expected at least 24")
@@ -130,7 +130,7 @@ def _stream_header(src: Any, name: str) -> Header:
         dims = struct.unpack(f"<{n_dims}Q", src.read(8 * n_dims))
         type_code, offset = scalar(4), scalar(10)
         try:
-            type_name = GGMLQuantizationType(type_code).name
+            type_name = gguf_package().quantization_type(type_code).name
         except ValueError:
             raise src.error(f"tensor {tname!r} has ggml type {type_code}; expected a known ggml type") from None
         if any(d >= 1 << 40 for d in dims):
@@ -171,12 +171,9 @@ def read_remote_header(source: str, *, limit: int | None = None, timeout: float 
                        deadline: float | None = None) -> tuple[Header, SourceRead]:
     """A GGUF header by HTTP range requests (``hf://``, ``https://``, ``http://``), the tensor data never read;
     ``deadline`` (seconds, default ``rangeread.DEFAULT_DEADLINE``) bounds the whole read."""
-    from fleetgate.models.rangeread import DEFAULT_DEADLINE, DEFAULT_LIMIT, RangeReader, redact
-
     with RangeReader(source, limit=limit or DEFAULT_LIMIT, timeout=timeout,
                      deadline=DEFAULT_DEADLINE if deadline is None else deadline) as src:
         name = src.url.rsplit("/", 1)[-1].split("?", 1)[0]
-        from urllib.parse import unquote
 
         header = _stream_header(src, unquote(name))
         read = SourceRead(source=redact(source), file_bytes=header.file_bytes, header_bytes=header.data_offset,
@@ -208,8 +205,6 @@ def _merge_splits(parts: Sequence[Header], names: Sequence[str], where: Any) -> 
 def read_any_header(source: str, *, deadline: float | None = None) -> tuple[Header, list[SourceRead]]:
     """A local GGUF or a URL, split GGUFs (``-00001-of-0000N``) read part by part; errors are one line.
     ``deadline`` bounds each remote part's read (seconds)."""
-    from fleetgate.models.rangeread import RemoteError, is_remote, split_parts
-
     names = split_parts(source)
     if is_remote(source):
         results = [read_remote_header(name, deadline=deadline) for name in names]
@@ -229,8 +224,6 @@ def read_any_header(source: str, *, deadline: float | None = None) -> tuple[Head
 def source_profile(source: str, *, deadline: float | None = None) -> tuple[dict[str, Any], list[SourceRead]]:
     """The profile data of a GGUF named by a path or a URL; a remote header's problems name the URL.
     ``deadline`` bounds each remote file's read (seconds; default ``rangeread.DEFAULT_DEADLINE``)."""
-    from fleetgate.models.rangeread import RemoteError, is_remote, redact
-
     header, reads = read_any_header(source, deadline=deadline)
     try:
         data = profile_data(header)

@@ -72,11 +72,9 @@ def _host_properties(item: pytest.Item, call: pytest.CallInfo[None], report: pyt
     callspec = getattr(item, "callspec", None)
     value = callspec.params.get("host_check") if callspec is not None else None
     if call.when == "call" and isinstance(value, CheckParam) and value.subject is not None and value.check is not None:
-        from fleetgate.gate import host_note  # lazy: the live stack; a host check runs only with --endpoint
-
         target = value.value
         failure = call.excinfo.value if report.failed and call.excinfo is not None else None
-        note = host_note(target, value.check.name, failure, (value.skip_reason or "") if report.skipped else None)
+        note = _state.live_stack().host_note(target, value.check.name, failure, (value.skip_reason or "") if report.skipped else None)
         report.user_properties.append((_state.LIVE, json.dumps({
             "service": target.name, "url": value.endpoint.url, "engine": value.endpoint.engine, "check": value.check.name,
             "note": note, "spent": 0, "requests": 0, "elapsed": value.elapsed, "measured": {},

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from fleetgate.checks import NOT_JUDGED, Check
+from fleetgate.plugin._state import live_stack
 from fleetgate.runner import Outcome, Subject, run
 
 __all__ = ["NO_ENDPOINT", "SKIPPED_EXPLICITLY", "CheckParam", "HostCheck", "Live", "Seam"]
@@ -70,17 +71,13 @@ class CheckParam:
         if self.check.kind == "live":
             outcome = self._live(self.check, self.subject)
         elif self.check.kind == "host":
-            from fleetgate.gate import run_host  # lazy: the live stack, imported only with --endpoint
-
-            outcome, self.elapsed = run_host(self.check, self.subject)
+            outcome, self.elapsed = live_stack().run_host(self.check, self.subject)
         else:
             outcome = run(self.check, self.subject)
         self._report(outcome)
 
     def _live(self, check: Check[Any], subject: Subject) -> Outcome:
-        from fleetgate.gate import run_live  # lazy: the live stack, imported only with --endpoint
-
-        outcome, self.record = run_live(check, subject)
+        outcome, self.record = live_stack().run_live(check, subject)
         return outcome
 
     def _report(self, outcome: Outcome) -> None:

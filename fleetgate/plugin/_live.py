@@ -168,11 +168,9 @@ def _live_properties(item: pytest.Item, call: pytest.CallInfo[None], report: pyt
         and live.record is not None
         and live.endpoint is not None
     ):
-        from fleetgate.gate import live_note  # lazy: the live stack; a live record exists only with --endpoint
-
         record = live.record
         if report.failed and call.excinfo is not None:
-            record.note = live_note(record, call.excinfo.value)
+            record.note = _state.live_stack().live_note(record, call.excinfo.value)
         report.user_properties.append(
             (
                 _state.LIVE,
@@ -226,10 +224,8 @@ class _Summary:
     def _summary(self, terminalreporter: Any) -> None:
         if not self.results:
             return
-        # lazy: the live stack; there are live results only when endpoints were checked
-        from fleetgate.gate import summary_word
-        from fleetgate.live.endpoint import BUDGET_TOKENS, fmt_measured
-
+        # there are live results only when endpoints were checked: the live stack is imported
+        stack = _state.live_stack()
         for service, checks in self.results.items():
             first = next(iter(checks.values())).data
             terminalreporter.section(
@@ -245,13 +241,13 @@ class _Summary:
                 requests += int(data["requests"])
                 elapsed += float(data["elapsed"])
                 measured.update(data["measured"])
-                word = summary_word(result.outcome)
+                word = stack.summary_word(result.outcome)
                 terminalreporter.write_line(f"  {word:4} {name:24} {data['note']}"[:220])
-            if fmt_measured(measured):
-                terminalreporter.write_line(f"  measured: {fmt_measured(measured)}")
-            over = " -- OVER BUDGET" if spent > BUDGET_TOKENS else ""
+            if stack.fmt_measured(measured):
+                terminalreporter.write_line(f"  measured: {stack.fmt_measured(measured)}")
+            over = " -- OVER BUDGET" if spent > stack.budget_tokens else ""
             terminalreporter.write_line(
-                f"  spent: {spent} generated tokens (budget {BUDGET_TOKENS}) in {requests} "
+                f"  spent: {spent} generated tokens (budget {stack.budget_tokens}) in {requests} "
                 f"requests; checks took {elapsed:.1f} s{over}"
             )
 

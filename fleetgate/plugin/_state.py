@@ -31,6 +31,7 @@ from fleetgate.runner import chains_of, plan_scope, planned_probes, planned_rend
 from fleetgate.timeouts import ResolvedChain
 
 if TYPE_CHECKING:
+    from fleetgate.gate import LiveStack
     from fleetgate.host import HostTarget
     from fleetgate.live import LiveEndpoint, LocalRender
 
@@ -176,11 +177,13 @@ class Inputs:
         return chains(self.config)
 
 
-def live_stack() -> None:
-    """Import the live gate's modules (``fleetgate.live``: httpx; the live and host checks): a Python without one
-    of its requirements is told so in one line."""
+def live_stack() -> type[LiveStack]:
+    """The live gate (``fleetgate.gate``: the endpoint client over httpx, testinfra's hosts, the live and host checks),
+    imported on first use: a Python without one of its requirements is told so in one line."""
     try:
-        import fleetgate.live  # noqa: F401  (lazy: the live stack, only with --endpoint)
+        # Lazy, the plugin's one import of the live stack: only with --endpoint, so that `pytest seams/` never imports
+        # httpx or testinfra (tests/test_import_graph.py, LAZY).
+        from fleetgate.gate import LiveStack as stack
 
         load_checks("live", "host")
     except ModuleNotFoundError as missing:
@@ -188,6 +191,7 @@ def live_stack() -> None:
         if error is None:
             raise
         raise error from None
+    return stack
 
 
 def _selected(config: pytest.Config) -> list[str]:
@@ -229,12 +233,11 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def _local_render(config: pytest.Config, chosen: Fleet, service: Service) -> LocalRender:
     """What the engine's machine gives this service's serve script beyond its files, as a conftest.py says through
     ``pytest_fleetgate_live_render`` (nothing, where none does); a value of another shape is one line."""
-    from fleetgate.live import LocalRender  # lazy: the live stack, only with --endpoint
-
+    local_render = live_stack().local_render
     given = config.hook.pytest_fleetgate_live_render(config=config, fleet=chosen, service=service)
     if given is None:
-        return LocalRender()
-    if (not isinstance(given, LocalRender) or not isinstance(given.overrides, Mapping)
+        return local_render()
+    if (not isinstance(given, local_render) or not isinstance(given.overrides, Mapping)
             or not all(isinstance(k, str) and _VARIABLE.fullmatch(k) and isinstance(v, str)
                        for k, v in given.overrides.items())
             or not isinstance(given.payload, tuple)
@@ -254,9 +257,7 @@ def endpoints(config: pytest.Config) -> dict[str, LiveEndpoint]:
         if not names:
             return {}
         urls = _named(config, "--base-url", names, "URL")
-        live_stack()
-        from fleetgate.live import connect  # lazy: the live stack, only with --endpoint
-
+        connect = live_stack().connect
         chosen = fleet(config)
         found: dict[str, LiveEndpoint] = {}
         for name in names:
@@ -295,8 +296,7 @@ def targets(config: pytest.Config) -> dict[str, HostTarget]:
         chosen = endpoints(config)
         if not chosen:
             return {}
-        from fleetgate.gate import host_target  # lazy: the live stack, only with --endpoint
-
+        host_target = live_stack().host_target
         specs = _named(config, "--host-url", list(chosen), "SPEC")
         served = fleet(config)
         options = _testinfra_options(config)

@@ -33,9 +33,11 @@ from fleetgate.render.script import RENDER_TIMEOUT_S, parsed_before, parsed_now,
 from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
 from fleetgate.sandbox import INSIDE, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
+from fleetgate.sources.ansible import render_template
 from fleetgate.sources.docker_run import ENGINE_IMAGES, ContainerRun, parse_client
+from fleetgate.sources.nix import read_nix_unit
 from fleetgate.sources.systemd import expand_exec
-from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments
+from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments, unit_from_text
 
 __all__ = ["MAX_ARG_STRLEN", "InlineScript", "container_engines", "container_lines", "engine_exec_start",
            "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "service_inputs",
@@ -223,13 +225,8 @@ def _unit(fleet: Fleet, service: Service) -> Unit:
     symlinked to another folder of the repository is one of its files, one symlinked out of it is refused."""
     assert service.unit is not None
     if service.unit.suffix == ".nix":
-        from fleetgate.sources.nix import read_nix_unit
-
         return read_nix_unit(service.unit, service.nix_unit)
     if service.unit.suffix == ".j2":
-        from fleetgate.sources.ansible import render_template
-        from fleetgate.units import unit_from_text
-
         text = render_template(service.unit, fleet.root, service.ansible_vars)
         return unit_from_text(service.unit, text, service.unit.name.removesuffix(".j2"))
     return parse_unit(service.unit, root=fleet.root)

@@ -26,12 +26,15 @@ import posixpath
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fleetgate.errors import InputError, NotRead, read_text
 from fleetgate.sources.yaml_bounded import compose_yaml
+
+if TYPE_CHECKING:
+    from fleetgate.sources.jinja import Jinja
 
 __all__ = ["RENDERED_FILES", "ansible_vars_files", "render_template", "role_of", "template_variables"]
 
@@ -134,23 +137,19 @@ def template_variables(files: Sequence[Path]) -> tuple[dict[str, Any], dict[str,
     return merged, origin
 
 
+@functools.cache
+def _jinja() -> type[Jinja]:
+    """Jinja2's sandbox and errors (``fleetgate.sources.jinja``), imported on first use."""
+    # Lazy, fleetgate's one import of Jinja2 (about 45 ms): only a repository with an Ansible template renders one,
+    # and every `pytest seams/` imports this reader.
+    from fleetgate.sources.jinja import Jinja
+
+    return Jinja
+
+
 def _environment(budget: list[int]) -> Any:
-    from jinja2 import StrictUndefined
-    from jinja2.exceptions import SecurityError
-    from jinja2.sandbox import SandboxedEnvironment
-
-    class Bounded(SandboxedEnvironment):
-        intercepted_binops = frozenset({"*", "**"})
-
-        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-            # 'a' * 10**9 or 10 ** 10**6 would fill memory or hang before any output bound is reached.
-            if operator == "**" and isinstance(right, int) and abs(right) > 64:
-                raise SecurityError("an exponent over 64")
-            if operator == "*":
-                sized, count = (left, right) if isinstance(left, (str, list)) else (right, left)
-                if isinstance(sized, (str, list)) and isinstance(count, int) and len(sized) * count > MAX_OUTPUT:
-                    raise SecurityError(f"a repetition over {MAX_OUTPUT} items")
-            return super().call_binop(context, operator, left, right)
+    jinja = _jinja()
+    SecurityError = jinja.SecurityError
 
     def bounded_range(*args: int) -> Iterator[int]:
         for i in range(*args):
@@ -166,7 +165,8 @@ def _environment(budget: list[int]) -> Any:
     def mandatory(value: Any, msg: str | None = None) -> Any:
         return value  # StrictUndefined already refuses an undefined value
 
-    env = Bounded(undefined=StrictUndefined, trim_blocks=True, keep_trailing_newline=True, autoescape=False)
+    env = jinja.Bounded(MAX_OUTPUT, undefined=jinja.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
+                        autoescape=False)
     env.globals["range"] = bounded_range
     env.globals["ansible_managed"] = "Ansible managed"
     env.filters.update({"basename": posixpath.basename, "dirname": posixpath.dirname, "bool": to_bool,
@@ -194,9 +194,7 @@ def _unread(path: Path, line: int | None, what: str) -> NotRead:
 
 def render_template(template: Path, root: Path, declared: Sequence[Path] = ()) -> str:
     """The template's output as the ``template`` module writes it, from the role's and inventory's plain variables."""
-    from jinja2 import TemplateAssertionError, TemplateSyntaxError, UndefinedError
-    from jinja2.exceptions import SecurityError, TemplateError
-
+    jinja = _jinja()
     files = ansible_vars_files(root, template, declared)
     variables, origin = template_variables(files)
     text = read_text(template, "the template")
@@ -204,12 +202,12 @@ def render_template(template: Path, root: Path, declared: Sequence[Path] = ()) -
     env = _environment(budget)
     try:
         compiled = env.from_string(text)
-    except TemplateAssertionError as exc:
+    except jinja.TemplateAssertionError as exc:
         # a filter or test Jinja2 lacks: Ansible's own (ipaddr, regex_replace, ...) or a collection's
         raise _unread(template, exc.lineno, exc.message or str(exc)) from None
-    except TemplateSyntaxError as exc:
+    except jinja.TemplateSyntaxError as exc:
         raise InputError(template, exc.lineno, f"{exc.message}; expected a Jinja2 template Ansible can render") from None
-    except TemplateError as exc:
+    except jinja.TemplateError as exc:
         raise _unread(template, None, str(exc)) from None
     context = _resolved(env, variables, origin)
     try:
@@ -221,16 +219,16 @@ def render_template(template: Path, root: Path, declared: Sequence[Path] = ()) -
                 raise InputError(template, None, f"renders to more than {MAX_OUTPUT} characters; expected a unit or a "
                                  "config file")
             out.append(piece)
-    except UndefinedError as exc:
+    except jinja.UndefinedError as exc:
         raise _unread(template, _template_line(exc), f"{exc.message} here: a fact, a registered result, hostvars or "
                       "a variable of a group this host is in (declare that group's file in ansible_vars) only Ansible "
                       "gives") from None
-    except SecurityError as exc:
+    except jinja.SecurityError as exc:
         raise InputError(template, _template_line(exc), f"the template is refused: {exc}") from None
     except _Unusable as exc:
         shown = exc.path.relative_to(root) if root in exc.path.parents else exc.path
         raise _unread(template, _template_line(exc), f"{exc.name} ({shown}) {exc.reason}") from None
-    except TemplateError as exc:
+    except jinja.TemplateError as exc:
         raise _unread(template, _template_line(exc), f"{exc}") from None
     except RecursionError:
         raise InputError(template, None, "the template recurses without end (a macro calling itself); expected one "
@@ -254,8 +252,6 @@ def _template_line(exc: BaseException) -> int | None:
 def _resolved(env: Any, variables: Mapping[str, Any], origin: Mapping[str, Path]) -> dict[str, Any]:
     """Variables whose values are templates rendered in the same context, as Ansible renders them when used; one that
     cannot be rendered without Ansible (a fact, hostvars) says so where the template uses it, never its raw text."""
-    from jinja2.exceptions import TemplateError
-
     context: dict[str, Any] = dict(variables)
     failed: dict[str, str] = {}
     for _ in range(MAX_PASSES):
@@ -268,7 +264,7 @@ def _resolved(env: Any, variables: Mapping[str, Any], origin: Mapping[str, Path]
                 except _Unusable as exc:
                     failed[key] = f"needs {exc.name}, which {exc.reason}"
                     continue
-                except (TemplateError, TypeError, ValueError, RecursionError) as exc:
+                except (_jinja().TemplateError, TypeError, ValueError, RecursionError) as exc:
                     failed[key] = f"is a template only Ansible renders ({getattr(exc, 'message', None) or exc})"
                     continue
                 if rendered != value:

@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
+from fleetgate.fleet import EngineBuild
 from fleetgate.render.types import Origin, Rendered, map_to_repo
 from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
@@ -932,9 +934,6 @@ def _interpolate_all(file: _File, root: Node) -> None:
 
 def _engine_build(service: Service, image: str | None, where: str, node: Node | None,
                   reader: _Reader) -> EngineBuild | None:
-    from fleetgate.engines.llama_builds import image_build
-    from fleetgate.fleet import EngineBuild
-
     if image is None:
         return None
     repo, _ = split_image(image)

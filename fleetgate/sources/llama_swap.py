@@ -47,6 +47,7 @@ import yaml
 
 from fleetgate.errors import InputError, read_text
 from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
+from fleetgate.sources.ansible import render_template
 from fleetgate.sources.yaml_bounded import compose_yaml
 
 if TYPE_CHECKING:
@@ -157,8 +158,6 @@ def read_config(path: Path, repository: Path | None = None, ansible_vars: Sequen
     """A llama-swap config; every problem llama-swap would refuse to start on is one ``InputError`` line. A ``.j2``
     file is an Ansible role's template of it, rendered first (``fleetgate.sources.ansible``)."""
     if path.suffix == ".j2":
-        from fleetgate.sources.ansible import render_template
-
         text = render_template(path, repository if repository is not None else path.parent, ansible_vars)
     else:
         text = read_text(path, "the llama-swap config")

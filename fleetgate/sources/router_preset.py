@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fleetgate.engines.llama_builds import load_builds
+from fleetgate.engines.llamacpp import llama_table_build
 from fleetgate.errors import InputError, read_text
 from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
@@ -168,8 +170,6 @@ def _strip(name: str) -> str:
 
 @functools.cache  # once per build: every model of a preset is checked against the same table
 def _options(build: int) -> tuple[dict[str, tuple[int, Variant]], tuple[Variant, ...]]:
-    from fleetgate.engines.llama_builds import load_builds
-
     builds = load_builds()
     resolved = builds.resolve(build)
     assert resolved is not None
@@ -266,8 +266,6 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
     for it) plus ``LLAMA_SERVER_ROUTER_PORT`` (the router's port, fleet.toml's ``port``); ``overrides`` replace
     variables of it as they do a unit's.
     """
-    from fleetgate.engines.llamacpp import llama_table_build
-
     assert service.models_preset is not None
     preset = read_preset(service.models_preset)
     name = service.preset_model or service.name
