@@ -24,8 +24,9 @@ def main() -> int:
     # this tree's fleetgate, not an editable install of another
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in getattr(f, "__module__", "")]
     sys.path.insert(0, str(REPO))
-    from fleetgate import render, sandbox
+    from fleetgate import sandbox
     from fleetgate.manifest import load_fleet
+    from fleetgate.render import dispatch as render
 
     assert sandbox.__file__ is not None and sandbox.__file__.startswith(str(REPO))
     assert sandbox.sandbox_problem() is None, sandbox.sandbox_problem()

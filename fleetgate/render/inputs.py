@@ -30,6 +30,7 @@ from fleetgate.envfile import Dialect, EnvEntry, parse_env_file, parse_env_text
 from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.script import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
+from fleetgate.render.start import InlineScript
 from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
 from fleetgate.sandbox import INSIDE, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
@@ -279,14 +280,6 @@ def _exec_start_script(fleet: Fleet, service: Service, unit: Unit) -> Path:
     raise InputError(setting.path, setting.line,
                      f"ExecStart={setting.value} names no file under the fleet's deploy_root {fleet.deploy_root}; "
                      f"expected the serve script, or {service.binary} itself")
-
-
-@dataclass(frozen=True)
-class InlineScript:
-    """A unit whose ``ExecStart=`` runs ``bash -c '...'`` (or ``sh -c``, ``/usr/bin/env bash -c``)."""
-
-    unit: Unit
-    setting: Setting
 
 
 # Shell options of `bash -c` that are passed on to the render's bash: the ones that change how the script runs

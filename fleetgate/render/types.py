@@ -6,23 +6,23 @@ environment the service starts with was set (``Origin``); the serve script run i
 trace. A script that exits without starting the engine is ``RenderRefused``. ``map_to_repo`` reads a host path under
 ``deploy_root`` as the repository's file, the way every shape names the repository's files.
 
-The start shapes of fleetgate.sources build these types and the dispatcher (fleetgate.render.dispatch) imports the shapes, so
-this module imports nothing of either (only the type checker sees the shapes' types it names).
+A ``Rendered`` says which start shape it came from (``start``, fleetgate.render.start), with what that shape's reader
+read. ``Origin`` and ``map_to_repo`` live below the readers (fleetgate.render.origins) and are named here too.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError
+from fleetgate.render.origins import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
+from fleetgate.render.start import Compose, InlineScript, Kubernetes, ServeScript, Start, SwapModel
 
 if TYPE_CHECKING:
-    from fleetgate.fleet import Fleet
     from fleetgate.sources.compose import ComposeService
     from fleetgate.sources.docker_run import ContainerRun
     from fleetgate.sources.kubernetes import KubernetesContainer
@@ -31,21 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["SYSTEMD_DEFAULT_PATH", "TRACE_LINE", "FileTest", "Origin", "RenderRefused", "Rendered", "SourcedFile",
            "map_to_repo"]
 
-# systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
-SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 # A line of bash's trace of the serve script (``set -x``): ``+FILE:LINE: command``, one ``+`` per level of nesting.
 TRACE_LINE = re.compile(r"^\++(?P<file>[^:]+):(?P<line>\d+): ")
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a variable of the script's starting environment was set."""
-
-    name: str
-    value: str
-    where: str
-    via: str
-    """``EnvironmentFile=`` / ``Environment=`` / ``env_file`` / ``sourced``."""
 
 
 @dataclass(frozen=True)
@@ -78,25 +65,42 @@ class Rendered:
     writes: tuple[tuple[str, ...], ...]
     script: Path
     unit: Unit | None
+    start: Start
+    """The start shape that was rendered, with what its reader read (a compose service, a Kubernetes container, a
+    ``docker run`` line a script ran, the port llama-swap forwards to)."""
     extra_invocations: tuple[tuple[str, ...], ...] = field(default=())
     trace: str = ""
     """bash's own trace of the run (``set -x``, each line ``+FILE:LINE: command``): where a value was made."""
-    compose: ComposeService | None = None
-    """The compose service read, when a compose file starts the engine (ports, mounts, GPUs)."""
     notes: tuple[str, ...] = ()
     """What the render had to assume, one line each (a directory the repository does not hold made a placeholder,
     an engine stubbed at a path the repository does not hold, a specifier that needs the host)."""
-    container: ContainerRun | None = None
-    """The ``docker run``/``podman run`` line that starts the engine, where one does (its ports, volumes, GPUs)."""
-    kubernetes: KubernetesContainer | None = None
-    """The Kubernetes container read, when a workload manifest starts the engine (its ports, Services, volumes, GPUs)."""
-    upstream_port: int | None = None
-    """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
-    on; None when clients reach the engine at the fleet's declared port."""
 
     @property
     def args(self) -> tuple[str, ...]:
         return self.argv[1:]
+
+    @property
+    def compose(self) -> ComposeService | None:
+        """The compose service read, when a compose file starts the engine (ports, mounts, GPUs)."""
+        return self.start.read if isinstance(self.start, Compose) else None
+
+    @property
+    def kubernetes(self) -> KubernetesContainer | None:
+        """The Kubernetes container read, when a workload manifest starts the engine (its ports, Services, volumes,
+        GPUs)."""
+        return self.start.read if isinstance(self.start, Kubernetes) else None
+
+    @property
+    def container(self) -> ContainerRun | None:
+        """The ``docker run``/``podman run`` line that starts the engine, where a script runs one (its ports, volumes,
+        GPUs)."""
+        return self.start.container if isinstance(self.start, ServeScript | InlineScript) else None
+
+    @property
+    def upstream_port(self) -> int | None:
+        """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
+        on; None when clients reach the engine at the fleet's declared port."""
+        return self.start.upstream_port if isinstance(self.start, SwapModel) else None
 
     def first_traced(self, needle: str) -> str | None:
         """``FILE:LINE`` of the first command bash traced whose expansion holds ``needle``, else None."""
@@ -119,45 +123,3 @@ class RenderRefused(InputError):
         self.sourced = sourced
         self.tests = tests
         """The file tests the script ran before it refused (``[ -f "$MODEL" ]`` answered no)."""
-
-
-def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
-    """A host path of the deployed repository -> the repository file, or None.
-
-    Confined by the real path, as the kernel resolves it on a host where the repository is deployed
-    at ``deploy_root``: ``..`` and symlinks inside the repository are followed (an absolute link into
-    ``deploy_root`` stays in the repository), and a path that leaves the repository is None however it
-    is spelt. Components outside the repository are taken as written (this machine is not the host).
-    """
-    if fleet.deploy_root is None or not host_path.startswith("/") or "\0" in host_path:
-        return None
-    root = PurePosixPath(fleet.deploy_root)
-    real_root = fleet.root.resolve()
-    pending = list(PurePosixPath(host_path).parts[1:])
-    current = PurePosixPath("/")
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            current = current.parent
-            continue
-        current = current / part
-        if current == root or root not in current.parents:
-            continue
-        local = real_root.joinpath(*current.relative_to(root).parts)
-        if local.is_symlink():
-            hops += 1
-            if hops > 40:
-                return None
-            target = PurePosixPath(os.readlink(local))
-            if target.is_absolute():
-                current = PurePosixPath("/")
-                pending[:0] = list(target.parts[1:])
-            else:
-                current = current.parent
-                pending[:0] = list(target.parts)
-    if current != root and root not in current.parents:
-        return None
-    return real_root.joinpath(*current.relative_to(root).parts)

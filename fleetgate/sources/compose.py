@@ -40,7 +40,7 @@ from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
 from fleetgate.fleet import EngineBuild
-from fleetgate.render.types import Origin, Rendered, map_to_repo
+from fleetgate.render.origins import Origin, map_to_repo
 from fleetgate.sources.docker_run import split_image
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
 
 __all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap",
-           "interpolate", "list_services", "project_files", "read_compose", "render_compose"]
+           "interpolate", "list_services", "project_files", "read_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ASCII digits only: str.isdigit() also takes digits int() refuses ("²"), and a port or a card has few digits.
@@ -1283,14 +1283,3 @@ def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,
                      f"runtime: nvidia, NVIDIA_VISIBLE_DEVICES={visible.value}", visible.where,
                      tuple(p for p in named if not _INDEX.fullmatch(p)))
     return None
-
-
-# ------------------------------------------------------------------------------------------------------- rendering
-
-def render_compose(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
-    """A compose service as a rendered config: the container's argv and environment; nothing runs."""
-    read = read_compose(fleet, service, overrides=overrides)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           **{name: origin.value for name, origin in read.env.items()}}
-    return Rendered(service=service.name, argv=read.argv, env=env, inputs={**read.project, **read.env}, sourced=(), tests=(),
-                    writes=(), script=read.path, unit=None, compose=read)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from fleetgate.errors import InputError, read_text
-from fleetgate.render.types import Origin, Rendered
+from fleetgate.render.origins import Origin
 from fleetgate.secrets import MASK
 from fleetgate.sources.compose import Grant, deepest_mount
 from fleetgate.sources.docker_run import split_image
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
 __all__ = ["GPU_RESOURCES", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
-           "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes", "render_kubernetes",
+           "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes",
            "unrendered"]
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod")
@@ -789,12 +789,3 @@ def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: 
                  user_where=_where(path, user_node if user_node is not None else container),
                  non_root=(flag == "true") if flag is not None else None,
                  non_root_where=_where(path, flag_node if flag_node is not None else container))
-
-
-def render_kubernetes(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
-    """A Kubernetes container as a rendered config: its argv and environment; nothing runs."""
-    read = read_kubernetes(fleet, service, overrides=overrides)
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-           **{name: origin.value for name, origin in read.env.items()}}
-    return Rendered(service=service.name, argv=read.argv, env=env, inputs=dict(read.env), sourced=(), tests=(),
-                    writes=(), script=read.path, unit=None, notes=read.notes, kubernetes=read)

@@ -46,14 +46,13 @@ from urllib.parse import urlsplit
 import yaml
 
 from fleetgate.errors import InputError, read_text
-from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 from fleetgate.sources.ansible import render_template
 from fleetgate.sources.yaml_bounded import compose_yaml
 
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["DEFAULT_GROUP", "MAX_EXPANDED", "SwapConfig", "SwapGroup", "SwapModel", "read_config", "render_service",
+__all__ = ["DEFAULT_GROUP", "MAX_EXPANDED", "SwapConfig", "SwapGroup", "SwapModel", "model_start", "read_config",
            "split_command"]
 
 DEFAULT_START_PORT = 5800
@@ -675,13 +674,9 @@ class _Dsl:
         return [frozenset({model})]
 
 
-def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
-    """A fleet service that is a model of a llama-swap config: its ``cmd`` as llama-swap starts it. Nothing runs.
-
-    The engine's environment is llama-swap's own (not known offline: systemd's default PATH stands for it) plus the
-    model's ``env``; ``overrides`` replace variables of it as they do a unit's. The port llama-swap forwards to is
-    the engine's (``Rendered.upstream_port``); the fleet's declared ``port`` is llama-swap's own listen port.
-    """
+def model_start(fleet: Fleet, service: Service) -> tuple[SwapConfig, SwapModel, str]:
+    """The config, the model and the program of a fleet service that is a model of a llama-swap config; a model the
+    config lacks, or a ``cmd`` that runs another program than the engine, is one line."""
     assert service.llama_swap is not None
     config = read_config(service.llama_swap, fleet.root, service.ansible_vars)
     name = service.llama_swap_model or service.name
@@ -696,12 +691,4 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
         raise InputError(config.path, model.cmd_line,
                          f"models.{name}.cmd runs {program}; expected {service.binary} itself (fleet.toml's binary for "
                          f"{service.engine}); a container run from cmd is not read yet")
-    inputs = {key: Origin(key, value, f"{config.path}:{line}", "llama-swap env") for key, (value, line) in model.env.items()}
-    env = {"PATH": SYSTEMD_DEFAULT_PATH, "LANG": "C.UTF-8", **{key: o.value for key, o in inputs.items()}}
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return Rendered(service=service.name, argv=(program, *model.argv[1:]), env=env, inputs=inputs, sourced=(),
-                    tests=(), writes=(), script=config.path, unit=None, upstream_port=model.proxy_port)
+    return config, model, program

@@ -47,14 +47,23 @@ from typing import TYPE_CHECKING
 from fleetgate.engines.llama_builds import load_builds
 from fleetgate.engines.llamacpp import llama_table_build
 from fleetgate.errors import InputError, read_text
-from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, Rendered
 
 if TYPE_CHECKING:
     from fleetgate.engines.llama_builds import Variant
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["DEFAULT_MODELS_MAX", "GLOBAL", "MAX_RESIDENCIES", "Preset", "PresetSection", "child_argv", "load_on_startup",
-           "read_preset", "render_service", "router_models_max"]
+__all__ = [
+    "DEFAULT_MODELS_MAX",
+    "GLOBAL",
+    "MAX_RESIDENCIES",
+    "Preset",
+    "PresetSection",
+    "child_argv",
+    "child_start",
+    "load_on_startup",
+    "read_preset",
+    "router_models_max",
+]
 
 GLOBAL = "*"
 DEFAULT_SECTION = "default"
@@ -259,13 +268,10 @@ def _check_startup(preset: Preset, models_max: int) -> None:
                          "expected at most models_max sections with load-on-startup = true")
 
 
-def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str | None]) -> Rendered:
-    """A fleet service that is a model of a router preset: the child llama-server the router starts for it.
-
-    Nothing runs. The child's environment is the router's own (not known offline: systemd's default PATH stands
-    for it) plus ``LLAMA_SERVER_ROUTER_PORT`` (the router's port, fleet.toml's ``port``); ``overrides`` replace
-    variables of it as they do a unit's.
-    """
+def child_start(fleet: Fleet, service: Service) -> tuple[Preset, str, tuple[str, ...]]:
+    """The preset, the model's name and the child llama-server's argv of a fleet service that is a model of a router
+    preset, refused in one line where llama-server would refuse the file (a bad key of any model, more models loaded
+    on startup than ``--models-max``)."""
     assert service.models_preset is not None
     preset = read_preset(service.models_preset)
     name = service.preset_model or service.name
@@ -283,17 +289,4 @@ def render_service(fleet: Fleet, service: Service, overrides: Mapping[str, str |
         child_argv(preset, other, service.binary, build)
     _check_startup(preset, router_models_max(fleet, service))
     argv, _ = child_argv(preset, name, service.binary, build)
-    router_port = Origin("LLAMA_SERVER_ROUTER_PORT", str(service.port), fleet.where("services", service.name, "port"),
-                         "the router")
-    inputs = {"LLAMA_SERVER_ROUTER_PORT": router_port}
-    env = {"PATH": SYSTEMD_DEFAULT_PATH, "LANG": "C.UTF-8", "LLAMA_SERVER_ROUTER_PORT": str(service.port)}
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    notes = (f"{preset.where(name)}: the router picks the child's --port when it loads the model (a free port); "
-             "written 0 here",
-             f"{service.models_preset}: the router's own command line (merged over every model) is not read")
-    return Rendered(service=service.name, argv=argv, env=env, inputs=inputs, sourced=(), tests=(), writes=(),
-                    script=service.models_preset, unit=None, notes=notes)
+    return preset, name, argv
