@@ -22,12 +22,16 @@ from fleetgate.errors import read_text
 from fleetgate.toml_keys import KeyIndex
 
 __all__ = [
+    "DEFAULT_BINARY",
     "GIB",
     "LOOPBACK",
+    "Bench",
     "Client",
     "Contract",
     "Device",
+    "Engine",
     "EngineBuild",
+    "EnvTemplate",
     "Extrapolation",
     "Fleet",
     "Host",

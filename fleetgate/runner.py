@@ -53,6 +53,7 @@ __all__ = [
     "SeamInputs",
     "Subject",
     "WaiverUse",
+    "chains_of",
     "host_subjects",
     "live_subjects",
     "plan_scope",

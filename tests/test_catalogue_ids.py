@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.checks import REGISTRY, _load_all
+from fleetgate.checks import REGISTRY, load_all
 from fleetgate.errors import InputError
 from fleetgate.ids import ID_PATTERN, definitions, find_ids, undefined
 from fleetgate.incidents import KINDS, load_catalogue
@@ -32,7 +32,7 @@ def test_every_incident_tells_its_story() -> None:
 
 
 def _cited_by_checks() -> set[str]:
-    _load_all()
+    load_all()
     cited = {c for check in REGISTRY.values() for c in check.cites}
     # Failures cite ids of their own (cites=...), and messages name incidents: read every check module.
     for module in (REPO / "fleetgate" / "checks").glob("*.py"):
@@ -75,7 +75,7 @@ def test_definitions_carry_their_rule_text() -> None:
 
 
 def test_server_reproductions_name_a_live_test_that_exists() -> None:
-    _load_all()
+    load_all()
     for entry in INCIDENTS:
         r = entry.reproduction
         if r.kind != "server":
@@ -100,7 +100,7 @@ def test_host_reproductions_name_a_host_test_that_asserts_their_codes() -> None:
     pending on."""
     import ast
 
-    _load_all()
+    load_all()
     named = 0
     for entry in INCIDENTS:
         r = entry.reproduction
@@ -125,7 +125,7 @@ def test_host_reproductions_name_a_host_test_that_asserts_their_codes() -> None:
 def test_every_code_the_catalogue_names_is_declared_by_its_check() -> None:
     """A mutation's expected codes are seam codes, a server or host entry's codes its check's: each one declared
     by that check (fleetgate.checks, ``codes=``), so an entry cannot expect a branch no check can raise."""
-    _load_all()
+    load_all()
     for entry in [*ENTRIES, *load_catalogue(REPO / "fixtures" / "branches")]:
         for e in entry.expect:
             assert e.check in REGISTRY and REGISTRY[e.check].kind == "seam", f"{entry.id}: {e.code}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.checks import REGISTRY, _load_all
+from fleetgate.checks import REGISTRY, load_all
 from fleetgate.policies import POLICIES
 from tests.fleet_edits import Edit, edited_fleet
 from tests.test_misses_round3 import (
@@ -917,7 +917,7 @@ def test_the_skips_of_a_policy_that_is_off_fold_into_one_line_per_policy(pyteste
 def test_the_schema_names_every_policy_and_every_policy_names_registered_checks() -> None:
     schema = json.loads(resources.files("fleetgate").joinpath("schema/fleet.schema.json").read_text(encoding="utf-8"))
     assert schema["properties"]["fleet"]["properties"]["policies"]["items"]["enum"] == sorted(POLICIES)
-    _load_all()
+    load_all()
     for policy in POLICIES.values():
         assert policy.checks or policy.codes, policy.name
         for check in policy.checks:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,3 +284,32 @@ def test_every_function_local_import_says_why() -> None:
         if not any("#" in text for text in lines[max(0, line - 3):line]):
             silent.append(f"{path.relative_to(REPO)}:{line}")
     assert silent == [], "function-local imports without a comment giving their reason:\n" + "\n".join(silent)
+
+
+PROGRAMS = {"fleetgate.sandbox._parent": "run as the sandbox parent's program text (python -I -S -c), never imported",
+            "fleetgate.cli.__main__": "python -m fleetgate.cli, never imported"}
+"""The modules that are programs, with no importer and so no ``__all__``."""
+
+
+@cache
+def _declared_all(path: Path) -> frozenset[str] | None:
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == "__all__" and node.value is not None:
+            return frozenset(ast.literal_eval(node.value))
+    return None
+
+
+def test_every_module_says_what_it_offers() -> None:
+    """Every module of the package declares ``__all__``, and every name one module of the package imports from another
+    is in that module's ``__all__``: what a module offers is written down, what it does not is its own."""
+    undeclared = sorted(m for m, path in MODULES.items() if m not in PROGRAMS and _declared_all(path) is None)
+    assert undeclared == []
+    reached = []
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in MODULES:
+                offered = _declared_all(MODULES[node.module]) or frozenset()
+                reached += [f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
+                            if f"{node.module}.{alias.name}" not in MODULES and alias.name not in offered]
+    assert reached == [], "names imported from another module that its __all__ does not offer:\n" + "\n".join(reached)

@@ -66,6 +66,7 @@ __all__ = [
     "get_check",
     "host_check",
     "live_check",
+    "load_all",
     "load_checks",
     "service_seam",
 ]
@@ -383,6 +384,6 @@ def load_checks(*kinds: Kind) -> None:
             importlib.import_module(f"{__name__}.{module.name}")
 
 
-def _load_all() -> None:
+def load_all() -> None:
     """Import every check module (``seam_*``, ``live_*``, ``host_*``)."""
     load_checks()

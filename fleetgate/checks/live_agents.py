@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 
 from fleetgate.checks import NOT_JUDGED, NotJudged, live_check
-from fleetgate.checks.live_capabilities import _EXAMPLE, _QUESTION, WEATHER_TOOL
+from fleetgate.checks.live_capabilities import TOOL_EXAMPLE, TOOL_QUESTION, WEATHER_TOOL
 from fleetgate.live.client import shorten
 from fleetgate.live.deltas import assemble, same_calls
 from fleetgate.live.endpoint import (
@@ -28,6 +28,8 @@ from fleetgate.live.endpoint import (
     prompt_tokens_at_most,
     usage_of,
 )
+
+__all__: list[str] = []
 
 STRUCTURED = "live-structured-output"
 TURNS = "live-reasoning-turns"
@@ -345,7 +347,7 @@ def _whole_calls(calls: Any) -> list[str]:
 def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     allowed = endpoint.contract.parallel_tool_calls
     body: dict[str, Any] = {
-        "messages": [*_EXAMPLE, _QUESTION],
+        "messages": [*TOOL_EXAMPLE, TOOL_QUESTION],
         "tools": [PINNED_TOOL],
         "tool_choice": "required",
         "parallel_tool_calls": True,

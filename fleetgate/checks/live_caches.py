@@ -24,6 +24,8 @@ from fleetgate.live.endpoint import (
     usage_of,
 )
 
+__all__: list[str] = []
+
 DRAFTER = "live-drafter"
 PREFIX = "live-prefix-cache"
 CAPACITY = "live-capacity"

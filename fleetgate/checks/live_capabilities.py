@@ -32,6 +32,8 @@ from fleetgate.live.endpoint import (
 )
 from fleetgate.live.images import COLOURS, png_data_url, solid_png
 
+__all__ = ["TOOL_EXAMPLE", "TOOL_QUESTION", "WEATHER_TOOL"]
+
 TOOLS = "live-tool-calls"
 VISION = "live-vision"
 COLOUR = "live-vision-colour"
@@ -62,7 +64,7 @@ WEATHER_TOOL: dict[str, Any] = {
 # One worked example before the question: a previous call, its result and the answer. A 135M model
 # needs it to start its answer with a call; a large model ignores it. The example call goes through
 # the template like any client's history does.
-_EXAMPLE: list[dict[str, Any]] = [
+TOOL_EXAMPLE: list[dict[str, Any]] = [
     {"role": "user", "content": "What is the weather in Berlin in fahrenheit?"},
     {
         "role": "assistant",
@@ -81,7 +83,7 @@ _EXAMPLE: list[dict[str, Any]] = [
     {"role": "tool", "tool_call_id": "call_0", "content": json.dumps({"temperature": 50})},
     {"role": "assistant", "content": "It is 50 F in Berlin."},
 ]
-_QUESTION = {"role": "user", "content": "What is the weather in Paris in celsius?"}
+TOOL_QUESTION = {"role": "user", "content": "What is the weather in Paris in celsius?"}
 
 
 def _no_tools(endpoint: LiveEndpoint) -> str | None:
@@ -134,7 +136,7 @@ TOOLS_CHECK = live_check(
 def live_tool_calls(endpoint: LiveEndpoint) -> None:
     schema = WEATHER_TOOL["function"]["parameters"]
     base: dict[str, Any] = {
-        "messages": [*_EXAMPLE, _QUESTION],
+        "messages": [*TOOL_EXAMPLE, TOOL_QUESTION],
         "tools": [WEATHER_TOOL],
         "parallel_tool_calls": False,
         "temperature": 0,
@@ -194,7 +196,7 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
     arguments = calls[0]["function"]["arguments"]
     streamed = _streamed_call(endpoint, {**base, "tool_choice": "required", "max_tokens": TOOL_TOKENS}, message, fix)
     # the whole loop: the call goes back with its result, and the answer comes without another call
-    loop = {**base, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(calls[0], _RESULT)], "tool_choice": "none"}
+    loop = {**base, "messages": [*TOOL_EXAMPLE, TOOL_QUESTION, *_result_turns(calls[0], _RESULT)], "tool_choice": "none"}
     reply = _tool_chat(endpoint, {**loop, "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
         raise TOOLS_CHECK.fail(endpoint, "none-refused",
@@ -229,7 +231,7 @@ def _result_turns(call: Mapping[str, Any], result: Mapping[str, Any]) -> list[di
 def _result_rendered(endpoint: LiveEndpoint, loop: Mapping[str, Any], call: Mapping[str, Any], answered: Reply) -> str:
     """Whether the tool's result reaches the prompt, read from the prompt tokens of the loop's answer and of the same
     loop with a longer result (one token): the template's and the engine's doing, not the model's."""
-    longer = _tool_chat(endpoint, {**loop, "messages": [*_EXAMPLE, _QUESTION, *_result_turns(call, _LONGER_RESULT)],
+    longer = _tool_chat(endpoint, {**loop, "messages": [*TOOL_EXAMPLE, TOOL_QUESTION, *_result_turns(call, _LONGER_RESULT)],
                                    "max_tokens": 1})
     endpoint.require_ok(TOOLS, longer, expected="200 for the loop with a longer tool result", fix="read the engine log",
                         cites=("C-CAP-2",))

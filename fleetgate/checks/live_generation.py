@@ -26,6 +26,8 @@ from fleetgate.live.endpoint import (
     usage_of,
 )
 
+__all__: list[str] = []
+
 CHAT = "live-chat"
 STREAM = "live-stream"
 DETERMINISM = "live-determinism"

@@ -25,6 +25,8 @@ from fleetgate.live.endpoint import LiveEndpoint
 from fleetgate.live.metrics import histogram_buckets
 from fleetgate.models.gguf import gguf_package, read_header
 
+__all__: list[str] = []
+
 HEALTH = "live-health"
 ALIAS = "live-alias"
 PAYLOAD = "live-payload"

@@ -10,6 +10,8 @@ from fleetgate.checks import live_check
 from fleetgate.live.endpoint import LiveEndpoint
 from fleetgate.live.metrics import PROMETHEUS_SERIES, RuleSelector
 
+__all__: list[str] = []
+
 METRICS = "live-metrics"
 
 

@@ -19,7 +19,7 @@ from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
 from fleetgate.engines.llamacpp import LlamaServerConfig, accepted_flags
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["NAME", "table_note"]
+__all__ = ["NAME", "engine_accepts_argv", "table_note"]
 
 NAME = "engine-accepts-argv"
 

@@ -15,6 +15,8 @@ from fleetgate.engines.llamacpp import context_shape
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import RenderedService
 
+__all__ = ["declared_shape"]
+
 DIVIDE = "slots-divide-context"
 TRAINED = "slot-within-trained-window"
 

@@ -12,6 +12,8 @@ from fleetgate.checks import service_seam
 from fleetgate.fleet import Device
 from fleetgate.render.rendered import RenderedService
 
+__all__ = ["visible_devices"]
+
 NAME = "device-visibility"
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
 """The variables that narrow what the engine enumerates, in the order they apply: ROCm's runtime filter, then the

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from fleetgate.checks import service_seam
 from fleetgate.checks._common import gib, no_cards, no_profile
-from fleetgate.checks.seam_memory import LEDGER_CODES, _ledger
+from fleetgate.checks.seam_memory import LEDGER_CODES, memory_ledger
 from fleetgate.ledger.accounts import Buffer, Ledger
 from fleetgate.ledger.devices import HOST
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
 from fleetgate.ledger.service import calibrations_of
 from fleetgate.render.rendered import RenderedService
+
+__all__: list[str] = []
 
 NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).
@@ -95,7 +97,7 @@ def drafter_placement(config: RenderedService) -> None:
     assert context is not None
     sized = _sized_for(config, context)
     calibrated = config.fleet.where("services", config.name, "calibration")
-    ledger = _ledger(config, CHECK)  # an unknown device or cache type fails as every memory seam does
+    ledger = memory_ledger(config, CHECK)  # an unknown device or cache type fails as every memory seam does
     buffers = _buffers(ledger, context)
     cards = sorted({b.device for b in buffers if b.device != HOST.name and b.buffer in (*_PLACED, "compute")})
     device_use = llama.use("spec_draft_device")

@@ -7,6 +7,8 @@ from fleetgate.checks import NotApplicable, fleet_seam, service_seam
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 FINITE = "fleet-numbers-finite"
 UNIQUE = "service-ports-unique"
 PORT = "rendered-port-matches"

@@ -19,10 +19,12 @@ from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.failure import Deferred
 from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
-from fleetgate.ledger.service import _ledger_builder, arm_rungs, calibrations_of, service_ledger, service_sweep
+from fleetgate.ledger.service import arm_rungs, calibrations_of, ledger_builder, service_ledger, service_sweep
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.render.rendered import RenderedService
 from fleetgate.toml_keys import locate_key
+
+__all__ = ["LEDGER_CODES", "memory_ledger"]
 
 FLOOR = "card-floor"
 BALANCE = "card-balance"
@@ -59,7 +61,7 @@ LEDGER_CODES = {
 """What every seam that builds the service's ledger can fail with besides its own codes."""
 
 
-def _ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
+def memory_ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
     try:
         ledger = service_ledger(config)
     except KeyError as exc:
@@ -175,7 +177,7 @@ FLOOR_CHECK = service_seam(
 
 @FLOOR_CHECK.register
 def card_floor(config: RenderedService) -> None:
-    ledger = _ledger(config, FLOOR_CHECK)
+    ledger = memory_ledger(config, FLOOR_CHECK)
     declared = config.host.card_floor_bytes
     floor = declared or 0
     # Weights, KV and state that already break the floor are the split's or the context's doing; a card
@@ -305,7 +307,7 @@ BALANCE_CHECK = service_seam(
 
 @BALANCE_CHECK.register
 def card_balance(config: RenderedService) -> None:
-    ledger = _ledger(config, BALANCE_CHECK)
+    ledger = memory_ledger(config, BALANCE_CHECK)
     slack = config.host.balance_slack_bytes
     assert slack is not None
     cards = ledger.cards
@@ -381,7 +383,7 @@ def prompt_cache_holds_slot(config: RenderedService) -> None:
         if reason.startswith(NOT_JUDGED):
             raise NotJudged(reason)  # the service's one line, as every seam blind without the profile says it
         raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
-    state = _ledger(config, CACHE_CHECK).slot_state
+    state = memory_ledger(config, CACHE_CHECK).slot_state
     slot = state.target_kv + state.recurrent + state.draft
     parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
              f"{gib(state.recurrent)}, draft state {gib(state.draft)}")
@@ -461,7 +463,7 @@ def _split_is_the_lever(config: RenderedService, ledger: Ledger) -> bool:
     if len(llama.tensor_split) != 2:
         return False
     measured = replace(llama, ubatch_size=ledger.n_ubatch, batch_size=max(llama.batch_size, ledger.n_ubatch))
-    rows = sweep_tensor_split(measured, _ledger_builder(config), floor=config.host.card_floor_bytes, slack=None)
+    rows = sweep_tensor_split(measured, ledger_builder(config), floor=config.host.card_floor_bytes, slack=None)
     return any(all(r.floor_ok) for r in rows)
 
 
@@ -478,7 +480,7 @@ def _at_measured_geometry(config: RenderedService, ledger: Ledger) -> Ledger:
     if not measured or ledger.n_ubatch in measured or ledger.n_ubatch in arm_rungs(config.service, llama.spec_types):
         return ledger  # a documented arm is judged at the rung it was measured at (calibration.arms)
     ubatch = min(measured, key=lambda u: abs(u - ledger.n_ubatch))
-    return _ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
+    return ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
 
 
 DRAFTER_CHECK = service_seam(
@@ -498,7 +500,7 @@ DRAFTER_CHECK = service_seam(
 def drafter_kv_fits(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    ledger = _at_measured_geometry(config, _ledger(config, DRAFTER_CHECK))
+    ledger = _at_measured_geometry(config, memory_ledger(config, DRAFTER_CHECK))
     floor = config.host.card_floor_bytes or 0
     draft = config.draft_profile
     mtp = "draft-mtp" in llama.spec_types and llama.spec_draft_model is None

@@ -13,6 +13,8 @@ from fleetgate.checks._common import profile_missing
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "profile-declared"
 
 

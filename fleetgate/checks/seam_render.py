@@ -10,6 +10,8 @@ from fleetgate.errors import NotRead
 from fleetgate.render.rendered import ServiceAttempt
 from fleetgate.render.types import Origin
 
+__all__: list[str] = []
+
 NAME = "serve-script-renders"
 
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from fleetgate.checks import service_seam
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "runbook-settings"
 HEADING = "deployed configuration"
 _CELL = re.compile(r"`([^`]*)`")

@@ -10,6 +10,8 @@ from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.render.rendered import Probe, RenderedService
 from fleetgate.render.types import RenderRefused
 
+__all__: list[str] = []
+
 NAME = "empty-means-omit"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from fleetgate.checks import service_seam
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "speculative-wiring"
 
 # common/speculative.cpp: these types run a draft context; a chain has exactly one draft context.

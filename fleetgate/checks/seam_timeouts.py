@@ -5,6 +5,8 @@ from __future__ import annotations
 from fleetgate.checks import chain_seam
 from fleetgate.timeouts import ResolvedChain
 
+__all__: list[str] = []
+
 NAME = "timeouts-nest"
 
 

@@ -8,6 +8,8 @@ from fleetgate.checks import service_seam
 from fleetgate.failure import Deferred
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
 _TYPE = re.compile(r"(?:^|[-_.])(F32|F16|BF16|Q8_0|Q6_K|Q5_K_M|Q4_K_M|Q4_0|Q4_1)(?=[-_.]|$)", re.IGNORECASE)

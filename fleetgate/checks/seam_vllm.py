@@ -13,6 +13,8 @@ from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import RenderedService
 
+__all__ = ["pool_differs"]
+
 NAME = "vllm-memory-knobs"
 
 
@@ -68,7 +70,7 @@ def vllm_memory_knobs(config: RenderedService) -> None:
                 "kv_pool (the KV pool measured at a boot of this shape)")
         return  # no boot measured: the pool's own branches have nothing to compare
     shape = {key: getattr(vllm, key) for key, _ in SHAPE}
-    matching = [p for p in pools if not _differs(p, shape)]
+    matching = [p for p in pools if not pool_differs(p, shape)]
     if not matching:
         _unmeasured(config, pools, shape)
     pool = int(matching[0]["tokens"])
@@ -90,7 +92,7 @@ SHAPE = (("tensor_parallel_size", "TP"), ("max_num_seqs", "seqs"), ("max_num_bat
 DEFAULTS: dict[str, Any] = {"kv_cache_dtype": "auto"}
 
 
-def _differs(pool: dict[str, Any], shape: dict[str, Any]) -> list[str]:
+def pool_differs(pool: dict[str, Any], shape: dict[str, Any]) -> list[str]:
     """The shape's keys whose value is not the measured boot's (a key the boot does not record differs)."""
     out = []
     for key, value in shape.items():
@@ -112,8 +114,8 @@ def _unmeasured(config: RenderedService, pools: list[dict[str, Any]], shape: dic
     """No measured boot at this shape: name the knobs that moved from the nearest one, at their own line."""
     vllm = config.vllm
     assert vllm is not None
-    nearest = min(pools, key=lambda p: len(_differs(p, shape))) if pools else None
-    moved = _differs(nearest, shape) if nearest is not None else [key for key, _ in SHAPE]
+    nearest = min(pools, key=lambda p: len(pool_differs(p, shape))) if pools else None
+    moved = pool_differs(nearest, shape) if nearest is not None else [key for key, _ in SHAPE]
     labels = dict(SHAPE)
     flags = {"tensor_parallel_size": "--tensor-parallel-size", "max_num_seqs": "--max-num-seqs",
              "max_num_batched_tokens": "--max-num-batched-tokens", "gpu_memory_utilization": "--gpu-memory-utilization",

@@ -12,16 +12,18 @@ from typing import Any
 
 from fleetgate.checks import NOT_JUDGED, service_seam
 from fleetgate.checks._common import gib
-from fleetgate.checks.seam_vllm import _differs
+from fleetgate.checks.seam_vllm import pool_differs
 from fleetgate.errors import InputError
 from fleetgate.failure import Deferred
 from fleetgate.ledger.vllm import Checkpoint, VllmLedger, checkpoint_of, vllm_ledger
 from fleetgate.render.rendered import RenderedService
 
+__all__ = ["no_vllm_ledger", "service_vllm_ledger"]
+
 NAME = "vllm-starts"
 
 
-def _no_ledger(config: RenderedService) -> str | None:
+def no_vllm_ledger(config: RenderedService) -> str | None:
     if config.vllm is None:
         return f"{config.name} renders no vLLM command line"
     if config.profile is None:
@@ -73,7 +75,7 @@ def service_vllm_ledger(config: RenderedService) -> VllmLedger:
     pools = list(config.service.calibration.get("kv_pool", []))
     try:
         return vllm_ledger(vllm, target, card=card.name, card_bytes=card.vram_bytes, drafter=drafter, pools=pools,
-                           shape_matches=lambda p: not _differs(p, shape), allow_long=_allow_long(config))
+                           shape_matches=lambda p: not pool_differs(p, shape), allow_long=_allow_long(config))
     except ValueError as exc:
         raise InputError(config.profile.path if config.profile else config.rendered.script, None, str(exc)) from None
 
@@ -100,7 +102,7 @@ CHECK = service_seam(
     NAME,
     cites=("B-VL-4", "B-VL-5", "B-VL-6", "B-VL-7"),
     summary="vLLM starts: each rank's weights fit its budget, and the KV pool holds one --max-model-len sequence",
-    requires=_no_ledger,
+    requires=no_vllm_ledger,
     engines=("vllm",),
     figures=_figures,
     codes={

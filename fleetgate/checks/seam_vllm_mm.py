@@ -19,6 +19,8 @@ from fleetgate.checks import NotApplicable, service_seam
 from fleetgate.engines.vllm import RADIANCE, load_release, read_as_vllm
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "vllm-mm-limits"
 DEFAULT_LIMIT = 999  # vllm/config/multimodal.py: per modality when --limit-mm-per-prompt does not name it
 

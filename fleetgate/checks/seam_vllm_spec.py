@@ -18,6 +18,8 @@ from typing import Any
 from fleetgate.checks import service_seam
 from fleetgate.render.rendered import RenderedService
 
+__all__: list[str] = []
+
 NAME = "vllm-speculative-depth"
 
 

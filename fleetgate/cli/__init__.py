@@ -23,7 +23,8 @@ from fleetgate.manifest import load_fleet
 if TYPE_CHECKING:
     from fleetgate.render.rendered import RenderedService
 
-__all__ = ["SUBCOMMANDS", "argv_lines", "flag_indices", "main", "parse_size", "resolve_fleet", "write_stdout"]
+__all__ = ["DEFAULT_FLEET_HINT", "SUBCOMMANDS", "argv_lines", "flag_indices", "main", "parse_size", "resolve_fleet",
+           "write_stdout"]
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "render": ("fleetgate.cli.render", "print what a service really runs (its rendered argv)"),

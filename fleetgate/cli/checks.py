@@ -6,7 +6,7 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from fleetgate.checks import REGISTRY, Check, _load_all
+from fleetgate.checks import REGISTRY, Check, load_all
 from fleetgate.cli import SUBCOMMANDS
 
 __all__ = ["code_lines", "counts", "register"]
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _registered() -> list[Check[Any]]:
-    _load_all()
+    load_all()
     return sorted(REGISTRY.values(), key=lambda c: (KINDS.index(c.kind), c.name))
 
 

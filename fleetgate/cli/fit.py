@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fleetgate.checks.seam_vllm_ledger import _no_ledger, service_vllm_ledger
+from fleetgate.checks.seam_vllm_ledger import no_vllm_ledger, service_vllm_ledger
 from fleetgate.cli import SUBCOMMANDS, parse_size, resolve_fleet, write_stdout
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.errors import InputError
@@ -165,7 +165,7 @@ def _fit_vllm(args: argparse.Namespace, config: Any) -> int:
     """A vLLM service: the ledger of one rank and the verdict vLLM reaches at start (exit 1: it will not start)."""
     if args.sweep_ts:
         raise InputError(config.fleet.path, config.service.line, f"{config.name} runs vLLM: --sweep-ts is llama.cpp's")
-    if reason := _no_ledger(config):
+    if reason := no_vllm_ledger(config):
         raise InputError(config.fleet.path, config.service.line, reason)
     ledger = service_vllm_ledger(config)
     if ledger.config_refusal is not None:

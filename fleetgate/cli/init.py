@@ -15,6 +15,8 @@ from fleetgate.init import discover, fleet_toml, probe_host
 from fleetgate.init.from_host import read_host, write_fleet
 from fleetgate.init.write import check_target, place, vet
 
+__all__: list[str] = []
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     init = subparsers.add_parser("init", help=SUBCOMMANDS["init"][1],

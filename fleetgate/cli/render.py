@@ -16,6 +16,8 @@ from fleetgate.failure import Failure
 from fleetgate.render.rendered import RenderedService, load_service
 from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv, scrub_environment
 
+__all__: list[str] = []
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     render = subparsers.add_parser("render", help=SUBCOMMANDS["render"][1])

@@ -30,6 +30,7 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "OPTIONS",
+    "TRUTHY",
     "ContextShape",
     "LlamaServerConfig",
     "accepted_flags",

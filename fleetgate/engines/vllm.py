@@ -33,6 +33,7 @@ __all__ = [
     "image_release",
     "is_vllm_image",
     "load_release",
+    "newest",
     "parse_value",
     "parse_vllm",
     "read_argv",

@@ -22,6 +22,9 @@ from fleetgate.fleet import LOOPBACK
 from fleetgate.render.rendered import RenderedService
 
 __all__ = [
+    "NVIDIA_SMI",
+    "ROCM_SMI",
+    "HostReadError",
     "HostTarget",
     "SmiCard",
     "SystemdUnit",

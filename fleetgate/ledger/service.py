@@ -14,7 +14,7 @@ from fleetgate.ledger.devices import Card
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.models.profile import load_profile
 
-__all__ = ["arm_rungs", "calibrations_of", "service_ledger", "service_sweep"]
+__all__ = ["arm_rungs", "calibrations_of", "ledger_builder", "service_ledger", "service_sweep"]
 
 
 def calibrations_of(service: Any) -> tuple[Calibration, ...]:
@@ -36,7 +36,7 @@ def arm_rungs(service: Any, spec_types: Iterable[str]) -> frozenset[int]:
     return frozenset(int(a["ubatch"]) for a in raw if str(a["spec_type"]) in types)
 
 
-def _ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:
+def ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:
     service = config.service
     if config.llama is None or config.profile is None:
         raise ValueError(f"{config.name}: the ledger needs a llama.cpp service with a profile")
@@ -65,12 +65,12 @@ def service_ledger(config: Any) -> Ledger:
     cached = _LEDGERS.get(id(config))
     if cached is not None and cached[0] is config:
         return cached[1]
-    ledger = _ledger_builder(config)(config.llama)
+    ledger = ledger_builder(config)(config.llama)
     _LEDGERS[id(config)] = (config, ledger)
     return ledger
 
 
 def service_sweep(config: Any) -> list[SweepRow]:
     """The -ts sweep of a rendered service against its host's floor (0 when none is declared) and slack."""
-    return sweep_tensor_split(config.llama, _ledger_builder(config), floor=config.host.card_floor_bytes,
+    return sweep_tensor_split(config.llama, ledger_builder(config), floor=config.host.card_floor_bytes,
                               slack=config.host.balance_slack_bytes)

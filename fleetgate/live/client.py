@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
-__all__ = ["RETRY_STATUSES", "Client", "EndpointError", "Reply", "StreamReply", "retry_after"]
+__all__ = ["RETRY_STATUSES", "Client", "EndpointError", "Reply", "StreamReply", "retry_after", "shorten"]
 
 Kind = Literal["down", "timeout", "not-json", "truncated", "protocol"]
 REDACTED = "***"

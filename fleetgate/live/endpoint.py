@@ -23,8 +23,9 @@ from fleetgate.live.dialects import Dialect
 from fleetgate.live.metrics import RuleSelector, RuleThreshold, parse_metrics
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["BUDGET_TOKENS", "Baseline", "Bound", "CheckRecord", "Halt", "LiveEndpoint", "OutOfTime", "fmt_measured",
-           "prompt_tokens_at_most"]
+__all__ = ["BUDGET_TOKENS", "HEALTH", "OVERHEAD_FLOOR_S", "TEMPLATE_ALLOWANCE_TOKENS", "Baseline", "Bound", "CheckRecord",
+           "Halt", "LiveEndpoint", "OutOfTime", "cached_tokens_of", "finish_reason_of", "fmt_measured", "message_of",
+           "prompt_tokens_at_most", "timings_of", "usage_of"]
 
 BUDGET_TOKENS = 1100
 """Generated tokens the whole gate may spend on one service."""

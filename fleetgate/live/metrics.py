@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetgate.errors import InputError
 
-__all__ = ["PROMETHEUS_SERIES", "RuleSelector", "RuleThreshold", "parse_metrics", "rule_selectors", "rule_thresholds"]
+__all__ = ["PROMETHEUS_SERIES", "RuleSelector", "RuleThreshold", "histogram_buckets", "parse_metrics", "rule_selectors",
+           "rule_thresholds"]
 
 PROMETHEUS_SERIES = frozenset(
     {"up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",

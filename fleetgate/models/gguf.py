@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "HYBRID_ARCHS",
     "KV_CACHE_TYPES",
+    "MAX_ARRAY",
+    "MIN_KV_BYTES",
+    "MIN_TENSOR_BYTES",
+    "RS_ROLLBACK_ARCHS",
     "SWA_DEFAULT_PERIOD",
     "Header",
     "TensorInfo",
@@ -49,6 +53,8 @@ __all__ = [
     "profile_data",
     "profile_toml",
     "read_header",
+    "row_bytes",
+    "tensor_bytes",
 ]
 
 # Architectures whose recurrent layers follow qwen35's rule (src/llama-model.cpp, create_memory: the

@@ -47,7 +47,7 @@ from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
 
-__all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap",
+__all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "deepest_mount",
            "interpolate", "list_services", "project_files", "read_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
