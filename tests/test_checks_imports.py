@@ -18,20 +18,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = REPO / "fleetgate" / "checks"
 
-SANDBOX = ("fleetgate.sandbox", "fleetgate.sandbox._parent", "fleetgate.sandbox.render_cache", "fleetgate.render.dispatch",
-           "fleetgate.render.script", "fleetgate.render.inputs")
+SANDBOX = ("fleetgate.sandbox", "fleetgate.render.dispatch", "fleetgate.render.script", "fleetgate.render.inputs",
+           "fleetgate.render.serve_script", "fleetgate.render.unit_exec", "fleetgate.render.compose",
+           "fleetgate.render.kubernetes", "fleetgate.render.llama_swap", "fleetgate.render.router_preset")
 """What runs a fleet's bash, and the renderer that runs it."""
 RENDERING = ("render", "load_service", "attempt_service", "attempt_services", "Renderer")
 """The names of ``fleetgate.render.rendered`` that render (a check asks its subject instead)."""
-READERS = ("fleetgate.envfile", "fleetgate.units", "fleetgate.models.gguf", "fleetgate.models.gguf_remote", "fleetgate.models.rangeread",
-           "fleetgate.models.profile", "fleetgate.models.config", "fleetgate.payload", "fleetgate.deploy", "fleetgate.manifest",
-           "fleetgate.sources")
+READERS = ("fleetgate.envfile", "fleetgate.units", "fleetgate.models", "fleetgate.payload", "fleetgate.deploy",
+           "fleetgate.manifest", "fleetgate.sources")
 """What reads a file of the fleet (or a model's) the way its consumer reads it."""
 
 LEFT = {
-    ("live_identity", "fleetgate.models.gguf"): "the served model's GGUF header, read from disk beside the endpoint",
+    ("live_identity", "fleetgate.models"): "the served model's GGUF header, read from disk beside the endpoint",
     ("seam_swap", "fleetgate.payload"): "the fetch script's payload manifest",
-    ("seam_swap", "fleetgate.models.profile"): "each payload file's profile (its size)",
+    ("seam_swap", "fleetgate.models"): "each payload file's profile (its size)",
     ("host_payload", "fleetgate.payload"): "the fetch script's payload manifest, to compare with the host's files",
     ("seam_deploy", "fleetgate.deploy"): "the deploy script's readiness-probe table",
     ("seam_proxy", "fleetgate.envfile"): "the routing proxy's env file",
