@@ -104,10 +104,10 @@ def test_the_walk_sees_every_kind_of_import(tmp_path: Path) -> None:
         "    from fleetgate.units import Unit\n"
         "def f() -> None:\n"
         "    from fleetgate.sources.llama_swap import read_config\n"
-        "from .. import render\n",
+        "from ..render import types\n",
         encoding="utf-8")
     seen = {(module, line) for module, _, line in _imports(source)}
     assert {("fleetgate.sandbox", 2), ("fleetgate.render.rendered", 3), ("fleetgate.units", 5),
-            ("fleetgate.sources.llama_swap", 7), ("fleetgate.render", 8)} <= seen
+            ("fleetgate.sources.llama_swap", 7), ("fleetgate.render.types", 8)} <= seen
     assert [names for module, names, _ in _imports(source) if module == "fleetgate.render.rendered"] == [
         ("RenderedService", "load_service")]
