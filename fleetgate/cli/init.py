@@ -9,11 +9,12 @@ import shlex
 import sys
 from pathlib import Path
 
+# The modules, not their names: each function is looked up when init runs, so that a test replaces one of them where
+# it lives (tests/hostile/test_init_writes.py races a file into place between vet and place).
+from fleetgate import init as found
 from fleetgate.cli import SUBCOMMANDS
 from fleetgate.errors import InputError
-from fleetgate.init import discover, fleet_toml, probe_host
-from fleetgate.init.from_host import read_host, write_fleet
-from fleetgate.init.write import check_target, place, vet
+from fleetgate.init import from_host, write
 
 __all__: list[str] = []
 
@@ -58,13 +59,13 @@ def _init(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.paths]
     root = paths[0]
     if args.from_host:
-        host = read_host(args.from_host)
+        host = from_host.read_host(args.from_host)
         if not host.processes:
             print(f"fleetgate init: no engine process (llama-server, vllm serve, python -m {VLLM_MODULE}) runs on "
                   f"{args.from_host}; nothing written. next: start the engines, or run init on the repository that "
                   "starts them", file=sys.stderr)
             return 1
-        for line in write_fleet(host, args.from_host, root):
+        for line in from_host.write_fleet(host, args.from_host, root):
             print(f"fleetgate init: {line}", file=sys.stderr)
     if not root.is_dir():
         raise InputError(root, None, "expected the repository's directory (fleet.toml is written there)")
@@ -78,14 +79,14 @@ def _init(args: argparse.Namespace) -> int:
     if real_root not in real_output.parents:
         raise InputError(output, None, f"--output is outside {root}: init writes only inside the PATH it reads, "
                          "and fleet.toml names its files relative to itself")
-    check_target(output, force=args.force)
-    discovery = discover(real_output.parent, [p.resolve() for p in paths[1:] or paths])
+    write.check_target(output, force=args.force)
+    discovery = found.discover(real_output.parent, [p.resolve() for p in paths[1:] or paths])
     facts = None
     problems: list[str] = []
     if args.probe:
-        facts, problems = probe_host()
+        facts, problems = found.probe_host()
     name = args.name or re.sub(r"[^a-z0-9-]+", "-", real_root.name.lower()).strip("-") or "fleet"
-    discovery = vet(real_output, discovery, name=name, facts=facts)
+    discovery = write.vet(real_output, discovery, name=name, facts=facts)
     for note in discovery.notes:
         print(f"fleetgate init: skipped {note}", file=sys.stderr)
     for problem in problems:
@@ -98,8 +99,8 @@ def _init(args: argparse.Namespace) -> int:
               "with host, port, engine and the file that starts it (serve_script, unit, compose, kubernetes, "
               "llama_swap or models_preset; docs/sources.md)", file=sys.stderr)
         return 1
-    text = fleet_toml(discovery, name=name, facts=facts)
-    place(real_output, text, discovery, force=args.force)
+    text = found.fleet_toml(discovery, name=name, facts=facts)
+    write.place(real_output, text, discovery, force=args.force)
     services = ", ".join(f"{f.name} ({f.engine}, port {f.port})" for f in discovery.services)
     print(f"wrote {output}: {len(discovery.services)} service(s) from {read}: {services}")
     todo = text.count('= "TODO"')
