@@ -313,3 +313,12 @@ def test_every_module_says_what_it_offers() -> None:
                 reached += [f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{alias.name}" for alias in node.names
                             if f"{node.module}.{alias.name}" not in MODULES and alias.name not in offered]
     assert reached == [], "names imported from another module that its __all__ does not offer:\n" + "\n".join(reached)
+
+
+def test_the_readers_import_of_the_render_only_what_every_shape_shares() -> None:
+    """A reader (fleetgate.sources, fleetgate.models) reads its file into a record of its own and builds no
+    ``Rendered``: of the render it imports ``render.origins`` (``Origin``, ``map_to_repo``) alone, type-only imports
+    included, so that the render's types may name every reader's record without a circle."""
+    reached = sorted({(e.source, e.target) for e in ALL_EDGES if e.source.startswith(("fleetgate.sources", "fleetgate.models"))
+                      and e.target.startswith("fleetgate.render") and e.target != "fleetgate.render.origins"})
+    assert reached == []
