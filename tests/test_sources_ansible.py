@@ -6,6 +6,7 @@ line too."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,19 @@ def test_a_group_variable_not_declared_is_not_judged(repo: Path) -> None:
         f"{repo / UNIT}:15: not judged: 'llama_server_gpu_layers' is undefined here: a fact, a registered result, "
         "hostvars or a variable of a group this host is in (declare that group's file in ansible_vars) only Ansible "
         f"gives; {NEXT}")
+
+
+def test_a_jinja2_imported_again_still_refuses_an_undefined_variable(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester's inline runs drop what they imported from ``sys.modules``; a template compiled afterwards imports a new
+    ``jinja2.runtime``. An environment kept from the Jinja2 before rendered the new one's sentinel as the text
+    ``missing`` (``--n-gpu-layers missing``) instead of refusing the undefined variable."""
+    with pytest.raises(NotRead):
+        render_template(repo / UNIT, repo)
+    for name in [name for name in sys.modules if name.startswith(("jinja2", "markupsafe", "fleetgate.sources.jinja"))]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(NotRead) as caught:
+        render_template(repo / UNIT, repo)
+    assert "'llama_server_gpu_layers' is undefined here" in str(caught.value)
 
 
 def test_a_vault_value_is_never_read_and_never_shown(repo: Path) -> None:

@@ -137,9 +137,11 @@ def template_variables(files: Sequence[Path]) -> tuple[dict[str, Any], dict[str,
     return merged, origin
 
 
-@functools.cache
 def _jinja() -> type[Jinja]:
-    """Jinja2's sandbox and errors (``fleetgate.sources.jinja``), imported on first use."""
+    """Jinja2's sandbox and errors (``fleetgate.sources.jinja``), imported on first use and looked up again on every
+    use, never kept here: a template compiles to code that imports ``jinja2.runtime`` by name, so an environment kept
+    from a Jinja2 that was since dropped from ``sys.modules`` (pytester's inline runs restore it) would render its
+    sentinel ``missing`` where a value belongs."""
     # Lazy, fleetgate's one import of Jinja2 (about 45 ms): only a repository with an Ansible template renders one,
     # and every `pytest seams/` imports this reader.
     from fleetgate.sources.jinja import Jinja
