@@ -192,15 +192,36 @@ def run_gate(
 
 class LiveStack:
     """The live gate as the plugin calls it: the one name its one lazy import takes (``plugin._state.live_stack``), so
-    that ``pytest seams/`` imports neither httpx nor testinfra and the plugin still calls typed functions."""
+    that ``pytest seams/`` imports neither httpx nor testinfra and the plugin still calls typed functions. Each one is
+    looked up in this module when it is called, as the plugin's imports inside its hooks did: a test replaces
+    ``fleetgate.gate.live_note`` and the plugin calls the replacement (tests/test_plugin.py)."""
 
     connect = staticmethod(connect)
     local_render = LocalRender
-    host_target = staticmethod(host_target)
-    run_live = staticmethod(run_live)
-    run_host = staticmethod(run_host)
-    live_note = staticmethod(live_note)
-    host_note = staticmethod(host_note)
-    summary_word = staticmethod(summary_word)
     fmt_measured = staticmethod(fmt_measured)
     budget_tokens = BUDGET_TOKENS
+
+    @staticmethod
+    def host_target(fleet: Fleet, endpoint: LiveEndpoint, spec: str | None = None,
+                    options: Mapping[str, Any] | None = None) -> HostTarget:
+        return host_target(fleet, endpoint, spec, options)
+
+    @staticmethod
+    def run_live(check: Check[Any], subject: Subject) -> tuple[Outcome, CheckRecord | None]:
+        return run_live(check, subject)
+
+    @staticmethod
+    def run_host(check: Check[Any], subject: Subject) -> tuple[Outcome, float]:
+        return run_host(check, subject)
+
+    @staticmethod
+    def live_note(record: CheckRecord | None, failure: BaseException | None) -> str:
+        return live_note(record, failure)
+
+    @staticmethod
+    def host_note(target: HostTarget, check: str, failure: BaseException | None, skip_reason: str | None) -> str:
+        return host_note(target, check, failure, skip_reason)
+
+    @staticmethod
+    def summary_word(outcome: str) -> str:
+        return summary_word(outcome)
