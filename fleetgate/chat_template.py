@@ -19,12 +19,18 @@ never a guess.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fleetgate.errors import InputError
+from fleetgate.models.gguf import read_header
+from fleetgate.render.origins import map_to_repo
+
 if TYPE_CHECKING:
-    from fleetgate.render.rendered import RenderedService
+    from fleetgate.engines.llamacpp import LlamaServerConfig
+    from fleetgate.fleet import Fleet
 
 __all__ = ["PROBE_TOOL", "ChatTemplate", "describes_tools", "find_template"]
 
@@ -65,19 +71,15 @@ def _read_file(path: Path) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
-def find_template(config: RenderedService) -> ChatTemplate | None:
-    """The template of a llama-server service (None for another engine). Reads the repository's template file, or
-    the model's GGUF header when the model is a file on this machine; never the network."""
-    from fleetgate.models.gguf import read_header
-    from fleetgate.render.types import map_to_repo
-
-    llama = config.llama
+def find_template(llama: LlamaServerConfig | None, fleet: Fleet, host_path: Callable[[str], str]) -> ChatTemplate | None:
+    """The template of a llama-server service (None for another engine): ``host_path`` maps the engine's path to the
+    host's (a container's bind mounts). Reads the repository's template file, or the model's GGUF header when the
+    model is a file on this machine; never the network."""
     if llama is None:
         return None
-    fleet = config.fleet
     given = llama.use("chat_template_file")
     if given is not None and given.value:
-        path = config.host_path(given.value)
+        path = host_path(given.value)
         local = map_to_repo(fleet, path)
         if local is None and os.path.isabs(path) and fleet.root.resolve() in Path(path).resolve().parents:
             local = Path(path)  # a script run by its own path (no deploy_root) names the checkout's file
@@ -105,14 +107,12 @@ def find_template(config: RenderedService) -> ChatTemplate | None:
         return ChatTemplate("gguf", "the model's own template", None, unread=(
             "the model is not a file the command line names (a repository download): pass the template as a file of "
             "the repository (--chat-template-file) to have it judged"))
-    path = config.host_path(model)
+    path = host_path(model)
     if not os.path.isfile(path):
         return ChatTemplate("gguf", f"{path}'s own template", None, unread=(
             f"the template is {os.path.basename(path)}'s own (tokenizer.chat_template), and the model is not on this "
             "machine: pass the template as a file of the repository (--chat-template-file), or run the seams where "
             "the model is"))
-    from fleetgate.errors import InputError
-
     try:
         header = read_header(path)
     except InputError as exc:
@@ -127,8 +127,8 @@ def find_template(config: RenderedService) -> ChatTemplate | None:
 
 def _probe_render(text: str) -> str:
     """The template rendered as build 11434's tool probe renders it: one user turn, one tool offered."""
-    from jinja2 import Undefined
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    # Jinja2 (about 45 ms to import) only where a template is judged, through the one module that holds it.
+    from fleetgate.sources.jinja import Jinja
 
     def raise_exception(message: str) -> None:
         raise ValueError(message)
@@ -137,7 +137,7 @@ def _probe_render(text: str) -> str:
         return "01 Jan 2026" if "%" in fmt else fmt
 
     # Lenient undefined values, as llama.cpp's engine leaves them: templates test `tools is defined` and the like.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=Undefined,
+    env = Jinja.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=Jinja.Undefined,
                                         extensions=["jinja2.ext.loopcontrols"])
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
     tool: dict[str, Any] = {"type": "function", "function": {

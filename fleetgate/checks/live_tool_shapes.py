@@ -23,10 +23,12 @@ from typing import Any
 import jsonschema
 
 from fleetgate.checks import NOT_JUDGED, live_check
-from fleetgate.checks.live_capabilities import _EXAMPLE, WEATHER_TOOL
+from fleetgate.checks.live_capabilities import TOOL_EXAMPLE, WEATHER_TOOL
 from fleetgate.live.client import Reply, shorten
 from fleetgate.live.deltas import assemble, same_calls
 from fleetgate.live.endpoint import LiveEndpoint, OutOfTime, finish_reason_of, message_of, prompt_tokens_at_most
+
+__all__: list[str] = []
 
 SCHEMA = "live-tool-schema"
 REASONING_CALL = "live-tool-reasoning"
@@ -140,7 +142,7 @@ def _arguments(call: Any) -> tuple[str | None, Any]:
 @SCHEMA_CHECK.register
 def live_tool_schema(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
-        "messages": [*_EXAMPLE, _PLAN_QUESTION],
+        "messages": [*TOOL_EXAMPLE, _PLAN_QUESTION],
         "tools": [PLAN_TOOL],
         "tool_choice": "required",
         "parallel_tool_calls": False,

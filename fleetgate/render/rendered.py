@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from fleetgate.chat_template import ChatTemplate
+from fleetgate.chat_template import ChatTemplate, find_template
 from fleetgate.engines.argv import FlagUse
 from fleetgate.engines.llama_builds import image_build
 from fleetgate.engines.llamacpp import LlamaServerConfig, llama_table_build, parse_llama_server
@@ -296,9 +296,7 @@ class RenderedService:
     def chat_template(self) -> ChatTemplate | None:
         """The chat template its llama-server will use (``fleetgate.chat_template``), read once: the repository's
         template file or the model's GGUF header on this machine; None for another engine."""
-        from fleetgate.chat_template import find_template
-
-        return find_template(self)
+        return find_template(self.llama, self.fleet, self.host_path)
 
     def host_path(self, path: str) -> str:
         """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` or a

@@ -1,14 +1,15 @@
 """Jinja2 as an Ansible role's template is rendered here: its sandbox bounded against a template that would fill
 memory before any output bound is reached, and the errors the reader turns into one line. Imported only where a
-template is rendered (``fleetgate.sources.ansible``): Jinja2 costs about 45 ms to import, which no other seam pays."""
+template is rendered (``fleetgate.sources.ansible``; ``fleetgate.chat_template`` for a chat template): Jinja2 costs
+about 45 ms to import, which no other seam pays."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateAssertionError, TemplateSyntaxError, UndefinedError
+from jinja2 import StrictUndefined, TemplateAssertionError, TemplateSyntaxError, Undefined, UndefinedError
 from jinja2.exceptions import SecurityError, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 __all__ = ["Bounded", "Jinja"]
 
@@ -38,6 +39,8 @@ class Jinja:
 
     Bounded = Bounded
     StrictUndefined = StrictUndefined
+    Undefined = Undefined
+    ImmutableSandboxedEnvironment = ImmutableSandboxedEnvironment
     SecurityError = SecurityError
     TemplateAssertionError = TemplateAssertionError
     TemplateSyntaxError = TemplateSyntaxError

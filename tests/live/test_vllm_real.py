@@ -32,7 +32,7 @@ def test_the_model_is_trained_on_the_gates_own_probes() -> None:
     """The fixture model answers the gate's probes because it was trained on them: they must not drift."""
     assert transcripts.WEATHER_TOOL == live_capabilities.WEATHER_TOOL
     assert [*transcripts.TOOL_EXAMPLE, transcripts.TOOL_QUESTION] == [
-        *live_capabilities._EXAMPLE,
+        *live_capabilities.TOOL_EXAMPLE,
         live_capabilities._QUESTION,
     ]
     generation = Path(_generation_file).read_text(encoding="utf-8")
