@@ -92,14 +92,23 @@ def test_where_flag_renders_only_when_a_failure_shows_it(monkeypatch: pytest.Mon
 COUNTER = '''
 import json, os, fleetgate.render.rendered
 _real = fleetgate.render.rendered.render
-def _counting(fleet, service, **kwargs):
+_real_many = fleetgate.render.rendered.render_many
+def _own(fleet, service, overrides, args):
     # a service's own render; a check's probe (overrides, arguments, a bench, build or deploy script) is not one
-    if not kwargs.get("overrides") and not kwargs.get("args") and service.name in fleet.services:
+    if not overrides and not args and service.name in fleet.services:
         path = os.path.join({out!r}, f"{{os.getpid()}}-{{os.environ.get('PYTEST_XDIST_WORKER', 'controller')}}")
         with open(path, "a") as f:
             f.write(service.name + "\\n")
+def _counting(fleet, service, **kwargs):
+    _own(fleet, service, kwargs.get("overrides"), kwargs.get("args"))
     return _real(fleet, service, **kwargs)
+def _counting_many(fleet, requests):
+    # the renderer makes the services' own renders ahead, side by side
+    for request in requests:
+        _own(fleet, request.service, request.overrides, request.args)
+    return _real_many(fleet, requests)
 fleetgate.render.rendered.render = _counting
+fleetgate.render.rendered.render_many = _counting_many
 '''
 
 
