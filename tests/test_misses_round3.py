@@ -65,6 +65,20 @@ def _declared(name: str, engine: str, payload: str, profile: str = "") -> Edit:
             f'engine = "{engine}"\ncompose = "compose.yaml"\ncompose_service = "{name}"\npayload = ["{payload}"]\n{extra}')
 
 
+def _nodes(name: str, image: str, command: str, variable: str, value: str, kfd: bool = True) -> list[Edit]:
+    """A two-card AMD host: vLLM given both cards by their device nodes and pinned to the first by
+    HIP_VISIBLE_DEVICES, and a second service on the nodes pinned by ``variable``."""
+    nodes = "[/dev/kfd, /dev/dri]" if kfd else "[/dev/dri]"
+    service = (f"  {name}:\n    image: {image}\n    ports:\n      - \"127.0.0.1:8001:8001\"\n    volumes:\n"
+               f"      - /srv/models:/models:ro\n    devices: {nodes}\n    group_add: [video, render]\n"
+               f"    environment:\n      {variable}: \"{value}\"\n    command: {command}\n")
+    return [("compose.yaml", "    deploy:\n      resources:\n        reservations:\n          devices:\n" + _GRANT,
+             "    devices: [/dev/kfd, /dev/dri]\n    group_add: [video, render]\n" + service),
+            ("compose.yaml", "      VLLM_LOGGING_LEVEL: INFO\n", "      VLLM_LOGGING_LEVEL: INFO\n      HIP_VISIBLE_DEVICES: \"0\"\n"),
+            ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]',
+             'devices = [{ name = "ROCm0", vram_bytes = 25769803776 }, { name = "ROCm1", vram_bytes = 25769803776 }]')]
+
+
 EMBED = "/srv/models/Qwen3-Embedding-0.6B"
 GEMMA_GGUF = "/srv/models/gemma-3-270m-q4_k_m.gguf"
 LLAMA_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda-b10867"
@@ -116,6 +130,23 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
                        _declared("chat", "llama.cpp", GEMMA_GGUF),
                        ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
                       {"tiwaz": PASSED}),
+    # Two Radeon cards, each container given both by its device nodes and pinned to one by its own visibility
+    # variable (compose-rocm's shape): vLLM on ROCm0 at 0.90, the second engine on ROCm1, nothing shared.
+    "two-vllm-hip-own-cards": ([*_nodes("embed", "vllm/vllm-openai:v0.13.0",
+                                        "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                        "HIP_VISIBLE_DEVICES", "1"), _declared("embed", "vllm", EMBED)],
+                               {"tiwaz": PASSED}),
+    # ROCR_VISIBLE_DEVICES filters first: the second vLLM pinned to card 0 shares it with the first.
+    "two-vllm-rocr-same-card": ([*_nodes("embed", "vllm/vllm-openai:v0.13.0",
+                                         "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                         "ROCR_VISIBLE_DEVICES", "0"), _declared("embed", "vllm", EMBED)],
+                                {"tiwaz": "vllm-start-headroom/fractions-over-card"}),
+    # A Vulkan llama-server on the render nodes, GGML_VK_VISIBLE_DEVICES=1: vLLM's 0.97 of card 0 is free.
+    "llama-vulkan-own-card": ([*_nodes("chat", "ghcr.io/ggml-org/llama.cpp:server-vulkan-b10867", GEMMA_COMMAND,
+                                       "GGML_VK_VISIBLE_DEVICES", "1", kfd=False),
+                               _declared("chat", "llama.cpp", GEMMA_GGUF, f"profiles/{GEMMA.name}"),
+                               ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
+                              {"tiwaz": PASSED}),
 }
 
 
@@ -123,6 +154,38 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
 def test_vllm_start_headroom(case: str, tmp_path: Path) -> None:
     edits, expected = HEADROOM[case]
     outcomes, texts = _outcomes(_fleet(tmp_path, "compose-vllm", edits), "vllm-start-headroom")
+    assert outcomes == expected, texts
+
+
+# docker-run: llama-server by `docker run` from a script; a vLLM container run the same way beside it. Both are given
+# every card by the device nodes and pinned to one by the variable the script passes with -e.
+_VLLM_RUN = ("#!/usr/bin/env bash\nexec docker run --rm --device /dev/kfd --device /dev/dri -e {var}={value} "
+             "-p 8001:8000 -v /data/models:/models:ro vllm/vllm-openai:v0.13.0 --model /models/Qwen3-8B-FP8 "
+             "--gpu-memory-utilization 0.90\n")
+_RUN_ON_NODES: list[Edit] = [
+    ("scripts/run-coder.sh", "  --gpus all \\\n", "  --device /dev/kfd --device /dev/dri -e HIP_VISIBLE_DEVICES=0 \\\n"),
+    ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }]',
+     'devices = [{ name = "ROCm0", vram_bytes = 12884901888 }, { name = "ROCm1", vram_bytes = 12884901888 }]'),
+    ("fleet.toml", 'payload = ["/data/models/Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf"]\n',
+     'payload = ["/data/models/Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf"]\n\n[services.qwen]\nhost = "tower"\n'
+     'port = 8001\nengine = "vllm"\nserve_script = "scripts/run-vllm.sh"\npayload = ["/data/models/Qwen3-8B-FP8"]\n'),
+]
+
+DOCKER_RUN: dict[str, tuple[str, dict[str, str]]] = {
+    # vLLM pinned to the other card: nothing shared.
+    "hip-other-card": (_VLLM_RUN.format(var="HIP_VISIBLE_DEVICES", value="1"), {"garage": PASSED}),
+    # Pinned to the same card beside a llama-server with no profile: what it holds there is unknown.
+    "hip-same-card": (_VLLM_RUN.format(var="HIP_VISIBLE_DEVICES", value="0"), {"garage": NOT_JUDGED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCKER_RUN))
+def test_vllm_start_headroom_docker_run_on_device_nodes(case: str, tmp_path: Path) -> None:
+    script, expected = DOCKER_RUN[case]
+    fleet_toml = _fleet(tmp_path, "docker-run", _RUN_ON_NODES)
+    (fleet_toml.parent / "scripts" / "run-vllm.sh").write_text(script, encoding="utf-8")
+    (fleet_toml.parent / "scripts" / "run-vllm.sh").chmod(0o755)
+    outcomes, texts = _outcomes(fleet_toml, "vllm-start-headroom")
     assert outcomes == expected, texts
 
 
