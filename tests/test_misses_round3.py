@@ -389,3 +389,36 @@ def test_engine_auth_quadlet(case: str, tmp_path: Path) -> None:
     edits, expected = AUTH_QUADLET[case]
     outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "engine-auth")
     assert outcomes == {**_AUTH_CLEAN, **expected}, texts
+
+
+# -- a llama.cpp router declared by hand (issue 32: it failed slots-divide-context/no-ctx-size) ----------------------
+
+_ROUTER_UNIT = ("[Unit]\nDescription=llama.cpp router\n\n[Service]\nUser=llama\n"
+                "ExecStart=/opt/llama.cpp/bin/llama-server --models-preset /opt/llama.cpp/config/models.ini "
+                "--host 127.0.0.1 --port 8080 --models-max 3\nRestart=on-failure\n\n[Install]\n"
+                "WantedBy=multi-user.target\n")
+_ROUTER_SERVICE = ('\n[services.router]\nhost = "box"\nport = 8080\nengine = "llama.cpp"\n'
+                   'unit = "systemd/llama-router.service"\npayload = []\n')
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # The router itself: no model, no context of its own.
+    ("", {"router": SKIPPED, "coder": PASSED, "llama": PASSED, "autocomplete": PASSED}),
+    # A llama-server given -m beside --models-preset serves that model: its context is judged.
+    ("-m /models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf ",
+     {"router": "slots-divide-context/no-ctx-size", "coder": PASSED, "llama": PASSED, "autocomplete": PASSED}),
+])
+def test_a_router_declared_as_a_service_has_no_context_of_its_own(model: str, expected: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    fleet_toml = _fleet(tmp_path, "router-preset", [])
+    (fleet_toml.parent / "systemd").mkdir()
+    (fleet_toml.parent / "systemd" / "llama-router.service").write_text(
+        _ROUTER_UNIT.replace("--models-preset", f"{model}--models-preset"), encoding="utf-8")
+    with fleet_toml.open("a", encoding="utf-8") as out:
+        out.write(_ROUTER_SERVICE)
+    outcomes, texts = _outcomes(fleet_toml, "slots-divide-context")
+    assert outcomes == expected, texts
+    if not model:
+        assert texts["router"] == ("router is a llama.cpp router (--models-preset /opt/llama.cpp/config/models.ini): "
+                                   "it loads no model and has no context of its own; declare each preset section as a "
+                                   "service (models_preset, preset_model) to judge its --ctx-size")
