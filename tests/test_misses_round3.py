@@ -422,3 +422,37 @@ def test_a_router_declared_as_a_service_has_no_context_of_its_own(model: str, ex
         assert texts["router"] == ("router is a llama.cpp router (--models-preset /opt/llama.cpp/config/models.ini): "
                                    "it loads no model and has no context of its own; declare each preset section as a "
                                    "service (models_preset, preset_model) to judge its --ctx-size")
+
+
+# -- a Quadlet whose Exec= is the engine's own arguments, declared by hand (issue 32: it failed broken-input) --------
+
+_QUADLET = ("[Container]\nImage=ghcr.io/ggml-org/llama.cpp:server-cuda-b10867\nPublishPort=127.0.0.1:8080:8080\n"
+            "AddDevice=nvidia.com/gpu=all\nVolume=/srv/models:/models:ro\nExec={exec}\n\n[Service]\n"
+            "Restart=on-failure\n\n[Install]\nWantedBy=default.target\n")
+_QUADLET_FLEET = ('[fleet]\nname = "pod"\ndeploy_root = "/opt/pod"\n\n[hosts.box]\nram_gib = 32\n'
+                  'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]\n\n[services.chat]\nhost = "box"\n'
+                  'port = 8080\nengine = "llama.cpp"\nunit = "quadlet/chat.container"\n'
+                  'payload = ["/srv/models/gemma-3-12b-it-Q4_K_M.gguf"]\n')
+_ARGS_LINE = "-m /models/gemma-3-12b-it-Q4_K_M.gguf -c 16384 -ngl 999 --host 0.0.0.0 --port 8080"
+_NOT_RENDERED = ("Exec= passes llama-server's own arguments in the container, and fleetgate renders a Quadlet whose "
+                 "Exec= runs a serve script of the repository: move the command line into a script the Quadlet runs "
+                 "through a Volume= and declare it as serve_script")
+
+
+@pytest.mark.parametrize(("exec_line", "expected"), [
+    # The image's entrypoint is llama-server: Exec= is its arguments.
+    (_ARGS_LINE, NOT_JUDGED),
+    # The entrypoint named again: the same.
+    ("/app/llama-server " + _ARGS_LINE, NOT_JUDGED),
+    # A script the Quadlet runs that no Volume= maps into the repository: a fault of the files, still a finding.
+    ("/entry/serve.sh", "serve-script-renders/broken-input"),
+], ids=["entrypoint-arguments", "engine-named", "unmapped-script"])
+def test_a_quadlet_running_the_engine_itself_is_not_judged_never_broken(exec_line: str, expected: str,
+                                                                        tmp_path: Path) -> None:
+    (tmp_path / "quadlet").mkdir()
+    (tmp_path / "quadlet" / "chat.container").write_text(_QUADLET.format(exec=exec_line), encoding="utf-8")
+    (tmp_path / "fleet.toml").write_text(_QUADLET_FLEET, encoding="utf-8")
+    outcomes, texts = _outcomes(tmp_path / "fleet.toml", "serve-script-renders")
+    assert outcomes == {"chat": expected}, texts
+    if expected == NOT_JUDGED:
+        assert texts["chat"] == f"not judged: {tmp_path / 'quadlet' / 'chat.container'}:6: {_NOT_RENDERED}"
