@@ -456,3 +456,32 @@ def test_a_quadlet_running_the_engine_itself_is_not_judged_never_broken(exec_lin
     assert outcomes == {"chat": expected}, texts
     if expected == NOT_JUDGED:
         assert texts["chat"] == f"not judged: {tmp_path / 'quadlet' / 'chat.container'}:6: {_NOT_RENDERED}"
+
+
+# -- device-visibility of a `docker run --gpus` grant (docker-run, on a two-card host) -----------------------------
+
+_TWO_CARDS: Edit = ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }]',
+                    'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }, '
+                    '{ name = "CUDA1", vram_bytes = 12884901888 }]')
+
+
+def _gpus(grant: str, device: str) -> list[Edit]:
+    return [_TWO_CARDS, ("scripts/run-coder.sh", "  --gpus all \\\n", f"  --gpus {grant} \\\n"),
+            ("scripts/run-coder.sh", "  --jinja\n", f"  --jinja --device {device}\n")]
+
+
+DOCKER_GPUS: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # The container is given the second card alone: inside it is CUDA0, and --device CUDA1 names nothing.
+    "one-card-second-named": (_gpus("device=1", "CUDA1"), {"coder": "device-visibility/too-few-visible"}),
+    "one-card-first-named": (_gpus("device=1", "CUDA0"), {"coder": PASSED}),
+    # Both cards given: CUDA1 is there.
+    "all-cards": (_gpus("all", "CUDA1"), {"coder": PASSED}),
+    "two-cards": (_gpus("2", "CUDA1"), {"coder": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCKER_GPUS))
+def test_device_visibility_of_a_docker_run_gpus_grant(case: str, tmp_path: Path) -> None:
+    edits, expected = DOCKER_GPUS[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "docker-run", edits), "device-visibility")
+    assert outcomes == expected, texts

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from fleetgate.checks import NOT_JUDGED, NotApplicable, NotJudged, fleet_seam
 from fleetgate.checks._common import profile_missing
-from fleetgate.checks.seam_devices import visible_devices
+from fleetgate.checks.seam_devices import docker_gpus, visible_devices
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
 from fleetgate.ledger.service import service_ledger
@@ -54,25 +54,6 @@ def _by_index(host: Host, indices: tuple[int, ...] | None,
     return tuple(d for d in pool if d.index in indices)
 
 
-def _docker_gpus(host: Host, values: tuple[str, ...]) -> tuple[Device, ...]:
-    """``--gpus all``, ``--gpus 2`` (the first two), ``--gpus device=0,1`` / ``'"device=0,1"'``."""
-    chosen: list[Device] = []
-    for value in values:
-        text = value.strip().strip("'\"")
-        if text == "all":
-            return host.cards
-        if text.isdigit():
-            chosen += host.cards[:int(text)]
-            continue
-        for part in text.split(","):
-            key, _, item = part.partition("=")
-            item = item if key.strip() in ("device", "\"device") else key
-            item = item.strip().strip("'\"")
-            if item.isdigit():
-                chosen += [d for d in host.cards if d.index == int(item)]
-    return tuple(dict.fromkeys(chosen))
-
-
 def cards_of(config: RenderedService) -> _Cards:
     """The cards a rendered service's engine uses, by how it starts."""
     host = config.host
@@ -91,7 +72,7 @@ def cards_of(config: RenderedService) -> _Cards:
     elif rendered.container is not None:
         run = rendered.container
         nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
-        seen = host.cards if nodes else _docker_gpus(host, run.gpus)
+        seen = host.cards if nodes else docker_gpus(host.cards, run.gpus)
         how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run --device"
         seen, how = _narrowed(host.devices if nodes else seen, seen, dict(rendered.env), how)
     else:
