@@ -65,6 +65,20 @@ def _declared(name: str, engine: str, payload: str, profile: str = "") -> Edit:
             f'engine = "{engine}"\ncompose = "compose.yaml"\ncompose_service = "{name}"\npayload = ["{payload}"]\n{extra}')
 
 
+def _nodes(name: str, image: str, command: str, variable: str, value: str, kfd: bool = True) -> list[Edit]:
+    """A two-card AMD host: vLLM given both cards by their device nodes and pinned to the first by
+    HIP_VISIBLE_DEVICES, and a second service on the nodes pinned by ``variable``."""
+    nodes = "[/dev/kfd, /dev/dri]" if kfd else "[/dev/dri]"
+    service = (f"  {name}:\n    image: {image}\n    ports:\n      - \"127.0.0.1:8001:8001\"\n    volumes:\n"
+               f"      - /srv/models:/models:ro\n    devices: {nodes}\n    group_add: [video, render]\n"
+               f"    environment:\n      {variable}: \"{value}\"\n    command: {command}\n")
+    return [("compose.yaml", "    deploy:\n      resources:\n        reservations:\n          devices:\n" + _GRANT,
+             "    devices: [/dev/kfd, /dev/dri]\n    group_add: [video, render]\n" + service),
+            ("compose.yaml", "      VLLM_LOGGING_LEVEL: INFO\n", "      VLLM_LOGGING_LEVEL: INFO\n      HIP_VISIBLE_DEVICES: \"0\"\n"),
+            ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]',
+             'devices = [{ name = "ROCm0", vram_bytes = 25769803776 }, { name = "ROCm1", vram_bytes = 25769803776 }]')]
+
+
 EMBED = "/srv/models/Qwen3-Embedding-0.6B"
 GEMMA_GGUF = "/srv/models/gemma-3-270m-q4_k_m.gguf"
 LLAMA_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda-b10867"
@@ -116,6 +130,23 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
                        _declared("chat", "llama.cpp", GEMMA_GGUF),
                        ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
                       {"tiwaz": PASSED}),
+    # Two Radeon cards, each container given both by its device nodes and pinned to one by its own visibility
+    # variable (compose-rocm's shape): vLLM on ROCm0 at 0.90, the second engine on ROCm1, nothing shared.
+    "two-vllm-hip-own-cards": ([*_nodes("embed", "vllm/vllm-openai:v0.13.0",
+                                        "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                        "HIP_VISIBLE_DEVICES", "1"), _declared("embed", "vllm", EMBED)],
+                               {"tiwaz": PASSED}),
+    # ROCR_VISIBLE_DEVICES filters first: the second vLLM pinned to card 0 shares it with the first.
+    "two-vllm-rocr-same-card": ([*_nodes("embed", "vllm/vllm-openai:v0.13.0",
+                                         "--model /models/Qwen3-Embedding-0.6B --port 8001 --gpu-memory-utilization 0.30",
+                                         "ROCR_VISIBLE_DEVICES", "0"), _declared("embed", "vllm", EMBED)],
+                                {"tiwaz": "vllm-start-headroom/fractions-over-card"}),
+    # A Vulkan llama-server on the render nodes, GGML_VK_VISIBLE_DEVICES=1: vLLM's 0.97 of card 0 is free.
+    "llama-vulkan-own-card": ([*_nodes("chat", "ghcr.io/ggml-org/llama.cpp:server-vulkan-b10867", GEMMA_COMMAND,
+                                       "GGML_VK_VISIBLE_DEVICES", "1", kfd=False),
+                               _declared("chat", "llama.cpp", GEMMA_GGUF, f"profiles/{GEMMA.name}"),
+                               ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.97")],
+                              {"tiwaz": PASSED}),
 }
 
 
@@ -123,6 +154,38 @@ HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
 def test_vllm_start_headroom(case: str, tmp_path: Path) -> None:
     edits, expected = HEADROOM[case]
     outcomes, texts = _outcomes(_fleet(tmp_path, "compose-vllm", edits), "vllm-start-headroom")
+    assert outcomes == expected, texts
+
+
+# docker-run: llama-server by `docker run` from a script; a vLLM container run the same way beside it. Both are given
+# every card by the device nodes and pinned to one by the variable the script passes with -e.
+_VLLM_RUN = ("#!/usr/bin/env bash\nexec docker run --rm --device /dev/kfd --device /dev/dri -e {var}={value} "
+             "-p 8001:8000 -v /data/models:/models:ro vllm/vllm-openai:v0.13.0 --model /models/Qwen3-8B-FP8 "
+             "--gpu-memory-utilization 0.90\n")
+_RUN_ON_NODES: list[Edit] = [
+    ("scripts/run-coder.sh", "  --gpus all \\\n", "  --device /dev/kfd --device /dev/dri -e HIP_VISIBLE_DEVICES=0 \\\n"),
+    ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }]',
+     'devices = [{ name = "ROCm0", vram_bytes = 12884901888 }, { name = "ROCm1", vram_bytes = 12884901888 }]'),
+    ("fleet.toml", 'payload = ["/data/models/Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf"]\n',
+     'payload = ["/data/models/Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf"]\n\n[services.qwen]\nhost = "tower"\n'
+     'port = 8001\nengine = "vllm"\nserve_script = "scripts/run-vllm.sh"\npayload = ["/data/models/Qwen3-8B-FP8"]\n'),
+]
+
+DOCKER_RUN: dict[str, tuple[str, dict[str, str]]] = {
+    # vLLM pinned to the other card: nothing shared.
+    "hip-other-card": (_VLLM_RUN.format(var="HIP_VISIBLE_DEVICES", value="1"), {"garage": PASSED}),
+    # Pinned to the same card beside a llama-server with no profile: what it holds there is unknown.
+    "hip-same-card": (_VLLM_RUN.format(var="HIP_VISIBLE_DEVICES", value="0"), {"garage": NOT_JUDGED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCKER_RUN))
+def test_vllm_start_headroom_docker_run_on_device_nodes(case: str, tmp_path: Path) -> None:
+    script, expected = DOCKER_RUN[case]
+    fleet_toml = _fleet(tmp_path, "docker-run", _RUN_ON_NODES)
+    (fleet_toml.parent / "scripts" / "run-vllm.sh").write_text(script, encoding="utf-8")
+    (fleet_toml.parent / "scripts" / "run-vllm.sh").chmod(0o755)
+    outcomes, texts = _outcomes(fleet_toml, "vllm-start-headroom")
     assert outcomes == expected, texts
 
 
@@ -326,3 +389,99 @@ def test_engine_auth_quadlet(case: str, tmp_path: Path) -> None:
     edits, expected = AUTH_QUADLET[case]
     outcomes, texts = _outcomes(edited_fleet(tmp_path, edits), "engine-auth")
     assert outcomes == {**_AUTH_CLEAN, **expected}, texts
+
+
+# -- a llama.cpp router declared by hand (issue 32: it failed slots-divide-context/no-ctx-size) ----------------------
+
+_ROUTER_UNIT = ("[Unit]\nDescription=llama.cpp router\n\n[Service]\nUser=llama\n"
+                "ExecStart=/opt/llama.cpp/bin/llama-server --models-preset /opt/llama.cpp/config/models.ini "
+                "--host 127.0.0.1 --port 8080 --models-max 3\nRestart=on-failure\n\n[Install]\n"
+                "WantedBy=multi-user.target\n")
+_ROUTER_SERVICE = ('\n[services.router]\nhost = "box"\nport = 8080\nengine = "llama.cpp"\n'
+                   'unit = "systemd/llama-router.service"\npayload = []\n')
+
+
+@pytest.mark.parametrize(("model", "expected"), [
+    # The router itself: no model, no context of its own.
+    ("", {"router": SKIPPED, "coder": PASSED, "llama": PASSED, "autocomplete": PASSED}),
+    # A llama-server given -m beside --models-preset serves that model: its context is judged.
+    ("-m /models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf ",
+     {"router": "slots-divide-context/no-ctx-size", "coder": PASSED, "llama": PASSED, "autocomplete": PASSED}),
+])
+def test_a_router_declared_as_a_service_has_no_context_of_its_own(model: str, expected: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    fleet_toml = _fleet(tmp_path, "router-preset", [])
+    (fleet_toml.parent / "systemd").mkdir()
+    (fleet_toml.parent / "systemd" / "llama-router.service").write_text(
+        _ROUTER_UNIT.replace("--models-preset", f"{model}--models-preset"), encoding="utf-8")
+    with fleet_toml.open("a", encoding="utf-8") as out:
+        out.write(_ROUTER_SERVICE)
+    outcomes, texts = _outcomes(fleet_toml, "slots-divide-context")
+    assert outcomes == expected, texts
+    if not model:
+        assert texts["router"] == ("router is a llama.cpp router (--models-preset /opt/llama.cpp/config/models.ini): "
+                                   "it loads no model and has no context of its own; declare each preset section as a "
+                                   "service (models_preset, preset_model) to judge its --ctx-size")
+
+
+# -- a Quadlet whose Exec= is the engine's own arguments, declared by hand (issue 32: it failed broken-input) --------
+
+_QUADLET = ("[Container]\nImage=ghcr.io/ggml-org/llama.cpp:server-cuda-b10867\nPublishPort=127.0.0.1:8080:8080\n"
+            "AddDevice=nvidia.com/gpu=all\nVolume=/srv/models:/models:ro\nExec={exec}\n\n[Service]\n"
+            "Restart=on-failure\n\n[Install]\nWantedBy=default.target\n")
+_QUADLET_FLEET = ('[fleet]\nname = "pod"\ndeploy_root = "/opt/pod"\n\n[hosts.box]\nram_gib = 32\n'
+                  'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }]\n\n[services.chat]\nhost = "box"\n'
+                  'port = 8080\nengine = "llama.cpp"\nunit = "quadlet/chat.container"\n'
+                  'payload = ["/srv/models/gemma-3-12b-it-Q4_K_M.gguf"]\n')
+_ARGS_LINE = "-m /models/gemma-3-12b-it-Q4_K_M.gguf -c 16384 -ngl 999 --host 0.0.0.0 --port 8080"
+_NOT_RENDERED = ("Exec= passes llama-server's own arguments in the container, and fleetgate renders a Quadlet whose "
+                 "Exec= runs a serve script of the repository: move the command line into a script the Quadlet runs "
+                 "through a Volume= and declare it as serve_script")
+
+
+@pytest.mark.parametrize(("exec_line", "expected"), [
+    # The image's entrypoint is llama-server: Exec= is its arguments.
+    (_ARGS_LINE, NOT_JUDGED),
+    # The entrypoint named again: the same.
+    ("/app/llama-server " + _ARGS_LINE, NOT_JUDGED),
+    # A script the Quadlet runs that no Volume= maps into the repository: a fault of the files, still a finding.
+    ("/entry/serve.sh", "serve-script-renders/broken-input"),
+], ids=["entrypoint-arguments", "engine-named", "unmapped-script"])
+def test_a_quadlet_running_the_engine_itself_is_not_judged_never_broken(exec_line: str, expected: str,
+                                                                        tmp_path: Path) -> None:
+    (tmp_path / "quadlet").mkdir()
+    (tmp_path / "quadlet" / "chat.container").write_text(_QUADLET.format(exec=exec_line), encoding="utf-8")
+    (tmp_path / "fleet.toml").write_text(_QUADLET_FLEET, encoding="utf-8")
+    outcomes, texts = _outcomes(tmp_path / "fleet.toml", "serve-script-renders")
+    assert outcomes == {"chat": expected}, texts
+    if expected == NOT_JUDGED:
+        assert texts["chat"] == f"not judged: {tmp_path / 'quadlet' / 'chat.container'}:6: {_NOT_RENDERED}"
+
+
+# -- device-visibility of a `docker run --gpus` grant (docker-run, on a two-card host) -----------------------------
+
+_TWO_CARDS: Edit = ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }]',
+                    'devices = [{ name = "CUDA0", vram_bytes = 12884901888 }, '
+                    '{ name = "CUDA1", vram_bytes = 12884901888 }]')
+
+
+def _gpus(grant: str, device: str) -> list[Edit]:
+    return [_TWO_CARDS, ("scripts/run-coder.sh", "  --gpus all \\\n", f"  --gpus {grant} \\\n"),
+            ("scripts/run-coder.sh", "  --jinja\n", f"  --jinja --device {device}\n")]
+
+
+DOCKER_GPUS: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # The container is given the second card alone: inside it is CUDA0, and --device CUDA1 names nothing.
+    "one-card-second-named": (_gpus("device=1", "CUDA1"), {"coder": "device-visibility/too-few-visible"}),
+    "one-card-first-named": (_gpus("device=1", "CUDA0"), {"coder": PASSED}),
+    # Both cards given: CUDA1 is there.
+    "all-cards": (_gpus("all", "CUDA1"), {"coder": PASSED}),
+    "two-cards": (_gpus("2", "CUDA1"), {"coder": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DOCKER_GPUS))
+def test_device_visibility_of_a_docker_run_gpus_grant(case: str, tmp_path: Path) -> None:
+    edits, expected = DOCKER_GPUS[case]
+    outcomes, texts = _outcomes(_fleet(tmp_path, "docker-run", edits), "device-visibility")
+    assert outcomes == expected, texts

@@ -25,11 +25,25 @@ def _is_llama(config: RenderedService) -> str | None:
     return None if config.llama is not None else f"{config.name} renders no llama-server command line"
 
 
+def _serves_a_model(config: RenderedService) -> str | None:
+    """A router (``--models-preset`` and no ``-m``) loads no model itself: each preset section is a llama-server of
+    its own with its own ``--ctx-size`` (issue 32: a router declared by hand failed ``no-ctx-size``)."""
+    reason = _is_llama(config)
+    if reason is None and config.llama is not None and config.llama.use("models_preset") is not None \
+            and not config.llama.model:
+        preset = config.llama.use("models_preset")
+        assert preset is not None
+        return (f"{config.name} is a llama.cpp router (--models-preset {preset.value}): it loads no model and has "
+                "no context of its own; declare each preset section as a service (models_preset, preset_model) to "
+                "judge its --ctx-size")
+    return reason
+
+
 DIVIDE_CHECK = service_seam(
     DIVIDE,
     cites=("B-CTX-1", "B-CTX-5", "INC-07"),
     summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told",
-    requires=_is_llama,
+    requires=_serves_a_model,
     engines=("llama.cpp",),
     codes={
         "no-ctx-size": "no `--ctx-size`: the pool is the GGUF's trained context",

@@ -12,7 +12,7 @@ from fleetgate.checks import service_seam
 from fleetgate.fleet import Device
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["visible_devices"]
+__all__ = ["docker_gpus", "visible_devices"]
 
 NAME = "device-visibility"
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
@@ -52,6 +52,26 @@ def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Vis
             if problem:
                 return Visibility((), tuple(steps), problem)
     return Visibility(devices, tuple(steps))
+
+
+def docker_gpus(pool: tuple[Device, ...], values: tuple[str, ...]) -> tuple[Device, ...]:
+    """Of ``pool``, what ``docker run --gpus`` grants: ``all``, ``2`` (the first two), ``device=0,1`` /
+    ``'"device=0,1"'`` (by the host's index)."""
+    chosen: list[Device] = []
+    for value in values:
+        text = value.strip().strip("'\"")
+        if text == "all":
+            return pool
+        if text.isdigit():
+            chosen += pool[:int(text)]
+            continue
+        for part in text.split(","):
+            key, _, item = part.partition("=")
+            item = item if key.strip() in ("device", "\"device") else key
+            item = item.strip().strip("'\"")
+            if item.isdigit():
+                chosen += [d for d in pool if d.index == int(item)]
+    return tuple(dict.fromkeys(chosen))
 
 
 def _no_devices(config: RenderedService) -> str | None:
@@ -137,6 +157,10 @@ def _granted(config: RenderedService) -> tuple[Device, ...]:
     pod = config.rendered.kubernetes
     if pod is not None:
         return _pod_granted(config)
+    run = config.rendered.container
+    if run is not None and run.gpus and not any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices):
+        # `docker run --gpus device=1`: the container enumerates that card alone, as its device 0
+        return docker_gpus(config.host.devices, run.gpus)
     compose = config.rendered.compose
     if compose is None:
         return config.host.devices

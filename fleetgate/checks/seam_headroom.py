@@ -13,7 +13,8 @@ card that another engine of the fleet also uses, vLLM starts only if that engine
   vLLM did).
 
 Which cards a service uses is read from how it starts: a compose GPU grant (``device_ids``, ``count``, ``gpus:``,
-device nodes), a ``docker run --gpus``, the visibility variables of a process of the host; vLLM's are the first
+device nodes), a ``docker run --gpus``/``--device``, narrowed by the container's own visibility variables, the
+visibility variables of a process of the host; vLLM's are the first
 tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin never gives one card to two containers,
 so pods that both ask for a GPU through ``resources`` share none. Services of one host run at once unless
 ``exclusive_with`` says they never do; a rollback or undeployed service does not run.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from fleetgate.checks import NOT_JUDGED, NotApplicable, NotJudged, fleet_seam
 from fleetgate.checks._common import profile_missing
-from fleetgate.checks.seam_devices import visible_devices
+from fleetgate.checks.seam_devices import docker_gpus, visible_devices
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
 from fleetgate.ledger.service import service_ledger
@@ -44,29 +45,13 @@ class _Cards:
     """Granted by Kubernetes' device plugin, which gives a card to one container only."""
 
 
-def _by_index(host: Host, indices: tuple[int, ...] | None) -> tuple[Device, ...]:
+def _by_index(host: Host, indices: tuple[int, ...] | None,
+              devices: tuple[Device, ...] | None = None) -> tuple[Device, ...]:
+    """The granted ones of ``devices`` (the host's cards unless told): every one where the grant names none."""
+    pool = host.cards if devices is None else devices
     if indices is None:
-        return host.cards
-    return tuple(d for d in host.cards if d.index in indices)
-
-
-def _docker_gpus(host: Host, values: tuple[str, ...]) -> tuple[Device, ...]:
-    """``--gpus all``, ``--gpus 2`` (the first two), ``--gpus device=0,1`` / ``'"device=0,1"'``."""
-    chosen: list[Device] = []
-    for value in values:
-        text = value.strip().strip("'\"")
-        if text == "all":
-            return host.cards
-        if text.isdigit():
-            chosen += host.cards[:int(text)]
-            continue
-        for part in text.split(","):
-            key, _, item = part.partition("=")
-            item = item if key.strip() in ("device", "\"device") else key
-            item = item.strip().strip("'\"")
-            if item.isdigit():
-                chosen += [d for d in host.cards if d.index == int(item)]
-    return tuple(dict.fromkeys(chosen))
+        return pool
+    return tuple(d for d in pool if d.index in indices)
 
 
 def cards_of(config: RenderedService) -> _Cards:
@@ -77,6 +62,8 @@ def cards_of(config: RenderedService) -> _Cards:
         grant = rendered.compose.gpus
         seen = _by_index(host, grant.indices) if grant is not None else ()
         how = f"compose {grant.how} ({grant.where})" if grant is not None else "compose grants no GPU"
+        enumerated = () if grant is None else _by_index(host, grant.indices, host.devices)
+        seen, how = _narrowed(enumerated, seen, dict(rendered.env), how)
     elif rendered.kubernetes is not None:
         grant = rendered.kubernetes.gpus
         seen = _by_index(host, grant.indices) if grant is not None else ()
@@ -85,13 +72,27 @@ def cards_of(config: RenderedService) -> _Cards:
     elif rendered.container is not None:
         run = rendered.container
         nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
-        seen = host.cards if nodes else _docker_gpus(host, run.gpus)
+        seen = host.cards if nodes else docker_gpus(host.cards, run.gpus)
         how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run --device"
+        seen, how = _narrowed(host.devices if nodes else seen, seen, dict(rendered.env), how)
     else:
         visibility = visible_devices(host.devices, dict(rendered.env))
         seen = tuple(d for d in visibility.devices if d.serves)
         how = "; ".join(visibility.steps) or "every card of the host (no visibility variable)"
     return _Cards(_engine_share(config, seen), how)
+
+
+def _narrowed(enumerated: tuple[Device, ...], granted: tuple[Device, ...], env: dict[str, str],
+              how: str) -> tuple[tuple[Device, ...], str]:
+    """What a container's own visibility variables leave of what it enumerates: ROCm, HIP, CUDA and Vulkan index the
+    devices the container sees, in host order, so a ROCm container given /dev/kfd and /dev/dri and pinned by
+    HIP_VISIBLE_DEVICES uses that one card, not every card the nodes expose."""
+    if not granted:
+        return granted, how
+    visibility = visible_devices(enumerated, env)
+    if not visibility.steps:
+        return granted, how
+    return tuple(d for d in visibility.devices if d.serves), f"{how}; {'; '.join(visibility.steps)}"
 
 
 def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[Device, ...]:

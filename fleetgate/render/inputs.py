@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file, parse_env_text
-from fleetgate.errors import InputError, read_bytes
+from fleetgate.errors import InputError, NotRead, read_bytes
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.script import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
 from fleetgate.render.start import InlineScript
@@ -441,13 +441,22 @@ def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[st
     exec_setting = unit.last("Container", "Exec")
     if exec_setting is None:
         raise InputError(unit.path, None, "no Exec= in [Container]; expected the serve script to run in the container")
-    for word in split_command(exec_setting):
+    words = split_command(exec_setting)
+    for word in words:
         for host, container in volumes:
             if word == container or word.startswith(container.rstrip("/") + "/"):
                 host_path = host.rstrip("/") + word[len(container.rstrip("/")):]
                 local = map_to_repo(fleet, host_path)
                 if local is not None and local.resolve() == service.serve_script:
                     return origins, service.serve_script, unit
+    if service.serve_script == unit.path and words and (words[0].startswith("-")
+                                                        or posixpath.basename(words[0]) == service.binary):
+        # The engine's own arguments after the image's entrypoint: a start fleetgate lacks a reader for, not a
+        # fault of the fleet (issue 32: such a Quadlet, declared by hand, failed broken-input).
+        raise NotRead(exec_setting.path, exec_setting.line,
+                      f"not judged: Exec= passes {service.binary}'s own arguments in the container, and fleetgate "
+                      "renders a Quadlet whose Exec= runs a serve script of the repository: move the command line "
+                      "into a script the Quadlet runs through a Volume= and declare it as serve_script")
     raise InputError(exec_setting.path, exec_setting.line,
                      f"Exec={exec_setting.value} runs no file that a Volume= maps to the declared serve_script "
                      f"{service.serve_script.relative_to(fleet.root)}")
