@@ -33,7 +33,7 @@ def test_the_model_is_trained_on_the_gates_own_probes() -> None:
     assert transcripts.WEATHER_TOOL == live_capabilities.WEATHER_TOOL
     assert [*transcripts.TOOL_EXAMPLE, transcripts.TOOL_QUESTION] == [
         *live_capabilities.TOOL_EXAMPLE,
-        live_capabilities._QUESTION,
+        live_capabilities.TOOL_QUESTION,
     ]
     generation = Path(_generation_file).read_text(encoding="utf-8")
     capabilities = Path(live_capabilities.__file__).read_text(encoding="utf-8")
