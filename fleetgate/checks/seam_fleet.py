@@ -107,6 +107,13 @@ PORT_CHECK = service_seam(
             "reaches it"
         ),
         "published-differs": "a compose service publishes the engine's port on a host port other than fleet.toml's `port` (`ports:`)",
+        "quadlet-not-published": (
+            "a Quadlet whose `Exec=` is the engine's arguments, not on `Network=host`, publishes (`PublishPort=`) no port "
+            "for the one the engine binds in the container"
+        ),
+        "quadlet-published-differs": (
+            "a Quadlet's `PublishPort=HOST:CONTAINER` publishes the engine's port on a host port other than fleet.toml's `port`"
+        ),
         "kubernetes-not-targeted": (
             "Services select a Kubernetes workload's pod, and none of their ports forwards (`targetPort`) to the port the "
             "engine listens on: clients of the Service reach nothing"
@@ -167,6 +174,10 @@ def rendered_port_matches(config: RenderedService) -> None:
             expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
             fix="make the -p host port and fleet.toml's port agree",
         )
+    quadlet = config.rendered.quadlet
+    if quadlet is not None and quadlet.network != "host":
+        _quadlet_published(config, port, declared, f" ({use.flag} {use.value})" if use is not None else f" ({default})")
+        return
     if port == declared:
         return
     raise PORT_CHECK.fail(
@@ -176,6 +187,34 @@ def rendered_port_matches(config: RenderedService) -> None:
         expected=(f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)"
                   if upstream is None else f"port {declared}, where llama-swap's proxy: for this model forwards"),
         fix="make the env file's port and fleet.toml's agree; a client pointed at the declared port reaches nothing or another service",
+    )
+
+
+def _quadlet_published(config: RenderedService, port: int, declared: int, how: str) -> None:
+    """A Quadlet's container on podman's own network: clients on the host reach the engine through the host port its
+    ``PublishPort=`` maps to the port the engine binds."""
+    quadlet = config.rendered.quadlet
+    assert quadlet is not None
+    mapping = next((p for p in quadlet.published if p.container_port == port and p.host_port is not None), None)
+    if mapping is None:
+        raise PORT_CHECK.fail(
+            config, "quadlet-not-published",
+            where=str(quadlet.path),
+            observed=(f"the engine listens on {port} in the container{how}, and the Quadlet publishes "
+                      + (", ".join(f"{p.host_port or '(any)'}:{p.container_port}" for p in quadlet.published)
+                         or "no port")),
+            details=[f"{p.where}: PublishPort= {p.host_port or '(any)'}:{p.container_port}" for p in quadlet.published],
+            expected=f"PublishPort={declared}:{port} (or Network=host), so that port {declared} of the host reaches it",
+            fix=f"publish the port the engine binds: PublishPort=127.0.0.1:{declared}:{port}",
+        )
+    if mapping.host_port == declared:
+        return
+    raise PORT_CHECK.fail(
+        config, "quadlet-published-differs",
+        where=mapping.where,
+        observed=f"PublishPort= publishes the engine's port {port} on host port {mapping.host_port}",
+        expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
+        fix="make the PublishPort= host port and fleet.toml's port agree",
     )
 
 

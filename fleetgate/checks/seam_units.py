@@ -385,10 +385,12 @@ def _exec_args(config: RenderedService, unit: Unit) -> tuple[Setting, tuple[str,
     return None
 
 
-def _shell_expansions(config: RenderedService, unit: Unit) -> None:
-    """systemd expands ExecStart= itself, and a shell's expansion is not systemd's."""
-    setting = unit.all("Service", "ExecStart")[-1]
+def _shell_expansions(config: RenderedService, setting: Setting) -> None:
+    """systemd expands ExecStart= itself (and a Quadlet's Exec=, which the generator copies into ExecStart=), and a
+    shell's expansion is not systemd's."""
     env = {name: origin.value for name, origin in config.rendered.inputs.items()}
+    if setting.key == "Exec":  # after the image on the generated line: every word is expanded
+        setting = Setting(setting.section, setting.key, f"podman {setting.value}", setting.path, setting.line)
     line = expand_exec(setting, env)
     if line.invalid:
         name = line.invalid[0]
@@ -397,18 +399,18 @@ def _shell_expansions(config: RenderedService, unit: Unit) -> None:
         raise EXEC_ARGS_CHECK.fail(
             config, "shell-expansion",
             where=setting.where,
-            observed=(f"ExecStart= holds ${{{name}}}: systemd substitutes only $NAME and ${{NAME}}, so it looks up a "
+            observed=(f"{setting.key}= holds ${{{name}}}: systemd substitutes only $NAME and ${{NAME}}, so it looks up a "
                       f"variable literally named {name!r}, finds none, and passes an empty string"),
             expected="${NAME} or $NAME only (systemd.service(5), Command lines); a default belongs in Environment=",
             fix=f"set the default with Environment={variable}=... (an EnvironmentFile= line overrides it) and write "
-                f"${{{variable}}} in ExecStart=",
+                f"${{{variable}}} in {setting.key}=",
         )
 
 
 def _exec_probes(config: RenderedService) -> list[Probe]:
     """The render ``unit-exec-args`` asks: the serve script with the arguments ``ExecStart=`` (or ``Exec=``) passes."""
     unit = unit_of(config)
-    if unit is None:
+    if unit is None or config.rendered.quadlet is not None:
         return []
     if unit.kind == "systemd" and unit.all("Service", "ExecStart") and config.rendered.script == unit.path:
         return []
@@ -425,7 +427,8 @@ EXEC_ARGS_CHECK = service_seam(
     engines=UNIT_ENGINES,
     codes={
         "shell-expansion": (
-            "`${NAME:-x}` (or another shell-only form) in `ExecStart=`: systemd looks up a variable named `NAME:-x` and passes an empty "
+            "`${NAME:-x}` (or another shell-only form) in `ExecStart=` (or a Quadlet's `Exec=`): systemd looks up a variable named "
+            "`NAME:-x` and passes an empty "
             "string"
         ),
         "refused": "the serve script refuses the arguments `ExecStart=` passes (B-SH-3)",
@@ -438,9 +441,14 @@ def unit_exec_args(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     if unit.kind == "systemd" and unit.all("Service", "ExecStart"):
-        _shell_expansions(config, unit)
+        _shell_expansions(config, unit.all("Service", "ExecStart")[-1])
         if config.rendered.script == unit.path:
             return  # ExecStart= runs the engine itself: no serve script to pass arguments to
+    quadlet = config.rendered.quadlet
+    if quadlet is not None:
+        if quadlet.exec_setting is not None:
+            _shell_expansions(config, quadlet.exec_setting)
+        return  # Exec= is the engine's own arguments: no serve script to pass them to
     found = _exec_args(config, unit)
     if found is None or not found[1]:
         return

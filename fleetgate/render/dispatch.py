@@ -3,7 +3,8 @@
 ``find_start`` finds a service's start shape once (fleetgate.render.start), with the repository as the boundary;
 ``render()`` looks up the shape's own module in ``RENDERERS`` and renders it there. A compose service, a Kubernetes
 container, a llama-swap model and a llama.cpp router preset's model are read as data (the readers of
-fleetgate.sources); a unit whose ``ExecStart=`` is the engine is expanded as systemd expands the line (nothing runs);
+fleetgate.sources); a unit whose ``ExecStart=`` is the engine is expanded as systemd expands the line, and a Quadlet
+whose ``Exec=`` is the engine's arguments as Quadlet's generator and systemd write and expand it (nothing runs);
 a serve script or a unit's inline ``bash -c`` runs in the sandbox with the engine stubbed
 (fleetgate.render.serve_script). Every shape builds the types of fleetgate.render.types.
 """
@@ -17,9 +18,10 @@ from typing import Any
 
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.compose import render_compose
-from fleetgate.render.inputs import engine_exec_start, inline_exec_start
+from fleetgate.render.inputs import engine_exec_start, inline_exec_start, quadlet_exec_start
 from fleetgate.render.kubernetes import render_kubernetes
 from fleetgate.render.llama_swap import render_swap_model
+from fleetgate.render.quadlet import render_quadlet_exec
 from fleetgate.render.router_preset import render_preset_model
 from fleetgate.render.script import RENDER_TIMEOUT_S
 from fleetgate.render.serve_script import render_script
@@ -28,6 +30,7 @@ from fleetgate.render.start import (
     InlineScript,
     Kubernetes,
     PresetModel,
+    QuadletExec,
     ServeScript,
     Start,
     SwapModel,
@@ -43,8 +46,8 @@ __all__ = ["RENDERERS", "RenderRequest", "RenderSteps", "find_start", "render", 
 
 def find_start(fleet: Fleet, service: Service) -> Start:
     """The start shape of a service: what fleet.toml declares (a compose file, a Kubernetes manifest, a llama-swap
-    config, a router preset), else what its unit's ``ExecStart=`` runs (the engine, an inline script), else its serve
-    script."""
+    config, a router preset), else what its unit's ``ExecStart=`` runs (the engine, an inline script), else a
+    Quadlet whose ``Exec=`` is the engine's arguments, else its serve script."""
     if service.compose is not None:
         return Compose()
     if service.kubernetes is not None:
@@ -57,7 +60,10 @@ def find_start(fleet: Fleet, service: Service) -> Start:
     if direct is not None:
         return UnitExec(*direct)
     inline = inline_exec_start(fleet, service)
-    return inline if inline is not None else ServeScript()
+    if inline is not None:
+        return inline
+    quadlet = quadlet_exec_start(fleet, service)
+    return quadlet if quadlet is not None else ServeScript()
 
 
 RenderSteps = Generator[tuple[SandboxSpec, Path | str], SandboxResult, Rendered]
@@ -83,6 +89,7 @@ RENDERERS: Mapping[type[Start], _Renderer] = {
     SwapModel: _data(render_swap_model),
     PresetModel: _data(render_preset_model),
     UnitExec: _data(render_unit_exec),
+    QuadletExec: _data(render_quadlet_exec),
     InlineScript: render_script,
     ServeScript: render_script,
 }

@@ -6,8 +6,9 @@ with (and where each variable was set), the script, and what starts the engine.
   its last ``ExecStart=``: the declared serve script under ``deploy_root``, the engine itself (``engine_exec_start``),
   or an inline ``bash -c`` script (``inline_exec_start``, ``inline_command``: the line as systemd expands it, read as
   env(1) and bash read it);
-- a Quadlet: ``[Container]`` ``EnvironmentFile=`` (podman's dialect), ``Environment=`` over it, and the ``Exec=`` that
-  runs the serve script through a ``Volume=``;
+- a Quadlet: ``[Container]`` ``EnvironmentFile=`` (podman's dialect), ``Environment=`` over it
+  (``quadlet_environment``), and the ``Exec=`` that runs the serve script through a ``Volume=``, or, with no serve
+  script, the arguments of the image's entrypoint (``quadlet_exec_start``);
 - the ``docker run``/``podman run`` lines the script ran, as the stubbed clients recorded them
   (``container_engines``): the one whose container starts the engine, read as the client reads it
   (fleetgate.sources.docker_run).
@@ -27,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.envfile import Dialect, EnvEntry, parse_env_file, parse_env_text
-from fleetgate.errors import InputError, NotRead, read_bytes
+from fleetgate.errors import InputError, read_bytes
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.script import RENDER_TIMEOUT_S, parsed_before, parsed_now, read_invocations, repo_mounts
-from fleetgate.render.start import InlineScript
+from fleetgate.render.start import InlineScript, QuadletExec
 from fleetgate.render.types import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
 from fleetgate.sandbox import INSIDE, SandboxSpec
 from fleetgate.sandbox import run as run_sandboxed
@@ -41,8 +42,8 @@ from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit, parse_unit, split_command, split_environment_assignments, unit_from_text
 
 __all__ = ["MAX_ARG_STRLEN", "InlineScript", "container_engines", "container_lines", "engine_exec_start",
-           "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "service_inputs",
-           "unit_environment"]
+           "env_template_notes", "env_template_of", "inline_command", "inline_exec_start", "quadlet_environment",
+           "quadlet_exec_start", "service_inputs", "unit_environment"]
 
 # Linux refuses any single argument or environment string longer than this at exec (MAX_ARG_STRLEN).
 MAX_ARG_STRLEN = 32 * 4096
@@ -425,38 +426,64 @@ def unit_environment(fleet: Fleet, service: Service, unit: Unit, section: str = 
     return origins
 
 
-def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:
+def quadlet_environment(fleet: Fleet, unit: Unit) -> dict[str, Origin]:
+    """The container's environment a Quadlet gives: ``[Container]`` ``EnvironmentFile=`` (podman's dialect: quotes
+    kept), then ``Environment=`` over it, as podman's ``--env-file`` and ``--env`` merge."""
     origins: dict[str, Origin] = {}
-    # podman: --env-file first, then --env overrides it.
     for setting in unit.all("Container", "EnvironmentFile"):
         origins.update(_unit_env_file(fleet, setting, "podman"))
     for setting in unit.all("Container", "Environment"):
         for name, value in split_environment_assignments(setting):
             origins[name] = Origin(name, value, setting.where, "Environment=")
+    return origins
+
+
+def _mapped_scripts(fleet: Fleet, unit: Unit, words: list[str]) -> list[Path]:
+    """The repository files ``Exec=`` words name through a ``Volume=`` (the serve script the container runs)."""
     volumes: list[tuple[str, str]] = []
     for setting in unit.all("Container", "Volume"):
         parts = setting.value.split(":")
         if len(parts) >= 2 and parts[0].startswith("/"):
             volumes.append((parts[0], parts[1]))
+    found: list[Path] = []
+    for word in words:
+        for host, container in volumes:
+            if word == container or word.startswith(container.rstrip("/") + "/"):
+                local = map_to_repo(fleet, host.rstrip("/") + word[len(container.rstrip("/")):])
+                if local is not None and local.is_file():
+                    found.append(local.resolve())
+    return found
+
+
+def quadlet_exec_start(fleet: Fleet, service: Service) -> QuadletExec | None:
+    """A Quadlet ``.container`` whose ``Exec=`` is the arguments of what the image (or ``Entrypoint=``) starts, and
+    no serve script: fleet.toml declares none apart from the unit, and no ``Exec=`` word is a repository file a
+    ``Volume=`` maps into the container. None for any other service."""
+    if service.unit is None or service.unit.suffix != ".container" or service.serve_script != service.unit:
+        return None
+    unit = _unit(fleet, service)
+    if unit.kind != "quadlet":
+        return None
+    setting = unit.last("Container", "Exec")
+    if setting is not None and _mapped_scripts(fleet, unit, split_command(setting)):
+        return None
+    return QuadletExec(unit)
+
+
+def _quadlet_inputs(fleet: Fleet, service: Service, unit: Unit) -> tuple[dict[str, Origin], Path, Unit]:
+    origins = quadlet_environment(fleet, unit)
     exec_setting = unit.last("Container", "Exec")
     if exec_setting is None:
         raise InputError(unit.path, None, "no Exec= in [Container]; expected the serve script to run in the container")
     words = split_command(exec_setting)
-    for word in words:
-        for host, container in volumes:
-            if word == container or word.startswith(container.rstrip("/") + "/"):
-                host_path = host.rstrip("/") + word[len(container.rstrip("/")):]
-                local = map_to_repo(fleet, host_path)
-                if local is not None and local.resolve() == service.serve_script:
-                    return origins, service.serve_script, unit
-    if service.serve_script == unit.path and words and (words[0].startswith("-")
-                                                        or posixpath.basename(words[0]) == service.binary):
-        # The engine's own arguments after the image's entrypoint: a start fleetgate lacks a reader for, not a
-        # fault of the fleet (issue 32: such a Quadlet, declared by hand, failed broken-input).
-        raise NotRead(exec_setting.path, exec_setting.line,
-                      f"not judged: Exec= passes {service.binary}'s own arguments in the container, and fleetgate "
-                      "renders a Quadlet whose Exec= runs a serve script of the repository: move the command line "
-                      "into a script the Quadlet runs through a Volume= and declare it as serve_script")
+    if service.serve_script in _mapped_scripts(fleet, unit, words):
+        return origins, service.serve_script, unit
+    if words and (words[0].startswith("-") or posixpath.basename(words[0]) == service.binary):
+        # fleet.toml names a serve script, and the Quadlet passes the engine's own arguments instead.
+        raise InputError(exec_setting.path, exec_setting.line,
+                         f"Exec= passes {service.binary}'s own arguments in the container, not the declared serve_script "
+                         f"{service.serve_script.relative_to(fleet.root)}; expected no serve_script in fleet.toml (the "
+                         "Quadlet's Exec= is then read as the arguments of the image's entrypoint)")
     raise InputError(exec_setting.path, exec_setting.line,
                      f"Exec={exec_setting.value} runs no file that a Volume= maps to the declared serve_script "
                      f"{service.serve_script.relative_to(fleet.root)}")

@@ -299,13 +299,15 @@ class RenderedService:
         return find_template(self.llama, self.fleet, self.host_path)
 
     def host_path(self, path: str) -> str:
-        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run`` or a
-        compose service starts the engine (``-v /srv/models:/models``), else the path itself."""
+        """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run``, a
+        compose service or a Quadlet's ``Exec=`` starts the engine (``-v /srv/models:/models``), else the path itself."""
         run = self.rendered.container
         pod = self.rendered.kubernetes
         compose = self.rendered.compose
+        quadlet = self.rendered.quadlet
         mapped = (run.host_path(path) if run is not None else pod.host_path(path) if pod is not None
-                  else compose.host_path(path) if compose is not None else None)
+                  else compose.host_path(path) if compose is not None
+                  else quadlet.host_path(path) if quadlet is not None else None)
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:
@@ -374,21 +376,25 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     """A service whose script runs an engine image (``docker run ghcr.io/ggml-org/llama.cpp:server-cuda-b6300``) runs
     the build that image pins, as fleet.toml's ``engine_build = { image = ... }`` would say it; a declared
     engine_build wins. A Kubernetes container runs its image's build as well (its entrypoint may be replaced by
-    ``command:``), and a Quadlet that runs vLLM's own image the release its tag names."""
+    ``command:``), a Quadlet whose ``Exec=`` is an engine image's arguments that image's build, and a Quadlet that runs
+    vLLM's own image the release its tag names."""
     if service.engine_build is not None:
         return service
     run = rendered.container
     pod = rendered.kubernetes
+    quadlet = rendered.quadlet
     image = (run.image if run is not None and run.engine == service.engine
              else pod.image if pod is not None and pod.image is not None and engine_of_image(pod.image) == service.engine
+             else quadlet.image if quadlet is not None and quadlet.image is not None
+             and engine_of_image(quadlet.image) == service.engine
              else None)
     if image is None:
         unit = rendered.unit
-        quadlet = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
-        if service.engine == "vllm" and quadlet is not None and is_vllm_image(quadlet.value):
+        declared = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
+        if service.engine == "vllm" and declared is not None and is_vllm_image(declared.value):
             # a Quadlet that runs vLLM's own image (its Exec= a serve script or the image's entrypoint)
             return replace(service, engine_build=EngineBuild(fork="mainline", number=None,
-                                                             version=image_release(quadlet.value), image=quadlet.value))
+                                                             version=image_release(declared.value), image=declared.value))
         return service
     if service.engine == "llama.cpp":
         build = EngineBuild(fork="mainline", number=image_build(image), image=image)

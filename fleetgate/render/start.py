@@ -6,6 +6,8 @@ rendered (``fleetgate.render.dispatch.find_start``, with the repository as the b
 - ``InlineScript``: a unit whose ``ExecStart=`` runs ``bash -c '...'``, run in the sandbox;
 - ``ServeScript``: a serve script (the unit's, or the one fleet.toml names), run in the sandbox;
 - ``Compose``, ``Kubernetes``: a compose service, a Kubernetes container, read as data;
+- ``QuadletExec``: a Podman Quadlet ``.container`` whose ``Exec=`` is the arguments of the engine its image (or its
+  ``Entrypoint=``) starts, read as data as Quadlet's generator and systemd read it;
 - ``SwapModel``, ``PresetModel``: a model of a llama-swap config, of a llama.cpp router preset, read as data.
 
 A script that starts the engine through ``docker run``/``podman run`` keeps the line it ran (``container``).
@@ -21,9 +23,11 @@ if TYPE_CHECKING:
     from fleetgate.sources.compose import ComposeService
     from fleetgate.sources.docker_run import ContainerRun
     from fleetgate.sources.kubernetes import KubernetesContainer
+    from fleetgate.sources.quadlet import QuadletContainer
     from fleetgate.units import Setting, Unit
 
-__all__ = ["Compose", "InlineScript", "Kubernetes", "PresetModel", "ServeScript", "Start", "SwapModel", "UnitExec"]
+__all__ = ["Compose", "InlineScript", "Kubernetes", "PresetModel", "QuadletExec", "ServeScript", "Start", "SwapModel",
+           "UnitExec"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,15 @@ class Kubernetes:
 
 
 @dataclass(frozen=True)
+class QuadletExec:
+    """A Quadlet ``.container`` (fleet.toml's ``unit``, no serve script) whose ``Exec=`` is the engine's arguments."""
+
+    unit: Unit
+    read: QuadletContainer | None = None
+    """The ``[Container]`` section as the generator reads it, once rendered (image, ports, volumes, devices, user)."""
+
+
+@dataclass(frozen=True)
 class SwapModel:
     """A model of a llama-swap config (fleet.toml's ``llama_swap``)."""
 
@@ -81,4 +94,4 @@ class PresetModel:
     """A model of a llama.cpp router preset (fleet.toml's ``models_preset``)."""
 
 
-Start = UnitExec | InlineScript | ServeScript | Compose | Kubernetes | SwapModel | PresetModel
+Start = UnitExec | InlineScript | ServeScript | Compose | Kubernetes | QuadletExec | SwapModel | PresetModel

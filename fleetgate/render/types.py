@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError
 from fleetgate.render.origins import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
-from fleetgate.render.start import Compose, InlineScript, Kubernetes, ServeScript, Start, SwapModel
+from fleetgate.render.start import Compose, InlineScript, Kubernetes, QuadletExec, ServeScript, Start, SwapModel
 
 if TYPE_CHECKING:
     from fleetgate.sources.compose import ComposeService
     from fleetgate.sources.docker_run import ContainerRun
     from fleetgate.sources.kubernetes import KubernetesContainer
+    from fleetgate.sources.quadlet import QuadletContainer
     from fleetgate.units import Unit
 
 __all__ = ["SYSTEMD_DEFAULT_PATH", "TRACE_LINE", "FileTest", "Origin", "RenderRefused", "Rendered", "SourcedFile",
@@ -89,6 +90,12 @@ class Rendered:
         """The Kubernetes container read, when a workload manifest starts the engine (its ports, Services, volumes,
         GPUs)."""
         return self.start.read if isinstance(self.start, Kubernetes) else None
+
+    @property
+    def quadlet(self) -> QuadletContainer | None:
+        """The Quadlet's ``[Container]`` read, when its ``Exec=`` is the engine's arguments (image, ports, volumes,
+        devices, user)."""
+        return self.start.read if isinstance(self.start, QuadletExec) else None
 
     @property
     def container(self) -> ContainerRun | None:

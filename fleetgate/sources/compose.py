@@ -41,7 +41,7 @@ from fleetgate.engines.vllm import image_release, is_vllm_image
 from fleetgate.errors import InputError, read_text
 from fleetgate.fleet import EngineBuild
 from fleetgate.render.origins import Origin, map_to_repo
-from fleetgate.sources.docker_run import split_image
+from fleetgate.sources.docker_run import NotServing, image_process, split_image
 from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 
 if TYPE_CHECKING:
@@ -1030,18 +1030,15 @@ def _container_words(reader: _Reader, node: Node, what: str, repo: str, tag: str
     if entry_node is not None:
         entrypoint = _words(reader, entry_node, f"{what}.entrypoint")
         words = [*entrypoint, *command]
-    elif repo in _LLAMA_IMAGES and tag.startswith("server"):
-        words = ["/app/llama-server", *command]
-    elif repo in _LLAMA_IMAGES and tag.startswith("full"):
-        if not command or command[0] not in ("--server", "-s"):
-            raise reader.fail(command_node or node, f"{what}: the {repo}:{tag} image runs /app/tools.sh, which starts "
-                              f"llama-server only when its first argument is --server (or -s); expected command: "
-                              f"[\"--server\", ...], got {command[:1] or 'no command'}")
-        words = ["/app/llama-server", *command[1:]]
-    elif is_vllm_image(repo):
-        words = ["vllm", "serve", *command]
     else:
-        return None
+        try:
+            process = image_process(repo, tag, command)
+        except NotServing as exc:
+            raise reader.fail(command_node or node, f"{what}: {exc}; expected command: [\"--server\", ...], got "
+                              f"{command[:1] or 'no command'}") from None
+        if process is None:
+            return None
+        words = process
     if tuple(words[:3]) == _VLLM_API_SERVER or (tuple(words[:2]) == ("python", "-m") and words[2:3] == [_VLLM_API_SERVER[2]]):
         words = ["vllm", "serve", *words[3:]]  # the api_server takes vllm serve's options (the model as --model)
     return words

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 from fleetgate.engines.vllm import is_vllm_image
 
-__all__ = ["ENGINE_IMAGES", "ContainerRun", "Published", "engine_of_image", "parse_client", "split_image"]
+__all__ = ["ENGINE_IMAGES", "ContainerRun", "NotServing", "Published", "engine_of_image", "image_process", "parse_client",
+           "split_image"]
 
 # Options of `docker container run` (Docker 26) and `podman run` (podman 5) that take a value.
 _VALUED_LONG = frozenset((
@@ -87,6 +88,28 @@ def engine_of_image(image: str) -> str | None:
         return "llama.cpp"
     if is_vllm_image(repo):
         return "vllm"
+    return None
+
+
+class NotServing(ValueError):
+    """An engine image whose entrypoint starts the engine only when the first argument asks for it, and it does not."""
+
+
+def image_process(repo: str, tag: str, command: Sequence[str]) -> list[str] | None:
+    """The process an image starts when the words after it are ``command`` (compose's ``command:``, a Quadlet's
+    ``Exec=``): llama.cpp's ``server*`` images run ``/app/llama-server`` with them, ``full*`` run ``/app/tools.sh``,
+    which starts llama-server with the rest when the first is ``--server`` (or ``-s``), vLLM's images run
+    ``vllm serve`` (llama.cpp .devops/*.Dockerfile, vLLM docker/Dockerfile). None when the image's entrypoint is not
+    known offline; ``NotServing`` for a ``full*`` image not asked for the server."""
+    if repo in _LLAMA_REPOS and tag.startswith("server"):
+        return ["/app/llama-server", *command]
+    if repo in _LLAMA_REPOS and tag.startswith("full"):
+        if not command or command[0] not in ("--server", "-s"):
+            raise NotServing(f"the {repo}:{tag} image runs /app/tools.sh, which starts llama-server only when its "
+                             "first argument is --server (or -s)")
+        return ["/app/llama-server", *command[1:]]
+    if is_vllm_image(repo):
+        return ["vllm", "serve", *command]
     return None
 
 
