@@ -20,7 +20,8 @@ CHECKS = REPO / "fleetgate" / "checks"
 
 SANDBOX = ("fleetgate.sandbox", "fleetgate.render.dispatch", "fleetgate.render.script", "fleetgate.render.inputs",
            "fleetgate.render.serve_script", "fleetgate.render.unit_exec", "fleetgate.render.compose",
-           "fleetgate.render.kubernetes", "fleetgate.render.llama_swap", "fleetgate.render.router_preset")
+           "fleetgate.render.kubernetes", "fleetgate.render.llama_swap", "fleetgate.render.router_preset",
+           "fleetgate.render.quadlet")
 """What runs a fleet's bash, and the renderer that runs it."""
 RENDERING = ("render", "load_service", "attempt_service", "attempt_services", "Renderer")
 """The names of ``fleetgate.render.rendered`` that render (a check asks its subject instead)."""

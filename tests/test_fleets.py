@@ -309,6 +309,35 @@ def _helm_output_table() -> dict[tuple[str, str], str]:
     return _table("mi100", "chat-llama-server", **{f"chat-llama-server:{c}": o for c, o in service.items()})
 
 
+# A rootless Quadlet whose Exec= is the engine's arguments (fleetgate.render.quadlet): a rootless Quadlet runs as the
+# user whose manager starts it (unit-user and container-user skip, naming it); each Volume= holds the path the engine
+# is given (container-paths), written without a variable (volume-variables); PublishPort= publishes the engine's port on
+# the host's loopback only (engine-auth skips) at fleet.toml's port (rendered-port-matches); no env file names the
+# payload (the model is written in Exec=).
+QUADLET_EXEC = {"unit-user": SKIPPED, "container-user": SKIPPED, "container-paths": PASSED, "volume-variables": PASSED,
+                "engine-auth": SKIPPED, "payload-defaults": SKIPPED, "rendered-port-matches": PASSED}
+
+
+def _quadlet_table() -> dict[tuple[str, str], str]:
+    # vLLM's own image: its tag pins 0.13.0 (every flag is one it knows), its profile sizes the checkpoint within
+    # 0.90 x 24 GiB of its card (CUDA_VISIBLE_DEVICES=1). The unit seams read the .container: WantedBy=default.target,
+    # Restart=on-failure, no EnvironmentFile=, Exec= passes the engine's arguments (no serve script to hand them to).
+    qwen = {**VLLM_COMPOSE_SERVICE, **QUADLET_EXEC,
+            **dict.fromkeys(("unit-install", "unit-restart", "unit-env-files", "unit-exec-args"), PASSED)}
+    table = {("qwen", check): outcome for check, outcome in qwen.items()}
+    # llama-server's image tag pins build 10867; --ctx-size ${CTX} is 16384 from [Service] Environment=, 2 slots; no
+    # profile, and two cards on the host: card-balance asks for the profile first.
+    table.update(_table("rig", "chat", **{f"chat:{c}": o for c, o in QUADLET_EXEC.items()},
+                        **{"chat:engine-build-minimum": PASSED, "chat:card-balance": NOT_JUDGED}))
+    for check in ("vllm-argv", "vllm-starts", "vllm-memory-knobs", "vllm-mm-limits", "vllm-speculative-depth"):
+        table.pop(("fleet", check))
+    # Two services on the host, one with no profile: co-residence skips naming it. vLLM's card is not llama-server's
+    # (CUDA_VISIBLE_DEVICES 1 and 0): its fraction has the card to itself.
+    table[("rig", "co-residence-fits")] = SKIPPED
+    table[("rig", "vllm-start-headroom")] = PASSED
+    return table
+
+
 CLEAN = {
     # HOST=0.0.0.0 and no key: reachable from the network, a true finding (docs/seams.md, engine-auth).
     "unit-script": _table("l4-box", "qwen", **{"qwen:engine-auth": "engine-auth/no-key"}),
@@ -346,6 +375,7 @@ CLEAN = {
     "compose-router": _compose_router_table(),
     "kustomize": _kustomize_table(),
     "helm-output": _helm_output_table(),
+    "quadlet": _quadlet_table(),
 }
 
 
@@ -828,6 +858,42 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                      "port = if config.networking.hostName == \"atlas\" then 8012 else 8080;")],
                           {**{f"chat:{c}": SKIPPED for (s, c) in _nixos_table() if s == "chat"},
                            "chat:serve-script-renders": NOT_JUDGED}),
+    # A Quadlet's Exec= is copied after the image into the generated ExecStart=, which systemd expands (issue 32):
+    # `-c  -ngl 999` (the value gone) hands -c the next flag, as through ExecStart= (exec-start-flag-as-value).
+    "quadlet-exec-flag-as-value": ("quadlet", [("systemd/llama-chat.container", "--ctx-size ${CTX} --parallel 2 -ngl 999",
+                                                "--parallel 2 -c  -ngl 999")],
+                                   {"chat:engine-accepts-argv": "engine-accepts-argv/flag-as-value",
+                                    "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    # The value set in [Container] Environment= only: that is podman's --env, the container's, which systemd never
+    # sees, so ${CTX} in Exec= is one empty word (public Quadlets do this).
+    "quadlet-exec-container-variable": ("quadlet", [("systemd/llama-chat.container", "Environment=CTX=16384\n", ""),
+                                                    ("systemd/llama-chat.container", "Environment=CUDA_VISIBLE_DEVICES=0\n",
+                                                     "Environment=CUDA_VISIBLE_DEVICES=0 CTX=16384\n")],
+                                        {"chat:engine-accepts-argv": "engine-accepts-argv/empty-value",
+                                         "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    # The same value unbraced, set in [Service]: one word, 16384, as systemd splits it.
+    "quadlet-exec-unbraced": ("quadlet", [("systemd/llama-chat.container", "--ctx-size ${CTX}", "-c $CTX")], {}),
+    # A shell's default in Exec=: systemd looks up a variable named `CTX:-16384` and passes nothing.
+    "quadlet-exec-shell-default": ("quadlet", [("systemd/llama-chat.container", "--ctx-size ${CTX}",
+                                                "--ctx-size ${CTX:-16384}")],
+                                   {"chat:unit-exec-args": "unit-exec-args/shell-expansion",
+                                    "chat:engine-accepts-argv": "engine-accepts-argv/empty-value",
+                                    "chat:slots-divide-context": "slots-divide-context/no-ctx-size"}),
+    # PublishPort= is what reaches the engine from the host: none, or another host port than fleet.toml's.
+    "quadlet-not-published": ("quadlet", [("systemd/llama-chat.container", "PublishPort=127.0.0.1:8081:8080\n", "")],
+                              {"chat:rendered-port-matches": "rendered-port-matches/quadlet-not-published"}),
+    "quadlet-published-differs": ("quadlet", [("systemd/llama-chat.container", "PublishPort=127.0.0.1:8081:8080",
+                                               "PublishPort=127.0.0.1:8082:8080")],
+                                  {"chat:rendered-port-matches": "rendered-port-matches/quadlet-published-differs"}),
+    "quadlet-published-tcp": ("quadlet", [("systemd/llama-chat.container", "PublishPort=127.0.0.1:8081:8080",
+                                           "PublishPort=127.0.0.1:8081:8080/tcp")], {}),
+    # Published on every address of the host to an engine that asks no key.
+    "quadlet-published-everywhere": ("quadlet", [("systemd/llama-chat.container", "PublishPort=127.0.0.1:8081:8080",
+                                                  "PublishPort=8081:8080")],
+                                     {"chat:engine-auth": "engine-auth/no-key"}),
+    # vllm serve's model as its positional argument: the same service.
+    "quadlet-vllm-positional-model": ("quadlet", [("systemd/vllm-qwen.container", "Exec=--model /models/Qwen3-8B-FP8",
+                                                   "Exec=/models/Qwen3-8B-FP8")], {}),
 }
 
 

@@ -501,6 +501,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "compose-router": {"qwen2-5-coder-14b": "coder", "llama-3-1-8b": "llama", "qwen2-5-coder-1-5b": "autocomplete"},
     "kustomize": {"mistral-vllm": "mistral-vllm"},
     "helm-output": {"chat-llama-server": "chat-llama-server"},
+    "quadlet": {"llama-chat": "chat", "vllm-qwen": "qwen"},
 }
 # What init says on stderr for a fixture fleet (it then exits 3: fleet.toml written, some files not read): the chart
 # named with the command that renders it, and a model on a PersistentVolumeClaim, which no host path holds.
@@ -537,6 +538,8 @@ WRITTEN_DIFFERS: dict[str, dict[tuple[str, str], str]] = {
     # init puts both workloads on one host (which node runs a pod is the scheduler's): vllm-start-headroom has a pair
     # to judge, and passes, since the device plugin gives each container its own card.
     "kubernetes": {("qwen", "vllm-starts"): NOT_JUDGED, ("rack", "vllm-start-headroom"): "passed"},
+    # The same for the Quadlet fleet's vLLM (its profile is declared by hand).
+    "quadlet": {("qwen", "vllm-starts"): NOT_JUDGED},
     "llama-swap": {
         # Each model declares a profile by hand: without one, the ledger's seams judge it as the hand-written
         # no-profile llama.cpp service of tests/test_fleets.py (each of these is not judged, one line) ...

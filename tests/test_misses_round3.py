@@ -424,9 +424,9 @@ def test_a_router_declared_as_a_service_has_no_context_of_its_own(model: str, ex
                                    "service (models_preset, preset_model) to judge its --ctx-size")
 
 
-# -- a Quadlet whose Exec= is the engine's own arguments, declared by hand (issue 32: it failed broken-input) --------
+# -- a Quadlet whose Exec= is the engine's own arguments (issue 32: it failed broken-input, then was not judged) -------
 
-_QUADLET = ("[Container]\nImage=ghcr.io/ggml-org/llama.cpp:server-cuda-b10867\nPublishPort=127.0.0.1:8080:8080\n"
+_QUADLET = ("[Container]\nImage={image}\nPublishPort=127.0.0.1:8080:8080\n"
             "AddDevice=nvidia.com/gpu=all\nVolume=/srv/models:/models:ro\nExec={exec}\n\n[Service]\n"
             "Restart=on-failure\n\n[Install]\nWantedBy=default.target\n")
 _QUADLET_FLEET = ('[fleet]\nname = "pod"\ndeploy_root = "/opt/pod"\n\n[hosts.box]\nram_gib = 32\n'
@@ -434,28 +434,64 @@ _QUADLET_FLEET = ('[fleet]\nname = "pod"\ndeploy_root = "/opt/pod"\n\n[hosts.box
                   'port = 8080\nengine = "llama.cpp"\nunit = "quadlet/chat.container"\n'
                   'payload = ["/srv/models/gemma-3-12b-it-Q4_K_M.gguf"]\n')
 _ARGS_LINE = "-m /models/gemma-3-12b-it-Q4_K_M.gguf -c 16384 -ngl 999 --host 0.0.0.0 --port 8080"
-_NOT_RENDERED = ("Exec= passes llama-server's own arguments in the container, and fleetgate renders a Quadlet whose "
-                 "Exec= runs a serve script of the repository: move the command line into a script the Quadlet runs "
-                 "through a Volume= and declare it as serve_script")
+_SERVER_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda-b10867"
+_UNKNOWN = ("Exec= hands its words to the entrypoint of image localhost/llama:latest, which fleetgate cannot know "
+            "offline: name the engine with Entrypoint=/path/to/llama-server in [Container] (podman run --entrypoint), "
+            "or move the command line into a script the Quadlet runs through a Volume= and declare it as serve_script")
 
 
-@pytest.mark.parametrize(("exec_line", "expected"), [
-    # The image's entrypoint is llama-server: Exec= is its arguments.
-    (_ARGS_LINE, NOT_JUDGED),
-    # The entrypoint named again: the same.
-    ("/app/llama-server " + _ARGS_LINE, NOT_JUDGED),
-    # A script the Quadlet runs that no Volume= maps into the repository: a fault of the files, still a finding.
-    ("/entry/serve.sh", "serve-script-renders/broken-input"),
-], ids=["entrypoint-arguments", "engine-named", "unmapped-script"])
-def test_a_quadlet_running_the_engine_itself_is_not_judged_never_broken(exec_line: str, expected: str,
-                                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(("image", "exec_line", "serve_script", "check", "expected"), [
+    # llama.cpp's server image: its ENTRYPOINT is llama-server, Exec= its arguments; the seams judge them.
+    (_SERVER_IMAGE, _ARGS_LINE, False, "serve-script-renders", PASSED),
+    (_SERVER_IMAGE, _ARGS_LINE, False, "engine-accepts-argv", PASSED),
+    # The entrypoint named again in Exec=: llama-server is handed its own path, a positional it refuses.
+    (_SERVER_IMAGE, "/app/llama-server " + _ARGS_LINE, False, "engine-accepts-argv", "engine-accepts-argv/stray-positional"),
+    # A script path in Exec= that no Volume= maps: with this image it too is llama-server's argument.
+    (_SERVER_IMAGE, "/entry/serve.sh", False, "engine-accepts-argv", "engine-accepts-argv/stray-positional"),
+    # An image whose ENTRYPOINT fleetgate cannot know: one not-judged line naming what to declare ...
+    ("localhost/llama:latest", _ARGS_LINE, False, "serve-script-renders", NOT_JUDGED),
+    # ... and, with that declared (Entrypoint=), judged.
+    ("localhost/llama:latest\nEntrypoint=/app/llama-server", _ARGS_LINE, False, "serve-script-renders", PASSED),
+    # fleet.toml declares a serve script the Quadlet does not run: a fault of the files, a finding.
+    (_SERVER_IMAGE, _ARGS_LINE, True, "serve-script-renders", "serve-script-renders/broken-input"),
+    (_SERVER_IMAGE, "/entry/serve.sh", True, "serve-script-renders", "serve-script-renders/broken-input"),
+], ids=["renders", "argv-judged", "engine-named", "unmapped-script", "unknown-image", "entrypoint-declared",
+        "declared-script-not-run", "declared-script-unmapped"])
+def test_a_quadlet_running_the_engine_itself_renders_and_is_judged(image: str, exec_line: str, serve_script: bool,
+                                                                   check: str, expected: str, tmp_path: Path) -> None:
     (tmp_path / "quadlet").mkdir()
-    (tmp_path / "quadlet" / "chat.container").write_text(_QUADLET.format(exec=exec_line), encoding="utf-8")
-    (tmp_path / "fleet.toml").write_text(_QUADLET_FLEET, encoding="utf-8")
-    outcomes, texts = _outcomes(tmp_path / "fleet.toml", "serve-script-renders")
+    (tmp_path / "quadlet" / "chat.container").write_text(_QUADLET.format(image=image, exec=exec_line), encoding="utf-8")
+    fleet = _QUADLET_FLEET
+    if serve_script:
+        (tmp_path / "quadlet" / "serve.sh").write_text("#!/bin/bash\nexec llama-server \"$@\"\n", encoding="utf-8")
+        fleet += 'serve_script = "quadlet/serve.sh"\n'
+    (tmp_path / "fleet.toml").write_text(fleet, encoding="utf-8")
+    outcomes, texts = _outcomes(tmp_path / "fleet.toml", check)
     assert outcomes == {"chat": expected}, texts
     if expected == NOT_JUDGED:
-        assert texts["chat"] == f"not judged: {tmp_path / 'quadlet' / 'chat.container'}:6: {_NOT_RENDERED}"
+        assert texts["chat"] == f"not judged: {tmp_path / 'quadlet' / 'chat.container'}:6: {_UNKNOWN}"
+
+
+def test_a_quadlets_exec_is_the_argv_after_the_images_entrypoint(tmp_path: Path) -> None:
+    """The render: the image's ENTRYPOINT (llama-server) and Exec='s words as systemd splits them, ${VAR} from
+    [Service] Environment=; the engine's environment the image's (LLAMA_ARG_HOST) and [Container] Environment='s."""
+    from fleetgate.manifest import load_fleet
+    from fleetgate.render.dispatch import render
+
+    (tmp_path / "quadlet").mkdir()
+    text = _QUADLET.format(image=_SERVER_IMAGE, exec='-m /models/gemma-3-12b-it-Q4_K_M.gguf -c ${CTX} --alias "my chat"')
+    text = text.replace("[Service]\n", "[Service]\nEnvironment=CTX=8192\n").replace(
+        "Volume=", "Environment=GGML_CUDA_NO_PINNED=1\nVolume=")
+    (tmp_path / "quadlet" / "chat.container").write_text(text, encoding="utf-8")
+    (tmp_path / "fleet.toml").write_text(_QUADLET_FLEET, encoding="utf-8")
+    fleet = load_fleet(tmp_path / "fleet.toml")
+    rendered = render(fleet, fleet.services["chat"])
+    assert rendered.argv == ("llama-server", "-m", "/models/gemma-3-12b-it-Q4_K_M.gguf", "-c", "8192", "--alias", "my chat")
+    assert {k: v for k, v in rendered.env.items() if k != "PATH"} == {"LLAMA_ARG_HOST": "0.0.0.0",
+                                                                     "GGML_CUDA_NO_PINNED": "1"}
+    assert rendered.quadlet is not None
+    assert rendered.quadlet.host_port(8080) == 8080
+    assert rendered.quadlet.host_path("/models/x.gguf") == "/srv/models/x.gguf"
 
 
 # -- device-visibility of a `docker run --gpus` grant (docker-run, on a two-card host) -----------------------------

@@ -1,7 +1,7 @@
 """``fleetgate init``'s reading of systemd units, Quadlet ``.container`` files and serve scripts: an ``ExecStart=``
 that runs the engine itself, one that runs a repository script (rendered in the sandbox as the seams render it), an
-inline ``bash -c``, a ``docker run``/``podman run`` line, and an ``EnvironmentFile=`` that a script writes from a
-template."""
+inline ``bash -c``, a ``docker run``/``podman run`` line, a Quadlet whose ``Exec=`` is the engine's arguments (read
+as the seams read it), and an ``EnvironmentFile=`` that a script writes from a template."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ from fleetgate.init.found import (
 )
 from fleetgate.render.dispatch import render
 from fleetgate.render.types import RenderRefused
+from fleetgate.sources.docker_run import engine_of_image
+from fleetgate.sources.quadlet import read_quadlet
 from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit, split_command, split_environment_assignments
 
@@ -175,7 +177,7 @@ def _from_inline(ctx: Context, unit: Unit, setting: Setting, script: str, env: M
 def _from_quadlet(ctx: Context, unit: Unit) -> Found | None:
     exec_setting = unit.last("Container", "Exec")
     if exec_setting is None:
-        return None
+        return _from_quadlet_exec(ctx, unit)
     volumes = [tuple(s.value.split(":")[:2]) for s in unit.all("Container", "Volume") if ":" in s.value]
     env, env_files = unit_env(ctx, unit, "Container")
     for word in split_command(exec_setting):
@@ -188,10 +190,47 @@ def _from_quadlet(ctx: Context, unit: Unit) -> Found | None:
                                          f"{rel_path(ctx.root, unit.path)}:{exec_setting.line}")
                     # The argv names the model as the container sees it: the host holds it where Volume= maps it from.
                     return replace(found, payload=tuple(_host_side(p, volumes) for p in found.payload)) if found else None
-    if engine_of(split_command(exec_setting)) is not None:
-        ctx.notes.append(Note(exec_setting.path, exec_setting.line, "Exec= runs the engine itself in the container: "
-                              "init writes Quadlets that run a serve script of the repository only; declare it by hand"))
-    return None
+    return _from_quadlet_exec(ctx, unit)
+
+
+def _from_quadlet_exec(ctx: Context, unit: Unit) -> Found | None:
+    """A Quadlet whose ``Exec=`` is the arguments of the engine its image (or ``Entrypoint=``) starts: rendered as the
+    seams render it (fleetgate.render.quadlet), the port clients reach the one ``PublishPort=`` maps to the engine's."""
+    read = read_quadlet(unit)
+    engine: EngineName | None = None
+    if read.entrypoint:
+        engine = ENGINE_BINARIES.get(posixpath.basename(read.entrypoint[0]))
+    elif read.image is not None:
+        by_image = engine_of_image(read.image)
+        engine = "llama.cpp" if by_image == "llama.cpp" else "vllm" if by_image == "vllm" else None
+    if engine is None:
+        if read.exec_setting is not None and engine_of(split_command(read.exec_setting)) is not None:
+            ctx.notes.append(Note(read.exec_setting.path, read.exec_setting.line,
+                                  f"Exec= runs the engine in image {read.image}, whose entrypoint fleetgate cannot know "
+                                  "offline: name it with Entrypoint= in [Container], then run init again"))
+        return None
+    rel = rel_path(ctx.root, unit.path)
+    name = service_name(_unit_stem(unit.path), ctx.taken, "unit")
+    fleet, service = stub_fleet(ctx.root, ctx.deploy_root, name, engine, unit=unit.path.resolve(),
+                                serve_script=unit.path.resolve())
+    try:
+        rendered = render(fleet, service)
+    except InputError as exc:
+        ctx.taken.discard(name)
+        ctx.notes.append(Note(exc.path, exc.line, f"rendering {rel} for its port and model: {exc.message}"))
+        return None
+    found = engine_of(rendered.argv)
+    args = rendered.argv[found[1]:] if found is not None else rendered.argv[1:]
+    listen = port_of(engine, args, rendered.env) or DEFAULT_PORT[engine]
+    quadlet = rendered.quadlet
+    published = quadlet.host_port(listen) if quadlet is not None else None
+    where = f"{rel}:{read.exec_setting.line}" if read.exec_setting is not None else rel
+    if published is not None:
+        port, port_from = published, f"the host port {rel}'s PublishPort= maps the engine's {listen} to"
+    else:
+        port, port_from = listen, f"the engine's port in the container: {rel} publishes none (no PublishPort= for it)"
+    payload = [(quadlet.host_path(p) if quadlet is not None else None) or p for p in model_paths(engine, args, rendered.env)]
+    return Found(name=name, engine=engine, port=port, port_from=port_from, source=where, payload=tuple(payload), unit=rel)
 
 
 def _host_side(path: str, volumes: Sequence[tuple[str, ...]]) -> str:

@@ -62,6 +62,9 @@ def render_quadlet_exec(fleet: Fleet, service: Service, start: QuadletExec,
                              "which systemd never sees, so the word expands to nothing; set it in [Service] "
                              "Environment= for Exec= to see it")
     where = setting if setting is not None else None
+    if read.image is None and read.entrypoint is None:
+        raise InputError(unit.path, None, "no Image= in [Container]: Quadlet's generator refuses the file; expected "
+                         "Image= naming the engine's image")
     if read.entrypoint is not None:
         process: list[str] | None = [*read.entrypoint, *words]
     else:
@@ -72,10 +75,10 @@ def render_quadlet_exec(fleet: Fleet, service: Service, start: QuadletExec,
             raise InputError(unit.path, where.line if where else None,
                              f"Exec=: {exc}; expected Exec=--server ..., got {words[:1] or 'no Exec='}") from None
     if process is None or not process or posixpath.basename(process[0]) != service.binary:
-        runs = (f"the entrypoint of image {read.image}, which fleetgate does not know offline" if process is None
-                else f"{' '.join(process[:2]) or 'nothing'}")
+        runs = (f"Exec= hands its words to the entrypoint of image {read.image}, which fleetgate cannot know offline"
+                if process is None else f"the container runs {' '.join(process[:2]) or 'nothing'}, not {service.binary}")
         raise NotRead(unit.path, where.line if where else None,
-                      f"not judged: the container runs {runs}, not {service.binary}: name the engine with "
+                      f"not judged: {runs}: name the engine with "
                       f"Entrypoint=/path/to/{service.binary} in [Container] (podman run --entrypoint), or move the "
                       "command line into a script the Quadlet runs through a Volume= and declare it as serve_script")
     origins: dict[str, Origin] = {}
