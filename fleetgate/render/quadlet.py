@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from fleetgate.errors import InputError, NotRead
 from fleetgate.fleet import Fleet, Service
-from fleetgate.render.inputs import quadlet_environment, unit_environment
+from fleetgate.render.inputs import MAX_ARG_STRLEN, quadlet_environment, unit_environment
 from fleetgate.render.start import QuadletExec
 from fleetgate.render.types import Origin, Rendered
 from fleetgate.sources.docker_run import ENGINE_IMAGES, NotServing, engine_of_image, image_process, split_image
@@ -81,6 +81,11 @@ def render_quadlet_exec(fleet: Fleet, service: Service, start: QuadletExec,
                       f"not judged: {runs}: name the engine with "
                       f"Entrypoint=/path/to/{service.binary} in [Container] (podman run --entrypoint), or move the "
                       "command line into a script the Quadlet runs through a Volume= and declare it as serve_script")
+    for index, word in enumerate(process):
+        if len(word.encode("utf-8", "surrogateescape")) >= MAX_ARG_STRLEN:
+            raise InputError(unit.path, where.line if where else None,
+                             f"Exec=: argv[{index}] ({word[:40]!r}...) is more than {MAX_ARG_STRLEN} bytes once systemd "
+                             "has expanded it; expected a value Linux can pass to a process (128 KiB at most)")
     origins: dict[str, Origin] = {}
     engine = engine_of_image(read.image) if read.image is not None else None
     if engine is not None:

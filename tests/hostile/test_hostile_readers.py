@@ -1,5 +1,5 @@
 """Hostile input to the readers that run on the host, outside the sandbox: compose files, their ``.env``, llama-swap
-configs, Kubernetes manifests, and init's discovery of them.
+configs, Kubernetes manifests, Quadlets whose ``Exec=`` is the engine's arguments, and init's discovery of them.
 
 Each case runs ``fleetgate`` in a process of its own with a deadline, and the user sees exactly one line naming the
 file and the line -- never a traceback, never a hang, never a file outside the repository read.
@@ -210,6 +210,53 @@ def test_a_hostile_file_is_one_line_in_bounded_time(tmp_path: Path, case: Case) 
     says = case.says.replace("{outside}", str(outside.resolve())).replace("{repo}", str(repo))
     assert done.stderr == f"fleetgate: {repo}/{says}\n"
     assert "SECRET-KEY" not in done.stderr
+
+
+QUADLET_FLEET = """[fleet]
+name = "t"
+
+[hosts.h]
+ram_gib = 8
+devices = [{ name = "CPU", vram_bytes = 1 }]
+
+[services.quad]
+host = "h"
+port = 8080
+engine = "llama.cpp"
+unit = "quad.container"
+"""
+QUADLET_CASES = {
+    # podman's --entrypoint takes a JSON array or one command: a broken array is neither.
+    "entrypoint-json": ('[Container]\nImage=localhost/llama:1\nEntrypoint=["/app/llama-server"\nExec=-m /m.gguf\n',
+                        'quad.container:3: Entrypoint=["/app/llama-server": not a JSON array of strings; expected a '
+                        'command, or a JSON array such as ["/app/llama-server"]'),
+    "exec-unbalanced": ('[Container]\nImage=ghcr.io/ggml-org/llama.cpp:server\nExec=-m "/m.gguf\n',
+                        "quad.container:3: Exec=: No closing quotation (unbalanced quotes); expected a command line "
+                        "with every quote closed"),
+    "no-image": ("[Container]\nExec=-m /m.gguf\n",
+                 "quad.container: no Image= in [Container]: Quadlet's generator refuses the file; expected Image= "
+                 "naming the engine's image"),
+    "full-image-no-server": ("[Container]\nImage=ghcr.io/ggml-org/llama.cpp:full\nExec=-m /m.gguf\n",
+                             "quad.container:3: Exec=: the ghcr.io/ggml-org/llama.cpp:full image runs /app/tools.sh, "
+                             "which starts llama-server only when its first argument is --server (or -s); expected "
+                             "Exec=--server ..., got ['-m']"),
+    # ${A} twice from [Service] Environment=: one word past Linux's argument limit.
+    "exec-expansion-size": ("[Container]\nImage=ghcr.io/ggml-org/llama.cpp:server\nExec=-m ${A}${A}\n\n[Service]\n"
+                            "Environment=A=" + "x" * 70_000 + "\n",
+                            f"quad.container:3: Exec=: argv[2] ({'x' * 40!r}...) is more than 131072 bytes once systemd "
+                            "has expanded it; expected a value Linux can pass to a process (128 KiB at most)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(QUADLET_CASES))
+def test_a_hostile_quadlet_is_one_line_in_bounded_time(tmp_path: Path, case: str) -> None:
+    text, says = QUADLET_CASES[case]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "fleet.toml").write_text(QUADLET_FLEET, encoding="utf-8")
+    (repo / "quad.container").write_text(text, encoding="utf-8")
+    done = _run(["render", "quad", "--fleet", str(repo / "fleet.toml")], tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", f"fleetgate: {repo}/{says}\n")
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.id in ("compose-merge-self", "compose-merge-bomb",
