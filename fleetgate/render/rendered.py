@@ -315,12 +315,17 @@ class RenderedService:
         return origin.where if origin else self._start_where()
 
     def _start_where(self) -> str:
-        """Where the argv is written: the serve script, or a compose service's command: line."""
+        """Where the argv is written: the serve script, a compose service's command: line, a Quadlet's Exec=."""
         compose = self.rendered.compose
         if compose is not None:
             return compose.command_where
         pod = self.rendered.kubernetes
-        return pod.command_where if pod is not None else str(self.rendered.script)
+        if pod is not None:
+            return pod.command_where
+        quadlet = self.rendered.quadlet
+        if quadlet is not None and quadlet.exec_setting is not None:
+            return quadlet.exec_setting.where
+        return str(self.rendered.script)
 
     def where_flag(self, use: FlagUse | None) -> Deferred:
         """file:line of the variable that produced a flag's value (found by re-rendering), else the script.
