@@ -43,3 +43,30 @@ def test_specifiers_as_systemd_resolves_them() -> None:
     assert resolve_specifiers(setting, "llama@gpu-0.service", "dank") == (
         "A=llama@gpu-0.service B=llama@gpu-0 C=llama D=gpu-0 E=gpu/0 F=/home/dank G=dank H=% I=/run J=/gpu/0")
     assert resolve_specifiers(setting, "frank.service", None).startswith("A=frank.service B=frank C=frank D= E= F=/root G=root")
+
+
+CONTAINERISH = st.sampled_from([*"[]=\\\"' \t\n#$%{}:/-_.0189é\0", "[Container]\n", "[Service]\n", "Image=",
+                                "ghcr.io/ggml-org/llama.cpp:server", "ghcr.io/ggml-org/llama.cpp:full", "vllm/vllm-openai:v0.13.0",
+                                "Exec=", "Entrypoint=", "[\"", "PublishPort=", "Volume=", "AddDevice=", "User=",
+                                "Environment=", "${A}", "$A", "A=", "%h", "-c ", "\\\n"])
+
+
+@given(st.lists(CONTAINERISH, max_size=60).map("".join))
+def test_any_quadlet_is_read_and_rendered_or_one_line(text: str) -> None:
+    """A Quadlet whose Exec= is the engine's arguments: the reader and the render give a value or one line (a
+    ``NotRead`` "not judged" line is an ``InputError`` too)."""
+    from fleetgate.manifest import load_fleet
+    from fleetgate.render.dispatch import render
+    from fleetgate.sources.quadlet import read_quadlet
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "q.container").write_text(text, encoding="utf-8", errors="surrogateescape")
+        (root / "fleet.toml").write_text('[fleet]\nname = "t"\n\n[hosts.h]\nram_gib = 8\ndevices = []\n\n'
+                                         '[services.q]\nhost = "h"\nport = 8080\nengine = "llama.cpp"\n'
+                                         'unit = "q.container"\n', encoding="utf-8")
+        unit = assert_reads_or_one_line(lambda: parse_unit(root / "q.container", root=root))
+        if hasattr(unit, "settings"):
+            assert_reads_or_one_line(lambda: read_quadlet(unit))
+            fleet = load_fleet(root / "fleet.toml")
+            assert_reads_or_one_line(lambda: render(fleet, fleet.services["q"]))
