@@ -762,6 +762,47 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # An AMD card through its device plugin is granted the same way.
     "kubernetes-amd-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"')],
                            {}),
+    # container-user/no-device-group (issue 32): a non-root user given /dev/kfd and /dev/dri opens them only through
+    # the group that owns them (root:render or root:video, 0660); without one ROCm sees no GPU. A GID is the host's,
+    # judged only against the GIDs the host declares its device nodes belong to.
+    "device-group-missing": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                               '    user: "1000"\n')],
+                             {"chat:container-user": "container-user/no-device-group"}),
+    "device-group-render": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                              '    user: "1000:1000"\n    group_add: [render]\n')],
+                            {"chat:container-user": PASSED}),
+    "device-group-gid-undeclared": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                      '    user: "1000"\n    group_add: ["992"]\n')],
+                                    {"chat:container-user": NOT_JUDGED}),
+    "device-group-gid-declared": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                    '    user: "1000"\n    group_add: ["992"]\n'),
+                                                   ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 992]\n")],
+                                  {"chat:container-user": PASSED}),
+    "device-group-gid-not-the-hosts": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                         '    user: "1000"\n    group_add: ["993"]\n'),
+                                                        ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 992]\n")],
+                                       {"chat:container-user": "container-user/no-device-group"}),
+    "device-group-docker-run": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n",
+                                                "  --device /dev/kfd --device /dev/dri -u 1000 \\\n")],
+                                {"coder:container-user": "container-user/no-device-group"}),
+    "device-group-docker-run-video": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n",
+                                                      "  --device /dev/kfd --device /dev/dri -u 1000:1000 "
+                                                      "--group-add video \\\n")],
+                                      {"coder:container-user": PASSED}),
+    # AMD's device plugin hands the pod /dev/kfd and a render node; supplementalGroups are GIDs only.
+    "device-group-k8s-none": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"'),
+                                             ("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                              "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n")],
+                              {"gemma:container-user": "container-user/no-device-group"}),
+    "device-group-k8s-gid": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"'),
+                                            ("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                             "      securityContext:\n        runAsUser: 1000\n"
+                                             "        supplementalGroups: [110]\n      nodeSelector:\n")],
+                             {"gemma:container-user": NOT_JUDGED}),
+    # The same pod on NVIDIA's plugin: its device nodes are the toolkit's to open, no group asked.
+    "device-group-k8s-nvidia": ("kubernetes", [("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                                "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n")],
+                                {"gemma:container-user": PASSED}),
     # A ConfigMap the pod reads that the repository lacks, a Secret key that is not there: the kubelet never starts
     # the container, and the service's render says which line.
     "kubernetes-missing-configmap": ("kubernetes", [("deploy/vllm/deployment.yaml", "name: vllm-qwen-config",

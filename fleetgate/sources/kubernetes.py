@@ -109,6 +109,10 @@ class RunAs:
     user_where: str
     non_root: bool | None
     non_root_where: str
+    groups: tuple[int, ...] = ()
+    """The GIDs the process holds besides its user's: ``runAsGroup``, the pod's ``supplementalGroups`` and
+    ``fsGroup`` (core/v1 PodSecurityContext: "added to the first process run in each container")."""
+    groups_where: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,9 @@ class KubernetesContainer:
     notes: tuple[str, ...] = field(default=())
     run_as: RunAs | None = None
     """``securityContext`` ``runAsUser``/``runAsNonRoot``, the container's over the pod's."""
+    device_nodes: tuple[str, ...] = ()
+    """The GPU device nodes the container is given: ``/dev/kfd`` and a render node from ``amd.com/gpu`` (AMD's device
+    plugin), a render node from ``gpu.intel.com/*``, or ``hostPath`` volumes of ``/dev/kfd`` and ``/dev/dri``."""
 
     @property
     def name(self) -> str:
@@ -757,14 +764,31 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
                          "(a shell or a wrapper script in the image is not read)")
     command_node = _get(node, "args") or _get(node, "command") or node
     ports = _container_ports(path, node, what)
+    mounts = _mounts(path, spec, node, what, _claim_templates(obj))
     selected, service_ports = _services(sources.objects, labels, ports)
     return KubernetesContainer(
         path=path, workload=f"{obj.kind}/{obj.name}", container=name, line=_line(node), image=image,
         argv=(service.binary, *words[1:]), env=env, secret_names=frozenset(secret), ports=ports,
-        service_ports=tuple(service_ports), selected=tuple(selected), mounts=_mounts(path, spec, node, what, _claim_templates(obj)),
+        service_ports=tuple(service_ports), selected=tuple(selected), mounts=mounts,
         gpus=_gpus(path, node, what), command_where=_where(path, command_node), notes=tuple(notes),
-        run_as=_run_as(path, spec, node, what),
+        run_as=_run_as(path, spec, node, what), device_nodes=_device_nodes(path, node, what, mounts),
     )
+
+
+def _device_nodes(path: Path, container: MappingNode, what: str, mounts: tuple[VolumeMount, ...]) -> tuple[str, ...]:
+    nodes: list[str] = []
+    limits = _get(_get(container, "resources"), "limits")
+    for resource, given in (("amd.com/gpu", ("/dev/kfd", "/dev/dri")), ("gpu.intel.com/i915", ("/dev/dri",)),
+                            ("gpu.intel.com/xe", ("/dev/dri",))):
+        node = _get(limits, resource)
+        if node is not None and _scalar(path, node, f"{what}.resources.limits.{resource}").strip() not in ("", "0"):
+            nodes += given
+    for mount in mounts:
+        source = mount.source or ""
+        if mount.kind == "hostPath" and (source == "/dev/kfd" or source.rstrip("/") in ("/dev/dri", "/dev")
+                                         or source.startswith("/dev/dri/")):
+            nodes.append(source)
+    return tuple(dict.fromkeys(nodes))
 
 
 def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: str) -> RunAs:
@@ -785,7 +809,26 @@ def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: 
     if flag_node is not None and flag is not None and flag not in ("true", "false"):
         raise InputError(path, _line(flag_node), f"{what} securityContext.runAsNonRoot = {flag!r}; expected true or "
                          "false")
+    groups: list[int] = []
+    groups_node: Node | None = None
+    for owner, keys in ((container, ("runAsGroup",)), (spec, ("runAsGroup", "supplementalGroups", "fsGroup"))):
+        context = _get(owner, "securityContext")
+        for key in keys:
+            node = _get(context, key)
+            if node is None or (key == "runAsGroup" and owner is spec and _get(_get(container, "securityContext"),
+                                                                             "runAsGroup") is not None):
+                continue
+            groups_node = groups_node or node
+            items = node.value if isinstance(node, SequenceNode) else [node]
+            for item in items:
+                text = _scalar(path, item, f"{what} securityContext.{key}").strip()
+                if not _DIGITS.fullmatch(text):
+                    raise InputError(path, _line(item), f"{what} securityContext.{key} = {text!r}; expected a GID (an "
+                                     "integer)")
+                groups.append(int(text))
     return RunAs(user=int(user) if user is not None else None,
                  user_where=_where(path, user_node if user_node is not None else container),
                  non_root=(flag == "true") if flag is not None else None,
-                 non_root_where=_where(path, flag_node if flag_node is not None else container))
+                 non_root_where=_where(path, flag_node if flag_node is not None else container),
+                 groups=tuple(dict.fromkeys(groups)),
+                 groups_where=_where(path, groups_node if groups_node is not None else container))
