@@ -803,6 +803,16 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "device-group-k8s-nvidia": ("kubernetes", [("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
                                                 "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n")],
                                 {"gemma:container-user": PASSED}),
+    # co-residence-fits/over-ram (issue 32): a router whose presets keep their weights on the host (ngl = 0 under [*])
+    # books them in host RAM; the --models-max largest together must fit the host. At 22 GiB of RAM any two fit and
+    # the three do not (the 14B's Q4_K_M file alone is 8.4 GiB, its 32768-token f16 KV 6 GiB, on the host).
+    **{f"router-ram-models-max-{n}": ("compose-router", [
+        ("llama/models.ini", "ngl = 999", "ngl = 0"), ("fleet.toml", "ram_gib = 64", "ram_gib = 22"),
+        *[("fleet.toml", f'preset_model = "{m}"\nmodels_max = 2', f'preset_model = "{m}"\nmodels_max = {n}')
+          for m in ("qwen2.5-coder-14b", "llama-3.1-8b", "qwen2.5-coder-1.5b")]],
+        {"lab:co-residence-fits": outcome}) for n, outcome in ((2, PASSED), (3, "co-residence-fits/over-ram"))},
+    # The same two on the card (ngl = 999): the host holds their token embeddings and logits only, and 22 GiB is enough.
+    "router-ram-on-card": ("compose-router", [("fleet.toml", "ram_gib = 64", "ram_gib = 22")], {}),
     # A ConfigMap the pod reads that the repository lacks, a Secret key that is not there: the kubelet never starts
     # the container, and the service's render says which line.
     "kubernetes-missing-configmap": ("kubernetes", [("deploy/vllm/deployment.yaml", "name: vllm-qwen-config",
