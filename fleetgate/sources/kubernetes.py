@@ -762,9 +762,10 @@ def _sharing(path: Path, key: str, value: ScalarNode) -> dict[str, Sharing]:
                 if not isinstance(name, str) or not str(replicas or "").isdigit() or int(str(replicas)) < 2:
                     continue
                 asked = str(rename) if rename else f"{name}.shared" if by_default else name
+                isolation = ", with no memory isolation" if mode == "timeSlicing" else ", each limited to its share of memory"
                 found[asked] = Sharing(f"NVIDIA's device plugin {'MPS' if mode == 'mps' else 'time-slicing'} config "
-                                       f"{key} hands each card of {name} to {replicas} containers", where,
-                                       mps=mode == "mps")
+                                       f"(ConfigMap key {key}) hands each card of {name} to {replicas} containers"
+                                       f"{isolation}", where, mps=mode == "mps")
     return found
 
 
