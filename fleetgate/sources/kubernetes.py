@@ -59,9 +59,9 @@ from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["GPU_RESOURCES", "Sharing", "device_plugin_sharing", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
-           "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes",
-           "unrendered"]
+__all__ = ["GPU_RESOURCES", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS",
+           "KubernetesContainer", "RunAs", "ServicePort", "Sharing", "VolumeMount", "WorkloadEntry",
+           "device_plugin_sharing", "list_workloads", "read_kubernetes", "unrendered"]
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod")
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
@@ -906,9 +906,9 @@ def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: 
     groups: list[int] = []
     groups_node: Node | None = None
     for owner, keys in ((container, ("runAsGroup",)), (spec, ("runAsGroup", "supplementalGroups", "fsGroup"))):
-        context = _get(owner, "securityContext")
+        security = _get(owner, "securityContext")
         for key in keys:
-            node = _get(context, key)
+            node = _get(security, key)
             if node is None or (key == "runAsGroup" and owner is spec and _get(_get(container, "securityContext"),
                                                                              "runAsGroup") is not None):
                 continue
