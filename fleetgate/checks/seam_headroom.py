@@ -84,7 +84,8 @@ def cards_of(config: RenderedService) -> _Cards:
                     f"{len(config.fleet.hosts)} hosts: pin it to {host.name} with a nodeSelector"
                     if not pod.placed and len(config.fleet.hosts) > 1 else None)
         return _Cards(_engine_share(config, seen), how, plugin=grant is not None and shared is None,
-                      mps=how if shared is not None and shared.mps else None, unplaced=unplaced)
+                      mps=f"{shared.how} ({shared.where})" if shared is not None and shared.mps else None,
+                      unplaced=unplaced)
     elif rendered.container is not None:
         run = rendered.container
         nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
@@ -209,15 +210,16 @@ def vllm_start_headroom(fleet: Fleet) -> None:
         mine, theirs = cards_of(vllm), cards_of(other)
         if mine.plugin and theirs.plugin:
             continue  # the device plugin gives each container its own cards
+        # each said once, whichever of the two services the pair starts from
         placement = [c.unplaced for c in (mine, theirs) if c.unplaced]
         if placement:
-            unjudged.append(f"whether {vllm_service.name} and {other_service.name} share a node is the scheduler's: "
-                            + "; ".join(placement))
+            unjudged += [f"which node shares a card is the scheduler's: {p}" for p in placement]
             continue
-        shared_mps = [c.mps for c in (mine, theirs) if c.mps]
+        shared_mps = sorted(c.mps for c in (mine, theirs) if c.mps)
         if shared_mps:
-            unjudged.append(f"{vllm_service.name} and {other_service.name} may share a card through MPS, which limits "
-                            f"each replica's memory ({shared_mps[0]}): fleetgate does not model that limit")
+            unjudged.append(f"{shared_mps[0]}: MPS limits each replica's memory, which fleetgate does not model, so "
+                            f"whether {' and '.join(sorted((vllm_service.name, other_service.name)))} start beside "
+                            "each other is not judged")
             continue
         shared = [card for card in mine.cards if card in theirs.cards]
         if not shared:
