@@ -81,6 +81,9 @@ class Host:
     """How much more a card may use than the ledger predicts (host-vram-vs-ledger, C-H-3, INC-10)."""
     cpu_features: frozenset[str] | None = None
     """The CPU flags the host's engine build uses (``cpu_features``): they decide CPU_REPACK and AMX weights."""
+    device_gids: frozenset[int] | None = None
+    """The GIDs that own the host's GPU device nodes (``stat -c %g /dev/kfd /dev/dri/renderD*``): a container's
+    numeric group is judged against them; the ``render`` GID differs between distributions."""
 
     @property
     def cards(self) -> tuple[Device, ...]:

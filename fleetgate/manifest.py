@@ -282,6 +282,7 @@ def _hosts(manifest: _Manifest, raw_hosts: Mapping[str, Any]) -> dict[str, Host]
             gpu_arch=raw.get("gpu_arch"),
             ledger_tolerance_bytes=gib("ledger_tolerance_gib"),
             cpu_features=frozenset(f.lower() for f in raw["cpu_features"]) if "cpu_features" in raw else None,
+            device_gids=frozenset(raw["device_gids"]) if "device_gids" in raw else None,
         )
     return hosts
 

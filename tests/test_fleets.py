@@ -212,6 +212,22 @@ def _kubernetes_table() -> dict[tuple[str, str], str]:
     return table
 
 
+def _kubernetes_sharing_table() -> dict[tuple[str, str], str]:
+    # Two vLLM Deployments on a one-node cluster whose device plugin time-slices the card (deploy/gpu/time-slicing.yaml):
+    # each reads like the kustomize fixture's (the image pins 0.13.0, a ClusterIP Service, no profile sizes the
+    # checkpoint, so vllm-starts is not judged).
+    service = {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
+    table = {(name, check): outcome for name in ("chat", "coder") for check, outcome in service.items()}
+    table.update({("homelab", check): outcome for check, outcome in FLEET_LEVEL.items()})
+    # Both pods' nvidia.com/gpu: 1 is a replica of the one card: 0.55 + 0.40 of it leaves each room to start.
+    table[("homelab", "vllm-start-headroom")] = PASSED
+    # co-residence books each vLLM's fraction of the card: 0.95 of it together.
+    table[("homelab", "co-residence-fits")] = PASSED
+    no_subject = (*LLAMA_ONLY, "slots-divide-pool", "timeouts-nest")
+    table.update({("fleet", check): SKIPPED for check in (*no_subject, *POLICY_CHECKS)})
+    return table
+
+
 def _nixos_table() -> dict[tuple[str, str], str]:
     # Two units NixOS generates (fleetgate.sources.nix), each pinned to one of the host's two cards by
     # CUDA_VISIBLE_DEVICES. The module's unit runs with DynamicUser=true, the hand-written one as User=llm: neither is
@@ -303,9 +319,11 @@ def _kustomize_table() -> dict[tuple[str, str], str]:
 def _helm_output_table() -> dict[tuple[str, str], str]:
     # The chart's rendered output (rendered/chat.yaml): llama-server from ggml-org's ROCm image, whose tag pins build
     # 10867; one amd.com/gpu from the device plugin (the MI100 node's one card); the model on a hostPath; a ClusterIP
-    # Service (only the cluster reaches it); the pod runs as UID 1000. No profile.
+    # Service (only the cluster reaches it); the pod runs as UID 1000. No profile. Given /dev/kfd and a render node by
+    # AMD's device plugin, it holds GIDs 44 and 110 (supplementalGroups): whether they own the nodes is the host's,
+    # which declares no device_gids, so container-user is not judged (docs/seams.md, container-user/no-device-group).
     service = {**K8S_NOT_HELD, "engine-build-minimum": PASSED, "payload-defaults": SKIPPED, "engine-auth": SKIPPED,
-               "container-user": PASSED}
+               "container-user": NOT_JUDGED}
     return _table("mi100", "chat-llama-server", **{f"chat-llama-server:{c}": o for c, o in service.items()})
 
 
@@ -368,6 +386,7 @@ CLEAN = {
     "llama-swap": _swap_table(),
     "router-preset": _preset_table(),
     "kubernetes": _kubernetes_table(),
+    "kubernetes-sharing": _kubernetes_sharing_table(),
     "nixos": _nixos_table(),
     "ansible": _ansible_table(),
     "start-scripts": _start_scripts_table(),
@@ -792,6 +811,107 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # An AMD card through its device plugin is granted the same way.
     "kubernetes-amd-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"')],
                            {}),
+    # container-user/no-device-group (issue 32): a non-root user given /dev/kfd and /dev/dri opens them only through
+    # the group that owns them (root:render or root:video, 0660); without one ROCm sees no GPU. A GID is the host's,
+    # judged only against the GIDs the host declares its device nodes belong to.
+    "device-group-missing": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                               '    user: "1000"\n')],
+                             {"chat:container-user": "container-user/no-device-group"}),
+    "device-group-render": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                              '    user: "1000:1000"\n    group_add: [render]\n')],
+                            {"chat:container-user": PASSED}),
+    "device-group-gid-undeclared": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                      '    user: "1000"\n    group_add: ["992"]\n')],
+                                    {"chat:container-user": NOT_JUDGED}),
+    "device-group-gid-declared": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                    '    user: "1000"\n    group_add: ["992"]\n'),
+                                                   ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 992]\n")],
+                                  {"chat:container-user": PASSED}),
+    "device-group-gid-not-the-hosts": ("compose-rocm", [("compose.yaml", "    group_add:\n      - video\n      - render\n",
+                                                         '    user: "1000"\n    group_add: ["993"]\n'),
+                                                        ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 992]\n")],
+                                       {"chat:container-user": "container-user/no-device-group"}),
+    "device-group-docker-run": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n",
+                                                "  --device /dev/kfd --device /dev/dri -u 1000 \\\n")],
+                                {"coder:container-user": "container-user/no-device-group"}),
+    "device-group-docker-run-video": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n",
+                                                      "  --device /dev/kfd --device /dev/dri -u 1000:1000 "
+                                                      "--group-add video \\\n")],
+                                      {"coder:container-user": PASSED}),
+    # The helm-output pod's GIDs 44 and 110 judged against the MI100 node's declared device GIDs.
+    "device-group-helm-declared": ("helm-output", [("fleet.toml", "ram_gib = 256\n",
+                                                    "ram_gib = 256\ndevice_gids = [44, 110]\n")],
+                                   {"chat-llama-server:container-user": PASSED}),
+    "device-group-helm-other-gid": ("helm-output", [("fleet.toml", "ram_gib = 256\n",
+                                                     "ram_gib = 256\ndevice_gids = [992]\n")],
+                                    {"chat-llama-server:container-user": "container-user/no-device-group"}),
+    # AMD's device plugin hands the pod /dev/kfd and a render node; supplementalGroups are GIDs only.
+    "device-group-k8s-none": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"'),
+                                             ("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                              "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n")],
+                              {"gemma:container-user": "container-user/no-device-group"}),
+    "device-group-k8s-gid": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"'),
+                                            ("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                             "      securityContext:\n        runAsUser: 1000\n"
+                                             "        supplementalGroups: [110]\n      nodeSelector:\n")],
+                             {"gemma:container-user": NOT_JUDGED}),
+    # The same pod on NVIDIA's plugin: its device nodes are the toolkit's to open, no group asked.
+    "device-group-k8s-nvidia": ("kubernetes", [("deploy/llama/statefulset.yaml", "      nodeSelector:\n",
+                                                "      securityContext:\n        runAsUser: 1000\n      nodeSelector:\n")],
+                                {"gemma:container-user": PASSED}),
+    # co-residence-fits/over-ram (issue 32): a router whose presets keep their weights on the host (ngl = 0 under [*])
+    # books them in host RAM; the --models-max largest together must fit the host. At 22 GiB of RAM any two fit and
+    # the three do not (the 14B's Q4_K_M file alone is 8.4 GiB, its 32768-token f16 KV 6 GiB, on the host).
+    **{f"router-ram-models-max-{n}": ("compose-router", [
+        ("llama/models.ini", "ngl = 999", "ngl = 0"), ("fleet.toml", "ram_gib = 64", "ram_gib = 22"),
+        *[("fleet.toml", f'preset_model = "{m}"\nmodels_max = 2', f'preset_model = "{m}"\nmodels_max = {n}')
+          for m in ("qwen2.5-coder-14b", "llama-3.1-8b", "qwen2.5-coder-1.5b")]],
+        {"lab:co-residence-fits": outcome}) for n, outcome in ((2, PASSED), (3, "co-residence-fits/over-ram"))},
+    # The same two on the card (ngl = 999): the host holds their token embeddings and logits only, and 22 GiB is enough.
+    "router-ram-on-card": ("compose-router", [("fleet.toml", "ram_gib = 64", "ram_gib = 22")], {}),
+    # vllm-start-headroom on Kubernetes (issue 32): a card the device plugin time-slices, or one a pod sees through
+    # NVIDIA_VISIBLE_DEVICES=all, is shared; vLLM at 0.95 beside another vLLM on it refuses to start second. The
+    # one card cannot hold 0.95 + 0.40 of itself either (co-residence-fits, which books vLLM's fractions).
+    "k8s-share-time-sliced": ("kubernetes-sharing", [("deploy/vllm/chat.yaml", '"0.55"', '"0.95"')],
+                              {"homelab:vllm-start-headroom": "vllm-start-headroom/fractions-over-card",
+                               "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # No sharing config: each nvidia.com/gpu: 1 is a whole card of its own, never shared, and headroom passes; the
+    # node's one card cannot go to both pods at once (the second stays Pending), which co-residence still says.
+    "k8s-share-no-config": ("kubernetes-sharing", [("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+                                                   ("deploy/gpu/time-slicing.yaml", "    sharing:\n      timeSlicing:\n"
+                                                    "        resources:\n          - name: nvidia.com/gpu\n"
+                                                    "            replicas: 4\n", "")],
+                            {"homelab:vllm-start-headroom": PASSED,
+                             "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # No sharing config, and the coder asks the device plugin for nothing but sets NVIDIA_VISIBLE_DEVICES=all: NVIDIA's
+    # runtime shows it the node's card anyway.
+    "k8s-share-visible-all": ("kubernetes-sharing", [
+        ("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+        ("deploy/gpu/time-slicing.yaml", "    sharing:\n      timeSlicing:\n        resources:\n"
+         "          - name: nvidia.com/gpu\n            replicas: 4\n", ""),
+        ("deploy/vllm/coder.yaml", "          resources:\n            limits:\n              nvidia.com/gpu: 1\n",
+         "          env:\n            - name: NVIDIA_VISIBLE_DEVICES\n              value: all\n")],
+        {"homelab:vllm-start-headroom": "vllm-start-headroom/fractions-over-card",
+         "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # A renamed shared resource (rename: nvidia.com/gpu.shared) is what the pods ask for, and is the same card.
+    "k8s-share-renamed": ("kubernetes-sharing", [
+        ("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+        ("deploy/gpu/time-slicing.yaml", "replicas: 4\n", "replicas: 4\n            rename: nvidia.com/gpu.shared\n"),
+        ("deploy/vllm/chat.yaml", "nvidia.com/gpu: 1", "nvidia.com/gpu.shared: 1"),
+        ("deploy/vllm/coder.yaml", "nvidia.com/gpu: 1", "nvidia.com/gpu.shared: 1")],
+        {"homelab:vllm-start-headroom": "vllm-start-headroom/fractions-over-card",
+         "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # MPS limits each replica's memory to its share, which is not modelled: not judged, in one line.
+    "k8s-share-mps": ("kubernetes-sharing", [("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+                                             ("deploy/gpu/time-slicing.yaml", "timeSlicing:", "mps:")],
+                      {"homelab:vllm-start-headroom": NOT_JUDGED,
+                       "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # A second node in the fleet: the coder's pod names no node, so which one it shares is the scheduler's.
+    "k8s-share-unplaced": ("kubernetes-sharing", [
+        ("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+        ("fleet.toml", "[services.chat]", '[hosts.gpu-2]\nram_gib = 96\ndevices = [{ name = "CUDA0", vram_bytes = '
+                                          '51527024640 }]\n\n[services.chat]')],
+        {"homelab:vllm-start-headroom": NOT_JUDGED, "homelab:co-residence-fits": "co-residence-fits/over-card"}),
     # A ConfigMap the pod reads that the repository lacks, a Secret key that is not there: the kubelet never starts
     # the container, and the service's render says which line.
     "kubernetes-missing-configmap": ("kubernetes", [("deploy/vllm/deployment.yaml", "name: vllm-qwen-config",

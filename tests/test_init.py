@@ -494,6 +494,7 @@ INIT_NAMES: dict[str, dict[str, str]] = {
     "unit-install-env": {"llama": "llama"},
     "unit-script": {"llama-server-unit": "qwen"},
     "kubernetes": {"vllm-qwen": "qwen", "llama-gemma": "gemma"},
+    "kubernetes-sharing": {"vllm-chat": "chat", "vllm-coder": "coder"},
     "nixos": {"llama-cpp": "chat", "llama-coder": "coder"},
     "ansible": {"llama-server-unit": "chat", "coder": "coder", "small": "small"},
     "start-scripts": {"start-vllm": "qwen", "start-llama": "gemma"},

@@ -502,3 +502,16 @@ def test_a_finding_names_the_env_line_that_set_the_value(pytester: pytest.Pytest
     # 131072 is past the model's max_position_embeddings: vLLM refuses it at config, before sizing the pool
     assert outcomes[("qwen", "vllm-starts")] == "vllm-starts/max-model-len-over-model"
     assert "  where:    .env:3 (MAX_MODEL_LEN)" in texts[("qwen", "vllm-starts")].splitlines()
+
+
+def test_the_gpu_device_nodes_and_group_add_a_non_root_user_needs_are_read(tmp_path: Path) -> None:
+    """`devices:` keeps the GPU nodes by their host path; `group_add:` names (interpolated from `.env`) and GIDs."""
+    read = _read(tmp_path, SERVER + "    devices: [/dev/kfd, '/dev/dri/renderD128:/dev/dri/renderD128', /dev/snd]\n"
+                                    "    group_add: [video, '${RENDER_GID}', 992]\n",
+                 files={".env": "RENDER_GID=110\n"})
+    assert read.device_nodes == ("/dev/kfd", "/dev/dri/renderD128")
+    assert read.groups == ("video", "110", "992")
+    assert read.groups_where == f"{tmp_path}/compose.yaml:5"
+    (tmp_path / "bare").mkdir()
+    bare = _read(tmp_path / "bare", SERVER)
+    assert (bare.device_nodes, bare.groups) == ((), ())

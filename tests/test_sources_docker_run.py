@@ -58,6 +58,12 @@ def test_ports_volumes_gpus_and_the_entrypoint() -> None:
     assert host is not None and host.host_port(8085) == 8085
 
 
+def test_group_add_is_every_group_in_order() -> None:
+    run = parse_client(("podman", "run", "--group-add", "video", "--group-add=render", "--group-add", "keep-groups",
+                        "--device", "/dev/kfd", IMAGE))
+    assert run is not None and (run.groups, run.user) == (("video", "render", "keep-groups"), None)
+
+
 def test_a_line_the_client_would_refuse_says_why() -> None:
     assert parse_client(("docker", "run", "--rm", "-e")) is not None
     assert parse_client(("docker", "run", "--rm", "-e")).problems == ("-e without its value", "no image")  # type: ignore[union-attr]

@@ -233,6 +233,80 @@ def test_no_gpu_limit_and_a_zero_limit_grant_nothing(tmp_path: Path) -> None:
                                       '    nvidia.com/gpu: "0"')).gpus is None
 
 
+SLICING = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: plugin-config
+data:
+  a100: |-
+    version: v1
+    sharing:
+      TIMESLICING:
+        renameByDefault: true
+        resources:
+          - name: nvidia.com/gpu
+            replicas: 3
+"""
+
+
+@pytest.mark.parametrize(("mode", "by_default", "asked", "mps"), [
+    ("timeSlicing", "false", "nvidia.com/gpu", False),
+    ("timeSlicing", "true", "nvidia.com/gpu.shared", False),  # renameByDefault: NAME.shared
+    ("mps", "false", "nvidia.com/gpu", True),
+])
+def test_a_device_plugin_sharing_config_anywhere_in_the_repository_shares_the_resource_pods_ask_for(
+        tmp_path: Path, mode: str, by_default: str, asked: str, mps: bool) -> None:
+    config = SLICING.replace("TIMESLICING", mode).replace("renameByDefault: true", f"renameByDefault: {by_default}")
+    read = _read(tmp_path, _container(f"image: ghcr.io/ggml-org/llama.cpp:server\nresources:\n  limits:\n"
+                                      f"    {asked}: 1"), files={"cluster/gpu-operator/plugin.yaml": config})
+    assert read.gpus is not None and read.gpus.indices == (0,)
+    assert read.shared is not None and read.shared.mps is mps
+    assert read.shared.where == f"{tmp_path}/cluster/gpu-operator/plugin.yaml:6"
+    assert read.placed is False
+
+
+def test_no_sharing_config_and_one_replica_share_nothing(tmp_path: Path) -> None:
+    body = "image: ghcr.io/ggml-org/llama.cpp:server\nresources:\n  limits:\n    nvidia.com/gpu: 1"
+    for name in ("none", "one"):
+        (tmp_path / name).mkdir()
+    assert _read(tmp_path / "none", _container(body)).shared is None
+    one = SLICING.replace("TIMESLICING", "timeSlicing").replace("replicas: 3", "replicas: 1")
+    assert _read(tmp_path / "one", _container(body), files={"plugin.yaml": one}).shared is None
+
+
+@pytest.mark.parametrize(("value", "indices"), [("all", None), ("0,1", (0, 1))])
+def test_nvidia_visible_devices_is_the_grant_over_the_device_plugin(tmp_path: Path, value: str,
+                                                                    indices: tuple[int, ...] | None) -> None:
+    read = _read(tmp_path, _container(f"image: ghcr.io/ggml-org/llama.cpp:server\nenv:\n"
+                                      f"  - {{name: NVIDIA_VISIBLE_DEVICES, value: \"{value}\"}}"))
+    assert read.gpus is not None and read.gpus.indices == indices
+    assert read.shared is not None and not read.shared.mps
+
+
+def test_a_node_selector_or_affinity_places_the_pod(tmp_path: Path) -> None:
+    placed = POD.replace("spec:\n", "spec:\n  nodeSelector: {kubernetes.io/hostname: gpu-a}\n")
+    assert _read(tmp_path, placed + "      image: ghcr.io/ggml-org/llama.cpp:server\n").placed is True
+
+
+def test_groups_and_device_nodes_a_non_root_pod_holds(tmp_path: Path) -> None:
+    pod = POD.replace("spec:\n", "spec:\n  securityContext: {runAsUser: 1000, runAsGroup: 1000, "
+                                   "supplementalGroups: [44, 110], fsGroup: 2000}\n")
+    read = _read(tmp_path, pod + "      image: ghcr.io/ggml-org/llama.cpp:server-rocm\n"
+                                 "      securityContext: {runAsGroup: 3000}\n"
+                                 "      resources: {limits: {amd.com/gpu: 1}}\n")
+    assert read.run_as is not None
+    # the container's runAsGroup over the pod's, then the pod's supplementalGroups and fsGroup
+    assert read.run_as.groups == (3000, 44, 110, 2000)
+    assert read.device_nodes == ("/dev/kfd", "/dev/dri")
+
+
+def test_a_group_that_is_no_gid_is_one_line(tmp_path: Path) -> None:
+    pod = POD.replace("spec:\n", "spec:\n  securityContext: {supplementalGroups: [render]}\n")
+    message = _refused(tmp_path, pod + "      image: ghcr.io/ggml-org/llama.cpp:server\n")
+    assert message == (f"{tmp_path}/k8s/app.yaml:7: Pod/engine container main securityContext.supplementalGroups = "
+                       "'render'; expected a GID (an integer)")
+
+
 def test_volumes_give_the_host_path_of_a_host_path_mount_only(tmp_path: Path) -> None:
     manifest = _container('image: ghcr.io/ggml-org/llama.cpp:server\nvolumeMounts:\n'
                           '  - {name: models, mountPath: /models}\n  - {name: cache, mountPath: /cache}\n'

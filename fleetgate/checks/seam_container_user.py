@@ -14,6 +14,15 @@ A root Docker daemon maps the container's root to the host's; rootless podman ma
 ``podman run`` from a user unit (or one with ``User=``), and a Quadlet (a rootless container unit here, as
 ``unit-user`` reads it), are not judged here. Security linters of images and manifests hold the same by default
 (hadolint DL3002, kube-linter ``run-as-non-root``).
+
+A non-root user given an AMD or Vulkan GPU as device nodes (``/dev/kfd``, ``/dev/dri``) must hold the group that owns
+them: the container sees them with the host's owner and mode (``root:render`` or ``root:video``, 0660), so without
+the group the ROCm runtime cannot open ``/dev/kfd`` ("Unable to open /dev/kfd read-write: Permission denied") and the
+Vulkan loader lists no device; llama.cpp then runs on the CPU without a word. ROCm's container docs add ``video`` and,
+on distributions whose udev rules give the nodes to ``render``, ``render`` (``--group-add``, compose ``group_add:``,
+Kubernetes ``supplementalGroups``). A group name resolves in the image's /etc/group; a GID is the host's, and the
+``render`` GID differs between distributions, so a GID is judged only against the host's declared ``device_gids``.
+Root needs no group (it is ``root``/``image-root``'s finding).
 """
 
 from __future__ import annotations
@@ -69,6 +78,9 @@ CHECK = service_seam(
         "root": "the start file runs the container as root (`user: root`/`0`, `--user 0`, `runAsUser: 0`)",
         "image-root": ("no user given, and the image runs as root (llama.cpp's server images and `vllm/vllm-openai` "
                        "set no `USER`)"),
+        "no-device-group": ("a non-root container user given `/dev/kfd` or `/dev/dri` is in neither `video` nor "
+                            "`render` (nor a GID the host's device nodes belong to): the ROCm runtime and the Vulkan "
+                            "loader cannot open them, and the engine runs on the CPU"),
         "non-root-refused": ("Kubernetes `runAsNonRoot: true` without `runAsUser` on an image that runs as root: the "
                              "kubelet refuses to start the container"),
     },
@@ -103,6 +115,7 @@ def container_user(config: RenderedService) -> None:
                 fix=f"set {how} to an unprivileged {'UID' if pod is not None else 'UID:GID'} that can read the model "
                     "files",
             )
+        _device_groups(config, given[0])
         return
     image_root = engine_of_image(image) in ("llama.cpp", "vllm")
     if pod is not None and pod.run_as is not None and pod.run_as.non_root:
@@ -128,4 +141,60 @@ def container_user(config: RenderedService) -> None:
         fix=(f"set {how} to an unprivileged {'UID (runAsGroup: GID)' if pod is not None else 'UID:GID'} that can read "
              "the model files"
              + (" (and runAsNonRoot: true)" if pod is not None else "")),
+    )
+
+
+DEVICE_GROUPS = ("video", "render")
+"""The groups ROCm's install and container docs put a GPU user in: ``video`` owns the nodes on older distributions,
+``render`` on those whose udev rules give it /dev/kfd and the render nodes (Ubuntu 20.04 on)."""
+
+
+def _device_groups(config: RenderedService, user: str) -> None:
+    """A non-root user given GPU device nodes holds a group that may open them."""
+    __tracebackhide__ = True
+    rendered = config.rendered
+    compose, pod, run = rendered.compose, rendered.kubernetes, rendered.container
+    _, _, primary = user.partition(":")
+    if compose is not None:
+        nodes, groups, how = compose.device_nodes, [*compose.groups], "group_add:"
+        where = compose.groups_where or (compose.user[1] if compose.user else f"{compose.path}:{compose.line}")
+    elif pod is not None:
+        assert pod.run_as is not None
+        nodes, groups, how = pod.device_nodes, [str(g) for g in pod.run_as.groups], "securityContext.supplementalGroups"
+        where = pod.run_as.groups_where
+    elif run is not None:
+        nodes = tuple(d.split(":", 1)[0] for d in run.devices
+                      if d.split(":", 1)[0] == "/dev/kfd" or d.split(":", 1)[0].startswith("/dev/dri"))
+        groups, how, where = [*run.groups], f"{run.client} run --group-add", str(rendered.script)
+    else:
+        return
+    if not nodes:
+        return
+    if primary.strip():
+        groups.append(primary.strip())
+    names = {g for g in groups if not g.isdigit()}
+    if names & {*DEVICE_GROUPS, "keep-groups"}:
+        return  # podman's keep-groups hands the container the caller's own groups
+    gids = sorted({int(g) for g in groups if g.isdigit()})
+    declared = config.host.device_gids
+    if gids and declared is None:
+        raise NotJudged(f"{config.name} runs as {user} with {', '.join(nodes)} and GID {', '.join(map(str, gids))}: "
+                        f"whether that GID owns the device nodes is the host's (render's GID differs between "
+                        f"distributions): declare hosts.{config.host.name}.device_gids (`stat -c %g /dev/kfd "
+                        "/dev/dri/renderD128` on the host)")
+    if declared is not None and set(gids) & declared:
+        return
+    raise CHECK.fail(
+        config, "no-device-group",
+        where=where,
+        observed=(f"the engine runs as {user} and is given {', '.join(nodes)}, in "
+                  + (f"group(s) {', '.join(groups)}" if groups else "no group that owns them")
+                  + ": the ROCm runtime / Vulkan loader cannot open the nodes and the engine runs on the CPU"),
+        details=[f"host {config.host.name}'s device nodes belong to GID(s) "
+                 f"{', '.join(map(str, sorted(declared)))} (device_gids)"] if declared is not None else [],
+        expected=("the user in the group that owns /dev/kfd and /dev/dri: " +
+                  (f"one of GID {', '.join(map(str, sorted(declared)))}" if declared is not None
+                   else "video or render (ROCm's docs)")),
+        fix=(f"add the group: {how} " + ("[GID of render on the node]" if pod is not None else "[video, render]")
+             + (f" (on {config.host.name}: {', '.join(map(str, sorted(declared)))})" if declared is not None else "")),
     )

@@ -13,6 +13,12 @@ Each service's share of a card is its ledger there: llama.cpp's (``fleetgate.led
 compute, ...), or vLLM's budget (``--gpu-memory-utilization`` x the card, on each of its first TP x PP cards: what
 vLLM claims at start). The check fails when some state of two or more services leaves a card less than the host's
 ``card_floor_gib`` (0 when undeclared); one service alone over a card is card-floor's finding, not this one's.
+
+Host RAM is summed the same way: what each llama.cpp service's ledger books on the host (the weights it keeps there
+at ``-ngl 0``, ``--cpu-moe``/``-ot`` experts, a host with no card, KV of layers left on the host, the mapped token
+embeddings, host compute) must fit the host's ``ram_gib`` together, so a router whose ``--models-max`` largest
+host-kept presets exceed the host fails (the kernel's OOM killer, or swap, takes them). vLLM's host memory (swap
+space, ``--cpu-offload-gb``) is not booked: it adds nothing to the sum, which can only miss, never invent a finding.
 """
 
 from __future__ import annotations
@@ -140,8 +146,12 @@ def _nothing_shared(fleet: Fleet) -> str | None:
             "one host are co-resident unless exclusive_with says they never run together)")
 
 
+HOST_RAM = "host RAM"
+"""The key of a service's share of its host's RAM among its cards' in ``_usage``."""
+
+
 def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
-    """What one service holds on each card of its host, by card name."""
+    """What one service holds on each card of its host, by card name, and on the host's RAM (``HOST_RAM``)."""
     try:
         # the run's render of it, when the run has made one
         config = attempt_of(fleet, fleet.services[name]).config
@@ -164,7 +174,7 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
         ledger = service_ledger(config)
     except (KeyError, ValueError):
         raise NotApplicable(f"{name}'s ledger cannot place it on {host.name}'s cards: see card-floor[{name}]") from None
-    return {device.card.name: device.total for device in ledger.cards}
+    return {**{device.card.name: device.total for device in ledger.cards}, HOST_RAM: ledger.host.total}
 
 
 CO_CHECK = fleet_seam(
@@ -179,6 +189,11 @@ CO_CHECK = fleet_seam(
             "keeps loaded under `--models-max`, two services of one host not declared `exclusive_with`) do not fit a card together, "
             "leaving its floor (docs/sources.md, \"Co-residence\")"
         ),
+        "over-ram": (
+            "services that can run at once on one host (the `--models-max` largest presets of a llama.cpp router among "
+            "them) book more host RAM in their ledgers (weights kept on the host, host KV, mapped embeddings) than "
+            "the host declares"
+        ),
     },
 )
 
@@ -186,6 +201,7 @@ CO_CHECK = fleet_seam(
 @CO_CHECK.register
 def co_residence_fits(fleet: Fleet) -> None:
     over: list[tuple[int, _HostStates, Device, list[str], dict[str, dict[str, int]]]] = []
+    over_ram: tuple[_HostStates, list[str], dict[str, dict[str, int]]] | None = None
     for found in co_resident_states(fleet):
         undeclared = sorted({m for state in found.states for m in state if m not in fleet.services})
         if undeclared:
@@ -209,7 +225,14 @@ def co_residence_fits(fleet: Fleet) -> None:
             if card.vram_bytes - total < floor:
                 members = sorted(state, key=lambda n: (-usage[n].get(card.name, 0), n))
                 over.append((total - card.vram_bytes + floor, found, card, members, usage))
+        ram = found.host.ram_bytes
+        state = max(found.states, key=lambda s: sum(usage[n].get(HOST_RAM, 0) for n in s))
+        held = sum(usage[n].get(HOST_RAM, 0) for n in state)
+        if ram and held > ram and not over_ram:
+            over_ram = (found, sorted(state, key=lambda n: (-usage[n].get(HOST_RAM, 0), n)), usage)
     if not over:
+        if over_ram is not None:
+            _over_ram(fleet, *over_ram)
         return
     _, found, card, members, usage = max(over, key=lambda o: o[0])
     floor = found.host.card_floor_bytes or 0
@@ -231,4 +254,24 @@ def co_residence_fits(fleet: Fleet) -> None:
               if any(fleet.services[n].models_preset is not None for n in members) else
               "shrink a context or move one to another card; ")
              + "for services that never run together, declare exclusive_with in fleet.toml"),
+    )
+
+
+def _over_ram(fleet: Fleet, found: _HostStates, members: list[str], usage: dict[str, dict[str, int]]) -> None:
+    __tracebackhide__ = True
+    ram = found.host.ram_bytes
+    held = sum(usage[n].get(HOST_RAM, 0) for n in members)
+    preset = any(fleet.services[n].models_preset is not None for n in members)
+    raise CO_CHECK.fail(
+        fleet, "over-ram",
+        where=found.where[members[0]],
+        observed=(f"{' + '.join(members)} can run at once on {found.host.name}: {held / GIB:.2f} GiB of host RAM "
+                  f"booked, and the host has {ram / GIB:.2f} GiB"),
+        details=[f"{name}: {usage[name].get(HOST_RAM, 0) / GIB:.2f} GiB of host RAM ({found.where[name]})"
+                 for name in members],
+        expected=f"their host bookings within {found.host.name}'s {ram / GIB:.2f} GiB (hosts.{found.host.name}.ram_gib)",
+        fix=(("start the router with a smaller --models-max (and declare it: models_max), so it unloads one before "
+              "loading another; " if preset else "")
+             + "offload more layers to the cards (-ngl), shrink a context, or declare exclusive_with for services "
+               "that never run together"),
     )

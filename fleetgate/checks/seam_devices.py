@@ -207,7 +207,8 @@ def _pod_granted(config: RenderedService) -> tuple[Device, ...]:
                  "gpu.intel.com/i915 for the other vendors); a container is given no card otherwise: llama.cpp then "
                  "runs on the CPU, vLLM stops at start"),
         )
-    assert grant.indices is not None
+    if grant.indices is None:
+        return config.host.devices  # NVIDIA_VISIBLE_DEVICES=all: every card of the node
     if len(grant.indices) > len(config.host.devices):
         raise CHECK.fail(
             config, "kubernetes-too-many-cards",
@@ -218,7 +219,7 @@ def _pod_granted(config: RenderedService) -> tuple[Device, ...]:
             expected=f"at most {len(config.host.devices)} card(s): the pod stays Pending until a node has that many",
             fix="ask for the cards the node has, or declare the host's devices in fleet.toml",
         )
-    return tuple(config.host.devices[i] for i in grant.indices)
+    return tuple(config.host.devices[i] for i in grant.indices if i < len(config.host.devices))
 
 
 def _devices_needed(config: RenderedService) -> int:

@@ -15,9 +15,14 @@ card that another engine of the fleet also uses, vLLM starts only if that engine
 Which cards a service uses is read from how it starts: a compose GPU grant (``device_ids``, ``count``, ``gpus:``,
 device nodes), a ``docker run --gpus``/``--device``, narrowed by the container's own visibility variables, the
 visibility variables of a process of the host; vLLM's are the first
-tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin never gives one card to two containers,
-so pods that both ask for a GPU through ``resources`` share none. Services of one host run at once unless
-``exclusive_with`` says they never do; a rollback or undeployed service does not run.
+tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin gives one card to one container, so pods
+that both ask for a GPU through ``resources`` share none, unless the card is shared: ``NVIDIA_VISIBLE_DEVICES=all``
+in a pod (NVIDIA's runtime shows it every card of its node), or a time-slicing config of NVIDIA's device plugin in the
+repository (replicas of one card go to several pods, with no memory isolation: NVIDIA's GPU Operator docs,
+"Time-Slicing GPUs in Kubernetes"). An MPS config limits each replica's memory, which is not modelled: not judged. A
+pod that names no node (no ``nodeSelector``, ``nodeName`` or node affinity) in a fleet of several hosts may run on
+any of them: not judged, naming what to declare. Services of one host run at once unless ``exclusive_with`` says they
+never do; a rollback or undeployed service does not run.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ class _Cards:
     how: str
     plugin: bool = False
     """Granted by Kubernetes' device plugin, which gives a card to one container only."""
+    mps: str | None = None
+    """A Kubernetes grant shared through the device plugin's MPS (each replica's memory limited): how."""
+    unplaced: str | None = None
+    """A pod that names no node, in a fleet of several hosts: which one it runs on is the scheduler's."""
 
 
 def _by_index(host: Host, indices: tuple[int, ...] | None,
@@ -65,10 +74,18 @@ def cards_of(config: RenderedService) -> _Cards:
         enumerated = () if grant is None else _by_index(host, grant.indices, host.devices)
         seen, how = _narrowed(enumerated, seen, dict(rendered.env), how)
     elif rendered.kubernetes is not None:
-        grant = rendered.kubernetes.gpus
+        pod = rendered.kubernetes
+        grant, shared = pod.gpus, pod.shared
         seen = _by_index(host, grant.indices) if grant is not None else ()
         how = f"{grant.how} ({grant.where})" if grant is not None else "no GPU in resources.limits"
-        return _Cards(_engine_share(config, seen), how, plugin=grant is not None)
+        if shared is not None:
+            how += f"; {shared.how} ({shared.where})"
+        unplaced = (f"{pod.name} names no node (no nodeSelector, nodeName or node affinity) and the fleet has "
+                    f"{len(config.fleet.hosts)} hosts: pin it to {host.name} with a nodeSelector"
+                    if not pod.placed and len(config.fleet.hosts) > 1 else None)
+        return _Cards(_engine_share(config, seen), how, plugin=grant is not None and shared is None,
+                      mps=f"{shared.how} ({shared.where})" if shared is not None and shared.mps else None,
+                      unplaced=unplaced)
     elif rendered.container is not None:
         run = rendered.container
         nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
@@ -193,6 +210,17 @@ def vllm_start_headroom(fleet: Fleet) -> None:
         mine, theirs = cards_of(vllm), cards_of(other)
         if mine.plugin and theirs.plugin:
             continue  # the device plugin gives each container its own cards
+        # each said once, whichever of the two services the pair starts from
+        placement = [c.unplaced for c in (mine, theirs) if c.unplaced]
+        if placement:
+            unjudged += [f"which node shares a card is the scheduler's: {p}" for p in placement]
+            continue
+        shared_mps = sorted(c.mps for c in (mine, theirs) if c.mps)
+        if shared_mps:
+            unjudged.append(f"{shared_mps[0]}: MPS limits each replica's memory, which fleetgate does not model, so "
+                            f"whether {' and '.join(sorted((vllm_service.name, other_service.name)))} start beside "
+                            "each other is not judged")
+            continue
         shared = [card for card in mine.cards if card in theirs.cards]
         if not shared:
             continue

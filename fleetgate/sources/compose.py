@@ -20,7 +20,7 @@ value keeps its line. What is read, as the compose specification says (compose-s
 - ``image:`` the engine build where its tag pins one (``server-cuda-b6300``; ``vllm/vllm-openai:v0.13.0``);
 - ``ports:`` (short and long form), ``network_mode: host``; ``volumes:`` (bind mounts, short and long form);
 - ``deploy.resources.reservations.devices``, ``gpus:`` and ``runtime: nvidia``: which of the host's cards the
-  container gets.
+  container gets; ``devices:`` (the GPU nodes) and ``group_add:``, which decide whether a non-root user can open them.
 """
 
 from __future__ import annotations
@@ -132,6 +132,12 @@ class ComposeService:
     """``volumes:`` entries that interpolate a variable the ``.env`` file does not set, as written."""
     user: tuple[str, str] | None = None
     """``user:`` (``NAME|UID[:GROUP|GID]``) and where it is written; None: the image's USER applies."""
+    device_nodes: tuple[str, ...] = ()
+    """The GPU device nodes ``devices:`` passes (``/dev/kfd``, ``/dev/dri``, ``/dev/dri/renderD128``): host paths,
+    which the container opens with the host's owner and mode."""
+    groups: tuple[str, ...] = ()
+    """``group_add:`` (names, resolved in the image's /etc/group, or GIDs), in order."""
+    groups_where: str = ""
     command_where: str = ""
     engine_build: EngineBuild | None = None
     notes: tuple[str, ...] = field(default=())
@@ -839,11 +845,16 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     user_node = attr("user")
     user = (reader.text(user_node, f"{what}.user"), reader.where(user_node)) if user_node is not None else None
     grant = _gpus(reader, attr, what, container)
+    devices_node, groups_node = attr("devices"), attr("group_add")
+    nodes = [text.split(":", 1)[0] for text, _ in reader.strings(devices_node, f"{what}.devices")] if devices_node else []
+    groups = [text.strip() for text, _ in reader.strings(groups_node, f"{what}.group_add")] if groups_node else []
     return ComposeService(
         path=file.path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
         project=file.project,
         ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
         unset=tuple(dict.fromkeys(reader.unset)), volume_unset=volume_unset, user=user, command_where=command_where,
+        device_nodes=tuple(n for n in nodes if n == "/dev/kfd" or n.rstrip("/") == "/dev/dri" or n.startswith("/dev/dri/")),
+        groups=tuple(groups), groups_where=reader.where(groups_node) if groups_node is not None else "",
         engine_build=_engine_build(service, image, image_where, image_node, reader),
     )
 

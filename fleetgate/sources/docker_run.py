@@ -144,6 +144,8 @@ class ContainerRun:
     """What the line holds that the client would refuse (an option without its value, no image)."""
     user: str | None = None
     """``--user``/``-u`` (``NAME|UID[:GROUP|GID]``): None where the line gives none, and the image's USER applies."""
+    groups: tuple[str, ...] = ()
+    """``--group-add`` values in order (names resolved in the image's /etc/group, GIDs, podman's ``keep-groups``)."""
 
     @property
     def engine(self) -> str | None:
@@ -295,4 +297,5 @@ def parse_client(argv: Sequence[str]) -> ContainerRun | None:
         gpus=tuple(values.get("gpus", [])), devices=tuple(values.get("device", [])),
         network=networks[-1] if networks else None, name=values["name"][-1] if values.get("name") else None, problems=tuple(problems),
         user=values["user"][-1] if values.get("user") else None,
+        groups=tuple(values.get("group-add", [])),
     )

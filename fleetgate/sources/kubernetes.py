@@ -20,6 +20,11 @@ together. What is read, as the Kubernetes API reference says (core/v1 ``Containe
   holds ``***`` (fleetgate.secrets.MASK) in its place;
 - ``resources.limits`` GPUs of every vendor's device plugin (``nvidia.com/gpu``, ``amd.com/gpu``,
   ``gpu.intel.com/i915``, ``gpu.intel.com/xe``): the container gets that many cards, which the device plugin picks;
+- card sharing: ``NVIDIA_VISIBLE_DEVICES=all`` (or a list of indices) in the container's environment, which NVIDIA's
+  container runtime honours over what the device plugin allots (the plugin's default ``envvar`` device list
+  strategy), and a time-slicing or MPS config of NVIDIA's device plugin kept in a ConfigMap of the repository
+  (``sharing: timeSlicing|mps: resources: [{name: nvidia.com/gpu, replicas: N, rename}]``): either hands one card to
+  several containers; ``nodeSelector``, ``nodeName`` or a node affinity say the pod is placed on a known node;
 - ``volumeMounts`` through ``volumes`` (``hostPath``, ``configMap``, ``persistentVolumeClaim``, ...): a path the
   engine is given lies on the host where a ``hostPath`` volume holds it;
 - ``ports`` (``containerPort``, named) and the Services whose selector matches the pod's labels: a Service port
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import posixpath
 import re
 from collections.abc import Mapping, Sequence
@@ -53,9 +59,9 @@ from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet, Service
 
-__all__ = ["GPU_RESOURCES", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS", "KubernetesContainer",
-           "RunAs", "ServicePort", "VolumeMount", "WorkloadEntry", "list_workloads", "read_kubernetes",
-           "unrendered"]
+__all__ = ["GPU_RESOURCES", "KUSTOMIZATIONS", "MAX_MANIFEST_FILES", "MAX_VALUE_CHARS", "WORKLOAD_KINDS",
+           "KubernetesContainer", "RunAs", "ServicePort", "Sharing", "VolumeMount", "WorkloadEntry",
+           "device_plugin_sharing", "list_workloads", "read_kubernetes", "unrendered"]
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob", "Pod")
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe")
@@ -65,6 +71,8 @@ MAX_MANIFEST_FILES = 256
 MAX_VALUE_CHARS = 32 * 4096
 """No expanded value is longer: Linux refuses an argument or environment string over 128 KiB (MAX_ARG_STRLEN)."""
 MAX_CARDS = 1024
+MAX_WALKED = 20000
+"""The most directory entries looked at for a device plugin config: a fleet repository has a few hundred."""
 _EXPECTED = "Kubernetes manifests (YAML documents with apiVersion:, kind:, metadata:)"
 _LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
 _VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
@@ -72,6 +80,7 @@ _VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _FOREIGN_MODULES = {"llama_cpp.server": "llama-cpp-python's server (python -m llama_cpp.server)"}
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _DIGITS = re.compile(r"[0-9]{1,6}")
+_INDICES = re.compile(r"[0-9]{1,4}(,[0-9]{1,4})*")
 
 
 # ------------------------------------------------------------------------------------------------------------ types
@@ -109,6 +118,20 @@ class RunAs:
     user_where: str
     non_root: bool | None
     non_root_where: str
+    groups: tuple[int, ...] = ()
+    """The GIDs the process holds besides its user's: ``runAsGroup``, the pod's ``supplementalGroups`` and
+    ``fsGroup`` (core/v1 PodSecurityContext: "added to the first process run in each container")."""
+    groups_where: str = ""
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How one card can reach several containers: what says so, where, and whether the plugin's MPS partitions its
+    memory (each replica limited to its share) rather than time-slicing it (no memory isolation)."""
+
+    how: str
+    where: str
+    mps: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +160,13 @@ class KubernetesContainer:
     notes: tuple[str, ...] = field(default=())
     run_as: RunAs | None = None
     """``securityContext`` ``runAsUser``/``runAsNonRoot``, the container's over the pod's."""
+    shared: Sharing | None = None
+    """None: the cards the device plugin allots are this container's alone."""
+    placed: bool = False
+    """The pod says which node it runs on (``nodeSelector``, ``nodeName``, ``affinity.nodeAffinity``)."""
+    device_nodes: tuple[str, ...] = ()
+    """The GPU device nodes the container is given: ``/dev/kfd`` and a render node from ``amd.com/gpu`` (AMD's device
+    plugin), a render node from ``gpu.intel.com/*``, or ``hostPath`` volumes of ``/dev/kfd`` and ``/dev/dri``."""
 
     @property
     def name(self) -> str:
@@ -665,9 +695,9 @@ def _claim_templates(obj: _Object) -> list[str]:
     return [_scalar(obj.path, n, "volumeClaimTemplates metadata.name") for n in names if n is not None]
 
 
-def _gpus(path: Path, container: MappingNode, what: str) -> Grant | None:
+def _gpus(path: Path, container: MappingNode, what: str, shared: tuple[str, ...] = ()) -> Grant | None:
     limits = _get(_get(container, "resources"), "limits")
-    for resource in GPU_RESOURCES:
+    for resource in dict.fromkeys((*GPU_RESOURCES, *shared)):
         node = _get(limits, resource)
         if node is None:
             continue
@@ -681,6 +711,62 @@ def _gpus(path: Path, container: MappingNode, what: str) -> Grant | None:
         return Grant(tuple(range(int(text))), f"resources.limits {resource}: {text} (the device plugin picks the "
                      "cards)", _where(path, node))
     return None
+
+
+def device_plugin_sharing(repository: Path) -> dict[str, Sharing]:
+    """The GPU resources NVIDIA's device plugin shares, by the name pods ask for, from the plugin configs kept in
+    ConfigMaps of the repository (a ``data`` value holding ``version: v1`` ... ``sharing:``, as the plugin's and the
+    GPU Operator's docs lay it out). A renamed resource (``rename``, or ``renameByDefault``: NAME.shared) is the name
+    pods then ask for. The repository's YAML files are read in path order, at most ``MAX_MANIFEST_FILES``; one that
+    is no manifest is skipped."""
+    found: dict[str, Sharing] = {}
+    root = repository.resolve()
+    files: list[Path] = []
+    seen = 0
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        seen += len(dirs) + len(names)
+        files += [Path(directory) / n for n in sorted(names) if not n.startswith(".")
+                  and _is_yaml(Path(directory) / n) and root in (Path(directory) / n).resolve().parents]
+        if len(files) >= MAX_MANIFEST_FILES or seen > MAX_WALKED:
+            break
+    for file in files[:MAX_MANIFEST_FILES]:
+        try:
+            objects = [o for o in _objects(file) if o.kind == "ConfigMap"]
+        except InputError:
+            continue
+        for obj in objects:
+            for key, value in _keys(_get(obj.node, "data")).items():
+                if isinstance(value, ScalarNode) and "sharing" in str(value.value):
+                    found.update(_sharing(file, key, value))
+    return found
+
+
+def _sharing(path: Path, key: str, value: ScalarNode) -> dict[str, Sharing]:
+    try:
+        documents = compose_yaml_documents(path, str(value.value), "a device plugin config (version: v1, sharing:)")
+    except InputError:
+        return {}
+    found: dict[str, Sharing] = {}
+    where = _where(path, value)
+    for document in documents:
+        sharing = _get(document, "sharing") if isinstance(document, MappingNode) else None
+        for mode in ("timeSlicing", "mps"):
+            block = _get(sharing, mode) if isinstance(sharing, MappingNode) else None
+            if not isinstance(block, MappingNode):
+                continue
+            by_default = str(getattr(_get(block, "renameByDefault"), "value", "")).lower() == "true"
+            resources = _get(block, "resources")
+            for item in resources.value if isinstance(resources, SequenceNode) else []:
+                name, replicas, rename = (getattr(_get(item, k), "value", None) for k in ("name", "replicas", "rename"))
+                if not isinstance(name, str) or not str(replicas or "").isdigit() or int(str(replicas)) < 2:
+                    continue
+                asked = str(rename) if rename else f"{name}.shared" if by_default else name
+                isolation = ", with no memory isolation" if mode == "timeSlicing" else ", each limited to its share of memory"
+                found[asked] = Sharing(f"NVIDIA's device plugin {'MPS' if mode == 'mps' else 'time-slicing'} config "
+                                       f"(ConfigMap key {key}) hands each card of {name} to {replicas} containers"
+                                       f"{isolation}", where, mps=mode == "mps")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------------------- reading
@@ -757,14 +843,46 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
                          "(a shell or a wrapper script in the image is not read)")
     command_node = _get(node, "args") or _get(node, "command") or node
     ports = _container_ports(path, node, what)
+    mounts = _mounts(path, spec, node, what, _claim_templates(obj))
+    sharing = device_plugin_sharing(fleet.root)
+    gpus, shared = _gpus(path, node, what, tuple(sharing)), None
+    if gpus is not None:
+        shared = next((sharing[r] for r in sharing if gpus.how.startswith(f"resources.limits {r}:")), None)
+    visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    if visible is not None and (visible.value.strip() == "all" or _INDICES.fullmatch(visible.value.strip())):
+        # NVIDIA's runtime gives the container what the variable names, whatever the device plugin allotted
+        text = visible.value.strip()
+        gpus = Grant(None if text == "all" else tuple(dict.fromkeys(int(i) for i in text.split(","))),
+                     f"NVIDIA_VISIBLE_DEVICES={text} (NVIDIA's container runtime, over the device plugin)",
+                     visible.where)
+        shared = Sharing(f"NVIDIA_VISIBLE_DEVICES={text}: the container sees those cards of the node whatever other "
+                         "containers are given", visible.where)
     selected, service_ports = _services(sources.objects, labels, ports)
     return KubernetesContainer(
         path=path, workload=f"{obj.kind}/{obj.name}", container=name, line=_line(node), image=image,
         argv=(service.binary, *words[1:]), env=env, secret_names=frozenset(secret), ports=ports,
-        service_ports=tuple(service_ports), selected=tuple(selected), mounts=_mounts(path, spec, node, what, _claim_templates(obj)),
-        gpus=_gpus(path, node, what), command_where=_where(path, command_node), notes=tuple(notes),
-        run_as=_run_as(path, spec, node, what),
+        service_ports=tuple(service_ports), selected=tuple(selected), mounts=mounts,
+        gpus=gpus, command_where=_where(path, command_node), notes=tuple(notes), shared=shared,
+        placed=any(_get(spec, key) is not None for key in ("nodeSelector", "nodeName"))
+        or _get(_get(spec, "affinity"), "nodeAffinity") is not None,
+        run_as=_run_as(path, spec, node, what), device_nodes=_device_nodes(path, node, what, mounts),
     )
+
+
+def _device_nodes(path: Path, container: MappingNode, what: str, mounts: tuple[VolumeMount, ...]) -> tuple[str, ...]:
+    nodes: list[str] = []
+    limits = _get(_get(container, "resources"), "limits")
+    for resource, given in (("amd.com/gpu", ("/dev/kfd", "/dev/dri")), ("gpu.intel.com/i915", ("/dev/dri",)),
+                            ("gpu.intel.com/xe", ("/dev/dri",))):
+        node = _get(limits, resource)
+        if node is not None and _scalar(path, node, f"{what}.resources.limits.{resource}").strip() not in ("", "0"):
+            nodes += given
+    for mount in mounts:
+        source = mount.source or ""
+        if mount.kind == "hostPath" and (source == "/dev/kfd" or source.rstrip("/") in ("/dev/dri", "/dev")
+                                         or source.startswith("/dev/dri/")):
+            nodes.append(source)
+    return tuple(dict.fromkeys(nodes))
 
 
 def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: str) -> RunAs:
@@ -785,7 +903,26 @@ def _run_as(path: Path, spec: MappingNode | None, container: MappingNode, what: 
     if flag_node is not None and flag is not None and flag not in ("true", "false"):
         raise InputError(path, _line(flag_node), f"{what} securityContext.runAsNonRoot = {flag!r}; expected true or "
                          "false")
+    groups: list[int] = []
+    groups_node: Node | None = None
+    for owner, keys in ((container, ("runAsGroup",)), (spec, ("runAsGroup", "supplementalGroups", "fsGroup"))):
+        security = _get(owner, "securityContext")
+        for key in keys:
+            node = _get(security, key)
+            if node is None or (key == "runAsGroup" and owner is spec and _get(_get(container, "securityContext"),
+                                                                             "runAsGroup") is not None):
+                continue
+            groups_node = groups_node or node
+            items = node.value if isinstance(node, SequenceNode) else [node]
+            for item in items:
+                text = _scalar(path, item, f"{what} securityContext.{key}").strip()
+                if not _DIGITS.fullmatch(text):
+                    raise InputError(path, _line(item), f"{what} securityContext.{key} = {text!r}; expected a GID (an "
+                                     "integer)")
+                groups.append(int(text))
     return RunAs(user=int(user) if user is not None else None,
                  user_where=_where(path, user_node if user_node is not None else container),
                  non_root=(flag == "true") if flag is not None else None,
-                 non_root_where=_where(path, flag_node if flag_node is not None else container))
+                 non_root_where=_where(path, flag_node if flag_node is not None else container),
+                 groups=tuple(dict.fromkeys(groups)),
+                 groups_where=_where(path, groups_node if groups_node is not None else container))
