@@ -10,13 +10,13 @@ factor of its kind of buffer (``COMPUTE_FACTORS``), plus ``COMPUTE_MARGIN`` wher
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
 from fleetgate.ledger.accounts import Accounts, Calibration, Term, calibrations_at
-from fleetgate.ledger.context import ContextParams
-from fleetgate.ledger.devices import HOST, Card
+from fleetgate.ledger.context import FA_HEAD_SIZES, ContextParams
+from fleetgate.ledger.devices import FLOAT_TYPES, HOST, Card
 from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import KvCache, kv_layers
 from fleetgate.ledger.options import flag_value
@@ -212,8 +212,43 @@ def _rotations(profile: Profile, cache: KvCache) -> int:
     return caches * 2 * 4 * side * side
 
 
-def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int]) -> int:
-    """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16.
+def host_cache_copies(profile: Profile, cache: KvCache, layers: Iterable[int], card: Card) -> int:
+    """The widest of the given layers' whole K and V views as the CUDA device copies them in from a cache on the
+    host, in the cache's own type.
+
+    Flash attention is never placed by its sources (ggml-backend.cpp ``ggml_backend_sched_backend_id_from_cur``
+    skips FLASH_ATTN_EXT when it looks for weights) and src/llama-graph.cpp ``build_attn_mha`` pins only the path
+    without it to the CPU under ``--no-kv-offload``; so pass 2 of ``ggml_backend_sched_split_graph`` spreads the
+    GPU's assignment over the node from its neighbours: the query it reads, or the products the op-offload GPU
+    takes over in a layer left on the host. The K and V views then live in a buffer the GPU cannot read
+    (``ggml_backend_sched_buffer_supported``), and pass 5 makes each a split input: ``ggml_dup_tensor_layout``,
+    the view's type, shape and strides, allocated in the GPU's compute buffer (``ggml_nbytes`` of all the cells of
+    every stream, plus ggml-cuda.cu ``ggml_backend_cuda_buffer_type_get_alloc_size``'s padding row where the
+    quantized ``ne[0]``, the head size, is not a multiple of 512) and live at the flash-attention node. One
+    layer's pair at a time: each view is its own input and is freed after its node (one copy without pipeline
+    parallelism, which ``--no-kv-offload`` and partial offload both turn off)."""
+    padding = card.backend.quant_row_padding
+    widest = 0
+    for il in set(layers) & set(kv_layers(profile, mtp=False)):
+        swa = profile.is_swa(il)
+        cells = (cache.swa_cells(profile) if swa else cache.n_ctx_seq) * cache.n_stream
+        k_elems, v_elems = profile.kv_row_elements(il)
+        heads = ((profile.key_length_swa, profile.value_length_swa) if swa
+                 else (profile.key_length, profile.value_length))
+        size = 0
+        for ggml_type, elems, head in ((cache.type_k, k_elems, heads[0]), (cache.type_v, v_elems, heads[1])):
+            nbytes = row_bytes(ggml_type, elems) * cells
+            if padding and ggml_type.upper() not in FLOAT_TYPES and head % padding:
+                nbytes += row_bytes(ggml_type, padding - head % padding)
+            size += pad(nbytes, card.backend.alignment)
+        widest = max(widest, size)
+    return widest
+
+
+def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int],
+                    copied: int = 0) -> int:
+    """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16, or with K and V
+    copied in from the host (``copied``, ``host_cache_copies``).
 
     ggml-alloc.c ``ggml_gallocr_allocate_node`` sizes a node by its buffer type's ``get_alloc_size``; for
     FLASH_ATTN_EXT the CUDA buffer type (ggml-cuda.cu ``ggml_backend_cuda_buffer_type_get_alloc_size`` ->
@@ -222,14 +257,19 @@ def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells:
     ``launch_fattn`` dequantizes into, when the kernel chosen needs f16 K/V (the tile and MMA kernels: every
     batch of more than two tokens per stream on a recent card). The node is larger than any free block, so
     ``ggml_dyn_tallocr_alloc`` places it above everything still live: the activations of the layer (bounded by
-    five of the widest of n_embd and the query per token), the positions and indices, every f16 mask and the
-    rotation inputs. Measured equal or within 1 % over on every such boot (docs/ledger.md)."""
+    five of the widest of n_embd and the query per token), the positions and indices, every f16 mask, the
+    rotation inputs and the K and V copied in from a cache on the host. Measured equal or within 1 % over on every
+    such boot (docs/ledger.md). fattn-common.cuh adds a view's f16 copy only where its type is not f16."""
     n_embd, _, q, _ = _dims(profile)
     k_view, v_view = _widest_views(profile, cache)
     ub = n_ubatch
-    node = pad(4 * ub * q, 128) + pad(2 * k_view, 128) + 2 * v_view
+    node = pad(4 * ub * q, 128)
+    if cache.type_k.upper() != "F16":
+        node = pad(node, 128) + 2 * k_view
+    if cache.type_v.upper() != "F16":
+        node = pad(node, 128) + 2 * v_view
     masks = sum(2 * cells * ub for cells in mask_cells)
-    live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128
+    live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128 + copied
     return node + masks + live
 
 
@@ -338,9 +378,17 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         floor = 0
         if card is HOST and not layers and not shape.host_attention:
             floor = host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
-        elif card is not HOST and layers and flash_attn and quantized_kv and cache.offload \
-                and card.backend.quant_row_padding > 0:
-            floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells)
+        elif card is not HOST and layers and flash_attn and card.backend.quant_row_padding > 0:
+            # the layers whose flash attention runs here over a cache on the host: every layer of this card under
+            # --no-kv-offload, and the host's own layers where this card is the op-offload GPU; where the card has
+            # no kernel for the head size (ggml-cuda.cu supports_op), pass 3 gives the node to the CPU instead
+            kernel = profile.key_length in FA_HEAD_SIZES.get(card.backend.kind, frozenset())
+            host_cache = [il for il, where in enumerate(trunk)
+                          if kernel and ((where is card and not cache.offload)
+                                         or (where is HOST and op_offload and bool(gpus) and card is gpus[0]))]
+            copied = host_cache_copies(profile, cache, host_cache, card) if host_cache else 0
+            if copied or (quantized_kv and cache.offload):
+                floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied)
         # The floors mirror build 11434; a buffer measured on the fleet's own engine at a larger ubatch (a compute
         # buffer grows with it) is what that engine does, and no floor goes above it.
         measured = [c.bytes for c in calibrations if c.context == context and c.device in (card.name, card.label)
