@@ -156,6 +156,10 @@ def compute_peak(profile: Profile, shape: ComputeShape, *, holds_layers: bool, h
             size += 4 * ub * (n_embd + 3 * q)  # Q, the attention output and its permuted copy
             if not shape.flash_attn:
                 size += 4 * ub * n_head * max(shape.mask_cells or (0,))  # the f32 scores (softmax in place)
+                # V untransposed (-fa auto resolved off): build_attn_mha's ggml_cont(ggml_transpose(v)) sits between
+                # the cache views (the CPU's, "1.vsrc") and the output it pins to the CPU, so pass 2's "expand rest
+                # down" of ggml_backend_sched_split_graph gives it to the host too
+                size += shape.v_copy
         return pad(size, 32)
     ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
     attn = 4 * ub * (n_embd + 5 * q)
