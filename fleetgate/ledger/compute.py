@@ -277,6 +277,48 @@ def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells:
     return node + masks + live
 
 
+def late_cache(profile: Profile) -> int | None:
+    """The first layer of the attention cache whose layers start later (the full-attention cache of an iSWA model,
+    whose first layer follows sliding-window ones), or None with one cache."""
+    first: dict[bool, int] = {}
+    for il in kv_layers(profile, mtp=False):
+        first.setdefault(profile.is_swa(il), il)
+    return max(first.values()) if len(first) > 1 else None
+
+
+def late_mask_floor(profile: Profile, cache: KvCache, shape: ComputeShape) -> int:
+    """The peak at the first flash attention over the later cache of an iSWA model, where a product the op-offload
+    GPU takes over comes before it.
+
+    Each offloaded host weight starts a split (ggml-backend.cpp ``ggml_backend_sched_split_graph`` pass 5), and the
+    graph copy adds a split's inputs "so that they are allocated by ggml-alloc at the start of the split": the
+    later cache's mask (``build_attn_inp_kq_mask``, f16) is first read in the split that the last offloaded weight
+    before its first layer starts (``-ncffn``: the previous layer's ``ffn_down``), while that layer's FFN product
+    (``ffn_geglu``, ``build_ffn``) is still live at the top of the buffer. The mask is larger than any hole, so
+    ggml-alloc.c ``ggml_dyn_tallocr_alloc`` puts it above the FFN's peak, and the flash-attention node of the
+    later cache (its f16 K/V copies where the cache is quantized, ``attention_floor``) lands above the mask. The
+    FFN's peak is bounded by the FFN term of ``compute_peak`` (residual, norm, gate, up and their product), the
+    inputs read before it (the earlier cache's mask, the rotations, positions and indices) and the weight copies
+    (``offloaded_input``): traced on a stand-in CUDA device running build 11434's scheduler and allocator, the
+    mask of gemma-3-270m under ``-ncffn 12`` lands at the top of layer 4's ``ffn_geglu``."""
+    first_late = late_cache(profile)
+    if first_late is None:
+        return 0
+    n_embd, n_ff, q, _ = _dims(profile)
+    ub = shape.n_ubatch
+    late_cells = cache.swa_cells(profile) if profile.is_swa(first_late) else cache.n_ctx_seq
+    early_cells = cache.n_ctx_seq if profile.is_swa(first_late) else cache.swa_cells(profile)
+    k_view, v_view = _widest_views(profile, cache)
+    node = pad(4 * ub * q, 128)
+    if cache.type_k.upper() != "F16":
+        node = pad(node, 128) + 2 * k_view
+    if cache.type_v.upper() != "F16":
+        node = pad(node, 128) + 2 * v_view
+    below = 4 * ub * (4 * n_embd + 3 * n_ff) + 2 * early_cells * ub + _rotations(profile, cache) + 64 * ub \
+        + shape.offloaded_input
+    return below + 2 * late_cells * ub + node
+
+
 def host_inputs(profile: Profile, cache: KvCache, shape: ComputeShape, *, mean_pooling: bool,
                 cls_pooling: bool) -> int:
     """The host's compute buffer where it runs no layer: the graph's inputs (ggml-backend.cpp
@@ -393,6 +435,14 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
             copied = host_cache_copies(profile, cache, host_cache, card) if host_cache else 0
             if copied or (quantized_kv and cache.offload):
                 floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied)
+            # a product of a host weight this card takes over before the later cache's first layer
+            first_late = late_cache(profile)
+            blocks = {w.name: w.block for w in profile.weights}
+            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload and (
+                    any(where is HOST for where in trunk[:first_late])
+                    or any((blocks.get(t) if blocks.get(t) is not None else first_late) < first_late
+                           for t in _host_tensors(model))):
+                floor = max(floor, late_mask_floor(profile, cache, shape))
         # The floors mirror build 11434; a buffer measured on the fleet's own engine at a larger ubatch (a compute
         # buffer grows with it) is what that engine does, and no floor goes above it.
         measured = [c.bytes for c in calibrations if c.context == context and c.device in (card.name, card.label)
