@@ -437,12 +437,11 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
                 floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied)
             # a product of a host weight this card takes over before the later cache's first layer
             first_late = late_cache(profile)
-            blocks = {w.name: w.block for w in profile.weights}
-            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload and (
-                    any(where is HOST for where in trunk[:first_late])
-                    or any((blocks.get(t) if blocks.get(t) is not None else first_late) < first_late
-                           for t in _host_tensors(model))):
-                floor = max(floor, late_mask_floor(profile, cache, shape))
+            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload:
+                host_blocks = {w.block for w in profile.weights if w.name in _host_tensors(model)}
+                host_blocks |= {il for il, where in enumerate(trunk) if where is HOST}
+                if any(block is not None and block < first_late for block in host_blocks):
+                    floor = max(floor, late_mask_floor(profile, cache, shape))
         # The floors mirror build 11434; a buffer measured on the fleet's own engine at a larger ubatch (a compute
         # buffer grows with it) is what that engine does, and no floor goes above it.
         measured = [c.bytes for c in calibrations if c.context == context and c.device in (card.name, card.label)
