@@ -319,6 +319,27 @@ def late_mask_floor(profile: Profile, cache: KvCache, shape: ComputeShape) -> in
     return below + 2 * late_cells * ub + node
 
 
+def host_attention_copies(profile: Profile, n_ubatch: int, layers: Iterable[int]) -> int:
+    """What the host adds above its inputs where it runs the flash attention of a layer left on it because the
+    op-offload GPU has no kernel for the head size (ggml-cuda.cu ``supports_op``: pass 3 of
+    ``ggml_backend_sched_split_graph`` gives the node to the CPU).
+
+    That layer's ``set_rows`` into its cache (src/llama-graph.cpp ``build_attn``: ``cpy_k``/``cpy_v`` into a view of
+    a host buffer, ``1.vsrc``) and the flash attention form one CPU split whose inputs are the GPU's ``k_cur``,
+    ``v_cur`` and query (f32, the products of host weights the GPU took over); the graph copy allocates a split's
+    inputs at its start, and the f32 attention output (``build_attn_mha``) comes above them. Traced on the stand-in
+    CUDA device (tests/ledger/gpu/standin.cpp) for the tiny hybrid at ``-ngl 0 -np 4``: the query's copy and the
+    output are the top of the host's buffer, K and V land in holes the inputs left. Counted here above every input,
+    a bound."""
+    _, _, q, n_head = _dims(profile)
+    widest = 0
+    for il in set(layers) & set(kv_layers(profile, mtp=False)):
+        k_elems, v_elems = profile.kv_row_elements(il)
+        out = n_head * max(profile.value_length, 1)
+        widest = max(widest, sum(pad(4 * n_ubatch * n, 32) for n in (k_elems, v_elems, q, out)))
+    return widest
+
+
 def host_inputs(profile: Profile, cache: KvCache, shape: ComputeShape, *, mean_pooling: bool,
                 cls_pooling: bool) -> int:
     """The host's compute buffer where it runs no layer: the graph's inputs (ggml-backend.cpp
@@ -424,6 +445,10 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         floor = 0
         if card is HOST and not layers and not shape.host_attention:
             floor = host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
+            if op_offload and flash_attn and gpus \
+                    and profile.key_length not in FA_HEAD_SIZES.get(gpus[0].backend.kind, frozenset()):
+                floor += host_attention_copies(profile, n_ubatch, [il for il, where in enumerate(trunk)
+                                                                   if where is HOST])
         elif card is not HOST and layers and flash_attn and card.backend.quant_row_padding > 0:
             # the layers whose flash attention runs here over a cache on the host: every layer of this card under
             # --no-kv-offload, and the host's own layers where this card is the op-offload GPU; where the card has

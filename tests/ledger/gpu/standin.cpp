@@ -8,8 +8,10 @@
  * get_alloc_size adds the flash-attention node's f16 K/V copies for more than two tokens per stream
  * (fattn-common.cuh ggml_cuda_flash_attn_ext_get_f16_extra_data) and the quantized padding row, alignment 128.
  * Its supports_op accepts every other op, so a graph where the real card refuses one differs (gemma-3-270m with
- * host layers: 17.01 MiB against the H100's 22.01). Each allocation is logged as "STANDIN-ALLOC <bytes>"; with
- * STANDIN_TRACE=1 every tensor a computed split reads or writes is logged with its offset in its buffer.
+ * host layers: 17.01 MiB against the H100's 22.01). Its host buffer type stands for the pinned CUDA_Host one. Each
+ * allocation is logged as "STANDIN-ALLOC <bytes>" (device) or "STANDIN-HOSTALLOC <bytes>" (host); with
+ * STANDIN_TRACE=1 every tensor a computed split reads or writes is logged with its offset in its buffer, and every
+ * input set on the host and every device-to-host copy with its offset in the host buffer.
  *
  *   g++ -shared -fPIC -std=c++17 -I LLAMA/ggml/include -I LLAMA/ggml/src standin.cpp \
  *       -L BIN -l:libggml-base.so.0 -Wl,-rpath,BIN -o libggml-standin.so
@@ -28,12 +30,32 @@ static const int HEADS[] = {40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 57
 
 struct fbuf { void * base; size_t size; };
 
+#include <vector>
+static std::vector<fbuf *> HOSTS;
+static long host_off(const void * p, size_t * which) {
+    for (size_t i = 0; i < HOSTS.size(); i++) {
+        char * b = (char *) HOSTS[i]->base;
+        if ((const char *) p >= b && (const char *) p < b + HOSTS[i]->size) { *which = HOSTS[i]->size; return (const char *) p - b; }
+    }
+    return -1;
+}
+static void hb_set(ggml_backend_buffer_t, ggml_tensor * t, const void * d, size_t off, size_t n) {
+    size_t w = 0; long o = host_off((char *) t->data, &w);
+    if (getenv("STANDIN_TRACE")) fprintf(stderr, "STANDIN-HOST set %s off=%ld n=%zu buf=%zu\n", t->name, o, ggml_nbytes(t), w);
+    memcpy((char *) t->data + off, d, n);
+}
+static void hb_free(ggml_backend_buffer_t b) { fbuf * f = (fbuf *) b->context; for (size_t i = 0; i < HOSTS.size(); i++) if (HOSTS[i] == f) HOSTS.erase(HOSTS.begin() + i); free(f->base); delete f; }
+
 static void b_free(ggml_backend_buffer_t b) { fbuf * f = (fbuf *) b->context; free(f->base); delete f; }
 static void * b_base(ggml_backend_buffer_t b) { return ((fbuf *) b->context)->base; }
 static enum ggml_status b_init(ggml_backend_buffer_t, ggml_tensor *) { return GGML_STATUS_SUCCESS; }
 static void b_memset(ggml_backend_buffer_t, ggml_tensor * t, uint8_t v, size_t off, size_t n) { memset((char *) t->data + off, v, n); }
 static void b_set(ggml_backend_buffer_t, ggml_tensor * t, const void * d, size_t off, size_t n) { memcpy((char *) t->data + off, d, n); }
-static void b_get(ggml_backend_buffer_t, const ggml_tensor * t, void * d, size_t off, size_t n) { memcpy(d, (const char *) t->data + off, n); }
+static void b_get(ggml_backend_buffer_t, const ggml_tensor * t, void * d, size_t off, size_t n) {
+    size_t w = 0; long o = host_off(d, &w);
+    if (getenv("STANDIN_TRACE") && o >= 0) fprintf(stderr, "STANDIN-HOST get %s off=%ld n=%zu buf=%zu\n", t->name, o, n, w);
+    memcpy(d, (const char *) t->data + off, n);
+}
 static bool b_cpy(ggml_backend_buffer_t, const ggml_tensor *, ggml_tensor *) { return false; }
 static void b_clear(ggml_backend_buffer_t b, uint8_t v) { fbuf * f = (fbuf *) b->context; memset(f->base, v, f->size); }
 
@@ -65,10 +87,22 @@ static size_t bt_alloc_size(ggml_backend_buffer_type_t, const ggml_tensor * t) {
     return size;
 }
 static bool bt_host(ggml_backend_buffer_type_t) { return false; }
+static const ggml_backend_buffer_i HBUF_I = { hb_free, b_base, b_init, b_memset, hb_set, b_get, nullptr, nullptr, b_cpy, b_clear, nullptr };
+static const char * hbt_name(ggml_backend_buffer_type_t) { return "CUDA_Host"; }
+static ggml_backend_buffer_t hbt_alloc(ggml_backend_buffer_type_t bt, size_t size) {
+    fprintf(stderr, "STANDIN-HOSTALLOC %zu\n", size);
+    void * mem = nullptr; if (posix_memalign(&mem, 4096, size ? size : 1)) abort(); memset(mem, 0, size);
+    fbuf * f = new fbuf{ mem, size }; HOSTS.push_back(f);
+    return ggml_backend_buffer_init(bt, HBUF_I, f, size);
+}
+static size_t hbt_align(ggml_backend_buffer_type_t) { return 32; }
+static bool hbt_host(ggml_backend_buffer_type_t) { return true; }
+static const ggml_backend_buffer_type_i HBT_I = { hbt_name, hbt_alloc, nullptr, hbt_align, bt_max, nullptr, nullptr, hbt_host };
 static const ggml_backend_buffer_type_i BT_I = { bt_name, bt_alloc, nullptr, bt_align, bt_max, bt_alloc_size, nullptr, bt_host };
 
 static ggml_backend_device DEV;
 static ggml_backend_buffer_type BT = { BT_I, &DEV, nullptr };
+static ggml_backend_buffer_type HBT = { HBT_I, &DEV, nullptr };
 static ggml_backend_buffer_type & BT_REF() { return BT; }
 
 static const char * be_name(ggml_backend_t) { return "CUDA0"; }
@@ -108,6 +142,7 @@ static void d_props(ggml_backend_dev_t d, ggml_backend_dev_props * p) {
 }
 static ggml_backend_t d_init(ggml_backend_dev_t d, const char *) { return new ggml_backend{ &GUID, BE_I, d, nullptr }; }
 static ggml_backend_buffer_type_t d_buft(ggml_backend_dev_t) { return &BT; }
+static ggml_backend_buffer_type_t d_hbuft(ggml_backend_dev_t) { return &HBT; }
 static bool d_supports_op(ggml_backend_dev_t, const ggml_tensor * op) {
     if (op->op == GGML_OP_FLASH_ATTN_EXT) {
         int d = (int) op->src[0]->ne[0];
@@ -128,7 +163,7 @@ static int64_t batch(const ggml_tensor * op) {
     }
 }
 static bool d_offload(ggml_backend_dev_t, const ggml_tensor * op) { return batch(op) >= 32; }
-static const ggml_backend_device_i DEV_I = { d_name, d_desc, d_mem, d_type, d_props, d_init, d_buft, nullptr, nullptr,
+static const ggml_backend_device_i DEV_I = { d_name, d_desc, d_mem, d_type, d_props, d_init, d_buft, d_hbuft, nullptr,
     d_supports_op, d_supports_buft, d_offload, nullptr, nullptr, nullptr };
 
 static const char * r_name(ggml_backend_reg_t) { return "CUDA"; }
