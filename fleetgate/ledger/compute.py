@@ -10,13 +10,13 @@ factor of its kind of buffer (``COMPUTE_FACTORS``), plus ``COMPUTE_MARGIN`` wher
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
 from fleetgate.ledger.accounts import Accounts, Calibration, Term, calibrations_at
-from fleetgate.ledger.context import ContextParams
-from fleetgate.ledger.devices import HOST, Card
+from fleetgate.ledger.context import FA_HEAD_SIZES, ContextParams
+from fleetgate.ledger.devices import FLOAT_TYPES, HOST, Card
 from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import KvCache, kv_layers
 from fleetgate.ledger.options import flag_value
@@ -156,6 +156,10 @@ def compute_peak(profile: Profile, shape: ComputeShape, *, holds_layers: bool, h
             size += 4 * ub * (n_embd + 3 * q)  # Q, the attention output and its permuted copy
             if not shape.flash_attn:
                 size += 4 * ub * n_head * max(shape.mask_cells or (0,))  # the f32 scores (softmax in place)
+                # V untransposed (-fa auto resolved off): build_attn_mha's ggml_cont(ggml_transpose(v)) sits between
+                # the cache views (the CPU's, "1.vsrc") and the output it pins to the CPU, so pass 2's "expand rest
+                # down" of ggml_backend_sched_split_graph gives it to the host too
+                size += shape.v_copy
         return pad(size, 32)
     ffn = 4 * ub * (4 * n_embd + 3 * n_ff)
     attn = 4 * ub * (n_embd + 5 * q)
@@ -212,8 +216,43 @@ def _rotations(profile: Profile, cache: KvCache) -> int:
     return caches * 2 * 4 * side * side
 
 
-def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int]) -> int:
-    """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16.
+def host_cache_copies(profile: Profile, cache: KvCache, layers: Iterable[int], card: Card) -> int:
+    """The widest of the given layers' whole K and V views as the CUDA device copies them in from a cache on the
+    host, in the cache's own type.
+
+    Flash attention is never placed by its sources (ggml-backend.cpp ``ggml_backend_sched_backend_id_from_cur``
+    skips FLASH_ATTN_EXT when it looks for weights) and src/llama-graph.cpp ``build_attn_mha`` pins only the path
+    without it to the CPU under ``--no-kv-offload``; so pass 2 of ``ggml_backend_sched_split_graph`` spreads the
+    GPU's assignment over the node from its neighbours: the query it reads, or the products the op-offload GPU
+    takes over in a layer left on the host. The K and V views then live in a buffer the GPU cannot read
+    (``ggml_backend_sched_buffer_supported``), and pass 5 makes each a split input: ``ggml_dup_tensor_layout``,
+    the view's type, shape and strides, allocated in the GPU's compute buffer (``ggml_nbytes`` of all the cells of
+    every stream, plus ggml-cuda.cu ``ggml_backend_cuda_buffer_type_get_alloc_size``'s padding row where the
+    quantized ``ne[0]``, the head size, is not a multiple of 512) and live at the flash-attention node. One
+    layer's pair at a time: each view is its own input and is freed after its node (one copy without pipeline
+    parallelism, which ``--no-kv-offload`` and partial offload both turn off)."""
+    padding = card.backend.quant_row_padding
+    widest = 0
+    for il in set(layers) & set(kv_layers(profile, mtp=False)):
+        swa = profile.is_swa(il)
+        cells = (cache.swa_cells(profile) if swa else cache.n_ctx_seq) * cache.n_stream
+        k_elems, v_elems = profile.kv_row_elements(il)
+        heads = ((profile.key_length_swa, profile.value_length_swa) if swa
+                 else (profile.key_length, profile.value_length))
+        size = 0
+        for ggml_type, elems, head in ((cache.type_k, k_elems, heads[0]), (cache.type_v, v_elems, heads[1])):
+            nbytes = row_bytes(ggml_type, elems) * cells
+            if padding and ggml_type.upper() not in FLOAT_TYPES and head % padding:
+                nbytes += row_bytes(ggml_type, padding - head % padding)
+            size += pad(nbytes, card.backend.alignment)
+        widest = max(widest, size)
+    return widest
+
+
+def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int],
+                    copied: int = 0) -> int:
+    """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16, or with K and V
+    copied in from the host (``copied``, ``host_cache_copies``).
 
     ggml-alloc.c ``ggml_gallocr_allocate_node`` sizes a node by its buffer type's ``get_alloc_size``; for
     FLASH_ATTN_EXT the CUDA buffer type (ggml-cuda.cu ``ggml_backend_cuda_buffer_type_get_alloc_size`` ->
@@ -222,15 +261,83 @@ def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells:
     ``launch_fattn`` dequantizes into, when the kernel chosen needs f16 K/V (the tile and MMA kernels: every
     batch of more than two tokens per stream on a recent card). The node is larger than any free block, so
     ``ggml_dyn_tallocr_alloc`` places it above everything still live: the activations of the layer (bounded by
-    five of the widest of n_embd and the query per token), the positions and indices, every f16 mask and the
-    rotation inputs. Measured equal or within 1 % over on every such boot (docs/ledger.md)."""
+    five of the widest of n_embd and the query per token), the positions and indices, every f16 mask, the
+    rotation inputs and the K and V copied in from a cache on the host. Measured equal or within 1 % over on every
+    such boot (docs/ledger.md). fattn-common.cuh adds a view's f16 copy only where its type is not f16."""
     n_embd, _, q, _ = _dims(profile)
     k_view, v_view = _widest_views(profile, cache)
     ub = n_ubatch
-    node = pad(4 * ub * q, 128) + pad(2 * k_view, 128) + 2 * v_view
+    node = pad(4 * ub * q, 128)
+    if cache.type_k.upper() != "F16":
+        node = pad(node, 128) + 2 * k_view
+    if cache.type_v.upper() != "F16":
+        node = pad(node, 128) + 2 * v_view
     masks = sum(2 * cells * ub for cells in mask_cells)
-    live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128
+    live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128 + copied
     return node + masks + live
+
+
+def late_cache(profile: Profile) -> int | None:
+    """The first layer of the attention cache whose layers start later (the full-attention cache of an iSWA model,
+    whose first layer follows sliding-window ones), or None with one cache."""
+    first: dict[bool, int] = {}
+    for il in kv_layers(profile, mtp=False):
+        first.setdefault(profile.is_swa(il), il)
+    return max(first.values()) if len(first) > 1 else None
+
+
+def late_mask_floor(profile: Profile, cache: KvCache, shape: ComputeShape) -> int:
+    """The peak at the first flash attention over the later cache of an iSWA model, where a product the op-offload
+    GPU takes over comes before it.
+
+    Each offloaded host weight starts a split (ggml-backend.cpp ``ggml_backend_sched_split_graph`` pass 5), and the
+    graph copy adds a split's inputs "so that they are allocated by ggml-alloc at the start of the split": the
+    later cache's mask (``build_attn_inp_kq_mask``, f16) is first read in the split that the last offloaded weight
+    before its first layer starts (``-ncffn``: the previous layer's ``ffn_down``), while that layer's FFN product
+    (``ffn_geglu``, ``build_ffn``) is still live at the top of the buffer. The mask is larger than any hole, so
+    ggml-alloc.c ``ggml_dyn_tallocr_alloc`` puts it above the FFN's peak, and the flash-attention node of the
+    later cache (its f16 K/V copies where the cache is quantized, ``attention_floor``) lands above the mask. The
+    FFN's peak is bounded by the FFN term of ``compute_peak`` (residual, norm, gate, up and their product), the
+    inputs read before it (the earlier cache's mask, the rotations, positions and indices) and the weight copies
+    (``offloaded_input``): traced on a stand-in CUDA device running build 11434's scheduler and allocator, the
+    mask of gemma-3-270m under ``-ncffn 12`` lands at the top of layer 4's ``ffn_geglu``."""
+    first_late = late_cache(profile)
+    if first_late is None:
+        return 0
+    n_embd, n_ff, q, _ = _dims(profile)
+    ub = shape.n_ubatch
+    late_cells = cache.swa_cells(profile) if profile.is_swa(first_late) else cache.n_ctx_seq
+    early_cells = cache.n_ctx_seq if profile.is_swa(first_late) else cache.swa_cells(profile)
+    k_view, v_view = _widest_views(profile, cache)
+    node = pad(4 * ub * q, 128)
+    if cache.type_k.upper() != "F16":
+        node = pad(node, 128) + 2 * k_view
+    if cache.type_v.upper() != "F16":
+        node = pad(node, 128) + 2 * v_view
+    below = 4 * ub * (4 * n_embd + 3 * n_ff) + 2 * early_cells * ub + _rotations(profile, cache) + 64 * ub \
+        + shape.offloaded_input
+    return below + 2 * late_cells * ub + node
+
+
+def host_attention_copies(profile: Profile, n_ubatch: int, layers: Iterable[int]) -> int:
+    """What the host adds above its inputs where it runs the flash attention of a layer left on it because the
+    op-offload GPU has no kernel for the head size (ggml-cuda.cu ``supports_op``: pass 3 of
+    ``ggml_backend_sched_split_graph`` gives the node to the CPU).
+
+    That layer's ``set_rows`` into its cache (src/llama-graph.cpp ``build_attn``: ``cpy_k``/``cpy_v`` into a view of
+    a host buffer, ``1.vsrc``) and the flash attention form one CPU split whose inputs are the GPU's ``k_cur``,
+    ``v_cur`` and query (f32, the products of host weights the GPU took over); the graph copy allocates a split's
+    inputs at its start, and the f32 attention output (``build_attn_mha``) comes above them. Traced on the stand-in
+    CUDA device (tests/ledger/gpu/standin.cpp) for the tiny hybrid at ``-ngl 0 -np 4``: the query's copy and the
+    output are the top of the host's buffer, K and V land in holes the inputs left. Counted here above every input,
+    a bound."""
+    _, _, q, n_head = _dims(profile)
+    widest = 0
+    for il in set(layers) & set(kv_layers(profile, mtp=False)):
+        k_elems, v_elems = profile.kv_row_elements(il)
+        out = n_head * max(profile.value_length, 1)
+        widest = max(widest, sum(pad(4 * n_ubatch * n, 32) for n in (k_elems, v_elems, q, out)))
+    return widest
 
 
 def host_inputs(profile: Profile, cache: KvCache, shape: ComputeShape, *, mean_pooling: bool,
@@ -338,9 +445,28 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         floor = 0
         if card is HOST and not layers and not shape.host_attention:
             floor = host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
-        elif card is not HOST and layers and flash_attn and quantized_kv and cache.offload \
-                and card.backend.quant_row_padding > 0:
-            floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells)
+            if op_offload and flash_attn and gpus \
+                    and profile.key_length not in FA_HEAD_SIZES.get(gpus[0].backend.kind, frozenset()):
+                floor += host_attention_copies(profile, n_ubatch, [il for il, where in enumerate(trunk)
+                                                                   if where is HOST])
+        elif card is not HOST and layers and flash_attn and card.backend.quant_row_padding > 0:
+            # the layers whose flash attention runs here over a cache on the host: every layer of this card under
+            # --no-kv-offload, and the host's own layers where this card is the op-offload GPU; where the card has
+            # no kernel for the head size (ggml-cuda.cu supports_op), pass 3 gives the node to the CPU instead
+            kernel = profile.key_length in FA_HEAD_SIZES.get(card.backend.kind, frozenset())
+            host_cache = [il for il, where in enumerate(trunk)
+                          if kernel and ((where is card and not cache.offload)
+                                         or (where is HOST and op_offload and bool(gpus) and card is gpus[0]))]
+            copied = host_cache_copies(profile, cache, host_cache, card) if host_cache else 0
+            if copied or (quantized_kv and cache.offload):
+                floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied)
+            # a product of a host weight this card takes over before the later cache's first layer
+            first_late = late_cache(profile)
+            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload:
+                host_blocks = {w.block for w in profile.weights if w.name in _host_tensors(model)}
+                host_blocks |= {il for il, where in enumerate(trunk) if where is HOST}
+                if any(block is not None and block < first_late for block in host_blocks):
+                    floor = max(floor, late_mask_floor(profile, cache, shape))
         # The floors mirror build 11434; a buffer measured on the fleet's own engine at a larger ubatch (a compute
         # buffer grows with it) is what that engine does, and no floor goes above it.
         measured = [c.bytes for c in calibrations if c.context == context and c.device in (card.name, card.label)

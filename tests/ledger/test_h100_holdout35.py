@@ -28,15 +28,14 @@ HEALTHY = [b for b in BOOTS if b["healthy"]]
 NOT_EQUAL: dict[tuple[str, str, str, str], tuple[int, int]] = {}
 # (boot, device): (ledger, engine) in MiB, every compute buffer the ledger puts below the engine (found on the
 # held-out set and fixed since: ho-gemma3-embd-last-ngl0's CUDA0, 26.89 against 687.01, its total -54 %: the
-# op-offload GPU computes an embedding context's logits at -ngl 0)
-COMPUTE_UNDER = {
-    ("ho-smollm2-q8-32k-ngl20", "CUDA0"): (62.81, 75.50),
-    ("ho-qwen35-ngl0-np4", "CUDA_Host"): (1.53, 1.90),
-    ("ho-gemma3-ngl8-c16k", "CUDA0"): (33.13, 34.01),
-    ("ho-qwen35-np8-nkvo-ub32", "CUDA_Host"): (0.67, 0.85),
-    ("ho-smollm2-nkvo-q8-16k", "CUDA0"): (32.63, 40.04),
-    ("ho-gemma3-ncffn12-q8-16k", "CUDA0"): (46.03, 52.28),
-}
+# op-offload GPU computes an embedding context's logits at -ngl 0; the K and V views a flash attention on the GPU
+# copies in from a cache on the host, compute.host_cache_copies: ho-smollm2-q8-32k-ngl20's CUDA0 62.81 against
+# 75.50, ho-gemma3-ngl8-c16k's 33.13 against 34.01, ho-smollm2-nkvo-q8-16k's 32.63 against 40.04; the host's copy
+# of an untransposed V under --no-kv-offload: ho-qwen35-np8-nkvo-ub32's CUDA_Host 0.67 against 0.85; the later
+# cache's mask allocated above an offloaded FFN, compute.late_mask_floor: ho-gemma3-ncffn12-q8-16k's CUDA0 46.03
+# against 52.28; the host's copies for a flash attention the GPU has no kernel for, compute.host_attention_copies:
+# ho-qwen35-ngl0-np4's CUDA_Host 1.53 against 1.90)
+COMPUTE_UNDER: dict[tuple[str, str], tuple[float, float]] = {}
 # (boot, reading): the ledger's GPU total / nvidia-smi's used memory - 1, where it is beyond 5 %
 TOTALS_BEYOND_5 = {
     ("ho-smollm2-rerank-ub1024-nofa", "smi_healthy"): 0.076,
