@@ -164,7 +164,7 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
         ledger = service_ledger(config)
     except (KeyError, ValueError):
         raise NotApplicable(f"{name}'s ledger cannot place it on {host.name}'s cards: see card-floor[{name}]") from None
-    return {device.card.name: device.total for device in ledger.cards}
+    return {device.card.host_name: device.total for device in ledger.cards}
 
 
 CO_CHECK = fleet_seam(
