@@ -22,8 +22,8 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet
-from fleetgate.manifest import load_fleet
 from fleetgate.init.probe import parse_vulkaninfo
+from fleetgate.manifest import load_fleet
 from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import NOT_JUDGED, SEAMS, SKIPPED, run_seams
 
