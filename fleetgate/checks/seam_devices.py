@@ -2,6 +2,7 @@
 
 ROCm filters devices by ROCR_VISIBLE_DEVICES first; HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES)
 then indexes into what is left. llama.cpp names the visible devices ROCm0, ROCm1, ... in that order.
+The rules are fleetgate.visibility's, which the ledger reads too; a card named by UUID is not judged here.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ card that another engine of the fleet also uses, vLLM starts only if that engine
   vLLM's fraction free, or vLLM refuses when llama-server got there first (and llama-server runs out of memory when
   vLLM did).
 
-Which cards a service uses is read from how it starts: a compose GPU grant (``device_ids``, ``count``, ``gpus:``,
-device nodes), a ``docker run --gpus``/``--device``, narrowed by the container's own visibility variables, the
-visibility variables of a process of the host; vLLM's are the first
-tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin never gives one card to two containers,
+Which cards a service uses is read from how it starts (``fleetgate.visibility.engine_cards``: a compose GPU grant, a
+``docker run --gpus``/``--device``, a Kubernetes limit, narrowed by the visibility variables); vLLM's are the first
+tensor x pipeline parallel ones of what it sees, llama-server's its ``--device`` list named as it names what it sees,
+and what a llama-server holds there is its ledger on those cards alone. Kubernetes' device plugin never gives one card to two containers,
 so pods that both ask for a GPU through ``resources`` share none. Services of one host run at once unless
 ``exclusive_with`` says they never do; a rollback or undeployed service does not run.
 """
