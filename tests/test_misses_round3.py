@@ -600,3 +600,20 @@ def test_card_floor_of_a_pinned_llama_server(case: str, tmp_path: Path) -> None:
         assert "CUDA0 (the engine's CUDA1) keeps" in texts["gemma"]
     if case == "cuda-device-hidden":
         assert texts["gemma"].startswith("not judged: --device names CUDA1, which the engine is not shown")
+
+
+# device-visibility reads the same rules (start-scripts, llama-server under its own CUDA_VISIBLE_DEVICES).
+VISIBILITY_RULES: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "invalid-after-valid": (_visible("1,7,0"), {"gemma": PASSED}),  # CUDA shows card 1 and stops at 7
+    "invalid-first": (_visible("7,1"), {"gemma": "device-visibility/nothing-visible"}),
+    "uuid": (_visible("GPU-8f6c2d4e-1a3b-4c5d-9e8f-0a1b2c3d4e5f"), {"gemma": NOT_JUDGED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VISIBILITY_RULES))
+def test_device_visibility_reads_the_runtime_rules(case: str, tmp_path: Path) -> None:
+    edits, expected = VISIBILITY_RULES[case]
+    fleet_toml = _fleet(tmp_path, "start-scripts", edits)
+    (fleet_toml.parent / "profiles").mkdir()
+    outcomes, texts = _outcomes(_with_coder(fleet_toml), "device-visibility")
+    assert {k: v for k, v in outcomes.items() if k == "gemma"} == expected, texts
