@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fleetgate.fleet import Device
+from fleetgate.fleet import Device, Host
 
 if TYPE_CHECKING:
     from fleetgate.render.rendered import RenderedService
@@ -139,6 +139,19 @@ def _nodes(devices: tuple[str, ...]) -> bool:
                for d in devices)
 
 
+def _some_nodes(nodes: tuple[str, ...], host: Host, how: str) -> Enumeration | None:
+    """Single render nodes (``/dev/dri/renderD129``) that pass fewer cards than the host has: which cards they are
+    follows the host's DRM probe order, which fleet.toml does not declare, so it is not guessed (None: every card
+    is passed, or no single node is named)."""
+    single = [n for n in nodes if n.startswith("/dev/dri/renderD")]
+    if not single or any(n.rstrip("/") == "/dev/dri" for n in nodes) or len(single) >= len(host.cards):
+        return None
+    return Enumeration((), how, True, unresolved=(
+        f"{how} passes {len(single)} of host {host.name}'s {len(host.cards)} cards by render node, and which cards "
+        "those are follows the host's DRM order, which fleet.toml does not declare: pass /dev/dri (every card) and "
+        "pin the engine by HIP_VISIBLE_DEVICES or GGML_VK_VISIBLE_DEVICES to have it judged"))
+
+
 def enumerated(config: RenderedService) -> Enumeration:
     """The devices a rendered service's engine process enumerates: the container's grant, then its visibility
     variables (a host process: the variables alone)."""
@@ -167,6 +180,9 @@ def enumerated(config: RenderedService) -> Enumeration:
             return Enumeration((), how, True, unresolved=(
                 f"{grant.how} names {', '.join(grant.unknown)}, not an index of host {host.name}'s devices: name the "
                 "cards by index (nvidia-smi's order) to have them judged"))
+        some = _some_nodes(grant.nodes, host, how)
+        if some is not None:
+            return some
         if grant.indices is None:
             return _narrowed(host.devices, env, how, narrowed=False)
         granted = tuple(d for d in host.devices if d.index in grant.indices)
@@ -174,7 +190,12 @@ def enumerated(config: RenderedService) -> Enumeration:
     if rendered.container is not None:
         run = rendered.container
         if _nodes(run.devices):
-            return _narrowed(host.devices, env, f"{run.client} run --device {' '.join(run.devices)}", narrowed=False)
+            how = f"{run.client} run --device {' '.join(run.devices)}"
+            nodes = tuple(d.split(":")[0] for d in run.devices)
+            some = _some_nodes(tuple(n for n in nodes if n.startswith("/dev/dri")), host, how)
+            if some is not None:
+                return some
+            return _narrowed(host.devices, env, how, narrowed=False)
         cdi = [d.split("=", 1) for d in run.devices if d.split("=", 1)[0] in _CDI]
         if cdi and not run.gpus:
             return _cdi(host.devices, cdi, env, f"{run.client} run --device {' '.join(run.devices)}")

@@ -536,6 +536,11 @@ PINNED_HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
                             {"tiwaz": "vllm-start-headroom/beside-engine"}),
     "vulkan-device-other": (_pinned(VULKAN_IMAGE, CODER_COMMAND + " --device Vulkan0", "", "", kfd=False),
                             {"tiwaz": PASSED}),
+    # One render node of the two: which card renderD129 is follows the host's DRM order, which fleet.toml does not
+    # say; not judged (booked on both cards before).
+    "vulkan-one-render-node": ([*_pinned(VULKAN_IMAGE, CODER_COMMAND, "", "", kfd=False),
+                                ("compose.yaml", "    devices: [/dev/dri]\n", "    devices: [/dev/dri/renderD129]\n")],
+                               {"tiwaz": NOT_JUDGED}),
     # A card named by UUID: which one is not in fleet.toml, so the pair is not judged (never booked on every card).
     "hip-uuid": (_pinned(LLAMA_IMAGE, CODER_COMMAND, "HIP_VISIBLE_DEVICES", "GPU-4b2c8a1e6f0d9e37"),
                  {"tiwaz": NOT_JUDGED}),
