@@ -199,6 +199,10 @@ def enumerated(config: RenderedService) -> Enumeration:
         cdi = [d.split("=", 1) for d in run.devices if d.split("=", 1)[0] in _CDI]
         if cdi and not run.gpus:
             return _cdi(host.devices, cdi, env, f"{run.client} run --device {' '.join(run.devices)}")
+        visible = env.get("NVIDIA_VISIBLE_DEVICES")
+        if not run.gpus and visible is not None:
+            # the NVIDIA runtime (--runtime nvidia) grants the cards this names
+            return _nvidia_visible(host.devices, visible, env, f"{run.client} run -e NVIDIA_VISIBLE_DEVICES={visible}")
         granted = docker_gpus(host.devices, run.gpus)
         how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run with no GPU"
         return _narrowed(granted, env, how, narrowed=granted != host.devices)
@@ -219,6 +223,23 @@ def _cdi(devices: tuple[Device, ...], named: list[list[str]], env: dict[str, str
     return Enumeration((), how, True, unresolved=(
         f"{how} names a CDI device fleetgate cannot map onto the host's declared devices (a UUID or a name): grant "
         "the cards by index (nvidia.com/gpu=0) to have them judged"))
+
+
+def _nvidia_visible(devices: tuple[Device, ...], value: str, env: dict[str, str], how: str) -> Enumeration:
+    """NVIDIA_VISIBLE_DEVICES as the NVIDIA container runtime reads it: ``all``, ``none``/``void``/empty (no card),
+    host indices, or UUIDs (not declared: not judged)."""
+    text = value.strip()
+    if text == "all":
+        return _narrowed(devices, env, how, narrowed=False)
+    if text in ("", "none", "void"):
+        return Enumeration((), how, True)
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not all(p.isdigit() for p in parts):
+        return Enumeration((), how, True, unresolved=(
+            f"NVIDIA_VISIBLE_DEVICES={value} names cards by UUID, which fleet.toml does not declare: name them by "
+            "index to have them judged"))
+    granted = tuple(d for d in devices if str(d.index) in parts)
+    return _narrowed(granted, env, how, narrowed=granted != devices)
 
 
 def _narrowed(devices: tuple[Device, ...], env: dict[str, str], how: str, *, narrowed: bool,

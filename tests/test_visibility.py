@@ -92,3 +92,27 @@ def test_cards_named_by_no_backend_keep_their_names() -> None:
     devices = (Device("RTX 3090", 24 * GIB, 0), Device("RTX 3090 Ti", 24 * GIB, 1))
     seen = engine_cards(_config(devices, {"CUDA_VISIBLE_DEVICES": "1"}))
     assert [(name, d.name) for name, d in seen.cards] == [("RTX 3090 Ti", "RTX 3090 Ti")]
+
+
+@pytest.mark.parametrize(("gpus", "devices", "env", "cards", "unresolved"), [
+    # --gpus device=1: the container sees the host's CUDA1 alone, as its CUDA0.
+    (("device=1",), (), {}, [("CUDA0", "CUDA1")], False),
+    # The NVIDIA runtime's own variable, with no --gpus.
+    ((), (), {"NVIDIA_VISIBLE_DEVICES": "2"}, [("CUDA0", "CUDA2")], False),
+    ((), (), {"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": "1"}, [("CUDA0", "CUDA1")], False),
+    ((), (), {"NVIDIA_VISIBLE_DEVICES": "GPU-8f6c2d4e-1a3b"}, [], True),
+    # CDI: podman's and Docker's --device nvidia.com/gpu=N.
+    ((), ("nvidia.com/gpu=1",), {}, [("CUDA0", "CUDA1")], False),
+    ((), ("nvidia.com/gpu=all",), {}, [("CUDA0", "CUDA0"), ("CUDA1", "CUDA1"), ("CUDA2", "CUDA2")], False),
+    # Nothing grants a card: the container sees none.
+    ((), (), {}, [], False),
+    # One render node of three cards: which one is the host's DRM order.
+    ((), ("/dev/dri/renderD129",), {}, [], True),
+])
+def test_what_a_container_is_granted(gpus: tuple[str, ...], devices: tuple[str, ...], env: dict[str, str],
+                                     cards: list[tuple[str, str]], unresolved: bool) -> None:
+    config = _config(THREE, env)
+    config.rendered.container = SimpleNamespace(client="docker", gpus=gpus, devices=devices)
+    seen = engine_cards(config)
+    assert [(name, d.name) for name, d in seen.cards] == cards
+    assert (seen.unresolved is not None) == unresolved
