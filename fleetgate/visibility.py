@@ -88,10 +88,30 @@ def _select(devices: tuple[Device, ...], spec: str, variable: str) -> tuple[tupl
     return tuple(chosen), None, None
 
 
-def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Visibility:
+READ_BY: dict[str, tuple[str, ...]] = {
+    "CUDA": ("CUDA_VISIBLE_DEVICES",),
+    "ROCm": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    "Vulkan": ("GGML_VK_VISIBLE_DEVICES",),
+}
+"""The variables each backend's runtime reads: CUDA its own; ROCm's runtime ROCR's, then HIP's, or CUDA's where HIP's
+is unset (HIP honours it for ported code); llama.cpp's Vulkan backend its own list alone (the Vulkan loader reads
+none of the others)."""
+
+
+def _read_by(backend: str | None, env: dict[str, str]) -> tuple[str, ...]:
+    """The variables of ``env`` the backend applies, in their order (every one where the backend is not known)."""
+    read = READ_BY.get(backend or "", VISIBILITY)
+    if backend == "ROCm" and "HIP_VISIBLE_DEVICES" in env:
+        read = tuple(v for v in read if v != "CUDA_VISIBLE_DEVICES")
+    return tuple(v for v in VISIBILITY if v in read and v in env)
+
+
+def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str], backend: str | None = None) -> Visibility:
+    """What the variables leave of ``all_devices``: those the backend reads (every one, in order, where ``backend``
+    is None)."""
     devices = all_devices
     steps: list[str] = []
-    for variable in VISIBILITY:
+    for variable in _read_by(backend, env):
         if variable in env:
             devices, problem, unresolved = _select(devices, env[variable], variable)
             steps.append(f"{variable}={env[variable]} -> {', '.join(d.name for d in devices) or 'nothing'}")
@@ -158,6 +178,7 @@ def enumerated(config: RenderedService) -> Enumeration:
     host = config.host
     rendered = config.rendered
     env = dict(rendered.env)
+    backend = engine_backend(config)
     if rendered.kubernetes is not None:
         pod = rendered.kubernetes.gpus
         if pod is None:
@@ -170,7 +191,7 @@ def enumerated(config: RenderedService) -> Enumeration:
             return Enumeration((), how, True, plugin=True, unresolved=(
                 f"the device plugin picks which {len(granted)} of host {host.name}'s cards of different sizes the pod "
                 "gets: pin the pod to a node whose cards are alike (or declare that node as its own host)"))
-        return _narrowed(granted, env, how, plugin=True, narrowed=len(granted) < len(host.devices))
+        return _narrowed(granted, env, how, plugin=True, narrowed=len(granted) < len(host.devices), backend=backend)
     if rendered.compose is not None:
         grant = rendered.compose.gpus
         if grant is None:
@@ -184,9 +205,9 @@ def enumerated(config: RenderedService) -> Enumeration:
         if some is not None:
             return some
         if grant.indices is None:
-            return _narrowed(host.devices, env, how, narrowed=False)
+            return _narrowed(host.devices, env, how, narrowed=False, backend=backend)
         granted = tuple(d for d in host.devices if d.index in grant.indices)
-        return _narrowed(granted, env, how, narrowed=granted != host.devices)
+        return _narrowed(granted, env, how, narrowed=granted != host.devices, backend=backend)
     if rendered.container is not None:
         run = rendered.container
         if _nodes(run.devices):
@@ -195,42 +216,45 @@ def enumerated(config: RenderedService) -> Enumeration:
             some = _some_nodes(tuple(n for n in nodes if n.startswith("/dev/dri")), host, how)
             if some is not None:
                 return some
-            return _narrowed(host.devices, env, how, narrowed=False)
+            return _narrowed(host.devices, env, how, narrowed=False, backend=backend)
         cdi = [d.split("=", 1) for d in run.devices if d.split("=", 1)[0] in _CDI]
         if cdi and not run.gpus:
-            return _cdi(host.devices, cdi, env, f"{run.client} run --device {' '.join(run.devices)}")
+            return _cdi(host.devices, cdi, env, f"{run.client} run --device {' '.join(run.devices)}", backend)
         visible = env.get("NVIDIA_VISIBLE_DEVICES")
         if not run.gpus and visible is not None:
             # the NVIDIA runtime (--runtime nvidia) grants the cards this names
-            return _nvidia_visible(host.devices, visible, env, f"{run.client} run -e NVIDIA_VISIBLE_DEVICES={visible}")
+            return _nvidia_visible(host.devices, visible, env, f"{run.client} run -e NVIDIA_VISIBLE_DEVICES={visible}",
+                                   backend)
         granted = docker_gpus(host.devices, run.gpus)
         how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run with no GPU"
-        return _narrowed(granted, env, how, narrowed=granted != host.devices)
-    return _narrowed(host.devices, env, "", narrowed=False)
+        return _narrowed(granted, env, how, narrowed=granted != host.devices, backend=backend)
+    return _narrowed(host.devices, env, "", narrowed=False, backend=backend)
 
 
 _CDI = frozenset({"nvidia.com/gpu", "amd.com/gpu"})
 """CDI device kinds (``--device nvidia.com/gpu=all``, podman's and Docker's Container Device Interface)."""
 
 
-def _cdi(devices: tuple[Device, ...], named: list[list[str]], env: dict[str, str], how: str) -> Enumeration:
+def _cdi(devices: tuple[Device, ...], named: list[list[str]], env: dict[str, str], how: str,
+         backend: str | None) -> Enumeration:
     values = [v[1] if len(v) > 1 else "" for v in named]
     if "all" in values:
-        return _narrowed(devices, env, how, narrowed=False)
+        return _narrowed(devices, env, how, narrowed=False, backend=backend)
     if all(v.isdigit() for v in values):
         granted = tuple(d for d in devices if str(d.index) in values)
-        return _narrowed(granted, env, how, narrowed=granted != devices)
+        return _narrowed(granted, env, how, narrowed=granted != devices, backend=backend)
     return Enumeration((), how, True, unresolved=(
         f"{how} names a CDI device fleetgate cannot map onto the host's declared devices (a UUID or a name): grant "
         "the cards by index (nvidia.com/gpu=0) to have them judged"))
 
 
-def _nvidia_visible(devices: tuple[Device, ...], value: str, env: dict[str, str], how: str) -> Enumeration:
+def _nvidia_visible(devices: tuple[Device, ...], value: str, env: dict[str, str], how: str,
+                    backend: str | None) -> Enumeration:
     """NVIDIA_VISIBLE_DEVICES as the NVIDIA container runtime reads it: ``all``, ``none``/``void``/empty (no card),
     host indices, or UUIDs (not declared: not judged)."""
     text = value.strip()
     if text == "all":
-        return _narrowed(devices, env, how, narrowed=False)
+        return _narrowed(devices, env, how, narrowed=False, backend=backend)
     if text in ("", "none", "void"):
         return Enumeration((), how, True)
     parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -239,12 +263,12 @@ def _nvidia_visible(devices: tuple[Device, ...], value: str, env: dict[str, str]
             f"NVIDIA_VISIBLE_DEVICES={value} names cards by UUID, which fleet.toml does not declare: name them by "
             "index to have them judged"))
     granted = tuple(d for d in devices if str(d.index) in parts)
-    return _narrowed(granted, env, how, narrowed=granted != devices)
+    return _narrowed(granted, env, how, narrowed=granted != devices, backend=backend)
 
 
 def _narrowed(devices: tuple[Device, ...], env: dict[str, str], how: str, *, narrowed: bool,
-              plugin: bool = False) -> Enumeration:
-    visibility = visible_devices(devices, env)
+              plugin: bool = False, backend: str | None = None) -> Enumeration:
+    visibility = visible_devices(devices, env, backend)
     steps = "; ".join(visibility.steps)
     text = "; ".join(t for t in (how, steps) if t) or "every device of the host (no grant, no visibility variable)"
     if visibility.unresolved:
@@ -257,15 +281,34 @@ def _prefix(name: str) -> str | None:
     return stem if stem in BACKENDS and stem != name else None
 
 
+_IMAGE_BACKEND = re.compile(r"(?i)(?:^|[-_:])(cuda|rocm|vulkan)(?:$|[-_.\d])")
+_IMAGE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan"}
+
+
+def _image(config: RenderedService) -> str | None:
+    rendered = config.rendered
+    for source in (rendered.compose, rendered.container, rendered.kubernetes):
+        image = getattr(source, "image", None) if source is not None else None
+        if isinstance(image, str):
+            return image
+    return None
+
+
 def engine_backend(config: RenderedService) -> str | None:
-    """The backend the engine names its devices by: its ``--device`` names', else Vulkan where
-    ``GGML_VK_VISIBLE_DEVICES`` is set, else the host's declared names' (None where they name no backend alike)."""
+    """The backend the engine names its devices by: its ``--device`` names', else the llama.cpp image's tag
+    (``server-vulkan``, ``server-rocm``, ``server-cuda``), else Vulkan where ``GGML_VK_VISIBLE_DEVICES`` is set,
+    else the host's declared names' (None where they name no backend alike)."""
     llama = config.llama
     if llama is not None:
         named = {_prefix(n) for n in (*llama.devices, *llama.spec_draft_device) if n.lower() != "none"}
         named.discard(None)
         if len(named) == 1:
             return named.pop()
+        image = _image(config)
+        tag = image.rpartition(":")[2] if image and ":" in image.rpartition("/")[2] else ""
+        found = _IMAGE_BACKEND.search(tag)
+        if found:
+            return _IMAGE_NAMES[found.group(1).lower()]
     if "GGML_VK_VISIBLE_DEVICES" in dict(config.rendered.env):
         return "Vulkan"
     declared = {_prefix(d.name) for d in config.host.cards}
