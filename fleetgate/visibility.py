@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fleetgate.render.rendered import RenderedService
 
 __all__ = ["BACKENDS", "VISIBILITY", "EngineCards", "Enumeration", "Unresolved", "Visibility", "docker_gpus",
-           "engine_backend", "engine_cards", "enumerated",
+           "engine_backend", "engine_cards", "enumerated", "named_backend",
            "visible_devices"]
 
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
@@ -178,7 +178,9 @@ def enumerated(config: RenderedService) -> Enumeration:
     host = config.host
     rendered = config.rendered
     env = dict(rendered.env)
-    backend = engine_backend(config)
+    # the variables a backend reads are filtered only where the service says its backend: the host's names say how
+    # the host's cards are named, not which build this service runs
+    backend = named_backend(config)
     if rendered.kubernetes is not None:
         pod = rendered.kubernetes.gpus
         if pod is None:
@@ -281,36 +283,26 @@ def _prefix(name: str) -> str | None:
     return stem if stem in BACKENDS and stem != name else None
 
 
-_IMAGE_BACKEND = re.compile(r"(?i)(?:^|[-_:])(cuda|rocm|vulkan)(?:$|[-_.\d])")
-_IMAGE_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "vulkan": "Vulkan"}
-
-
-def _image(config: RenderedService) -> str | None:
-    rendered = config.rendered
-    for source in (rendered.compose, rendered.container, rendered.kubernetes):
-        image = getattr(source, "image", None) if source is not None else None
-        if isinstance(image, str):
-            return image
-    return None
-
-
-def engine_backend(config: RenderedService) -> str | None:
-    """The backend the engine names its devices by: its ``--device`` names', else the llama.cpp image's tag
-    (``server-vulkan``, ``server-rocm``, ``server-cuda``), else Vulkan where ``GGML_VK_VISIBLE_DEVICES`` is set,
-    else the host's declared names' (None where they name no backend alike)."""
+def named_backend(config: RenderedService) -> str | None:
+    """The backend the service itself says it runs: its ``--device`` names' (one backend), else Vulkan where
+    ``GGML_VK_VISIBLE_DEVICES`` is set (only that backend reads it); None where the service does not say."""
     llama = config.llama
     if llama is not None:
         named = {_prefix(n) for n in (*llama.devices, *llama.spec_draft_device) if n.lower() != "none"}
         named.discard(None)
         if len(named) == 1:
             return named.pop()
-        image = _image(config)
-        tag = image.rpartition(":")[2] if image and ":" in image.rpartition("/")[2] else ""
-        found = _IMAGE_BACKEND.search(tag)
-        if found:
-            return _IMAGE_NAMES[found.group(1).lower()]
     if "GGML_VK_VISIBLE_DEVICES" in dict(config.rendered.env):
         return "Vulkan"
+    return None
+
+
+def engine_backend(config: RenderedService) -> str | None:
+    """The backend the engine names its devices by: the one the service says (``named_backend``), else the host's
+    declared names' (None where they name no backend alike)."""
+    named = named_backend(config)
+    if named is not None:
+        return named
     declared = {_prefix(d.name) for d in config.host.cards}
     return declared.pop() if len(declared) == 1 else None
 

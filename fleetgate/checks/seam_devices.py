@@ -10,7 +10,7 @@ from __future__ import annotations
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.fleet import Device
 from fleetgate.render.rendered import RenderedService
-from fleetgate.visibility import docker_gpus, engine_backend, visible_devices
+from fleetgate.visibility import docker_gpus, named_backend, visible_devices
 
 __all__: list[str] = []
 
@@ -48,7 +48,7 @@ CHECK = service_seam(
 @CHECK.register
 def device_visibility(config: RenderedService) -> None:
     env = dict(config.rendered.env)
-    seen = visible_devices(_granted(config), env, engine_backend(config))
+    seen = visible_devices(_granted(config), env, named_backend(config))
     if seen.unresolved:
         raise NotJudged(seen.unresolved)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
