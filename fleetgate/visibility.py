@@ -18,7 +18,8 @@ so ``--device``, ``--tensor-split`` and ``--main-gpu`` index the visible cards, 
 host's devices once, in the order its GPU runtime enumerates them; fleetgate takes every backend of that host to
 enumerate them in that order (a Vulkan build on a ROCm host sees the same cards), and the backend a service's engine
 uses from its ``--device`` names, else from ``GGML_VK_VISIBLE_DEVICES`` (only the Vulkan backend reads it), else from
-the host's own device names.
+the host's own device names. Where the service itself says its backend, only the variables that backend reads apply
+(``READ_BY``); otherwise every variable applies, in ``VISIBILITY``'s order.
 
 A grant or variable fleetgate cannot map onto the declared devices (a UUID, a MIG instance, a compose device id that is
 no index, a device plugin choosing among cards of different sizes) is not guessed: the seams that need the cards say
