@@ -22,6 +22,7 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.errors import InputError
 from fleetgate.fleet import Fleet
+from fleetgate.init.probe import parse_vulkaninfo
 from fleetgate.manifest import load_fleet
 from tests.test_fleets import CLEAN, FLEETS, LLAMA_UNIT_SERVICE, _table
 from tests.test_mutations import NOT_JUDGED, SEAMS, SKIPPED, run_seams
@@ -197,7 +198,7 @@ def test_probe_without_a_gpu_tool_says_so_and_leaves_the_cards_todo(tmp_path: Pa
     repo = _bare(tmp_path, "unit-exec")
     code, _, err = _init(capsys, str(repo), "--probe")
     assert code == 0
-    assert err == "fleetgate init: --probe: neither nvidia-smi nor rocm-smi is on PATH; the cards stay TODO\n"
+    assert err == "fleetgate init: --probe: none of nvidia-smi, rocm-smi or vulkaninfo is on PATH; the cards stay TODO\n"
     data = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
     assert data["hosts"]["localhost"]["devices"] == [{"name": "TODO", "vram_bytes": "TODO"}]
     assert isinstance(data["hosts"]["localhost"]["ram_gib"], float)
@@ -476,6 +477,43 @@ def test_probe_reads_rocm_smi_where_there_is_no_nvidia_smi(tmp_path: Path, capsy
     fleet = load_fleet(repo / "fleet.toml")
     assert [(d.name, d.vram_bytes) for d in fleet.hosts["localhost"].devices] == [("ROCm0", 34208743424),
                                                                                  ("ROCm1", 34208743424)]
+
+
+VULKANINFO_DATA = Path(__file__).parent / "data" / "vulkaninfo"
+
+
+def test_probe_reads_vulkaninfo_where_there_is_neither_smi(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # vulkaninfo on a two-R9700 box with a Raphael iGPU and Mesa's llvmpipe (tests/data/vulkaninfo: the summary whole,
+    # the text output cut to each GPU's properties and memory heaps, in the shape Vulkan-Tools' vulkaninfo prints).
+    summary, text = VULKANINFO_DATA / "summary.txt", VULKANINFO_DATA / "text.txt"
+    stub = _stub(tmp_path, "vulkaninfo", f'case "$*" in\n  --summary) cat {summary} ;;\n  --text) cat {text} ;;\n'
+                                          '  *) exit 9 ;;\nesac\n')
+    monkeypatch.setenv("PATH", stub["PATH"].split(os.pathsep)[0] + os.pathsep + "/usr/bin:/bin")
+    if shutil.which("nvidia-smi") or shutil.which("rocm-smi"):
+        pytest.skip("this machine has nvidia-smi or rocm-smi in /usr/bin, which --probe asks first")
+    repo = _bare(tmp_path, "unit-exec")
+    code, _, err = _init(capsys, str(repo), "--probe")
+    assert (code, err) == (0, "")
+    fleet = load_fleet(repo / "fleet.toml")
+    # llama.cpp's Vulkan backend: the discrete and integrated GPUs in the loader's order, llvmpipe left out; a card's
+    # memory is the sum of its device-local heaps (31.61 GiB + 256 MiB on the first card, whose BAR is not resized),
+    # an integrated GPU's every heap.
+    assert [(d.name, d.vram_bytes) for d in fleet.hosts["localhost"].devices] == [
+        ("Vulkan0", 33940307968 + 268435456), ("Vulkan1", 34208743424), ("Vulkan2", 536870912 + 33285996544)]
+
+
+@pytest.mark.parametrize(("summary", "text", "message"), [
+    ("Devices:\n========\n", "", "vulkaninfo --summary: no GPU<N>: section; expected its Devices: list"),
+    ("GPU0:\n\tapiVersion = 1.4.305\n", "", "vulkaninfo --summary: GPU0 has no deviceType/deviceName line"),
+    ("GPU0:\n\tdeviceType = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU\n\tdeviceName = Card\n", "GPU0:\nmemoryHeaps: count = 0\n",
+     "vulkaninfo --text: GPU0 (Card) has no memoryHeaps[N]: size = BYTES lines; expected its "
+     "VkPhysicalDeviceMemoryProperties"),
+])
+def test_vulkaninfo_not_in_its_documented_shape_is_one_line(summary: str, text: str, message: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_vulkaninfo(summary, text)
+    assert str(caught.value) == message
 
 
 # --- every fixture fleet: init, then the seams, against the hand-written fleet's exact table ---------------------

@@ -521,3 +521,140 @@ def test_device_visibility_of_a_docker_run_gpus_grant(case: str, tmp_path: Path)
     edits, expected = DOCKER_GPUS[case]
     outcomes, texts = _outcomes(_fleet(tmp_path, "docker-run", edits), "device-visibility")
     assert outcomes == expected, texts
+
+
+# -- the ledger's cards are those the engine is shown (fleetgate.visibility) ----------------------------------------
+#
+# compose-vllm on two 24 GiB Radeon cards: vLLM given both by the device nodes and pinned to the second by
+# HIP_VISIBLE_DEVICES=1, at 0.65 (15.60 GiB free at start); beside it a llama-server of Qwen2.5-Coder-14B Q4_K_M
+# (llama-swap's profile) at 16384 positions. On one card its ledger is 11.21 GiB; split over both, 5.77 and 5.84 GiB.
+# Until the ledger read the visibility variables, a llama-server pinned to the second card was booked over both
+# (5.84 GiB there), and vLLM's start passed.
+
+CODER_PROFILE = "qwen2.5-coder-14b-instruct-q4_k_m.toml"
+CODER_COMMAND = "-m /models/Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf -c 16384 -ngl 99 --host 0.0.0.0 --port 8001"
+VULKAN_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b10867"
+
+
+def _with_coder(fleet_toml: Path) -> Path:
+    (fleet_toml.parent / "profiles" / CODER_PROFILE).write_bytes(
+        (FLEETS / "llama-swap" / "profiles" / CODER_PROFILE).read_bytes())
+    return fleet_toml
+
+
+def _pinned(image: str, command: str, variable: str, value: str, kfd: bool = True) -> list[Edit]:
+    """vLLM on the second card (HIP_VISIBLE_DEVICES=1) at 0.65, and the coder on the nodes pinned by ``variable``
+    (no ``variable``: not pinned)."""
+    edits = _nodes("chat", image, command, variable or "LLAMA_ARG_THREADS", value or "8", kfd=kfd)
+    file, old, new = edits[1]
+    edits[1] = (file, old, new.replace('HIP_VISIBLE_DEVICES: "0"', 'HIP_VISIBLE_DEVICES: "1"'))
+    return [*edits, _declared("chat", "llama.cpp", "/srv/models/Qwen2.5-Coder-14B-Instruct-Q4_K_M.gguf",
+                              f"profiles/{CODER_PROFILE}"),
+            ("compose.yaml", "--gpu-memory-utilization 0.90", "--gpu-memory-utilization 0.65")]
+
+
+PINNED_HEADROOM: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    # Pinned to vLLM's card: the whole 11.21 GiB is there, 12.79 GiB left of the 15.60 vLLM asks (passed before).
+    "hip-same-card": (_pinned(LLAMA_IMAGE, CODER_COMMAND, "HIP_VISIBLE_DEVICES", "1"),
+                      {"tiwaz": "vllm-start-headroom/beside-engine"}),
+    # Pinned to the other card: nothing of it on vLLM's.
+    "hip-other-card": (_pinned(LLAMA_IMAGE, CODER_COMMAND, "HIP_VISIBLE_DEVICES", "0"), {"tiwaz": PASSED}),
+    # Not pinned: split over both, 5.84 GiB on vLLM's card leaves it 18.16.
+    "split-over-both": (_pinned(LLAMA_IMAGE, CODER_COMMAND, "", ""), {"tiwaz": PASSED}),
+    # A Vulkan build on the render nodes alone, pinned by its own list to vLLM's card (passed before).
+    "vulkan-same-card": (_pinned(VULKAN_IMAGE, CODER_COMMAND, "GGML_VK_VISIBLE_DEVICES", "1", kfd=False),
+                         {"tiwaz": "vllm-start-headroom/beside-engine"}),
+    "vulkan-other-card": (_pinned(VULKAN_IMAGE, CODER_COMMAND, "GGML_VK_VISIBLE_DEVICES", "0", kfd=False),
+                          {"tiwaz": PASSED}),
+    # --device Vulkan1 on a host whose cards are declared ROCm0, ROCm1: the Vulkan backend's second device is the
+    # second card (matched no card before, so the pair was taken to share nothing).
+    "vulkan-device-named": (_pinned(VULKAN_IMAGE, CODER_COMMAND + " --device Vulkan1", "", "", kfd=False),
+                            {"tiwaz": "vllm-start-headroom/beside-engine"}),
+    "vulkan-device-other": (_pinned(VULKAN_IMAGE, CODER_COMMAND + " --device Vulkan0", "", "", kfd=False),
+                            {"tiwaz": PASSED}),
+    # One render node of the two: which card renderD129 is follows the host's DRM order, which fleet.toml does not
+    # say; not judged (booked on both cards before).
+    "vulkan-one-render-node": ([*_pinned(VULKAN_IMAGE, CODER_COMMAND, "", "", kfd=False),
+                                ("compose.yaml", "    devices: [/dev/dri]\n", "    devices: [/dev/dri/renderD129]\n")],
+                               {"tiwaz": NOT_JUDGED}),
+    # A card named by UUID: which one is not in fleet.toml, so the pair is not judged (never booked on every card).
+    "hip-uuid": (_pinned(LLAMA_IMAGE, CODER_COMMAND, "HIP_VISIBLE_DEVICES", "GPU-4b2c8a1e6f0d9e37"),
+                 {"tiwaz": NOT_JUDGED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PINNED_HEADROOM))
+def test_vllm_start_headroom_beside_a_pinned_llama_server(case: str, tmp_path: Path) -> None:
+    edits, expected = PINNED_HEADROOM[case]
+    fleet_toml = _with_coder(_fleet(tmp_path, "compose-vllm", edits))
+    outcomes, texts = _outcomes(fleet_toml, "vllm-start-headroom")
+    assert outcomes == expected, texts
+    if case == "hip-uuid":
+        assert "HIP_VISIBLE_DEVICES=GPU-4b2c8a1e6f0d9e37 names 'GPU-4b2c8a1e6f0d9e37' by UUID" in texts["tiwaz"]
+
+
+# start-scripts on two 8 GiB cards: start_llama.sh exports CUDA_VISIBLE_DEVICES=1 and runs the coder at 8192 positions
+# (10.30 GiB on one card, -2.30 GiB free). Booked over both cards it fitted (passed before); on the one it is shown it
+# does not.
+_SMALL_CARDS: list[Edit] = [
+    ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 25769803776 }, { name = "CUDA1", vram_bytes = 25769803776 }]',
+     'devices = [{ name = "CUDA0", vram_bytes = 8589934592 }, { name = "CUDA1", vram_bytes = 8589934592 }]'),
+    ("fleet.toml", 'payload = ["/srv/models/gemma-3-12b-it-Q4_K_M.gguf"]',
+     f'payload = ["/srv/models/gemma-3-12b-it-Q4_K_M.gguf"]\nprofile = "profiles/{CODER_PROFILE}"'),
+]
+
+
+def _visible(value: str | None, extra: str = "") -> list[Edit]:
+    line = "" if value is None else f"export CUDA_VISIBLE_DEVICES={value}\n"
+    edits = [*_SMALL_CARDS, ("start_llama.sh", "export CUDA_VISIBLE_DEVICES=1\n", line)]
+    return [*edits, ("start_llama.sh", "--jinja", f"--jinja {extra}")] if extra else edits
+
+
+PINNED_FLOOR: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "cuda-one-card": (_visible("1"), {"gemma": "card-floor/below-floor"}),
+    "cuda-both-cards": (_visible(None), {"gemma": PASSED}),
+    "cuda-both-listed": (_visible("1,0"), {"gemma": PASSED}),
+    # CUDA stops at an invalid entry: "1,7,0" shows the second card alone.
+    "cuda-invalid-entry-ends-the-list": (_visible("1,7,0"), {"gemma": "card-floor/below-floor"}),
+    "cuda-uuid": (_visible("GPU-8f6c2d4e-1a3b-4c5d-9e8f-0a1b2c3d4e5f"), {"gemma": NOT_JUDGED}),
+    "cuda-mig": (_visible("MIG-5e1c7a9b-3f2d-5a6b-8c7d-9e0f1a2b3c4d"), {"gemma": NOT_JUDGED}),
+    # --device CUDA1 where the engine is shown one card (its CUDA0): device-visibility fails it; no ledger to judge.
+    "cuda-device-hidden": (_visible("1", "--device CUDA1"), {"gemma": NOT_JUDGED}),
+    # -ts and --main-gpu index the cards the engine sees: --split-mode none on its device 1, the host's CUDA0 ...
+    "main-gpu-visible-index": (_visible("1,0", "--split-mode none --main-gpu 1"), {"gemma": "card-floor/below-floor"}),
+    # ... and a split that puts 9 of 10 parts on its device 0 (the host's CUDA1: 9.27 GiB, -1.27 free) overfills that
+    # card (booked on the host's CUDA0 before).
+    "tensor-split-visible-order": (_visible("1,0", "-ts 9,1"), {"gemma": "card-floor/below-floor"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PINNED_FLOOR))
+def test_card_floor_of_a_pinned_llama_server(case: str, tmp_path: Path) -> None:
+    edits, expected = PINNED_FLOOR[case]
+    fleet_toml = _fleet(tmp_path, "start-scripts", edits)
+    (fleet_toml.parent / "profiles").mkdir()
+    outcomes, texts = _outcomes(_with_coder(fleet_toml), "card-floor")
+    assert outcomes == expected, texts
+    if case in ("cuda-one-card", "tensor-split-visible-order"):
+        assert "CUDA1 (the engine's CUDA0) keeps" in texts["gemma"]
+    if case == "main-gpu-visible-index":
+        assert "CUDA0 (the engine's CUDA1) keeps" in texts["gemma"]
+    if case == "cuda-device-hidden":
+        assert texts["gemma"].startswith("not judged: --device names CUDA1, which the engine is not shown")
+
+
+# device-visibility reads the same rules (start-scripts, llama-server under its own CUDA_VISIBLE_DEVICES).
+VISIBILITY_RULES: dict[str, tuple[list[Edit], dict[str, str]]] = {
+    "invalid-after-valid": (_visible("1,7,0"), {"gemma": PASSED}),  # CUDA shows card 1 and stops at 7
+    "invalid-first": (_visible("7,1"), {"gemma": "device-visibility/nothing-visible"}),
+    "uuid": (_visible("GPU-8f6c2d4e-1a3b-4c5d-9e8f-0a1b2c3d4e5f"), {"gemma": NOT_JUDGED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VISIBILITY_RULES))
+def test_device_visibility_reads_the_runtime_rules(case: str, tmp_path: Path) -> None:
+    edits, expected = VISIBILITY_RULES[case]
+    fleet_toml = _fleet(tmp_path, "start-scripts", edits)
+    (fleet_toml.parent / "profiles").mkdir()
+    outcomes, texts = _outcomes(_with_coder(fleet_toml), "device-visibility")
+    assert {k: v for k, v in outcomes.items() if k == "gemma"} == expected, texts

@@ -13,7 +13,7 @@ too and are not credited, so for an engine that mlocks its checkpoint the verdic
 
 from __future__ import annotations
 
-from fleetgate.checks import NotApplicable, host_check
+from fleetgate.checks import NotApplicable, NotJudged, host_check
 from fleetgate.checks._common import gib, no_cards, no_profile
 from fleetgate.host import (
     NVIDIA_SMI,
@@ -26,6 +26,7 @@ from fleetgate.host import (
     parse_rocm_smi,
 )
 from fleetgate.ledger.service import service_ledger
+from fleetgate.visibility import Unresolved
 
 __all__: list[str] = []
 
@@ -181,24 +182,27 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     tolerance = host.ledger_tolerance_bytes
     assert tolerance is not None
     by_name = {d.name: i for i, d in enumerate(declared)}
-    ledger = service_ledger(config)
+    try:
+        ledger = service_ledger(config)
+    except Unresolved as exc:
+        raise NotJudged(exc) from None
     within = (f"the ledger of the rendered config, fleetgate fit {target.name}; "
               f"tolerance: {fleet_where('hosts', host.name, 'ledger_tolerance_gib')}")
-    per_card = [f"{x.card.name}: ledger {gib(x.total)}, {command.split()[0]} {gib(cards[by_name[x.card.name]].used)}"
+    per_card = [f"{x.card.shown}: ledger {gib(x.total)}, {command.split()[0]} {gib(cards[by_name[x.card.host_name]].used)}"
                 for x in ledger.cards]
     for d in ledger.cards:
-        seen = cards[by_name[d.card.name]]
+        seen = cards[by_name[d.card.host_name]]
         if seen.used - d.total > tolerance:
             over = seen.used - d.total
             raise VRAM_CHECK.fail(target, "hotter", where=where,
-                                  observed=f"{d.card.name} (#{seen.index}) uses {gib(seen.used)}, {gib(over)} more than the ledger",
+                                  observed=f"{d.card.shown} (#{seen.index}) uses {gib(seen.used)}, {gib(over)} more than the ledger",
                                   expected=f"at most {gib(d.total)} + {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
                                        "calibrate the service's compute from this boot, and keep the floor with the real figure"))
         if d.total - seen.used > tolerance:
             under = d.total - seen.used
             raise VRAM_CHECK.fail(target, "colder", where=where,
-                                  observed=f"{d.card.name} (#{seen.index}) uses {gib(seen.used)}, {gib(under)} less than the ledger",
+                                  observed=f"{d.card.shown} (#{seen.index}) uses {gib(seen.used)}, {gib(under)} less than the ledger",
                                   expected=f"at least {gib(d.total)} - {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
                                        "CPU, or runs another shape; if it runs as declared, the ledger overcharges: recalibrate"))

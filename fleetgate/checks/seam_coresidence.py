@@ -35,6 +35,7 @@ from fleetgate.render.rendered import attempt_of
 from fleetgate.render.types import RenderRefused
 from fleetgate.sources.llama_swap import read_config
 from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, MAX_RESIDENCIES, read_preset
+from fleetgate.visibility import engine_cards
 
 __all__ = ["co_resident_states"]
 
@@ -163,7 +164,12 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
         pp_use = config.vllm.use("pipeline_parallel_size")
         pp = int(pp_use.value) if pp_use is not None and pp_use.value and pp_use.value.isdigit() else 1
         ranks = max(1, config.vllm.tensor_parallel_size) * max(1, pp)
-        return {card.name: int(config.vllm.gpu_memory_utilization * card.vram_bytes) for card in host.cards[:ranks]}
+        seen = engine_cards(config)
+        if seen.unresolved:
+            raise NotApplicable(f"which cards {name} uses: {seen.unresolved}")
+        # its ranks are the first cards it is shown, not the host's first
+        return {card.name: int(config.vllm.gpu_memory_utilization * card.vram_bytes)
+                for _, card in seen.cards[:ranks]}
     if config.llama is None:
         raise NotApplicable(f"{name} runs {config.service.engine}, which fleetgate has no ledger for: declare "
                             f"services.{name}.exclusive_with for the services it never runs beside")
@@ -174,7 +180,7 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
         ledger = service_ledger(config)
     except (KeyError, ValueError):
         raise NotApplicable(f"{name}'s ledger cannot place it on {host.name}'s cards: see card-floor[{name}]") from None
-    return {**{device.card.name: device.total for device in ledger.cards}, HOST_RAM: ledger.host.total}
+    return {**{device.card.host_name: device.total for device in ledger.cards}, HOST_RAM: ledger.host.total}
 
 
 CO_CHECK = fleet_seam(

@@ -2,76 +2,19 @@
 
 ROCm filters devices by ROCR_VISIBLE_DEVICES first; HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES)
 then indexes into what is left. llama.cpp names the visible devices ROCm0, ROCm1, ... in that order.
+The rules are fleetgate.visibility's, which the ledger reads too; a card named by UUID is not judged here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fleetgate.checks import service_seam
+from fleetgate.checks import NotJudged, service_seam
 from fleetgate.fleet import Device
 from fleetgate.render.rendered import RenderedService
+from fleetgate.visibility import docker_gpus, named_backend, visible_devices
 
-__all__ = ["docker_gpus", "visible_devices"]
+__all__: list[str] = []
 
 NAME = "device-visibility"
-VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
-"""The variables that narrow what the engine enumerates, in the order they apply: ROCm's runtime filter, then the
-HIP/CUDA index into what is left; a Vulkan build's ggml backend indexes the devices its loader lists."""
-
-
-@dataclass(frozen=True)
-class Visibility:
-    devices: tuple[Device, ...]
-    steps: tuple[str, ...]
-    problem: str | None = None
-
-
-def _select(devices: tuple[Device, ...], spec: str, variable: str) -> tuple[tuple[Device, ...], str | None]:
-    chosen: list[Device] = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        if not part.isdigit():
-            return (), f"{variable}={spec}: {part!r} is not a device index"
-        index = int(part)
-        if index >= len(devices):
-            return (), (f"{variable}={spec}: index {index} points past the {len(devices)} device(s) "
-                        "left visible at that point")
-        chosen.append(devices[index])
-    return tuple(chosen), None
-
-
-def visible_devices(all_devices: tuple[Device, ...], env: dict[str, str]) -> Visibility:
-    devices = all_devices
-    steps: list[str] = []
-    for variable in VISIBILITY:
-        if variable in env:
-            devices, problem = _select(devices, env[variable], variable)
-            steps.append(f"{variable}={env[variable]} -> {', '.join(d.name for d in devices) or 'nothing'}")
-            if problem:
-                return Visibility((), tuple(steps), problem)
-    return Visibility(devices, tuple(steps))
-
-
-def docker_gpus(pool: tuple[Device, ...], values: tuple[str, ...]) -> tuple[Device, ...]:
-    """Of ``pool``, what ``docker run --gpus`` grants: ``all``, ``2`` (the first two), ``device=0,1`` /
-    ``'"device=0,1"'`` (by the host's index)."""
-    chosen: list[Device] = []
-    for value in values:
-        text = value.strip().strip("'\"")
-        if text == "all":
-            return pool
-        if text.isdigit():
-            chosen += pool[:int(text)]
-            continue
-        for part in text.split(","):
-            key, _, item = part.partition("=")
-            item = item if key.strip() in ("device", "\"device") else key
-            item = item.strip().strip("'\"")
-            if item.isdigit():
-                chosen += [d for d in pool if d.index == int(item)]
-    return tuple(dict.fromkeys(chosen))
 
 
 def _no_devices(config: RenderedService) -> str | None:
@@ -105,7 +48,9 @@ CHECK = service_seam(
 @CHECK.register
 def device_visibility(config: RenderedService) -> None:
     env = dict(config.rendered.env)
-    seen = visible_devices(_granted(config), env)
+    seen = visible_devices(_granted(config), env, named_backend(config))
+    if seen.unresolved:
+        raise NotJudged(seen.unresolved)
     where = next((config.where_variable(v) for v in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
                                                      "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES") if v in env),
                  str(config.rendered.script))

@@ -12,17 +12,17 @@ card that another engine of the fleet also uses, vLLM starts only if that engine
   vLLM's fraction free, or vLLM refuses when llama-server got there first (and llama-server runs out of memory when
   vLLM did).
 
-Which cards a service uses is read from how it starts: a compose GPU grant (``device_ids``, ``count``, ``gpus:``,
-device nodes), a ``docker run --gpus``/``--device``, narrowed by the container's own visibility variables, the
-visibility variables of a process of the host; vLLM's are the first
-tensor x pipeline parallel ones of what it sees. Kubernetes' device plugin gives one card to one container, so pods
-that both ask for a GPU through ``resources`` share none, unless the card is shared: ``NVIDIA_VISIBLE_DEVICES=all``
-in a pod (NVIDIA's runtime shows it every card of its node), or a time-slicing config of NVIDIA's device plugin in the
-repository (replicas of one card go to several pods, with no memory isolation: NVIDIA's GPU Operator docs,
-"Time-Slicing GPUs in Kubernetes"). An MPS config limits each replica's memory, which is not modelled: not judged. A
-pod that names no node (no ``nodeSelector``, ``nodeName`` or node affinity) in a fleet of several hosts may run on
-any of them: not judged, naming what to declare. Services of one host run at once unless ``exclusive_with`` says they
-never do; a rollback or undeployed service does not run.
+Which cards a service uses is read from how it starts (``fleetgate.visibility.engine_cards``: a compose GPU grant, a
+``docker run --gpus``/``--device``, a Kubernetes limit, narrowed by the visibility variables); vLLM's are the first
+tensor x pipeline parallel ones of what it sees, llama-server's its ``--device`` list named as it names what it sees,
+and what a llama-server holds there is its ledger on those cards alone. Kubernetes' device plugin gives one card to one
+container, so pods that both ask for a GPU through ``resources`` share none, unless the card is shared:
+``NVIDIA_VISIBLE_DEVICES=all`` in a pod (NVIDIA's runtime shows it every card of its node), or a time-slicing config
+of NVIDIA's device plugin in the repository (replicas of one card go to several pods, with no memory isolation:
+NVIDIA's GPU Operator docs, "Time-Slicing GPUs in Kubernetes"). An MPS config limits each replica's memory, which is
+not modelled: not judged. A pod that names no node (no ``nodeSelector``, ``nodeName`` or node affinity) in a fleet of
+several hosts may run on any of them: not judged, naming what to declare. Services of one host run at once unless
+``exclusive_with`` says they never do; a rollback or undeployed service does not run.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from fleetgate.checks import NOT_JUDGED, NotApplicable, NotJudged, fleet_seam
 from fleetgate.checks._common import profile_missing
-from fleetgate.checks.seam_devices import docker_gpus, visible_devices
 from fleetgate.errors import InputError
-from fleetgate.fleet import GIB, Device, Fleet, Host, Service
+from fleetgate.fleet import GIB, Device, Fleet, Service
 from fleetgate.ledger.service import service_ledger
 from fleetgate.render.rendered import RenderedService, attempt_of
+from fleetgate.visibility import EngineCards, engine_cards
 
 __all__ = ["HEADROOM", "cards_of"]
 
@@ -48,87 +48,47 @@ class _Cards:
     how: str
     plugin: bool = False
     """Granted by Kubernetes' device plugin, which gives a card to one container only."""
+    unresolved: str | None = None
+    """Why the cards cannot be told (fleetgate.visibility): the pair is not judged."""
     mps: str | None = None
     """A Kubernetes grant shared through the device plugin's MPS (each replica's memory limited): how."""
     unplaced: str | None = None
     """A pod that names no node, in a fleet of several hosts: which one it runs on is the scheduler's."""
 
 
-def _by_index(host: Host, indices: tuple[int, ...] | None,
-              devices: tuple[Device, ...] | None = None) -> tuple[Device, ...]:
-    """The granted ones of ``devices`` (the host's cards unless told): every one where the grant names none."""
-    pool = host.cards if devices is None else devices
-    if indices is None:
-        return pool
-    return tuple(d for d in pool if d.index in indices)
-
-
 def cards_of(config: RenderedService) -> _Cards:
-    """The cards a rendered service's engine uses, by how it starts."""
-    host = config.host
-    rendered = config.rendered
-    if rendered.compose is not None:
-        grant = rendered.compose.gpus
-        seen = _by_index(host, grant.indices) if grant is not None else ()
-        how = f"compose {grant.how} ({grant.where})" if grant is not None else "compose grants no GPU"
-        enumerated = () if grant is None else _by_index(host, grant.indices, host.devices)
-        seen, how = _narrowed(enumerated, seen, dict(rendered.env), how)
-    elif rendered.kubernetes is not None:
-        pod = rendered.kubernetes
-        grant, shared = pod.gpus, pod.shared
-        seen = _by_index(host, grant.indices) if grant is not None else ()
-        how = f"{grant.how} ({grant.where})" if grant is not None else "no GPU in resources.limits"
-        if shared is not None:
-            how += f"; {shared.how} ({shared.where})"
-        unplaced = (f"{pod.name} names no node (no nodeSelector, nodeName or node affinity) and the fleet has "
-                    f"{len(config.fleet.hosts)} hosts: pin it to {host.name} with a nodeSelector"
-                    if not pod.placed and len(config.fleet.hosts) > 1 else None)
-        return _Cards(_engine_share(config, seen), how, plugin=grant is not None and shared is None,
-                      mps=f"{shared.how} ({shared.where})" if shared is not None and shared.mps else None,
-                      unplaced=unplaced)
-    elif rendered.container is not None:
-        run = rendered.container
-        nodes = any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices)
-        seen = host.cards if nodes else docker_gpus(host.cards, run.gpus)
-        how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run --device"
-        seen, how = _narrowed(host.devices if nodes else seen, seen, dict(rendered.env), how)
-    else:
-        visibility = visible_devices(host.devices, dict(rendered.env))
-        seen = tuple(d for d in visibility.devices if d.serves)
-        how = "; ".join(visibility.steps) or "every card of the host (no visibility variable)"
-    return _Cards(_engine_share(config, seen), how)
+    """The cards a rendered service's engine uses, by how it starts (fleetgate.visibility.engine_cards)."""
+    seen = engine_cards(config)
+    pod = config.rendered.kubernetes
+    if pod is None:
+        return _Cards(_engine_share(config, seen), seen.how, seen.plugin, seen.unresolved)
+    shared = pod.shared
+    unplaced = (f"{pod.name} names no node (no nodeSelector, nodeName or node affinity) and the fleet has "
+                f"{len(config.fleet.hosts)} hosts: pin it to {config.host.name} with a nodeSelector"
+                if not pod.placed and len(config.fleet.hosts) > 1 else None)
+    return _Cards(_engine_share(config, seen), seen.how, seen.plugin, seen.unresolved,
+                  mps=f"{shared.how} ({shared.where})" if shared is not None and shared.mps else None,
+                  unplaced=unplaced)
 
 
-def _narrowed(enumerated: tuple[Device, ...], granted: tuple[Device, ...], env: dict[str, str],
-              how: str) -> tuple[tuple[Device, ...], str]:
-    """What a container's own visibility variables leave of what it enumerates: ROCm, HIP, CUDA and Vulkan index the
-    devices the container sees, in host order, so a ROCm container given /dev/kfd and /dev/dri and pinned by
-    HIP_VISIBLE_DEVICES uses that one card, not every card the nodes expose."""
-    if not granted:
-        return granted, how
-    visibility = visible_devices(enumerated, env)
-    if not visibility.steps:
-        return granted, how
-    return tuple(d for d in visibility.devices if d.serves), f"{how}; {'; '.join(visibility.steps)}"
-
-
-def _engine_share(config: RenderedService, seen: tuple[Device, ...]) -> tuple[Device, ...]:
+def _engine_share(config: RenderedService, seen: EngineCards) -> tuple[Device, ...]:
     """Of the cards an engine sees, those it loads onto: vLLM's first TP x PP ranks; llama-server's ``--device``
-    list, or every card it sees unless ``-ngl 0`` keeps the model on the host."""
+    list (named as the engine names what it sees), or every card it sees unless ``-ngl 0`` keeps the model on the
+    host."""
+    cards = tuple(d for _, d in seen.cards)
     if config.vllm is not None:
         pp_use = config.vllm.use("pipeline_parallel_size")
         pp = int(pp_use.value) if pp_use is not None and pp_use.value and pp_use.value.isdigit() else 1
-        return seen[:max(1, config.vllm.tensor_parallel_size) * max(1, pp)]
+        return cards[:max(1, config.vllm.tensor_parallel_size) * max(1, pp)]
     if config.llama is not None:
         if config.llama.n_gpu_layers.strip() == "0":
             return ()
-        if config.llama.devices and config.llama.devices != ("none",):
-            # llama.cpp names the cards it sees CUDA0, ROCm0, Vulkan0, ... in the order it sees them
-            names = {f"{d.name.rstrip('0123456789')}{i}": d for i, d in enumerate(seen)}
-            return tuple(names[n] for n in config.llama.devices if n in names)
         if config.llama.devices == ("none",):
             return ()
-    return seen
+        if config.llama.devices:
+            named = (seen.device(n) for n in config.llama.devices)
+            return tuple(d for d in named if d is not None)
+    return cards
 
 
 def _config(fleet: Fleet, service: Service) -> RenderedService | None:
@@ -194,7 +154,7 @@ def _held(other: RenderedService, card: Device) -> int | None:
     except (KeyError, ValueError):
         raise NotApplicable(f"{other.name}'s ledger cannot place it on {other.host.name}'s cards: see "
                             f"card-floor[{other.name}]") from None
-    return next((device.total for device in ledger.cards if device.card.name == card.name), 0)
+    return next((device.total for device in ledger.cards if device.card.host_name == card.name), 0)
 
 
 @CHECK.register
@@ -208,6 +168,11 @@ def vllm_start_headroom(fleet: Fleet) -> None:
             unjudged.append(f"{name} did not render: see serve-script-renders[{name}]")
             continue
         mine, theirs = cards_of(vllm), cards_of(other)
+        if mine.unresolved or theirs.unresolved:
+            unresolved = mine if mine.unresolved else theirs
+            name = vllm_service.name if mine.unresolved else other_service.name
+            unjudged.append(f"which cards {name} uses: {(unresolved.unresolved or '').removeprefix(NOT_JUDGED)}")
+            continue
         if mine.plugin and theirs.plugin:
             continue  # the device plugin gives each container its own cards
         # each said once, whichever of the two services the pair starts from

@@ -23,6 +23,7 @@ from fleetgate.ledger.service import arm_rungs, calibrations_of, ledger_builder,
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.render.rendered import RenderedService
 from fleetgate.toml_keys import locate_key
+from fleetgate.visibility import Unresolved, engine_cards
 
 __all__ = ["LEDGER_CODES", "memory_ledger"]
 
@@ -61,16 +62,32 @@ LEDGER_CODES = {
 """What every seam that builds the service's ledger can fail with besides its own codes."""
 
 
+def _hidden(config: RenderedService, name: str) -> str | None:
+    """A ``--device`` name that is a card of the host the engine is not shown (its visibility variables or grant
+    hide it): device-visibility fails it; the memory seams have no ledger to judge."""
+    if name not in {d.name for d in config.host.cards}:
+        return None
+    seen = engine_cards(config)
+    shown = ", ".join(f"{d.name} as {n}" for n, d in seen.cards) or "none"
+    return (f"--device names {name}, which the engine is not shown ({seen.how}; it sees {shown}): see "
+            f"device-visibility[{config.name}]")
+
+
 def memory_ledger(config: RenderedService, check: Check[RenderedService]) -> Ledger:
     try:
         ledger = service_ledger(config)
+    except Unresolved as exc:
+        raise NotJudged(exc) from None
     except KeyError as exc:
         llama = config.llama
         assert llama is not None
+        hidden = _hidden(config, str(exc.args[0]))
+        if hidden:
+            raise NotJudged(hidden) from None
         raise check.fail(
             config, "unknown-device", where=config.where_flag(llama.use("device")),
             observed=f"--device names {exc.args[0]!r}, which host {config.host.name} has no card for",
-            expected=f"one of: {', '.join(d.name for d in config.host.cards)}",
+            expected=f"one of: {', '.join(n for n, _ in engine_cards(config).cards)}",
             fix="name the devices as llama.cpp enumerates them on that host (fleet.toml hosts.*.devices)",
         ) from None
     except ValueError as exc:
@@ -103,7 +120,7 @@ def _card(d: DeviceLedger) -> str:
     estimates = sorted({b.term for b in d.buffers if b.basis == "estimate"})
     marks = f"; estimated: {', '.join(estimates)}" if estimates else ""
     blocks = f"{d.blocks[0]}-{d.blocks[-1]}" if d.blocks else "none"
-    return (f"{d.card.name}: {gib(d.total)} of {gib(d.card.vram_bytes or 0)} ({terms}{marks}) -> free "
+    return (f"{d.card.shown}: {gib(d.total)} of {gib(d.card.vram_bytes or 0)} ({terms}{marks}) -> free "
             f"{gib(d.free or 0)}; blocks {blocks}{' + output' if d.holds_output else ''}")
 
 
@@ -134,8 +151,8 @@ def _lever(config: RenderedService) -> Deferred:
 def _headroom(config: RenderedService) -> dict[str, object]:
     ledger = service_ledger(config)
     floor = config.host.card_floor_bytes or 0
-    return {"free_bytes": {d.card.name: d.free or 0 for d in ledger.cards},
-            "headroom_bytes": {d.card.name: (d.free or 0) - floor for d in ledger.cards}}
+    return {"free_bytes": {d.card.host_name: d.free or 0 for d in ledger.cards},
+            "headroom_bytes": {d.card.host_name: (d.free or 0) - floor for d in ledger.cards}}
 
 
 def _balance_margin(config: RenderedService) -> dict[str, object]:
@@ -198,7 +215,7 @@ def card_floor(config: RenderedService) -> None:
     raise FLOOR_CHECK.fail(
         config, "below-floor",
         where=_lever(config),
-        observed=f"{worst.card.name} keeps {gib(worst.free or 0)} free",
+        observed=f"{worst.card.shown} keeps {gib(worst.free or 0)} free",
         expected=expected,
         details=[_card(d) for d in ledger.cards],
         fix=_split_fix(config, service_sweep(config)),
@@ -234,10 +251,10 @@ def _contiguity(config: RenderedService, ledger: Ledger) -> None:
             config, "buffer-unplaceable",
             cites=("B-FIT-11", "B-FIT-10", "INC-05"),
             where=config.where_flag(llama.use("ubatch_size") or llama.use("batch_size")),
-            observed=(f"{d.card.name} cannot place its {largest.context} compute buffer of {largest.bytes / MiB:.0f} MiB "
+            observed=(f"{d.card.shown} cannot place its {largest.context} compute buffer of {largest.bytes / MiB:.0f} MiB "
                       f"at ubatch {ledger.n_ubatch} ({largest.basis}): {gib(max(room, 0))} is left after weights, KV, "
                       "state and the smaller compute buffers"),
-            expected=f"the largest compute buffer fits in what {d.card.name} has left",
+            expected=f"the largest compute buffer fits in what {d.card.shown} has left",
             details=[_card(x) for x in ledger.cards],
             fix=("a compute buffer is one allocation: lower --ubatch-size (the buffers scale with it) or move a block "
                  "off this card; free bytes elsewhere do not help"),
@@ -322,7 +339,7 @@ def card_balance(config: RenderedService) -> None:
     raise BALANCE_CHECK.fail(
         config, "gap-over-slack",
         where=_lever(config),
-        observed=f"{heaviest.card.name} holds {gib(gap)} more than {lightest.card.name}",
+        observed=f"{heaviest.card.shown} holds {gib(gap)} more than {lightest.card.shown}",
         expected=f"a gap <= {gib(slack)} (the slack of host {config.host.name}, {where_slack})",
         details=[_card(d) for d in cards],
         fix=_split_fix(config, service_sweep(config)),
@@ -524,7 +541,7 @@ def drafter_kv_fits(config: RenderedService) -> None:
         raise DRAFTER_CHECK.fail(
             config, "below-floor",
             where=where,
-            observed=f"{device.card.name} keeps {gib(device.free)} free with the drafter: {what}",
+            observed=f"{device.card.shown} keeps {gib(device.free)} free with the drafter: {what}",
             expected=f">= {gib(floor)} free on the card that carries the draft context",
             details=[_card(d) for d in ledger.cards]
             + ([f"draft profile: {draft.path}"] if draft is not None and not mtp else []),

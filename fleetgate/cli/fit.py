@@ -149,7 +149,7 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
              f"{llama.cache_type_k}/{llama.cache_type_v}, ubatch {ledger.n_ubatch}, -ts {split}")
     head = _verdict_lines(verdict, fix)
     if args.sweep_ts:
-        names = [d.card.name for d in ledger.cards]
+        names = [d.card.shown for d in ledger.cards]
         write_stdout("".join(f"{line}\n" for line in head)
                + _sweep_table(title, rows, llama.tensor_split, floor, slack, names) + "\n")
         return verdict.exit_code
@@ -233,7 +233,7 @@ def _verdict_lines(verdict: Verdict, fix: str | None) -> list[str]:
         return [*(f"FAILS: will not start: llama-server refuses: {r.reason} ({r.source})" for r in verdict.refusals),
                 ""]
     floor = f"{gib(verdict.floor)}" + ("" if verdict.floor_declared else " (none declared)")
-    lines = [f"FAILS: {d.card.name} keeps {gib(d.free or 0)} free, below its floor of {floor}"
+    lines = [f"FAILS: {d.card.shown} keeps {gib(d.free or 0)} free, below its floor of {floor}"
              for d in verdict.failing]
     if verdict.slack_fails and verdict.gap is not None and verdict.slack is not None:
         lines.append(f"FAILS: the cards differ by {gib(verdict.gap)}, over the slack of "
@@ -416,7 +416,7 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     def fmt(value: int | None) -> str:
         return "-" if value is None else f"{value / unit:.2f}"
 
-    columns = [d.card.name for d in devices] + ["host RAM"]
+    columns = [d.card.shown for d in devices] + ["host RAM"]
     width = max(12, *(len(c) + 2 for c in columns))
     head = max(len(label) for _, label in ROWS) + 2
 
@@ -439,7 +439,7 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
     cards = ledger.cards
     checks = []
     if floor is not None and cards:
-        short = [d.card.name for d in cards if d.card.vram_bytes is not None and (d.free or 0) < floor]
+        short = [d.card.shown for d in cards if d.card.vram_bytes is not None and (d.free or 0) < floor]
         checks.append(f"floor {gib(floor)}{'' if floor_declared else ' (none declared)'}: "
                       + ("FAILS on " + ", ".join(short) if short else "ok"))
     if slack is not None and len(cards) > 1:

@@ -78,6 +78,9 @@ class Card:
     endpoint: str | None = None
     kind: str | None = None
     """The backend behind the device when its name does not say it (an RPC device serving a CUDA GPU)."""
+    declared: str | None = None
+    """The fleet's name for the card (``hosts.NAME.devices``) where the engine names it otherwise: a process shown
+    only the host's second card by ``HIP_VISIBLE_DEVICES=1`` calls it ROCm0."""
 
     @property
     def backend(self) -> Backend:
@@ -86,6 +89,16 @@ class Card:
     @property
     def label(self) -> str:
         return self.buffer_name or self.name
+
+    @property
+    def host_name(self) -> str:
+        """The card as fleet.toml declares it: what a host's tools and the other services are matched by."""
+        return self.declared or self.name
+
+    @property
+    def shown(self) -> str:
+        """The card for an operator: its declared name, and the engine's where that differs."""
+        return f"{self.declared} (the engine's {self.name})" if self.declared else self.name
 
 
 HOST = Card(name="CPU", vram_bytes=None, buffer_name="CPU")

@@ -13,6 +13,7 @@ from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import Card
 from fleetgate.ledger.verdict import SweepRow, sweep_tensor_split
 from fleetgate.models.profile import load_profile
+from fleetgate.visibility import Unresolved, engine_cards
 
 __all__ = ["arm_rungs", "calibrations_of", "ledger_builder", "service_ledger", "service_sweep"]
 
@@ -37,10 +38,18 @@ def arm_rungs(service: Any, spec_types: Iterable[str]) -> frozenset[int]:
 
 
 def ledger_builder(config: Any) -> Callable[[LlamaServerConfig], Ledger]:
+    """How to build the ledger of a rendered llama.cpp service on the cards its process enumerates. Raises
+    ``fleetgate.visibility.Unresolved`` where fleetgate cannot tell which cards those are."""
     service = config.service
     if config.llama is None or config.profile is None:
         raise ValueError(f"{config.name}: the ledger needs a llama.cpp service with a profile")
-    cards = [Card(name=d.name, vram_bytes=d.vram_bytes) for d in config.host.cards]
+    seen = engine_cards(config)
+    if seen.unresolved:
+        raise Unresolved(seen.unresolved)
+    # the cards the process enumerates, named and ordered as the engine names them: --device, -ts and --main-gpu
+    # index these, and a card the visibility variables hide holds nothing of this service
+    cards = [Card(name=name, vram_bytes=d.vram_bytes, declared=d.name if d.name != name else None)
+             for name, d in seen.cards]
     projector = load_profile(service.projector_profile) if service.projector_profile else None
     calibrations = calibrations_of(service)
 
@@ -60,7 +69,7 @@ def service_ledger(config: Any) -> Ledger:
     """The ledger of a rendered llama.cpp service (``fleetgate.render.rendered.RenderedService``) on its host's cards.
 
     Built once per rendered config, for all the memory seams. Raises KeyError for a ``--device`` name
-    the host has no card for.
+    the engine sees no card for, ``fleetgate.visibility.Unresolved`` where the cards it sees cannot be told.
     """
     cached = _LEDGERS.get(id(config))
     if cached is not None and cached[0] is config:

@@ -106,6 +106,8 @@ class Grant:
     where: str
     unknown: tuple[str, ...] = ()
     """Device ids that are not an index of the host's cards (a UUID, or an index past them)."""
+    nodes: tuple[str, ...] = ()
+    """The render nodes a device-node grant passes (``/dev/dri``, ``/dev/dri/renderD129``), as written."""
 
 
 @dataclass(frozen=True)
@@ -1212,7 +1214,7 @@ def _render_nodes(reader: _Reader, devices: Node | None, what: str) -> Grant | N
     kfd = any(source == "/dev/kfd" for source, _ in nodes)
     named = ", ".join(source for source, _ in render)
     return Grant(None, f"devices: {'/dev/kfd, ' if kfd else ''}{named} ({'ROCm' if kfd else 'Vulkan'}: every card "
-                 "the render nodes expose)", reader.where(render[0][1]))
+                 "the render nodes expose)", reader.where(render[0][1]), nodes=tuple(source for source, _ in render))
 
 
 def _gpus(reader: _Reader, attr: Callable[[str], Node | None], what: str,

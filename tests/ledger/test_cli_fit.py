@@ -10,6 +10,7 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.models.profile import load_profile
 from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
+from tests.test_misses_round3 import PINNED_FLOOR, _fleet, _with_coder
 
 FLEET = str(Path(__file__).resolve().parents[2] / "fixtures" / "fleet" / "fleet.toml")
 GiB = 1 << 30
@@ -371,3 +372,15 @@ def test_fit_a_vllm_service(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     code, out, _ = run(capsys, "fit", "frank-archon", "--json", "--fleet", str(fleet))
     data = json.loads(out)
     assert (code, data["exit_code"], data["starts"], data["pool_bytes"]) == (1, 1, False, 15483357102)
+
+
+def test_fit_a_pinned_service_on_the_card_it_is_shown(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    # start-scripts' llama-server exports CUDA_VISIBLE_DEVICES=1: the ledger is the host's CUDA1 alone, which the
+    # engine calls CUDA0 (here with Qwen2.5-Coder-14B's profile on 8 GiB cards, where it does not fit).
+    fleet_toml = _fleet(tmp_path, "start-scripts", PINNED_FLOOR["cuda-one-card"][0])
+    (fleet_toml.parent / "profiles").mkdir()
+    code, out, _ = run(capsys, "fit", "gemma", "--fleet", str(_with_coder(fleet_toml)))
+    assert code == 1
+    assert out.splitlines()[0] == ("FAILS: CUDA1 (the engine's CUDA0) keeps -2.30 GiB free, below its floor of 0.00 GiB "
+                                  "(none declared)")
+    assert out.splitlines()[4].split() == ["GiB", "CUDA1", "(the", "engine's", "CUDA0)", "host", "RAM"]
