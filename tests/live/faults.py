@@ -43,6 +43,7 @@ MODES = (
     "capped-at-4",
     "vllm-healthy",
     "vllm-one-at-a-time",
+    "vllm-apart",
     "vllm-other-tokenizer",
     "vllm-other-sampler",
     "vllm-sampler-blind",
@@ -55,8 +56,8 @@ MODES = (
 # breaking one thing vLLM reports nowhere: it decodes one sequence at a time (--max-num-seqs 1), detokenizes through
 # another vocabulary (--tokenizer), samples a seeded request without sampler fields otherwise than with the declared
 # ones (--override-generation-config), or samples the same whatever the sampler says (the probe cannot see it).
-VLLM_REFERENCE_MODES = ("vllm-healthy", "vllm-one-at-a-time", "vllm-other-tokenizer", "vllm-other-sampler",
-                        "vllm-sampler-blind")
+VLLM_REFERENCE_MODES = ("vllm-healthy", "vllm-one-at-a-time", "vllm-apart", "vllm-other-tokenizer",
+                        "vllm-other-sampler", "vllm-sampler-blind")
 # vLLM answers tool_choice auto apart from required and none (vllm/renderers/online_renderer.py: a 400 without
 # --enable-auto-tool-choice; through --tool-call-parser with it): these modes fake a vLLM whose required and none
 # work while auto is refused, or leaves the call as text in the content (a parser of another format).
@@ -91,7 +92,13 @@ class FaultServer:
         self.one_at_a_time = threading.Lock()
         self.steps = {1.0: 0, 8.0: 0}
         """vLLM's vllm:iteration_tokens_total buckets (steps of at most 1 and 8 tokens): requests decoded together make
-        steps of several tokens; ``vllm-one-at-a-time`` decodes each token in a step of its own."""
+        steps of several tokens; ``vllm-one-at-a-time`` decodes each token in a step of its own, and so does
+        ``vllm-apart``, a healthy vLLM the requests reached one after another (a loaded client)."""
+        self.queued = 0.0
+        self.ran = 0.0
+        """The sums of vllm:request_queue_time_seconds and vllm:request_inference_time_seconds: a step counts 10 ms;
+        one at a time, a request sent with others waits for the runs of those served before it."""
+        self.ran_since_metrics = 0.0
         self.stopping = threading.Event()
         self.counter = itertools.count()
         server = self
@@ -181,6 +188,11 @@ class FaultServer:
                 lines = [f"# TYPE {name} histogram", f'{name}_bucket{{le="1.0"}} {self.steps[1.0]}',
                          f'{name}_bucket{{le="8.0"}} {self.steps[8.0]}', f'{name}_bucket{{le="+Inf"}} {self.steps[8.0]}',
                          f"{name}_count {self.steps[8.0]}", f"{name}_sum {self.steps[8.0]}"]
+                for timing, total in (("vllm:request_queue_time_seconds", self.queued),
+                                      ("vllm:request_inference_time_seconds", self.ran)):
+                    lines += [f"# TYPE {timing} histogram", f'{timing}_bucket{{le="+Inf"}} 0', f"{timing}_count 0",
+                              f"{timing}_sum {total}"]
+                self.ran_since_metrics = 0.0
                 self._send(handler, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
             elif handler.path == "/v1/models" and mode in VLLM_REFERENCE_MODES:
                 card = {"id": "fleetgate-vllm-reference", "object": "model", "root": self.model_root, "max_model_len": 512}
@@ -202,11 +214,18 @@ class FaultServer:
         if (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS) and handler.path == "/v1/chat/completions":
             tokens = int(body.get("max_tokens") or 1)
             with self.one_at_a_time:
+                run = tokens * 0.01
                 if mode == "vllm-one-at-a-time":
+                    self.steps[1.0] += tokens
+                    self.steps[8.0] += tokens
+                    self.queued += self.ran_since_metrics
+                elif mode == "vllm-apart":
                     self.steps[1.0] += tokens
                     self.steps[8.0] += tokens
                 else:
                     self.steps[8.0] += 1  # decoded beside the others
+                self.ran += run
+                self.ran_since_metrics += run
         if mode in VLLM_REFERENCE_MODES or (mode in VLLM_MODELS and body.get("stream")):
             self._vllm(handler, mode, body)
             return

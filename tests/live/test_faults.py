@@ -183,6 +183,8 @@ VLLM_REFERENCE_FAULTS: dict[str, dict[str, str]] = {
     "vllm-healthy": {"live-payload": "passed", "live-slots": "passed", "live-sampler-defaults": "passed"},
     "vllm-one-at-a-time": {"live-payload": "passed", "live-slots": "live-slots/fewer-sequences",
                            "live-sampler-defaults": "passed"},
+    # a healthy vLLM that the requests reached one after another (a loaded host): nothing waited, so not judged
+    "vllm-apart": {"live-payload": "passed", "live-slots": "not-judged", "live-sampler-defaults": "passed"},
     "vllm-other-tokenizer": {"live-payload": "live-payload/other-tokenizer", "live-slots": "passed",
                              "live-sampler-defaults": "passed"},
     "vllm-other-sampler": {"live-payload": "passed", "live-slots": "passed",
