@@ -176,7 +176,9 @@ def run_gate(
                 subject = live_subjects(check, {name: endpoint})[0]
                 outcome, record = run_live(check, subject)
                 gate.elapsed += record.elapsed if record is not None else 0.0
-                gate.notes[check_name] = live_note(record, outcome.failure) if record is not None else outcome.text
+                # a check that ran and found it could not judge says why, as a skipped one does
+                judged = record is not None and outcome.outcome not in ("skipped", "not-judged")
+                gate.notes[check_name] = live_note(record, outcome.failure) if judged else outcome.text
             else:
                 target = target or host_target(fleet, endpoint, host_spec)
                 subject = host_subjects(check, {name: target})[0]

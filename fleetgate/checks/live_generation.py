@@ -15,7 +15,8 @@ import itertools
 import re
 from typing import Any
 
-from fleetgate.checks import live_check
+from fleetgate.checks import NotJudged, live_check
+from fleetgate.live.activity import Activity, source_for, wait_quiet, watching
 from fleetgate.live.client import StreamReply, shorten
 from fleetgate.live.endpoint import (
     OVERHEAD_FLOOR_S,
@@ -53,8 +54,7 @@ def _text(message: Any, field: str | None) -> str:
     return text
 
 
-CHAT_CHECK = live_check(
-    CHAT,
+@live_check(
     cites=("C-L-3", "C-H-9", "C-PF-1", "INC-01", "INC-33", "INC-55"),
     summary="a real chat completion answers 200 with generated text (not garbage) and usage; a request "
     "without max_tokens whose grammar admits one answer gets all of it (a server-side cap fails); decode rate "
@@ -66,9 +66,6 @@ CHAT_CHECK = live_check(
         "garbage": "the completion has not a single letter (INC-33)",
     },
 )
-
-
-@CHAT_CHECK.register
 def live_chat(endpoint: LiveEndpoint) -> None:
     # The readiness probe's one-token request: held beyond its bound outside the engine, it stops the run.
     halt = endpoint.prepare()
@@ -95,7 +92,7 @@ def live_chat(endpoint: LiveEndpoint) -> None:
     completion = usage_of(reply.json).get("completion_tokens")
     finish = finish_reason_of(reply.json)
     if not text.strip() or not isinstance(completion, int) or completion < 1:
-        raise CHAT_CHECK.fail(endpoint, "empty-answer",
+        raise live_chat.fail(endpoint, "empty-answer",
                               where=reply.url,
                               cites=("C-L-3", "INC-33"),
                               observed=f"finish_reason {finish!r}, text {shorten(text, 80)!r}, "
@@ -121,7 +118,7 @@ def live_chat(endpoint: LiveEndpoint) -> None:
         endpoint.require_ok(CHAT, capped, expected="200 with the one answer the grammar admits", cites=("C-L-3",))
         got = message_of(capped.json).get("content")
         if finish_reason_of(capped.json) != "stop" or got != answer:
-            raise CHAT_CHECK.fail(endpoint, "cut-by-server",
+            raise live_chat.fail(endpoint, "cut-by-server",
                                   where=endpoint.where_flag("n_predict"),
                                   cites=("C-L-3",),
                                   observed=f"a request without max_tokens whose grammar admits only {answer!r} got "
@@ -131,7 +128,7 @@ def live_chat(endpoint: LiveEndpoint) -> None:
                                   fix="the server caps generation for clients that send no max_tokens (llama.cpp --n-predict / "
                                   "-n): their answers are truncated; drop the cap or raise it above any answer")
     if not _LETTER.search(text):
-        raise CHAT_CHECK.fail(endpoint, "garbage",
+        raise live_chat.fail(endpoint, "garbage",
                               where=reply.url,
                               cites=("INC-33",),
                               observed=f"{completion} tokens without a single letter: {shorten(text, 80)!r}",
@@ -164,8 +161,7 @@ def _token_times(stream: StreamReply) -> list[float]:
     ]
 
 
-STREAM_CHECK = live_check(
-    STREAM,
+@live_check(
     cites=("C-L-3", "C-PF-1"),
     summary="a stream keeps one id, opens with the assistant role, has exactly one finish chunk, usage when "
     "asked, and ends with [DONE]; its first token comes within the TTFT bound, no gap exceeds the chunk bound, "
@@ -174,13 +170,12 @@ STREAM_CHECK = live_check(
         "malformed": "a stream broke the shape: more than one id, no role first, not one finish chunk, no usage or no [DONE]",
         "no-tokens": "a stream finished without any chunk carrying generated text",
         "too-slow": "a stream's first token or a gap between its chunks went over its bound (ttft_s, chunk_gap_s, else timings)",
+        "held": "without a declared ttft_s, a stream's first token came late twice while the engine sat idle for the "
+        "overhead floor of the wait (its own requests in progress, /metrics or /slots): something between holds it",
         "buffered": "a stream the engine made in three or more steps arrived within 25 % of its generation time: held back "
         "and released at once",
     },
 )
-
-
-@STREAM_CHECK.register
 def live_stream(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Count from one to five in words."}],
@@ -190,19 +185,86 @@ def live_stream(endpoint: LiveEndpoint) -> None:
         **endpoint.thinking(False),
         **endpoint.dialect.decode_rate_fields,
     }
-    stream = endpoint.stream_chat(STREAM, body)
-    note = _judge_stream(endpoint, stream)
+    note = _stream_judged(endpoint, body, "the stream")
     # Again, shorter: a fault that lets one stream through (a proxy that cuts or buffers every other one, a
     # pool whose second connection goes elsewhere) hides behind a single request.
-    again = endpoint.stream_chat(STREAM, {**body, "max_tokens": STREAM_AGAIN_TOKENS})
-    _judge_stream(endpoint, again, which="the second stream")
+    _stream_judged(endpoint, {**body, "max_tokens": STREAM_AGAIN_TOKENS}, "the second stream")
     endpoint.note(note + "; again: well-formed")
+
+
+class _LateFirstToken(Exception):
+    """A first token later than the bound that the engine's own timings (or the measured rate) set, where the
+    contract declares no ttft_s: late on the gate's clock, which the engine's activity during a second try judges."""
+
+    def __init__(self, which: str, ttft: float, bound: float, why: str) -> None:
+        super().__init__(f"{which}: the first token came after {ttft:.2f} s (bound {bound:.1f} s: {why})")
+        self.ttft = ttft
+
+
+QUIET_WAIT_S = 30.0
+"""How long a stream that came late behind other requests waits for the engine to have none before it is sent
+again: the gate's own checks on other xdist workers are such requests, and end."""
+QUIET_TRIES = 2
+
+
+def _stream_judged(endpoint: LiveEndpoint, body: dict[str, Any], which: str) -> str:
+    """Stream ``body`` and judge it; a late first token is sent once more while the engine is watched, and where
+    other requests were ahead of it, again once the engine has none (at most QUIET_TRIES times)."""
+    try:
+        return _judge_stream(endpoint, endpoint.stream_chat(STREAM, body), which=which)
+    except _LateFirstToken as late:
+        first = late
+    get = endpoint.sample
+    source = source_for(endpoint.engine, endpoint.dialect.has_props, get)
+    quiet_waits: list[float] = []
+    while True:
+        with watching(source, get) as activity:
+            retry = endpoint.stream_chat(STREAM, body)
+        try:
+            note = _judge_stream(endpoint, retry, which=f"{which}, sent again")
+        except _LateFirstToken as again:
+            verdict = _late_twice(endpoint, first, again, activity)
+            if not isinstance(verdict, NotJudged) or source is None or len(quiet_waits) >= QUIET_TRIES:
+                raise verdict from None
+            waited = wait_quiet(source, get, QUIET_WAIT_S)
+            if waited is None:
+                raise verdict from None
+            quiet_waits.append(waited)
+            continue
+        quiet = f"; sent once the engine had no request, after {', '.join(f'{w:.1f} s' for w in quiet_waits)}" \
+            if quiet_waits else ""
+        return f"{note} (sent again: {first}{quiet})"
+
+
+def _late_twice(endpoint: LiveEndpoint, first: _LateFirstToken, again: _LateFirstToken, activity: Activity) -> Exception:
+    """A first token late twice: held between the engine and the client where the engine sat idle for the
+    overhead floor of the wait; otherwise the engine's own queue, which no bound of the gate's clock judges."""
+    both = f"{first}; {again}"
+    if activity.source is None or not activity.seen:
+        why = activity.unreadable or "neither /metrics with its requests in progress nor /slots is served"
+        return NotJudged(f"{both}. Whether the engine was busy with other requests meanwhile cannot be read ({why}): "
+                         "serve /metrics (llama-server --metrics) or /slots, or declare ttft_s in the contract to "
+                         "bound the wait on the gate's clock")
+    idle, busy, unseen = activity.split(again.ttft)
+    seen = f"the engine ({activity.source.path}) had no request in progress or waiting for {idle:.1f} s of the " \
+        f"{again.ttft:.1f} s, had some for {busy:.1f} s, and was not seen for {unseen:.1f} s"
+    if idle >= OVERHEAD_FLOOR_S:
+        return live_stream.fail(endpoint, "held",
+                                cites=("C-PF-1",),
+                                observed=f"{both}; {seen}",
+                                expected="the first token as soon as the engine has made it: the engine idle while a "
+                                "stream's first token has not come means something between them holds it",
+                                fix="something between the client and the engine holds the stream (a proxy's buffering "
+                                "or queueing, a tunnel): find it on the path from the client to the engine's port")
+    return NotJudged(f"{both}; {seen}: other requests were ahead of it, so the wait is the endpoint's load, not "
+                     "something holding the stream. Run the gate when the endpoint is not busy, or declare ttft_s in "
+                     "the contract to bound the wait on the gate's clock")
 
 
 def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "the stream") -> str:
     """Fail the check on a refused, malformed, empty, slow or buffered stream; the note for a good one."""
     if stream.rate_limited:
-        raise STREAM_CHECK.fail(endpoint, "rate-limited",
+        raise live_stream.fail(endpoint, "rate-limited",
                                 where=stream.url,
                                 observed=f"HTTP {stream.status}: {shorten(stream.error_text, 160)}; Retry-After "
                                 f"{stream.retry_after:g} s, still after {stream.retries} retries within the request's bound",
@@ -210,7 +272,7 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
                                 fix="the endpoint, or a proxy in front of it, rate-limits the gate: run the gate when it is not "
                                 "saturated, or give the gate's key a limit that admits its requests")
     if stream.status != 200:
-        raise STREAM_CHECK.fail(endpoint, "refused",
+        raise live_stream.fail(endpoint, "refused",
                                 where=stream.url,
                                 observed=f"HTTP {stream.status}: {shorten(stream.error_text, 200)}",
                                 expected="200 and an event stream",
@@ -245,7 +307,7 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     elif stream.after_done:
         problems.append(f"{stream.after_done} events after [DONE]")
     if problems:
-        raise STREAM_CHECK.fail(endpoint, "malformed",
+        raise live_stream.fail(endpoint, "malformed",
                                 where=stream.url,
                                 cites=("C-L-3",),
                                 observed=f"{which}: " + "; ".join(problems),
@@ -254,7 +316,7 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
                                 "any proxy between the client and the engine")
     times = _token_times(stream)
     if not times:
-        raise STREAM_CHECK.fail(endpoint, "no-tokens",
+        raise live_stream.fail(endpoint, "no-tokens",
                                 where=stream.url,
                                 observed=f"{len(chunks)} chunks, none carrying generated text",
                                 expected="the generated tokens as deltas",
@@ -267,12 +329,16 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     gaps = [b - a for a, b in itertools.pairwise(times)]
     gap_bound, gap_why = _gap_bound(endpoint, timings)
     slow = []
-    if times[0] > ttft_bound:
+    late = times[0] > ttft_bound
+    if late:
         slow.append(f"the first token came after {times[0]:.2f} s (bound {ttft_bound:.1f} s: {ttft_why})")
     if gaps and max(gaps) > gap_bound:
         slow.append(f"a gap of {max(gaps):.2f} s between chunks (bound {gap_bound:.1f} s: {gap_why})")
+    if late and len(slow) == 1 and endpoint.contract.ttft_s is None:
+        # No declared bound: whether the wait was the engine's own queue is asked of the engine (_stream_judged).
+        raise _LateFirstToken(which, times[0], ttft_bound, ttft_why)
     if slow:
-        raise STREAM_CHECK.fail(endpoint, "too-slow",
+        raise live_stream.fail(endpoint, "too-slow",
                                 where=stream.url,
                                 cites=("C-PF-1",),
                                 observed=f"{which}: " + "; ".join(slow),
@@ -285,7 +351,7 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
     steps = _emitting_steps(timings, len(times))
     if (isinstance(engine_ms, int | float) and len(times) >= 3 and steps >= 3
             and span < BUFFERED_FRACTION * engine_ms / 1000):
-        raise STREAM_CHECK.fail(endpoint, "buffered",
+        raise live_stream.fail(endpoint, "buffered",
                                 where=stream.url,
                                 cites=("C-L-3", "C-PF-1"),
                                 observed=f"{len(times)} token chunks arrived within {span * 1000:.0f} ms, after {times[0]:.2f} s; "
@@ -294,7 +360,7 @@ def _judge_stream(endpoint: LiveEndpoint, stream: StreamReply, *, which: str = "
                                 "engine's generation time",
                                 fix="a proxy buffers the event stream (nginx: proxy_buffering off; X-Accel-Buffering: no): "
                                 "clients see nothing until the answer is complete")
-    if which == "the stream":
+    if which in ("the stream", "the stream, sent again"):
         endpoint.measure("ttft_ms", times[0] * 1000)
     spread = f", spread over {span * 1000:.0f} ms" if len(times) > 1 else ""
     return (
@@ -356,17 +422,13 @@ def _gap_bound(endpoint: LiveEndpoint, timings: Any) -> tuple[float, str]:
     return OVERHEAD_FLOOR_S, "no generation time reported"
 
 
-DETERMINISM_CHECK = live_check(
-    DETERMINISM,
+@live_check(
     cites=("C-SP-6", "B-H-7"),
     summary="the same prompt at temperature 0 gives the same text twice (speculation must be lossless)",
     codes={
         "differs": "the same prompt at temperature 0 gave different text twice",
     },
 )
-
-
-@DETERMINISM_CHECK.register
 def live_determinism(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "List the first five prime numbers."}],
@@ -381,7 +443,7 @@ def live_determinism(endpoint: LiveEndpoint) -> None:
         endpoint.require_ok(DETERMINISM, reply)
         texts.append(_text(message_of(reply.json), endpoint.contract.reasoning_field))
     if texts[0] != texts[1]:
-        raise DETERMINISM_CHECK.fail(endpoint, "differs",
+        raise live_determinism.fail(endpoint, "differs",
                                      where=endpoint.url,
                                      cites=("C-SP-6", "B-H-7"),
                                      observed=f"first {shorten(texts[0], 80)!r}, then {shorten(texts[1], 80)!r}",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetgate.failure import Failure
+from fleetgate.live.activity import Activity, source_for, watching
 from fleetgate.live.client import Client, EndpointError, Reply, StreamReply, shorten
 from fleetgate.live.contract import LiveContract
 from fleetgate.live.dialects import Dialect
@@ -288,17 +289,42 @@ class LiveEndpoint:
                 return Halt(ALIAS, failure, f"not run: {self.name} does not serve {alias!r}, the model every "
                             f"request names (see {ALIAS})")
             return None  # every generating check shows the refusal in its own words
+        slow = self._slow_probe(probe)
+        if slow is not None:
+            first = usage_of(probe.json).get("completion_tokens")
+            if isinstance(first, int):
+                self._unbilled += first  # the token of the probe sent again is billed below
+            # Late on the gate's clock: asked once more while the engine is watched. Other requests ahead of it are
+            # the endpoint's load, which each check's own bound then meets; an idle engine means something between
+            # the gate and the engine holds every request.
+            with self.watching_engine() as activity:
+                try:
+                    again = self.client.post(
+                        "/v1/chat/completions", {"model": self.contract.alias or self.name, **body}
+                    )
+                except EndpointError as error:
+                    return Halt(CHAT, self.unreachable(CHAT, error),
+                                f"not run: a one-token request to {self.name} got no answer (see {CHAT})")
+            if again.ok:
+                probe = again
+                slow = self._slow_probe(probe)
+            if slow is not None:
+                observed, expected = slow
+                idle = activity.split(probe.elapsed)[0]
+                if activity.seen and idle < OVERHEAD_FLOOR_S:
+                    slow = None  # the engine's own queue: not something that holds every request
+                elif activity.seen:
+                    observed += (f"; asked again, the engine ({activity.source.path if activity.source else ''}) had "
+                                 f"no request in progress or waiting for {idle:.1f} s of its {probe.elapsed:.1f} s")
+                else:
+                    observed += "; whether the engine was busy meanwhile cannot be read (no /metrics, no /slots)"
+                slow = None if slow is None else (observed, expected)
         usage = usage_of(probe.json)
         if isinstance(usage.get("completion_tokens"), int):
             self._unbilled += usage["completion_tokens"]
         timings = timings_of(probe.json)
         self._observe(probe.json)
-        engine_ms = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
-        engine_s = (
-            sum(float(v) for v in engine_ms if isinstance(v, int | float)) / 1000
-            if any(isinstance(v, int | float) for v in engine_ms)
-            else None
-        )
+        engine_s = _engine_seconds(timings)
         rate = timings.get("prompt_per_second")
         self.baseline = Baseline(
             health_s=health_s,
@@ -306,21 +332,8 @@ class LiveEndpoint:
             engine_s=engine_s,
             prefill_tok_s=float(rate) if isinstance(rate, int | float) and rate > 0 else None,
         )
-        if engine_s is not None:
-            bound = OVERHEAD_FLOOR_S + 2 * engine_s
-            outside = probe.elapsed - engine_s
-            slow = outside > bound
-            observed = (
-                f"a one-token request took {probe.elapsed:.1f} s, of which the engine reports "
-                f"{engine_s * 1000:.0f} ms (timings): {outside:.1f} s were spent outside the engine"
-            )
-            expected = f"at most {bound:.1f} s outside the engine ({OVERHEAD_FLOOR_S:g} s + twice its own time)"
-        else:
-            bound = self.contract.ttft_s or NO_TIMINGS_BOUND_S
-            slow = probe.elapsed > bound
-            observed = f"a one-token request took {probe.elapsed:.1f} s"
-            expected = f"at most {bound:.1f} s (contract ttft_s, else {NO_TIMINGS_BOUND_S:g} s)"
-        if slow:
+        if slow is not None:
+            observed, expected = slow
             failure = Failure(
                 service=self.name,
                 check=CHAT,
@@ -333,6 +346,23 @@ class LiveEndpoint:
             )
             return Halt(CHAT, failure, f"not run: {self.name} is slower than its bound (see {CHAT})")
         return None
+
+    def _slow_probe(self, probe: Reply) -> tuple[str, str] | None:
+        """What was observed and expected where the readiness probe took longer than its bound; None within it."""
+        engine_s = _engine_seconds(timings_of(probe.json))
+        if engine_s is not None:
+            bound = OVERHEAD_FLOOR_S + 2 * engine_s
+            outside = probe.elapsed - engine_s
+            if outside <= bound:
+                return None
+            return (f"a one-token request took {probe.elapsed:.1f} s, of which the engine reports "
+                    f"{engine_s * 1000:.0f} ms (timings): {outside:.1f} s were spent outside the engine",
+                    f"at most {bound:.1f} s outside the engine ({OVERHEAD_FLOOR_S:g} s + twice its own time)")
+        bound = self.contract.ttft_s or NO_TIMINGS_BOUND_S
+        if probe.elapsed <= bound:
+            return None
+        return (f"a one-token request took {probe.elapsed:.1f} s",
+                f"at most {bound:.1f} s (contract ttft_s, else {NO_TIMINGS_BOUND_S:g} s)")
 
     def _not_ready(self, path: str, last: Reply | EndpointError, waited: float) -> Halt:
         if isinstance(last, EndpointError):
@@ -668,6 +698,19 @@ class LiveEndpoint:
                 fix="something other than the engine answers /metrics",
             ) from None
 
+    def sample(self, path: str, timeout: float) -> tuple[int, str, Any]:
+        """One GET as the engine watchers read it (fleetgate.live.activity): status, text, JSON."""
+        reply = self.client.get(path, timeout=timeout)
+        return reply.status, reply.text, reply.json
+
+    @contextmanager
+    def watching_engine(self) -> Iterator[Activity]:
+        """The engine's own count of requests in progress, sampled while the block runs (fleetgate.live.activity):
+        whether a wait the gate saw was the engine's queue or something between them."""
+        source = source_for(self.engine, self.dialect.has_props, self.sample)
+        with watching(source, self.sample) as activity:
+            yield activity
+
     def thinking(self, on: bool) -> dict[str, Any]:
         """Request fields that turn the template's thinking on or off (none for the generic subset)."""
         return dict(self.dialect.thinking_on if on else self.dialect.thinking_off)
@@ -687,6 +730,14 @@ class LiveEndpoint:
         if self.config is None:
             return self.url
         return self.config.fleet.where("services", self.name, "contract", *keys)
+
+
+def _engine_seconds(timings: Mapping[str, Any]) -> float | None:
+    """What the engine reports spending on an answer (prefill and generation), None where it reports neither."""
+    spent = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
+    if not any(isinstance(v, int | float) for v in spent):
+        return None
+    return sum(float(v) for v in spent if isinstance(v, int | float)) / 1000
 
 
 def message_of(reply_json: Any) -> Mapping[str, Any]:

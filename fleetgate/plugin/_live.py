@@ -264,6 +264,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Summary(config), f"{_state.LIVE}-summary")
+    # Live results come only from checked endpoints: a seams run does not pay a report hook per test for none.
     if config.getoption("--endpoint"):
+        config.pluginmanager.register(_Summary(config), f"{_state.LIVE}-summary")
         _state.endpoints(config)  # a bad --endpoint / --base-url is a usage error before anything is collected

@@ -60,7 +60,6 @@ VARIANTS: dict[str, tuple[str, ...]] = {
 TEXT_DECIDED_CODES = frozenset({
     "live-chat/garbage",
     "live-chat/cut-by-server",
-    "live-tool-calls/no-structured-call",
     "live-parallel-tool-calls/not-parallel",
     "live-reasoning/no-trace",
     "live-reasoning/tags-in-content",

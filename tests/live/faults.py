@@ -195,7 +195,7 @@ class FaultServer:
                 self.ran_since_metrics = 0.0
                 self._send(handler, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
             elif handler.path == "/v1/models" and mode in VLLM_REFERENCE_MODES:
-                card = {"id": "fleetgate-vllm-reference", "object": "model", "root": self.model_root, "max_model_len": 512}
+                card = {"id": "fleetgate-vllm-reference", "object": "model", "root": self.model_root, "max_model_len": 1024}
                 self._send(handler, 200, json.dumps({"object": "list", "data": [card]}).encode())
             elif handler.path == "/v1/models" and mode == "capped-at-4":
                 card = {"id": "fleetgate-reference", "object": "model"}
@@ -462,6 +462,11 @@ def _thinking_with_tools(request: dict[str, Any]) -> bool:
     return bool(request.get("tools")) and bool((request.get("chat_template_kwargs") or {}).get("enable_thinking"))
 
 
+def _trace_key(message: dict[str, Any]) -> str:
+    """Where a message carries its trace: llama.cpp's ``reasoning_content``, vLLM 0.32's ``reasoning``."""
+    return "reasoning" if isinstance(message.get("reasoning"), str) else "reasoning_content"
+
+
 def _rewrite_plan_arguments(mode: str, arguments: str) -> str:
     """``schema-days-flattened``: the array of days becomes its first day (a parser or proxy that flattens nesting);
     ``schema-text-double-escaped``: the note's escapes written once more (a text encoded twice)."""
@@ -485,8 +490,8 @@ def rewrite_answer(mode: str, request: dict[str, Any], reply: dict[str, Any]) ->
             call["function"]["arguments"] = _rewrite_plan_arguments(mode, call["function"]["arguments"])
     if mode in ("tool-trace-in-content", "tool-trace-dropped") and _thinking_with_tools(request):
         message = reply["choices"][0]["message"]
-        trace = message.pop("reasoning_content", None) if mode == "tool-trace-dropped" else message.get(
-            "reasoning_content")
+        key = _trace_key(message)
+        trace = message.pop(key, None) if mode == "tool-trace-dropped" else message.get(key)
         if mode == "tool-trace-in-content":
             message["content"] = f"<think>\n{trace}\n</think>\n" + (message.get("content") or "")
     if mode == "auto-call-as-text" and request.get("tool_choice") == "auto":
@@ -526,8 +531,9 @@ def rewrite_stream(mode: str, request: dict[str, Any], events: list[Any]) -> lis
     if mode == "tool-trace-stream-as-content" and _thinking_with_tools(request):
         for event in events:
             delta = _delta(event)
-            if delta is not None and isinstance(delta.get("reasoning_content"), str):
-                delta["content"] = (delta.get("content") or "") + delta.pop("reasoning_content")
+            key = _trace_key(delta) if delta is not None else ""
+            if delta is not None and isinstance(delta.get(key), str):
+                delta["content"] = (delta.get("content") or "") + delta.pop(key)
         return events
     if mode == "auto-stream-as-text" and request.get("tool_choice") == "auto":
         # every call delta's name and arguments sent as content (a streaming parser that does not see the call)

@@ -215,7 +215,7 @@ def test_what_vllm_reports_nowhere_is_seen_through_what_it_does(
         run = run_gate(load_fleet(fleet_toml), vr.SERVICE, list(expected), base_url=server.url, timeout=5)
     assert run.verdicts == expected, run.text()
     if mode == "vllm-healthy":
-        assert run.notes["live-slots"] == ("window 512 tokens; 4 requests at once decoded together: 4 engine steps of 2-8 "
+        assert run.notes["live-slots"] == ("window 1024 tokens; 4 requests at once decoded together: 4 engine steps of 2-8 "
                                            "tokens (--max-num-seqs 4)")
         assert run.notes["live-payload"].endswith("its tokenizer spells 8 tokens of vllm-model/tokenizer.json back "
                                                   "(/detokenize)"), run.notes
@@ -246,3 +246,22 @@ def test_vllm_parallel_calls_with_a_parser_whose_markup_the_gate_does_not_write(
     assert junit_outcomes(junit) == {"live-parallel-tool-calls": "skipped"}, result.stdout.str()
     result.stdout.fnmatch_lines(["*not judged: frank-archon's --tool-call-parser is 'qwen3_coder': the gate writes two "
                                  "calls in the markup the parser reads, and knows hermes's*"])
+
+
+def test_a_vllm_without_a_reasoning_parser_ends_no_trace_the_gate_could_judge(tmp_path: Path, no_api_key: None) -> None:
+    """live-tool-reasoning on vLLM is judged where a --reasoning-parser runs (vLLM then honours the request's
+    thinking_token_budget); a vLLM service whose files run none is not judged, naming what would make it judged."""
+    from fleetgate.gate import run_gate
+    from fleetgate.manifest import load_fleet
+
+    from . import vllm_reference as vr
+
+    with FaultServer("vllm-healthy") as server:
+        fleet_toml = vr.declare(tmp_path / "fleet", port=int(server.url.rsplit(":", 1)[1]),
+                                edits=(('    --reasoning-parser "$REASONING_PARSER"\n', ""),))
+        server.model_root = str(vr.MODELS / "vllm-model")
+        run = run_gate(load_fleet(fleet_toml), vr.SERVICE, ["live-tool-reasoning"], base_url=server.url, timeout=5)
+    assert run.verdicts == {"live-tool-reasoning": "not-judged"}, run.text()
+    assert run.notes["live-tool-reasoning"] == (
+        "not judged: vllm-reference runs no --reasoning-parser, so it honours no thinking_token_budget and ends a trace "
+        "only where the model writes its end tag: whether a call follows the trace is the model's"), run.notes
