@@ -55,25 +55,6 @@ def _structured_undeclared(endpoint: LiveEndpoint) -> str | None:
             "declare contract.structured_output (true, or false where the engine must refuse them)")
 
 
-STRUCTURED_CHECK = live_check(
-    STRUCTURED,
-    cites=("C-CAP-2",),
-    summary="a response_format JSON schema is honoured, blocking and streamed (the answer validates against it); "
-    "where the contract says the engine has no grammar support, the request is refused cleanly (4xx)",
-    requires=_structured_undeclared,
-    codes={
-        "not-honoured": "a `response_format` json_schema request was answered with content that is not a document "
-        "valid against the schema",
-        "stream-not-honoured": "the same request streamed: the content deltas assemble into no document valid "
-        "against the schema",
-        "not-refused": "the contract says the engine has no grammar support (structured_output = false), yet it "
-        "answered a json_schema request with 200: clients get unconstrained text",
-        "unclean-refusal": "the contract says the engine has no grammar support, and the json_schema request got "
-        "something other than a clean 4xx refusal (a 5xx, a dropped connection's status)",
-    },
-)
-
-
 def _schema_problem(content: Any) -> str | None:
     """Why ``content`` is not a document valid against the verdict schema; None when it is."""
     if not isinstance(content, str):
@@ -89,7 +70,22 @@ def _schema_problem(content: Any) -> str | None:
     return None
 
 
-@STRUCTURED_CHECK.register
+@live_check(
+    cites=("C-CAP-2",),
+    summary="a response_format JSON schema is honoured, blocking and streamed (the answer validates against it); "
+    "where the contract says the engine has no grammar support, the request is refused cleanly (4xx)",
+    requires=_structured_undeclared,
+    codes={
+        "not-honoured": "a `response_format` json_schema request was answered with content that is not a document "
+        "valid against the schema",
+        "stream-not-honoured": "the same request streamed: the content deltas assemble into no document valid "
+        "against the schema",
+        "not-refused": "the contract says the engine has no grammar support (structured_output = false), yet it "
+        "answered a json_schema request with 200: clients get unconstrained text",
+        "unclean-refusal": "the contract says the engine has no grammar support, and the json_schema request got "
+        "something other than a clean 4xx refusal (a 5xx, a dropped connection's status)",
+    },
+)
 def live_structured_output(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": "Is seven a prime number? Answer in JSON."}],
@@ -102,7 +98,7 @@ def live_structured_output(endpoint: LiveEndpoint) -> None:
     if endpoint.contract.structured_output is False:
         where = endpoint.where_contract("structured_output")
         if reply.ok:
-            raise STRUCTURED_CHECK.fail(endpoint, "not-refused",
+            raise live_structured_output.fail(endpoint, "not-refused",
                                         where=where,
                                         cites=("C-CAP-2",),
                                         observed=f"HTTP {reply.status}: content "
@@ -112,7 +108,7 @@ def live_structured_output(endpoint: LiveEndpoint) -> None:
                                         "validates, declare structured_output = true; if not, clients get free text "
                                         "where they asked for JSON")
         if not 400 <= reply.status < 500:
-            raise STRUCTURED_CHECK.fail(endpoint, "unclean-refusal",
+            raise live_structured_output.fail(endpoint, "unclean-refusal",
                                         where=reply.url,
                                         cites=("C-CAP-2",),
                                         observed=reply.brief(),
@@ -128,7 +124,7 @@ def live_structured_output(endpoint: LiveEndpoint) -> None:
                         cites=("C-CAP-2",))
     problem = _schema_problem(message_of(reply.json).get("content"))
     if problem:
-        raise STRUCTURED_CHECK.fail(endpoint, "not-honoured",
+        raise live_structured_output.fail(endpoint, "not-honoured",
                                     where=reply.url,
                                     cites=("C-CAP-2",),
                                     observed=problem,
@@ -139,7 +135,7 @@ def live_structured_output(endpoint: LiveEndpoint) -> None:
     streamed = assemble(stream.events).content
     problem = _schema_problem(streamed)
     if problem:
-        raise STRUCTURED_CHECK.fail(endpoint, "stream-not-honoured",
+        raise live_structured_output.fail(endpoint, "stream-not-honoured",
                                     where=stream.url,
                                     cites=("C-CAP-2",),
                                     observed=f"streamed: {problem}",
@@ -160,23 +156,6 @@ def _replay_undeclared(endpoint: LiveEndpoint) -> str | None:
                 "renders back: declare contract.reasoning_replay (after-last-user, always, never)")
     return None
 
-
-TURNS_CHECK = live_check(
-    TURNS,
-    cites=("C-CAP-8",),
-    summary="a reasoning trace sent back in the history reaches the prompt where the template is declared to render "
-    "it (after a tool result) and stays out where it is declared not to (once the user speaks again), read from "
-    "the prompt's token count with and without the trace",
-    requires=_replay_undeclared,
-    codes={
-        "after-tool-result": "continuing from a tool result, the trace of the call's turn was rendered into the "
-        "prompt, or not, against contract.reasoning_replay (a client or proxy that drops reasoning_content; a "
-        "template that never renders it)",
-        "after-user-message": "with the user's message last, the earlier turn's trace was rendered into the prompt, "
-        "or not, against contract.reasoning_replay (a template that keeps every trace fills the window with old "
-        "reasoning)",
-    },
-)
 
 _REPLAY_FIX = ("the template decides which traces go back to the model: an agent loses its plan when the trace of its "
                "call is dropped before the tool result, and a window fills with old reasoning when every trace is kept; a "
@@ -214,7 +193,21 @@ def _prompt_tokens(endpoint: LiveEndpoint, messages: list[dict[str, Any]]) -> in
     return tokens
 
 
-@TURNS_CHECK.register
+@live_check(
+    cites=("C-CAP-8",),
+    summary="a reasoning trace sent back in the history reaches the prompt where the template is declared to render "
+    "it (after a tool result) and stays out where it is declared not to (once the user speaks again), read from "
+    "the prompt's token count with and without the trace",
+    requires=_replay_undeclared,
+    codes={
+        "after-tool-result": "continuing from a tool result, the trace of the call's turn was rendered into the "
+        "prompt, or not, against contract.reasoning_replay (a client or proxy that drops reasoning_content; a "
+        "template that never renders it)",
+        "after-user-message": "with the user's message last, the earlier turn's trace was rendered into the prompt, "
+        "or not, against contract.reasoning_replay (a template that keeps every trace fills the window with old "
+        "reasoning)",
+    },
+)
 def live_reasoning_turns(endpoint: LiveEndpoint) -> None:
     field, replay = endpoint.contract.reasoning_field, endpoint.contract.reasoning_replay
     assert field is not None and replay is not None
@@ -236,11 +229,11 @@ def live_reasoning_turns(endpoint: LiveEndpoint) -> None:
         return f"the trace {'rendered' if expect[case] else 'left out'} (reasoning_replay = {replay!r})"
 
     if (seen["after-tool-result"][0] != seen["after-tool-result"][1]) != expect["after-tool-result"]:
-        raise TURNS_CHECK.fail(endpoint, "after-tool-result", where=where, cites=("C-CAP-8",),
+        raise live_reasoning_turns.fail(endpoint, "after-tool-result", where=where, cites=("C-CAP-8",),
                                observed=observed("after-tool-result", "continuing from a tool result"),
                                expected=expected("after-tool-result"), fix=_REPLAY_FIX)
     if (seen["after-user-message"][0] != seen["after-user-message"][1]) != expect["after-user-message"]:
-        raise TURNS_CHECK.fail(endpoint, "after-user-message", where=where, cites=("C-CAP-8",),
+        raise live_reasoning_turns.fail(endpoint, "after-user-message", where=where, cites=("C-CAP-8",),
                                observed=observed("after-user-message", "with the user's next message last"),
                                expected=expected("after-user-message"), fix=_REPLAY_FIX)
     tool, user = seen["after-tool-result"], seen["after-user-message"]
@@ -300,26 +293,6 @@ def _parallel_undeclared(endpoint: LiveEndpoint) -> str | None:
     return None
 
 
-PARALLEL_CHECK = live_check(
-    PARALLEL,
-    cites=("C-CAP-2",),
-    summary="where parallel calls are declared, `parallel_tool_calls: true` gets several whole, schema-valid calls "
-    "with their own ids, blocking and streamed alike; where they are not, it is refused cleanly or answered with one",
-    requires=_parallel_undeclared,
-    codes={
-        "not-parallel": "parallel calls are declared, yet a request for them, kept from ending after its first call, got "
-        "fewer than two whole, schema-valid calls with distinct ids",
-        "stream-differs": "the same parallel request streamed: the deltas, assembled by index as a client assembles "
-        "them, are not the blocking answer's calls",
-        "not-refused": "parallel calls are declared absent, yet a request for them got several calls (the engine "
-        "ignores parallel_tool_calls for this template)",
-        "unclean-refusal": "parallel calls are declared absent, and the request for them got something other than a "
-        "4xx or a single call",
-        "out-of-time": "the request for parallel calls got no answer within the bound this run's measured rates derive",
-    },
-)
-
-
 def _whole_calls(calls: Any) -> list[str]:
     """Why the calls are not each a whole get_weather call valid against its schema with an id of its own."""
     problems: list[str] = []
@@ -343,7 +316,23 @@ def _whole_calls(calls: Any) -> list[str]:
     return problems
 
 
-@PARALLEL_CHECK.register
+@live_check(
+    cites=("C-CAP-2",),
+    summary="where parallel calls are declared, `parallel_tool_calls: true` gets several whole, schema-valid calls "
+    "with their own ids, blocking and streamed alike; where they are not, it is refused cleanly or answered with one",
+    requires=_parallel_undeclared,
+    codes={
+        "not-parallel": "parallel calls are declared, yet a request for them, kept from ending after its first call, got "
+        "fewer than two whole, schema-valid calls with distinct ids",
+        "stream-differs": "the same parallel request streamed: the deltas, assembled by index as a client assembles "
+        "them, are not the blocking answer's calls",
+        "not-refused": "parallel calls are declared absent, yet a request for them got several calls (the engine "
+        "ignores parallel_tool_calls for this template)",
+        "unclean-refusal": "parallel calls are declared absent, and the request for them got something other than a "
+        "4xx or a single call",
+        "out-of-time": "the request for parallel calls got no answer within the bound this run's measured rates derive",
+    },
+)
 def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     allowed = endpoint.contract.parallel_tool_calls
     body: dict[str, Any] = {
@@ -368,7 +357,7 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     try:
         reply = endpoint.chat(PARALLEL, body, bound=bound)
     except OutOfTime as late:
-        raise PARALLEL_CHECK.fail(endpoint, "out-of-time",
+        raise live_parallel_tool_calls.fail(endpoint, "out-of-time",
                                   where=late.url, cites=("C-CAP-2",), observed=late.observed, expected=late.expected,
                                   fix="the engine took longer than its own rates allow: read its log for this request") from None
     message = message_of(reply.json)
@@ -376,7 +365,7 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     where = endpoint.where_contract("parallel_tool_calls")
     if not allowed:
         if reply.ok and isinstance(calls, list) and len(calls) > 1:
-            raise PARALLEL_CHECK.fail(endpoint, "not-refused",
+            raise live_parallel_tool_calls.fail(endpoint, "not-refused",
                                       where=where,
                                       cites=("C-CAP-2",),
                                       observed=f"parallel_tool_calls true got {len(calls)} calls",
@@ -387,7 +376,7 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
                                       "run several calls must send parallel_tool_calls false and still check; or "
                                       "declare parallel_tool_calls = true")
         if not (400 <= reply.status < 500 or (reply.ok and len(calls) == 1)):
-            raise PARALLEL_CHECK.fail(endpoint, "unclean-refusal",
+            raise live_parallel_tool_calls.fail(endpoint, "unclean-refusal",
                                       where=reply.url,
                                       cites=("C-CAP-2",),
                                       observed=f"{reply.brief() if not reply.ok else f'{len(calls)} calls'}",
@@ -401,7 +390,7 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     endpoint.require_ok(PARALLEL, reply, expected="200 with several calls", fix=fix, cites=("C-CAP-2",))
     problems = _whole_calls(calls)
     if len(calls) < 2 or problems:
-        raise PARALLEL_CHECK.fail(endpoint, "not-parallel",
+        raise live_parallel_tool_calls.fail(endpoint, "not-parallel",
                                   where=reply.url,
                                   cites=("C-CAP-2",),
                                   observed=f"{len(calls)} call(s), finish_reason {finish_reason_of(reply.json)!r}"
@@ -418,7 +407,7 @@ def live_parallel_tool_calls(endpoint: LiveEndpoint) -> None:
     if len(got.calls) < len(calls):
         differences.append(f"{len(got.calls)} call(s) streamed, {len(calls)} blocking")
     if differences:
-        raise PARALLEL_CHECK.fail(endpoint, "stream-differs",
+        raise live_parallel_tool_calls.fail(endpoint, "stream-differs",
                                   where=stream.url,
                                   cites=("C-CAP-2",),
                                   observed="streamed: " + "; ".join(differences),

@@ -75,8 +75,7 @@ def _acceptance_floor(endpoint: LiveEndpoint) -> tuple[float | None, str]:
     return None, "no floor declared (contract draft_acceptance_min) and no acceptance alert rule"
 
 
-DRAFTER_CHECK = live_check(
-    DRAFTER,
+@live_check(
     cites=("C-SP-1", "C-SP-5", "B-OB-2", "INC-16"),
     summary="where a drafter is declared: the declared spec type runs (/slots), it drafts on a request built "
     "to draft, acceptance clears the floor (contract, else the fleet's alert rule), and every spec counter "
@@ -91,9 +90,6 @@ DRAFTER_CHECK = live_check(
         "acceptance-below-floor": "draft acceptance on a counting request is below the floor (contract, else the fleet's alert rule)",
     },
 )
-
-
-@DRAFTER_CHECK.register
 def live_drafter(endpoint: LiveEndpoint) -> None:
     dialect, contract = endpoint.dialect, endpoint.contract
     assert dialect.drafts_metric is not None
@@ -120,7 +116,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if before is not None and after is not None:
         missing = [m for m in counters if m not in after]
         if contract.speculative and missing:
-            raise DRAFTER_CHECK.fail(endpoint, "counter-missing",
+            raise live_drafter.fail(endpoint, "counter-missing",
                                      where=endpoint.url + "/metrics",
                                      cites=("B-OB-2", "INC-16"),
                                      observed=f"/metrics has no {', '.join(missing)}",
@@ -138,7 +134,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if running is not None:
         evidence.append(f"/slots spec type {', '.join(sorted(running)) or 'none'}")
     if contract.speculative and running and running != set(contract.spec_types):
-        raise DRAFTER_CHECK.fail(endpoint, "other-type",
+        raise live_drafter.fail(endpoint, "other-type",
                                  where=endpoint.where_flag("spec_type"),
                                  cites=("C-SP-1",),
                                  observed=f"the slots run --spec-type {','.join(sorted(running))}: " + "; ".join(evidence),
@@ -147,7 +143,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
                                  "file")
     drafting = moved.get(dialect.drafts_metric, 0.0) > 0 or (drafted or 0) > 0
     if contract.speculative and not drafting:
-        raise DRAFTER_CHECK.fail(endpoint, "not-drafting",
+        raise live_drafter.fail(endpoint, "not-drafting",
                                  where=endpoint.where_flag("spec_type"),
                                  cites=("C-SP-1", "INC-16"),
                                  observed="no drafting across a counting request: " + "; ".join(evidence),
@@ -156,7 +152,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
                                  fix="the drafter is declared but not running: read the load log for the draft model and "
                                  "'adding speculative implementation'; without --spec-type nothing drafts even with a draft model")
     if not contract.speculative and drafting:
-        raise DRAFTER_CHECK.fail(endpoint, "undeclared-drafter",
+        raise live_drafter.fail(endpoint, "undeclared-drafter",
                                  where=endpoint.where_flag("spec_type"),
                                  cites=("C-SP-1",),
                                  observed="drafting on an endpoint whose files declare no drafter: " + "; ".join(evidence),
@@ -168,7 +164,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
     if moved and drafted is not None and accepted is not None and dialect.draft_tokens_metric and dialect.accepted_metric:
         counted = (moved[dialect.draft_tokens_metric], moved[dialect.accepted_metric])
         if counted[0] < drafted or counted[1] < accepted:
-            raise DRAFTER_CHECK.fail(endpoint, "counters-frozen",
+            raise live_drafter.fail(endpoint, "counters-frozen",
                                      where=endpoint.url + "/metrics",
                                      cites=("B-OB-2", "INC-16"),
                                      observed=f"the answer reports {drafted} draft tokens and {accepted} accepted; "
@@ -185,7 +181,7 @@ def live_drafter(endpoint: LiveEndpoint) -> None:
         acceptance = accepted / drafted
         endpoint.measure("draft_acceptance", acceptance)
         if floor is not None and acceptance < floor:
-            raise DRAFTER_CHECK.fail(endpoint, "acceptance-below-floor",
+            raise live_drafter.fail(endpoint, "acceptance-below-floor",
                                      where=endpoint.where_flag("spec_type"),
                                      cites=("C-SP-5", "B-OB-2"),
                                      observed=f"{accepted} of {drafted} draft tokens accepted ({acceptance:.2f}) on a counting "
@@ -234,8 +230,7 @@ def _move_slots_on(endpoint: LiveEndpoint, salt: str) -> int:
     return n_slots
 
 
-PREFIX_CHECK = live_check(
-    PREFIX,
+@live_check(
     cites=("C-CA-1", "C-CA-5", "INC-11", "INC-43"),
     summary="a conversation that returns after every slot has moved on is served from the prompt cache "
     "(cached tokens reported)",
@@ -244,9 +239,6 @@ PREFIX_CHECK = live_check(
         "not-reused": "a conversation returning after every slot moved on had under half its prompt served from cache",
     },
 )
-
-
-@PREFIX_CHECK.register
 def live_prefix_cache(endpoint: LiveEndpoint) -> None:
     # A salt makes the prompt new to this server; the return must then come from the cache.
     salt = secrets.token_hex(4)
@@ -283,7 +275,7 @@ def live_prefix_cache(endpoint: LiveEndpoint) -> None:
                         "judge its prefix cache" if endpoint.engine == "vllm" else
                         f"{endpoint.name} reports no cached tokens ({how}): the prefix cache cannot be seen")
     if not isinstance(prompt, int) or cached < prompt // 2:
-        raise PREFIX_CHECK.fail(endpoint, "not-reused",
+        raise live_prefix_cache.fail(endpoint, "not-reused",
                                 where=endpoint.where_flag("cache_ram") if endpoint.dialect.has_props else second.url,
                                 cites=("C-CA-1",),
                                 observed=f"a {prompt}-token prompt {away} reused {cached} cached tokens "
@@ -322,7 +314,7 @@ def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: 
     try:
         return endpoint.chat(CAPACITY, body, bound=bound)
     except OutOfTime as late:
-        raise CAPACITY_CHECK.fail(endpoint, "out-of-time",
+        raise live_capacity.fail(endpoint, "out-of-time",
                                   where=late.url,
                                   cites=("C-CAP-13",),
                                   observed=f"{late.observed} (of at most {prompt_tokens} prompt tokens sent), neither "
@@ -332,8 +324,7 @@ def _capacity_chat(endpoint: LiveEndpoint, body: dict[str, Any], prompt_tokens: 
                                   "something holds the request (a stuck slot, a queue, a proxy); read the engine's log for it") from None
 
 
-CAPACITY_CHECK = live_check(
-    CAPACITY,
+@live_check(
     cites=("C-CAP-13", "C-CA-8", "INC-83"),
     summary="a prompt just over the per-slot window is refused before prefill, naming its token count",
     requires=_no_window,
@@ -345,9 +336,6 @@ CAPACITY_CHECK = live_check(
         "slow-refusal": "the over-window prompt was refused later than a refusal before prefill takes (1 s, or half the prefill)",
     },
 )
-
-
-@CAPACITY_CHECK.register
 def live_capacity(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
     window = contract.window
@@ -377,7 +365,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     )
     if reply.ok:
         prompt = usage_of(reply.json).get("prompt_tokens")
-        raise CAPACITY_CHECK.fail(endpoint, "accepted",
+        raise live_capacity.fail(endpoint, "accepted",
                                   where=where,
                                   cites=("C-CAP-13",),
                                   observed=f"a prompt of {prompt} tokens was accepted and prefilled in {reply.elapsed:.1f} s",
@@ -386,7 +374,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
                                   "declare it")
     refusal = endpoint.dialect.over_window(reply.status, reply.json, reply.error_message())
     if refusal is None or refusal.prompt_tokens is None:
-        raise CAPACITY_CHECK.fail(endpoint, "unexplained-refusal",
+        raise live_capacity.fail(endpoint, "unexplained-refusal",
                                   where=reply.url,
                                   cites=("C-CA-8",),
                                   observed=reply.brief(),
@@ -401,7 +389,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
     if refusal.window is not None and refusal.window != window:
         problems.append(f"the engine's window is {refusal.window} tokens, not {window}")
     if problems:
-        raise CAPACITY_CHECK.fail(endpoint, "other-window",
+        raise live_capacity.fail(endpoint, "other-window",
                                   where=where,
                                   cites=("C-CAP-13", "C-CA-8", "INC-83"),
                                   observed="; ".join(problems),
@@ -438,7 +426,7 @@ def live_capacity(endpoint: LiveEndpoint) -> None:
         bound, bound_why = bound_of(companion)
     if reply.elapsed > bound:
         tries = " s, ".join(f"{e:.2f}" for e in elapsed)
-        raise CAPACITY_CHECK.fail(endpoint, "slow-refusal",
+        raise live_capacity.fail(endpoint, "slow-refusal",
                                   where=reply.url,
                                   cites=("C-CAP-13", "C-CA-8"),
                                   observed=f"the {refusal.prompt_tokens}-token prompt was refused after {tries} s "

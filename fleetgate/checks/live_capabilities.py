@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from fleetgate.checks import live_check
+from fleetgate.checks import NotJudged, live_check
 from fleetgate.live.client import Reply, shorten
 from fleetgate.live.deltas import assemble, same_calls
 from fleetgate.live.endpoint import (
@@ -98,7 +98,7 @@ def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
     try:
         return endpoint.chat(TOOLS, body, bound=bound)
     except OutOfTime as late:
-        raise TOOLS_CHECK.fail(endpoint, "out-of-time",
+        raise live_tool_calls.fail(endpoint, "out-of-time",
                                where=late.url,
                                cites=("C-CAP-2",),
                                observed=f"tool_choice {body['tool_choice']}: {late.observed}",
@@ -108,8 +108,7 @@ def _tool_chat(endpoint: LiveEndpoint, body: dict[str, Any]) -> Reply:
                                "machine's: read the engine's log for this request") from None
 
 
-TOOLS_CHECK = live_check(
-    TOOLS,
+@live_check(
     cites=("C-CAP-2",),
     summary="tool_choice required returns finish_reason tool_calls with exactly one call whose arguments "
     "validate against the tool's JSON Schema; tool_choice none returns no call",
@@ -130,9 +129,6 @@ TOOLS_CHECK = live_check(
         "was billed no more prompt tokens than a shorter one",
     },
 )
-
-
-@TOOLS_CHECK.register
 def live_tool_calls(endpoint: LiveEndpoint) -> None:
     schema = WEATHER_TOOL["function"]["parameters"]
     base: dict[str, Any] = {
@@ -185,8 +181,16 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
                 problems.append(f"arguments {json.dumps(parsed)} fail the tool's schema: {exc.message}")
         if not (isinstance(call, dict) and call.get("id") and call.get("type") == "function"):
             problems.append(f"the call lacks an id or type=function: {shorten(json.dumps(call), 100)}")
+    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    if (problems and not calls and finish == "length" and endpoint.dialect.required_admits_words
+            and WEATHER_TOOL["function"]["name"] not in (content or "")):
+        # the engine kept its word (no end before a call); the words that filled max_tokens were the model's
+        raise NotJudged(f"{endpoint.name}'s answer to tool_choice required ran to max_tokens ({TOOL_TOKENS}) in words "
+                        f"before any call ({shorten(content or '', 60)!r}): {endpoint.engine}'s required grammar admits "
+                        "words before the call opens, so whether it opens is the model's. An answer that ends without "
+                        "a call, or a call that fails its schema, is the engine's and fails")
     if problems:
-        raise TOOLS_CHECK.fail(endpoint, "no-structured-call",
+        raise live_tool_calls.fail(endpoint, "no-structured-call",
                                where=reply.url,
                                cites=("C-CAP-2",),
                                observed="tool_choice required: " + "; ".join(problems),
@@ -199,14 +203,14 @@ def live_tool_calls(endpoint: LiveEndpoint) -> None:
     loop = {**base, "messages": [*TOOL_EXAMPLE, TOOL_QUESTION, *_result_turns(calls[0], _RESULT)], "tool_choice": "none"}
     reply = _tool_chat(endpoint, {**loop, "max_tokens": TOOL_NONE_TOKENS})
     if not reply.ok:
-        raise TOOLS_CHECK.fail(endpoint, "none-refused",
+        raise live_tool_calls.fail(endpoint, "none-refused",
                                where=reply.url,
                                observed=f"tool_choice none: {reply.brief()}",
                                expected="200 without a tool call",
                                fix=fix)
     none_calls = message_of(reply.json).get("tool_calls")
     if none_calls or finish_reason_of(reply.json) == "tool_calls":
-        raise TOOLS_CHECK.fail(endpoint, "call-despite-none",
+        raise live_tool_calls.fail(endpoint, "call-despite-none",
                                where=reply.url,
                                cites=("C-CAP-2",),
                                observed=f"tool_choice none returned {len(none_calls or [])} call(s), "
@@ -239,7 +243,7 @@ def _result_rendered(endpoint: LiveEndpoint, loop: Mapping[str, Any], call: Mapp
     if not (isinstance(short, int) and isinstance(long, int)):
         return "whether the result reaches the prompt is not judged: no usage.prompt_tokens"
     if long <= short:
-        raise TOOLS_CHECK.fail(endpoint, "result-not-rendered",
+        raise live_tool_calls.fail(endpoint, "result-not-rendered",
                                where=longer.url,
                                cites=("C-CAP-2",),
                                observed=f"{short} prompt tokens with the result {json.dumps(_RESULT)}, {long} with "
@@ -266,7 +270,7 @@ def _streamed_call(endpoint: LiveEndpoint, body: dict[str, Any], blocking: Mappi
         differences.append(f"content {shorten(got.content, 80)!r} streamed, {shorten(blocking_content or '', 80)!r} "
                            "blocking")
     if differences:
-        raise TOOLS_CHECK.fail(endpoint, "stream-differs",
+        raise live_tool_calls.fail(endpoint, "stream-differs",
                                where=stream.url,
                                cites=("C-CAP-2",),
                                observed="streamed: " + "; ".join(differences),
@@ -276,7 +280,7 @@ def _streamed_call(endpoint: LiveEndpoint, body: dict[str, Any], blocking: Mappi
                                "id repeated in every delta, fragments under another index, a call never streamed; "
                                "upgrade the engine, or take the proxy out of the stream's path")
     if got.call_chunks == got.call_chunks_with_finish:
-        raise TOOLS_CHECK.fail(endpoint, "calls-only-at-finish",
+        raise live_tool_calls.fail(endpoint, "calls-only-at-finish",
                                where=stream.url,
                                cites=("C-CAP-2",),
                                observed=f"all {got.call_chunks} tool-call delta chunk(s) also carry finish_reason "
@@ -315,7 +319,7 @@ def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
     content = message.get("content") if isinstance(message.get("content"), str) else ""
     name = WEATHER_TOOL["function"]["name"]
     if not calls and name in (content or ""):
-        raise TOOLS_CHECK.fail(endpoint, "call-as-text",
+        raise live_tool_calls.fail(endpoint, "call-as-text",
                                where=endpoint.where_flag("tool_call_parser" if endpoint.engine == "vllm" else "chat_template_file"),
                                cites=("C-CAP-2",),
                                observed=f"tool_choice auto: no tool_calls, finish_reason {finish_reason_of(reply.json)!r}; the call "
@@ -339,7 +343,7 @@ def _auto_tool_call(endpoint: LiveEndpoint, base: dict[str, Any]) -> str:
     if got.content.strip() != (content or "").strip():
         differences.append(f"content {shorten(got.content, 80)!r} streamed, {shorten(content or '', 80)!r} blocking")
     if differences:
-        raise TOOLS_CHECK.fail(endpoint, "auto-stream-differs",
+        raise live_tool_calls.fail(endpoint, "auto-stream-differs",
                                where=stream.url,
                                cites=("C-CAP-2",),
                                observed="tool_choice auto, streamed: " + "; ".join(differences)[:300],
@@ -364,8 +368,7 @@ def _image_message(text: str, png: bytes | None) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}]
 
 
-VISION_CHECK = live_check(
-    VISION,
+@live_check(
     cites=("C-CAP-1", "C-CAP-5", "C-CAP-6", "INC-08", "INC-84"),
     summary="where vision is declared an image is accepted and billed as prompt tokens (and /props says "
     "vision); where it is not, an image is refused cleanly",
@@ -377,9 +380,6 @@ VISION_CHECK = live_check(
         "image-not-billed": "the image request was billed no more prompt tokens than its text alone: the image never reached the model",
     },
 )
-
-
-@VISION_CHECK.register
 def live_vision(endpoint: LiveEndpoint) -> None:
     declared = bool(endpoint.contract.vision)
     where = endpoint.where_contract("vision")
@@ -401,7 +401,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     )
     if not declared:
         if with_image.ok or modality:
-            raise VISION_CHECK.fail(endpoint, "image-accepted",
+            raise live_vision.fail(endpoint, "image-accepted",
                                     where=where,
                                     cites=("C-CAP-6",),
                                     observed=f"an image was accepted (HTTP {with_image.status}"
@@ -415,7 +415,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
         message = with_image.error_message()
         own = endpoint.dialect.image_refusal
         if own is None or with_image.status != own[0] or not own[1].search(message):
-            raise VISION_CHECK.fail(endpoint, "foreign-refusal",
+            raise live_vision.fail(endpoint, "foreign-refusal",
                                     where=with_image.url,
                                     cites=("C-CAP-6",),
                                     observed=with_image.brief(),
@@ -434,7 +434,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if not with_image.ok:
         problems.append(f"the image request answered {with_image.brief()}")
     if problems:
-        raise VISION_CHECK.fail(endpoint, "not-accepted",
+        raise live_vision.fail(endpoint, "not-accepted",
                                 where=endpoint.where_flag("mmproj"),
                                 cites=("C-CAP-1", "C-CAP-6", "INC-08"),
                                 observed="; ".join(problems),
@@ -457,7 +457,7 @@ def live_vision(endpoint: LiveEndpoint) -> None:
     if not (
         isinstance(with_tokens, int) and isinstance(without_tokens, int) and with_tokens > without_tokens
     ):
-        raise VISION_CHECK.fail(endpoint, "image-not-billed",
+        raise live_vision.fail(endpoint, "image-not-billed",
                                 where=with_image.url,
                                 cites=("C-CAP-5", "INC-84"),
                                 observed=f"prompt_tokens {with_tokens!r} with the image, {without_tokens!r} without",
@@ -474,8 +474,7 @@ def _no_vision(endpoint: LiveEndpoint) -> str | None:
     return f"{COLOUR} does not apply to {endpoint.name}: its contract does not promise vision (contract.vision = true)"
 
 
-COLOUR_CHECK = live_check(
-    COLOUR,
+@live_check(
     cites=("C-CAP-3", "C-CAP-4"),
     summary="a generated solid-colour PNG is named back (the model sees the pixels)",
     requires=_no_vision,
@@ -483,9 +482,6 @@ COLOUR_CHECK = live_check(
         "colour-not-named": "the answer for a solid red PNG does not name 'red': the model does not see the pixels",
     },
 )
-
-
-@COLOUR_CHECK.register
 def live_vision_colour(endpoint: LiveEndpoint) -> None:
     png = solid_png(COLOURS["red"], 256)
     reply = endpoint.chat(
@@ -509,7 +505,7 @@ def live_vision_colour(endpoint: LiveEndpoint) -> None:
         message.get(endpoint.contract.reasoning_field or "content") or ""
     )
     if not re.search(r"\bred\b", text, re.I):
-        raise COLOUR_CHECK.fail(endpoint, "colour-not-named",
+        raise live_vision_colour.fail(endpoint, "colour-not-named",
                                 where=reply.url,
                                 cites=("C-CAP-3",),
                                 observed=f"answered {shorten(text, 80)!r} for a solid red 256x256 PNG",
@@ -531,8 +527,7 @@ ANSWER_TOKENS = 16
 """Tokens of answer the reasoning probe leaves after the trace budget."""
 
 
-REASONING_CHECK = live_check(
-    REASONING,
+@live_check(
     cites=("C-CAP-8", "C-CAP-9", "INC-72"),
     summary="with thinking on, a client gets the trace in the declared field and a non-empty answer in content "
     "within the reasoning budget, and no think tag in the content (the model is kept from writing tags itself, "
@@ -547,9 +542,6 @@ REASONING_CHECK = live_check(
         "to the content, another field, or nowhere)",
     },
 )
-
-
-@REASONING_CHECK.register
 def live_reasoning(endpoint: LiveEndpoint) -> None:
     field = endpoint.contract.reasoning_field
     assert field is not None
@@ -579,7 +571,7 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
     where = endpoint.where_flag("reasoning_budget") if budget is not None else endpoint.where_contract("reasoning_field")
     tags = _TAGS.findall(content or "")
     if tags:
-        raise REASONING_CHECK.fail(endpoint, "tags-in-content",
+        raise live_reasoning.fail(endpoint, "tags-in-content",
                                    where=endpoint.where_flag("reasoning_format"),
                                    cites=("C-CAP-8", "INC-72"),
                                    observed=f"the content carries {', '.join(sorted(set(tags)))}: {shorten(content or '', 80)!r}",
@@ -587,7 +579,7 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
                                    fix="llama.cpp: --reasoning-format deepseek puts the trace in reasoning_content (none leaves it in "
                                    "the content); vLLM: --reasoning-parser")
     if not isinstance(trace, str) or not trace.strip():
-        raise REASONING_CHECK.fail(endpoint, "no-trace",
+        raise live_reasoning.fail(endpoint, "no-trace",
                                    where=where if not elsewhere else endpoint.where_contract("reasoning_field"),
                                    cites=("C-CAP-8", "INC-72"),
                                    observed=f"message.{field} is {shorten(repr(trace), 40)}"
@@ -597,7 +589,7 @@ def live_reasoning(endpoint: LiveEndpoint) -> None:
                                    fix="a budget of 0 ends the trace before it starts; the field clients read must be the one the "
                                    "engine fills (llama.cpp --reasoning-format, vLLM --reasoning-parser)")
     if not (content or "").strip():
-        raise REASONING_CHECK.fail(endpoint, "no-answer",
+        raise live_reasoning.fail(endpoint, "no-answer",
                                    where=where,
                                    cites=("C-CAP-9",),
                                    observed=f"{usage_of(reply.json).get('completion_tokens')} tokens, all of them trace "
@@ -624,7 +616,7 @@ def _streamed_reasoning(endpoint: LiveEndpoint, body: Mapping[str, Any], field: 
     got = assemble(stream.events)
     tags = _TAGS.findall(got.content)
     if tags:
-        raise REASONING_CHECK.fail(endpoint, "stream-tags-in-content",
+        raise live_reasoning.fail(endpoint, "stream-tags-in-content",
                                    where=endpoint.where_flag("reasoning_format"),
                                    cites=("C-CAP-8", "INC-72"),
                                    observed=f"streamed, the content deltas carry {', '.join(sorted(set(tags)))}: "
@@ -635,7 +627,7 @@ def _streamed_reasoning(endpoint: LiveEndpoint, body: Mapping[str, Any], field: 
     trace = got.reasoning.get(field, "")
     if not trace.strip():
         elsewhere = {name: text for name, text in got.reasoning.items() if name != field and text.strip()}
-        raise REASONING_CHECK.fail(endpoint, "stream-no-trace",
+        raise live_reasoning.fail(endpoint, "stream-no-trace",
                                    where=stream.url,
                                    cites=("C-CAP-8", "INC-72"),
                                    observed=f"streamed, no {field} delta"
@@ -653,8 +645,7 @@ def _no_efforts(endpoint: LiveEndpoint) -> str | None:
     return f"{EFFORT} does not apply to {endpoint.name}: its contract declares no reasoning_effort statuses"
 
 
-EFFORT_CHECK = live_check(
-    EFFORT,
+@live_check(
     cites=("C-CAP-10", "C-CAP-11", "INC-26"),
     summary="each reasoning_effort value answers the status fleet.toml declares for it",
     requires=_no_efforts,
@@ -662,9 +653,6 @@ EFFORT_CHECK = live_check(
         "other-status": "a `reasoning_effort` value answered another HTTP status than fleet.toml declares for it (INC-26)",
     },
 )
-
-
-@EFFORT_CHECK.register
 def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
     wrong = []
     seen = []
@@ -685,7 +673,7 @@ def live_reasoning_effort(endpoint: LiveEndpoint) -> None:
                 + (f" ({shorten(reply.error_message(), 80)})" if not reply.ok else "")
             )
     if wrong:
-        raise EFFORT_CHECK.fail(endpoint, "other-status",
+        raise live_reasoning_effort.fail(endpoint, "other-status",
                                 where=endpoint.where_contract("reasoning_effort"),
                                 cites=("C-CAP-10", "INC-26"),
                                 observed="; ".join(wrong),

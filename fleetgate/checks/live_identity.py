@@ -35,8 +35,7 @@ SLOTS = "live-slots"
 SAMPLER = "live-sampler-defaults"
 
 
-HEALTH_CHECK = live_check(
-    HEALTH,
+@live_check(
     cites=("C-L-1", "INC-48"),
     summary="the endpoint answers its health probe with 200 within the bound",
     # The readiness probe (fleetgate.live.endpoint) raises these before any check runs; this check reports them.
@@ -47,9 +46,6 @@ HEALTH_CHECK = live_check(
         "not-engine-health": "a 200 health answer that is not the engine's own (a login page, a proxy's page)",
     },
 )
-
-
-@HEALTH_CHECK.register
 def live_health(endpoint: LiveEndpoint) -> None:
     # The readiness probe (LiveEndpoint.prepare: health within --wait-ready, credentials accepted) ran
     # before any check; what it found is this check's verdict, said once.
@@ -64,8 +60,7 @@ def live_health(endpoint: LiveEndpoint) -> None:
         endpoint.note("200 (the one-token readiness request was refused: see the generating checks)")
 
 
-ALIAS_CHECK = live_check(
-    ALIAS,
+@live_check(
     reads_only=True,
     cites=("C-L-2", "INC-53"),
     summary="/v1/models lists the alias the files declare (clients address the model by it)",
@@ -73,9 +68,6 @@ ALIAS_CHECK = live_check(
         "not-listed": "/v1/models does not list the declared alias (INC-53)",
     },
 )
-
-
-@ALIAS_CHECK.register
 def live_alias(endpoint: LiveEndpoint) -> None:
     alias = endpoint.contract.alias
     body = endpoint.get_json(ALIAS, "/v1/models", cites=("C-L-2",))
@@ -92,7 +84,7 @@ def live_alias(endpoint: LiveEndpoint) -> None:
         endpoint.note(f"serves {', '.join(served) or 'nothing'} (no alias declared)")
         return
     if alias not in served:
-        raise ALIAS_CHECK.fail(endpoint, "not-listed",
+        raise live_alias.fail(endpoint, "not-listed",
                                where=endpoint.where_flag("alias") if endpoint.config else endpoint.where_contract("alias"),
                                cites=("C-L-2", "INC-53"),
                                observed=f"/v1/models lists {', '.join(repr(s) for s in served) or 'no model'}",
@@ -160,23 +152,6 @@ def _norm_ftype(name: str) -> str:
     return name.replace(" ", "_")
 
 
-PAYLOAD_CHECK = live_check(
-    PAYLOAD,
-    reads_only=True,
-    cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
-    summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
-    "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "
-    "quantisation) against the declared file's header",
-    requires=_no_payload_report(PAYLOAD),
-    codes={
-        "other-path": "the loaded model's path (/props model_path, vLLM's /v1/models root) is not the rendered `--model` (INC-53)",
-        "header-unreadable": "the path matches, but the declared GGUF's header cannot be read where the gate runs (no profile of it)",
-        "other-model": "what the engine reports of the loaded model (parameters, vocabulary, size, quantisation) is not the payload's",
-        "other-tokenizer": "vLLM's /detokenize turns token ids of the declared tokenizer's vocabulary into other text: the "
-        "engine reads and writes the model's tokens through another tokenizer",
-    },
-)
-
 _PLAIN_TOKEN = re.compile(r"[A-Za-z]{3,}")
 _SAMPLE_TOKENS = 8
 
@@ -226,7 +201,7 @@ def _tokenizer_note(endpoint: LiveEndpoint) -> str:
     if not reply.ok or not isinstance(body.get("prompt"), str):
         return f"the tokenizer was not compared: /detokenize answered {reply.brief()}"
     if body["prompt"] != text:
-        raise PAYLOAD_CHECK.fail(endpoint, "other-tokenizer",
+        raise live_payload.fail(endpoint, "other-tokenizer",
                                  where=endpoint.where_flag("tokenizer") if endpoint.config is not None and
                                  endpoint.config.vllm is not None and endpoint.config.vllm.tokenizer else reply.url,
                                  cites=("C-ID-2",),
@@ -239,7 +214,21 @@ def _tokenizer_note(endpoint: LiveEndpoint) -> str:
     return f"its tokenizer spells {len(ids)} tokens of {Path(declared).name}/tokenizer.json back (/detokenize)"
 
 
-@PAYLOAD_CHECK.register
+@live_check(
+    reads_only=True,
+    cites=("C-ID-2", "C-L-8", "INC-53", "INC-49"),
+    summary="the loaded model is the declared payload: its path (/props model_path, vLLM's /v1/models root) "
+    "and, for a GGUF, what the engine reports about it (/v1/models meta: parameters, vocabulary, size, "
+    "quantisation) against the declared file's header",
+    requires=_no_payload_report(PAYLOAD),
+    codes={
+        "other-path": "the loaded model's path (/props model_path, vLLM's /v1/models root) is not the rendered `--model` (INC-53)",
+        "header-unreadable": "the path matches, but the declared GGUF's header cannot be read where the gate runs (no profile of it)",
+        "other-model": "what the engine reports of the loaded model (parameters, vocabulary, size, quantisation) is not the payload's",
+        "other-tokenizer": "vLLM's /detokenize turns token ids of the declared tokenizer's vocabulary into other text: the "
+        "engine reads and writes the model's tokens through another tokenizer",
+    },
+)
 def live_payload(endpoint: LiveEndpoint) -> None:
     expected = endpoint.contract.model_path
     if endpoint.dialect.has_props:
@@ -252,7 +241,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         endpoint.note(f"loaded {loaded} (the rendered config names no model to compare)")
         return
     if loaded != expected:
-        raise PAYLOAD_CHECK.fail(endpoint, "other-path",
+        raise live_payload.fail(endpoint, "other-path",
                                  where=endpoint.where_flag("model"),
                                  cites=("C-ID-2", "INC-53"),
                                  observed=f"{source} = {loaded!r}",
@@ -284,7 +273,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
         declared, origin = _declared_identity(endpoint, expected)
         served = {}
     if isinstance(declared, str):
-        raise PAYLOAD_CHECK.fail(endpoint, "header-unreadable",
+        raise live_payload.fail(endpoint, "header-unreadable",
                                  where=endpoint.where_flag("model"),
                                  cites=("INC-53",),
                                  observed=f"the path matches, but the declared payload's header cannot be read here: {declared}",
@@ -309,7 +298,7 @@ def live_payload(endpoint: LiveEndpoint) -> None:
     compared = (", ".join(k for k in keys if declared.get(k) is not None) if checkpoint is not None
                 else "parameters, vocabulary, size and quantisation")
     if wrong:
-        raise PAYLOAD_CHECK.fail(endpoint, "other-model",
+        raise live_payload.fail(endpoint, "other-model",
                                  where=endpoint.where_flag("model"),
                                  cites=("C-ID-2", "INC-53"),
                                  observed=f"the engine loaded another model than the declared payload {Path(expected).name}: "
@@ -399,20 +388,6 @@ def _declared_identity(endpoint: LiveEndpoint, path: str) -> tuple[dict[str, Any
         )
     return _declared_header(path), "the file's header"
 
-
-SLOTS_CHECK = live_check(
-    SLOTS,
-    cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
-    summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
-    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many requests at once as --max-num-seqs declares, up "
-    "to four, are decoded together)",
-    requires=_no_payload_report(SLOTS),
-    codes={
-        "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
-        "fewer-sequences": "vLLM decoded the gate's concurrent requests one at a time where --max-num-seqs declares more "
-        "(it reports max_num_seqs nowhere: no engine step of vllm:iteration_tokens_total decoded two together)",
-    },
-)
 
 CONCURRENT_REQUESTS = 4
 """At most this many requests probe vLLM's --max-num-seqs at once."""
@@ -511,7 +486,7 @@ def _sequences(endpoint: LiveEndpoint) -> str:
                     f"(--max-num-seqs {declared})")
         waited, one_run = after.queued - before.queued, (after.ran - before.ran) / wanted
         if waited >= one_run:
-            raise SLOTS_CHECK.fail(endpoint, "fewer-sequences",
+            raise live_slots.fail(endpoint, "fewer-sequences",
                                    where=endpoint.where_flag("max_num_seqs"),
                                    cites=("C-ID-6", "C-CAP-13"),
                                    observed=f"{wanted} requests sent at once ({CONCURRENT_TOKENS} tokens each) were "
@@ -526,7 +501,18 @@ def _sequences(endpoint: LiveEndpoint) -> str:
                     "running the gate is too loaded to send them together; run the gate again")
 
 
-@SLOTS_CHECK.register
+@live_check(
+    cites=("C-ID-6", "C-CAP-13", "B-CTX-1", "INC-83"),
+    summary="/props total_slots and per-slot n_ctx equal the rendered --parallel and --ctx-size / --parallel "
+    "(vLLM: /v1/models max_model_len equals --max-model-len, and as many requests at once as --max-num-seqs declares, up "
+    "to four, are decoded together)",
+    requires=_no_payload_report(SLOTS),
+    codes={
+        "other-shape": "/props total_slots or per-slot n_ctx (vLLM: max_model_len) is not the rendered shape",
+        "fewer-sequences": "vLLM decoded the gate's concurrent requests one at a time where --max-num-seqs declares more "
+        "(it reports max_num_seqs nowhere: no engine step of vllm:iteration_tokens_total decoded two together)",
+    },
+)
 def live_slots(endpoint: LiveEndpoint) -> None:
     contract = endpoint.contract
     vllm = not endpoint.dialect.has_props
@@ -545,7 +531,7 @@ def live_slots(endpoint: LiveEndpoint) -> None:
         problems.append(f"{n_ctx} tokens per slot, not {contract.slot_ctx}" if not vllm else
                         f"max_model_len {n_ctx}, not {contract.slot_ctx}")
     if problems:
-        raise SLOTS_CHECK.fail(endpoint, "other-shape",
+        raise live_slots.fail(endpoint, "other-shape",
                                where=endpoint.where_flag("max_model_len" if vllm else "ctx_size"),
                                cites=("C-ID-6", "C-CAP-13"),
                                observed=f"{'/v1/models' if vllm else '/props'}: {'; '.join(problems)}",
@@ -571,19 +557,6 @@ def _no_sampler(endpoint: LiveEndpoint) -> str | None:
         return f"{SAMPLER} does not apply to {endpoint.name}: its rendered command line passes no sampler default ({flags})"
     return None
 
-
-SAMPLER_CHECK = live_check(
-    SAMPLER,
-    cites=("C-CAP-1", "B-UN-8"),
-    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones (vLLM, which "
-    "reports them nowhere: a seeded request without them samples what the same request with them does)",
-    requires=_no_sampler,
-    codes={
-        "other-defaults": "a /props sampler default (temperature, top_k, top_p, min_p) is not the rendered one (B-UN-8)",
-        "other-behaviour": "vLLM sampled otherwise for a seeded request without sampler fields than for the same request "
-        "with the declared defaults: it runs other defaults (--override-generation-config)",
-    },
-)
 
 SAMPLER_SEED = 20261207
 SAMPLER_TOKENS = 12
@@ -614,7 +587,7 @@ def _sampled_behaviour(endpoint: LiveEndpoint) -> None:
     other = _seeded(endpoint, contrast)
     said = ", ".join(f"{k} {v:g}" for k, v in declared.items())
     if server != told:
-        raise SAMPLER_CHECK.fail(endpoint, "other-behaviour",
+        raise live_sampler_defaults.fail(endpoint, "other-behaviour",
                                  where=endpoint.where_flag("override_generation_config"),
                                  cites=("C-CAP-1", "B-UN-8"),
                                  observed=f"seed {SAMPLER_SEED} without sampler fields sampled {shorten_text(server)!r}; with "
@@ -636,7 +609,17 @@ def shorten_text(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@SAMPLER_CHECK.register
+@live_check(
+    cites=("C-CAP-1", "B-UN-8"),
+    summary="the sampler defaults a client gets (temperature, top_k, top_p, min_p) are the rendered ones (vLLM, which "
+    "reports them nowhere: a seeded request without them samples what the same request with them does)",
+    requires=_no_sampler,
+    codes={
+        "other-defaults": "a /props sampler default (temperature, top_k, top_p, min_p) is not the rendered one (B-UN-8)",
+        "other-behaviour": "vLLM sampled otherwise for a seeded request without sampler fields than for the same request "
+        "with the declared defaults: it runs other defaults (--override-generation-config)",
+    },
+)
 def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
     if not endpoint.dialect.has_props:
         _sampled_behaviour(endpoint)
@@ -660,7 +643,7 @@ def live_sampler_defaults(endpoint: LiveEndpoint) -> None:
             )
             first_dest = first_dest or ("temp" if key == "temperature" else key)
     if wrong:
-        raise SAMPLER_CHECK.fail(endpoint, "other-defaults",
+        raise live_sampler_defaults.fail(endpoint, "other-defaults",
                                  where=endpoint.where_flag(first_dest),
                                  cites=("C-CAP-1", "B-UN-8"),
                                  observed="/props default_generation_settings: " + "; ".join(wrong),

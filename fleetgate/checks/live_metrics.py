@@ -22,8 +22,7 @@ def _no_metrics(endpoint: LiveEndpoint) -> str | None:
             "(--metrics) and its contract lists no /metrics endpoint")
 
 
-METRICS_CHECK = live_check(
-    METRICS,
+@live_check(
     reads_only=True,
     cites=("B-OB-1", "B-OB-2", "B-OB-3", "INC-24"),
     summary="/metrics is served where the files turn it on, and exports every series of every rule that names "
@@ -34,14 +33,11 @@ METRICS_CHECK = live_check(
         "rule-series-missing": "a series that a rule naming this service (or an unscoped one of its namespace) watches is not exported",
     },
 )
-
-
-@METRICS_CHECK.register
 def live_metrics(endpoint: LiveEndpoint) -> None:
     values = endpoint.metrics(METRICS)
     if values is None:
         reply = endpoint.get("/metrics")
-        raise METRICS_CHECK.fail(endpoint, "not-served",
+        raise live_metrics.fail(endpoint, "not-served",
                                  where=endpoint.where_flag("metrics"),
                                  cites=("B-OB-1",),
                                  observed=f"GET /metrics: {reply.brief()}",
@@ -57,7 +53,7 @@ def live_metrics(endpoint: LiveEndpoint) -> None:
         if selector.series not in values and f"{selector.alert}: {selector.series}" not in missing:
             missing.append(f"{selector.alert}: {selector.series} ({selector.where})")
     if missing:
-        raise METRICS_CHECK.fail(endpoint, "rule-series-missing",
+        raise live_metrics.fail(endpoint, "rule-series-missing",
                                  where=missing[0].rsplit("(", 1)[-1].rstrip(")"),
                                  cites=("B-OB-1", "INC-24"),
                                  observed=f"{len(missing)} series named by the rules are not exported",

@@ -9,9 +9,15 @@ text, each answer the grammar admits is a whole, valid call: an engine, template
 nesting, escapes or a long string is what makes the arguments fail the schema, whatever the model chose between the
 enums. Streamed, the deltas must assemble into the blocking answer's call.
 
-With reasoning on, llama.cpp's reasoning budget ends the trace (common/reasoning-budget.cpp forces the end tag) and
-the required grammar then admits the call; where the engine has no budget (vLLM ends a trace only where the model
-writes the reasoning parser's end tag) whether a call follows the trace is the model's, and the check is not judged.
+vLLM's hermes parser (and every tool parser with a structural tag) constrains the call's envelope under ``required``
+and the arguments only of a tool marked ``strict``: there the probes mark their tool so, as a client that needs the
+schema held does (``Dialect.strict_tools``).
+
+With reasoning on, the engine's reasoning budget ends the trace and the required grammar then admits the call:
+llama.cpp's ``--reasoning-budget`` (common/reasoning-budget.cpp forces the end tag), vLLM's per-request
+``thinking_token_budget`` wherever a ``--reasoning-parser`` runs (``Dialect.trace_budget_field``). Where no budget
+ends the trace (llama.cpp without one, or -1; vLLM without a reasoning parser) whether a call follows the trace is the
+model's, and the check is not judged.
 """
 
 from __future__ import annotations
@@ -92,24 +98,12 @@ def _schema_undeclared(endpoint: LiveEndpoint) -> str | None:
     return None
 
 
-SCHEMA_CHECK = live_check(
-    SCHEMA,
-    cites=("C-CAP-2",),
-    summary="tool_choice required with a nested schema (an array of objects holding an object, enums throughout) and "
-    "a long text with escapes as one argument: the call's arguments validate and carry the text exactly, blocking and "
-    "streamed alike",
-    requires=_schema_undeclared,
-    codes={
-        "no-call": "`tool_choice: required` with the nested tool gave no call to it",
-        "long-text-differs": "the long text argument (newlines, a tab, quotes, a backslash, braces, a two-byte "
-        "character) came back other than the one text the schema admits: escapes or characters mangled, or cut",
-        "nested-invalid": "the call's arguments are not a JSON object valid against the nested schema (nesting "
-        "flattened, an array of another length, a value outside its enum)",
-        "stream-differs": "the same request streamed: the deltas, assembled as a client assembles them, are not the "
-        "blocking answer's call",
-        "out-of-time": "the nested-schema request got no answer within the bound this run's measured rates derive",
-    },
-)
+def _tool(endpoint: LiveEndpoint, tool: dict[str, Any]) -> dict[str, Any]:
+    """The tool as the probe sends it: marked ``strict`` where the engine holds only strict tools' arguments to their
+    schema."""
+    if endpoint.dialect.strict_tools:
+        return {**tool, "function": {**tool["function"], "strict": True}}
+    return tool
 
 
 def _bounded(endpoint: LiveEndpoint, check: Any, name: str, body: dict[str, Any]) -> Reply:
@@ -139,11 +133,27 @@ def _arguments(call: Any) -> tuple[str | None, Any]:
         return name, text
 
 
-@SCHEMA_CHECK.register
+@live_check(
+    cites=("C-CAP-2",),
+    summary="tool_choice required with a nested schema (an array of objects holding an object, enums throughout) and "
+    "a long text with escapes as one argument: the call's arguments validate and carry the text exactly, blocking and "
+    "streamed alike",
+    requires=_schema_undeclared,
+    codes={
+        "no-call": "`tool_choice: required` with the nested tool gave no call to it",
+        "long-text-differs": "the long text argument (newlines, a tab, quotes, a backslash, braces, a two-byte "
+        "character) came back other than the one text the schema admits: escapes or characters mangled, or cut",
+        "nested-invalid": "the call's arguments are not a JSON object valid against the nested schema (nesting "
+        "flattened, an array of another length, a value outside its enum)",
+        "stream-differs": "the same request streamed: the deltas, assembled as a client assembles them, are not the "
+        "blocking answer's call",
+        "out-of-time": "the nested-schema request got no answer within the bound this run's measured rates derive",
+    },
+)
 def live_tool_schema(endpoint: LiveEndpoint) -> None:
     body: dict[str, Any] = {
         "messages": [*TOOL_EXAMPLE, _PLAN_QUESTION],
-        "tools": [PLAN_TOOL],
+        "tools": [_tool(endpoint, PLAN_TOOL)],
         "tool_choice": "required",
         "parallel_tool_calls": False,
         "max_tokens": SCHEMA_TOKENS,
@@ -153,7 +163,7 @@ def live_tool_schema(endpoint: LiveEndpoint) -> None:
     fix = ("the engine builds the call's grammar from the tool's schema and parses the call back (llama.cpp: --jinja and "
            "a template whose tool-call format its parser recognises; vLLM: --enable-auto-tool-choice and the model's "
            "--tool-call-parser); a proxy that rewrites tool calls, or re-encodes their arguments, breaks them on the way")
-    reply = _bounded(endpoint, SCHEMA_CHECK, SCHEMA, body)
+    reply = _bounded(endpoint, live_tool_schema, SCHEMA, body)
     endpoint.require_ok(SCHEMA, reply, expected="200 with a call to plan_trip", fix=fix, cites=("C-CAP-2",))
     message = message_of(reply.json)
     calls = message.get("tool_calls") or []
@@ -161,14 +171,14 @@ def live_tool_schema(endpoint: LiveEndpoint) -> None:
     first = calls[0] if isinstance(calls, list) and calls else None
     called, arguments = _arguments(first)
     if called != name:
-        raise SCHEMA_CHECK.fail(endpoint, "no-call", where=reply.url, cites=("C-CAP-2",),
+        raise live_tool_schema.fail(endpoint, "no-call", where=reply.url, cites=("C-CAP-2",),
                                 observed=f"{len(calls) if isinstance(calls, list) else calls!r} call(s), the first "
                                 f"naming {called!r}; finish_reason {finish_reason_of(reply.json)!r}; content "
                                 f"{shorten(str(message.get('content')), 80)!r}",
                                 expected=f"a call to {name}", fix=fix)
     note = arguments.get("note") if isinstance(arguments, dict) else None
     if isinstance(arguments, dict) and note != LONG_TEXT:
-        raise SCHEMA_CHECK.fail(endpoint, "long-text-differs", where=reply.url, cites=("C-CAP-2",),
+        raise live_tool_schema.fail(endpoint, "long-text-differs", where=reply.url, cites=("C-CAP-2",),
                                 observed=f"note {json.dumps(note)[:160]}",
                                 expected=f"note {json.dumps(LONG_TEXT)} ({len(LONG_TEXT)} characters: the one text the "
                                 "schema admits)",
@@ -177,7 +187,7 @@ def live_tool_schema(endpoint: LiveEndpoint) -> None:
     try:
         jsonschema.validate(arguments, PLAN_TOOL["function"]["parameters"])
     except jsonschema.ValidationError as exc:
-        raise SCHEMA_CHECK.fail(endpoint, "nested-invalid", where=reply.url, cites=("C-CAP-2",),
+        raise live_tool_schema.fail(endpoint, "nested-invalid", where=reply.url, cites=("C-CAP-2",),
                                 observed=f"arguments {shorten(json.dumps(arguments), 160)} fail the schema at "
                                 f"{'/'.join(str(p) for p in exc.absolute_path) or 'the top'}: {exc.message[:100]}",
                                 expected="arguments valid against the nested schema (city, two days each with a "
@@ -191,7 +201,7 @@ def live_tool_schema(endpoint: LiveEndpoint) -> None:
     if not got.calls:
         differences.append("no call streamed")
     if differences:
-        raise SCHEMA_CHECK.fail(endpoint, "stream-differs", where=stream.url, cites=("C-CAP-2",),
+        raise live_tool_schema.fail(endpoint, "stream-differs", where=stream.url, cites=("C-CAP-2",),
                                 observed="streamed: " + "; ".join(differences)[:300],
                                 expected="the deltas assemble (by index: id, name and arguments appended) into the "
                                 "blocking answer's call, the long text exact",
@@ -204,6 +214,9 @@ def live_tool_schema(endpoint: LiveEndpoint) -> None:
 
 REASONING_CALL_TOKENS = 48
 """The trace the reference's budget allows (8) and a whole call (38 tokens) with room to spare."""
+TRACE_BUDGET = 8
+"""The trace a request allows where the engine takes a budget per request (vLLM ``thinking_token_budget``): as
+llama.cpp's reference budget, within REASONING_CALL_TOKENS."""
 _TAGS = re.compile(r"</?think>|<\|channel\|>|</?reasoning>", re.I)
 # an agent between two calls: the user asked for two cities, the first call went out with its trace and came back;
 # the trace of that turn is in the history, where templates that render traces after the last user message show it
@@ -221,6 +234,12 @@ def _reasoning_call_undeclared(endpoint: LiveEndpoint) -> str | None:
     if endpoint.contract.reasoning_field is None:
         return (f"{REASONING_CALL} does not apply to {endpoint.name}: its contract declares no reasoning field "
                 "(contract.reasoning_field)")
+    if endpoint.dialect.trace_budget_field is not None:
+        if endpoint.contract.reasoning_parser is None:
+            return (f"{NOT_JUDGED}{endpoint.name} runs no --reasoning-parser, so it honours no "
+                    f"{endpoint.dialect.trace_budget_field} and ends a trace only where the model writes its end tag: "
+                    "whether a call follows the trace is the model's")
+        return None
     budget = endpoint.contract.reasoning_budget
     if budget is None or budget < 0:
         return (f"{NOT_JUDGED}{endpoint.name} ends a trace only where the model writes its end tag ("
@@ -230,8 +249,7 @@ def _reasoning_call_undeclared(endpoint: LiveEndpoint) -> str | None:
     return None
 
 
-REASONING_CALL_CHECK = live_check(
-    REASONING_CALL,
+@live_check(
     cites=("C-CAP-2", "C-CAP-8"),
     summary="tool_choice required with thinking on: the trace lands in the declared field, the call is whole and "
     "valid, and no trace or think tag reaches the content or the arguments, blocking and streamed alike",
@@ -245,26 +263,25 @@ REASONING_CALL_CHECK = live_check(
         "out-of-time": "the request got no answer within the bound this run's measured rates derive",
     },
 )
-
-
-@REASONING_CALL_CHECK.register
 def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
     field = endpoint.contract.reasoning_field
     assert field is not None
     body: dict[str, Any] = {
         "messages": [_BOTH, {"role": "assistant", "content": "", field: _FIRST_TRACE, "tool_calls": [_FIRST_CALL]},
                      _FIRST_RESULT],
-        "tools": [WEATHER_TOOL],
+        "tools": [_tool(endpoint, WEATHER_TOOL)],
         "tool_choice": "required",
         "max_tokens": REASONING_CALL_TOKENS,
         "temperature": 0,
         **endpoint.thinking(True),
         **endpoint.dialect.trace_end_as_rendered,
     }
+    if endpoint.dialect.trace_budget_field is not None:
+        body[endpoint.dialect.trace_budget_field] = TRACE_BUDGET
     fix = ("the engine must parse the trace out before the call (llama.cpp: --reasoning-format deepseek and a "
-           "--reasoning-budget that ends it; vLLM: --reasoning-parser of the model's format), and the grammar must "
-           "start after the trace")
-    reply = _bounded(endpoint, REASONING_CALL_CHECK, REASONING_CALL, body)
+           "--reasoning-budget that ends it; vLLM: --reasoning-parser of the model's format, which thinking_token_budget "
+           "ends), and the grammar must start after the trace")
+    reply = _bounded(endpoint, live_tool_reasoning, REASONING_CALL, body)
     endpoint.require_ok(REASONING_CALL, reply, expected="200 with a trace and a call", fix=fix, cites=("C-CAP-2",))
     message = message_of(reply.json)
     calls = message.get("tool_calls") or []
@@ -281,13 +298,13 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
         except jsonschema.ValidationError as exc:
             problem = f"arguments {shorten(json.dumps(arguments), 100)} fail the schema: {exc.message[:80]}"
     if problem:
-        raise REASONING_CALL_CHECK.fail(endpoint, "no-call", where=reply.url, cites=("C-CAP-2",),
+        raise live_tool_reasoning.fail(endpoint, "no-call", where=reply.url, cites=("C-CAP-2",),
                                         observed=f"{problem}; finish_reason {finish_reason_of(reply.json)!r}; trace "
                                         f"{shorten(trace, 60)!r}; content {shorten(content, 60)!r}",
                                         expected="a whole get_weather call valid against its schema after the trace",
                                         fix=fix)
     if not (trace or "").strip():
-        raise REASONING_CALL_CHECK.fail(endpoint, "no-trace", where=endpoint.where_contract("reasoning_field"),
+        raise live_tool_reasoning.fail(endpoint, "no-trace", where=endpoint.where_contract("reasoning_field"),
                                         cites=("C-CAP-8",),
                                         observed=f"message.{field} is {shorten(repr(message.get(field)), 40)}; content "
                                         f"{shorten(content or '', 80)!r}",
@@ -295,7 +312,7 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
                                         fix=fix)
     leaks = _leaks(trace, content, json.dumps(arguments))
     if leaks:
-        raise REASONING_CALL_CHECK.fail(endpoint, "trace-leaked", where=reply.url, cites=("C-CAP-8",),
+        raise live_tool_reasoning.fail(endpoint, "trace-leaked", where=reply.url, cites=("C-CAP-8",),
                                         observed="; ".join(leaks),
                                         expected=f"the trace in message.{field} alone: no trace and no think tag in "
                                         "the content or the arguments",
@@ -311,7 +328,7 @@ def live_tool_reasoning(endpoint: LiveEndpoint) -> None:
                                                   if got.reasoning else ""))
     differences += _leaks(got.reasoning.get(field, ""), got.content, "")
     if differences:
-        raise REASONING_CALL_CHECK.fail(endpoint, "stream-differs", where=stream.url, cites=("C-CAP-2", "C-CAP-8"),
+        raise live_tool_reasoning.fail(endpoint, "stream-differs", where=stream.url, cites=("C-CAP-2", "C-CAP-8"),
                                         observed="streamed: " + "; ".join(differences)[:300],
                                         expected=f"the trace in {field} deltas, then the deltas of the blocking "
                                         "answer's call; the content free of trace and tags",

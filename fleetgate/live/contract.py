@@ -60,6 +60,8 @@ class LiveContract:
     reasoning_replay: str | None = None
     parallel_tool_calls: bool | None = None
     tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    """vLLM's ``--reasoning-parser``: where it runs, vLLM honours a request's ``thinking_token_budget``."""
     """vLLM's ``--tool-call-parser``: the markup of the model's own calls that the engine reads under auto."""
 
     @property
@@ -141,5 +143,6 @@ def derive_contract(config: RenderedService) -> LiveContract:
             sampler=vllm_sampler,
             tokenizer=vllm.tokenizer or vllm.model,
             tool_call_parser=(use.value if (use := vllm.use("tool_call_parser")) is not None else None),
+            reasoning_parser=(use.value if (use := vllm.use("reasoning_parser")) is not None else None),
         )
     return base

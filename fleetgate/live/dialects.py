@@ -67,6 +67,21 @@ class Dialect:
     parser reads the calls out of the model's own markup: several calls can be asked for in that markup, so their
     count is the regex's and their parsing the engine's (vllm/tool_parsers/abstract_tool_parser.py leaves a client's
     structured outputs in place under auto)."""
+    required_admits_words: bool = False
+    """``tool_choice: required`` lets the model write words before the call opens: llama.cpp's grammar for a template's
+    tool-call format is optional content up to the call's opening, then the call (common/chat-auto-parser-generator.cpp,
+    ``build_tool_parser_json_native``). Such an engine ends no answer before a call, but an answer that ran to
+    ``max_tokens`` in words never opened one, and that was the model's choice, not the engine's."""
+    strict_tools: bool = False
+    """A probe that holds a call's arguments to its tool's schema marks the tool ``strict``, as a client that needs
+    them held does: vLLM's tool parsers with a structural tag (hermes among them) constrain the call's envelope for
+    every tool under ``tool_choice: required``, and its arguments only for a tool whose ``strict`` is true
+    (vllm/tool_parsers/structural_tag_registry.py, ``resolve_tool_strictness``: "its arguments stay free unless the
+    server level is PARAMETER")."""
+    trace_budget_field: str | None = None
+    """The request field that caps a trace, the engine forcing its end tag when the budget is spent: vLLM's
+    ``thinking_token_budget`` (vllm/v1/sample/thinking_budget_state.py), honoured wherever a ``--reasoning-parser``
+    runs (vllm/engine/arg_utils.py gives it a reasoning config; without one the request is refused)."""
     trace_end_as_rendered: Mapping[str, Any] = field(default_factory=dict)
     """Request fields that make the engine's forced end of a trace read as the template renders one (llama.cpp's
     ``reasoning_budget_message`` is put before the forced end tag: tools/server/server-schema.cpp), so that what
@@ -159,6 +174,7 @@ DIALECTS: Mapping[str, Dialect] = {
         # there (without it the reference's 135M model wrote a second "</think>" into the content, measured)
         trace_end_as_rendered={"reasoning_budget_message": "\n"},
         auto_tool_parse=True,
+        required_admits_words=True,
         # tools/server/server-context.cpp: the health handler answers {"status": "ok"} once loaded
         health_body="status-ok",
     ),
@@ -189,6 +205,8 @@ DIALECTS: Mapping[str, Dialect] = {
         # which reads the model's own markup only under auto (vllm/entrypoints/openai/chat_completion/serving.py)
         auto_tool_parse=True,
         calls_in_markup=True,
+        strict_tools=True,
+        trace_budget_field="thinking_token_budget",
     ),
     "openai": Dialect(
         engine="openai",

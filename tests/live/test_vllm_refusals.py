@@ -24,10 +24,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
 REFUSALS = {
     # 1 GiB = 8,192 blocks of 128 tokens = 1,048,576 tokens; one block is the null block, so 1,048,448 fit
-    "null-block": ((("MAXLEN=512", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),),
+    "null-block": ((("MAXLEN=1024", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),),
                    "vllm-starts/pool-below-one-sequence", "MAXLEN"),
-    # over the model's max_position_embeddings (512): refused while the config is read
-    "max-model-len-over-model": ((("MAXLEN=512", "MAXLEN=1024"),), "vllm-starts/max-model-len-over-model", "MAXLEN"),
+    # over the model's max_position_embeddings (1024): refused while the config is read
+    "max-model-len-over-model": ((("MAXLEN=1024", "MAXLEN=2048"),), "vllm-starts/max-model-len-over-model", "MAXLEN"),
     # nothing for the blocks at all
     "zero-pool": ((("VLLM_CPU_KVCACHE_SPACE=1", "VLLM_CPU_KVCACHE_SPACE=0"),), "vllm-starts/pool-below-one-sequence",
                   "VLLM_CPU_KVCACHE_SPACE"),

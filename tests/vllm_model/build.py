@@ -39,6 +39,9 @@ TAGS = ["<tool_call>", "</tool_call>", "<think>", "</think>", "<tool_response>",
 TAIL = 8
 """<|endoftext|> tokens trained after each answer's <|im_end|>."""
 MAX_STEPS = 3000
+WINDOW = 1024
+"""The model's window (max_position_embeddings): live-tool-schema's probe, its nested schema and code snippet in the
+system turn, needs 1024 tokens (fleetgate/checks/live_tool_shapes.py, SCHEMA_WINDOW)."""
 
 
 def build_tokenizer(corpus: list[str]) -> PreTrainedTokenizerFast:
@@ -58,7 +61,7 @@ def build_tokenizer(corpus: list[str]) -> PreTrainedTokenizerFast:
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
         chat_template=TEMPLATE.read_text(encoding="utf-8"),
-        model_max_length=512,
+        model_max_length=WINDOW,
         clean_up_tokenization_spaces=False,
     )
 
@@ -99,7 +102,7 @@ def main() -> int:
         # the first answer token of a forced answer is structured output's, not the model's
         judged.append(len(prompt_ids) + (1 if forced else 0))
     width = max(len(ids) for ids, _ in rows)
-    assert width <= 512, f"a transcript of {width} tokens does not fit the 512-token window"
+    assert width <= WINDOW, f"a transcript of {width} tokens does not fit the {WINDOW}-token window"
     inputs = torch.full((len(rows), width), pad, dtype=torch.long)
     labels = torch.full((len(rows), width), -100, dtype=torch.long)
     for i, (ids, start) in enumerate(rows):
@@ -113,7 +116,7 @@ def main() -> int:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=WINDOW,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=end,
