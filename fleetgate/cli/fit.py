@@ -19,7 +19,7 @@ from fleetgate.cli import SUBCOMMANDS, parse_size, resolve_fleet, write_stdout
 from fleetgate.engines.llamacpp import parse_llama_server
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, gib
-from fleetgate.ledger.accounts import DeviceLedger, Ledger, summarize
+from fleetgate.ledger.accounts import TOTAL_READING, DeviceLedger, Ledger, summarize
 from fleetgate.ledger.build import build_ledger
 from fleetgate.ledger.devices import DEVICE_KINDS, Card
 from fleetgate.ledger.service import service_ledger, service_sweep
@@ -114,8 +114,10 @@ def _fit_service(args: argparse.Namespace, name: str) -> int:
     try:
         ledger = service_ledger(config)
     except KeyError as exc:
+        # the engine's own words (common/arg.cpp parse_device_list): it will not start
         raise InputError(config.rendered.script, None,
-                         f"--device names {exc.args[0]!r}; host {config.host.name} has no such card"
+                         f"--device names {exc.args[0]!r}; host {config.host.name} has no such card, so llama-server "
+                         f"will not start ('error while handling argument \"--device\": invalid device: {exc.args[0]}')"
                          ) from None
     except ValueError as exc:
         raise InputError(config.rendered.script, None, str(exc)) from None
@@ -428,6 +430,9 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
         if any(d.term(term) for d in (*devices, host)):  # type: ignore[arg-type]
             out.append(line(label, [_cell(d, term, unit) for d in (*devices, host)]))
     out.append(line("total", [fmt(d.total) for d in devices] + [fmt(host.total)]))
+    grows = any(d.at_health != d.total for d in devices)
+    if grows:
+        out.append(line("at health", [fmt(d.at_health) for d in devices] + ["-"]))
     if any(d.card.vram_bytes for d in devices):
         out.append(line("card", [fmt(d.card.vram_bytes) for d in devices] + [fmt(ram)]))
         marks = []
@@ -458,6 +463,8 @@ def _table(title: str, ledger: Ledger, *, floor: int | None, slack: int | None, 
         if ram is not None:
             cache += f"; half the RAM is {gib(ram / 2)}"
     out += ["", *(f"  {c}" for c in checks), f"  {cache}"]
+    if grows:
+        out += [f"  total = {TOTAL_READING};", "  at health = once /health answers, before any request"]
     out.append("  c = calibrated on a boot, e = estimate (no boot measured it); the rest is derived"
                + (" from a reconstructed profile:" if reconstructed else ""))
     out += [f"      {name}" for name in reconstructed]

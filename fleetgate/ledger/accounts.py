@@ -19,7 +19,9 @@ from fleetgate.ledger.devices import Card
 from fleetgate.ledger.overrides import Moved
 
 __all__ = [
+    "RUNTIME_GROWTH",
     "TERMS",
+    "TOTAL_READING",
     "Accounts",
     "Basis",
     "Buffer",
@@ -36,6 +38,12 @@ __all__ = [
 Basis = Literal["derived", "reconstructed", "calibrated", "estimate"]
 Term = Literal["model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime"]
 TERMS: tuple[Term, ...] = ("model", "output", "kv", "recurrent", "draft", "projector", "compute", "runtime")
+RUNTIME_GROWTH = "runtime growth"
+"""The runtime's buffer for what a GPU's runtime grows on the first request whose prompt fills a ubatch."""
+# A device total is read against nvidia-smi at one moment; the figure names its moment so that a reading taken at
+# another (at health, or after a request of a few tokens, which grows less: issue 35) is not read as a miss.
+TOTAL_READING = ("after the first request that fills a ubatch (the runtime's growth booked in full: a bound; a "
+                 "shorter first request grows less)")
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,12 @@ class DeviceLedger:
     @property
     def total(self) -> int:
         return sum(b.bytes for b in self.buffers)
+
+    @property
+    def at_health(self) -> int:
+        """The reading once ``/health`` answers: ``total`` less the runtime's growth on the first request that fills a
+        ubatch, which ``total`` books in full (a bound; a first request of a few tokens grows less)."""
+        return self.total - sum(b.bytes for b in self.buffers if b.buffer == RUNTIME_GROWTH)
 
     @property
     def free(self) -> int | None:
@@ -160,6 +174,7 @@ def summarize(ledger: Ledger) -> dict[str, Any]:
             "buffer_name": d.card.label,
             "vram_bytes": d.card.vram_bytes,
             "total_bytes": d.total,
+            "at_health_bytes": d.at_health,
             "free_bytes": d.free,
             "blocks": list(d.blocks),
             "output_layer": d.holds_output,
@@ -175,6 +190,7 @@ def summarize(ledger: Ledger) -> dict[str, Any]:
         "context": {"n_ctx": ledger.shape.n_ctx, "n_ctx_seq": ledger.shape.n_ctx_seq,
                     "n_seq_max": ledger.shape.n_seq_max, "kv_unified": ledger.shape.unified,
                     "n_ubatch": ledger.n_ubatch},
+        "total_reading": TOTAL_READING,
         "devices": [device(d) for d in ledger.devices],
         "host": device(ledger.host),
         "slot_state": {"tokens": state.tokens, "target_kv": state.target_kv, "recurrent": state.recurrent,

@@ -51,6 +51,7 @@ def build_ledger(
     _note_taken_as_given(config, notes)
     devices = devices_of(config, cards)
     _refuse_split_buffers(config, devices, refusals)
+    _refuse_main_gpu(config, devices, refusals)
     model = place_target(config, target, devices, refusals)
     flash_attn = resolve_flash_attn(config, target, notes, [c for c in model.cards if c is not HOST], refusals)
     holding = host_holding(config, devices, model, cpu_features, notes)
@@ -85,6 +86,18 @@ def _refuse_split_buffers(config: LlamaServerConfig, devices: Devices, refusals:
     if lacking is not None:
         refusals.append(Refusal(f"error loading model: device {lacking.name} does not support split buffers",
                                 "split_mode", "src/llama-model.cpp make_gpu_buft_list"))
+
+
+def _refuse_main_gpu(config: LlamaServerConfig, devices: Devices, refusals: list[Refusal]) -> None:
+    """``--split-mode none`` keeps the ``--main-gpu``-th of the model's devices; an index past them stops the load
+    (src/llama.cpp ``llama_prepare_model_devices``). Found by ``hb-smollm2-sm-none-mg1`` of the second held-out set,
+    fixed after it was booted."""
+    if config.split_mode != "none":
+        return
+    candidates = devices.pick(config.devices, "layer")
+    if candidates and devices.main_gpu >= len(candidates):
+        refusals.append(Refusal(f"invalid value for main_gpu: {devices.main_gpu} (available devices: "
+                                f"{len(candidates)})", "main_gpu", "src/llama.cpp llama_prepare_model_devices"))
 
 
 def _note_taken_as_given(config: LlamaServerConfig, notes: list[str]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetgate.ledger.accounts import Accounts, Calibration
+from fleetgate.ledger.accounts import RUNTIME_GROWTH, Accounts, Calibration
 from fleetgate.ledger.devices import FLOAT_TYPES, HOST, Card
 from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import kv_layers
@@ -149,7 +149,7 @@ def book_runtime(acc: Accounts, notes: list[str], model: PlacedModel, drafter: D
         if rpc:
             acc.add(card, "runtime", "runtime", "target", runtime.rpc_server, "calibrated",
                     f"calibration (the ggml-rpc-server serving it): {runtime.boot}")
-            acc.add(card, "runtime", "runtime growth", "target", growth, "calibrated",
+            acc.add(card, "runtime", RUNTIME_GROWTH, "target", growth, "calibrated",
                     "the server's growth on the first request that fills a ubatch"
                     + (f" ({n_blas} context(s) in cuBLAS)" if n_blas else "") + f": calibration: {runtime.boot}")
             continue
@@ -160,6 +160,6 @@ def book_runtime(acc: Accounts, notes: list[str], model: PlacedModel, drafter: D
         at_health = runtime.first_context + (n - 1) * runtime.further_context if warm else runtime.no_layers
         acc.add(card, "runtime", "runtime", "target", at_health, "calibrated", f"calibration: {runtime.boot}")
         grown = runtime.first_context + growth + (runtime.offload_request if op_offload else 0)
-        acc.add(card, "runtime", "runtime growth", "target", max(0, grown - at_health), "calibrated",
+        acc.add(card, "runtime", RUNTIME_GROWTH, "target", max(0, grown - at_health), "calibrated",
                 "the first request that fills a ubatch" + (f" ({n_blas} context(s) in cuBLAS)" if n_blas else "")
                 + f": calibration: {runtime.boot}")

@@ -113,6 +113,22 @@ CPU_DATASET = DATA / "cpu-rpc.json"
 TWO_GPU_DATASET = DATA / "gpu-h200-x2.json"
 
 
+def compute_under(boots: list[dict[str, Any]], machine: dict[str, Any]) -> tuple[dict[tuple[str, str], tuple[float, float]], int]:
+    """Every compute buffer of ``boots`` the ledger books under the engine, (boot, device) -> (ledger MiB, engine MiB),
+    and how many compute buffers were compared."""
+    found = {}
+    compared = 0
+    for boot in boots:
+        for r in rows(boot, ledger_of(boot, machine)):
+            if r.buffer != "compute":
+                continue
+            assert r.predicted is not None and r.observed is not None, (boot["id"], r.device)
+            compared += 1
+            if r.predicted < r.observed:
+                found[(r.boot, r.device)] = (round(r.predicted / MiB, 2), round(r.observed / MiB, 2))
+    return found, compared
+
+
 def datasets() -> list[dict[str, Any]]:
     """The GPU, the CPU/RPC and the two-GPU datasets, in that order."""
     return [json.loads(path.read_text()) for path in (DATASET, CPU_DATASET, TWO_GPU_DATASET)]

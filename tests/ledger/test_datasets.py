@@ -208,8 +208,8 @@ def _device_totals(boot: dict[str, Any], ledger: Any, *, after: bool) -> dict[in
     totals: dict[int, float] = {}
     for d in ledger.devices:
         gpu = int(d.card.name[4:]) if d.card.name.startswith("CUDA") else 0
-        totals[gpu] = totals.get(gpu, 0.0) + sum(b.bytes for b in d.buffers
-                                                 if after or b.buffer != "runtime growth") / MiB
+        # the two readings fleetgate fit prints: "total" after a request, "at health" before any
+        totals[gpu] = totals.get(gpu, 0.0) + (d.total if after else d.at_health) / MiB
     return totals
 
 

