@@ -1,8 +1,9 @@
 """The devices an engine's process enumerates, and the names the engine gives them (issue 32).
 
 One reading for every check and the ledger: a container's grant (compose ``device_ids``/``count``/``gpus:``, the render
-nodes, ``NVIDIA_VISIBLE_DEVICES``; ``docker run --gpus``; a Kubernetes GPU limit) narrows the host's devices to what
-the container enumerates, and the visibility variables narrow that again:
+nodes, ``NVIDIA_VISIBLE_DEVICES``; ``docker run``/``podman run`` ``--gpus``, ``--device`` and a Quadlet's
+``AddDevice=``, both read by ``container_grant``; a Kubernetes GPU limit) narrows the host's devices to what the
+container enumerates, and the visibility variables narrow that again:
 
 - ROCm filters by ``ROCR_VISIBLE_DEVICES`` first; ``HIP_VISIBLE_DEVICES`` then indexes into what is left.
 - ``CUDA_VISIBLE_DEVICES`` (and HIP's, which follows it) reorders and hides: the devices listed, in the order listed;
@@ -33,12 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from fleetgate.fleet import Device, Host
+from fleetgate.render.start import Compose, Kubernetes, container_run, quadlet_of
 
 if TYPE_CHECKING:
     from fleetgate.render.rendered import RenderedService
 
-__all__ = ["BACKENDS", "VISIBILITY", "EngineCards", "Enumeration", "Unresolved", "Visibility", "docker_gpus",
-           "engine_backend", "engine_cards", "enumerated", "named_backend",
+__all__ = ["BACKENDS", "VISIBILITY", "ContainerGrant", "EngineCards", "Enumeration", "Unresolved", "Visibility",
+           "container_grant", "docker_gpus", "engine_backend", "engine_cards", "enumerated", "named_backend",
            "visible_devices"]
 
 VISIBILITY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES")
@@ -182,8 +184,9 @@ def enumerated(config: RenderedService) -> Enumeration:
     # the variables a backend reads are filtered only where the service says its backend: the host's names say how
     # the host's cards are named, not which build this service runs
     backend = named_backend(config)
-    if rendered.kubernetes is not None:
-        pod, shared = rendered.kubernetes.gpus, rendered.kubernetes.shared
+    start = rendered.start
+    if isinstance(start, Kubernetes) and start.read is not None:
+        pod, shared = start.read.gpus, start.read.shared
         if pod is None:
             return Enumeration((), "no GPU in resources.limits", True, plugin=False)
         how = f"{pod.how} ({pod.where})"
@@ -200,8 +203,8 @@ def enumerated(config: RenderedService) -> Enumeration:
                 "gets: pin the pod to a node whose cards are alike (or declare that node as its own host)"))
         return _narrowed(granted, env, how, plugin=exclusive, narrowed=len(granted) < len(host.devices),
                          backend=backend)
-    if rendered.compose is not None:
-        grant = rendered.compose.gpus
+    if isinstance(start, Compose) and start.read is not None:
+        grant = start.read.gpus
         if grant is None:
             return Enumeration((), "compose grants no GPU", True)
         how = f"compose {grant.how} ({grant.where})"
@@ -216,62 +219,97 @@ def enumerated(config: RenderedService) -> Enumeration:
             return _narrowed(host.devices, env, how, narrowed=False, backend=backend)
         granted = tuple(d for d in host.devices if d.index in grant.indices)
         return _narrowed(granted, env, how, narrowed=granted != host.devices, backend=backend)
-    if rendered.container is not None:
-        run = rendered.container
-        if _nodes(run.devices):
-            how = f"{run.client} run --device {' '.join(run.devices)}"
-            nodes = tuple(d.split(":")[0] for d in run.devices)
-            some = _some_nodes(tuple(n for n in nodes if n.startswith("/dev/dri")), host, how)
-            if some is not None:
-                return some
-            return _narrowed(host.devices, env, how, narrowed=False, backend=backend)
-        cdi = [d.split("=", 1) for d in run.devices if d.split("=", 1)[0] in _CDI]
-        if cdi and not run.gpus:
-            return _cdi(host.devices, cdi, env, f"{run.client} run --device {' '.join(run.devices)}", backend)
-        visible = env.get("NVIDIA_VISIBLE_DEVICES")
-        if not run.gpus and visible is not None:
-            # the NVIDIA runtime (--runtime nvidia) grants the cards this names
-            return _nvidia_visible(host.devices, visible, env, f"{run.client} run -e NVIDIA_VISIBLE_DEVICES={visible}",
-                                   backend)
-        granted = docker_gpus(host.devices, run.gpus)
-        how = f"{run.client} run --gpus {' '.join(run.gpus)}" if run.gpus else f"{run.client} run with no GPU"
-        return _narrowed(granted, env, how, narrowed=granted != host.devices, backend=backend)
+    given = container_grant(config)
+    if given is not None:
+        if given.unresolved or not given.devices:
+            return Enumeration((), given.how, True, unresolved=given.unresolved)
+        return _narrowed(given.devices, env, given.how, narrowed=given.devices != host.devices, backend=backend)
     return _narrowed(host.devices, env, "", narrowed=False, backend=backend)
+
+
+@dataclass(frozen=True)
+class ContainerGrant:
+    """The devices of the host a ``docker run``/``podman run`` line or a Quadlet gives its container, in the host's
+    numbering, before the visibility variables narrow them."""
+
+    devices: tuple[Device, ...]
+    how: str
+    granted: bool = True
+    """False: nothing grants a device (no ``--gpus``, no GPU ``--device``/``AddDevice=``, no
+    ``NVIDIA_VISIBLE_DEVICES``): the container sees none."""
+    unresolved: str | None = None
+
+
+def container_grant(config: RenderedService) -> ContainerGrant | None:
+    """What the container that runs a service's engine is granted, where a ``docker run``/``podman run`` line (a
+    script's) or a Quadlet starts it: its device nodes, CDI names, ``--gpus``, or the NVIDIA runtime's
+    ``NVIDIA_VISIBLE_DEVICES``. None where the engine is not started by either."""
+    rendered = config.rendered
+    env = dict(rendered.env)
+    run = container_run(rendered.start)
+    if run is not None:
+        return _grant(config.host, run.devices, run.gpus, False, env, f"{run.client} run")
+    quadlet = quadlet_of(rendered.start)
+    if quadlet is not None:
+        return _grant(config.host, quadlet.devices, quadlet.gpus, quadlet.privileged, env,
+                      f"Quadlet {quadlet.path.name}", quadlet=True)
+    return None
+
+
+def _grant(host: Host, devices: tuple[str, ...], gpus: tuple[str, ...], privileged: bool, env: dict[str, str],
+           client: str, *, quadlet: bool = False) -> ContainerGrant:
+    """One reading of ``--device``/``AddDevice=``, ``--gpus`` and ``NVIDIA_VISIBLE_DEVICES`` for both clients."""
+    option = "AddDevice=" if quadlet else "--device "
+    if privileged:
+        return ContainerGrant(host.devices, f"{client} --privileged (every device of the host)")
+    if _nodes(devices):
+        how = f"{client} {' '.join(option + d for d in devices)}"
+        some = _some_nodes(tuple(d.split(":")[0] for d in devices if d.startswith("/dev/dri")), host, how)
+        if some is not None:
+            return ContainerGrant((), how, unresolved=some.unresolved)
+        return ContainerGrant(host.devices, how)
+    cdi = [d.split("=", 1) for d in devices if d.split("=", 1)[0] in _CDI]
+    if cdi and not gpus:
+        return _cdi(host.devices, cdi, f"{client} {' '.join(option + d for d in devices)}")
+    visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    if not gpus and visible is not None:
+        # the NVIDIA runtime (--runtime nvidia, or its hook under podman) grants the cards this names
+        return _nvidia_visible(host.devices, visible, f"{client} with NVIDIA_VISIBLE_DEVICES={visible}")
+    if not gpus:
+        what = "no AddDevice=" if quadlet else "no --gpus, no GPU --device"
+        return ContainerGrant((), f"{client} with no GPU ({what}, no NVIDIA_VISIBLE_DEVICES)", granted=False)
+    return ContainerGrant(docker_gpus(host.devices, gpus), f"{client} --gpus {' '.join(gpus)}")
 
 
 _CDI = frozenset({"nvidia.com/gpu", "amd.com/gpu"})
 """CDI device kinds (``--device nvidia.com/gpu=all``, podman's and Docker's Container Device Interface)."""
 
 
-def _cdi(devices: tuple[Device, ...], named: list[list[str]], env: dict[str, str], how: str,
-         backend: str | None) -> Enumeration:
+def _cdi(devices: tuple[Device, ...], named: list[list[str]], how: str) -> ContainerGrant:
     values = [v[1] if len(v) > 1 else "" for v in named]
     if "all" in values:
-        return _narrowed(devices, env, how, narrowed=False, backend=backend)
+        return ContainerGrant(devices, how)
     if all(v.isdigit() for v in values):
-        granted = tuple(d for d in devices if str(d.index) in values)
-        return _narrowed(granted, env, how, narrowed=granted != devices, backend=backend)
-    return Enumeration((), how, True, unresolved=(
+        return ContainerGrant(tuple(d for d in devices if str(d.index) in values), how)
+    return ContainerGrant((), how, unresolved=(
         f"{how} names a CDI device fleetgate cannot map onto the host's declared devices (a UUID or a name): grant "
         "the cards by index (nvidia.com/gpu=0) to have them judged"))
 
 
-def _nvidia_visible(devices: tuple[Device, ...], value: str, env: dict[str, str], how: str,
-                    backend: str | None) -> Enumeration:
+def _nvidia_visible(devices: tuple[Device, ...], value: str, how: str) -> ContainerGrant:
     """NVIDIA_VISIBLE_DEVICES as the NVIDIA container runtime reads it: ``all``, ``none``/``void``/empty (no card),
     host indices, or UUIDs (not declared: not judged)."""
     text = value.strip()
     if text == "all":
-        return _narrowed(devices, env, how, narrowed=False, backend=backend)
+        return ContainerGrant(devices, how)
     if text in ("", "none", "void"):
-        return Enumeration((), how, True)
+        return ContainerGrant((), how)
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not all(p.isdigit() for p in parts):
-        return Enumeration((), how, True, unresolved=(
+        return ContainerGrant((), how, unresolved=(
             f"NVIDIA_VISIBLE_DEVICES={value} names cards by UUID, which fleet.toml does not declare: name them by "
             "index to have them judged"))
-    granted = tuple(d for d in devices if str(d.index) in parts)
-    return _narrowed(granted, env, how, narrowed=granted != devices, backend=backend)
+    return ContainerGrant(tuple(d for d in devices if str(d.index) in parts), how)
 
 
 def _narrowed(devices: tuple[Device, ...], env: dict[str, str], how: str, *, narrowed: bool,

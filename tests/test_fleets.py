@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetgate.checks import REGISTRY, load_all
+from fleetgate.checks import load_all, policy_checks, policy_codes
 from fleetgate.policies import POLICIES
 from tests.fleet_edits import Edit, edited_fleet
 from tests.test_misses_round3 import (
@@ -85,7 +85,7 @@ FLEET_LEVEL = {
 NO_SUBJECT = ("slots-divide-pool", "vllm-memory-knobs", "vllm-argv", "vllm-starts", "vllm-mm-limits", "vllm-speculative-depth",
               "timeouts-nest")
 # Every policy's checks: one skip each, for the whole fleet, naming how to turn the policy on.
-POLICY_CHECKS = tuple(check for policy in POLICIES.values() for check in policy.checks)
+POLICY_CHECKS = tuple(check for policy in POLICIES for check in policy_checks(policy))
 
 
 def _table(fleet: str, service: str, **changes: str) -> dict[tuple[str, str], str]:
@@ -731,6 +731,14 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                               {"coder:engine-auth": SKIPPED}),  # published on loopback only
     "docker-network-host": ("docker-run", [("scripts/run-coder.sh", '-p "${PORT}:8080"', "--network host"),
                                            ("scripts/run-coder.sh", "--port 8080", '--port "$PORT"')], {}),
+    # device-visibility reads docker run's grant as fleetgate.visibility does (issue 32): no --gpus, no GPU --device,
+    # no NVIDIA_VISIBLE_DEVICES, and the container sees no GPU; a CDI name grants the card as --gpus all does.
+    "docker-no-gpus": ("docker-run", [("scripts/run-coder.sh", "  --gpus all \\\n", "")],
+                       {"coder:device-visibility": "device-visibility/container-no-gpu"}),
+    "docker-cdi-device": ("docker-run", [("scripts/run-coder.sh", "--gpus all", "--device nvidia.com/gpu=all")], {}),
+    "docker-nvidia-visible-none": ("docker-run", [("scripts/run-coder.sh", "--gpus all",
+                                                   "--runtime nvidia -e NVIDIA_VISIBLE_DEVICES=none")],
+                                   {"coder:device-visibility": "device-visibility/nothing-visible"}),
     "podman-container-run": ("docker-run", [("scripts/run-coder.sh", "exec docker run", "exec podman container run")], {}),
     # The install script renders another port than fleet.toml's: found through the rendered env file.
     "install-port-differs": ("unit-install-env", [("install.sh", "PORT=${PORT:-8080}", "PORT=${PORT:-8081}")],
@@ -811,6 +819,17 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # An AMD card through its device plugin is granted the same way.
     "kubernetes-amd-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"')],
                            {}),
+    # kustomize's build output (rendered/gpu-node.yaml) is read as the cluster applies it: a patch that drops the GPU
+    # limit leaves vLLM no card, and a misspelt flag in the args is one vLLM 0.13.0 (the overlay's image tag) refuses.
+    "kustomize-no-gpu": ("kustomize", [("rendered/gpu-node.yaml", "            nvidia.com/gpu: 1\n",
+                                        "            memory: 32Gi\n")],
+                         {"mistral-vllm:device-visibility": "device-visibility/kubernetes-no-gpu"}),
+    "kustomize-misspelt-flag": ("kustomize", [("rendered/gpu-node.yaml", "        - --gpu-memory-utilization\n",
+                                               "        - --gpu-memory-utilisation\n")],
+                                {"mistral-vllm:vllm-argv": "vllm-argv/unknown-flag"}),
+    # The limit quoted, as kustomize prints a string patch value: the same one card.
+    "kustomize-gpu-quoted": ("kustomize", [("rendered/gpu-node.yaml", "            nvidia.com/gpu: 1\n",
+                                            '            nvidia.com/gpu: "1"\n')], {}),
     # container-user/no-device-group (issue 32): a non-root user given /dev/kfd and /dev/dri opens them only through
     # the group that owns them (root:render or root:video, 0660); without one ROCm sees no GPU. A GID is the host's,
     # judged only against the GIDs the host declares its device nodes belong to.
@@ -912,6 +931,26 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
         ("fleet.toml", "[services.chat]", '[hosts.gpu-2]\nram_gib = 96\ndevices = [{ name = "CUDA0", vram_bytes = '
                                           '51527024640 }]\n\n[services.chat]')],
         {"homelab:vllm-start-headroom": NOT_JUDGED, "homelab:co-residence-fits": "co-residence-fits/over-card"}),
+    # co-residence on a node of two cards with no sharing config (issue 32): the device plugin gives each pod's
+    # nvidia.com/gpu: 1 a card of its own, so 0.95 and 0.40 are never summed on one card.
+    "k8s-own-cards": ("kubernetes-sharing", [
+        ("deploy/vllm/chat.yaml", '"0.55"', '"0.95"'),
+        ("deploy/gpu/time-slicing.yaml", "    sharing:\n      timeSlicing:\n        resources:\n"
+         "          - name: nvidia.com/gpu\n            replicas: 4\n", ""),
+        ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 51527024640 }]',
+         'devices = [{ name = "CUDA0", vram_bytes = 51527024640 }, { name = "CUDA1", vram_bytes = 51527024640 }]')],
+        {"homelab:vllm-start-headroom": PASSED}),
+    # One pod of the device plugin beside one that takes the node's cards through NVIDIA_VISIBLE_DEVICES=all: which
+    # card the plugin gives is its own, so the sum on a card, and vLLM's headroom beside the other, are not judged,
+    # naming what to pin.
+    "k8s-own-card-beside-visible-all": ("kubernetes-sharing", [
+        ("deploy/gpu/time-slicing.yaml", "    sharing:\n      timeSlicing:\n        resources:\n"
+         "          - name: nvidia.com/gpu\n            replicas: 4\n", ""),
+        ("deploy/vllm/coder.yaml", "          resources:\n            limits:\n              nvidia.com/gpu: 1\n",
+         "          env:\n            - name: NVIDIA_VISIBLE_DEVICES\n              value: all\n"),
+        ("fleet.toml", 'devices = [{ name = "CUDA0", vram_bytes = 51527024640 }]',
+         'devices = [{ name = "CUDA0", vram_bytes = 51527024640 }, { name = "CUDA1", vram_bytes = 51527024640 }]')],
+        {"homelab:co-residence-fits": NOT_JUDGED, "homelab:vllm-start-headroom": NOT_JUDGED}),
     # A ConfigMap the pod reads that the repository lacks, a Secret key that is not there: the kubelet never starts
     # the container, and the service's render says which line.
     "kubernetes-missing-configmap": ("kubernetes", [("deploy/vllm/deployment.yaml", "name: vllm-qwen-config",
@@ -1011,6 +1050,67 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "quadlet-published-everywhere": ("quadlet", [("systemd/llama-chat.container", "PublishPort=127.0.0.1:8081:8080",
                                                   "PublishPort=8081:8080")],
                                      {"chat:engine-auth": "engine-auth/no-key"}),
+    # AddDevice= is the container's card grant (issue 32, through fleetgate.visibility, which the ledger reads too):
+    # none at all, and the container sees no GPU.
+    "quadlet-no-add-device": ("quadlet", [("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all\n", "")],
+                              {"chat:device-visibility": "device-visibility/container-no-gpu"}),
+    # A CDI name by index: the container sees the host's CUDA1 alone, as its device 0 (CUDA_VISIBLE_DEVICES=0 keeps
+    # it), which is the card qwen uses: vLLM's 0.90 beside llama-server needs llama-server's profile to be judged.
+    "quadlet-add-device-one-card": ("quadlet", [("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all",
+                                                 "AddDevice=nvidia.com/gpu=1")],
+                                    {"rig:vllm-start-headroom": NOT_JUDGED}),
+    # The same grant through PodmanArgs= (copied onto the podman run line), and a device that is added only where the
+    # host has it (a leading -): the same table.
+    "quadlet-podman-args-gpus": ("quadlet", [("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all",
+                                              "PodmanArgs=--gpus=all")], {}),
+    "quadlet-optional-device": ("quadlet", [("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all",
+                                             "AddDevice=-nvidia.com/gpu=all")], {}),
+    # A CDI name fleetgate cannot map onto the declared cards (a UUID): not judged, naming what to declare.
+    "quadlet-add-device-uuid": ("quadlet", [("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all",
+                                             "AddDevice=nvidia.com/gpu=GPU-8f6c2d4e-1a3b")],
+                                {"chat:device-visibility": NOT_JUDGED, "rig:vllm-start-headroom": NOT_JUDGED}),
+    # A rootful Quadlet (issue 32): installed under /etc/containers/systemd/, the system manager runs podman as root,
+    # and the engine runs as its container's user: neither image sets a USER, so both run as the host's root.
+    "quadlet-rootful": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                     'deploy_root = "/etc/containers"')],
+                        {"chat:container-user": "container-user/image-root",
+                         "qwen:container-user": "container-user/image-root"}),
+    # A rootful Quadlet wanted by multi-user.target starts at boot with the system manager, as a system unit does.
+    "quadlet-rootful-system-target": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                                   'deploy_root = "/etc/containers"'),
+                                                  ("systemd/llama-chat.container", "WantedBy=default.target",
+                                                   "WantedBy=multi-user.target")],
+                                      {"chat:container-user": "container-user/image-root",
+                                       "qwen:container-user": "container-user/image-root"}),
+    # WantedBy=multi-user.target on a Quadlet installed in ~/.config/containers/systemd: that user's manager has no
+    # multi-user.target, so the unit never starts at boot (the target does not make it rootful).
+    "quadlet-rootless-system-target": ("quadlet", [("systemd/llama-chat.container", "WantedBy=default.target",
+                                                    "WantedBy=multi-user.target")],
+                                       {"chat:unit-install": "unit-install/wrong-target"}),
+    # Rootful, with the container's user set: an unprivileged UID passes, UID 0 is root.
+    "quadlet-rootful-user": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                          'deploy_root = "/etc/containers"'),
+                                         ("systemd/llama-chat.container", "ContainerName=llama-chat\n",
+                                          "ContainerName=llama-chat\nUser=1000\nGroup=1000\n")],
+                             {"chat:container-user": PASSED, "qwen:container-user": "container-user/image-root"}),
+    "quadlet-rootful-user-root": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                               'deploy_root = "/etc/containers"'),
+                                              ("systemd/llama-chat.container", "ContainerName=llama-chat\n",
+                                               "ContainerName=llama-chat\nUser=0\n")],
+                                  {"chat:container-user": "container-user/root",
+                                   "qwen:container-user": "container-user/image-root"}),
+    # User= in [Service]: systemd runs podman as that user, rootless (podman's generator warns it is unsupported);
+    # UserNS=auto maps the container's root to an unprivileged ID: neither is the host's root.
+    "quadlet-rootful-service-user": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                                  'deploy_root = "/etc/containers"'),
+                                                 ("systemd/llama-chat.container", "Restart=on-failure",
+                                                  "Restart=on-failure\nUser=ai")],
+                                     {"qwen:container-user": "container-user/image-root"}),
+    "quadlet-rootful-userns": ("quadlet", [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"',
+                                            'deploy_root = "/etc/containers"'),
+                                           ("systemd/llama-chat.container", "ContainerName=llama-chat\n",
+                                            "ContainerName=llama-chat\nUserNS=auto\n")],
+                                 {"qwen:container-user": "container-user/image-root"}),
     # vllm serve's model as its positional argument: the same service.
     "quadlet-vllm-positional-model": ("quadlet", [("systemd/vllm-qwen.container", "Exec=--model /models/Qwen3-8B-FP8",
                                                    "Exec=/models/Qwen3-8B-FP8")], {}),
@@ -1095,21 +1195,19 @@ def test_the_skips_of_a_policy_that_is_off_fold_into_one_line_per_policy(pyteste
                                           "-p", "no:cacheprovider", "-rs", "--import-mode=importlib")
     lines = [line for line in result.outlines if line.startswith("SKIPPED") and "policy " in line and " is off" in line]
     counts = {line.split("policy ", 1)[1].split(" ", 1)[0]: int(line.split("[", 1)[1].split("]", 1)[0]) for line in lines}
-    assert counts == {name: len(policy.checks) for name, policy in POLICIES.items() if policy.checks}
+    assert counts == {name: len(policy_checks(name)) for name in POLICIES if policy_checks(name)}
     assert len(lines) == len(counts), "one line per policy"
     assert all("fleet.toml:" in line for line in lines)
 
 
-def test_the_schema_names_every_policy_and_every_policy_names_registered_checks() -> None:
+def test_the_schema_names_every_policy_and_every_policy_governs_a_check_or_a_code() -> None:
     schema = json.loads(resources.files("fleetgate").joinpath("schema/fleet.schema.json").read_text(encoding="utf-8"))
     assert schema["properties"]["fleet"]["properties"]["policies"]["items"]["enum"] == sorted(POLICIES)
     load_all()
-    for policy in POLICIES.values():
-        assert policy.checks or policy.codes, policy.name
-        for check in policy.checks:
-            assert check in REGISTRY, (policy.name, check)
-        for code in policy.codes:
-            assert code.split("/", 1)[0] in REGISTRY, (policy.name, code)
+    # the declarations name their policies (fleetgate.checks refuses a name POLICIES lacks); a policy no declaration
+    # names would be a switch that turns nothing on
+    for name in POLICIES:
+        assert policy_checks(name) or policy_codes(name), name
 
 
 def test_the_example_fleet_keeps_every_house_rule() -> None:
@@ -1144,3 +1242,13 @@ def test_a_router_keeping_three_models_whose_three_exceed_the_card_fails_co_resi
     outcomes, texts = run_seams(pytester, fleet_toml)
     assert outcomes == {**CLEAN["compose-router"], ("lab", "co-residence-fits"): "co-residence-fits/over-card"}
     assert "24.34 GiB of 24.00 GiB" in texts[("lab", "co-residence-fits")]
+
+
+def test_an_unknown_vllm_flag_in_a_manifest_points_at_its_command_line(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """A flag vLLM does not know has no variable of its own to point at: the failure names where the argv is written
+    (the manifest's args list), not the manifest alone, and says to fix it there."""
+    name, edits, _ = MISSES["kustomize-misspelt-flag"]
+    _, texts = run_seams(pytester, _copy(tmp_path, name, edits))
+    text = texts[("mistral-vllm", "vllm-argv")]
+    assert "  where:    rendered/gpu-node.yaml:38\n" in text, text  # the args: list, from its first item
+    assert "or fix the value where it is set" in text, text

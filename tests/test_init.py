@@ -750,14 +750,34 @@ def test_a_compose_service_named_llama_server_gets_its_published_port_and_a_name
         "services:\n  llama-server:\n    image: ghcr.io/ggml-org/llama.cpp:server-rocm\n"
         "    ports:\n      - \"9292:8080\"\n    devices:\n      - /dev/kfd\n      - /dev/dri\n"
         "    group_add:\n      - video\n      - render\n    volumes:\n      - /srv/models:/models:ro\n"
-        "    command: -m /models/qwen3-8b.gguf -ngl 99\n", encoding="utf-8")
+        "    command: -m /models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf -ngl 99\n", encoding="utf-8")
     code, _, err = _init(capsys, str(repo))
     assert (code, err) == (0, "")
-    data = tomllib.loads((repo / "fleet.toml").read_text(encoding="utf-8"))
+    toml = repo / "fleet.toml"
+    data = tomllib.loads(toml.read_text(encoding="utf-8"))
     assert data["services"] == {
         "llama-server-compose": {"host": "localhost", "port": 9292, "engine": "llama.cpp",
                                  "compose": "docker-compose.yml", "compose_service": "llama-server",
-                                 "payload": ["/srv/models/qwen3-8b.gguf"]}}
+                                 "payload": ["/srv/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]}}
+    # The false class: the name init wrote, handed to `fleetgate fit`, is the service, never an engine command
+    # line (exit 2). The user's next steps first: the host filled in, and the model's profile declared (here the
+    # llama-swap fixture's profile of the same GGUF, as `fleetgate profile` would write it on the host).
+    _declare_host(toml, 'ram_gib = 64\ndevices = [{ name = "ROCm0", vram_bytes = 25753026560 }]\n')
+    (repo / "profiles").mkdir()
+    shutil.copy(FLEETS / "llama-swap" / "profiles" / "llama-3.1-8b-instruct-q4_k_m.toml", repo / "profiles")
+    text = toml.read_text(encoding="utf-8").replace(
+        'payload = ["/srv/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]\n',
+        'payload = ["/srv/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"]\n'
+        'profile = "profiles/llama-3.1-8b-instruct-q4_k_m.toml"\n')
+    toml.write_text(text, encoding="utf-8")
+    code = main(["fit", "llama-server-compose", "--fleet", str(toml)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    # No -c, -np, -ctk/-ctv, -ub or -ts in the command: llama-server's defaults, each its own reading of the argv --
+    # the trained context (131072, the profile's n_ctx_train) over 4 automatic slots sharing one unified KV cache,
+    # f16 K and V, a 512-token micro-batch, the split by free memory.
+    assert out.splitlines()[0] == ("llama-server-compose on localhost: 131072 tokens = 4 slots x 131072 (unified KV), "
+                                   "K/V f16/f16, ubatch 512, -ts by free memory")
 
 
 # Plain start scripts no unit starts, as repositories write them: each is a service with serve_script, its port and

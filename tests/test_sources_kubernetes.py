@@ -92,6 +92,10 @@ def _refused(tmp_path: Path, manifest: str, **kwargs: object) -> str:
     ('image: ghcr.io/ggml-org/llama.cpp:server-cuda-b6300\nargs: ["--port", "8080"]', ("llama-server", "--port", "8080")),
     # a command alone drops the image's CMD
     ('image: some/image:1\ncommand: ["llama-server", "-m", "/m.gguf"]', ("llama-server", "-m", "/m.gguf")),
+    # the image's entrypoint is the one compose and a Quadlet read (docker_run.image_process): a full image's
+    # tools.sh starts llama-server when asked for --server
+    ('image: ghcr.io/ggml-org/llama.cpp:full-cuda\nargs: ["--server", "--port", "8080"]',
+     ("llama-server", "--port", "8080")),
 ])
 def test_command_replaces_entrypoint_and_args_replace_cmd(tmp_path: Path, body: str, argv: tuple[str, ...]) -> None:
     assert _read(tmp_path, _container(body)).argv == argv
@@ -107,6 +111,11 @@ def test_command_replaces_entrypoint_and_args_replace_cmd(tmp_path: Path, body: 
 ])
 def test_vllm_is_read_as_vllm_serve_however_it_is_started(tmp_path: Path, body: str) -> None:
     assert _read(tmp_path, _container(body), engine="vllm").argv == ("vllm", "serve", "--model", "/m", "--port", "8000")
+
+
+def test_a_full_image_not_asked_for_the_server_is_one_line(tmp_path: Path) -> None:
+    message = _refused(tmp_path, _container('image: ghcr.io/ggml-org/llama.cpp:full\nargs: ["--run", "-m", "/m.gguf"]'))
+    assert "app.yaml:" in message and "starts llama-server only when its first argument is --server" in message
 
 
 def test_variable_references_expand_from_the_container_environment(tmp_path: Path) -> None:
@@ -404,6 +413,69 @@ def test_list_workloads_finds_every_container_and_its_program(tmp_path: Path) ->
         WorkloadEntry("CronJob/b", "engine", path, 21, "python3", "llama-cpp-python's server (python -m llama_cpp.server)"),
         WorkloadEntry("DaemonSet/c", "v", path, 29, "vllm"),
     )
+
+
+# A Job's pod template is spec.template, as a Deployment's; a CronJob's is one level down, in the Job it stamps out
+# (batch/v1 JobSpec and CronJobSpec, API reference). The same template in either place must read the same container.
+POD_TEMPLATE = """template:
+  metadata:
+    labels: {app: bench}
+  spec:
+    restartPolicy: Never
+    containers:
+      - name: engine
+        image: ghcr.io/ggml-org/llama.cpp:server-cuda-b6300
+        args: ["-m", "/models/m.gguf", "--port", "8080"]
+        resources:
+          limits: {nvidia.com/gpu: 1}
+        volumeMounts: [{name: models, mountPath: /models}]
+    volumes:
+      - {name: models, hostPath: {path: /srv/models}}
+"""
+BENCH_SERVICE = """---
+apiVersion: v1
+kind: Service
+metadata: {name: bench}
+spec:
+  selector: {app: bench}
+  ports: [{port: 80, targetPort: 8080}]
+"""
+
+
+def _indented(text: str, spaces: int) -> str:
+    return "".join(" " * spaces + line + "\n" for line in text.splitlines())
+
+
+@pytest.mark.parametrize(("kind", "manifest", "first_line"), [
+    ("Job", "apiVersion: batch/v1\nkind: Job\nmetadata: {name: bench}\nspec:\n  backoffLimit: 0\n"
+     + _indented(POD_TEMPLATE, 2), 12),
+    ("CronJob", "apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: bench}\nspec:\n  schedule: \"0 3 * * *\"\n"
+     "  jobTemplate:\n    spec:\n" + _indented(POD_TEMPLATE, 6), 14),
+])
+def test_a_job_and_a_cron_job_are_read_from_their_pod_templates(tmp_path: Path, kind: str, manifest: str,
+                                                                first_line: int) -> None:
+    read = _read(tmp_path, manifest + BENCH_SERVICE)
+    where = f"{tmp_path}/k8s/app.yaml"
+    assert (read.workload, read.container, read.line) == (f"{kind}/bench", "engine", first_line)
+    assert read.argv == ("llama-server", "-m", "/models/m.gguf", "--port", "8080")
+    assert read.gpus == Grant((0,), "resources.limits nvidia.com/gpu: 1 (the device plugin picks the cards)",
+                              f"{where}:{first_line + 4}")
+    assert read.mounts == (VolumeMount("/models", "hostPath", "/srv/models", f"{where}:{first_line + 5}"),)
+    # the template's labels, not the Job's own metadata, are what a Service selects
+    assert read.selected == ("bench",)
+    assert list_workloads(Path(where), tmp_path) == (WorkloadEntry(f"{kind}/bench", "engine", Path(where), first_line,
+                                                                   "llama-server"),)
+
+
+@pytest.mark.parametrize(("kind", "at"), [("CronJob", "spec.jobTemplate.spec.template.spec.containers"),
+                                          ("Deployment", "spec.template.spec.containers")])
+def test_a_workload_with_no_containers_where_its_kind_keeps_them_is_one_line(tmp_path: Path, kind: str, at: str) -> None:
+    # A CronJob written in a Job's shape: its pod template is not where the CronJob keeps it.
+    manifest = {"CronJob": f"apiVersion: batch/v1\nkind: CronJob\nmetadata: {{name: bench}}\nspec:\n"
+                           f"  schedule: \"0 3 * * *\"\n{_indented(POD_TEMPLATE, 2)}",
+                "Deployment": "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: bench}\nspec:\n  replicas: 1\n"}[kind]
+    assert _refused(tmp_path, manifest) == (f"{tmp_path}/k8s/app.yaml:1: {kind}/bench: no containers; expected them "
+                                            f"at {at}")
 
 
 def test_several_workloads_need_one_named(tmp_path: Path) -> None:

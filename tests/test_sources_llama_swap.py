@@ -15,6 +15,7 @@ import pytest
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
 from fleetgate.render.dispatch import render
+from fleetgate.render.start import SwapModel
 from fleetgate.sources.llama_swap import DEFAULT_GROUP, SwapGroup, read_config, split_command
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +57,7 @@ def test_the_fleet_service_is_its_model_with_the_engine_on_the_port_llama_swap_f
     fleet = load_fleet(FIXTURE / "fleet.toml")
     rendered = render(fleet, fleet.services["llama"])
     assert rendered.argv[0] == "llama-server" and rendered.argv[4] == "9101"
-    assert rendered.upstream_port == 9101
+    assert rendered.start == SwapModel(upstream_port=9101)
     assert rendered.env["GGML_CUDA_ENABLE_UNIFIED_MEMORY"] == "0"
     assert rendered.inputs["GGML_CUDA_ENABLE_UNIFIED_MEMORY"].where == f"{FIXTURE / 'config' / 'llama-swap.yaml'}:35"
     assert fleet.services["autocomplete"].llama_swap_model == "autocomplete"  # default: the service's own name

@@ -18,6 +18,7 @@ import pytest
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
 from fleetgate.render.dispatch import render
+from fleetgate.render.start import PresetModel
 from fleetgate.sources.router_preset import child_argv, load_on_startup, read_preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -155,7 +156,7 @@ def _fixture(tmp_path: Path, edits: list[tuple[str, str, str]]) -> Path:
 def test_the_fleet_service_is_its_section_with_the_routers_port_in_its_environment() -> None:
     fleet = load_fleet(FIXTURE / "fleet.toml")
     rendered = render(fleet, fleet.services["llama"])
-    assert rendered.argv[0] == "llama-server" and rendered.upstream_port is None
+    assert rendered.argv[0] == "llama-server" and rendered.start == PresetModel()
     assert rendered.env["LLAMA_SERVER_ROUTER_PORT"] == "8080"
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fleetgate.fleet import Device
+from fleetgate.render.start import ServeScript
 from fleetgate.visibility import engine_cards, visible_devices
 
 GIB = 1 << 30
@@ -56,7 +57,7 @@ def _config(devices: tuple[Device, ...], env: dict[str, str], device_flag: tuple
     """The few fields of a rendered host-process service that engine_cards reads."""
     return SimpleNamespace(
         host=SimpleNamespace(name="box", devices=devices, cards=tuple(d for d in devices if d.serves)),
-        rendered=SimpleNamespace(env=tuple(env.items()), kubernetes=None, compose=None, container=None),
+        rendered=SimpleNamespace(env=tuple(env.items()), start=ServeScript()),
         llama=SimpleNamespace(devices=device_flag, spec_draft_device=()),
     )
 
@@ -112,7 +113,7 @@ def test_cards_named_by_no_backend_keep_their_names() -> None:
 def test_what_a_container_is_granted(gpus: tuple[str, ...], devices: tuple[str, ...], env: dict[str, str],
                                      cards: list[tuple[str, str]], unresolved: bool) -> None:
     config = _config(THREE, env)
-    config.rendered.container = SimpleNamespace(client="docker", gpus=gpus, devices=devices)
+    config.rendered.start = ServeScript(container=SimpleNamespace(client="docker", gpus=gpus, devices=devices))
     seen = engine_cards(config)
     assert [(name, d.name) for name, d in seen.cards] == cards
     assert (seen.unresolved is not None) == unresolved

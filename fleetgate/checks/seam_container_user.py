@@ -30,6 +30,7 @@ from __future__ import annotations
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.checks.seam_units import user_unit
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose, Kubernetes, container_run, quadlet_of
 from fleetgate.sources.docker_run import engine_of_image
 
 __all__ = ["CONTAINER_USER"]
@@ -43,7 +44,7 @@ def _root(user: str) -> bool:
 
 
 def _rootless_podman(config: RenderedService) -> bool:
-    run = config.rendered.container
+    run = container_run(config.rendered.start)
     if run is None or run.client != "podman":
         return False
     unit = config.rendered.unit
@@ -54,13 +55,15 @@ def _rootless_podman(config: RenderedService) -> bool:
     return user_unit(unit) or (user is not None and user.value.strip() not in ("", "root", "0"))
 
 
+_MAPPED = ("auto", "keep-id", "nomap")
+"""``UserNS=`` modes that map the container's root to an unprivileged ID of the host (podman-run(1), ``--userns``)."""
+
+
 def _not_a_container(config: RenderedService) -> str | None:
-    rendered = config.rendered
-    if rendered.compose is None and rendered.kubernetes is None and rendered.container is None:
-        unit = rendered.unit
-        if unit is not None and unit.kind == "quadlet":
-            return (f"{config.name} is a rootless Quadlet: the container's root is the user whose manager starts it "
-                    "(unit-user's reading)")
+    start = config.rendered.start
+    if quadlet_of(start) is not None:
+        return _not_rootful(config)
+    if not (isinstance(start, Compose | Kubernetes) and start.read is not None) and container_run(start) is None:
         return f"{config.name} does not run in a container (unit-user holds the user of a systemd unit)"
     if _rootless_podman(config):
         return (f"{config.name} runs rootless podman (a user unit, or one with User=): the container's root is that "
@@ -68,8 +71,29 @@ def _not_a_container(config: RenderedService) -> str | None:
     return None
 
 
-CHECK = service_seam(
-    CONTAINER_USER,
+def _not_rootful(config: RenderedService) -> str | None:
+    """Why a Quadlet's container root is not the host's: a user's manager runs it, systemd runs podman as a
+    ``[Service]`` ``User=`` (rootless podman, which podman's generator warns it does not support), or ``UserNS=``
+    maps it."""
+    quadlet = quadlet_of(config.rendered.start)
+    assert quadlet is not None
+    if quadlet.rootful is None:
+        return (f"{config.name} is a rootless Quadlet: the container's root is the user whose manager starts it "
+                "(unit-user's reading; a Quadlet the system manager runs is one deploy_root installs under "
+                "/etc/containers/systemd/, and its container's user is then judged)")
+    unit = config.rendered.unit
+    manager_user = unit.last("Service", "User") if unit is not None else None
+    if manager_user is not None and manager_user.value.strip() not in ("", "root", "0"):
+        return (f"{config.name}'s rootful Quadlet sets User={manager_user.value} in [Service] ({manager_user.where}): "
+                "systemd runs podman as that user, rootless, so the container's root is that user, not the host's "
+                "(podman's Quadlet generator warns that User= in [Service] is not supported)")
+    if quadlet.userns is not None and quadlet.userns.value.strip().split(":", 1)[0] in _MAPPED:
+        return (f"{config.name}'s Quadlet sets UserNS={quadlet.userns.value} ({quadlet.userns.where}): the "
+                "container's root is an unprivileged ID of the host")
+    return None
+
+
+@service_seam(
     cites=(),
     summary="an engine in a container (compose, docker run, Kubernetes) runs as an unprivileged user, and a pod that "
             "asks for non-root can start",
@@ -85,18 +109,18 @@ CHECK = service_seam(
                              "kubelet refuses to start the container"),
     },
 )
-
-
-@CHECK.register
 def container_user(config: RenderedService) -> None:
     rendered = config.rendered
-    compose, pod, run = rendered.compose, rendered.kubernetes, rendered.container
+    start = rendered.start
+    compose = start.read if isinstance(start, Compose) else None
+    pod = start.read if isinstance(start, Kubernetes) else None
+    run, quadlet = container_run(start), quadlet_of(start)
     image = (compose.image if compose is not None else pod.image if pod is not None
-             else run.image if run is not None else None) or ""
+             else run.image if run is not None else quadlet.image if quadlet is not None else None) or ""
     image_where = (compose.image_where if compose is not None else f"{pod.path}:{pod.line}" if pod is not None
-                   else str(rendered.script))
+                   else quadlet.image_where if quadlet is not None and run is None else str(rendered.script))
     how = ("compose user:" if compose is not None else "securityContext.runAsUser" if pod is not None
-           else f"{run.client} run --user" if run is not None else "")
+           else f"{run.client} run --user" if run is not None else "User= in [Container]")
     given: tuple[str, str] | None = None
     if compose is not None and compose.user is not None:
         given = compose.user
@@ -104,13 +128,16 @@ def container_user(config: RenderedService) -> None:
         given = (str(pod.run_as.user), pod.run_as.user_where)
     elif run is not None and run.user is not None:
         given = (run.user, str(rendered.script))
+    elif run is None and quadlet is not None and quadlet.user is not None:
+        group = f":{quadlet.group.value.strip()}" if quadlet.group is not None else ""
+        given = (quadlet.user.value.strip() + group, quadlet.user.where)
     if given is not None:
         if _root(given[0]):
-            raise CHECK.fail(
+            raise container_user.fail(
                 config, "root",
                 where=given[1],
                 observed=f"{how} {given[0]}: the engine runs as root in the container"
-                         + ("" if pod is not None else ", which a root Docker daemon makes the host's root"),
+                         + ("" if pod is not None else _HOST_ROOT[run is None and quadlet is not None]),
                 expected="an unprivileged UID (a user the image has, or any UID the model files are readable by)",
                 fix=f"set {how} to an unprivileged {'UID' if pod is not None else 'UID:GID'} that can read the model "
                     "files",
@@ -120,7 +147,7 @@ def container_user(config: RenderedService) -> None:
     image_root = engine_of_image(image) in ("llama.cpp", "vllm")
     if pod is not None and pod.run_as is not None and pod.run_as.non_root:
         if image_root:
-            raise CHECK.fail(
+            raise container_user.fail(
                 config, "non-root-refused",
                 where=pod.run_as.non_root_where,
                 observed=(f"runAsNonRoot: true, no runAsUser, and {image} runs as root (its Dockerfile sets no USER): "
@@ -132,17 +159,19 @@ def container_user(config: RenderedService) -> None:
     if not image_root:
         raise NotJudged(f"{config.name}'s image {image or '(none)'} sets a USER fleetgate cannot read offline, and "
                         f"nothing sets the user: declare it ({how} UID:GID)")
-    raise CHECK.fail(
+    raise container_user.fail(
         config, "image-root",
         where=image_where,
         observed=(f"nothing sets the user, and {image} runs as root (its Dockerfile sets no USER): the engine runs as "
-                  "root" + ("" if pod is not None else ", which a root Docker daemon makes the host's root")),
+                  "root" + ("" if pod is not None else _HOST_ROOT[run is None and quadlet is not None])),
         expected=f"the engine run as an unprivileged user ({how} {'UID' if pod is not None else 'UID:GID'})",
         fix=(f"set {how} to an unprivileged {'UID (runAsGroup: GID)' if pod is not None else 'UID:GID'} that can read "
              "the model files"
              + (" (and runAsNonRoot: true)" if pod is not None else "")),
     )
 
+
+_HOST_ROOT = {False: ", which a root Docker daemon makes the host's root", True: ", which rootful podman makes the host's root"}
 
 DEVICE_GROUPS = ("video", "render")
 """The groups ROCm's install and container docs put a GPU user in: ``video`` owns the nodes on older distributions,
@@ -153,7 +182,10 @@ def _device_groups(config: RenderedService, user: str) -> None:
     """A non-root user given GPU device nodes holds a group that may open them."""
     __tracebackhide__ = True
     rendered = config.rendered
-    compose, pod, run = rendered.compose, rendered.kubernetes, rendered.container
+    start = rendered.start
+    compose = start.read if isinstance(start, Compose) else None
+    pod = start.read if isinstance(start, Kubernetes) else None
+    run, quadlet = container_run(start), quadlet_of(start)
     _, _, primary = user.partition(":")
     if compose is not None:
         nodes, groups, how = compose.device_nodes, [*compose.groups], "group_add:"
@@ -166,6 +198,10 @@ def _device_groups(config: RenderedService, user: str) -> None:
         nodes = tuple(d.split(":", 1)[0] for d in run.devices
                       if d.split(":", 1)[0] == "/dev/kfd" or d.split(":", 1)[0].startswith("/dev/dri"))
         groups, how, where = [*run.groups], f"{run.client} run --group-add", str(rendered.script)
+    elif quadlet is not None:
+        nodes = tuple(d.split(":", 1)[0] for d in quadlet.devices
+                      if d.split(":", 1)[0] == "/dev/kfd" or d.split(":", 1)[0].startswith("/dev/dri"))
+        groups, how, where = [*quadlet.groups], "GroupAdd= in [Container]", str(quadlet.path)
     else:
         return
     if not nodes:
@@ -184,7 +220,7 @@ def _device_groups(config: RenderedService, user: str) -> None:
                         "/dev/dri/renderD128` on the host)")
     if declared is not None and set(gids) & declared:
         return
-    raise CHECK.fail(
+    raise container_user.fail(
         config, "no-device-group",
         where=where,
         observed=(f"the engine runs as {user} and is given {', '.join(nodes)}, in "

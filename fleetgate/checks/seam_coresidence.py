@@ -14,6 +14,12 @@ compute, ...), or vLLM's budget (``--gpu-memory-utilization`` x the card, on eac
 vLLM claims at start). The check fails when some state of two or more services leaves a card less than the host's
 ``card_floor_gib`` (0 when undeclared); one service alone over a card is card-floor's finding, not this one's.
 
+Kubernetes' device plugin gives a card to one container only: pods granted their cards by it (``nvidia.com/gpu: 1``,
+no time-slicing, no ``NVIDIA_VISIBLE_DEVICES`` over it) share none while the node has a card for each, so they are not
+summed against one card. Which card each gets is the plugin's: beside a service that uses the node's cards another way
+(a host process, a pod that sets ``NVIDIA_VISIBLE_DEVICES``), the sum on a node of several cards is not judged. Pods
+that ask for more cards together than the node has cannot all run, and are summed as before.
+
 Host RAM is summed the same way: what each llama.cpp service's ledger books on the host (the weights it keeps there
 at ``-ngl 0``, ``--cpu-moe``/``-ot`` experts, a host with no card, KV of layers left on the host, the mapped token
 embeddings, host compute) must fit the host's ``ram_gib`` together, so a router whose ``--models-max`` largest
@@ -27,11 +33,12 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fleetgate.checks import NotApplicable, fleet_seam
+from fleetgate.checks import NotApplicable, NotJudged, fleet_seam
 from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Host, Service
 from fleetgate.ledger.service import service_ledger
 from fleetgate.render.rendered import attempt_of
+from fleetgate.render.start import Kubernetes
 from fleetgate.render.types import RenderRefused
 from fleetgate.sources.llama_swap import read_config
 from fleetgate.sources.router_preset import DEFAULT_MODELS_MAX, MAX_RESIDENCIES, read_preset
@@ -183,8 +190,36 @@ def _usage(fleet: Fleet, host: Host, name: str) -> dict[str, int]:
     return {**{device.card.host_name: device.total for device in ledger.cards}, HOST_RAM: ledger.host.total}
 
 
-CO_CHECK = fleet_seam(
-    CO,
+def _exclusive(fleet: Fleet, name: str) -> int | None:
+    """How many cards Kubernetes' device plugin gives a service's container for itself alone; None where its cards
+    are not an exclusive plugin grant (a host process, a shared or time-sliced card, NVIDIA_VISIBLE_DEVICES)."""
+    config = attempt_of(fleet, fleet.services[name]).config
+    start = config.rendered.start if config is not None else None
+    pod = start.read if isinstance(start, Kubernetes) else None
+    if config is None or pod is None or pod.gpus is None or pod.gpus.indices is None:
+        return None
+    return len(pod.gpus.indices) if engine_cards(config).plugin else None
+
+
+def _on_card(fleet: Fleet, found: _HostStates, state: frozenset[str], usage: dict[str, dict[str, int]],
+             card: Device) -> tuple[str, ...]:
+    """What a state of co-resident services holds on one card: pods of the device plugin's exclusive grants hold
+    cards of their own while the node has one for each, and are summed with nobody. The members summed."""
+    exclusive = {n: _exclusive(fleet, n) for n in state}
+    plugin = {n: c for n, c in exclusive.items() if c is not None}
+    others = [n for n in state if n not in plugin]
+    if not plugin or len(found.host.cards) < 2 or sum(plugin.values()) > len(found.host.cards):
+        return tuple(state)
+    beside = [n for n in others if any(k != HOST_RAM and v for k, v in usage[n].items())]
+    if beside:
+        raise NotJudged(f"the device plugin picks which of {found.host.name}'s {len(found.host.cards)} cards "
+                        f"{', '.join(sorted(plugin))} get{'s' if len(plugin) == 1 else ''}, and {', '.join(beside)} "
+                        "uses the node's cards another way: pin the pod's card (NVIDIA_VISIBLE_DEVICES=INDEX in its "
+                        "env, or a node of its own declared as its own host), or declare exclusive_with")
+    return tuple(others) if len(others) > 1 else ()  # one alone over its card is card-floor's finding
+
+
+@fleet_seam(
     cites=(),
     summary="services that can hold one card at once (llama-swap groups that are not exclusive, two units on one "
                "host) fit it together",
@@ -202,9 +237,6 @@ CO_CHECK = fleet_seam(
         ),
     },
 )
-
-
-@CO_CHECK.register
 def co_residence_fits(fleet: Fleet) -> None:
     over: list[tuple[int, _HostStates, Device, list[str], dict[str, dict[str, int]]]] = []
     over_ram: tuple[_HostStates, list[str], dict[str, dict[str, int]]] | None = None
@@ -226,10 +258,11 @@ def co_residence_fits(fleet: Fleet) -> None:
             raise NotApplicable("; ".join(unknown))
         floor = found.host.card_floor_bytes or 0
         for card in found.host.cards:
-            state = max(found.states, key=lambda s: sum(usage[n].get(card.name, 0) for n in s))
-            total = sum(usage[n].get(card.name, 0) for n in state)
+            summed = [_on_card(fleet, found, state, usage, card) for state in found.states]
+            counted = max(summed, key=lambda s: sum(usage[n].get(card.name, 0) for n in s))
+            total = sum(usage[n].get(card.name, 0) for n in counted)
             if card.vram_bytes - total < floor:
-                members = sorted(state, key=lambda n: (-usage[n].get(card.name, 0), n))
+                members = sorted(counted, key=lambda n: (-usage[n].get(card.name, 0), n))
                 over.append((total - card.vram_bytes + floor, found, card, members, usage))
         ram = found.host.ram_bytes
         state = max(found.states, key=lambda s: sum(usage[n].get(HOST_RAM, 0) for n in s))
@@ -243,7 +276,7 @@ def co_residence_fits(fleet: Fleet) -> None:
     _, found, card, members, usage = max(over, key=lambda o: o[0])
     floor = found.host.card_floor_bytes or 0
     total = sum(usage[n].get(card.name, 0) for n in members)
-    raise CO_CHECK.fail(
+    raise co_residence_fits.fail(
         fleet, "over-card",
         where=found.where[members[0]],
         observed=(f"{' + '.join(members)} can run at once on {found.host.name}'s {card.name}: {total / GIB:.2f} GiB of "
@@ -268,7 +301,7 @@ def _over_ram(fleet: Fleet, found: _HostStates, members: list[str], usage: dict[
     ram = found.host.ram_bytes
     held = sum(usage[n].get(HOST_RAM, 0) for n in members)
     preset = any(fleet.services[n].models_preset is not None for n in members)
-    raise CO_CHECK.fail(
+    raise co_residence_fits.fail(
         fleet, "over-ram",
         where=found.where[members[0]],
         observed=(f"{' + '.join(members)} can run at once on {found.host.name}: {held / GIB:.2f} GiB of host RAM "

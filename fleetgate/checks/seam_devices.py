@@ -10,7 +10,8 @@ from __future__ import annotations
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.fleet import Device
 from fleetgate.render.rendered import RenderedService
-from fleetgate.visibility import docker_gpus, named_backend, visible_devices
+from fleetgate.render.start import Compose, Kubernetes, quadlet_of
+from fleetgate.visibility import ContainerGrant, container_grant, named_backend, visible_devices
 
 __all__: list[str] = []
 
@@ -24,8 +25,7 @@ def _no_devices(config: RenderedService) -> str | None:
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-DV-1", "B-DV-2", "B-DV-3", "B-DV-4", "INC-19", "INC-29"),
     summary="visibility variables leave exactly the serving cards the engine is told to use",
     requires=_no_devices,
@@ -38,14 +38,13 @@ CHECK = service_seam(
         "compose-no-gpu": ("a compose service is granted no GPU (no `deploy.resources.reservations.devices`, `gpus:`, "
                            "`runtime: nvidia` or `/dev/dri` in `devices:`)"),
         "compose-unknown-device": "a compose GPU grant names a device id that is not an index of the host's cards",
+        "container-no-gpu": ("a `docker run`/`podman run` line or a Quadlet grants its container no GPU (no `--gpus`, "
+                             "no GPU `--device`/`AddDevice=`, no `NVIDIA_VISIBLE_DEVICES`)"),
         "kubernetes-no-gpu": ("a Kubernetes container asks for no GPU in `resources.limits` (`nvidia.com/gpu`, "
                               "`amd.com/gpu`, `gpu.intel.com/i915`): the device plugin gives it none"),
         "kubernetes-too-many-cards": "a Kubernetes container's GPU limit asks for more cards than its host has",
     },
 )
-
-
-@CHECK.register
 def device_visibility(config: RenderedService) -> None:
     env = dict(config.rendered.env)
     seen = visible_devices(_granted(config), env, named_backend(config))
@@ -55,7 +54,7 @@ def device_visibility(config: RenderedService) -> None:
                                                      "ROCR_VISIBLE_DEVICES", "GGML_VK_VISIBLE_DEVICES") if v in env),
                  str(config.rendered.script))
     if seen.problem or not seen.devices:
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "nothing-visible",
             where=where,
             observed=seen.problem or "no device left visible",
@@ -65,7 +64,7 @@ def device_visibility(config: RenderedService) -> None:
         )
     hidden = [d for d in seen.devices if not d.serves]
     if hidden:
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "non-serving-card-visible",
             where=where,
             observed=f"{', '.join(d.name for d in hidden)} is visible to the engine",
@@ -76,7 +75,7 @@ def device_visibility(config: RenderedService) -> None:
         )
     needed = _devices_needed(config)
     if needed > len(seen.devices):
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "too-few-visible",
             where=where,
             observed=f"{len(seen.devices)} visible device(s) for an engine configured for {needed}",
@@ -86,7 +85,7 @@ def device_visibility(config: RenderedService) -> None:
         )
     llama = config.llama
     if llama is not None and llama.devices and llama.tensor_split and len(llama.devices) != len(llama.tensor_split):
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "tensor-split-length",
             cites=("B-DV-4",), where=config.where_flag(llama.use("tensor_split")),
             observed=f"--device {','.join(llama.devices)} ({len(llama.devices)}) with --tensor-split "
@@ -99,19 +98,18 @@ def device_visibility(config: RenderedService) -> None:
 def _granted(config: RenderedService) -> tuple[Device, ...]:
     """The devices the engine's process can enumerate: the host's, or those a compose service is granted."""
     __tracebackhide__ = True
-    pod = config.rendered.kubernetes
-    if pod is not None:
+    start = config.rendered.start
+    if isinstance(start, Kubernetes) and start.read is not None:
         return _pod_granted(config)
-    run = config.rendered.container
-    if run is not None and run.gpus and not any(d.split(":")[0] in ("/dev/dri", "/dev/kfd") for d in run.devices):
-        # `docker run --gpus device=1`: the container enumerates that card alone, as its device 0
-        return docker_gpus(config.host.devices, run.gpus)
-    compose = config.rendered.compose
+    given = container_grant(config)
+    if given is not None:
+        return _container_granted(config, given)
+    compose = start.read if isinstance(start, Compose) else None
     if compose is None:
         return config.host.devices
     grant = compose.gpus
     if grant is None:
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "compose-no-gpu",
             where=f"{compose.path}:{compose.line}",
             observed=(f"compose service {compose.name} is granted no GPU: no deploy.resources.reservations.devices, "
@@ -125,7 +123,7 @@ def _granted(config: RenderedService) -> tuple[Device, ...]:
         return config.host.devices
     past = [str(i) for i in grant.indices if i >= len(config.host.devices)]
     if grant.unknown or past:
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "compose-unknown-device",
             where=grant.where,
             observed=f"{grant.how} names {', '.join([*grant.unknown, *past])}, not a card of host {config.host.name}",
@@ -136,14 +134,39 @@ def _granted(config: RenderedService) -> tuple[Device, ...]:
     return tuple(config.host.devices[i] for i in grant.indices)
 
 
+def _container_granted(config: RenderedService, given: ContainerGrant) -> tuple[Device, ...]:
+    """The cards a ``docker run``/``podman run`` line or a Quadlet gives its container (fleetgate.visibility's
+    reading, the ledger's too): ``--gpus device=1`` is that card alone, as the container's device 0."""
+    __tracebackhide__ = True
+    if given.unresolved:
+        raise NotJudged(given.unresolved)
+    if not given.granted:
+        quadlet = quadlet_of(config.rendered.start)
+        raise device_visibility.fail(
+            config, "container-no-gpu",
+            where=str(quadlet.path) if quadlet is not None else str(config.rendered.script),
+            observed=f"{given.how}: the container is given no GPU",
+            expected=f"the container granted the serving cards ({', '.join(d.name for d in config.host.cards)})",
+            fix=("grant them: " + ("AddDevice=nvidia.com/gpu=all (CDI; AddDevice=/dev/kfd and AddDevice=/dev/dri for "
+                                   "ROCm or Vulkan) in [Container]" if quadlet is not None else
+                                   "--gpus all, or --device nvidia.com/gpu=all (CDI; --device /dev/kfd --device "
+                                   "/dev/dri for ROCm or Vulkan)")
+                 + " (a container sees no GPU unless it is granted one: llama.cpp then runs on the CPU, vLLM stops at "
+                   "start)"),
+        )
+    return given.devices
+
+
 def _pod_granted(config: RenderedService) -> tuple[Device, ...]:
     """The cards a Kubernetes container gets: as many as its GPU limit, which the device plugin picks."""
     __tracebackhide__ = True
-    pod = config.rendered.kubernetes
+    start = config.rendered.start
+    assert isinstance(start, Kubernetes)
+    pod = start.read
     assert pod is not None
     grant = pod.gpus
     if grant is None:
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "kubernetes-no-gpu",
             where=pod.command_where,
             observed=f"{pod.name} has no GPU in resources.limits",
@@ -155,7 +178,7 @@ def _pod_granted(config: RenderedService) -> tuple[Device, ...]:
     if grant.indices is None:
         return config.host.devices  # NVIDIA_VISIBLE_DEVICES=all: every card of the node
     if len(grant.indices) > len(config.host.devices):
-        raise CHECK.fail(
+        raise device_visibility.fail(
             config, "kubernetes-too-many-cards",
             where=grant.where,
             observed=f"{grant.how}: {len(grant.indices)} cards, and host {config.host.name} has "

@@ -21,6 +21,7 @@ import ipaddress
 from fleetgate.checks import service_seam
 from fleetgate.failure import Deferred
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose, Kubernetes, container_run, quadlet_of
 
 Reach = tuple[str, "str | Deferred"]
 
@@ -63,33 +64,13 @@ def _published(host_ip: str | None, port: int | None, where: str) -> Reach | Non
     return (shown, where) if _beyond_host(host_ip or "") else None
 
 
-def _publish_port(value: str) -> tuple[str, int | None, int] | None:
-    """A Quadlet's ``PublishPort=[[IP:][HOST_PORT]:]CONTAINER_PORT[/PROTO]`` (podman run ``-p``): (address, host port,
-    container port); a range is read by its first port, a UDP port is none of the engine's."""
-    spec, _, proto = value.strip().partition("/")
-    if proto and proto != "tcp":
-        return None
-    ip = ""
-    if spec.startswith("["):  # an IPv6 address: [::1]:8080:8080
-        ip, _, spec = spec[1:].partition("]")
-        spec = spec.removeprefix(":")
-    parts = spec.split(":")
-    if not ip and len(parts) == 3:
-        ip, parts = parts[0], parts[1:]
-    try:
-        container = int(parts[-1].split("-")[0])
-        host = int(parts[0].split("-")[0]) if len(parts) == 2 and parts[0] else None
-    except ValueError:
-        return None
-    return ip, host, container
-
-
 def reach(config: RenderedService) -> Reach | str | None:
     """How other machines reach the engine: (what, where), None when only the host (or its containers) can, or a
     string: why the check does not apply."""
     rendered = config.rendered
     port = config.llama.port if config.llama is not None else config.vllm.port if config.vllm is not None else None
-    compose = rendered.compose
+    start = rendered.start
+    compose = start.read if isinstance(start, Compose) else None
     if compose is not None:
         if compose.host_network:
             return _bound(config)
@@ -99,7 +80,7 @@ def reach(config: RenderedService) -> Reach | str | None:
                 if found is not None:
                     return (f"compose publishes the engine's port {port} on {found[0]}", found[1])
         return None
-    pod = rendered.kubernetes
+    pod = start.read if isinstance(start, Kubernetes) else None
     if pod is not None:
         for service_port in pod.service_ports:
             if service_port.node_port is not None and service_port.target == port:
@@ -107,7 +88,7 @@ def reach(config: RenderedService) -> Reach | str | None:
                         f"to the engine's port {port}", service_port.where)
         return (f"{config.name} is reached only through ClusterIP Services: inside the cluster, as the cluster's "
                 "network policies allow")
-    run = rendered.container
+    run = container_run(start)
     if run is not None:
         if run.network == "host":
             return _bound(config)
@@ -117,18 +98,16 @@ def reach(config: RenderedService) -> Reach | str | None:
                 if found is not None:
                     return (f"{run.client} run publishes the engine's port {port} on {found[0]}", found[1])
         return None
-    unit = rendered.unit
-    if unit is not None and unit.kind == "quadlet":
-        network = unit.last("Container", "Network")
-        if network is not None and network.value.strip() == "host":
+    quadlet = quadlet_of(start)
+    if quadlet is not None:
+        if quadlet.network == "host":
             return _bound(config)
-        for setting in unit.all("Container", "PublishPort"):
-            published = _publish_port(setting.value)
-            if published is None or published[2] != port:
+        for publish in quadlet.published:
+            if publish.container_port != port:
                 continue
-            found = _published(published[0], published[1], setting.where)
+            found = _published(publish.host_ip, publish.host_port, publish.where)
             if found is not None:
-                return (f"PublishPort={setting.value} publishes the engine's port {port} on {found[0]}", found[1])
+                return (f"PublishPort= publishes the engine's port {port} on {found[0]}", found[1])
         return None
     return _bound(config)
 
@@ -174,8 +153,7 @@ def _not_reached(config: RenderedService) -> str | None:
     return None
 
 
-CHECK = service_seam(
-    EXPOSED,
+@service_seam(
     cites=(),
     summary="an engine other machines can reach (every address, a published port, a NodePort) asks for an API key",
     requires=_not_reached,
@@ -187,9 +165,6 @@ CHECK = service_seam(
                       "KEY unset): llama-server drops an empty key, so nothing is asked"),
     },
 )
-
-
-@CHECK.register
 def engine_auth(config: RenderedService) -> None:
     found = reach(config)
     assert isinstance(found, tuple)
@@ -200,7 +175,7 @@ def engine_auth(config: RenderedService) -> None:
     engine = "llama-server" if config.llama is not None else "vLLM"
     # Worded around the secret scrubber: a secret flag followed by a word reads as the flag and its value.
     flags = "--api-key-file PATH or LLAMA_API_KEY" if config.llama is not None else "VLLM_API_KEY (or --api-key)"
-    raise CHECK.fail(
+    raise engine_auth.fail(
         config, "empty-key" if empty is not None else "no-key",
         where=where,
         observed=(f"{what}; the value given to {empty!r} is empty, so {engine} asks for no key" if empty is not None

@@ -15,14 +15,16 @@ card that another engine of the fleet also uses, vLLM starts only if that engine
 Which cards a service uses is read from how it starts (``fleetgate.visibility.engine_cards``: a compose GPU grant, a
 ``docker run --gpus``/``--device``, a Kubernetes limit, narrowed by the visibility variables); vLLM's are the first
 tensor x pipeline parallel ones of what it sees, llama-server's its ``--device`` list named as it names what it sees,
-and what a llama-server holds there is its ledger on those cards alone. Kubernetes' device plugin gives one card to one
-container, so pods that both ask for a GPU through ``resources`` share none, unless the card is shared:
+and what a llama-server holds there is its ledger on those cards alone. Kubernetes' device plugin gives one card to
+one container, so pods that both ask for a GPU through ``resources`` share none, unless the card is shared:
 ``NVIDIA_VISIBLE_DEVICES=all`` in a pod (NVIDIA's runtime shows it every card of its node), or a time-slicing config
 of NVIDIA's device plugin in the repository (replicas of one card go to several pods, with no memory isolation:
-NVIDIA's GPU Operator docs, "Time-Slicing GPUs in Kubernetes"). An MPS config limits each replica's memory, which is
-not modelled: not judged. A pod that names no node (no ``nodeSelector``, ``nodeName`` or node affinity) in a fleet of
-several hosts may run on any of them: not judged, naming what to declare. Services of one host run at once unless
-``exclusive_with`` says they never do; a rollback or undeployed service does not run.
+NVIDIA's GPU Operator docs, "Time-Slicing GPUs in Kubernetes"). Beside a service that takes the node's cards another
+way, which card the plugin gives a pod on a node of several cards is its own: not judged, naming the pin. An MPS
+config limits each replica's memory, which is not modelled: not judged. A pod that names no node (no ``nodeSelector``,
+``nodeName`` or node affinity) in a fleet of several hosts may run on any of them: not judged, naming what to declare.
+Services of one host run at once unless ``exclusive_with`` says they never do; a rollback or undeployed service does
+not run.
 """
 
 from __future__ import annotations
@@ -35,11 +37,10 @@ from fleetgate.errors import InputError
 from fleetgate.fleet import GIB, Device, Fleet, Service
 from fleetgate.ledger.service import service_ledger
 from fleetgate.render.rendered import RenderedService, attempt_of
+from fleetgate.render.start import Kubernetes
 from fleetgate.visibility import EngineCards, engine_cards
 
-__all__ = ["HEADROOM", "cards_of"]
-
-HEADROOM = "vllm-start-headroom"
+__all__ = ["cards_of"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class _Cards:
 def cards_of(config: RenderedService) -> _Cards:
     """The cards a rendered service's engine uses, by how it starts (fleetgate.visibility.engine_cards)."""
     seen = engine_cards(config)
-    pod = config.rendered.kubernetes
+    start = config.rendered.start
+    pod = start.read if isinstance(start, Kubernetes) else None
     if pod is None:
         return _Cards(_engine_share(config, seen), seen.how, seen.plugin, seen.unresolved)
     shared = pod.shared
@@ -126,8 +128,19 @@ def _alone(fleet: Fleet) -> str | None:
             "once unless exclusive_with says otherwise): no card is shared with vLLM")
 
 
-CHECK = fleet_seam(
-    HEADROOM,
+def _held(other: RenderedService, card: Device) -> int | None:
+    """What a llama-server service holds on a card (its ledger), None without a profile."""
+    if other.profile is None:
+        return None
+    try:
+        ledger = service_ledger(other)
+    except (KeyError, ValueError):
+        raise NotApplicable(f"{other.name}'s ledger cannot place it on {other.host.name}'s cards: see "
+                            f"card-floor[{other.name}]") from None
+    return next((device.total for device in ledger.cards if device.card.host_name == card.name), 0)
+
+
+@fleet_seam(
     cites=(),
     summary="vLLM's --gpu-memory-utilization is free on each card it shares with another engine of the fleet, so it "
             "starts whichever engine came first",
@@ -143,21 +156,6 @@ CHECK = fleet_seam(
         ),
     },
 )
-
-
-def _held(other: RenderedService, card: Device) -> int | None:
-    """What a llama-server service holds on a card (its ledger), None without a profile."""
-    if other.profile is None:
-        return None
-    try:
-        ledger = service_ledger(other)
-    except (KeyError, ValueError):
-        raise NotApplicable(f"{other.name}'s ledger cannot place it on {other.host.name}'s cards: see "
-                            f"card-floor[{other.name}]") from None
-    return next((device.total for device in ledger.cards if device.card.host_name == card.name), 0)
-
-
-@CHECK.register
 def vllm_start_headroom(fleet: Fleet) -> None:
     unjudged: list[str] = []
     for vllm_service, other_service in _pairs(fleet):
@@ -175,6 +173,16 @@ def vllm_start_headroom(fleet: Fleet) -> None:
             continue
         if mine.plugin and theirs.plugin:
             continue  # the device plugin gives each container its own cards
+        picked = next((c for c in (mine, theirs) if c.plugin), None)
+        if (picked is not None and mine.cards and theirs.cards
+                and len(picked.cards) < len(vllm.host.cards)):
+            # the plugin knows nothing of a card another container takes by NVIDIA_VISIBLE_DEVICES or a host process
+            plugin_name, beside = ((vllm_service.name, other_service.name) if picked is mine
+                                   else (other_service.name, vllm_service.name))
+            unjudged.append(f"the device plugin picks which of {vllm.host.name}'s {len(vllm.host.cards)} cards "
+                            f"{plugin_name} gets, and {beside} uses the node's cards another way: pin the pod's card "
+                            "(NVIDIA_VISIBLE_DEVICES=INDEX in its env, or a node of its own declared as its own host)")
+            continue
         # each said once, whichever of the two services the pair starts from
         placement = [c.unplaced for c in (mine, theirs) if c.unplaced]
         if placement:
@@ -197,7 +205,7 @@ def vllm_start_headroom(fleet: Fleet) -> None:
                 theirs_fraction = other.vllm.gpu_memory_utilization
                 if fraction + theirs_fraction <= 1 + 1e-9:
                     continue
-                raise CHECK.fail(
+                raise vllm_start_headroom.fail(
                     fleet, "fractions-over-card",
                     where=where,
                     observed=(f"{vllm_service.name} (--gpu-memory-utilization {fraction:g}) and {other_service.name} "
@@ -221,7 +229,7 @@ def vllm_start_headroom(fleet: Fleet) -> None:
             free = total - held
             if free >= fraction * total:
                 continue
-            raise CHECK.fail(
+            raise vllm_start_headroom.fail(
                 fleet, "beside-engine",
                 where=where,
                 observed=(f"{other_service.name} (llama.cpp) holds {held / GIB:.2f} GiB of {card.name} "

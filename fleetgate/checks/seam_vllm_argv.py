@@ -31,7 +31,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__ = ["fork_of", "release_of"]
 
-ARGV = "vllm-argv"
 FORBIDDEN = "forbidden-flags"
 
 
@@ -46,16 +45,6 @@ def fork_of(config: RenderedService) -> Fork | None:
 
 _TAG_RELEASE = re.compile(r"v?(\d+\.\d+\.\d+)(?:[-+][\w.-]+)?")
 """A tag that names a release: ``v0.13.0``, or a local build of it (``0.13.0-e060895``)."""
-
-
-def _is_vllm(config: RenderedService) -> bool:
-    return config.vllm is not None
-
-
-def _release_known(config: RenderedService) -> str | None:
-    if config.vllm is None:
-        return f"{config.name} renders no vLLM command line"
-    return None
 
 
 def release_note(config: RenderedService) -> str:
@@ -105,15 +94,15 @@ def _pinned_by(config: RenderedService, version: str) -> str:
 def _where(config: RenderedService, flag: str) -> str | Deferred:
     assert config.vllm is not None
     dest = flag.lstrip("-").replace("-", "_")
-    return config.where_flag(config.vllm.use(dest)) if config.vllm.use(dest) else str(config.rendered.script)
+    # a flag with no use of its own (one vLLM does not know) is where the argv is written: the script, a compose
+    # service's or a manifest's command line, a Quadlet's Exec=
+    return config.where_flag(config.vllm.use(dest))
 
 
-ARGV_CHECK = service_seam(
-    ARGV,
+@service_seam(
     cites=("B-VL-8", "B-VL-11"),
     summary="every flag is one the pinned vLLM release (and its fork) knows, every value parses as vLLM parses it, "
                "--speculative-config fits SpeculativeConfig",
-    requires=_release_known,
     figures=lambda config: {"table": release_note(config)},
     engines=("vllm",),
     codes={
@@ -128,9 +117,6 @@ ARGV_CHECK = service_seam(
         "speculative-config": "`--speculative-config` outside `SpeculativeConfig`'s fields, types or methods",
     },
 )
-
-
-@ARGV_CHECK.register
 def vllm_argv(config: RenderedService) -> None:
     version = release_of(config) or newest()
     not_recorded = unrecorded(version)
@@ -143,7 +129,7 @@ def vllm_argv(config: RenderedService) -> None:
     problems = reading.problems
     if problems:
         first = problems[0]
-        raise ARGV_CHECK.fail(config, "unknown-flag" if first.kind == "unknown-flag"
+        raise vllm_argv.fail(config, "unknown-flag" if first.kind == "unknown-flag"
                                     else "ambiguous-flag" if first.kind == "ambiguous-flag"
                                     else "missing-value" if first.kind == "missing-value"
                                     else "bad-value" if first.kind == "bad-value"
@@ -154,7 +140,7 @@ def vllm_argv(config: RenderedService) -> None:
                               expected=f"an argv vLLM {release.version}{f' ({fork.name} fork)' if fork else ''} accepts: the "
                                        f"engine refuses this at start, after the container is up; read with "
                                        f"{release_note(config)}",
-                              fix="spell the flag as the release defines it (vllm serve --help), or fix the value in the env file")
+                              fix="spell the flag as the release defines it (vllm serve --help), or fix the value where it is set")
     if "--speculative-config" in reading.unjudged:
         raise NotJudged(f"not judged: --speculative-config: vLLM {release.version}'s SpeculativeConfig declares no annotated "
                         "fields or no method literal, so its schema is not recorded; pin a release from 0.8.5 on to have it "
@@ -173,8 +159,8 @@ def _no_engine_argv(config: RenderedService) -> str | None:
     return f"{FORBIDDEN} does not apply to {config.name}"
 
 
-FORBIDDEN_CHECK = service_seam(
-    FORBIDDEN,
+@service_seam(
+    policy="forbidden-flags",
     cites=("INC-88", "B-VL-8", "B-FIT-12"),
     summary="no --expert-precise-memory on vLLM (INC-88), no --fit on for llama.cpp (B-FIT-12)",
     requires=_no_engine_argv,
@@ -184,15 +170,12 @@ FORBIDDEN_CHECK = service_seam(
         "fit-on": "`--fit on` (B-FIT-12)",
     },
 )
-
-
-@FORBIDDEN_CHECK.register
 def forbidden_flags(config: RenderedService) -> None:
     argv = config.rendered.argv
     if config.vllm is not None:
         found, _ = read_as_vllm(argv, load_release().with_fork(RADIANCE))
         if "--expert-precise-memory" in found:
-            raise FORBIDDEN_CHECK.fail(
+            raise forbidden_flags.fail(
                 config, "expert-precise-memory",
                 where=str(config.rendered.script), cites=("INC-88", "B-VL-8"),
                 observed="--expert-precise-memory is deployed: 31.73 of 31.86 GiB planned, ~0.13 GiB left at boot",
@@ -205,7 +188,7 @@ def forbidden_flags(config: RenderedService) -> None:
         if name in ("--fit", "-fit"):
             value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
             if value == "on":
-                raise FORBIDDEN_CHECK.fail(
+                raise forbidden_flags.fail(
                     config, "fit-on",
                     cites=("B-FIT-12",),
                     where=config.where_variable("FIT") if "FIT" in config.variables else str(config.rendered.script),

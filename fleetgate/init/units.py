@@ -35,6 +35,7 @@ from fleetgate.init.found import (
     unprefixed,
 )
 from fleetgate.render.dispatch import render
+from fleetgate.render.start import QuadletExec, container_run
 from fleetgate.render.types import RenderRefused
 from fleetgate.sources.docker_run import engine_of_image
 from fleetgate.sources.quadlet import read_quadlet
@@ -222,7 +223,8 @@ def _from_quadlet_exec(ctx: Context, unit: Unit) -> Found | None:
     found = engine_of(rendered.argv)
     args = rendered.argv[found[1]:] if found is not None else rendered.argv[1:]
     listen = port_of(engine, args, rendered.env) or DEFAULT_PORT[engine]
-    quadlet = rendered.quadlet
+    start = rendered.start
+    quadlet = start.read if isinstance(start, QuadletExec) else None
     published = quadlet.host_port(listen) if quadlet is not None else None
     where = f"{rel}:{read.exec_setting.line}" if read.exec_setting is not None else rel
     if published is not None:
@@ -350,4 +352,5 @@ def sandbox_render(root: Path, deploy_root: str | None, name: str, engine: Engin
             local = Path(item.target)
         if local is not None:
             sourced.append(local.resolve().relative_to(real_root).as_posix())
-    return ScriptRender(rendered.argv, dict(rendered.env), tuple(dict.fromkeys(sourced)), rendered.container)
+    run = container_run(rendered.start)
+    return ScriptRender(rendered.argv, dict(rendered.env), tuple(dict.fromkeys(sourced)), run)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from fleetgate.errors import InputError, NotRead
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.inputs import MAX_ARG_STRLEN, quadlet_environment, unit_environment
+from fleetgate.render.origins import installed_path
 from fleetgate.render.start import QuadletExec
 from fleetgate.render.types import Origin, Rendered
 from fleetgate.sources.docker_run import ENGINE_IMAGES, NotServing, engine_of_image, image_process, split_image
@@ -42,7 +43,7 @@ def render_quadlet_exec(fleet: Fleet, service: Service, start: QuadletExec,
                         overrides: Mapping[str, str | None]) -> Rendered:
     """The engine's argv and environment in the container the Quadlet starts."""
     unit = start.unit
-    read = read_quadlet(unit)
+    read = read_quadlet(unit, installed_path(fleet, unit.path))
     container = quadlet_environment(fleet, unit)
     manager = unit_environment(fleet, service, unit, "Service")
     manager_env = _apply({name: o.value for name, o in manager.items()}, overrides)

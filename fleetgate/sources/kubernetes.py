@@ -53,7 +53,7 @@ from fleetgate.errors import InputError, read_text
 from fleetgate.render.origins import Origin
 from fleetgate.secrets import MASK
 from fleetgate.sources.compose import Grant, deepest_mount
-from fleetgate.sources.docker_run import split_image
+from fleetgate.sources.docker_run import ENGINE_IMAGES, NotServing, engine_of_image, image_process, split_image
 from fleetgate.sources.yaml_bounded import compose_yaml_documents, merged_keys
 
 if TYPE_CHECKING:
@@ -74,8 +74,6 @@ MAX_CARDS = 1024
 MAX_WALKED = 20000
 """The most directory entries looked at for a device plugin config: a fleet repository has a few hundred."""
 _EXPECTED = "Kubernetes manifests (YAML documents with apiVersion:, kind:, metadata:)"
-_LLAMA_IMAGES = ("ghcr.io/ggml-org/llama.cpp", "ghcr.io/ggerganov/llama.cpp")
-_VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai")
 _VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _FOREIGN_MODULES = {"llama_cpp.server": "llama-cpp-python's server (python -m llama_cpp.server)"}
 _REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -364,6 +362,10 @@ def _rel(path: Path, repository: Path) -> str:
 
 # ------------------------------------------------------------------------------------------------------- workloads
 
+# Where each workload kind keeps its pod's containers (the API reference's PodSpec under each kind's spec).
+_CONTAINERS_AT = {"Pod": "spec.containers", "CronJob": "spec.jobTemplate.spec.template.spec.containers"}
+
+
 def _pod_template(obj: _Object) -> tuple[MappingNode | None, MappingNode | None]:
     """(pod spec, pod labels) of a workload."""
     path = obj.path
@@ -398,7 +400,7 @@ def _words(path: Path, node: Node | None, what: str) -> list[str] | None:
 def _process(path: Path, container: MappingNode, what: str) -> tuple[list[str] | None, str | None]:
     """The words the container runs before ``$(VAR)`` expansion (``command`` replacing the image's ENTRYPOINT,
     ``args`` its CMD), and the image; None when the image's entrypoint is not known offline and no command is
-    written."""
+    written. The image's entrypoint is the one compose and a Quadlet read (``docker_run.image_process``)."""
     image_node = _get(container, "image")
     image = _scalar(path, image_node, f"{what}.image") if image_node is not None else None
     command = _words(path, _get(container, "command"), f"{what}.command")
@@ -406,11 +408,11 @@ def _process(path: Path, container: MappingNode, what: str) -> tuple[list[str] |
     if command is not None:
         return [*command, *args], image
     repo, tag = split_image(image)
-    if repo in _LLAMA_IMAGES and tag.startswith("server"):
-        return ["/app/llama-server", *args], image
-    if repo in _VLLM_IMAGES:
-        return ["vllm", "serve", *args], image
-    return None, image
+    try:
+        return image_process(repo, tag, args), image
+    except NotServing as exc:
+        node = _get(container, "args") or container
+        raise InputError(path, _line(node), f"{what}.args: {exc}; expected args starting with --server") from None
 
 
 def _engine_words(words: list[str]) -> tuple[list[str], str | None]:
@@ -800,6 +802,11 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
     obj, objects = _workload(fleet, service)
     path = obj.path
     containers = _containers(obj)
+    if not containers:
+        # Said where the kind keeps its pod's containers: a CronJob written in a Job's shape (or the reverse) has
+        # none where its kind keeps them, and asking for kubernetes_container would send the user the wrong way.
+        raise InputError(path, _line(obj.node), f"{obj.kind}/{obj.name}: no containers; expected them at "
+                         f"{_CONTAINERS_AT.get(obj.kind, 'spec.template.spec.containers')}")
     wanted = service.kubernetes_container
     if wanted is None and len(containers) == 1:
         name, node = containers[0]
@@ -816,11 +823,11 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
     sources = _Sources([*objects, *_neighbours(path, fleet.root)], _rel(path.parent, fleet.root))
     env, secret, notes = _environment(path, node, what, sources)
     words, image = _process(path, node, what)
-    repo, tag = split_image(image)
-    if repo in _LLAMA_IMAGES and tag.startswith("server") and "LLAMA_ARG_HOST" not in env:
-        # The server images' own ENV (llama.cpp .devops/*.Dockerfile), under every variable the pod sets.
-        env = {"LLAMA_ARG_HOST": Origin("LLAMA_ARG_HOST", "0.0.0.0", _where(path, _get(node, "image") or node), "image"),
-               **env}
+    engine = engine_of_image(image) if image is not None else None
+    if engine is not None:
+        # The engine image's own ENV (llama.cpp .devops/*.Dockerfile), under every variable the pod sets.
+        where = _where(path, _get(node, "image") or node)
+        env = {**{k: Origin(k, v, where, "image") for k, v in ENGINE_IMAGES[engine][1].items()}, **env}
     for key, value in (overrides or {}).items():
         if key in env:
             if value is None:

@@ -8,8 +8,18 @@
   ``ExecStart=``. systemd then expands the specifiers and ``$VAR``/``${VAR}`` from the ``[Service]`` environment (a
   ``[Container]`` ``Environment=`` becomes podman's ``--env``, the container's, which systemd never sees);
 - ``PublishPort=[[IP:][HOST_PORT]:]CONTAINER_PORT[/PROTO]`` (``-p``), ``Network=`` (``--network``), ``Volume=``
-  (``-v``), ``AddDevice=`` (``--device``: a device node or a CDI name such as ``nvidia.com/gpu=all``), ``User=``
-  (``--user``: the container's user, not systemd's).
+  (``-v``), ``AddDevice=`` (``--device``: a device node or a CDI name such as ``nvidia.com/gpu=all``; a leading
+  ``-`` adds it only where the host has it), ``User=``/``Group=`` (``--user UID:GID``: the container's user, not
+  systemd's), ``GroupAdd=`` (``--group-add``), ``UserNS=`` (``--userns``);
+- ``PodmanArgs=`` is copied onto the ``podman run`` line as written: its ``--device``, ``--gpus`` and
+  ``--privileged`` grant devices as ``AddDevice=`` does.
+
+Where the file is installed says which manager runs it (podman-systemd.unit(5), "search path"):
+``/etc/containers/systemd/``, ``/usr/share/containers/systemd/`` and ``/run/containers/systemd/`` are rootful (the
+system manager runs podman as root, and the container's root is the host's unless ``UserNS=`` maps it), except their
+``users/`` directories and ``~/.config/containers/systemd/``, which are rootless (a user's manager). Where the install
+path is not known, a repository laid out as those directories says it; anything else is read as rootless.
+``WantedBy=multi-user.target`` says nothing of it: on a rootless Quadlet it is the mistake ``unit-install`` names.
 
 Nothing runs and nothing else is read: the ``[Container]`` environment files are read by the render, in podman's
 dialect (fleetgate.render.inputs).
@@ -22,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fleetgate.errors import InputError
-from fleetgate.units import Setting, Unit
+from fleetgate.units import Setting, Unit, split_command
 
 __all__ = ["PublishedPort", "QuadletContainer", "entrypoint_words", "publish_port", "read_quadlet"]
 
@@ -50,8 +60,20 @@ class QuadletContainer:
     volumes: tuple[tuple[str, str, str], ...]
     """(host path or volume name, container path, where) of every ``Volume=``."""
     devices: tuple[str, ...]
-    """``AddDevice=`` values: a device node (``/dev/kfd``, ``/dev/dri``) or a CDI name (``nvidia.com/gpu=all``)."""
+    """``AddDevice=`` values (and ``PodmanArgs=`` ``--device``): a device node (``/dev/kfd``, ``/dev/dri``) or a CDI
+    name (``nvidia.com/gpu=all``)."""
     user: Setting | None
+    gpus: tuple[str, ...] = ()
+    """``PodmanArgs=`` ``--gpus`` values (podman 5 turns them into the CDI devices ``nvidia.com/gpu=...``)."""
+    privileged: bool = False
+    """``PodmanArgs=--privileged``: the container is given every device of the host."""
+    group: Setting | None = None
+    groups: tuple[str, ...] = ()
+    """``GroupAdd=`` values (``--group-add``)."""
+    userns: Setting | None = None
+    """``UserNS=`` (``--userns``): ``auto``, ``keep-id``, ``nomap`` map the container's root to an unprivileged ID."""
+    rootful: str | None = None
+    """Why the system manager runs this Quadlet (podman as root); None: a user's manager runs it (rootless)."""
 
     def host_port(self, container_port: int) -> int | None:
         """The host port that reaches ``container_port``; the port itself with ``Network=host``."""
@@ -114,8 +136,25 @@ def entrypoint_words(setting: Setting) -> tuple[str, ...]:
     return (value,) if value else ()
 
 
-def read_quadlet(unit: Unit) -> QuadletContainer:
-    """The ``[Container]`` section of a Quadlet as the generator turns it into ``podman run`` options."""
+_ROOTFUL = ("/run/containers/systemd/", "/etc/containers/systemd/", "/usr/share/containers/systemd/")
+_ROOTLESS = ("/etc/containers/systemd/users/", "/.config/containers/systemd/")
+
+
+def _rootful(unit: Unit, installed: str | None) -> str | None:
+    """Why the system manager runs a Quadlet, by its search path (else its repository path)."""
+    for path, how in ((installed, "installed at"), ("/" + unit.path.as_posix(), "kept in the repository as")):
+        if path is None:
+            continue
+        if any(d in path for d in _ROOTLESS):
+            return None
+        if any(d in path for d in _ROOTFUL):
+            return f"{how} {path.lstrip('/') if how.startswith('kept') else path}, a rootful Quadlet search path"
+    return None
+
+
+def read_quadlet(unit: Unit, installed: str | None = None) -> QuadletContainer:
+    """The ``[Container]`` section of a Quadlet as the generator turns it into ``podman run`` options; ``installed``:
+    where the host has the file (fleet.toml's ``deploy_root`` and its repository path), when known."""
     image = unit.last("Container", "Image")
     entry = unit.last("Container", "Entrypoint")
     published = []
@@ -130,6 +169,20 @@ def read_quadlet(unit: Unit) -> QuadletContainer:
             volumes.append((parts[0], parts[1], setting.where))
     network = unit.last("Container", "Network")
     user = unit.last("Container", "User")
+    group = unit.last("Container", "Group")
+    userns = unit.last("Container", "UserNS")
+    devices = [s.value.strip().removeprefix("-") for s in unit.all("Container", "AddDevice") if s.value.strip()]
+    gpus: list[str] = []
+    privileged = False
+    for setting in unit.all("Container", "PodmanArgs"):
+        words = split_command(setting)
+        for index, word in enumerate(words):
+            name, eq, value = word.partition("=")
+            if name == "--privileged":
+                privileged = value.lower() not in ("false", "0") if eq else True
+            elif name in ("--device", "--gpus"):
+                value = value if eq else (words[index + 1] if index + 1 < len(words) else "")
+                (devices if name == "--device" else gpus).append(value)
     return QuadletContainer(
         path=unit.path,
         image=image.value.strip() if image is not None and image.value.strip() else None,
@@ -139,6 +192,12 @@ def read_quadlet(unit: Unit) -> QuadletContainer:
         published=tuple(published),
         network=network.value.strip() if network is not None else None,
         volumes=tuple(volumes),
-        devices=tuple(s.value.strip() for s in unit.all("Container", "AddDevice")),
+        devices=tuple(devices),
         user=user if user is not None and user.value.strip() else None,
+        gpus=tuple(gpus),
+        privileged=privileged,
+        group=group if group is not None and group.value.strip() else None,
+        groups=tuple(g for s in unit.all("Container", "GroupAdd") for g in s.value.split() if g),
+        userns=userns if userns is not None and userns.value.strip() else None,
+        rootful=_rootful(unit, installed),
     )
