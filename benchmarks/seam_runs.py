@@ -85,6 +85,12 @@ def main() -> int:
                 listings.append(f"# {services} services, {name}: {total} sandbox sessions, {counts['distinct']} of them "
                                 "different requests\n" + "\n".join(
                     f"{count:6d}  {asked}" for asked, count in sorted(counts["runs"].items(), key=lambda kv: -kv[1])))
+                by = counts.get("renders_by") or {}
+                if by:
+                    listings.append(f"# {services} services, {name}: {sum(by.values())} renders, by what asked "
+                                    "(per service)\n" + "\n".join(
+                        f"{count:6d}  {count / services:5.2f}  {asked}"
+                        for asked, count in sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))))
         if args.by_seam:
             print("\n" + "\n".join(listings))
     return 0
@@ -94,6 +100,54 @@ def _services(fleet: Path) -> list[str]:
     import tomllib
 
     return list(tomllib.loads(fleet.read_text(encoding="utf-8")).get("services", {}))
+
+
+def _count_renders(rendered: Any) -> collections.Counter[str]:
+    """Every render the run's renderer makes (``render`` alone, ``render_many`` ahead), by the check that declared it
+    (``probes=``, through the planner), else the check running when it was asked (a probe no check declared: where a
+    failure's flag value comes from), else each service's own render. A design without these names counts none."""
+    import fleetgate.runner as runner
+
+    renders_by: collections.Counter[str] = collections.Counter()
+    real_planned = getattr(runner, "planned_probes", None)
+    real_render, real_many = getattr(rendered, "render", None), getattr(rendered, "render_many", None)
+    if real_planned is None or real_render is None or real_many is None:
+        return renders_by
+    declared: dict[tuple[Any, ...], str] = {}
+
+    def key(fleet: Any, service: Any, overrides: Any, args: Any) -> tuple[Any, ...]:
+        return (id(fleet), repr(service), tuple(sorted((overrides or {}).items())), tuple(args or ()))
+
+    def planned(config: Any, scope: object = None) -> list[Any]:
+        found: list[Any] = []
+        names = [scope] if isinstance(scope, str) and scope in runner.REGISTRY else list(runner.REGISTRY)
+        for name in names:
+            for probe in real_planned(config, name):
+                declared.setdefault(key(config.fleet, probe.service or config.service, probe.overrides, probe.args),
+                                    f"{name} (declared)")
+                found.append(probe)
+        return found
+
+    def tally(fleet: Any, service: Any, overrides: Any, args: Any) -> None:
+        asked = declared.get(key(fleet, service, overrides, args))
+        if asked is None:
+            scope = runner.plan_scope()
+            asked = (f"{scope} (not declared)" if scope and (overrides or args) else
+                     "each service's own render" if not overrides and not args else "? (not declared, no check running)")
+        renders_by[asked] += 1
+
+    def render(fleet: Any, service: Any, *rest: Any, **options: Any) -> Any:
+        tally(fleet, service, options.get("overrides"), options.get("args"))
+        return real_render(fleet, service, *rest, **options)
+
+    def render_many(fleet: Any, requests: Any) -> Any:
+        for request in requests:
+            tally(fleet, request.service, request.overrides, request.args)
+        return real_many(fleet, requests)
+
+    runner.planned_probes = planned
+    rendered.render, rendered.render_many = render, render_many
+    return renders_by
 
 
 def _child(root: Path, fleet: Path) -> int:
@@ -132,6 +186,7 @@ def _child(root: Path, fleet: Path) -> int:
         return exchange(request, wait)
 
     sandbox._exchange = counted  # type: ignore[assignment]
+    renders_by = _count_renders(rendered)
     renderers: list[Any] = []
     renderer_class = getattr(rendered, "Renderer", None)
     if renderer_class is not None:
@@ -154,6 +209,7 @@ def _child(root: Path, fleet: Path) -> int:
     subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign,assignment]
     code = pytest.main([str(root / "seams"), "-q", "-p", "no:cacheprovider", f"--fleet={fleet}"])
     counts = {"exit": int(code), "runs": dict(runs), "jobs": jobs, "parses": parses, "distinct": len(asked_for),
+              "renders_by": dict(renders_by),
               "renders": sum(r.renders for r in renderers) if renderer_class is not None else None,
               "reused": sum(r.reused for r in renderers) if renderer_class is not None else None}
     print("\n" + json.dumps(counts))

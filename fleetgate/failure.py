@@ -2,18 +2,40 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from fleetgate.secrets import scrub
 
-__all__ = ["Deferred", "Failure", "format_failure"]
+__all__ = ["Deferred", "Failure", "FailureText", "format_failure", "waived_here"]
+
+
+def _nothing_waived(service: str, code: str) -> bool:
+    return False
+
+
+_WAIVED: ContextVar[Callable[[str, str], bool]] = ContextVar("fleetgate_waived", default=_nothing_waived)
+
+
+@contextmanager
+def waived_here(waived: Callable[[str, str], bool]) -> Iterator[None]:
+    """While a check runs: which (service, code) failures the run will waive (``fleetgate.runner.run``). Such a
+    failure's deferred ``where`` (a re-render) is found only if its text is read; every other is found when the
+    failure is built."""
+    token = _WAIVED.set(waived)
+    try:
+        yield
+    finally:
+        _WAIVED.reset(token)
 
 
 class Deferred:
     """A ``where`` that is costly to find (re-rendering a script), found only if a failure shows it.
 
     Checks name their ``where`` before they know whether they fail; most do not, so the search runs
-    at most once, when a ``Failure`` is built or the value is formatted.
+    at most once, when a ``Failure`` is built or the value is formatted; a failure the run will waive
+    (``waived_here``) leaves it to whoever reads the failure's text.
     """
 
     __slots__ = ("_compute", "_value")
@@ -24,8 +46,11 @@ class Deferred:
 
     def __str__(self) -> str:
         if self._compute is not None:
-            self._value = self._compute()
-            self._compute = None
+            compute, self._compute = self._compute, None
+            try:
+                self._value = compute()
+            except Exception as exc:  # read late (a waived failure's text, in a report hook): never raise there
+                self._value = f"(its file:line could not be found: {type(exc).__name__}: {exc})"
         return self._value
 
     def __format__(self, spec: str) -> str:
@@ -66,17 +91,52 @@ class Failure(AssertionError):
         # never gave fleetgate: none is kept, so none reaches a report, JUnit or the terminal.
         self.observed = scrub(observed)
         self.expected = scrub(expected)
-        self.where = scrub(str(where))
+        # A failure the run will waive keeps a deferred where unread (``waived_here``): it is shown as its waiver.
+        self._where: str | Deferred = where if _WAIVED.get()(service, self.code) else scrub(str(where))
         self.fix = scrub(fix)
         self.cites = tuple(cites)
         self.details = tuple(scrub(detail) for detail in details)
         self.incidents: tuple[str, ...] = ()
         """The catalogue's incidents this failure code guards (set by the registry when the check raises)."""
-        super().__init__(format_failure(self))
+        super().__init__(FailureText(self) if isinstance(self._where, Deferred) else format_failure(self))
+
+    @property
+    def where(self) -> str:
+        """The file:line or URL, scrubbed; a ``Deferred`` one is found here, when first read."""
+        where = self._where
+        if not isinstance(where, str):
+            where = self._where = scrub(str(where))
+        return where
+
+    def reformat(self) -> None:
+        """Make the failure's text again from its fields (cites or incidents set after it was built); a deferred
+        ``where`` stays unread, its text made when first read."""
+        self.args = (FailureText(self) if isinstance(self._where, Deferred) else format_failure(self),)
 
     def __reduce__(self) -> tuple[object, ...]:
-        # xdist ships failures between processes; keyword-only __init__ needs this to pickle.
-        return (_rebuild, (self.__dict__.copy(),))
+        # xdist ships failures between processes; keyword-only __init__ needs this to pickle. A deferred where is
+        # found first: what finds it stays in this process.
+        fields = self.__dict__.copy()
+        fields["_where"] = self.where
+        return (_rebuild, (fields,))
+
+
+class FailureText:
+    """A failure's text (its ``args``), formatted when first read: building a failure finds no deferred ``where``."""
+
+    __slots__ = ("_failure", "_text")
+
+    def __init__(self, failure: Failure) -> None:
+        self._failure = failure
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = format_failure(self._failure)
+        return self._text
+
+    def __repr__(self) -> str:
+        return repr(str(self))
 
 
 def _rebuild(fields: dict[str, object]) -> Failure:

@@ -10,7 +10,8 @@ instead of one skip per service.
 
 Some policies govern a whole check (``forbidden-flags``); others one failure code of a universal
 check (``slot-padding`` is ``slots-divide-context/slot-padding``): the check consults ``policy_on`` before that
-branch.
+branch. Which checks and codes a policy governs is said on each check's declaration (``policy=``,
+``policy_codes=``: fleetgate.checks), never here.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
 
-__all__ = ["POLICIES", "Policy", "policy_of", "policy_off", "policy_on"]
+__all__ = ["POLICIES", "Policy", "policy_off", "policy_on"]
 
 
 @dataclass(frozen=True)
@@ -30,10 +31,6 @@ class Policy:
     name: str
     summary: str
     """The convention, in one line."""
-    checks: tuple[str, ...] = ()
-    """Checks that run only under this policy."""
-    codes: tuple[str, ...] = ()
-    """Failure codes of universal checks that fire only under this policy."""
     declared_by: Callable[[Fleet], bool] | None = None
     """The fleet.toml declaration that turns the policy on by itself (the artefact the policy checks)."""
     declaration: str = ""
@@ -47,57 +44,36 @@ def _any_service(attribute: str) -> Callable[[Fleet], bool]:
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("service-user", "a systemd unit names its service user (User=NAME), not a transient DynamicUser=",
-           codes=("unit-user/not-named",)),
-    Policy("unlimited-memlock", "a ROCm engine's unit sets LimitMEMLOCK=infinity for its pinned staging buffers",
-           checks=("unit-memlock",)),
-    Policy("local-images", "a Quadlet's Image= is a locally built tag (localhost/NAME:TAG)",
-           checks=("quadlet-image",)),
-    Policy("vllm-compile-cache", "a containerised vLLM keeps its torch.compile cache (/root/.cache) on a host volume",
-           checks=("quadlet-compile-cache",)),
-    Policy("vllm-kv-cache-memory", "vLLM is always passed --kv-cache-memory 0 (the KV pool profiled, never pinned)",
-           codes=("vllm-memory-knobs/kv-memory-not-zero", "vllm-memory-knobs/kv-memory-omitted")),
+    Policy("service-user", "a systemd unit names its service user (User=NAME), not a transient DynamicUser="),
+    Policy("unlimited-memlock", "a ROCm engine's unit sets LimitMEMLOCK=infinity for its pinned staging buffers"),
+    Policy("local-images", "a Quadlet's Image= is a locally built tag (localhost/NAME:TAG)"),
+    Policy("vllm-compile-cache", "a containerised vLLM keeps its torch.compile cache (/root/.cache) on a host volume"),
+    Policy("vllm-kv-cache-memory", "vLLM is always passed --kv-cache-memory 0 (the KV pool profiled, never pinned)"),
     Policy("model-profiles", "every llama.cpp service declares its model's profile, so the memory and context seams "
-           "judge every service (without the policy a missing profile is not judged)",
-           codes=("profile-declared/missing",)),
-    Policy("slot-padding", "--ctx-size is slots x a per-slot window that is a multiple of 256, so llama.cpp pads nothing",
-           codes=("slots-divide-context/slot-padding",)),
+           "judge every service (without the policy a missing profile is not judged)"),
+    Policy("slot-padding", "--ctx-size is slots x a per-slot window that is a multiple of 256, so llama.cpp pads nothing"),
     Policy("forbidden-flags", "no --fit on for llama.cpp (the fit is fleetgate's ledger) and no --expert-precise-memory "
-           "on vLLM", checks=("forbidden-flags",)),
-    Policy("drafter-alert", "every speculative-decoding service has a Prometheus rule on its drafter going quiet",
-           checks=("rules-drafter-alert",)),
+           "on vLLM"),
+    Policy("drafter-alert", "every speculative-decoding service has a Prometheus rule on its drafter going quiet"),
     Policy("docs-index", "every runbook page is registered in a docs index with a status marker, and documents the "
-           "shapes fleet.toml deploys and the settings its runbooks require", checks=("docs-index", "docs-shapes", "runbook-settings"),
+           "shapes fleet.toml deploys and the settings its runbooks require",
            declared_by=lambda fleet: fleet.docs_index is not None, declaration="docs_index = PATH"),
     Policy("deploy-probes", "the deploy script's readiness probe of every deployed service can succeed",
-           checks=("deploy-probes",),
            declared_by=lambda fleet: fleet.deploy_probes is not None, declaration="deploy_probes = PATH"),
     Policy("deploy-payload", "the deploy script's payload gate names every file each unit loads",
-           checks=("deploy-payload",),
            declared_by=lambda fleet: fleet.deploy_script is not None, declaration="deploy_script = PATH"),
     Policy("payload-manifest", "a fetch manifest (SIZE SHA256 PATH per file) lists each service's payload",
-           checks=("payload-consistency",),
            declared_by=_any_service("payload_manifest"), declaration="services.NAME.payload_manifest = PATH"),
     Policy("bench-harness", "bench harness scripts pass llama-bench and vllm bench flags they take",
-           checks=("bench-harness",),
            declared_by=_any_service("benches"), declaration="services.NAME.bench = [{ script, binary }]"),
     Policy("build-script", "the engine's build script targets the hosts' GPU architecture and installs where units "
-           "start it", checks=("build-script",),
+           "start it",
            declared_by=_any_service("build"), declaration="services.NAME.build = { script, binary }"),
     Policy("retired-names", "no retired service, job or variable name in the repository's live files",
-           checks=("retired-names",),
            declared_by=lambda fleet: bool(fleet.retired_names), declaration="[fleet] retired_names = [...]"),
     Policy("routing-proxy", "a routing proxy pins continuations only and carries the declared conversations",
-           checks=("proxy-routing", "proxy-capacity"),
            declared_by=lambda fleet: bool(fleet.proxies), declaration="[proxies.NAME]"),
 )}
-
-_BY_CHECK = {check: policy for policy in POLICIES.values() for check in policy.checks}
-
-
-def policy_of(check: str) -> Policy | None:
-    """The policy a check belongs to (None for a universal check)."""
-    return _BY_CHECK.get(check)
 
 
 def policy_on(fleet: Fleet, name: str) -> bool:
@@ -108,11 +84,12 @@ def policy_on(fleet: Fleet, name: str) -> bool:
     return policy.declared_by is not None and policy.declared_by(fleet)
 
 
-def policy_off(fleet: Fleet, check: str) -> str | None:
-    """Why ``check`` does not run on this fleet (the policy it belongs to is off), or None when it runs."""
-    policy = _BY_CHECK.get(check)
-    if policy is None or policy_on(fleet, policy.name):
+def policy_off(fleet: Fleet, name: str | None) -> str | None:
+    """Why a check under the policy ``name`` (a check's ``policy``) does not run on this fleet, or None when it runs
+    (None, a check of every fleet, always runs)."""
+    if name is None or policy_on(fleet, name):
         return None
+    policy = POLICIES[name]
     how = f'list "{policy.name}" in [fleet] policies'
     if policy.declaration:
         how = f"declare {policy.declaration} (or {how})"

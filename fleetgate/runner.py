@@ -31,11 +31,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from fleetgate.checks import NOT_JUDGED, REGISTRY, Check, NotApplicable, NotJudged, load_checks
 from fleetgate.errors import InputError
-from fleetgate.failure import Failure, format_failure
+from fleetgate.failure import Failure, FailureText, format_failure, waived_here
 from fleetgate.fleet import Fleet, Waiver
 from fleetgate.incidents import Entry, apply, guarding
 from fleetgate.manifest import load_fleet
@@ -133,6 +133,38 @@ class Subject:
     """The fleet's waivers that name this subject (``run`` judges the outcome with them)."""
 
 
+class _Text:
+    """``Outcome.text``: a string, or a failure's text made when first read (the string ``run`` would have made at
+    once)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> str: ...
+
+    @overload
+    def __get__(self, obj: Outcome, owner: type | None = None) -> str: ...
+
+    def __get__(self, obj: Outcome | None, owner: type | None = None) -> str:
+        if obj is None:
+            return ""  # the dataclass's default
+        value = obj.__dict__[self._slot]
+        if not isinstance(value, str):
+            value = str(value)
+            obj.__dict__[self._slot] = value
+        return value
+
+    def __set__(self, obj: Outcome, value: str | FailureText) -> None:
+        obj.__dict__[self._slot] = value
+
+
+def _text_as_stored(outcome: Outcome) -> str | FailureText:
+    """``outcome``'s text without making it (for ``replace``, which reads every field it is not given)."""
+    stored: str | FailureText = outcome.__dict__["_text"]
+    return stored
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One check on one subject: ``passed``, ``skipped`` (with its reason: the check does not apply), ``not-judged``
@@ -144,7 +176,7 @@ class Outcome:
     subject: str
     outcome: str
     code: str | None = None
-    text: str = ""
+    text: _Text = _Text()
     failure: Failure | None = field(default=None, compare=False, repr=False)
     waiver: WaiverUse | None = None
     """The waiver that applied, expired (the failure counts again; ``text`` begins with it) or was not needed."""
@@ -186,7 +218,7 @@ def planned_probes(config: RenderedService, scope: object = None) -> list[Probe]
     found: list[Probe] = []
     for check in [REGISTRY[scope]] if isinstance(scope, str) and scope in REGISTRY else list(REGISTRY.values()):
         if (check.probes is None or check.kind != "seam" or check.subject != "service" or check.on_attempt
-                or policy_off(config.fleet, check.name) is not None):
+                or policy_off(config.fleet, check.policy) is not None):
             continue
         try:
             if check.why_not(config) is None:
@@ -265,7 +297,7 @@ def seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
 
 def _seam_subjects(check: Check[Any], inputs: SeamInputs) -> list[Subject]:
     fleet = inputs.fleet
-    off = policy_off(fleet, check.name)
+    off = policy_off(fleet, check.policy)
     if off is not None:
         # A house rule the fleet does not keep: one skip for the whole fleet, naming how to turn it on.
         return [Subject("fleet", None, skip_reason=off, policy_off=True)]
@@ -337,29 +369,37 @@ def run(check: Check[Any], subject: Subject, *, today: datetime.date | None = No
     Any other exception is a bug of the check, or a file it cannot read (``InputError``), and is raised as it is.
     """
     __tracebackhide__ = True
-    outcome = _judged(_run(check, subject), subject.waivers, today)
+    outcome = _judged(_run(check, subject, today), subject.waivers, today)
     records = _RECORDS.get()
     if records is not None:
         records.append(outcome)
     return outcome
 
 
-def _run(check: Check[Any], subject: Subject) -> Outcome:
+def _run(check: Check[Any], subject: Subject, today: datetime.date | None = None) -> Outcome:
     __tracebackhide__ = True
     token = _CHECKING.set(check.name)
     try:
-        return _run_checking(check, subject)
+        return _run_checking(check, subject, today)
     finally:
         _CHECKING.reset(token)
 
 
-def _run_checking(check: Check[Any], subject: Subject) -> Outcome:
+def _waived_now(subject: Subject, code: str, today: datetime.date | None) -> bool:
+    """Whether ``_judged`` will waive a failure of ``code`` on ``subject`` (the first waiver that covers it, not
+    expired)."""
+    waiver = next((w for w in subject.waivers if w.covers(subject.name, code)), None)
+    return waiver is not None and not waiver.expired(today or waiver_day())
+
+
+def _run_checking(check: Check[Any], subject: Subject, today: datetime.date | None = None) -> Outcome:
     __tracebackhide__ = True
     if subject.skip_reason:
         reason = scrub(subject.skip_reason)
         return Outcome(check.name, subject.name, "not-judged" if reason.startswith(NOT_JUDGED) else "skipped", text=reason)
     try:
-        with run_attempts(subject.made_attempts):
+        with run_attempts(subject.made_attempts), waived_here(
+                lambda service, code: service == subject.name and _waived_now(subject, code, today)):
             check(subject.value)
     except NotJudged as reason:
         return Outcome(check.name, subject.name, "not-judged", text=str(reason))
@@ -371,9 +411,17 @@ def _run_checking(check: Check[Any], subject: Subject) -> Outcome:
             failure.cites = check.cites
         # Every failure names the catalogue's incidents that its code guards.
         failure.incidents = guarding(failure.code)
-        failure.args = (format_failure(failure),)
+        text: str | FailureText
+        if _waived_now(subject, failure.code, today):
+            # Shown as its waiver (pytest's xfail reason): its text, and a deferred where in it (a re-render), are
+            # made when someone reads them, not for every waived failure of a run.
+            failure.reformat()
+            text = failure.args[0] if isinstance(failure.args[0], FailureText) else FailureText(failure)
+        else:
+            failure.args = (format_failure(failure),)
+            text = str(failure)
         figures, notes = _figures(check, subject)
-        return Outcome(check.name, subject.name, "failed", failure.code, str(failure), failure=failure,
+        return Outcome(check.name, subject.name, "failed", failure.code, text, failure=failure,
                        figures=figures, notes=notes)
     figures, notes = _figures(check, subject)
     return Outcome(check.name, subject.name, "passed", figures=figures, notes=notes)
@@ -408,7 +456,7 @@ def _judged(outcome: Outcome, waivers: Sequence[Waiver], today: datetime.date | 
         if waiver.expired(today or waiver_day()):
             use = WaiverUse(waiver, "expired")
             return replace(outcome, waiver=use, text=f"{use.expiry(outcome.subject, outcome.code)}\n{outcome.text}")
-        return replace(outcome, outcome="waived", waiver=WaiverUse(waiver, "applied"))
+        return replace(outcome, outcome="waived", waiver=WaiverUse(waiver, "applied"), text=_text_as_stored(outcome))
     if outcome.outcome == "passed":
         unused = next((w for w in waivers if w.service == outcome.subject and w.code.split("/", 1)[0] == outcome.check),
                       None)

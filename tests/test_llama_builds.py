@@ -263,7 +263,7 @@ def test_a_vllm_release_without_a_table_is_not_judged(tmp_path: Path) -> None:
     fleet = load_fleet(edited_fleet(tmp_path, edits))
     config = load_service(fleet, fleet.services["frank-archon"])
     check = get_check("vllm-argv")
-    assert check.requires is not None and check.requires(config) is None
+    assert check.why_not(config) is None  # the seam applies: it is judged, and says it cannot be
     with pytest.raises(NotJudged) as reason:
         vllm_argv(config)
     assert str(reason.value).startswith("not judged: vLLM 0.7.3 has no recorded option table (fleetgate holds every "

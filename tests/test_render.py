@@ -11,6 +11,7 @@ import pytest
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
 from fleetgate.render.dispatch import render
+from fleetgate.render.start import container_run
 from fleetgate.render.types import RenderRefused
 
 FLEET_TOML = """
@@ -231,7 +232,7 @@ def test_a_docker_run_of_the_engine_image_is_the_engines_argv(tmp_path: Path) ->
     # The image's own ENV, then the env file (literal, quotes kept), then -e (a bare name: the script's value).
     assert dict(result.env) == {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_CTX_SIZE": "4096", "QUOTED": '"kept"',
                                 "GREETING": "two words"}
-    run = result.container
+    run = container_run(result.start)
     assert run is not None and run.client == "docker" and run.name == "llama"
     assert (run.gpus, run.devices, run.host_port(8080), run.host_path("/m/m.gguf"), run.host_path("/d/x")) == (
         ("device=0",), ("/dev/dri",), 8080, "/models/m.gguf", "/data/x")
@@ -466,6 +467,10 @@ def test_pip_through_python_is_a_pre_flight_of_a_vllm_script(tmp_path: Path) -> 
       "template the repository ships for it",)),
     ({".env.example": "CTX=2048\n"}, ("2048", ""),
      ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from .env.example, the template "
+      "the repository ships for it",)),
+    # the issue's shape: the repository ships only .env.template (no .env.example beside it), stray `true` and all
+    ({".env.template": "CTX=4096\nEXTRA=true\n"}, ("4096", "true"),
+     ("{unit}:4: EnvironmentFile=/etc/llm/chat.env is not in the repository; read from .env.template, the template "
       "the repository ships for it",)),
     ({"chat.env.template": "CTX=1\n", "chat.env.example": "CTX=2\n"}, ("", ""), ()),
 ])

@@ -126,3 +126,44 @@ def test_every_declared_probe_is_one_a_check_asks(monkeypatch: pytest.MonkeyPatc
     assert outcomes and len(made) == 1
     (renderer,) = made
     assert renderer._ahead == {} and renderer.reused == 0
+
+
+def test_a_waived_failure_finds_its_where_only_when_its_text_is_read(exchanges: list[object]) -> None:
+    """frank-zealot's engine-auth/no-key is waived (fleet.toml [[waivers]]): the re-render that finds where its
+    --host comes from runs when the outcome's text is read, and the text is the one the same failure unwaived has."""
+    import dataclasses
+
+    from fleetgate.checks import get_check, load_checks
+    from fleetgate.runner import run, seam_subjects
+
+    load_checks("seam")
+    check = get_check("engine-auth")
+    inputs = FleetInputs(load_fleet(FLEET))
+    subject = next(s for s in seam_subjects(check, inputs) if s.name == "frank-zealot")
+    assert subject.waivers
+    inputs.attempts()  # every service's own render, before the count
+    before = len(exchanges)
+    waived = run(check, subject)
+    assert (waived.outcome, waived.code) == ("waived", "engine-auth/no-key")
+    assert len(exchanges) == before  # nothing rendered for a where nobody read
+    text = waived.text
+    assert len(exchanges) > before  # the where's probe (with the service's planned ones), once the text is read
+    assert "  where:    " in text and text == str(waived.text)
+    unwaived = run(check, dataclasses.replace(subject, waivers=()))
+    assert (unwaived.outcome, unwaived.code) == ("failed", "engine-auth/no-key")
+    assert unwaived.text == text
+
+
+def test_a_where_that_cannot_be_found_is_said_in_the_text_never_raised_where_it_is_read() -> None:
+    """A waived failure's where is found when its text is read, which may be in a report hook: a search that fails
+    there says so in the where line instead of raising."""
+    from fleetgate.failure import Deferred, Failure, waived_here
+
+    def search() -> str:
+        raise RuntimeError("the sandbox is gone")
+
+    with waived_here(lambda service, code: True):
+        failure = Failure(service="svc", check="engine-auth", code="engine-auth/no-key", observed="o", expected="e",
+                          fix="f", where=Deferred(search))
+    assert failure.where == "(its file:line could not be found: RuntimeError: the sandbox is gone)"
+    assert "the sandbox is gone" in str(failure)

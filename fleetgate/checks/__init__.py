@@ -2,27 +2,33 @@
 
 A check is a plain typed function of one subject (a service's rendered config, a timeout chain, the fleet,
 a live endpoint, an endpoint's host) that returns nothing when the contract holds and raises a ``Failure``
-when it does not. It is declared once, by the factory of its subject's kind, and its function registered:
+when it does not. The decorator of its subject's kind is its declaration, and the function's name its name
+(``contract_pins`` is the check ``contract-pins``; ``name=`` only where an established name cannot be spelled so):
 
-    PINS = service_seam("contract-pins", cites=(...), summary="...", requires=_no_pins,
-                        codes={"sampler-differs": "the argv's sampler default is not the contract's"})
-
-    @PINS.register
+    @service_seam(cites=(...), summary="...", requires=_no_pins, engines=("llama.cpp",),
+                  codes={"sampler-differs": "the argv's sampler default is not the contract's"})
     def contract_pins(config: RenderedService) -> None:
         ...
-        raise PINS.fail(config, "sampler-differs", where=..., observed=..., expected=..., fix=...)
+        raise contract_pins.fail(config, "sampler-differs", where=..., observed=..., expected=..., fix=...)
+
+The decorated name is the ``Check`` (calling it judges a subject), so the function names its own failures.
 
 - **Subject**: one factory per kind (``service_seam``, ``attempt_seam``, ``chain_seam``, ``fleet_seam``,
   ``live_check``, ``host_check``), so the type checker holds the function, ``requires`` and ``fail`` to the subject's type.
+- **Engines**: a service seam's ``engines=`` is the one place that says which engines it is about: the services of
+  other engines are not its subjects at all (``config.llama`` is set exactly for llama.cpp's services, ``config.vllm``
+  for vLLM's), so no ``requires`` says it again.
+- **Policy**: a house rule of one fleet names its policy (``fleetgate.policies``) on its declaration: ``policy=`` for
+  a check that runs only under it, ``policy_codes={branch: policy}`` for a branch of a universal check that fires
+  only under it (the check consults ``policy_on`` before that branch).
 - **Applicability, one way**: ``requires(subject)`` is why the check cannot judge a subject (naming what to
   declare so that it can), or None. The runner (``fleetgate.runner``) turns a reason into a skip; a check that
   finds out only while it runs that it cannot see part of its subject raises ``NotApplicable`` with the reason,
   which the runner turns into the same skip. A check that applies but lacks a fact (a profile, a pinned release)
   is not judged: its reason begins ``NOT_JUDGED`` (a ``requires`` reason) or is a ``NotJudged`` (raised), and the
-  runner's outcome is ``not-judged``, never a skip of a check that does not apply and never a failure. A seam's
-  ``engines`` is not applicability but its subjects: the services of other engines are not its subjects at all.
+  runner's outcome is ``not-judged``, never a skip of a check that does not apply and never a failure.
 - **A value the check needs**: where ``requires`` would only say that a subject lacks something the function then
-  takes from it (the service's build script, its unit), ``@CHECK.needing(needs)`` declares both at once:
+  takes from it (the service's build script, its unit), ``@service_seam(...).needing(needs)`` declares both at once:
   ``needs(subject)`` returns the value, or ``Lacks(reason)``; the function is called with the subject and the value,
   already narrowed (no ``assert value is not None`` after a ``requires``). A check may use either form.
 - **Codes**: every failure branch is declared with what fired (``codes``); ``fail`` refuses a branch the check
@@ -40,7 +46,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from fleetgate.failure import Deferred, Failure, format_failure
+from fleetgate.failure import Deferred, Failure
+from fleetgate.policies import POLICIES
 from fleetgate.secrets import scrub
 
 if TYPE_CHECKING:
@@ -55,6 +62,7 @@ __all__ = [
     "REGISTRY",
     "TRANSPORT_CODES",
     "Check",
+    "Declaration",
     "Lacks",
     "NotApplicable",
     "NotJudged",
@@ -68,6 +76,8 @@ __all__ = [
     "live_check",
     "load_all",
     "load_checks",
+    "policy_checks",
+    "policy_codes",
     "service_seam",
 ]
 
@@ -161,6 +171,11 @@ class Check(Generic[S]):
     """The renders the check will ask of its subject (``config.probe``), declared so that the run's renderer makes
     them together, in one sandbox session per service, before the first is asked for: each must be exactly one the
     check asks (an ask nobody declared is still answered, by a session of its own)."""
+    policy: str | None = None
+    """The policy (``fleetgate.policies``) the check runs under: off unless the fleet keeps it; None for a check of
+    every fleet."""
+    policy_codes: Mapping[str, str] = field(default_factory=dict)
+    """Codes of this universal check that fire only under a policy: code -> the policy's name."""
     func: Callable[[S], None] | None = field(default=None, repr=False)
 
     def register(self, func: Callable[[S], None]) -> Callable[[S], None]:
@@ -258,99 +273,158 @@ class Check(Generic[S]):
             if not failure.cites:
                 # A failure that names no rule of its own cites the check's rules.
                 failure.cites = self.cites
-                failure.args = (format_failure(failure),)
+                failure.reformat()
             raise
 
 
 REGISTRY: dict[str, Check[Any]] = {}
 
 
-def _declare(name: str, kind: Kind, subject: SubjectKind, codes: Mapping[str, str], **fields: Any) -> Check[Any]:
-    # A live check's own description of a transport branch (live-metrics' not-served) wins over the client's.
-    shared = TRANSPORT_CODES if kind == "live" else {}
-    full = {f"{name}/{branch}": what for branch, what in {**shared, **codes}.items()}
-    for code, what in full.items():
-        if not what.strip():
-            raise ValueError(f"check {name!r}: the failure code {code!r} declares no 'what fired'")
-    return Check(name=name, kind=kind, subject=subject, codes=full, **fields)
+class Declaration(Generic[S]):
+    """What a factory returns: the decorator that makes the function it decorates a check, named after it."""
+
+    def __init__(self, kind: Kind, subject: SubjectKind, codes: Mapping[str, str], name: str | None,
+                 policy: str | None, policy_codes: Mapping[str, str] | None, fields: dict[str, Any]) -> None:
+        self.kind, self.subject, self.codes, self.name, self.fields = kind, subject, codes, name, fields
+        self.policy, self.policy_codes = policy, dict(policy_codes or {})
+
+    def __call__(self, func: Callable[[S], None]) -> Check[S]:
+        check = self.declare(func.__name__)
+        check.register(func)
+        return check
+
+    def needing(self, needs: Callable[[S], N | Lacks]) -> Callable[[Callable[[S, N], None]], Check[S]]:
+        """The declaration of a function of the subject and of the value ``needs`` finds in it (``Check.needing``)."""
+
+        def declare(func: Callable[[S, N], None]) -> Check[S]:
+            check = self.declare(func.__name__)
+            check.needing(needs)(func)
+            return check
+
+        return declare
+
+    def declare(self, function: str) -> Check[S]:
+        """The check, named ``self.name`` or after ``function`` (``contract_pins``: ``contract-pins``)."""
+        name = self.name if self.name is not None else function.replace("_", "-")
+        # A live check's own description of a transport branch (live-metrics' not-served) wins over the client's.
+        shared = TRANSPORT_CODES if self.kind == "live" else {}
+        full = {f"{name}/{branch}": what for branch, what in {**shared, **self.codes}.items()}
+        for code, what in full.items():
+            if not what.strip():
+                raise ValueError(f"check {name!r}: the failure code {code!r} declares no 'what fired'")
+        for policy in [self.policy, *self.policy_codes.values()]:
+            if policy is not None and policy not in POLICIES:
+                raise ValueError(f"check {name!r}: no policy named {policy!r}; policies: {', '.join(sorted(POLICIES))}")
+        undeclared = sorted(set(self.policy_codes) - set(self.codes))
+        if undeclared:
+            raise ValueError(f"check {name!r}: policy_codes names branches it does not declare: {undeclared}")
+        return Check(name=name, kind=self.kind, subject=self.subject, codes=full, policy=self.policy,
+                     policy_codes={f"{name}/{branch}": policy for branch, policy in self.policy_codes.items()},
+                     **self.fields)
 
 
 def service_seam(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
+    name: str | None = None,
     requires: Callable[[RenderedService], str | None] | None = None,
     engines: tuple[str, ...] | None = None,
     figures: Callable[[RenderedService], Mapping[str, Any]] | None = None,
     probes: Callable[[RenderedService], Sequence[Probe]] | None = None,
-) -> Check[RenderedService]:
+    policy: str | None = None,
+    policy_codes: Mapping[str, str] | None = None,
+) -> Declaration[RenderedService]:
     """A seam on every rendered service (of ``engines``, when given)."""
-    return _declare(name, "seam", "service", codes, cites=cites, summary=summary, requires=requires,
-                    engines=engines, figures=figures, probes=probes)
+    return Declaration("seam", "service", codes, name, policy, policy_codes,
+                       {"cites": cites, "summary": summary, "requires": requires, "engines": engines,
+                        "figures": figures, "probes": probes})
 
 
 def attempt_seam(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
-) -> Check[ServiceAttempt]:
+    name: str | None = None,
+    policy: str | None = None,
+    policy_codes: Mapping[str, str] | None = None,
+) -> Declaration[ServiceAttempt]:
     """A seam on every service's render attempt, the services that did not render included: the render's own judge."""
-    return _declare(name, "seam", "service", codes, cites=cites, summary=summary, on_attempt=True)
+    return Declaration("seam", "service", codes, name, policy, policy_codes,
+                       {"cites": cites, "summary": summary, "on_attempt": True})
 
 
 def chain_seam(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
+    name: str | None = None,
     requires: Callable[[ResolvedChain], str | None] | None = None,
-) -> Check[ResolvedChain]:
+    policy: str | None = None,
+    policy_codes: Mapping[str, str] | None = None,
+) -> Declaration[ResolvedChain]:
     """A seam on every timeout chain fleet.toml declares, resolved against the rendered services."""
-    return _declare(name, "seam", "timeout-chain", codes, cites=cites, summary=summary, requires=requires)
+    return Declaration("seam", "timeout-chain", codes, name, policy, policy_codes,
+                       {"cites": cites, "summary": summary, "requires": requires})
 
 
 def fleet_seam(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
+    name: str | None = None,
     requires: Callable[[Fleet], str | None] | None = None,
-) -> Check[Fleet]:
+    policy: str | None = None,
+    policy_codes: Mapping[str, str] | None = None,
+) -> Declaration[Fleet]:
     """A seam on the repository as a whole."""
-    return _declare(name, "seam", "fleet", codes, cites=cites, summary=summary, requires=requires)
+    return Declaration("seam", "fleet", codes, name, policy, policy_codes,
+                       {"cites": cites, "summary": summary, "requires": requires})
 
 
 def live_check(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
+    name: str | None = None,
     requires: Callable[[LiveEndpoint], str | None] | None = None,
     reads_only: bool = False,
-) -> Check[LiveEndpoint]:
+) -> Declaration[LiveEndpoint]:
     """A check of a running endpoint; it declares ``TRANSPORT_CODES`` besides its own. ``reads_only``: it generates
     nothing, so a server's cap on answers does not stop it."""
-    return _declare(name, "live", "endpoint", codes, cites=cites, summary=summary, requires=requires,
-                    reads_only=reads_only)
+    return Declaration("live", "endpoint", codes, name, None, None,
+                       {"cites": cites, "summary": summary, "requires": requires, "reads_only": reads_only})
 
 
 def host_check(
-    name: str,
     *,
     cites: tuple[str, ...],
     summary: str,
     codes: Mapping[str, str],
+    name: str | None = None,
     requires: Callable[[HostTarget], str | None] | None = None,
-) -> Check[HostTarget]:
+) -> Declaration[HostTarget]:
     """A check of a chosen endpoint's host (its unit, process and memory, read through testinfra)."""
-    return _declare(name, "host", "host", codes, cites=cites, summary=summary, requires=requires)
+    return Declaration("host", "host", codes, name, None, None,
+                       {"cites": cites, "summary": summary, "requires": requires})
+
+
+def policy_checks(policy: str) -> tuple[str, ...]:
+    """The checks that run only under ``policy``, every check module imported."""
+    load_checks()
+    return tuple(sorted(name for name, check in REGISTRY.items() if check.policy == policy))
+
+
+def policy_codes(policy: str) -> tuple[str, ...]:
+    """The codes of universal checks that fire only under ``policy``, every check module imported."""
+    load_checks()
+    return tuple(sorted(code for check in REGISTRY.values() for code, named in check.policy_codes.items()
+                        if named == policy))
 
 
 def get_check(name: str) -> Check[Any]:

@@ -6,17 +6,34 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from fleetgate.checks import NOT_JUDGED
+from fleetgate.checks import NOT_JUDGED, NotApplicable
 from fleetgate.fleet import gib
 
 if TYPE_CHECKING:
+    from fleetgate.engines.llamacpp import LlamaServerConfig
+    from fleetgate.engines.vllm import VllmConfig
     from fleetgate.render.rendered import RenderedService
 
-__all__ = ["gib", "mib", "no_cards", "no_profile", "profile_missing"]
+__all__ = ["gib", "llama_of", "mib", "no_cards", "no_profile", "profile_missing", "vllm_of"]
 
 
 def mib(value: float) -> str:
     return f"{value / (1 << 20):,.0f} MiB"
+
+
+def llama_of(config: RenderedService) -> LlamaServerConfig:
+    """The llama-server command line of a service a seam declared ``engines=("llama.cpp",)`` judges: every llama.cpp
+    service has one, so the declaration says which services the seam is about and no ``requires`` says it again."""
+    if config.llama is None:
+        raise NotApplicable(f"{config.name} runs {config.service.engine}, not llama.cpp")
+    return config.llama
+
+
+def vllm_of(config: RenderedService) -> VllmConfig:
+    """The vLLM command line of a service a seam declared ``engines=("vllm",)`` judges (as ``llama_of``)."""
+    if config.vllm is None:
+        raise NotApplicable(f"{config.name} runs {config.service.engine}, not vLLM")
+    return config.vllm
 
 
 def profile_missing(config: RenderedService) -> str:

@@ -30,7 +30,6 @@ from fleetgate.visibility import Unresolved
 
 __all__: list[str] = []
 
-MEM = "host-memavailable"
 VRAM = "host-vram-vs-ledger"
 
 
@@ -41,8 +40,7 @@ def _declares_gate(target: HostTarget) -> str | None:
     return None
 
 
-MEM_CHECK = host_check(
-    MEM,
+@host_check(
     cites=("B-RAM-1", "B-RAM-2", "B-SH-5", "C-H-1", "INC-75"),
     summary="MemAvailable (plus what the running engine would release) clears the declared pin gate",
     requires=_declares_gate,
@@ -53,9 +51,6 @@ MEM_CHECK = host_check(
         "process-unreadable": "the engine's process cannot be looked up: systemctl or /proc refused the read",
     },
 )
-
-
-@MEM_CHECK.register
 def host_memavailable(target: HostTarget) -> None:
     gate = target.config.service.pin_gate
     assert gate is not None
@@ -64,14 +59,14 @@ def host_memavailable(target: HostTarget) -> None:
     try:
         text: str = target.host.file(path).content_string
     except Exception as exc:  # testinfra raises its own errors (or a plain one from the backend) for an unreadable file
-        raise MEM_CHECK.fail(target, "meminfo-unreadable", where=where,
+        raise host_memavailable.fail(target, "meminfo-unreadable", where=where,
                              observed=f"{path} cannot be read: {' '.join(str(exc).split())[:200]}",
                              expected="the host's /proc/meminfo (or the file the pin gate names)",
                              fix=f"correct meminfo in {gate.where}, or run the check where {path} is readable") from None
     available = meminfo(text).get("MemAvailable")
     if available is None:
         first = text.strip().splitlines()[0][:120] if text.strip() else "(empty)"
-        raise MEM_CHECK.fail(target, "meminfo-unparseable", where=where,
+        raise host_memavailable.fail(target, "meminfo-unparseable", where=where,
                              observed=f"no 'MemAvailable: N kB' line in {path} (it begins: {first!r})",
                              expected="a /proc/meminfo with MemAvailable (Linux 3.14 or later)",
                              fix=f"point meminfo in {gate.where} at the host's /proc/meminfo")
@@ -79,7 +74,7 @@ def host_memavailable(target: HostTarget) -> None:
     after = available + released
     if after < gate.gate_bytes:
         short = gate.gate_bytes - after
-        raise MEM_CHECK.fail(target, "short", where=where,
+        raise host_memavailable.fail(target, "short", where=where,
                              observed=(f"MemAvailable {gib(available)} + {how} = {gib(after)}: "
                                        f"{gib(short)} short of the pin gate"),
                              expected=(f"at least {gib(gate.gate_bytes)} (pinned {gib(gate.pinned_bytes)} + the engine's floor "
@@ -100,7 +95,7 @@ def _released(target: HostTarget) -> tuple[int, str]:
             return 0, f"0 B released ({target.name} is not running: {how} found none)"
         status = meminfo(target.proc_text(pid, "status"))
     except HostReadError as exc:
-        raise MEM_CHECK.fail(target, "process-unreadable", where=target.spec,
+        raise host_memavailable.fail(target, "process-unreadable", where=target.spec,
                              observed=str(exc),
                              expected=f"{target.name}'s engine (or its absence), read through systemctl and /proc",
                              fix="run the check as root on the host (testinfra's --sudo), where systemctl reaches the manager") from None
@@ -137,20 +132,19 @@ def _smi(target: HostTarget) -> tuple[str, list[SmiCard]]:
     result = target.host.run(command)
     where = f"{target.spec} {command}"
     if result.rc != 0:
-        raise VRAM_CHECK.fail(target, "smi-failed", where=where,
+        raise host_vram_vs_ledger.fail(target, "smi-failed", where=where,
                               observed=f"exited {result.rc}: {' '.join((result.stderr or result.stdout).split())[:200]}",
                               expected="the cards' memory figures", fix="run the tool by hand on the host: the driver may be down")
     try:
         cards = (parse_rocm_smi if command == ROCM_SMI else parse_nvidia_smi)(result.stdout)
     except ValueError as exc:
-        raise VRAM_CHECK.fail(target, "unparseable", where=where,
+        raise host_vram_vs_ledger.fail(target, "unparseable", where=where,
                               observed=str(exc), expected="the tool's documented output for this query",
                               fix="a tool version whose output fleetgate does not read: report it with the output") from None
     return command, cards
 
 
-VRAM_CHECK = host_check(
-    VRAM,
+@host_check(
     cites=("C-H-3", "C-H-5", "INC-10", "B-FIT-1"),
     summary="each card's used VRAM (nvidia-smi, rocm-smi) is within the declared tolerance of the ledger and keeps the floor",
     requires=_has_ledger,
@@ -163,9 +157,6 @@ VRAM_CHECK = host_check(
         "below-floor": "a serving card has less free VRAM than the host's `card_floor_gib`",
     },
 )
-
-
-@VRAM_CHECK.register
 def host_vram_vs_ledger(target: HostTarget) -> None:
     config = target.config
     host = config.host
@@ -174,7 +165,7 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
     declared = host.devices
     fleet_where = config.fleet.where
     if len(cards) != len(declared):
-        raise VRAM_CHECK.fail(target, "card-count", where=where,
+        raise host_vram_vs_ledger.fail(target, "card-count", where=where,
                               observed=f"{len(cards)} card(s): " + ", ".join(f"#{c.index} {gib(c.total)}" for c in cards),
                               expected=f"{len(declared)}, as hosts.{host.name}.devices declares "
                                        f"({fleet_where('hosts', host.name, 'devices')}): " + ", ".join(d.name for d in declared),
@@ -194,14 +185,14 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
         seen = cards[by_name[d.card.host_name]]
         if seen.used - d.total > tolerance:
             over = seen.used - d.total
-            raise VRAM_CHECK.fail(target, "hotter", where=where,
+            raise host_vram_vs_ledger.fail(target, "hotter", where=where,
                                   observed=f"{d.card.shown} (#{seen.index}) uses {gib(seen.used)}, {gib(over)} more than the ledger",
                                   expected=f"at most {gib(d.total)} + {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the ledger misses a buffer (INC-10: the MTP draft buffers) or another process holds the card: "
                                        "calibrate the service's compute from this boot, and keep the floor with the real figure"))
         if d.total - seen.used > tolerance:
             under = d.total - seen.used
-            raise VRAM_CHECK.fail(target, "colder", where=where,
+            raise host_vram_vs_ledger.fail(target, "colder", where=where,
                                   observed=f"{d.card.shown} (#{seen.index}) uses {gib(seen.used)}, {gib(under)} less than the ledger",
                                   expected=f"at least {gib(d.total)} - {gib(tolerance)} ({within})", details=per_card,
                                   fix=("the engine is not holding what the files place on this card: it is down, fell back to the "
@@ -214,7 +205,7 @@ def host_vram_vs_ledger(target: HostTarget) -> None:
             continue
         seen = cards[index]
         if seen.free < floor:
-            raise VRAM_CHECK.fail(target, "below-floor", where=where,
+            raise host_vram_vs_ledger.fail(target, "below-floor", where=where,
                                   observed=(f"{device.name} (#{seen.index}) has {gib(seen.free)} free "
                                             f"({gib(seen.used)} used of {gib(seen.total)})"),
                                   expected=(f">= {gib(floor)} free (the floor of host {host.name}, "

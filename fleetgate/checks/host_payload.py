@@ -16,8 +16,6 @@ from fleetgate.payload import read_manifest
 
 __all__: list[str] = []
 
-NAME = "host-payload"
-
 
 def _has_manifest(target: HostTarget) -> str | None:
     if target.config.service.payload_manifest is None:
@@ -25,8 +23,7 @@ def _has_manifest(target: HostTarget) -> str | None:
     return None
 
 
-CHECK = host_check(
-    NAME,
+@host_check(
     cites=("B-SW-3", "INC-02", "INC-17"),
     summary="every payload file of the fetch manifest is on the host with its declared size and sha256",
     requires=_has_manifest,
@@ -36,9 +33,6 @@ CHECK = host_check(
         "sha256-differs": "a payload file's sha256 on the host is not the one the fetch manifest declares",
     },
 )
-
-
-@CHECK.register
 def host_payload(target: HostTarget) -> None:
     manifest = target.config.service.payload_manifest
     assert manifest is not None
@@ -48,18 +42,18 @@ def host_payload(target: HostTarget) -> None:
         file = target.host.file(path)
         where = f"{target.spec} {path}"
         if not file.exists:
-            raise CHECK.fail(target, "missing", where=where,
+            raise host_payload.fail(target, "missing", where=where,
                              observed=f"{path} does not exist on the host",
                              expected=f"the payload file the manifest declares ({entry.where})",
                              fix="fetch it with the service's fetch script")
         size = file.size
         if size != entry.size:
-            raise CHECK.fail(target, "size-differs", where=where,
+            raise host_payload.fail(target, "size-differs", where=where,
                              observed=f"{path} is {size:,} B", expected=f"{entry.size:,} B ({entry.where})",
                              fix="a partial download or another file: fetch again (or correct the manifest from the Hub)")
         if entry.sha256 is not None:
             digest = file.sha256sum
             if digest != entry.sha256:
-                raise CHECK.fail(target, "sha256-differs", where=where,
+                raise host_payload.fail(target, "sha256-differs", where=where,
                                  observed=f"sha256 {digest}", expected=f"sha256 {entry.sha256} ({entry.where})",
                                  fix="the bytes are not the declared file: fetch again and compare with the Hub's LFS oid")

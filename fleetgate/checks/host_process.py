@@ -22,7 +22,6 @@ __all__: list[str] = []
 
 ARGV = "host-process-argv"
 ENV = "host-process-env"
-LIBS = "host-runtime-libs"
 EXPOSURE = "host-exposure"
 _SYSTEM_LIB_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/lib32", "/usr/lib32")
 
@@ -128,8 +127,7 @@ def _on_port(argv: tuple[str, ...], port: int) -> tuple[str, ...]:
     return tuple(words)
 
 
-ARGV_CHECK = host_check(
-    ARGV,
+@host_check(
     cites=("INC-53", "C-ID-1", "C-ID-2"),
     summary="/proc/<MainPID>/cmdline is exactly the argv the files render",
     codes={
@@ -137,11 +135,8 @@ ARGV_CHECK = host_check(
         "argv-differs": "the engine's /proc/PID/cmdline is not exactly the argv the files render (INC-53)",
     },
 )
-
-
-@ARGV_CHECK.register
 def host_process_argv(target: HostTarget) -> None:
-    process = _process(target, ARGV_CHECK, cmdline=True)
+    process = _process(target, host_process_argv, cmdline=True)
     pid, running = process.pid, process.cmdline
     rendered = target.config.rendered.argv
     moved = ""
@@ -161,7 +156,7 @@ def host_process_argv(target: HostTarget) -> None:
         shown_seen, shown_rendered = scrub_argv(seen), scrub_argv(rendered)
         extra = [w for w, real in zip(shown_seen, seen, strict=True) if real not in rendered]
         missing = [w for w, real in zip(shown_rendered, rendered, strict=True) if real not in seen]
-        raise ARGV_CHECK.fail(target, "argv-differs", where=f"{target.spec} /proc/{pid}/cmdline",
+        raise host_process_argv.fail(target, "argv-differs", where=f"{target.spec} /proc/{pid}/cmdline",
                               observed=f"PID {pid} ({process.how}) runs {shlex.join(scrub_argv(running))}",
                               details=[f"not rendered: {shlex.join(extra)}" if extra else "not rendered: (none)",
                                        f"rendered, not running: {shlex.join(missing)}" if missing else "rendered, not running: (none)",
@@ -186,8 +181,7 @@ def _has_api_key(target: HostTarget, argv: tuple[str, ...], environ: dict[str, s
     return flagged or bool(environ.get("VLLM_API_KEY"))
 
 
-EXPOSURE_CHECK = host_check(
-    EXPOSURE,
+@host_check(
     cites=("C-L-1",),
     summary="an engine listening beyond loopback (the host's listening sockets) requires an API key",
     codes={
@@ -196,15 +190,12 @@ EXPOSURE_CHECK = host_check(
         "open-without-key": "the engine listens beyond loopback and was given no API key in its argv or environment (C-L-1)",
     },
 )
-
-
-@EXPOSURE_CHECK.register
 def host_exposure(target: HostTarget) -> None:
-    process = _process(target, EXPOSURE_CHECK, cmdline=True, environ=True)
+    process = _process(target, host_exposure, cmdline=True, environ=True)
     pid = process.pid
     result = target.host.run("ss -ltnpH")
     if result.rc != 0:
-        raise EXPOSURE_CHECK.fail(target, "sockets-unreadable", where=f"{target.spec} ss -ltnpH",
+        raise host_exposure.fail(target, "sockets-unreadable", where=f"{target.spec} ss -ltnpH",
                                   observed=f"ss exited {result.rc}: {result.stderr.strip()[:200]}",
                                   expected="the host's listening TCP sockets with their processes",
                                   fix="install iproute2's ss on the host, or run the check where it can read the sockets (--sudo)")
@@ -214,7 +205,7 @@ def host_exposure(target: HostTarget) -> None:
     environ = dict(word.partition("=")[::2] for word in process.environ)
     keyed = _has_api_key(target, process.cmdline, environ)
     if exposed and not keyed:
-        raise EXPOSURE_CHECK.fail(target, "open-without-key", where=f"{target.spec} ss -ltnp",
+        raise host_exposure.fail(target, "open-without-key", where=f"{target.spec} ss -ltnp",
                                   observed=f"PID {pid} listens on {', '.join(exposed)} and was given no API key (none in "
                                   f"/proc/{pid}/cmdline or its environment)",
                                   expected="an engine reachable beyond loopback requires a key; otherwise it listens on loopback "
@@ -251,8 +242,7 @@ def _shown(name: str, value: str) -> str:
     return f"{name}={MASK if is_secret_name(name) and value else scrub(value)}"
 
 
-ENV_CHECK = host_check(
-    ENV,
+@host_check(
     cites=("B-DV-1", "B-DV-2", "B-DV-3", "INC-19", "INC-29"),
     summary="the process environment carries exactly the device-visibility variables the files declare, and exactly "
     "the engine's own configuration variables (llama-server's LLAMA_ARG_*, vLLM's VLLM_*) they declare",
@@ -266,11 +256,8 @@ ENV_CHECK = host_check(
         "set: the engine runs a setting no file shows (vLLM's VLLM_CPU_KVCACHE_SPACE sizes its KV pool)",
     },
 )
-
-
-@ENV_CHECK.register
 def host_process_env(target: HostTarget) -> None:
-    process = _process(target, ENV_CHECK, environ=True)
+    process = _process(target, host_process_env, environ=True)
     pid = process.pid
     environ = dict(word.partition("=")[::2] for word in process.environ)
     declared = {k: v for k, v in target.config.rendered.env.items() if _visibility(k)}
@@ -278,13 +265,13 @@ def host_process_env(target: HostTarget) -> None:
     where = f"{target.spec} /proc/{pid}/environ"
     for name, value in declared.items():
         if running.get(name) != value:
-            raise ENV_CHECK.fail(target, "visibility-differs", where=where,
+            raise host_process_env.fail(target, "visibility-differs", where=where,
                                  observed=f"{name}={running[name]}" if name in running else f"no {name} in the process environment",
                                  expected=f"{name}={value} ({target.config.where_variable(name)})",
                                  fix="the engine sees other cards than the files say: restart it from the unit")
     undeclared = sorted(set(running) - set(declared))
     if undeclared:
-        raise ENV_CHECK.fail(target, "undeclared-visibility", where=where,
+        raise host_process_env.fail(target, "undeclared-visibility", where=where,
                              observed=", ".join(f"{n}={running[n]}" for n in undeclared),
                              expected=("only " + ", ".join(f"{k}={v}" for k, v in declared.items())) if declared
                              else "no device-visibility variable (the files set none)",
@@ -293,7 +280,7 @@ def host_process_env(target: HostTarget) -> None:
     running_engine = {k: v for k, v in environ.items() if _engine_variable(target, k)}
     for name, value in sorted(declared_engine.items()):
         if running_engine.get(name) != value:
-            raise ENV_CHECK.fail(target, "engine-env-differs", where=where,
+            raise host_process_env.fail(target, "engine-env-differs", where=where,
                                  observed=_shown(name, running_engine[name]) if name in running_engine
                                  else f"no {name} in the process environment",
                                  expected=f"{_shown(name, value)} ({target.config.where_variable(name)})",
@@ -301,7 +288,7 @@ def host_process_env(target: HostTarget) -> None:
                                  "serve script, and find what set the variable otherwise (a drop-in, a shell profile)")
     extra = sorted(set(running_engine) - set(declared_engine))
     if extra:
-        raise ENV_CHECK.fail(target, "undeclared-engine-env", where=where,
+        raise host_process_env.fail(target, "undeclared-engine-env", where=where,
                              observed=", ".join(_shown(n, running_engine[n]) for n in extra),
                              expected=("only " + ", ".join(_shown(k, v) for k, v in sorted(declared_engine.items())))
                              if declared_engine else "no engine variable (the files set none)",
@@ -311,8 +298,7 @@ def host_process_env(target: HostTarget) -> None:
                          + (f" ({', '.join(sorted(declared_engine))})" if declared_engine else ""))
 
 
-LIBS_CHECK = host_check(
-    LIBS,
+@host_check(
     cites=("B-UN-3", "INC-01", "C-H-9"),
     summary="bundled runtime libraries are loaded from the depth the binary's RUNPATH names ($ORIGIN/...)",
     codes={
@@ -322,15 +308,12 @@ LIBS_CHECK = host_check(
         "tensile-missing": "a bundled rocBLAS has no rocblas/library/TensileLibrary.dat beside it: the first request dies (INC-01)",
     },
 )
-
-
-@LIBS_CHECK.register
 def host_runtime_libs(target: HostTarget) -> None:
-    process = _process(target, LIBS_CHECK, libraries=True)
+    process = _process(target, host_runtime_libs, libraries=True)
     pid, binary = process.pid, process.exe
     result = target.host.run(f"readelf -d {shlex.quote(str(binary))}")
     if result.rc != 0:
-        raise LIBS_CHECK.fail(target, "readelf-failed", where=f"{target.spec} readelf -d {binary}",
+        raise host_runtime_libs.fail(target, "readelf-failed", where=f"{target.spec} readelf -d {binary}",
                               observed=f"readelf exited {result.rc}: {result.stderr.strip()[:200]}",
                               expected="the binary's dynamic section", fix="install binutils on the host")
     needed, paths = runpath(result.stdout)
@@ -349,7 +332,7 @@ def host_runtime_libs(target: HostTarget) -> None:
             continue
         directory = path.rsplit("/", 1)[0]
         if _normal(directory) not in expected_dirs:
-            raise LIBS_CHECK.fail(target, "not-at-depth", where=f"{target.spec} /proc/{pid}/maps",
+            raise host_runtime_libs.fail(target, "not-at-depth", where=f"{target.spec} /proc/{pid}/maps",
                                   observed=f"{lib} is loaded from {directory}",
                                   expected=(f"the bundled copy at the binary's RUNPATH: {', '.join(sorted(expected_dirs))}"
                                             if expected_dirs else f"{binary} to carry a RUNPATH ($ORIGIN/...) for its bundled libraries"),
@@ -358,7 +341,7 @@ def host_runtime_libs(target: HostTarget) -> None:
         if lib.startswith("librocblas"):
             tensile = f"{directory}/rocblas/library/TensileLibrary.dat"
             if not target.host.file(tensile).exists:
-                raise LIBS_CHECK.fail(target, "tensile-missing", where=f"{target.spec} {tensile}",
+                raise host_runtime_libs.fail(target, "tensile-missing", where=f"{target.spec} {tensile}",
                                       observed=f"{tensile} does not exist: the first request dies in rocBLAS after /health is green",
                                       expected="rocBLAS's device code at rocblas/library/ under the bundled lib directory",
                                       fix="copy rocblas/library/ (and hipblaslt/library/) to the depth the loader expects")

@@ -14,11 +14,6 @@ from fleetgate.render.types import map_to_repo
 
 __all__: list[str] = []
 
-STATE = "host-unit-state"
-DROP_INS = "host-unit-drop-ins"
-LIMITS = "host-unit-limits"
-BOOT = "host-boot-persistence"
-
 
 def _has_unit(target: HostTarget) -> str | None:
     if target.unit is None:
@@ -50,8 +45,7 @@ def _read(target: HostTarget, check: Check[HostTarget]) -> SystemdUnit:
     return unit
 
 
-STATE_CHECK = host_check(
-    STATE,
+@host_check(
     cites=("INC-88", "INC-75", "INC-09"),
     summary="the unit is active and has not restarted (NRestarts=0)",
     requires=_has_unit,
@@ -61,27 +55,23 @@ STATE_CHECK = host_check(
         "restarted": "the unit has restarted (NRestarts > 0): the engine died and systemd started it again (INC-88)",
     },
 )
-
-
-@STATE_CHECK.register
 def host_unit_state(target: HostTarget) -> None:
-    unit = _read(target, STATE_CHECK)
+    unit = _read(target, host_unit_state)
     where = f"{target.spec} {unit.command}"
     if unit.get("ActiveState") != "active":
-        raise STATE_CHECK.fail(target, "inactive", where=where,
+        raise host_unit_state.fail(target, "inactive", where=where,
                                observed=f"ActiveState={unit.get('ActiveState')} SubState={unit.get('SubState')}",
                                expected="ActiveState=active",
                                fix=f"journalctl -u {unit.name}: find why the engine is not running before anything else")
     restarts = unit.get("NRestarts")
     if restarts not in ("", "0"):
-        raise STATE_CHECK.fail(target, "restarted", where=where,
+        raise host_unit_state.fail(target, "restarted", where=where,
                                observed=f"NRestarts={restarts}: the engine died and systemd started it again",
                                expected="NRestarts=0 (a healthy endpoint can be a crash loop between two probes)",
                                fix=f"journalctl -u {unit.name}: the restarts' cause (pin gate, boot slack, OOM) is in the log")
 
 
-DROP_INS_CHECK = host_check(
-    DROP_INS,
+@host_check(
     cites=("INC-53", "B-SH-4"),
     summary="systemd loaded only the repository's drop-ins, and no EnvironmentFile= (optional ones too) outside it",
     requires=_has_unit,
@@ -91,11 +81,8 @@ DROP_INS_CHECK = host_check(
         "env-file-outside": "the unit loads an `EnvironmentFile=` (optional `-` ones too) from outside the repository (INC-53)",
     },
 )
-
-
-@DROP_INS_CHECK.register
 def host_unit_drop_ins(target: HostTarget) -> None:
-    unit = _read(target, DROP_INS_CHECK)
+    unit = _read(target, host_unit_drop_ins)
     where = f"{target.spec} {unit.command}"
     rendered = target.config.rendered.unit
     assert rendered is not None
@@ -103,7 +90,7 @@ def host_unit_drop_ins(target: HostTarget) -> None:
     for path in " ".join(unit.properties.get("DropInPaths", [])).split():
         drop_in = PurePosixPath(path)
         if drop_in.parent.name != f"{unit.name}.d" or drop_in.name not in ours:
-            raise DROP_INS_CHECK.fail(target, "foreign-drop-in", where=where,
+            raise host_unit_drop_ins.fail(target, "foreign-drop-in", where=where,
                                       observed=f"DropInPaths has {path}, which is not a drop-in of this repository",
                                       expected=("only " + ", ".join(sorted(ours))) if ours else "no drop-ins (the repository has none)",
                                       details=[f"DropInPaths={' '.join(unit.properties.get('DropInPaths', []))}"],
@@ -111,7 +98,7 @@ def host_unit_drop_ins(target: HostTarget) -> None:
     for path, optional in environment_files(unit.properties.get("EnvironmentFiles", [])):
         local = map_to_repo(target.config.fleet, path)
         if local is None or not local.is_file():
-            raise DROP_INS_CHECK.fail(target, "env-file-outside", where=where,
+            raise host_unit_drop_ins.fail(target, "env-file-outside", where=where,
                                       observed=(f"EnvironmentFiles={path}" + (" (optional: loaded whenever it exists)" if optional else "")
                                                 + ", outside this repository"),
                                       expected=f"env files of this repository only (deployed under {target.config.fleet.deploy_root})",
@@ -127,8 +114,7 @@ def _declares_limits(target: HostTarget) -> str | None:
     return None
 
 
-LIMITS_CHECK = host_check(
-    LIMITS,
+@host_check(
     cites=("B-RAM-4", "B-UN-1", "INC-21"),
     summary="the manager runs the unit with the LimitMEMLOCK= and User= the unit file declares",
     requires=_declares_limits,
@@ -138,11 +124,8 @@ LIMITS_CHECK = host_check(
         "user-differs": "the manager runs the unit as another `User=` than the unit file declares (B-UN-1)",
     },
 )
-
-
-@LIMITS_CHECK.register
 def host_unit_limits(target: HostTarget) -> None:
-    unit = _read(target, LIMITS_CHECK)
+    unit = _read(target, host_unit_limits)
     where = f"{target.spec} {unit.command}"
     rendered = target.config.rendered.unit
     assert rendered is not None
@@ -151,20 +134,19 @@ def host_unit_limits(target: HostTarget) -> None:
         declared = limit_bytes(memlock.value)
         shown = limit_bytes(unit.get("LimitMEMLOCK") or "0")
         if declared != shown:
-            raise LIMITS_CHECK.fail(target, "memlock-differs", where=where,
+            raise host_unit_limits.fail(target, "memlock-differs", where=where,
                                     observed=f"LimitMEMLOCK={unit.get('LimitMEMLOCK')}",
                                     expected=f"LimitMEMLOCK={memlock.value} ({memlock.where})",
                                     fix="a drop-in or an older unit file overrides the limit: `systemctl cat` it, retire the override")
     user = rendered.last("Service", "User")
     if user is not None and unit.get("User") != user.value:
-        raise LIMITS_CHECK.fail(target, "user-differs", where=where,
+        raise host_unit_limits.fail(target, "user-differs", where=where,
                                 observed=f"User={unit.get('User') or '(none: root)'}",
                                 expected=f"User={user.value} ({user.where})",
                                 fix="install the repository's unit file and `systemctl daemon-reload`")
 
 
-BOOT_CHECK = host_check(
-    BOOT,
+@host_check(
     cites=("B-UN-2", "INC-35", "C-H-6"),
     summary="the unit comes back after a reboot: enabled, and for a rootless Quadlet its user lingers",
     requires=_has_unit,
@@ -174,9 +156,6 @@ BOOT_CHECK = host_check(
         "not-enabled": "the unit is not enabled (UnitFileState is not `enabled`): it does not start at boot",
     },
 )
-
-
-@BOOT_CHECK.register
 def host_boot_persistence(target: HostTarget) -> None:
     if target.quadlet:
         # A Quadlet's unit is generated from the .container file on every daemon-reload, enabled by its
@@ -184,17 +163,17 @@ def host_boot_persistence(target: HostTarget) -> None:
         user = target.quadlet_user()
         linger = f"/var/lib/systemd/linger/{user}"
         if user is None or not target.host.file(linger).exists:
-            raise BOOT_CHECK.fail(target, "no-linger", where=f"{target.spec} {linger}",
+            raise host_boot_persistence.fail(target, "no-linger", where=f"{target.spec} {linger}",
                                   observed=f"{user or 'the owner of ' + str(target.config.fleet.deploy_root)} does not linger: "
                                            "the user manager, and the Quadlet with it, starts only at that user's login",
                                   expected="Linger=yes for the Quadlet's user",
                                   fix=f"loginctl enable-linger {user or 'USER'}")
-        _read(target, BOOT_CHECK)
+        _read(target, host_boot_persistence)
         return
-    unit = _read(target, BOOT_CHECK)
+    unit = _read(target, host_boot_persistence)
     state = unit.get("UnitFileState")
     if state != "enabled":
-        raise BOOT_CHECK.fail(target, "not-enabled", where=f"{target.spec} {unit.command}",
+        raise host_boot_persistence.fail(target, "not-enabled", where=f"{target.spec} {unit.command}",
                               observed=f"UnitFileState={state or '(none)'}",
                               expected="enabled: the unit starts at boot",
                               fix=f"systemctl enable {unit.name}")

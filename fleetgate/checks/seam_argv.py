@@ -19,14 +19,10 @@ from fleetgate.engines.llama_builds import Builds, Resolved, load_builds
 from fleetgate.engines.llamacpp import LlamaServerConfig, accepted_flags
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["NAME", "engine_accepts_argv", "table_note"]
-
-NAME = "engine-accepts-argv"
+__all__ = ["engine_accepts_argv", "table_note"]
 
 
-def _is_llama(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
+def _build_outside_tables(config: RenderedService) -> str | None:
     build = config.service.engine_build
     builds = load_builds()
     if build is not None and build.number is not None and builds.resolve(build.number) is None:
@@ -62,42 +58,6 @@ def _figures(config: RenderedService) -> dict[str, str]:
     return {"table": table_note(config)}
 
 
-CHECK = service_seam(
-    NAME,
-    figures=_figures,
-    cites=(),
-    summary="every flag is one the service's llama-server build accepts, with a value of the type it expects",
-    requires=_is_llama,
-    engines=("llama.cpp",),
-    codes={
-        "removed-flag": (
-            "a flag the service's build no longer takes: the message names the build that dropped it (or refuses it as removed) and what "
-            "to use instead"
-        ),
-        "newer-flag": "a flag added after the service's build: the message names the first build that has it",
-        "refused-value": (
-            "a value the service's llama-server build refuses at startup: not a number it reads, out of range, not one of its choices"
-        ),
-        "rejected-flag": (
-            "a flag no llama-server build on record (9093 to 11434) has -- the message names the nearest spelling -- or one without its "
-            "value"
-        ),
-        "empty-value": (
-            "a flag whose value is the empty string (`-c ${CTX}` with CTX empty through `ExecStart=` or a Quadlet `Exec=`): "
-            "llama-server reads '' as the value and refuses it, or runs without the setting"
-        ),
-        "flag-as-value": (
-            "a flag whose value is another flag (`-c $CTX -ngl 999` with CTX empty: the unquoted variable vanished and "
-            "-c took -ngl as its value, leaving 999 stray)"
-        ),
-        "stray-positional": (
-            "a word that is neither a flag nor a flag's value (a variable that expanded to `true` after a switch): llama-server takes no "
-            "positional and stops with `invalid argument`"
-        ),
-    },
-)
-
-
 def _name(flag: str) -> str:
     """The name llama-server looks a written flag up by: ``--long_name`` is ``--long-name``."""
     return flag.replace("_", "-") if flag.startswith("--") else flag
@@ -129,7 +89,39 @@ def _not_judged(llama: LlamaServerConfig, resolved: Resolved, undecided: dict[st
                      "the tables (python -m tools.extract_llama_args)")
 
 
-@CHECK.register
+@service_seam(
+    figures=_figures,
+    cites=(),
+    summary="every flag is one the service's llama-server build accepts, with a value of the type it expects",
+    requires=_build_outside_tables,
+    engines=("llama.cpp",),
+    codes={
+        "removed-flag": (
+            "a flag the service's build no longer takes: the message names the build that dropped it (or refuses it as removed) and what "
+            "to use instead"
+        ),
+        "newer-flag": "a flag added after the service's build: the message names the first build that has it",
+        "refused-value": (
+            "a value the service's llama-server build refuses at startup: not a number it reads, out of range, not one of its choices"
+        ),
+        "rejected-flag": (
+            "a flag no llama-server build on record (9093 to 11434) has -- the message names the nearest spelling -- or one without its "
+            "value"
+        ),
+        "empty-value": (
+            "a flag whose value is the empty string (`-c ${CTX}` with CTX empty through `ExecStart=` or a Quadlet `Exec=`): "
+            "llama-server reads '' as the value and refuses it, or runs without the setting"
+        ),
+        "flag-as-value": (
+            "a flag whose value is another flag (`-c $CTX -ngl 999` with CTX empty: the unquoted variable vanished and "
+            "-c took -ngl as its value, leaving 999 stray)"
+        ),
+        "stray-positional": (
+            "a word that is neither a flag nor a flag's value (a variable that expanded to `true` after a switch): llama-server takes no "
+            "positional and stops with `invalid argument`"
+        ),
+    },
+)
 def engine_accepts_argv(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -185,7 +177,7 @@ def engine_accepts_argv(config: RenderedService) -> None:
     else:
         fix = ("correct the flag's spelling or value in the serve script or env file; llama-server stops at startup on "
                "either")
-    raise CHECK.fail(config, "removed-flag" if kind == "removed" else "newer-flag" if kind == "newer"
+    raise engine_accepts_argv.fail(config, "removed-flag" if kind == "removed" else "newer-flag" if kind == "newer"
                            else "refused-value" if kind == "value" else "rejected-flag",
                      where=config.where_variable(first.flag) if first.index is None and use is None else str(config.rendered.script),
                      observed=f"{len(lines)} flag(s) llama-server build {llama.build} would reject at startup",
@@ -213,7 +205,7 @@ def _swallowed_values(config: RenderedService) -> None:
         what = "the empty string" if empty else f"the next flag, {use.value}"
         argv = config.rendered.argv
         shown = shlex.join(argv[use.index:use.index + 3])
-        raise CHECK.fail(
+        raise engine_accepts_argv.fail(
             config, "empty-value" if empty else "flag-as-value",
             where=config.rendered.first_traced(shlex.join(argv[use.index:use.index + 2]))
             or (str(config.rendered.unit.path) if config.rendered.unit is not None else str(config.rendered.script)),
@@ -237,7 +229,7 @@ def _stray_positionals(config: RenderedService) -> None:
     argv = config.rendered.argv
     index, word = stray[0]
     before = argv[index - 1] if index >= 1 else ""
-    raise CHECK.fail(
+    raise engine_accepts_argv.fail(
         config, "stray-positional",
         where=config.rendered.first_traced(shlex.join(argv[max(index - 1, 1):index + 1])) or str(config.rendered.script),
         observed=(f"argv[{index}] {word!r} (after {before!r}) is not a flag or a flag's value: llama-server "

@@ -19,9 +19,8 @@ from fleetgate.fleet import Bench, Service
 from fleetgate.render.rendered import Probe, RenderedService
 from fleetgate.render.types import RenderRefused
 
-__all__ = ["NAME"]
+__all__: list[str] = []
 
-NAME = "bench-harness"
 
 # llama-bench's parameters that take a sweep list (tools/llama-bench/llama-bench.cpp, print_usage).
 _SWEEP = {"-b": "batch", "--batch-size": "batch", "-ub": "ubatch", "--ubatch-size": "ubatch", "-p": "n_prompt",
@@ -63,7 +62,7 @@ def _values(argv: tuple[str, ...]) -> dict[str, list[str]]:
 def _llama_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -> None:
     if "-c" in argv or "--ctx-size" in argv:
         flag = "-c" if "-c" in argv else "--ctx-size"
-        raise CHECK.fail(config, "ctx-not-a-bench-flag", cites=("B-H-2", "INC-23"),
+        raise bench_harness.fail(config, "ctx-not-a-bench-flag", cites=("B-H-2", "INC-23"),
                          where=_line(bench, f" {flag} "),
                          observed=f"{bench.script.name}: llama-bench {flag}: llama-bench has no context flag",
                          expected="the context as a consequence of the test: n_ctx = n_prompt + n_gen + n_depth (-p, -n, -d)",
@@ -74,7 +73,7 @@ def _llama_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -
     for param, flag in (("tensor_split", "-ts"), ("device", "-dev")):
         parts = values.get(param, [])
         if cards > 1 and len(parts) > 1 and any("/" not in p for p in parts):
-            raise CHECK.fail(config, "comma-splits-devices", cites=("B-H-1", "INC-20"),
+            raise bench_harness.fail(config, "comma-splits-devices", cites=("B-H-1", "INC-20"),
                              where=_line(bench, f"{flag} "),
                              observed=f"{bench.script.name}: llama-bench {flag} {','.join(parts)}: ',' separates sweep "
                                       "values, so each value is a one-device configuration",
@@ -84,7 +83,7 @@ def _llama_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -
     swept = {p: v for p, v in values.items() if len(v) > 1}
     if swept:
         what = ", ".join(f"{p} {','.join(v)}" for p, v in sorted(swept.items()))
-        raise CHECK.fail(config, "sweep-in-one-invocation", cites=("B-H-3", "INC-22"),
+        raise bench_harness.fail(config, "sweep-in-one-invocation", cites=("B-H-3", "INC-22"),
                            where=_line(bench, "llama-bench"),
                            observed=f"{bench.script.name}: one llama-bench call sweeps {what}",
                            expected="one llama-bench invocation per cell",
@@ -92,7 +91,7 @@ def _llama_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -
                          "of the sweep with it")
     gens = [int(n) for n in values.get("n_gen", ["128"]) if n.isdigit()]
     if any(gens) and not values.get("n_depth"):
-        raise CHECK.fail(config, "no-depth", cites=("B-H-2", "INC-23"),
+        raise bench_harness.fail(config, "no-depth", cites=("B-H-2", "INC-23"),
                          where=_line(bench, "llama-bench"),
                          observed=f"{bench.script.name}: a decode test (-n) without -d: it runs with n_prompt = 0, at ~zero depth",
                          expected="-d <depth>: KV in front of the measurement, like the deployed window",
@@ -118,7 +117,7 @@ def _systemd_run(config: RenderedService, bench: Bench, argv: tuple[str, ...]) -
     wanted = {"LimitMEMLOCK": "infinity", **({"User": user.value} if user else {})}
     missing = {k: v for k, v in wanted.items() if props.get(k) != v}
     if missing:
-        raise CHECK.fail(config, "not-the-units-limits", cites=("B-H-4", "B-RAM-4", "INC-21"),
+        raise bench_harness.fail(config, "not-the-units-limits", cites=("B-H-4", "B-RAM-4", "INC-21"),
                            where=_line(bench, "systemd-run"),
                            observed=f"{bench.script.name}: systemd-run " + " ".join(f"{k}={props.get(k, '(unset)')}" for k in missing),
                            expected="the service unit's " + ", ".join(f"{k}={v}" for k, v in missing.items())
@@ -132,14 +131,14 @@ def _vllm_bench(config: RenderedService, bench: Bench, argv: tuple[str, ...]) ->
         return
     args = set(argv) | {a.split("=", 1)[0] for a in argv if a.startswith("--")}
     if "--tokenizer" not in args:
-        raise CHECK.fail(config, "no-tokenizer", cites=("B-H-5", "INC-41"),
+        raise bench_harness.fail(config, "no-tokenizer", cites=("B-H-5", "INC-41"),
                          where=_line(bench, "vllm bench"),
                          observed=(f"{bench.script.name}: vllm bench serve without --tokenizer: the client resolves the "
                                    "served alias on HuggingFace"),
                          expected="--tokenizer /models/<snapshot> (with /models mounted)",
                          fix="pass --tokenizer: without it the run is green-looking and produces no numbers")
     if "--ignore-eos" not in args:
-        raise CHECK.fail(config, "no-ignore-eos", cites=("B-H-8", "INC-55"),
+        raise bench_harness.fail(config, "no-ignore-eos", cites=("B-H-8", "INC-55"),
                          where=_line(bench, "vllm bench"),
                          observed=(f"{bench.script.name}: vllm bench serve without --ignore-eos: generations stop on "
                                    "their own, so the decode rate reads low"),
@@ -160,8 +159,8 @@ def _bench_probes(config: RenderedService) -> list[Probe]:
     return [Probe(service=_bench_run(config, bench)) for bench in config.service.benches]
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy="bench-harness",
     probes=_bench_probes,
     cites=("B-H-1", "B-H-2", "B-H-3", "B-H-4", "B-H-5", "B-H-8", "INC-20", "INC-21", "INC-22", "INC-23", "INC-41",
               "INC-55"),
@@ -178,15 +177,12 @@ CHECK = service_seam(
         "does-not-run": "a harness never calls its program",
     },
 )
-
-
-@CHECK.register
 def bench_harness(config: RenderedService) -> None:
     for bench in config.service.benches:
         try:
             rendered = config.probe(service=_bench_run(config, bench))
         except RenderRefused as refused:
-            raise CHECK.fail(config, "does-not-run", cites=("B-H-3",),
+            raise bench_harness.fail(config, "does-not-run", cites=("B-H-3",),
                              where=f"{bench.script}:{refused.line}" if refused.line else str(bench.script),
                              observed=f"{bench.script.name}: the harness never calls {bench.binary}: {refused.message}",
                              expected=f"a harness that runs {bench.binary}",

@@ -88,8 +88,8 @@ def _landings(rendered: Rendered) -> dict[str, str]:
     return landed
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy="build-script",
     probes=_build_probes,
     cites=("B-DV-5", "B-UN-3", "INC-01", "INC-18"),
     summary="the engine's build targets the host's GPU architecture and bundles its runtime at the loader's depth",
@@ -98,15 +98,12 @@ CHECK = service_seam(
         "wrong-gpu-target": "the build targets another GPU architecture than the host's (INC-18)",
         "runtime-off-depth": "bundled rocBLAS/hipBLASLt device code lands off the loader's depth (INC-01)",
     },
-)
-
-
-@CHECK.needing(_build_of)
+).needing(_build_of)
 def build_script(config: RenderedService, build: Bench) -> None:
     try:
         rendered = config.probe(service=_build_run(config, build))
     except RenderRefused as refused:
-        raise CHECK.fail(config, "does-not-run", cites=("B-DV-5",),
+        raise build_script.fail(config, "does-not-run", cites=("B-DV-5",),
                          where=f"{build.script}:{refused.line}" if refused.line else str(build.script),
                          observed=f"the build script never runs {build.binary}: {refused.message}",
                          expected=f"a build that runs {build.binary}",
@@ -120,7 +117,7 @@ def build_script(config: RenderedService, build: Bench) -> None:
         wrong = {key: value for key, value in targets.items() if value.replace(",", ";").split(";") != [arch]}
         if not targets or wrong:
             shown = ", ".join(f"{k}={v}" for k, v in (wrong or targets).items()) or "no GPU target"
-            raise CHECK.fail(config, "wrong-gpu-target", cites=("B-DV-5", "INC-18"),
+            raise build_script.fail(config, "wrong-gpu-target", cites=("B-DV-5", "INC-18"),
                              where=str(build.script),
                              observed=f"the configure step builds for {shown}",
                              expected=f"exactly {arch}, the architecture of host {config.host.name}'s cards "
@@ -137,7 +134,7 @@ def build_script(config: RenderedService, build: Bench) -> None:
         for src in sources:
             got = landed[src] if src.endswith("/library") else f"{landed[src]}/library"
             if got != want:
-                raise CHECK.fail(config, "runtime-off-depth", cites=("B-UN-3", "INC-01"), where=str(build.script),
+                raise build_script.fail(config, "runtime-off-depth", cites=("B-UN-3", "INC-01"), where=str(build.script),
                                  observed=f"cp -r {src} lands at {got}",
                                  expected=f"{want}: the fixed depth {library} reads its device code from next to bin/",
                                  details=["a destination that does not exist yet is created AS the copy, one level too "

@@ -10,37 +10,28 @@ import math
 from dataclasses import dataclass
 
 from fleetgate.checks import service_seam
-from fleetgate.checks._common import no_profile
+from fleetgate.checks._common import llama_of, no_profile
 from fleetgate.engines.llamacpp import context_shape
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import RenderedService
 
 __all__ = ["declared_shape"]
 
-DIVIDE = "slots-divide-context"
-TRAINED = "slot-within-trained-window"
-
-
-def _is_llama(config: RenderedService) -> str | None:
-    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
-
 
 def _serves_a_model(config: RenderedService) -> str | None:
     """A router (``--models-preset`` and no ``-m``) loads no model itself: each preset section is a llama-server of
     its own with its own ``--ctx-size`` (issue 32: a router declared by hand failed ``no-ctx-size``)."""
-    reason = _is_llama(config)
-    if reason is None and config.llama is not None and config.llama.use("models_preset") is not None \
-            and not config.llama.model:
-        preset = config.llama.use("models_preset")
-        assert preset is not None
+    llama = llama_of(config)
+    preset = llama.use("models_preset")
+    if preset is not None and not llama.model:
         return (f"{config.name} is a llama.cpp router (--models-preset {preset.value}): it loads no model and has "
                 "no context of its own; declare each preset section as a service (models_preset, preset_model) to "
                 "judge its --ctx-size")
-    return reason
+    return None
 
 
-DIVIDE_CHECK = service_seam(
-    DIVIDE,
+@service_seam(
+    policy_codes={"slot-padding": "slot-padding"},
     cites=("B-CTX-1", "B-CTX-5", "INC-07"),
     summary="--ctx-size divides exactly into --parallel slots, and each slot is the window clients are told",
     requires=_serves_a_model,
@@ -52,9 +43,6 @@ DIVIDE_CHECK = service_seam(
         "slot-not-client-window": "the per-slot window is not the contract's `context_window`",
     },
 )
-
-
-@DIVIDE_CHECK.register
 def slots_divide_context(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -62,7 +50,7 @@ def slots_divide_context(config: RenderedService) -> None:
     ctx_use = llama.use("ctx_size")
     where = config.where_flag(ctx_use)
     if llama.ctx_size == 0:
-        raise DIVIDE_CHECK.fail(
+        raise slots_divide_context.fail(
             config, "no-ctx-size",
             where=str(config.rendered.script),
             observed="no --ctx-size: the pool is whatever the GGUF's trained context is",
@@ -72,7 +60,7 @@ def slots_divide_context(config: RenderedService) -> None:
     shape = context_shape(llama, n_ctx_train)
     assert shape is not None
     if not shape.unified and llama.ctx_size != shape.n_ctx and policy_on(config.fleet, "slot-padding"):
-        raise DIVIDE_CHECK.fail(
+        raise slots_divide_context.fail(
             config, "slot-padding",
             where=where,
             observed=(f"--ctx-size {llama.ctx_size} over {shape.n_seq_max} slots: llama.cpp pads each slot to "
@@ -82,7 +70,7 @@ def slots_divide_context(config: RenderedService) -> None:
         )
     slots = config.service.contract.slots
     if slots is not None and shape.n_seq_max < slots:
-        raise DIVIDE_CHECK.fail(
+        raise slots_divide_context.fail(
             config, "fewer-slots-than-clients",
             cites=("B-CTX-1", "INC-07"),
             where=config.where_flag(llama.use("parallel") or llama.use("ctx_size")),
@@ -95,7 +83,7 @@ def slots_divide_context(config: RenderedService) -> None:
         )
     window = config.service.contract.context_window
     if window is not None and shape.n_ctx_seq != window:
-        raise DIVIDE_CHECK.fail(
+        raise slots_divide_context.fail(
             config, "slot-not-client-window",
             where=where,
             observed=(f"each of {shape.n_seq_max} slots holds {shape.n_ctx_seq} tokens "
@@ -114,19 +102,7 @@ def _no_trained_window(config: RenderedService) -> str | None:
         # The manifest's inf/nan is fleet-numbers-finite's finding; no window can be held to it.
         return (f"services.{config.name}.extrapolation.max_ratio is {extrapolation.max_ratio}, not a ratio "
                 "(fleet-numbers-finite reports it): declare the finite ratio the extrapolation was measured to")
-    return _is_llama(config) or no_profile(config, "n_ctx_train")
-
-
-TRAINED_CHECK = service_seam(
-    TRAINED,
-    cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"),
-    summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation",
-    requires=_no_trained_window,
-    engines=("llama.cpp",),
-    codes={
-        "past-trained-window": "a slot reaches past the trained window, undeclared",
-    },
-)
+    return no_profile(config, "n_ctx_train")
 
 
 def rope_extension(config: RenderedService) -> tuple[float, str]:
@@ -151,7 +127,15 @@ def rope_extension(config: RenderedService) -> tuple[float, str]:
     return factor, f"RoPE scaling {kind} x {factor:g}"
 
 
-@TRAINED_CHECK.register
+@service_seam(
+    cites=("B-CTX-2", "B-CTX-3", "B-CTX-4"),
+    summary="no slot reaches past the model's trained window unless the fleet declares the extrapolation",
+    requires=_no_trained_window,
+    engines=("llama.cpp",),
+    codes={
+        "past-trained-window": "a slot reaches past the trained window, undeclared",
+    },
+)
 def slot_within_trained_window(config: RenderedService) -> None:
     llama, profile = config.llama, config.profile
     assert llama is not None and profile is not None and profile.n_ctx_train is not None
@@ -163,7 +147,7 @@ def slot_within_trained_window(config: RenderedService) -> None:
     limit = int(profile.n_ctx_train * ratio)
     if shape.n_ctx_seq > limit:
         declared = (f" x the declared {ratio:g} extrapolation ({extrapolation.why})" if extrapolation else "")
-        raise TRAINED_CHECK.fail(
+        raise slot_within_trained_window.fail(
             config, "past-trained-window",
             where=config.where_flag(llama.use("ctx_size")),
             observed=(f"each slot holds {shape.n_ctx_seq} positions = {shape.n_ctx_seq / profile.n_ctx_train:.2f}x "
@@ -174,9 +158,6 @@ def slot_within_trained_window(config: RenderedService) -> None:
                  "--parallel, stretch the rope (--rope-scaling yarn --rope-scale N, where the model takes it), or "
                  "declare [services.NAME.extrapolation] with the ratio and why it is acceptable"),
         )
-
-
-POOL = "slots-divide-pool"
 
 
 @dataclass(frozen=True)
@@ -222,8 +203,7 @@ def _no_shape_flags(config: RenderedService) -> str | None:
     return None
 
 
-POOL_CHECK = service_seam(
-    POOL,
+@service_seam(
     cites=("B-CTX-8", "B-CTX-1", "B-CTX-5"),
     summary="an engine without an argv model (halogen): the slots divide its pool exactly, and each slot is the "
                "window clients are told",
@@ -237,16 +217,13 @@ POOL_CHECK = service_seam(
         "slot-not-client-window": "pool / slots other than the contract's `context_window` (B-CTX-8: dragoon's 401,408 = 2 x 200,704)",
     },
 )
-
-
-@POOL_CHECK.register
 def slots_divide_pool(config: RenderedService) -> None:
     flags = config.service.shape_flags
     assert flags is not None
     shape = declared_shape(config)
     if shape is None:
         given = {f: _flag_value(config.rendered.argv, f) for f in (flags.slots, flags.pool)}
-        raise POOL_CHECK.fail(
+        raise slots_divide_pool.fail(
             config, "flag-missing",
             where=str(config.rendered.script),
             observed="the rendered argv gives " + ", ".join(f"{f} {v if v is not None else '(absent)'}" for f, v in given.items()),
@@ -255,7 +232,7 @@ def slots_divide_pool(config: RenderedService) -> None:
             fix=f"pass {flags.slots} and {flags.pool} from the env file",
         )
     if shape.pool % shape.slots:
-        raise POOL_CHECK.fail(
+        raise slots_divide_pool.fail(
             config, "uneven",
             where=str(config.rendered.script),
             observed=f"{shape.pool_where} {shape.pool} over {shape.slots_where} {shape.slots}: "
@@ -265,7 +242,7 @@ def slots_divide_pool(config: RenderedService) -> None:
         )
     window = config.service.contract.context_window
     if window is not None and shape.per_slot != window:
-        raise POOL_CHECK.fail(
+        raise slots_divide_pool.fail(
             config, "slot-not-client-window",
             where=str(config.rendered.script),
             observed=(f"each of {shape.slots} slots holds {shape.per_slot} positions ({shape.pool_where} {shape.pool} / "

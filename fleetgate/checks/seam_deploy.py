@@ -82,13 +82,13 @@ def _listens(config: RenderedService) -> tuple[str, int, bool]:
 
 def _fail(config: RenderedService, probe: Probe, *, code: str, observed: str, expected: str, fix: str) -> Failure:
     """The failure of one probe branch; the raise site names the branch (``code``)."""
-    return CHECK.fail(config, code, where=probe.where, observed=f"{probe.url} ({probe.budget_s} s budget): {observed}",
+    return deploy_probes.fail(config, code, where=probe.where, observed=f"{probe.url} ({probe.budget_s} s budget): {observed}",
                       expected=expected,
                       fix=fix + "; a probe that cannot succeed burns its whole budget and aborts the run (INC-81)")
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy="deploy-probes",
     cites=("B-TO-6", "B-UN-6", "INC-81"),
     summary="the deploy script's readiness probe for the service can succeed: its scheme, address, port and "
                "path are where the rendered engine answers",
@@ -105,15 +105,12 @@ CHECK = service_seam(
         "path": "a probe path that is not a readiness endpoint of the engine (`/health`, or the contract's endpoints)",
     },
 )
-
-
-@CHECK.register
 def deploy_probes(config: RenderedService) -> None:
     table = config.fleet.deploy_probes
     assert table is not None
     probe = read_probes(table).get(config.name)
     if probe is None:
-        raise CHECK.fail(
+        raise deploy_probes.fail(
             config, "missing",
             where=str(table),
             observed=f"no probe for {config.name}: the deploy restarts its unit and gates on nothing",
@@ -150,7 +147,6 @@ def deploy_probes(config: RenderedService) -> None:
                     fix="probe /health: it answers 200 only once the model is loaded")
 
 
-PAYLOAD = "deploy-payload"
 # ssh(1)'s options that take a value (OpenSSH ssh.c, the getopt string): the first other word is the host.
 _SSH_VALUED = set("bceilmopBDEFIJLOPQRSwW")
 _EXISTS = ("-e", "-f", "-r", "-s", "-d")
@@ -211,8 +207,8 @@ def _deploy_run(config: RenderedService) -> RenderProbe:
     return RenderProbe(args=(config.service.host, "--service", config.name), service=pseudo)
 
 
-PAYLOAD_CHECK = service_seam(
-    PAYLOAD,
+@service_seam(
+    policy="deploy-payload",
     probes=lambda config: [_deploy_run(config)],
     cites=("B-MM-4", "B-SW-1", "INC-76"),
     summary="the deploy script's payload-existence gate, run with its defaults, tests the files the env file "
@@ -228,9 +224,6 @@ PAYLOAD_CHECK = service_seam(
         "untested": "a payload file the unit loads (model, mmproj) that the deploy's gate never tests (B-MM-4)",
     },
 )
-
-
-@PAYLOAD_CHECK.register
 def deploy_payload(config: RenderedService) -> None:
     script = config.fleet.deploy_script
     assert script is not None
@@ -239,7 +232,7 @@ def deploy_payload(config: RenderedService) -> None:
     try:
         run = config.probe(service=planned.service, args=planned.args)
     except RenderRefused as refused:
-        raise PAYLOAD_CHECK.fail(
+        raise deploy_payload.fail(
             config, "does-not-run",
             where=f"{script}:{refused.line}" if refused.line else str(script),
             observed=f"{script.name} {host} --service {config.name} calls no ssh: {refused.message}",
@@ -255,7 +248,7 @@ def deploy_payload(config: RenderedService) -> None:
     stale = [path for path in tested if path not in named]
     if stale:
         wheres = [run.first_traced(path) or str(script) for path in stale]
-        raise PAYLOAD_CHECK.fail(
+        raise deploy_payload.fail(
             config, "other-payload",
             where=wheres[0],
             observed=(f"{script.name} {host} --service {config.name} gates on {stale[0]}, which neither the env file nor "
@@ -268,7 +261,7 @@ def deploy_payload(config: RenderedService) -> None:
     untested = [origin for origin in payload if _loads(config, origin.value) and origin.value not in tested]
     if untested:
         origin = untested[0]
-        raise PAYLOAD_CHECK.fail(
+        raise deploy_payload.fail(
             config, "untested",
             where=str(script),
             observed=(f"{script.name} {host} --service {config.name} never tests {origin.value} "

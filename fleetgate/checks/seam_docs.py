@@ -30,7 +30,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__ = ["IndexEntry", "Shape", "read_index"]
 
-NAME = "docs-index"
 MARKERS = ("ACTIVE", "LIVE", "STAGED", "SUPERSEDED", "RETIRED")
 ALLOWED = {"active": ("ACTIVE", "LIVE"), "undeployed": ("STAGED",), "rollback": ("SUPERSEDED", "RETIRED")}
 _ITEM = re.compile(r"^\s*[-*]\s+\[[^\]]*\]\((?P<target>[^)#\s]+)\)(?P<rest>.*)$")
@@ -69,8 +68,8 @@ def _has_index(fleet: Fleet) -> str | None:
     return None
 
 
-CHECK = fleet_seam(
-    NAME,
+@fleet_seam(
+    policy="docs-index",
     cites=("B-DOC-1", "B-DOC-2", "B-DOC-3", "B-DOC-5", "B-DOC-6"),
     summary="every docs page is registered in the index, every deployed service has a page, and the status "
                "markers say what fleet.toml deploys",
@@ -84,9 +83,6 @@ CHECK = fleet_seam(
         "unregistered-page": "a docs page the index does not link (INC-47)",
     },
 )
-
-
-@CHECK.register
 def docs_index(fleet: Fleet) -> None:
     index = fleet.docs_index
     assert index is not None
@@ -94,7 +90,7 @@ def docs_index(fleet: Fleet) -> None:
     registered = {entry.page: entry for entry in entries}
     for entry in entries:
         if not entry.page.is_file():
-            raise CHECK.fail(fleet, "dead-link", where=f"{index}:{entry.line}",
+            raise docs_index.fail(fleet, "dead-link", where=f"{index}:{entry.line}",
                              observed=f"the index links {entry.page.name}, which does not exist",
                              expected="every index entry names a page of the docs directory",
                              fix="restore the page or drop the entry (a rename moves both)")
@@ -103,39 +99,38 @@ def docs_index(fleet: Fleet) -> None:
         listed = registered.get(page)
         if listed is None:
             if service.state == "active":
-                raise CHECK.fail(fleet, "service-missing", where=fleet.where("services", service.name),
+                raise docs_index.fail(fleet, "service-missing", where=fleet.where("services", service.name),
                                  observed=f"{service.name} is deployed but the index has no {page.name} entry",
                                  expected="every deployed service in the active-deployment list (B-DOC-5, INC-82)",
                                  fix=f"write {page.name} and register it in {index.name}")
             continue
         allowed = ALLOWED[service.state]
         if listed.marker not in allowed:
-            raise CHECK.fail(fleet, "index-status", where=f"{index}:{listed.line}",
+            raise docs_index.fail(fleet, "index-status", where=f"{index}:{listed.line}",
                              observed=f"the index marks {service.name} {listed.marker or '(no marker)'}",
                              expected=f"{' or '.join(allowed)}: fleet.toml says state = {service.state!r}",
                              fix="sweep the markers in the cutover commit (INC-27, INC-67)")
         status, line = _page_status(page)
         if status != listed.marker:
-            raise CHECK.fail(fleet, "page-status", where=f"{page}:{line}" if line else str(page),
+            raise docs_index.fail(fleet, "page-status", where=f"{page}:{line}" if line else str(page),
                              observed=f"{page.name} says status: {status or '(none)'}",
                              expected=f"{listed.marker}, as the index marks it",
                              fix="the page header and the index move together (INC-67: a header still said LIVE)")
         if service.state == "active":
             for number, text in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
                 if NOT_YET in text.lower():
-                    raise CHECK.fail(fleet, "not-yet-deployed", where=f"{page}:{number}",
+                    raise docs_index.fail(fleet, "not-yet-deployed", where=f"{page}:{number}",
                                      observed=f"{page.name} still says '{text.strip()[:120]}'",
                                      expected="no 'not yet deployed' clause on the page of a deployed service (B-DOC-6)",
                                      fix="retire the clause in the deploy commit")
     for page in sorted(index.parent.glob("*.md")):
         if page.resolve() != index.resolve() and page.resolve() not in registered:
-            raise CHECK.fail(fleet, "unregistered-page", where=str(page),
+            raise docs_index.fail(fleet, "unregistered-page", where=str(page),
                              observed=f"{page.name} is not linked from {index.name}",
                              expected="every page registered in the index (INC-47)",
                              fix=f"add '- [{page.stem}]({page.name}) — STATUS — one line' to {index.name}")
 
 
-SHAPES = "docs-shapes"
 # "3 x 262,144", "2 \u00d7 200,704": slots x per-slot window. The window is a context (four digits or more).
 _NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d{4,})"
 _SHAPE = re.compile(rf"(?<![\d,.])(?P<slots>\d{{1,3}})\s*[x\u00d7]\s*(?P<window>{_NUMBER})(?![\d,])")
@@ -221,8 +216,8 @@ def _words_of_lines(text: str) -> tuple[tuple[int, str, frozenset[str]], ...]:
     return tuple((number, line, frozenset(_WORD.findall(line))) for number, line in enumerate(text.splitlines(), start=1))
 
 
-SHAPES_CHECK = service_seam(
-    SHAPES,
+@service_seam(
+    policy="docs-index",
     cites=("B-DOC-4", "INC-60", "INC-66", "INC-82", "INC-86"),
     summary="the shapes (slots x window, ctx) and the engine the index and the service's page give are "
                "what the env files render",
@@ -237,9 +232,6 @@ SHAPES_CHECK = service_seam(
         "engine-differs": "a line about the service names another engine (llama.cpp, vLLM, SGLang) (INC-86)",
     },
 )
-
-
-@SHAPES_CHECK.register
 def docs_shapes(config: RenderedService) -> None:
     shape = _shape(config)
     assert shape is not None
@@ -247,7 +239,7 @@ def docs_shapes(config: RenderedService) -> None:
         for match in _SHAPE.finditer(line):
             slots, window = int(match.group("slots")), int(match.group("window").replace(",", ""))
             if (slots, window) != (shape.slots, shape.window):
-                raise SHAPES_CHECK.fail(
+                raise docs_shapes.fail(
                     config, "shape-differs",
                     where=f"{path}:{number}",
                     observed=f"the docs describe {config.name} as {match.group(0)}: '{line.strip()[:140]}'",
@@ -258,7 +250,7 @@ def docs_shapes(config: RenderedService) -> None:
         for match in _CONTEXT.finditer(line):
             window = int(match.group("window").replace(",", ""))
             if window != shape.window:
-                raise SHAPES_CHECK.fail(
+                raise docs_shapes.fail(
                     config, "context-differs",
                     where=f"{path}:{number}",
                     observed=f"the docs give {config.name} {match.group(0)}: '{line.strip()[:140]}'",
@@ -270,7 +262,7 @@ def docs_shapes(config: RenderedService) -> None:
                 continue
             said = next((w for w in words if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w])", line)), None)
             if said is not None:
-                raise SHAPES_CHECK.fail(
+                raise docs_shapes.fail(
                     config, "engine-differs",
                     where=f"{path}:{number}",
                     observed=f"the docs say {config.name} runs {said}: '{line.strip()[:140]}'",

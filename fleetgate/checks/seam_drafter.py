@@ -23,7 +23,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "drafter-placement"
 # The buffers that say where a context lives: its weights and its KV cache (a compute buffer follows them).
 _PLACED = ("model", "KV", "KV (SWA)")
 _LABEL = {"mtp": "MTP context", "draft": "draft model's context"}
@@ -46,8 +45,6 @@ def _sized_for(config: RenderedService, context: str) -> list[str]:
 
 
 def _no_placement(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     context = _context(config)
     if context is None:
         return f"{config.name} runs no draft context (no draft-mtp, no drafter type with --spec-draft-model)"
@@ -67,8 +64,7 @@ def _buffers(ledger: Ledger, context: str) -> list[Buffer]:
     return [b for d in (*ledger.devices, ledger.host) for b in d.buffers if b.context == context]
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-FIT-13", "B-FIT-7", "INC-03", "INC-10", "INC-58"),
     summary="the draft context (its weights, KV and compute) runs on the card its calibration was measured on, "
                "and no draft flag names a placement the engine ignores",
@@ -87,9 +83,6 @@ CHECK = service_seam(
         ),
     },
 )
-
-
-@CHECK.register
 def drafter_placement(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -97,7 +90,7 @@ def drafter_placement(config: RenderedService) -> None:
     assert context is not None
     sized = _sized_for(config, context)
     calibrated = config.fleet.where("services", config.name, "calibration")
-    ledger = memory_ledger(config, CHECK)  # an unknown device or cache type fails as every memory seam does
+    ledger = memory_ledger(config, drafter_placement)  # an unknown device or cache type fails as every memory seam does
     buffers = _buffers(ledger, context)
     cards = sorted({b.device for b in buffers if b.device != HOST.name and b.buffer in (*_PLACED, "compute")})
     device_use = llama.use("spec_draft_device")
@@ -108,7 +101,7 @@ def drafter_placement(config: RenderedService) -> None:
         contradicts = (named and named != cards) or ngl == "0"
         if contradicts:
             flags = " ".join(f"{u.flag} {u.value}" for u in (device_use, ngl_use) if u is not None)
-            raise CHECK.fail(
+            raise drafter_placement.fail(
                 config, "ignored-under-mtp",
                 cites=("B-FIT-13",),
                 where=config.where_flag(device_use or ngl_use),
@@ -131,7 +124,7 @@ def drafter_placement(config: RenderedService) -> None:
         else:
             causes = ["--no-kv-offload (every KV cache, the draft's too, stays in host memory)"]
             where = config.where_flag(None)
-        raise CHECK.fail(
+        raise drafter_placement.fail(
             config, "on-host",
             cites=("B-FIT-13", "B-FIT-7"), where=where,
             observed=f"the {_LABEL[context]} keeps {placed} in host memory: {', '.join(causes) or 'no draft device'}",
@@ -144,7 +137,7 @@ def drafter_placement(config: RenderedService) -> None:
         held = {c: sum(b.bytes for b in buffers if b.device == c) for c in off}
         lever = device_use if context == "draft" and device_use is not None else (
             llama.use("device") or llama.use("tensor_split") or llama.use("spec_type"))
-        raise CHECK.fail(
+        raise drafter_placement.fail(
             config, "off-sized-card",
             cites=("B-FIT-13",),
             where=config.where_flag(lever),

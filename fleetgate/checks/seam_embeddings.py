@@ -10,20 +10,18 @@ to pool once embeddings are on. A router's preset section is the same argv (``po
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
+from fleetgate.checks._common import llama_of
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["EMBEDDINGS"]
+__all__: list[str] = []
 
-EMBEDDINGS = "embeddings-served"
 
 _PATHS = ("/v1/embeddings", "/embeddings", "/embedding")
 
 
 def _asked(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     endpoints = [e for e in config.service.contract.endpoints if e in _PATHS]
-    if config.llama.use("pooling") is None and not endpoints:
+    if llama_of(config).use("pooling") is None and not endpoints:
         return (f"{config.name} asks for no embeddings (no --pooling, no /v1/embeddings among its contract's "
                 "endpoints)")
     return None
@@ -35,8 +33,7 @@ def _on(config: RenderedService, dest: str) -> bool:
     return use is not None and use.value not in ("0", "false", "off")
 
 
-CHECK = service_seam(
-    EMBEDDINGS,
+@service_seam(
     cites=(),
     summary="a llama-server asked for embeddings (--pooling, or /v1/embeddings in its contract) is started with "
             "--embeddings",
@@ -49,9 +46,6 @@ CHECK = service_seam(
                               "every request is a 501"),
     },
 )
-
-
-@CHECK.register
 def embeddings_served(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -62,14 +56,14 @@ def embeddings_served(config: RenderedService) -> None:
     fix = ("add --embeddings (LLAMA_ARG_EMBEDDINGS=1; `embeddings = true` in a preset section); a model that "
            "serves chat too keeps it: --embeddings adds the endpoint")
     if pooling is not None:
-        raise CHECK.fail(
+        raise embeddings_served.fail(
             config, "pooling-only",
             where=config.where_flag(pooling),
             observed=f"{pooling.flag} {pooling.value} without --embeddings: {refusal} to every embeddings request",
             expected="--embeddings beside --pooling (pooling says how, --embeddings turns the endpoint on)",
             fix=fix,
         )
-    raise CHECK.fail(
+    raise embeddings_served.fail(
         config, "contract-endpoint",
         where=config.fleet.where("services", config.name, "contract"),
         observed=f"the contract lists /v1/embeddings; the server is started without --embeddings: {refusal}",

@@ -6,30 +6,25 @@ from __future__ import annotations
 from fleetgate.checks import NotApplicable, fleet_seam, service_seam
 from fleetgate.fleet import Fleet, Service
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose, Kubernetes, QuadletExec, SwapModel, container_run
 
 __all__: list[str] = []
 
-FINITE = "fleet-numbers-finite"
-UNIQUE = "service-ports-unique"
 PORT = "rendered-port-matches"
 
 
-FINITE_CHECK = fleet_seam(
-    FINITE,
+@fleet_seam(
     cites=(),
     summary="every number in fleet.toml is finite (TOML allows inf and nan; no fleet value means them)",
     codes={
         "non-finite": "`inf` or `nan` anywhere in fleet.toml",
     },
 )
-
-
-@FINITE_CHECK.register
 def fleet_numbers_finite(fleet: Fleet) -> None:
     if not fleet.non_finite:
         return
     first = fleet.non_finite[0]
-    raise FINITE_CHECK.fail(
+    raise fleet_numbers_finite.fail(
         fleet, "non-finite",
         where=f"{fleet.path}:{first.line}" if first.line else str(fleet.path),
         observed=f"{len(fleet.non_finite)} value(s) that are not finite numbers",
@@ -39,17 +34,13 @@ def fleet_numbers_finite(fleet: Fleet) -> None:
     )
 
 
-UNIQUE_CHECK = fleet_seam(
-    UNIQUE,
+@fleet_seam(
     cites=(),
     summary="no two active services of a host declare the same port",
     codes={
         "duplicate": "two active services on one host:port (models of one llama-swap config share its port: no clash)",
     },
 )
-
-
-@UNIQUE_CHECK.register
 def service_ports_unique(fleet: Fleet) -> None:
     seen: dict[tuple[str, int], str] = {}
     clashes: list[str] = []
@@ -65,7 +56,7 @@ def service_ports_unique(fleet: Fleet) -> None:
         else:
             seen[key] = service.name
     if clashes:
-        raise UNIQUE_CHECK.fail(
+        raise service_ports_unique.fail(
             fleet, "duplicate",
             where=fleet.where("services", clashes[0].split(" and ")[1].split(" both")[0], "port"),
             observed=f"{len(clashes)} host:port pair(s) declared by two active services",
@@ -87,8 +78,7 @@ def _no_port(config: RenderedService) -> str | None:
     return f"{PORT} does not apply to {config.name}"
 
 
-PORT_CHECK = service_seam(
-    PORT,
+@service_seam(
     cites=(),
     summary="the port the serve script passes the engine is the port fleet.toml declares",
     requires=_no_port,
@@ -124,9 +114,6 @@ PORT_CHECK = service_seam(
         ),
     },
 )
-
-
-@PORT_CHECK.register
 def rendered_port_matches(config: RenderedService) -> None:
     if config.llama is not None:
         port, use = config.llama.port, config.llama.use("port")
@@ -140,22 +127,21 @@ def rendered_port_matches(config: RenderedService) -> None:
                             "router gives its llama-server a free port when it loads it, and clients reach the "
                             "router's own port (fleet.toml's port)")
     # Behind llama-swap the engine listens where llama-swap forwards (its proxy:), not on llama-swap's own port.
-    upstream = config.rendered.upstream_port
+    start = config.rendered.start
+    upstream = start.upstream_port if isinstance(start, SwapModel) else None
     declared = config.service.port if upstream is None else upstream
-    compose = config.rendered.compose
-    if compose is not None and not compose.host_network:
+    if isinstance(start, Compose) and start.read is not None and not start.read.host_network:
         _compose_published(config, port, declared)
         return
-    pod = config.rendered.kubernetes
-    if pod is not None and pod.selected:
+    if isinstance(start, Kubernetes) and start.read is not None and start.read.selected:
         _service_port(config, port, declared)
         return
-    run = config.rendered.container
+    run = container_run(start)
     if run is not None:
         # docker run -p HOST:CONTAINER: clients reach the engine's port through the host port that publishes it.
         published = run.host_port(port)
         if published is None:
-            raise PORT_CHECK.fail(
+            raise rendered_port_matches.fail(
                 config, "run-not-published",
                 where=str(config.rendered.script),
                 observed=(f"the engine listens on {port} in the container"
@@ -167,20 +153,20 @@ def rendered_port_matches(config: RenderedService) -> None:
             )
         if published == declared:
             return
-        raise PORT_CHECK.fail(
+        raise rendered_port_matches.fail(
             config, "run-published-differs",
             where=str(config.rendered.script),
             observed=f"the {run.client} run line publishes the engine's port {port} on host port {published}",
             expected=f"port {declared}, as fleet.toml declares (where clients, the live gate and the other seams look)",
             fix="make the -p host port and fleet.toml's port agree",
         )
-    quadlet = config.rendered.quadlet
-    if quadlet is not None and quadlet.network != "host":
-        _quadlet_published(config, port, declared, f" ({use.flag} {use.value})" if use is not None else f" ({default})")
+    if isinstance(start, QuadletExec) and start.read is not None and start.read.network != "host":
+        _quadlet_published(config, port, declared,
+                           f" ({use.flag} {use.value})" if use is not None else f" ({default})")
         return
     if port == declared:
         return
-    raise PORT_CHECK.fail(
+    raise rendered_port_matches.fail(
         config, "differs",
         where=config.where_flag(use) if use is not None else str(config.rendered.script),
         observed=(f"the engine listens on {port}" + (f" ({use.flag} {use.value})" if use is not None else f" ({default})")),
@@ -193,11 +179,12 @@ def rendered_port_matches(config: RenderedService) -> None:
 def _quadlet_published(config: RenderedService, port: int, declared: int, how: str) -> None:
     """A Quadlet's container on podman's own network: clients on the host reach the engine through the host port its
     ``PublishPort=`` maps to the port the engine binds."""
-    quadlet = config.rendered.quadlet
-    assert quadlet is not None
+    start = config.rendered.start
+    assert isinstance(start, QuadletExec) and start.read is not None
+    quadlet = start.read
     mapping = next((p for p in quadlet.published if p.container_port == port and p.host_port is not None), None)
     if mapping is None:
-        raise PORT_CHECK.fail(
+        raise rendered_port_matches.fail(
             config, "quadlet-not-published",
             where=str(quadlet.path),
             observed=(f"the engine listens on {port} in the container{how}, and the Quadlet publishes "
@@ -209,7 +196,7 @@ def _quadlet_published(config: RenderedService, port: int, declared: int, how: s
         )
     if mapping.host_port == declared:
         return
-    raise PORT_CHECK.fail(
+    raise rendered_port_matches.fail(
         config, "quadlet-published-differs",
         where=mapping.where,
         observed=f"PublishPort= publishes the engine's port {port} on host port {mapping.host_port}",
@@ -221,11 +208,12 @@ def _quadlet_published(config: RenderedService, port: int, declared: int, how: s
 def _service_port(config: RenderedService, port: int, declared: int) -> None:
     """Clients of a Kubernetes workload that Services select connect to a Service's port, which forwards to the
     container port its targetPort names (a pod no Service selects is reached on the engine's own port)."""
-    pod = config.rendered.kubernetes
-    assert pod is not None
+    start = config.rendered.start
+    assert isinstance(start, Kubernetes) and start.read is not None
+    pod = start.read
     targeting = pod.targeting(port)
     if not targeting:
-        raise PORT_CHECK.fail(
+        raise rendered_port_matches.fail(
             config, "kubernetes-not-targeted",
             where=pod.service_ports[0].where if pod.service_ports else pod.command_where,
             observed=(f"the engine listens on {port} in {pod.name}, and no port of Service "
@@ -239,7 +227,7 @@ def _service_port(config: RenderedService, port: int, declared: int) -> None:
         )
     if any(p.port == declared for p in targeting):
         return
-    raise PORT_CHECK.fail(
+    raise rendered_port_matches.fail(
         config, "kubernetes-port-differs",
         where=targeting[0].where,
         observed=(f"Service {targeting[0].service} forwards port {', '.join(str(p.port) for p in targeting)} to the "
@@ -251,11 +239,12 @@ def _service_port(config: RenderedService, port: int, declared: int) -> None:
 
 def _compose_published(config: RenderedService, port: int, declared: int) -> None:
     """In a compose service on a bridge network clients reach the port ``ports:`` publishes, not the engine's own."""
-    compose = config.rendered.compose
-    assert compose is not None
+    start = config.rendered.start
+    assert isinstance(start, Compose) and start.read is not None
+    compose = start.read
     mapped = compose.published(port)
     if mapped is None:
-        raise PORT_CHECK.fail(
+        raise rendered_port_matches.fail(
             config, "not-published",
             where=compose.ports[0].where if compose.ports else compose.command_where,
             observed=(f"the engine listens on {port} inside the container, and no ports: entry of {compose.name} "
@@ -266,7 +255,7 @@ def _compose_published(config: RenderedService, port: int, declared: int) -> Non
                 "nothing outside the container reaches an unpublished port",
         )
     if mapped.published != declared:
-        raise PORT_CHECK.fail(
+        raise rendered_port_matches.fail(
             config, "published-differs",
             where=mapped.where,
             observed=(f"ports: publishes the engine's port {port} on host port "

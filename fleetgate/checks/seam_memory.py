@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from fleetgate.checks import NOT_JUDGED, Check, NotApplicable, NotJudged, service_seam
-from fleetgate.checks._common import gib, no_cards, no_profile
+from fleetgate.checks._common import gib, llama_of, no_cards, no_profile
 from fleetgate.failure import Deferred
 from fleetgate.ledger.accounts import TERMS, DeviceLedger, Ledger, SlotState
 from fleetgate.ledger.drafters import CONTEXT_DRAFTERS
@@ -27,10 +27,6 @@ from fleetgate.visibility import Unresolved, engine_cards
 
 __all__ = ["LEDGER_CODES", "memory_ledger"]
 
-FLOOR = "card-floor"
-BALANCE = "card-balance"
-CACHE = "prompt-cache-holds-slot"
-DRAFTER = "drafter-kv-fits"
 MiB = 1 << 20
 
 
@@ -175,8 +171,7 @@ def _cache_margin(config: RenderedService) -> dict[str, object]:
                              "ram_margin_bytes": config.host.ram_bytes // 2 - cap}}
 
 
-FLOOR_CHECK = service_seam(
-    FLOOR,
+@service_seam(
     cites=("B-FIT-1", "B-FIT-4", "B-FIT-6", "B-FIT-9", "B-FIT-10", "B-FIT-11", "B-FIT-16", "B-FIT-17", "B-FIT-19",
               "INC-03", "INC-04", "INC-05", "INC-10", "INC-58", "INC-74"),
     summary="every card keeps the host's floor of free VRAM once the ledger has placed everything",
@@ -190,11 +185,8 @@ FLOOR_CHECK = service_seam(
         "unmeasured-compute": "compute buffers priced by estimate at a ubatch no boot measured (INC-74)",
     },
 )
-
-
-@FLOOR_CHECK.register
 def card_floor(config: RenderedService) -> None:
-    ledger = memory_ledger(config, FLOOR_CHECK)
+    ledger = memory_ledger(config, card_floor)
     declared = config.host.card_floor_bytes
     floor = declared or 0
     # Weights, KV and state that already break the floor are the split's or the context's doing; a card
@@ -212,7 +204,7 @@ def card_floor(config: RenderedService) -> None:
     else:
         where_floor = config.fleet.where("hosts", config.host.name, "card_floor_gib")
         expected = f">= {gib(floor)} free on every card (the floor of host {config.host.name}, {where_floor})"
-    raise FLOOR_CHECK.fail(
+    raise card_floor.fail(
         config, "below-floor",
         where=_lever(config),
         observed=f"{worst.card.shown} keeps {gib(worst.free or 0)} free",
@@ -247,7 +239,7 @@ def _contiguity(config: RenderedService, ledger: Ledger) -> None:
             continue
         llama = config.llama
         assert llama is not None
-        raise FLOOR_CHECK.fail(
+        raise card_floor.fail(
             config, "buffer-unplaceable",
             cites=("B-FIT-11", "B-FIT-10", "INC-05"),
             where=config.where_flag(llama.use("ubatch_size") or llama.use("batch_size")),
@@ -273,7 +265,7 @@ def _measured_compute(config: RenderedService, ledger: Ledger) -> None:
     estimated = [(d.card.name, b) for d in ledger.cards for b in d.buffers if b.buffer == "compute" and b.basis == "estimate"]
     if not estimated:
         return
-    raise FLOOR_CHECK.fail(
+    raise card_floor.fail(
         config, "unmeasured-compute",
         cites=("B-FIT-19", "B-FIT-10", "INC-74"),
         where=config.where_flag(llama.use("ubatch_size")),
@@ -290,9 +282,7 @@ def _measured_compute(config: RenderedService, ledger: Ledger) -> None:
 
 def _no_split(config: RenderedService) -> str | None:
     """Why there is no layer split across cards to balance."""
-    llama = config.llama
-    if llama is None:
-        return f"{config.name} renders no llama-server command line"
+    llama = llama_of(config)
     host = config.host.name
     # Whether there is a split at all comes first: a service on one card is not a service the balance cannot judge.
     if not config.host.cards:
@@ -308,8 +298,7 @@ def _no_split(config: RenderedService) -> str | None:
     return None
 
 
-BALANCE_CHECK = service_seam(
-    BALANCE,
+@service_seam(
     cites=("B-FIT-2", "B-FIT-4", "B-FIT-5", "INC-12"),
     summary="the cards of a layer split differ by at most the host's declared slack",
     requires=_no_split,
@@ -320,11 +309,8 @@ BALANCE_CHECK = service_seam(
         "gap-over-slack": "the cards of a layer split differ by more than the host's slack",
     },
 )
-
-
-@BALANCE_CHECK.register
 def card_balance(config: RenderedService) -> None:
-    ledger = memory_ledger(config, BALANCE_CHECK)
+    ledger = memory_ledger(config, card_balance)
     slack = config.host.balance_slack_bytes
     assert slack is not None
     cards = ledger.cards
@@ -336,7 +322,7 @@ def card_balance(config: RenderedService) -> None:
     if gap <= slack:
         return
     where_slack = config.fleet.where("hosts", config.host.name, "balance_slack_gib")
-    raise BALANCE_CHECK.fail(
+    raise card_balance.fail(
         config, "gap-over-slack",
         where=_lever(config),
         observed=f"{heaviest.card.shown} holds {gib(gap)} more than {lightest.card.shown}",
@@ -346,15 +332,9 @@ def card_balance(config: RenderedService) -> None:
     )
 
 
-def _is_llama(config: RenderedService) -> str | None:
-    return None if config.llama is not None else f"{config.name} renders no llama-server command line"
-
-
-CACHE_CHECK = service_seam(
-    CACHE,
+@service_seam(
     cites=("B-PC-1", "B-PC-2", "B-PC-3", "B-PC-5", "INC-11"),
     summary="--cache-ram holds one slot's state (target KV, recurrent, draft) within half the host RAM",
-    requires=_is_llama,
     engines=("llama.cpp",),
     figures=_cache_margin,
     codes={
@@ -369,9 +349,6 @@ CACHE_CHECK = service_seam(
         ),
     },
 )
-
-
-@CACHE_CHECK.register
 def prompt_cache_holds_slot(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -381,7 +358,7 @@ def prompt_cache_holds_slot(config: RenderedService) -> None:
     ram = f"half the host RAM: {gib(half)}, {config.fleet.where('hosts', config.host.name, 'ram_gib')}"
     # The bounds of the cache need no ledger: they hold whether or not the model is known.
     if llama.cache_ram_mib < 0:
-        raise CACHE_CHECK.fail(
+        raise prompt_cache_holds_slot.fail(
             config, "unbounded",
             cites=("B-PC-3",), where=where,
             observed="--cache-ram -1: the prompt cache may grow without bound",
@@ -389,7 +366,7 @@ def prompt_cache_holds_slot(config: RenderedService) -> None:
             fix="on a shared host the cache is bounded: set --cache-ram to one slot's state rounded up",
         )
     if cap > half:
-        raise CACHE_CHECK.fail(
+        raise prompt_cache_holds_slot.fail(
             config, "over-half-ram",
             cites=("B-PC-2",), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}",
@@ -400,14 +377,14 @@ def prompt_cache_holds_slot(config: RenderedService) -> None:
         if reason.startswith(NOT_JUDGED):
             raise NotJudged(reason)  # the service's one line, as every seam blind without the profile says it
         raise NotApplicable(f"{reason}; without it one slot's state is unknown (the cache's lower bound)")
-    state = memory_ledger(config, CACHE_CHECK).slot_state
+    state = memory_ledger(config, prompt_cache_holds_slot).slot_state
     slot = state.target_kv + state.recurrent + state.draft
     parts = (f"target KV {gib(state.target_kv)} ({state.tokens} tokens), recurrent state "
              f"{gib(state.recurrent)}, draft state {gib(state.draft)}")
     refused = ["an entry larger than the cap is refused ('prompt state size ... exceeds cache size "
                f"limit {llama.cache_ram_mib:.3f} MiB, skipping') and the conversation is prefilled again"]
     if cap < slot:
-        raise CACHE_CHECK.fail(
+        raise prompt_cache_holds_slot.fail(
             config, "below-slot-state",
             cites=("B-PC-1", "INC-11"), where=where,
             observed=f"--cache-ram {llama.cache_ram_mib} MiB = {gib(cap)}, one full slot's state is {gib(slot)}",
@@ -445,7 +422,7 @@ def _checkpoints_fit(config: RenderedService, state: SlotState, cap: int, slot: 
     use = llama.use("ctx_checkpoints")
     held = (f"{n} checkpoints x ({gib(target)} of the target's recurrent / windowed state + {gib(draft)} of the "
             f"draft context's state) = {gib(n * (target + draft))}")
-    raise CACHE_CHECK.fail(
+    raise prompt_cache_holds_slot.fail(
         config, "checkpoints-over-cap",
         cites=("B-PC-1", "B-PC-5", "INC-11"),
         where=config.where_flag(use) if use is not None else config.where_flag(llama.use("cache_ram")),
@@ -463,9 +440,7 @@ def _checkpoints_fit(config: RenderedService, state: SlotState, cap: int, slot: 
 
 def _no_draft_context(config: RenderedService) -> str | None:
     """Why there is no draft context on a card to account for."""
-    llama = config.llama
-    if llama is None:
-        return f"{config.name} renders no llama-server command line"
+    llama = llama_of(config)
     types = set(llama.spec_types)
     if not ("draft-mtp" in types or (types & CONTEXT_DRAFTERS and llama.spec_draft_model is not None)):
         return f"{config.name} runs no draft context (no draft-mtp, no drafter type with --spec-draft-model)"
@@ -500,8 +475,7 @@ def _at_measured_geometry(config: RenderedService, ledger: Ledger) -> Ledger:
     return ledger_builder(config)(replace(llama, ubatch_size=ubatch, batch_size=max(llama.batch_size, ubatch)))
 
 
-DRAFTER_CHECK = service_seam(
-    DRAFTER,
+@service_seam(
     cites=("B-FIT-7", "INC-03", "INC-58"),
     summary="the draft context's KV (the target's whole context unless the drafter has a window) fits",
     requires=_no_draft_context,
@@ -511,13 +485,10 @@ DRAFTER_CHECK = service_seam(
         "below-floor": "the draft context's KV takes a card below its floor",
     },
 )
-
-
-@DRAFTER_CHECK.register
 def drafter_kv_fits(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    ledger = _at_measured_geometry(config, memory_ledger(config, DRAFTER_CHECK))
+    ledger = _at_measured_geometry(config, memory_ledger(config, drafter_kv_fits))
     floor = config.host.card_floor_bytes or 0
     draft = config.draft_profile
     mtp = "draft-mtp" in llama.spec_types and llama.spec_draft_model is None
@@ -538,7 +509,7 @@ def drafter_kv_fits(config: RenderedService) -> None:
         where: str | Deferred = config.where_flag(llama.use("spec_type"))
         if draft is not None and not mtp and not draft.sliding_window:
             where = _profile_where(draft.path, "attention")
-        raise DRAFTER_CHECK.fail(
+        raise drafter_kv_fits.fail(
             config, "below-floor",
             where=where,
             observed=f"{device.card.shown} keeps {gib(device.free)} free with the drafter: {what}",

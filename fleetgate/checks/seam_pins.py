@@ -9,17 +9,14 @@ from __future__ import annotations
 from fleetgate.checks import service_seam
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["NAME"]
+__all__: list[str] = []
 
-NAME = "contract-pins"
 # llama-server build 11434's defaults (common/common.h, common_params_sampling), for flags not passed.
 _DEFAULTS = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}
 _FLAGS = {"temperature": ("temp", "--temp"), "top_p": ("top_p", "--top-p"), "top_k": ("top_k", "--top-k")}
 
 
 def _no_pins(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     c = config.service.contract
     if not c.sampler and c.reasoning_budget is None and c.kv_cache_type is None:
         return (f"{config.name}'s contract pins nothing: declare sampler, reasoning_budget or kv_cache_type under "
@@ -27,8 +24,7 @@ def _no_pins(config: RenderedService) -> str | None:
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-UN-8", "B-UN-9", "B-UN-10"),
     summary="the sampler defaults, reasoning and KV precision the contract promises are what the argv passes",
     requires=_no_pins,
@@ -40,9 +36,6 @@ CHECK = service_seam(
         "kv-precision": "a KV cache type other than the contract's `kv_cache_type` (B-UN-10)",
     },
 )
-
-
-@CHECK.register
 def contract_pins(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -53,7 +46,7 @@ def contract_pins(config: RenderedService) -> None:
         value = getattr(llama, dest)
         got = _DEFAULTS[key] if value is None else value
         if abs(float(got) - float(wanted)) > 1e-9:
-            raise CHECK.fail(
+            raise contract_pins.fail(
                 config, "sampler-differs",
                 cites=("B-UN-8",),
                 where=config.where_flag(llama.use(dest)),
@@ -64,7 +57,7 @@ def contract_pins(config: RenderedService) -> None:
     if contract.reasoning_budget is not None:
         got_budget = -1 if llama.reasoning_budget is None else llama.reasoning_budget
         if got_budget != contract.reasoning_budget:
-            raise CHECK.fail(
+            raise contract_pins.fail(
                 config, "reasoning-budget",
                 cites=("B-UN-9",),
                 where=config.where_flag(llama.use("reasoning_budget")),
@@ -73,7 +66,7 @@ def contract_pins(config: RenderedService) -> None:
                 fix="pass the promised budget: 0 turns thinking off, -1 leaves it unlimited",
             )
     if contract.reasoning_field == "reasoning_content" and (llama.reasoning_format or "auto") == "none":
-        raise CHECK.fail(
+        raise contract_pins.fail(
             config, "reasoning-in-content",
             cites=("B-UN-9",),
             where=config.where_flag(llama.use("reasoning_format")),
@@ -85,7 +78,7 @@ def contract_pins(config: RenderedService) -> None:
         kv = {"K": (llama.cache_type_k, "cache_type_k"), "V": (llama.cache_type_v, "cache_type_v")}
         for which, (value, dest) in kv.items():
             if value != contract.kv_cache_type:
-                raise CHECK.fail(
+                raise contract_pins.fail(
                     config, "kv-precision",
                     cites=("B-UN-10",),
                     where=config.where_flag(llama.use(dest)),

@@ -15,11 +15,9 @@ from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "profile-declared"
 
-
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy_codes={"missing": "model-profiles"},
     cites=(),
     summary="a llama.cpp service declares its model's profile, which the ledger and the context seams read "
             "(not judged without it, naming the `fleetgate profile` command)",
@@ -28,13 +26,10 @@ CHECK = service_seam(
         "missing": "a llama.cpp service without `profile =`, in a fleet that keeps the `model-profiles` policy",
     },
 )
-
-
-@CHECK.register
 def profile_declared(config: RenderedService) -> None:
     if config.profile is None:
         if policy_on(config.fleet, "model-profiles"):
-            raise CHECK.fail(
+            raise profile_declared.fail(
                 config, "missing",
                 where=config.fleet.where("services", config.name),
                 observed=f"services.{config.name} declares no profile, and this fleet keeps the model-profiles policy: the "

@@ -32,7 +32,6 @@ from fleetgate.fleet import Fleet, Proxy
 __all__ = ["ROUTINGS"]
 
 ROUTING = "proxy-routing"
-CAPACITY = "proxy-capacity"
 ROUTINGS = ("adaptive", "roundrobin", "affinity")
 """The proxy's policies (S002): ``adaptive`` is its default."""
 AFFINITY_BYTES = 4096
@@ -57,8 +56,8 @@ def _int(entry: EnvEntry, *, minimum: int) -> int:
     return int(value)
 
 
-ROUTING_CHECK = fleet_seam(
-    ROUTING,
+@fleet_seam(
+    policy="routing-proxy",
     cites=("B-UN-14", "INC-37", "INC-38"),
     summary="a routing proxy pins only continuations (ROUTING=adaptive) and knows a conversation by its first 4 KiB "
                "(AFFINITY_BYTES)",
@@ -74,16 +73,13 @@ ROUTING_CHECK = fleet_seam(
         ),
     },
 )
-
-
-@ROUTING_CHECK.register
 def proxy_routing(fleet: Fleet) -> None:
     for proxy in fleet.proxies.values():
         env = parse_env_file(proxy.config, proxy.dialect)
         routing = env.get("ROUTING")
         if routing is not None and routing.value != "adaptive":
             known = routing.value in ROUTINGS
-            raise ROUTING_CHECK.fail(
+            raise proxy_routing.fail(
                 fleet, "not-adaptive",
                 where=routing.where,
                 cites=("B-UN-14", "INC-37"),
@@ -97,7 +93,7 @@ def proxy_routing(fleet: Fleet) -> None:
         window = env.get("AFFINITY_BYTES")
         size = _int(window, minimum=1) if window is not None else AFFINITY_BYTES
         if window is not None and size != AFFINITY_BYTES:
-            raise ROUTING_CHECK.fail(
+            raise proxy_routing.fail(
                 fleet, "affinity-window",
                 where=window.where,
                 cites=("B-UN-14", "INC-38"),
@@ -132,8 +128,8 @@ def _capacity(proxy: Proxy) -> tuple[int, int, int, int, str, str]:
     return cards, per_card, live, need, how, replicas.where
 
 
-CAPACITY_CHECK = fleet_seam(
-    CAPACITY,
+@fleet_seam(
+    policy="routing-proxy",
     cites=("INC-39", "INC-40"),
     summary="the load a routing proxy is sized for -- cached prefixes plus live sequences on the fullest card -- fits "
                "a replica's KV pool, whatever the placement or admission",
@@ -146,16 +142,13 @@ CAPACITY_CHECK = fleet_seam(
         ),
     },
 )
-
-
-@CAPACITY_CHECK.register
 def proxy_capacity(fleet: Fleet) -> None:
     for proxy in fleet.proxies.values():
         len_replicas, per_card, live, need, how, where_replicas = _capacity(proxy)
         tokens = proxy.conversation_tokens
         assert proxy.pool_tokens is not None and proxy.conversations is not None and tokens is not None
         if need > proxy.pool_tokens:
-            raise CAPACITY_CHECK.fail(
+            raise proxy_capacity.fail(
                 fleet, "over-pool",
                 where=fleet.where("proxies", proxy.name, "conversations"),
                 observed=(f"{proxy.name}: {per_card} x {tokens:,} cached + {live} x {tokens:,} live = {need:,} tokens on one card: "

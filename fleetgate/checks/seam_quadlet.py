@@ -15,18 +15,17 @@ from pathlib import PurePosixPath
 from fleetgate.checks import service_seam
 from fleetgate.checks.seam_units import UNIT_ENGINES, not_a_quadlet, unit_of
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose, Kubernetes
 from fleetgate.render.types import map_to_repo
 from fleetgate.units import Setting, Unit
 
 __all__ = ["container_paths", "mounts"]
 
-IMAGE = "quadlet-image"
-CACHE = "quadlet-compile-cache"
 PATHS = "container-paths"
 
 
-IMAGE_CHECK = service_seam(
-    IMAGE,
+@service_seam(
+    policy="local-images",
     cites=("B-VL-15", "INC-36"),
     summary="a Quadlet's Image= is a local tag (localhost/NAME:TAG)",
     requires=not_a_quadlet,
@@ -36,15 +35,12 @@ IMAGE_CHECK = service_seam(
         "not-local-tag": "a registry-prefixed `Image=` (INC-36)",
     },
 )
-
-
-@IMAGE_CHECK.register
 def quadlet_image(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     image = unit.last("Container", "Image")
     if image is None:
-        raise IMAGE_CHECK.fail(
+        raise quadlet_image.fail(
             config, "missing",
             where=str(unit.path),
             observed="no Image= in [Container]", expected="Image=localhost/NAME:TAG",
@@ -52,7 +48,7 @@ def quadlet_image(config: RenderedService) -> None:
         )
     name = image.value
     if not name.startswith("localhost/") or ":" not in name.split("/", 1)[1]:
-        raise IMAGE_CHECK.fail(
+        raise quadlet_image.fail(
             config, "not-local-tag",
             where=image.where,
             observed=f"Image={name}",
@@ -71,8 +67,8 @@ def mounts(unit: Unit) -> list[tuple[str, str, Setting]]:
     return found
 
 
-CACHE_CHECK = service_seam(
-    CACHE,
+@service_seam(
+    policy="vllm-compile-cache",
     cites=("B-VL-13", "INC-79"),
     summary="a containerised vLLM keeps its compile cache (/root/.cache) on a host volume",
     requires=not_a_quadlet,
@@ -81,18 +77,13 @@ CACHE_CHECK = service_seam(
         "not-persisted": "no host volume at `/root/.cache` for a containerised vLLM (INC-79)",
     },
 )
-
-
-@CACHE_CHECK.register
 def quadlet_compile_cache(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
-    if config.vllm is None:
-        return
     for host, container, _ in mounts(unit):
         if PurePosixPath(container) == PurePosixPath("/root/.cache") and host.startswith("/"):
             return
-    raise CACHE_CHECK.fail(
+    raise quadlet_compile_cache.fail(
         config, "not-persisted",
         where=str(unit.path),
         observed="no Volume= at /root/.cache: torch.compile's cache lands in the container's ephemeral layer",
@@ -120,16 +111,18 @@ def container_paths(config: RenderedService) -> Iterator[tuple[str, str]]:
 
 
 def _container(config: RenderedService) -> str | None:
-    pod = config.rendered.kubernetes
-    if pod is not None:
-        # Its volumes are read (rendered.kubernetes.mounts), but a persistentVolumeClaim has no host path to hold a
-        # payload to, and the seam's Quadlet and compose branches have no Kubernetes one yet.
-        return f"{config.name} is a Kubernetes container ({pod.workload}): its volumeMounts are not held to the payload"
-    return None if config.rendered.compose is not None else not_a_quadlet(config)
+    match config.rendered.start:
+        case Kubernetes(read=pod) if pod is not None:
+            # Its volumes are read (the container's mounts), but a persistentVolumeClaim has no host path to hold a
+            # payload to, and the seam's Quadlet and compose branches have no Kubernetes one yet.
+            return f"{config.name} is a Kubernetes container ({pod.workload}): its volumeMounts are not held to the payload"
+        case Compose(read=compose) if compose is not None:
+            return None
+    return not_a_quadlet(config)
 
 
-PATHS_CHECK = service_seam(
-    PATHS,
+@service_seam(
+    name=PATHS,
     cites=("B-VL-14", "B-VL-16", "INC-85"),
     summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
                "behind it: in the repository, or among the payload the host is declared to hold",
@@ -145,11 +138,8 @@ PATHS_CHECK = service_seam(
         ),
     },
 )
-
-
-@PATHS_CHECK.register
 def quadlet_container_paths(config: RenderedService) -> None:
-    if config.rendered.compose is not None:
+    if isinstance(config.rendered.start, Compose) and config.rendered.start.read is not None:
         _compose_paths(config)
         return
     unit = unit_of(config)
@@ -166,7 +156,7 @@ def quadlet_container_paths(config: RenderedService) -> None:
             hit = (PurePosixPath(host) / rest, setting)
             break
         if hit is None:
-            raise PATHS_CHECK.fail(
+            raise quadlet_container_paths.fail(
                 config, "not-mounted",
                 where=config.where_flag(
                     config.vllm.use(what.split()[0].lstrip("-").replace("-", "_")) if config.vllm else None),
@@ -178,7 +168,7 @@ def quadlet_container_paths(config: RenderedService) -> None:
         host_path, setting = hit
         local = map_to_repo(config.fleet, str(host_path))
         if local is not None and not local.exists():
-            raise PATHS_CHECK.fail(
+            raise quadlet_container_paths.fail(
                 config, "missing-in-repo",
                 where=setting.where,
                 observed=f"{what} {path} is {host_path} on the host, which is not in this repository",
@@ -189,13 +179,14 @@ def quadlet_container_paths(config: RenderedService) -> None:
 
 def _compose_paths(config: RenderedService) -> None:
     """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload."""
-    compose = config.rendered.compose
-    assert compose is not None
+    start = config.rendered.start
+    assert isinstance(start, Compose) and start.read is not None
+    compose = start.read
     declared = [PurePosixPath(p) for p in config.service.payload if p.startswith("/")]
     for what, path in container_paths(config):
         host = compose.host_path(path)
         if host is None:
-            raise PATHS_CHECK.fail(
+            raise quadlet_container_paths.fail(
                 config, "compose-not-mounted",
                 where=compose.command_where,
                 observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
@@ -206,7 +197,7 @@ def _compose_paths(config: RenderedService) -> None:
         local = map_to_repo(config.fleet, host)
         if local is not None:
             if not local.exists():
-                raise PATHS_CHECK.fail(
+                raise quadlet_container_paths.fail(
                     config, "compose-missing-in-repo",
                     where=compose.command_where,
                     observed=f"{what} {path} is {host} on the host, which is not in this repository",
@@ -216,7 +207,7 @@ def _compose_paths(config: RenderedService) -> None:
             continue
         inside = PurePosixPath(host)
         if declared and not any(inside == p or p in inside.parents for p in declared):
-            raise PATHS_CHECK.fail(
+            raise quadlet_container_paths.fail(
                 config, "payload-undeclared",
                 where=compose.command_where,
                 observed=f"{what} {path} is {host} on the host (through volumes:), which fleet.toml's payload does not name",

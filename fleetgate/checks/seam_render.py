@@ -12,11 +12,8 @@ from fleetgate.render.types import Origin
 
 __all__: list[str] = []
 
-NAME = "serve-script-renders"
 
-
-CHECK = attempt_seam(
-    NAME,
+@attempt_seam(
     cites=("B-SH-3", "B-SH-4", "B-MM-2", "B-SP-5", "INC-53"),
     summary="the serve script, run as its unit runs it, starts the engine and reads only this repository's env files",
     codes={
@@ -30,9 +27,6 @@ CHECK = attempt_seam(
         "sources-outside-repo": "the script sources a file outside this repository (INC-53)",
     },
 )
-
-
-@CHECK.register
 def serve_script_renders(attempt: ServiceAttempt) -> None:
     fleet, service = attempt.fleet, attempt.service
     if attempt.broken is not None:
@@ -40,7 +34,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
         if isinstance(broken, NotRead):
             # A generated file read without its generator (Nix, Ansible): a fact missing, not a finding.
             raise NotJudged(str(broken).replace("not judged: ", "", 1))
-        raise CHECK.fail(
+        raise serve_script_renders.fail(
             service.name, "broken-input",
             where=f"{broken.path}:{broken.line}" if broken.line else str(broken.path),
             observed=broken.message,
@@ -54,7 +48,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
         outside = next((s for s in refused.sourced if not s.inside_repo), None)
         if outside is not None:
             _outside_repo(service.name, fleet.deploy_root, outside.target, outside.caller, refused.inputs, refused.message)
-        raise CHECK.fail(
+        raise serve_script_renders.fail(
             service.name, "refused",
             where=where,
             observed=refused.message,
@@ -74,7 +68,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
             and config.rendered.unit.kind == "systemd" and not config.rendered.unit.all("Service", "EnvironmentFile"):
         names = [s.target.rsplit("/", 1)[-1] for s in read]
         if declared.name not in names:
-            raise CHECK.fail(
+            raise serve_script_renders.fail(
                 service.name, "undeclared-env-file",
                 where=read[-1].caller,
                 observed=f"the serve script reads {', '.join(s.target for s in read)}",
@@ -86,7 +80,7 @@ def serve_script_renders(attempt: ServiceAttempt) -> None:
 def _outside_repo(service: str, deploy_root: str | None, target: str, caller: str,
                   inputs: Mapping[str, Origin], outcome: str | None) -> NoReturn:
     setter = next((o for o in inputs.values() if o.value == target), None)
-    raise CHECK.fail(
+    raise serve_script_renders.fail(
         service, "sources-outside-repo",
         where=setter.where if setter else caller,
         observed=(f"the serve script ({caller}) sources {target}, outside this repository"

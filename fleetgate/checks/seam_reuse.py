@@ -22,9 +22,8 @@ from fleetgate.checks._common import profile_missing
 from fleetgate.engines.llamacpp import context_shape, pad, stoi
 from fleetgate.render.rendered import RenderedService
 
-__all__ = ["REUSE"]
+__all__: list[str] = []
 
-REUSE = "cache-reuse-kept"
 
 # The architectures whose cache never shifts: src/llama-model.cpp, llama_model_rope_type, gives these M-RoPE or
 # IM-RoPE (llama_hparams::n_pos_per_embd is then 4), and src/llama-kv-cache.cpp, get_can_shift, refuses step35
@@ -45,15 +44,12 @@ def _reuse(config: RenderedService) -> int:
 
 
 def _no_reuse(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     if _reuse(config) <= 0:
         return f"{config.name} passes no --cache-reuse (0, the default, reuses nothing)"
     return None
 
 
-CHECK = service_seam(
-    REUSE,
+@service_seam(
     cites=(),
     summary="--cache-reuse is kept: llama-server drops it beside a projector, or on a sliding-window model without "
             "--swa-full",
@@ -69,9 +65,6 @@ CHECK = service_seam(
                      "step35): llama-server disables cache reuse"),
     },
 )
-
-
-@CHECK.register
 def cache_reuse_kept(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -79,7 +72,7 @@ def cache_reuse_kept(config: RenderedService) -> None:
     where = config.where_flag(use)
     reuse = f"--cache-reuse {_reuse(config)}"
     if llama.mmproj:
-        raise CHECK.fail(
+        raise cache_reuse_kept.fail(
             config, "multimodal",
             where=where,
             observed=(f"{reuse} beside --mmproj {llama.mmproj}: llama-server logs 'cache_reuse is not supported by "
@@ -92,7 +85,7 @@ def cache_reuse_kept(config: RenderedService) -> None:
     if profile is None:
         raise NotJudged(profile_missing(config))
     if profile.architecture in _NO_SHIFT:
-        raise CHECK.fail(
+        raise cache_reuse_kept.fail(
             config, "no-shift",
             where=where,
             observed=(f"{reuse} on {profile.name} (architecture {profile.architecture}, whose cache never shifts: "
@@ -115,7 +108,7 @@ def cache_reuse_kept(config: RenderedService) -> None:
                        + llama.ubatch_size), 256)
     if size_swa == size_base:
         return  # the window covers the whole context: both caches hold the same cells, and the context shifts
-    raise CHECK.fail(
+    raise cache_reuse_kept.fail(
         config, "sliding-window",
         where=where,
         observed=(f"{reuse} on {profile.name}, whose sliding-window layers keep a {size_swa}-cell cache beside the "

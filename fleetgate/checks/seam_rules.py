@@ -28,9 +28,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__ = ["Selector", "exported", "selectors"]
 
-EXPORTED = "rules-exported"
-DRAFTER = "rules-drafter-alert"
-RETIRED = "retired-names"
 NAMESPACE = {"llama.cpp": "llamacpp", "vllm": "vllm"}
 
 
@@ -182,8 +179,7 @@ def _has_rules(fleet: Fleet) -> str | None:
     return None
 
 
-EXPORTED_CHECK = fleet_seam(
-    EXPORTED,
+@fleet_seam(
     cites=("B-OB-1", "B-OB-3", "INC-24"),
     summary="every series a rule or dashboard names is exported by the engine of the job it names",
     requires=_has_rules,
@@ -194,9 +190,6 @@ EXPORTED_CHECK = fleet_seam(
         "not-exported": "a rule or dashboard names a series its engine does not export (INC-24, B-OB-3)",
     },
 )
-
-
-@EXPORTED_CHECK.register
 def rules_exported(fleet: Fleet) -> None:
     services = _deployed(fleet)
     engines = {NAMESPACE[s.engine] for s in services if s.engine in NAMESPACE}
@@ -208,7 +201,7 @@ def rules_exported(fleet: Fleet) -> None:
         if selector.job is not None and selector.job[0] in ("=", "=~"):
             wrong = [s for s in jobs if NAMESPACE.get(s.engine) != namespace]
             if wrong:
-                raise EXPORTED_CHECK.fail(
+                raise rules_exported.fail(
                     fleet, "wrong-engine",
                     where=selector.where,
                     observed=(f"{selector.owner} reads {selector.series} from job {selector.job[1]!r}, which is "
@@ -217,7 +210,7 @@ def rules_exported(fleet: Fleet) -> None:
                     fix="re-cut the rule for the engine the job runs now (a cutover changes the metric namespace)",
                 )
         if namespace not in NAMESPACE.values():
-            raise EXPORTED_CHECK.fail(
+            raise rules_exported.fail(
                 fleet, "unknown-namespace",
                 where=selector.where,
                 observed=f"{selector.owner} names {selector.series}: no engine of this fleet exports {namespace}:*",
@@ -225,7 +218,7 @@ def rules_exported(fleet: Fleet) -> None:
                 fix="retire the rule, or re-cut it on the engine that serves the job now",
             )
         if namespace not in engines:
-            raise EXPORTED_CHECK.fail(
+            raise rules_exported.fail(
                 fleet, "engine-not-deployed",
                 where=selector.where,
                 observed=f"{selector.owner} names {selector.series}, but no deployed service runs {namespace}",
@@ -235,7 +228,7 @@ def rules_exported(fleet: Fleet) -> None:
         provenance, series = exported(namespace)
         if selector.series not in series:
             close = sorted(s for s in series if s.rsplit("_", 1)[0] in selector.series or selector.series.rsplit("_", 1)[0] in s)
-            raise EXPORTED_CHECK.fail(
+            raise rules_exported.fail(
                 fleet, "not-exported",
                 where=selector.where,
                 observed=f"{selector.owner} names {selector.series}, which the engine does not export: the rule can never fire",
@@ -254,8 +247,8 @@ def _drafts(config: RenderedService) -> str | None:
     return f"{config.name} decodes without a drafter: there is no drafter to lose"
 
 
-DRAFTER_CHECK = service_seam(
-    DRAFTER,
+@service_seam(
+    policy="drafter-alert",
     cites=("B-OB-2", "INC-16"),
     summary="a spec-decoding service has an alert on its drafter going quiet",
     requires=_drafts,
@@ -264,9 +257,6 @@ DRAFTER_CHECK = service_seam(
         "missing": "a spec-decoding service without a drafter-off alert (B-OB-2)",
     },
 )
-
-
-@DRAFTER_CHECK.register
 def rules_drafter_alert(config: RenderedService) -> None:
     namespace = "llamacpp" if config.llama is not None else "vllm"
     series = f"{namespace}:spec_decode_num_drafts_total"
@@ -274,7 +264,7 @@ def rules_drafter_alert(config: RenderedService) -> None:
         if selector.series == series and selector.names_job(config.name):
             return
     rules = ", ".join(str(p.relative_to(config.fleet.root)) for p in config.fleet.rules) or "no rules files"
-    raise DRAFTER_CHECK.fail(
+    raise rules_drafter_alert.fail(
         config, "missing",
         where=config.fleet.where("rules") if config.fleet.rules else str(config.fleet.path),
         observed=f"no rule in {rules} watches {series} for {config.name}",
@@ -303,8 +293,8 @@ def _has_retired(fleet: Fleet) -> str | None:
     return None
 
 
-RETIRED_CHECK = fleet_seam(
-    RETIRED,
+@fleet_seam(
+    policy="retired-names",
     cites=("B-OB-5", "B-DOC-10"),
     summary="no retired service, job or variable name in the repository's live files (history and comments excepted)",
     requires=_has_retired,
@@ -312,9 +302,6 @@ RETIRED_CHECK = fleet_seam(
         "found": "a retired name in a live file of the repository (B-OB-5, B-DOC-10)",
     },
 )
-
-
-@RETIRED_CHECK.register
 def retired_names(fleet: Fleet) -> None:
     for path in _live_files(fleet):
         try:
@@ -326,7 +313,7 @@ def retired_names(fleet: Fleet) -> None:
                 continue
             for name in fleet.retired_names:
                 if name in line:
-                    raise RETIRED_CHECK.fail(
+                    raise retired_names.fail(
                         fleet, "found",
                         where=f"{path}:{number}",
                         observed=f"{name!r} in {line.strip()[:160]!r}",

@@ -25,7 +25,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "runbook-settings"
 HEADING = "deployed configuration"
 _CELL = re.compile(r"`([^`]*)`")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -85,7 +84,7 @@ def _settings(config: RenderedService, page: Path, rows: list[tuple[int, str]]) 
         names = _CELL.findall(cells[0]) if cells else []
         values = _CELL.findall(cells[1]) if len(cells) > 1 else []
         if not names or len(names) != len(values) or not all(_ENV.match(n) or _FLAG.match(n) for n in names):
-            raise CHECK.fail(
+            raise runbook_settings.fail(
                 config, "bad-row",
                 where=f"{page}:{number}",
                 observed=f"'{row.strip()[:160]}'",
@@ -114,8 +113,8 @@ def _flag_value(argv: tuple[str, ...], flag: str) -> str | None:
     return value
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy="docs-index",
     cites=("B-UN-12", "B-CTX-8", "B-DOC-4"),
     summary="every setting the service's runbook requires (its Deployed configuration table: flags and engine "
                "environment) is what the rendered engine runs with",
@@ -133,9 +132,6 @@ CHECK = service_seam(
         ),
     },
 )
-
-
-@CHECK.register
 def runbook_settings(config: RenderedService) -> None:
     page = _page(config)
     assert page is not None
@@ -147,7 +143,7 @@ def runbook_settings(config: RenderedService) -> None:
         if setting.name.startswith("-"):
             have = _flag_value(argv, setting.name)
             if have != setting.value:
-                raise CHECK.fail(
+                raise runbook_settings.fail(
                     config, "flag-differs",
                     cites=("B-DOC-4", "B-CTX-8"), where=required,
                     observed=(f"the engine is started with {setting.name} {have}" if have is not None
@@ -161,7 +157,7 @@ def runbook_settings(config: RenderedService) -> None:
         have = env.get(setting.name)
         if have != setting.value:
             origin = config.variables.get(setting.name)
-            raise CHECK.fail(
+            raise runbook_settings.fail(
                 config, "env-differs",
                 cites=("B-UN-12",),
                 where=origin.where if origin is not None else str(config.rendered.script),

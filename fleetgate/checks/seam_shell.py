@@ -12,8 +12,6 @@ from fleetgate.render.types import RenderRefused
 
 __all__: list[str] = []
 
-NAME = "empty-means-omit"
-
 
 def _no_omittable(config: RenderedService) -> str | None:
     if not config.service.omittable:
@@ -41,8 +39,7 @@ def _set_and_emptied(config: RenderedService) -> list[Probe]:
     return [Probe({variable: value}) for variable in config.service.omittable for value in (_sentinel(variable), "")]
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     probes=_set_and_emptied,
     cites=("B-SH-1", "INC-57"),
     summary="setting an omittable variable to the empty string omits the flag it feeds",
@@ -53,9 +50,6 @@ CHECK = service_seam(
         "empty-keeps-flag": "an empty omittable variable still passes its flag (INC-57)",
     },
 )
-
-
-@CHECK.register
 def empty_means_omit(config: RenderedService) -> None:
     for variable in config.service.omittable:
         sentinel = _sentinel(variable)
@@ -67,7 +61,7 @@ def empty_means_omit(config: RenderedService) -> None:
                                 f"services.{config.name}.omittable") from None
         flag = _flag_fed_by(probe.argv, sentinel)
         if flag is None:
-            raise CHECK.fail(
+            raise empty_means_omit.fail(
                 config, "feeds-no-flag",
                 where=config.fleet.where("services", config.name, "omittable"),
                 observed=f"{variable} feeds no flag of the rendered argv",
@@ -77,7 +71,7 @@ def empty_means_omit(config: RenderedService) -> None:
         try:
             empty = config.probe({variable: ""})
         except RenderRefused as refused:
-            raise CHECK.fail(
+            raise empty_means_omit.fail(
                 config, "refuses-empty",
                 where=f"{refused.path}:{refused.line or ''}".rstrip(":"),
                 observed=f"with {variable}= (empty) the serve script refuses: {refused.message}",
@@ -86,7 +80,7 @@ def empty_means_omit(config: RenderedService) -> None:
             ) from None
         if flag in empty.argv:
             value = empty.argv[empty.argv.index(flag) + 1] if empty.argv.index(flag) + 1 < len(empty.argv) else ""
-            raise CHECK.fail(
+            raise empty_means_omit.fail(
                 config, "empty-keeps-flag",
                 where=str(config.rendered.script),
                 observed=f"with {variable}= (empty) the engine still gets {flag} {value}",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from fleetgate.checks import service_seam
+from fleetgate.checks._common import llama_of
 from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "speculative-wiring"
 
 # common/speculative.cpp: these types run a draft context; a chain has exactly one draft context.
 CONTEXT_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark"})
@@ -18,16 +18,13 @@ BLOCK_DRAFTERS = frozenset({"draft-dflash", "draft-dspark"})
 
 
 def _no_speculation(config: RenderedService) -> str | None:
-    llama = config.llama
-    if llama is None:
-        return f"{config.name} renders no llama-server command line"
+    llama = llama_of(config)
     if not (llama.speculative or llama.spec_draft_model is not None):
         return f"{config.name} passes no --spec-type and no --spec-draft-model: nothing speculative to wire"
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-SP-1", "B-SP-2", "B-SP-3", "B-SP-6", "B-SP-8", "INC-13", "INC-15", "INC-16"),
     summary="one draft context, a draft model only where the type needs one, depth within the drafter's block",
     requires=_no_speculation,
@@ -42,9 +39,6 @@ CHECK = service_seam(
         "ngram-window": "the ngram-mod window is not the contract's measured one",
     },
 )
-
-
-@CHECK.register
 def speculative_wiring(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
@@ -54,7 +48,7 @@ def speculative_wiring(config: RenderedService) -> None:
     model_use = llama.use("spec_draft_model")
 
     if llama.spec_draft_model is not None and not types:
-        raise CHECK.fail(
+        raise speculative_wiring.fail(
             config, "draft-model-without-type",
             cites=("INC-16",), where=config.where_flag(model_use),
             observed=f"--spec-draft-model {llama.spec_draft_model} with no --spec-type",
@@ -63,7 +57,7 @@ def speculative_wiring(config: RenderedService) -> None:
         )
     chained = [t for t in types if t in CONTEXT_TYPES]
     if len(chained) > 1:
-        raise CHECK.fail(
+        raise speculative_wiring.fail(
             config, "chained-draft-contexts",
             cites=("B-SP-2", "INC-13"), where=where_types,
             observed=f"--spec-type {','.join(types)} chains {len(chained)} context-backed drafters ({', '.join(chained)})",
@@ -73,7 +67,7 @@ def speculative_wiring(config: RenderedService) -> None:
         )
     needs_model = [t for t in types if t in NEEDS_DRAFT_MODEL]
     if needs_model and llama.spec_draft_model is None:
-        raise CHECK.fail(
+        raise speculative_wiring.fail(
             config, "type-without-draft-model",
             cites=("B-SP-3",), where=where_types,
             observed=f"--spec-type {','.join(types)} without --spec-draft-model",
@@ -81,7 +75,7 @@ def speculative_wiring(config: RenderedService) -> None:
             fix="pass the drafter GGUF in the branch of the serve script that selects this type",
         )
     if "draft-mtp" in types and llama.spec_draft_model is not None:
-        raise CHECK.fail(
+        raise speculative_wiring.fail(
             config, "draft-model-under-mtp",
             cites=("B-SP-3", "INC-13"), where=config.where_flag(model_use),
             observed=f"--spec-type draft-mtp with --spec-draft-model {llama.spec_draft_model}",
@@ -91,7 +85,7 @@ def speculative_wiring(config: RenderedService) -> None:
     if "draft-mtp" in types and config.profile is not None:
         nextn = config.profile.raw.get("model", {}).get("nextn_layers")
         if nextn == 0:
-            raise CHECK.fail(
+            raise speculative_wiring.fail(
                 config, "mtp-without-nextn",
                 cites=("B-SP-2",), where=where_types,
                 observed=f"--spec-type draft-mtp on {config.profile.name}, which has no nextn (MTP) layers",
@@ -107,7 +101,7 @@ def speculative_wiring(config: RenderedService) -> None:
             # yields a full block. A larger n_max is clamped at load with a warning.
             limit = drafter.block_size if (blocks[0] == "draft-dspark" and anchor) else drafter.block_size - 1
             if llama.spec_draft_n_max > limit:
-                raise CHECK.fail(
+                raise speculative_wiring.fail(
                     config, "depth-past-block",
                     cites=("B-SP-1", "B-SP-8"),
                     where=config.where_flag(llama.use("spec_draft_n_max")),
@@ -120,7 +114,7 @@ def speculative_wiring(config: RenderedService) -> None:
         want = config.service.contract.ngram_window
         have = (llama.spec_ngram_mod_n_min, llama.spec_ngram_mod_n_max)
         if have != want:
-            raise CHECK.fail(
+            raise speculative_wiring.fail(
                 config, "ngram-window",
                 cites=("B-SP-6", "INC-15"),
                 where=config.where_flag(llama.use("spec_ngram_mod_n_min") or llama.use("spec_ngram_mod_n_max")),
@@ -130,7 +124,6 @@ def speculative_wiring(config: RenderedService) -> None:
             )
 
 
-BUILD = "engine-build-minimum"
 # (fork, what needs the build, the minimum build, the rule): features a fork gained at a known build.
 MINIMUMS = (
     ("vendor", "draft-mtp with a quantized V cache", 10777, "B-SP-10"),
@@ -138,8 +131,6 @@ MINIMUMS = (
 
 
 def _no_engine_build(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     if config.service.engine_build is None:
         return (f"{config.name} declares no engine_build in fleet.toml: declare {{ fork, number }} to hold the build "
                 "to the minimums its features need (B-SP-10)")
@@ -154,8 +145,7 @@ def _needs(config: RenderedService, feature: str) -> bool:
     raise AssertionError(feature)
 
 
-BUILD_CHECK = service_seam(
-    BUILD,
+@service_seam(
     cites=("B-SP-10",),
     summary="the declared engine build is at least the one that brought each feature the rendered argv uses "
                "(vendor fork: draft-mtp with a quantized V cache needs build 10777)",
@@ -168,15 +158,12 @@ BUILD_CHECK = service_seam(
         ),
     },
 )
-
-
-@BUILD_CHECK.register
 def engine_build_minimum(config: RenderedService) -> None:
     build, llama = config.service.engine_build, config.llama
     assert build is not None and llama is not None
     for fork, feature, minimum, rule in MINIMUMS:
         if build.fork == fork and build.number is not None and build.number < minimum and _needs(config, feature):
-            raise BUILD_CHECK.fail(
+            raise engine_build_minimum.fail(
                 config, "below-minimum",
                 cites=(rule,),
                 where=config.fleet.where("services", config.name, "engine_build"),

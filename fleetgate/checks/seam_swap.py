@@ -27,8 +27,6 @@ from fleetgate.render.types import Origin, Rendered, RenderRefused
 
 __all__ = ["payload_variables"]
 
-NAME = "payload-consistency"
-DEFAULTS = "payload-defaults"
 _PAYLOAD_FLAGS = {"--model", "-m", "--mmproj", "-mm", "--spec-draft-model", "-md", "--model-draft"}
 
 
@@ -54,8 +52,8 @@ def _profiles(config: RenderedService) -> list[tuple[str, Profile]]:
     return found
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy="payload-manifest",
     cites=("B-SW-1", "B-SW-3", "INC-02", "INC-76"),
     summary="fleet.toml and the fetch manifest name one payload, at the profiled size",
     requires=_has_manifest,
@@ -69,9 +67,6 @@ CHECK = service_seam(
         "size-differs": "a manifest size other than the file's profiled size (INC-02, B-SW-3)",
     },
 )
-
-
-@CHECK.register
 def payload_consistency(config: RenderedService) -> None:
     manifest_path = config.service.payload_manifest
     assert manifest_path is not None
@@ -79,7 +74,7 @@ def payload_consistency(config: RenderedService) -> None:
     declared = set(config.service.payload)
     where_payload = config.fleet.where("services", config.name, "payload")
     for path in sorted(declared - set(manifest)):
-        raise CHECK.fail(
+        raise payload_consistency.fail(
             config, "not-in-manifest",
             where=str(manifest_path),
             observed=f"{path} is declared payload ({where_payload}) but the fetch manifest does not fetch or verify it",
@@ -87,7 +82,7 @@ def payload_consistency(config: RenderedService) -> None:
             fix="add the file to the manifest (size from the Hub, sha256 from its LFS oid), or drop it from payload",
         )
     for path in sorted(set(manifest) - declared):
-        raise CHECK.fail(
+        raise payload_consistency.fail(
             config, "not-declared",
             where=manifest[path].where,
             observed=f"the fetch manifest fetches {path}, which fleet.toml's payload does not declare",
@@ -106,7 +101,7 @@ def payload_consistency(config: RenderedService) -> None:
         else:  # a sidecar the argv does not name: the file the profile names, else its model name
             entry = by_name.get(profile.file or "") or by_stem.get(profile.name)
             if entry is None:
-                raise CHECK.fail(
+                raise payload_consistency.fail(
                     config, "profile-unmatched",
                     where=str(profile.path),
                     observed=(f"the {flag.lstrip('-')} profile ({profile.name}, {profile.file_bytes:,} B) matches no file "
@@ -115,7 +110,7 @@ def payload_consistency(config: RenderedService) -> None:
                     fix="name the file in the profile's [model] file, or drop the profile that no payload file carries",
                 )
         if entry is not None and entry.size != profile.file_bytes:
-            raise CHECK.fail(
+            raise payload_consistency.fail(
                 config, "size-differs",
                 where=entry.where,
                 observed=f"{PurePosixPath(entry.path).name}: the manifest declares {entry.size:,} B",
@@ -143,8 +138,7 @@ def _unset_each(config: RenderedService) -> list[Probe]:
     return [Probe({origin.name: None}) for origin in payload_variables(config)]
 
 
-DEFAULTS_CHECK = service_seam(
-    DEFAULTS,
+@service_seam(
     probes=_unset_each,
     cites=("B-SW-2", "B-SW-1", "INC-68"),
     summary="with a payload variable unset, the serve script's default names the env file's payload, not a retired one",
@@ -156,9 +150,6 @@ DEFAULTS_CHECK = service_seam(
         ),
     },
 )
-
-
-@DEFAULTS_CHECK.register
 def payload_defaults(config: RenderedService) -> None:
     declared = set(config.service.payload)
     variables = payload_variables(config)
@@ -190,7 +181,7 @@ def payload_defaults(config: RenderedService) -> None:
 
 def _other(config: RenderedService, origin: Origin, path: str, how: str) -> None:
     __tracebackhide__ = True
-    raise DEFAULTS_CHECK.fail(
+    raise payload_defaults.fail(
         config, "other-payload",
         where=str(config.rendered.script),
         observed=f"with {origin.name} unset the serve script uses {path} ({how})",

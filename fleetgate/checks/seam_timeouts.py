@@ -7,11 +7,8 @@ from fleetgate.timeouts import ResolvedChain
 
 __all__: list[str] = []
 
-NAME = "timeouts-nest"
 
-
-CHECK = chain_seam(
-    NAME,
+@chain_seam(
     cites=("B-TO-1", "B-TO-2", "B-TO-3", "B-TO-4"),
     summary="each waiter's budget is strictly longer than the budget of what it waits on",
     codes={
@@ -23,15 +20,12 @@ CHECK = chain_seam(
         "not-strictly-longer": "a waiter's budget is not strictly longer than what it waits on",
     },
 )
-
-
-@CHECK.register
 def timeouts_nest(resolved: ResolvedChain) -> None:
     cites = resolved.chain.cites
     for budget in resolved.budgets:
         if budget.unreadable:
             owner = budget.name.split(":")[0]
-            raise CHECK.fail(
+            raise timeouts_nest.fail(
                 resolved, "client-env-unreadable",
                 where=budget.where, cites=cites,
                 observed=f"{owner}'s env file cannot be read as its consumer reads it: {budget.problem}",
@@ -40,7 +34,7 @@ def timeouts_nest(resolved: ResolvedChain) -> None:
             )
     for budget in resolved.budgets:
         if budget.problem is not None:
-            raise CHECK.fail(
+            raise timeouts_nest.fail(
                 resolved, "budget-not-seconds",
                 where=budget.where, cites=cites,
                 observed=budget.problem,
@@ -51,7 +45,7 @@ def timeouts_nest(resolved: ResolvedChain) -> None:
         assert inner.seconds is not None and outer.seconds is not None
         if not outer.seconds > inner.seconds:
             relation = "equal to" if outer.seconds == inner.seconds else "shorter than"
-            raise CHECK.fail(
+            raise timeouts_nest.fail(
                 resolved, "not-strictly-longer",
                 cites=cites,
                 where=outer.where if outer.raw is not None else inner.where,

@@ -20,24 +20,22 @@ from pathlib import Path
 
 from fleetgate.chat_template import PROBE_TOOL, describes_tools
 from fleetgate.checks import NotApplicable, NotJudged, service_seam
+from fleetgate.checks._common import llama_of
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose, Kubernetes, container_run
 
-__all__ = ["TEMPLATE", "TOOLS"]
+__all__ = ["TOOLS"]
 
 TOOLS = "tools-need-jinja"
-TEMPLATE = "chat-template"
 
 
 def _promised(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     if config.service.contract.tools is not True:
         return f"{config.name}'s contract promises no tool calls (services.{config.name}.contract.tools)"
     return None
 
 
-CHECK = service_seam(
-    TOOLS,
+@service_seam(
     cites=(),
     summary="a llama-server whose contract promises tool calls keeps jinja on (llama-server refuses tools without it)",
     requires=_promised,
@@ -47,15 +45,12 @@ CHECK = service_seam(
                      "request with tools ('tools param requires --jinja flag')"),
     },
 )
-
-
-@CHECK.register
 def tools_need_jinja(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     if llama.jinja:
         return
-    raise CHECK.fail(
+    raise tools_need_jinja.fail(
         config, "no-jinja",
         where=config.where_flag(llama.use("jinja")),
         observed=("jinja is off (--no-jinja): llama-server answers every request with tools 'tools param requires "
@@ -73,17 +68,14 @@ def _in_repository(config: RenderedService, path: Path) -> str:
 
 
 def _template_matters(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
-    given = config.llama.use("chat_template_file")
+    given = llama_of(config).use("chat_template_file")
     if config.service.contract.tools is not True and (given is None or not given.value):
         return (f"{config.name} passes no --chat-template-file and its contract promises no tool calls "
                 f"(services.{config.name}.contract.tools)")
     return None
 
 
-TEMPLATE_CHECK = service_seam(
-    TEMPLATE,
+@service_seam(
     cites=(),
     summary=("the chat template a llama-server uses is there, and describes the tools its contract promises "
              "(read from the repository's template file, or the model's GGUF header on this machine)"),
@@ -97,13 +89,12 @@ TEMPLATE_CHECK = service_seam(
                      "bad results'"),
     },
 )
-
-
-@TEMPLATE_CHECK.register
 def chat_template(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
-    if config.rendered.compose is not None or config.rendered.container is not None or config.rendered.kubernetes:
+    start = config.rendered.start
+    if ((isinstance(start, Compose | Kubernetes) and start.read is not None)
+            or container_run(start) is not None):
         given = llama.use("chat_template_file")
         if given is not None and given.value:
             raise NotApplicable(f"{config.name} runs in a container: its --chat-template-file is a path of the "
@@ -112,7 +103,7 @@ def chat_template(config: RenderedService) -> None:
     assert template is not None
     if template.missing:
         given = llama.use("chat_template_file")
-        raise TEMPLATE_CHECK.fail(
+        raise chat_template.fail(
             config, "missing-file",
             where=config.where_flag(given),
             observed=(f"--chat-template-file {template.what}, which is {template.repository_file} of this repository: "
@@ -133,7 +124,7 @@ def chat_template(config: RenderedService) -> None:
                         "server's own verdict from /props (chat_template_caps)")
     if verdict:
         return
-    raise TEMPLATE_CHECK.fail(
+    raise chat_template.fail(
         config, "no-tools",
         where=(_in_repository(config, template.repository_file) if template.repository_file is not None
                else config.where_flag(llama.use("chat_template")) if template.origin == "inline" else template.what),

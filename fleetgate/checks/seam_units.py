@@ -15,18 +15,13 @@ from itertools import pairwise
 from fleetgate.checks import service_seam
 from fleetgate.policies import policy_on
 from fleetgate.render.rendered import Probe, RenderedService
+from fleetgate.render.start import Compose, Kubernetes, QuadletExec, container_run, quadlet_of
 from fleetgate.render.types import RenderRefused, map_to_repo
 from fleetgate.sources.systemd import expand_exec
 from fleetgate.units import Setting, Unit
 
 __all__ = ["UNIT_ENGINES", "not_a_quadlet", "unit_of", "user_unit"]
 
-INSTALL = "unit-install"
-USER = "unit-user"
-MEMLOCK = "unit-memlock"
-RESTART = "unit-restart"
-ENV_FILES = "unit-env-files"
-EXEC_ARGS = "unit-exec-args"
 
 UNIT_ENGINES = ("llama.cpp", "vllm", "openai")
 _STARTS = {"quadlet": "a rootless Quadlet starts with the user manager", "systemd": "a root unit starts with the system"}
@@ -37,10 +32,11 @@ def unit_of(config: RenderedService) -> Unit | None:
 
 
 def _has_unit(config: RenderedService) -> str | None:
-    if config.rendered.compose is not None:
-        return f"{config.name} is a compose service ({config.rendered.compose.path.name}): no systemd unit to hold"
-    if config.rendered.kubernetes is not None:
-        return f"{config.name} is a Kubernetes container ({config.rendered.kubernetes.workload}): no systemd unit to hold"
+    match config.rendered.start:
+        case Compose(read=compose) if compose is not None:
+            return f"{config.name} is a compose service ({compose.path.name}): no systemd unit to hold"
+        case Kubernetes(read=pod) if pod is not None:
+            return f"{config.name} is a Kubernetes container ({pod.workload}): no systemd unit to hold"
     if config.rendered.unit is None:
         return f"{config.name} has no unit in fleet.toml: declare unit = PATH (the systemd unit or Quadlet that starts it)"
     return None
@@ -70,8 +66,7 @@ def _service_section(unit: Unit) -> str:
     return "Container" if unit.kind == "quadlet" else "Service"
 
 
-INSTALL_CHECK = service_seam(
-    INSTALL,
+@service_seam(
     cites=("B-UN-1", "B-UN-2", "INC-35"),
     summary="the unit is installed into the target that starts it at boot (multi-user for root units, default for Quadlets)",
     requires=_has_unit,
@@ -81,17 +76,17 @@ INSTALL_CHECK = service_seam(
         "wrong-target": "`WantedBy=` is not multi-user.target (root unit) or default.target (Quadlet)",
     },
 )
-
-
-@INSTALL_CHECK.register
 def unit_install(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     target = "default.target" if unit.kind == "quadlet" else "multi-user.target"
     wanted = unit.all("Install", "WantedBy")
     targets = [t for s in wanted for t in s.value.split()]
+    quadlet = quadlet_of(config.rendered.start)
+    if quadlet is not None and quadlet.rootful is not None and "multi-user.target" in targets:
+        return  # the system manager's default.target is multi-user's (or graphical's, which wants it)
     if not wanted:
-        raise INSTALL_CHECK.fail(
+        raise unit_install.fail(
             config, "no-wanted-by",
             where=str(unit.path),
             observed="no [Install] WantedBy=: `systemctl enable` has nothing to link, the service stays dark after a reboot",
@@ -99,7 +94,7 @@ def unit_install(config: RenderedService) -> None:
             fix=f"add [Install] WantedBy={target}" + (" (and Linger=yes for the user)" if unit.kind == "quadlet" else ""),
         )
     if target not in targets:
-        raise INSTALL_CHECK.fail(
+        raise unit_install.fail(
             config, "wrong-target",
             where=wanted[-1].where,
             observed=f"WantedBy={' '.join(targets)}",
@@ -125,6 +120,10 @@ def user_unit(unit: Unit) -> bool:
 
 
 def _system_unit(config: RenderedService) -> str | None:
+    quadlet = quadlet_of(config.rendered.start)
+    if quadlet is not None and quadlet.rootful is not None:
+        return (f"{config.name} is a rootful Quadlet ({quadlet.rootful}): podman runs the engine as its container's "
+                "user (User= in [Container]), which container-user judges")
     reason = _systemd(config)
     if reason is not None:
         return reason
@@ -133,14 +132,15 @@ def _system_unit(config: RenderedService) -> str | None:
     if user_unit(unit):
         return (f"{config.name}'s unit {unit.path.name} is a user unit (under systemd/user/): it runs as the user whose "
                 "manager starts it, and User= does not apply")
-    if config.rendered.container is not None:
-        return (f"{config.name}'s unit starts a container ({config.rendered.container.client} run): the engine runs as "
+    run = container_run(config.rendered.start)
+    if run is not None:
+        return (f"{config.name}'s unit starts a container ({run.client} run): the engine runs as "
                 "the container's user, not as the unit's User=")
     return None
 
 
-USER_CHECK = service_seam(
-    USER,
+@service_seam(
+    policy_codes={"not-named": "service-user"},
     cites=("B-UN-1",),
     summary="a system unit runs the engine as an unprivileged user, never as root (no User=, User=root, or a manager "
             "specifier that resolves to root)",
@@ -156,9 +156,6 @@ USER_CHECK = service_seam(
         "not-named": "a `DynamicUser=yes` unit under the service-user policy, which asks for a named `User=`",
     },
 )
-
-
-@USER_CHECK.register
 def unit_user(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
@@ -167,7 +164,7 @@ def unit_user(config: RenderedService) -> None:
         written = setting.written if setting is not None else None
         if setting is None or written is None or not _MANAGER_SPECIFIERS.search(written):
             continue
-        raise USER_CHECK.fail(
+        raise unit_user.fail(
             config, "specifier",
             where=setting.where,
             observed=(f"{key}={written}: in a system unit systemd resolves it to {setting.value!r}, the user of the "
@@ -180,7 +177,7 @@ def unit_user(config: RenderedService) -> None:
     dynamic = unit.last("Service", "DynamicUser")
     if user is None and dynamic is not None and dynamic.value.strip().lower() in _YES:
         if policy_on(config.fleet, "service-user"):
-            raise USER_CHECK.fail(
+            raise unit_user.fail(
                 config, "not-named",
                 where=dynamic.where,
                 observed="DynamicUser=yes and no User=: systemd allocates a transient user at each start",
@@ -189,7 +186,7 @@ def unit_user(config: RenderedService) -> None:
             )
         return
     if user is None or not user.value.strip():
-        raise USER_CHECK.fail(
+        raise unit_user.fail(
             config, "missing",
             where=str(unit.path) if user is None else user.where,
             observed="no User= (an empty one resets it): systemd runs the engine as root",
@@ -197,7 +194,7 @@ def unit_user(config: RenderedService) -> None:
             fix="add User= to [Service]",
         )
     if user.value in ("root", "0"):
-        raise USER_CHECK.fail(
+        raise unit_user.fail(
             config, "root",
             where=user.where,
             observed=f"User={user.value}",
@@ -206,8 +203,8 @@ def unit_user(config: RenderedService) -> None:
         )
 
 
-MEMLOCK_CHECK = service_seam(
-    MEMLOCK,
+@service_seam(
+    policy="unlimited-memlock",
     cites=("B-RAM-4", "INC-21"),
     summary="a ROCm engine's unit grants unlimited locked memory for the staging buffers",
     requires=_rocm,
@@ -217,15 +214,12 @@ MEMLOCK_CHECK = service_seam(
         "limited": "`LimitMEMLOCK=` other than infinity",
     },
 )
-
-
-@MEMLOCK_CHECK.register
 def unit_memlock(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     limit = unit.last("Service", "LimitMEMLOCK")
     if limit is None:
-        raise MEMLOCK_CHECK.fail(
+        raise unit_memlock.fail(
             config, "missing",
             where=str(unit.path),
             observed="no LimitMEMLOCK=: the engine gets the default 8 MiB of locked memory and the load fails",
@@ -233,7 +227,7 @@ def unit_memlock(config: RenderedService) -> None:
             fix="add LimitMEMLOCK=infinity to [Service] (ROCm pins its staging buffers)",
         )
     if limit.value.strip().lower() != "infinity":
-        raise MEMLOCK_CHECK.fail(
+        raise unit_memlock.fail(
             config, "limited",
             where=limit.where,
             observed=f"LimitMEMLOCK={limit.value}",
@@ -246,8 +240,7 @@ def unit_memlock(config: RenderedService) -> None:
 _RESTART_VALUES = ("no", "on-success", "on-failure", "on-abnormal", "on-watchdog", "on-abort", "always")
 
 
-RESTART_CHECK = service_seam(
-    RESTART,
+@service_seam(
     cites=("B-UN-2",),
     summary="the unit restarts the engine when it dies (Restart=on-failure or always)",
     requires=_has_unit,
@@ -260,16 +253,13 @@ RESTART_CHECK = service_seam(
         "no-restart": "no `Restart=` (or `Restart=no`)",
     },
 )
-
-
-@RESTART_CHECK.register
 def unit_restart(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
     restart = unit.last("Service", "Restart")
     if restart is not None and restart.value.strip() not in (*_RESTART_VALUES, ""):
         expanded = "$" in restart.value or "%" in restart.value
-        raise RESTART_CHECK.fail(
+        raise unit_restart.fail(
             config, "invalid-value",
             where=restart.where,
             observed=(f"Restart={restart.value}: "
@@ -280,7 +270,7 @@ def unit_restart(config: RenderedService) -> None:
             fix="write Restart=on-failure (or always) in the unit itself; an env file cannot set it",
         )
     if restart is None or restart.value in ("no", ""):
-        raise RESTART_CHECK.fail(
+        raise unit_restart.fail(
             config, "no-restart",
             where=restart.where if restart else str(unit.path),
             observed=f"Restart={restart.value}" if restart else "no Restart=: systemd leaves a dead engine dead",
@@ -289,8 +279,7 @@ def unit_restart(config: RenderedService) -> None:
         )
 
 
-ENV_FILES_CHECK = service_seam(
-    ENV_FILES,
+@service_seam(
     cites=("B-SH-4", "INC-53"),
     summary="every EnvironmentFile= of the unit and its drop-ins, optional '-' ones included, is a file of this repository",
     requires=_has_unit,
@@ -303,9 +292,6 @@ ENV_FILES_CHECK = service_seam(
         ),
     },
 )
-
-
-@ENV_FILES_CHECK.register
 def unit_env_files(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
@@ -318,7 +304,7 @@ def unit_env_files(config: RenderedService) -> None:
         if template is not None and template.writes in (None, path):
             continue  # fleet.toml declares the repository's template and the script that renders this file
         if local is None or not local.is_file():
-            raise ENV_FILES_CHECK.fail(
+            raise unit_env_files.fail(
                 config, "outside-repo",
                 where=setting.where,
                 observed=(f"EnvironmentFile={setting.value}: "
@@ -354,7 +340,7 @@ def _literal_expansions(config: RenderedService) -> None:
         literal = match.group(0)
         if not any(literal in word for word in reached):
             continue
-        raise ENV_FILES_CHECK.fail(
+        raise unit_env_files.fail(
             config, "literal-expansion",
             where=origin.where,
             observed=(f"{origin.name}={origin.value}: an EnvironmentFile= (systemd's, podman's) expands nothing, so the "
@@ -396,7 +382,7 @@ def _shell_expansions(config: RenderedService, setting: Setting) -> None:
         name = line.invalid[0]
         plain = re.match(r"[A-Za-z_][A-Za-z0-9_]*", name)
         variable = plain.group(0) if plain else "NAME"
-        raise EXEC_ARGS_CHECK.fail(
+        raise unit_exec_args.fail(
             config, "shell-expansion",
             where=setting.where,
             observed=(f"{setting.key}= holds ${{{name}}}: systemd substitutes only $NAME and ${{NAME}}, so it looks up a "
@@ -410,7 +396,7 @@ def _shell_expansions(config: RenderedService, setting: Setting) -> None:
 def _exec_probes(config: RenderedService) -> list[Probe]:
     """The render ``unit-exec-args`` asks: the serve script with the arguments ``ExecStart=`` (or ``Exec=``) passes."""
     unit = unit_of(config)
-    if unit is None or config.rendered.quadlet is not None:
+    if unit is None or (isinstance(config.rendered.start, QuadletExec) and config.rendered.start.read is not None):
         return []
     if unit.kind == "systemd" and unit.all("Service", "ExecStart") and config.rendered.script == unit.path:
         return []
@@ -418,8 +404,7 @@ def _exec_probes(config: RenderedService) -> list[Probe]:
     return [Probe(args=found[1])] if found is not None and found[1] else []
 
 
-EXEC_ARGS_CHECK = service_seam(
-    EXEC_ARGS,
+@service_seam(
     probes=_exec_probes,
     cites=("B-SH-3",),
     summary="the arguments ExecStart= (or a Quadlet's Exec=) passes are ones the serve script takes",
@@ -434,9 +419,6 @@ EXEC_ARGS_CHECK = service_seam(
         "refused": "the serve script refuses the arguments `ExecStart=` passes (B-SH-3)",
     },
 )
-
-
-@EXEC_ARGS_CHECK.register
 def unit_exec_args(config: RenderedService) -> None:
     unit = unit_of(config)
     assert unit is not None
@@ -444,7 +426,8 @@ def unit_exec_args(config: RenderedService) -> None:
         _shell_expansions(config, unit.all("Service", "ExecStart")[-1])
         if config.rendered.script == unit.path:
             return  # ExecStart= runs the engine itself: no serve script to pass arguments to
-    quadlet = config.rendered.quadlet
+    start = config.rendered.start
+    quadlet = start.read if isinstance(start, QuadletExec) else None
     if quadlet is not None:
         if quadlet.exec_setting is not None:
             _shell_expansions(config, quadlet.exec_setting)
@@ -456,7 +439,7 @@ def unit_exec_args(config: RenderedService) -> None:
     try:
         config.probe(args=args)
     except RenderRefused as refused:
-        raise EXEC_ARGS_CHECK.fail(
+        raise unit_exec_args.fail(
             config, "refused",
             where=setting.where,
             observed=f"{setting.key}= passes {shlex.join(args)}; with them the serve script {refused.message}",

@@ -10,7 +10,6 @@ from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "vision-mmproj"
 # Publishers name a projector's tensor type in its file name (mmproj-Q8_0.gguf, mmproj-BF16.gguf).
 _TYPE = re.compile(r"(?:^|[-_.])(F32|F16|BF16|Q8_0|Q6_K|Q5_K_M|Q4_K_M|Q4_0|Q4_1)(?=[-_.]|$)", re.IGNORECASE)
 
@@ -31,15 +30,12 @@ def _projector_type(path: str) -> str | None:
 
 
 def _no_vision_contract(config: RenderedService) -> str | None:
-    if config.llama is None:
-        return f"{config.name} renders no llama-server command line"
     if config.service.contract.vision is None:
         return f"{config.name} does not say whether it serves images: set services.{config.name}.contract.vision"
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-MM-1", "B-MM-2", "INC-08"),
     summary="a vision endpoint passes --mmproj explicitly (no autoload) with a file the service declares",
     requires=_no_vision_contract,
@@ -51,16 +47,13 @@ CHECK = service_seam(
         "mmproj-on-text-only": "`--mmproj` on an endpoint whose contract says `vision = false`",
     },
 )
-
-
-@CHECK.register
 def vision_mmproj(config: RenderedService) -> None:
     llama = config.llama
     assert llama is not None
     vision = config.service.contract.vision
     payload_where = config.fleet.where("services", config.name, "payload")
     if vision and llama.mmproj is None:
-        raise CHECK.fail(
+        raise vision_mmproj.fail(
             config, "no-mmproj",
             where=str(config.rendered.script),
             observed="no --mmproj in the rendered argv",
@@ -70,7 +63,7 @@ def vision_mmproj(config: RenderedService) -> None:
                 "request answers 500 'image input is not supported'",
         )
     if vision and llama.mmproj is not None and config.host_path(llama.mmproj) not in config.service.payload:
-        raise CHECK.fail(
+        raise vision_mmproj.fail(
             config, "mmproj-not-in-payload",
             where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj}, which the service's payload does not list",
@@ -81,7 +74,7 @@ def vision_mmproj(config: RenderedService) -> None:
     if vision and llama.mmproj is not None and wanted and llama.n_slots > 1:
         found = _projector_type(llama.mmproj)
         if found is None or found.upper() != wanted.upper():
-            raise CHECK.fail(
+            raise vision_mmproj.fail(
                 config, "not-concurrent-projector",
                 cites=("B-MM-3", "INC-59"), where=_where_mmproj(config),
                 observed=(f"--mmproj {llama.mmproj} ({found or 'type not in the file name'}) at --parallel "
@@ -91,7 +84,7 @@ def vision_mmproj(config: RenderedService) -> None:
                 fix=f"serve the {wanted} mmproj (and list it in the payload), or run one slot",
             )
     if vision is False and llama.mmproj is not None:
-        raise CHECK.fail(
+        raise vision_mmproj.fail(
             config, "mmproj-on-text-only",
             where=config.where_flag(llama.use("mmproj")),
             observed=f"--mmproj {llama.mmproj} on an endpoint whose contract says vision = false",

@@ -15,19 +15,12 @@ from fleetgate.render.rendered import RenderedService
 
 __all__ = ["pool_differs"]
 
-NAME = "vllm-memory-knobs"
 
-
-def _is_vllm(config: RenderedService) -> str | None:
-    return None if config.vllm is not None else f"{config.name} renders no vLLM command line"
-
-
-CHECK = service_seam(
-    NAME,
+@service_seam(
+    policy_codes={"kv-memory-not-zero": "vllm-kv-cache-memory", "kv-memory-omitted": "vllm-kv-cache-memory"},
     cites=("B-VL-1", "B-VL-2", "B-VL-3", "B-VL-4", "B-VL-5", "INC-30", "INC-31", "INC-32", "INC-42", "INC-78",
               "INC-87"),
     summary="gpu_memory_utilization under the host's ceiling, --kv-cache-memory 0 passed, a measured pool for this shape",
-    requires=_is_vllm,
     engines=("vllm",),
     codes={
         "over-ceiling": "`--gpu-memory-utilization` above the host's ceiling",
@@ -40,16 +33,13 @@ CHECK = service_seam(
         "kv-memory-omitted": "the serve script drops `--kv-cache-memory` (a blank KV_MEM, INC-30; policy `vllm-kv-cache-memory`)",
     },
 )
-
-
-@CHECK.register
 def vllm_memory_knobs(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None
     ceiling = config.host.vllm_max_gpu_memory_utilization
     if ceiling is not None and vllm.gpu_memory_utilization > ceiling:
         card = config.host.cards[0]
-        raise CHECK.fail(
+        raise vllm_memory_knobs.fail(
             config, "over-ceiling",
             cites=("B-VL-1", "INC-42", "INC-78"),
             where=config.where_flag(vllm.use("gpu_memory_utilization")),
@@ -75,7 +65,7 @@ def vllm_memory_knobs(config: RenderedService) -> None:
         _unmeasured(config, pools, shape)
     pool = int(matching[0]["tokens"])
     if vllm.max_model_len is not None and pool < vllm.max_model_len:
-        raise CHECK.fail(
+        raise vllm_memory_knobs.fail(
             config, "pool-below-max-model-len",
             cites=("B-VL-4", "B-VL-5"),
             where=config.where_flag(vllm.use("max_model_len")),
@@ -126,7 +116,7 @@ def _unmeasured(config: RenderedService, pools: list[dict[str, Any]], shape: dic
         # The knob's flag is not in the argv: a misspelling of it is the cause, not a new shape.
         close = difflib.get_close_matches(flags[key], [p.flag for p in vllm.problems if p.flag.startswith("--")], n=1, cutoff=0.85)
         if close:
-            raise CHECK.fail(
+            raise vllm_memory_knobs.fail(
                 config, "misspelt-shape-flag",
                 cites=("B-VL-3", "B-VL-5"), where=str(config.rendered.script),
                 observed=(f"{close[0]} is not a flag of this model of vLLM's argv, and {flags[key]} is absent: "
@@ -136,7 +126,7 @@ def _unmeasured(config: RenderedService, pools: list[dict[str, Any]], shape: dic
             )
     observed = ", ".join(f"{flags[key]} {shape[key]}" for key in moved)
     measured = "; ".join(_describe(p) for p in pools) or "none"
-    raise CHECK.fail(
+    raise vllm_memory_knobs.fail(
         config, "unmeasured-shape",
         cites=("B-VL-3", "B-VL-4", "B-VL-5", "INC-31", "INC-32", "INC-87"),
         where=config.where_flag(vllm.use(moved[0])),
@@ -154,7 +144,7 @@ def _kv_memory(config: RenderedService) -> None:
     assert vllm is not None
     origin = config.variables.get("KV_MEM")
     if vllm.kv_cache_memory is not None:
-        raise CHECK.fail(
+        raise vllm_memory_knobs.fail(
             config, "kv-memory-not-zero",
             cites=("B-VL-2", "INC-30"),
             where=config.where_flag(vllm.use("kv_cache_memory")),
@@ -164,7 +154,7 @@ def _kv_memory(config: RenderedService) -> None:
         )
     blank = origin is not None and not origin.value.strip()
     details = [f"KV_MEM is {'blank' if blank else repr(origin.value)} at {origin.where}" if origin else "KV_MEM is not set"]
-    raise CHECK.fail(
+    raise vllm_memory_knobs.fail(
         config, "kv-memory-omitted",
         cites=("B-VL-2", "B-SH-2", "INC-30"),
         where=str(config.rendered.script),

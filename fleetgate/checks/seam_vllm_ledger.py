@@ -20,12 +20,8 @@ from fleetgate.render.rendered import RenderedService
 
 __all__ = ["no_vllm_ledger", "service_vllm_ledger"]
 
-NAME = "vllm-starts"
-
 
 def no_vllm_ledger(config: RenderedService) -> str | None:
-    if config.vllm is None:
-        return f"{config.name} renders no vLLM command line"
     if config.profile is None:
         return (f"{NOT_JUDGED}{config.name} declares no checkpoint profile: set services.{config.name}.profile to a "
                 "profile with source = \"checkpoint\", [model] weight_bytes (or safetensors) and [config] (docs/ledger.md)")
@@ -98,8 +94,7 @@ def _terms(ledger: VllmLedger, target: Checkpoint) -> list[str]:
     ]
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-VL-4", "B-VL-5", "B-VL-6", "B-VL-7"),
     summary="vLLM starts: each rank's weights fit its budget, and the KV pool holds one --max-model-len sequence",
     requires=no_vllm_ledger,
@@ -119,16 +114,13 @@ CHECK = service_seam(
         ),
     },
 )
-
-
-@CHECK.register
 def vllm_starts(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None and config.profile is not None
     ledger = service_vllm_ledger(config)
     target, _ = _checkpoints(config)
     if ledger.config_refusal is not None:
-        raise CHECK.fail(
+        raise vllm_starts.fail(
             config, "max-model-len-over-model",
             where=config.where_flag(vllm.use("max_model_len")),
             observed=f"will not start: vLLM refuses at config: {ledger.config_refusal}",
@@ -139,7 +131,7 @@ def vllm_starts(config: RenderedService) -> None:
                  "e.g. with RoPE scaling declared in its config.json) set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
         )
     if not ledger.weights_fit:
-        raise CHECK.fail(
+        raise vllm_starts.fail(
             config, "weights-exceed-budget",
             cites=("B-VL-7",),
             where=config.where_flag(vllm.use("tensor_parallel_size") or vllm.use("model")),
@@ -162,7 +154,7 @@ def vllm_starts(config: RenderedService) -> None:
             if empty \
             else config.where_flag(vllm.use("max_model_len") or vllm.use("kv_cache_memory"))
         held = f" less the {ledger.null_block:,} B block vLLM holds back" if ledger.null_block else ""
-        raise CHECK.fail(
+        raise vllm_starts.fail(
             config, "pool-below-one-sequence",
             cites=("B-VL-4", "B-VL-5", "B-VL-6"),
             where=where,

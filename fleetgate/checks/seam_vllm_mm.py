@@ -21,13 +21,10 @@ from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
 
-NAME = "vllm-mm-limits"
 DEFAULT_LIMIT = 999  # vllm/config/multimodal.py: per modality when --limit-mm-per-prompt does not name it
 
 
 def _no_vision_contract(config: RenderedService) -> str | None:
-    if config.vllm is None:
-        return f"{config.name} renders no vLLM command line"
     if config.service.contract.vision is None:
         return f"{config.name} does not say whether it serves images: set services.{config.name}.contract.vision"
     return None
@@ -44,8 +41,7 @@ def _count(value: Any) -> int | None:
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-MM-6", "B-VL-3"),
     summary="a vision endpoint passes --limit-mm-per-prompt with the contract's per-prompt limits, keeps images "
                "on, and profiles the encoder",
@@ -58,9 +54,6 @@ CHECK = service_seam(
         "limit-differs": "a modality's per-prompt limit other than the contract's `mm_limits`",
     },
 )
-
-
-@CHECK.register
 def vllm_mm_limits(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None
@@ -73,7 +66,7 @@ def vllm_mm_limits(config: RenderedService) -> None:
     contract_where = config.fleet.where("services", config.name, "contract")
     image = _count(limits.get("image")) if limits is not None else None
     if image == 0:
-        raise CHECK.fail(
+        raise vllm_mm_limits.fail(
             config, "images-off",
             cites=("B-MM-6",), where=where,
             observed=f"--limit-mm-per-prompt {json.dumps(dict(limits or {}))}: 0 images per prompt turns vision off",
@@ -83,7 +76,7 @@ def vllm_mm_limits(config: RenderedService) -> None:
     found, _ = read_as_vllm(config.rendered.argv, load_release().with_fork(RADIANCE))
     skip = found.get("--skip-mm-profiling")
     if skip is not None and config.rendered.argv[skip[0]].split("=", 1)[0] != "--no-skip-mm-profiling":
-        raise CHECK.fail(
+        raise vllm_mm_limits.fail(
             config, "profiling-skipped",
             cites=("B-VL-3", "B-MM-6"), where=str(config.rendered.script),
             observed=("--skip-mm-profiling on a vision endpoint: the KV pool is sized without the encoder's "
@@ -97,7 +90,7 @@ def vllm_mm_limits(config: RenderedService) -> None:
             f"{config.name} declares no per-prompt multimodal limits: set services.{config.name}.contract.mm_limits "
             "(e.g. { image = 8 }) to hold --limit-mm-per-prompt to them")
     if limits is None:
-        raise CHECK.fail(
+        raise vllm_mm_limits.fail(
             config, "limits-dropped",
             cites=("B-MM-6", "B-VL-3"), where=where,
             observed=(f"no --limit-mm-per-prompt in the rendered argv: vLLM allows {DEFAULT_LIMIT} items of every "
@@ -109,7 +102,7 @@ def vllm_mm_limits(config: RenderedService) -> None:
         )
     differs = {m: _count(limits.get(m)) for m, n in wanted.items() if _count(limits.get(m)) != n}
     if differs:
-        raise CHECK.fail(
+        raise vllm_mm_limits.fail(
             config, "limit-differs",
             cites=("B-MM-6", "B-VL-3"), where=where,
             observed="; ".join(f"{m}: {DEFAULT_LIMIT if n is None else n} per prompt" for m, n in differs.items())

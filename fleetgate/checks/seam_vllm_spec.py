@@ -16,11 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from fleetgate.checks import service_seam
+from fleetgate.checks._common import vllm_of
 from fleetgate.render.rendered import RenderedService
 
 __all__: list[str] = []
-
-NAME = "vllm-speculative-depth"
 
 
 def _arms(config: RenderedService) -> list[Mapping[str, Any]]:
@@ -29,9 +28,7 @@ def _arms(config: RenderedService) -> list[Mapping[str, Any]]:
 
 
 def _no_drafter(config: RenderedService) -> str | None:
-    vllm = config.vllm
-    if vllm is None:
-        return f"{config.name} renders no vLLM command line"
+    vllm = vllm_of(config)
     if vllm.speculative_config is None:
         return f"{config.name} passes no --speculative-config: nothing drafts"
     if not _arms(config):
@@ -40,8 +37,7 @@ def _no_drafter(config: RenderedService) -> str | None:
     return None
 
 
-CHECK = service_seam(
-    NAME,
+@service_seam(
     cites=("B-SP-11", "B-SP-4", "B-SP-1", "B-SP-8"),
     summary="num_speculative_tokens within the drafter's block and at a depth the fleet measured for that "
                "method and drafter",
@@ -52,9 +48,6 @@ CHECK = service_seam(
         "unmeasured-depth": "a method, drafter and depth no arm of `calibration.speculative` measured (B-SP-11, B-SP-4)",
     },
 )
-
-
-@CHECK.register
 def vllm_speculative_depth(config: RenderedService) -> None:
     vllm = config.vllm
     assert vllm is not None and vllm.speculative_config is not None
@@ -66,7 +59,7 @@ def vllm_speculative_depth(config: RenderedService) -> None:
     mine = [a for a in arms if a.get("method") == method and a.get("model", model) == model]
     blocks = sorted({int(a["block_size"]) for a in mine if "block_size" in a})
     if isinstance(depth, int) and blocks and depth > blocks[0] - 1:
-        raise CHECK.fail(
+        raise vllm_speculative_depth.fail(
             config, "past-block",
             cites=("B-SP-1", "B-SP-8", "B-SP-11"), where=where,
             observed=(f"num_speculative_tokens {depth} with the {method} drafter {model} "
@@ -78,7 +71,7 @@ def vllm_speculative_depth(config: RenderedService) -> None:
     if depth not in measured:
         arms_text = "; ".join(f"{a.get('method')} {a.get('model', '(any drafter)')} depth {a.get('num_speculative_tokens')}"
                               for a in arms)
-        raise CHECK.fail(
+        raise vllm_speculative_depth.fail(
             config, "unmeasured-depth",
             cites=("B-SP-11", "B-SP-4"), where=where,
             observed=(f"--speculative-config method {method}, drafter {model}, num_speculative_tokens {depth}: "

@@ -20,17 +20,17 @@ import re
 from fleetgate.checks import NotJudged, service_seam
 from fleetgate.errors import InputError
 from fleetgate.render.rendered import RenderedService
+from fleetgate.render.start import Compose
 
-__all__ = ["VOLUMES"]
+__all__: list[str] = []
 
-VOLUMES = "volume-variables"
 
 # systemd's expansion in command lines: $NAME and ${NAME}; $$ is a literal dollar.
 _REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _no_volumes(config: RenderedService) -> str | None:
-    if config.rendered.compose is not None:
+    if isinstance(config.rendered.start, Compose) and config.rendered.start.read is not None:
         return None
     unit = config.rendered.unit
     if unit is not None and unit.kind == "quadlet":
@@ -38,8 +38,7 @@ def _no_volumes(config: RenderedService) -> str | None:
     return f"{config.name} is not started by compose or a Quadlet: no volume path is interpolated"
 
 
-CHECK = service_seam(
-    VOLUMES,
+@service_seam(
     cites=(),
     summary="every variable a compose volume or a Quadlet Volume= names is set where compose or systemd reads it",
     requires=_no_volumes,
@@ -50,15 +49,13 @@ CHECK = service_seam(
                           "does not set (`[Container]` ones are the container's): systemd expands it to an empty string"),
     },
 )
-
-
-@CHECK.register
 def volume_variables(config: RenderedService) -> None:
-    compose = config.rendered.compose
+    start = config.rendered.start
+    compose = start.read if isinstance(start, Compose) else None
     if compose is not None:
         for volume in compose.volume_unset:
             names = ", ".join(volume.variables)
-            raise CHECK.fail(
+            raise volume_variables.fail(
                 config, "compose-unset",
                 where=volume.where,
                 observed=(f"{volume.written!r} names {names}, which no .env of the project sets: compose warns and "
@@ -86,7 +83,7 @@ def volume_variables(config: RenderedService) -> None:
         if name in known:
             continue
         container = name in config.rendered.inputs
-        raise CHECK.fail(
+        raise volume_variables.fail(
             config, "quadlet-unset",
             where=setting.where,
             observed=(f"Volume={setting.value} names ${{{name}}}, which the unit's [Service] section does not set"

@@ -7,13 +7,14 @@ import argparse
 import json
 import sys
 
-from fleetgate.checks import NotApplicable, get_check
-from fleetgate.checks.seam_argv import NAME, engine_accepts_argv, table_note
+from fleetgate.checks import NotApplicable
+from fleetgate.checks.seam_argv import engine_accepts_argv, table_note
 from fleetgate.cli import DEFAULT_FLEET_HINT, SUBCOMMANDS, argv_lines, flag_indices, resolve_fleet
 from fleetgate.engines.llama_builds import load_builds
 from fleetgate.errors import InputError
 from fleetgate.failure import Failure
 from fleetgate.render.rendered import RenderedService, load_service
+from fleetgate.render.start import Compose
 from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv, scrub_environment
 
 __all__: list[str] = []
@@ -44,8 +45,9 @@ def _render(args: argparse.Namespace) -> int:
                   sys.stdout, indent=2)
         print()
         return 0
+    compose = rendered.start.read if isinstance(rendered.start, Compose) else None
     started_by = (f"as {config.service.unit.name}" if config.service.unit
-                  else f"(compose service {rendered.compose.name}, image {rendered.compose.image})" if rendered.compose
+                  else f"(compose service {compose.name}, image {compose.image})" if compose
                   else "(no unit declared)")
     print(f"# {config.name}: {rendered.script.relative_to(fleet.root)} {started_by}")
     lines = argv_lines(scrub_argv(rendered.argv), flag_indices(config))
@@ -80,14 +82,14 @@ def _builds_lines(config: RenderedService) -> list[str]:
     if config.llama is None:
         return [f"--builds: {config.name} runs {config.service.engine}; option tables per build exist for llama.cpp only"]
 
-    check = get_check(NAME)
+    check = engine_accepts_argv
     skipped = check.requires(config) if check.requires is not None else None
     if skipped is not None:
-        return [f"{NAME} skips {config.name}: {skipped}" if not skipped.startswith("not judged") else skipped]
+        return [f"{check.name} skips {config.name}: {skipped}" if not skipped.startswith("not judged") else skipped]
     try:
-        engine_accepts_argv(config)
+        check(config)
     except NotApplicable as reason:
-        return [f"{NAME}: {reason}"]
+        return [f"{check.name}: {reason}"]
     except Failure:
         pass
     builds = load_builds()

@@ -83,6 +83,10 @@ class CheckParam:
     def _report(self, outcome: Outcome) -> None:
         __tracebackhide__ = True
         if outcome.failure is not None:
+            if outcome.outcome == "waived" and outcome.waiver is not None and outcome.code is not None:
+                # pytest builds a report of the exception, and a waived failure's is shown as its waiver's reason
+                # (xfail): the failure's own text (a deferred where: a re-render) is left for who reads the outcome.
+                outcome.failure.args = (f"{self.name}: {outcome.waiver.reason(outcome.code)}",)
             raise outcome.failure
         if outcome.outcome == "not-judged":
             self.skip_reason = line = self._named(outcome.text)

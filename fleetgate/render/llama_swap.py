@@ -2,7 +2,7 @@
 
 The engine's environment is llama-swap's own (not known offline: systemd's default PATH stands for it) plus the
 model's ``env``; ``overrides`` replace variables of it as they do a unit's. The port llama-swap forwards to is the
-engine's (``Rendered.upstream_port``); the fleet's declared ``port`` is llama-swap's own listen port.
+engine's (``SwapModel.upstream_port`` of ``Rendered.start``); the fleet's declared ``port`` is llama-swap's own listen port.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fleetgate.fleet import Fleet
 
-__all__ = ["SYSTEMD_DEFAULT_PATH", "Origin", "map_to_repo"]
+__all__ = ["SYSTEMD_DEFAULT_PATH", "Origin", "installed_path", "map_to_repo"]
 
 # systemd's default PATH for services (systemd.exec(5), "Environment variables in spawned processes").
 SYSTEMD_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
@@ -70,3 +70,15 @@ def map_to_repo(fleet: Fleet, host_path: str) -> Path | None:
     if current != root and root not in current.parents:
         return None
     return real_root.joinpath(*current.relative_to(root).parts)
+
+
+def installed_path(fleet: Fleet, path: Path) -> str | None:
+    """Where the hosts have a repository file (the reverse of ``map_to_repo``): under ``deploy_root``; None without
+    one, or for a file outside the repository."""
+    if not fleet.deploy_root:
+        return None
+    try:
+        relative = path.relative_to(fleet.root)
+    except ValueError:
+        return None
+    return str(PurePosixPath(fleet.deploy_root) / PurePosixPath(relative.as_posix()))

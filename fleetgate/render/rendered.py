@@ -32,6 +32,7 @@ from fleetgate.fleet import EngineBuild, Fleet, Host, Service
 from fleetgate.models.profile import Profile, load_profile
 from fleetgate.render.dispatch import RenderRequest, render, render_many
 from fleetgate.render.inputs import unit_environment
+from fleetgate.render.start import Compose, InlineScript, Kubernetes, QuadletExec, ServeScript
 from fleetgate.render.types import Origin, Rendered, RenderRefused, map_to_repo
 from fleetgate.sandbox import SandboxUnavailable, counting
 from fleetgate.sources.docker_run import engine_of_image
@@ -301,13 +302,12 @@ class RenderedService:
     def host_path(self, path: str) -> str:
         """The host path the engine's ``path`` is: through the container's bind mounts where a ``docker run``, a
         compose service or a Quadlet's ``Exec=`` starts the engine (``-v /srv/models:/models``), else the path itself."""
-        run = self.rendered.container
-        pod = self.rendered.kubernetes
-        compose = self.rendered.compose
-        quadlet = self.rendered.quadlet
-        mapped = (run.host_path(path) if run is not None else pod.host_path(path) if pod is not None
-                  else compose.host_path(path) if compose is not None
-                  else quadlet.host_path(path) if quadlet is not None else None)
+        mapped: str | None = None
+        match self.rendered.start:
+            case ServeScript(container=run) | InlineScript(container=run) if run is not None:
+                mapped = run.host_path(path)
+            case Kubernetes(read=read) | Compose(read=read) | QuadletExec(read=read) if read is not None:
+                mapped = read.host_path(path)
         return mapped if mapped is not None else path
 
     def where_variable(self, name: str) -> str:
@@ -316,15 +316,11 @@ class RenderedService:
 
     def _start_where(self) -> str:
         """Where the argv is written: the serve script, a compose service's command: line, a Quadlet's Exec=."""
-        compose = self.rendered.compose
-        if compose is not None:
-            return compose.command_where
-        pod = self.rendered.kubernetes
-        if pod is not None:
-            return pod.command_where
-        quadlet = self.rendered.quadlet
-        if quadlet is not None and quadlet.exec_setting is not None:
-            return quadlet.exec_setting.where
+        match self.rendered.start:
+            case Compose(read=read) | Kubernetes(read=read) if read is not None:
+                return read.command_where
+            case QuadletExec(read=read) if read is not None and read.exec_setting is not None:
+                return read.exec_setting.where
         return str(self.rendered.script)
 
     def where_flag(self, use: FlagUse | None) -> Deferred:
@@ -385,14 +381,12 @@ def _with_image_build(service: Service, rendered: Rendered) -> Service:
     vLLM's own image the release its tag names."""
     if service.engine_build is not None:
         return service
-    run = rendered.container
-    pod = rendered.kubernetes
-    quadlet = rendered.quadlet
-    image = (run.image if run is not None and run.engine == service.engine
-             else pod.image if pod is not None and pod.image is not None and engine_of_image(pod.image) == service.engine
-             else quadlet.image if quadlet is not None and quadlet.image is not None
-             and engine_of_image(quadlet.image) == service.engine
-             else None)
+    image: str | None = None
+    match rendered.start:
+        case ServeScript(container=run) | InlineScript(container=run) if run is not None:
+            image = run.image if run.engine == service.engine else None
+        case Kubernetes(read=read) | QuadletExec(read=read) if read is not None and read.image is not None:
+            image = read.image if engine_of_image(read.image) == service.engine else None
     if image is None:
         unit = rendered.unit
         declared = unit.last("Container", "Image") if unit is not None and unit.kind == "quadlet" else None
@@ -413,8 +407,10 @@ def load_service(fleet: Fleet, service: Service, renderer: Renderer | None = Non
     renderer = renderer if renderer is not None else Renderer()
     rendered = renderer.probe(fleet, service)
     service = _with_image_build(service, rendered)
-    if rendered.compose is not None and rendered.compose.engine_build is not None and service.engine_build is None:
-        service = replace(service, engine_build=rendered.compose.engine_build)  # the image tag pins the build
+    start = rendered.start
+    if isinstance(start, Compose) and start.read is not None and start.read.engine_build is not None \
+            and service.engine_build is None:
+        service = replace(service, engine_build=start.read.engine_build)  # the image tag pins the build
     llama = (parse_llama_server(rendered.argv, rendered.env, build=llama_table_build(service))
              if service.engine == "llama.cpp" else None)
     vllm = parse_vllm(rendered.argv) if service.engine == "vllm" else None

@@ -20,6 +20,7 @@ from fleetgate.render.inputs import (
     inline_command,
     service_inputs,
 )
+from fleetgate.render.origins import installed_path
 from fleetgate.render.script import (
     engine_environment,
     inline_records,
@@ -42,6 +43,7 @@ from fleetgate.render.script import (
 from fleetgate.render.start import InlineScript, ServeScript
 from fleetgate.render.types import Rendered, RenderRefused
 from fleetgate.sandbox import SandboxResult, SandboxSpec, overrun_message
+from fleetgate.sources.quadlet import read_quadlet
 
 __all__ = ["render_script"]
 
@@ -62,6 +64,8 @@ def render_script(
     sandboxed run (the spec and the file a refusal names) and is sent its result, so that ``render_many`` can make
     many renders' runs side by side."""
     origins, script, unit = service_inputs(fleet, service)
+    if isinstance(start, ServeScript) and unit is not None and unit.kind == "quadlet":
+        start = replace(start, quadlet=read_quadlet(unit, installed_path(fleet, unit.path)))
     notes = [u.describe() for u in unit.unresolved] if unit is not None else []
     notes += env_template_notes(fleet, unit)
     inline = start if isinstance(start, InlineScript) else None

@@ -10,7 +10,10 @@ rendered (``fleetgate.render.dispatch.find_start``, with the repository as the b
   ``Entrypoint=``) starts, read as data as Quadlet's generator and systemd read it;
 - ``SwapModel``, ``PresetModel``: a model of a llama-swap config, of a llama.cpp router preset, read as data.
 
-A script that starts the engine through ``docker run``/``podman run`` keeps the line it ran (``container``).
+A script that starts the engine through ``docker run``/``podman run`` keeps the line it ran (``container``), and a
+serve script a Quadlet runs keeps the Quadlet's ``[Container]`` (``quadlet``); ``container_run`` and ``quadlet_of``
+ask any shape for them (``QuadletExec``'s ``[Container]`` included). ``Rendered`` keeps no field per shape: its
+readers match on ``start``'s type (tests/test_rendered_start.py).
 Each shape is rendered by its own module of this package (the table is ``fleetgate.render.dispatch.RENDERERS``).
 """
 
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from fleetgate.units import Setting, Unit
 
 __all__ = ["Compose", "InlineScript", "Kubernetes", "PresetModel", "QuadletExec", "ServeScript", "Start", "SwapModel",
-           "UnitExec"]
+           "UnitExec", "container_run", "quadlet_of"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ class ServeScript:
 
     container: ContainerRun | None = None
     """The ``docker run``/``podman run`` line the script ran to start the engine, once rendered."""
+    quadlet: QuadletContainer | None = None
+    """The ``[Container]`` section of the Quadlet whose ``Exec=`` runs the script in its container, once rendered
+    (its devices, ports, user: the container's, whatever the script does inside it)."""
 
 
 @dataclass(frozen=True)
@@ -95,3 +101,23 @@ class PresetModel:
 
 
 Start = UnitExec | InlineScript | ServeScript | Compose | Kubernetes | QuadletExec | SwapModel | PresetModel
+
+
+# Two questions span shapes and are asked by several checks: each is answered here once, so that no reader (and no
+# property of ``Rendered``) repeats which shapes carry the record.
+
+def container_run(start: Start) -> ContainerRun | None:
+    """The ``docker run``/``podman run`` line a script (a serve script, a ``bash -c``) ran to start the engine."""
+    match start:
+        case ServeScript(container=run) | InlineScript(container=run):
+            return run
+    return None
+
+
+def quadlet_of(start: Start) -> QuadletContainer | None:
+    """The Quadlet ``[Container]`` the engine runs in, however its ``Exec=`` starts it (the engine's arguments, or a
+    serve script the container runs): what podman gives the container (devices, ports, network, user)."""
+    match start:
+        case QuadletExec(read=read) | ServeScript(quadlet=read):
+            return read
+    return None

@@ -20,13 +20,9 @@ from typing import TYPE_CHECKING
 
 from fleetgate.errors import InputError
 from fleetgate.render.origins import SYSTEMD_DEFAULT_PATH, Origin, map_to_repo
-from fleetgate.render.start import Compose, InlineScript, Kubernetes, QuadletExec, ServeScript, Start, SwapModel
+from fleetgate.render.start import Start
 
 if TYPE_CHECKING:
-    from fleetgate.sources.compose import ComposeService
-    from fleetgate.sources.docker_run import ContainerRun
-    from fleetgate.sources.kubernetes import KubernetesContainer
-    from fleetgate.sources.quadlet import QuadletContainer
     from fleetgate.units import Unit
 
 __all__ = ["SYSTEMD_DEFAULT_PATH", "TRACE_LINE", "FileTest", "Origin", "RenderRefused", "Rendered", "SourcedFile",
@@ -68,7 +64,9 @@ class Rendered:
     unit: Unit | None
     start: Start
     """The start shape that was rendered, with what its reader read (a compose service, a Kubernetes container, a
-    ``docker run`` line a script ran, the port llama-swap forwards to)."""
+    Quadlet's ``[Container]``, a ``docker run`` line a script ran, the port llama-swap forwards to). Readers match on
+    its type; ``container_run`` and ``quadlet_of`` (fleetgate.render.start) ask it the two questions that span
+    shapes."""
     extra_invocations: tuple[tuple[str, ...], ...] = field(default=())
     trace: str = ""
     """bash's own trace of the run (``set -x``, each line ``+FILE:LINE: command``): where a value was made."""
@@ -79,35 +77,6 @@ class Rendered:
     @property
     def args(self) -> tuple[str, ...]:
         return self.argv[1:]
-
-    @property
-    def compose(self) -> ComposeService | None:
-        """The compose service read, when a compose file starts the engine (ports, mounts, GPUs)."""
-        return self.start.read if isinstance(self.start, Compose) else None
-
-    @property
-    def kubernetes(self) -> KubernetesContainer | None:
-        """The Kubernetes container read, when a workload manifest starts the engine (its ports, Services, volumes,
-        GPUs)."""
-        return self.start.read if isinstance(self.start, Kubernetes) else None
-
-    @property
-    def quadlet(self) -> QuadletContainer | None:
-        """The Quadlet's ``[Container]`` read, when its ``Exec=`` is the engine's arguments (image, ports, volumes,
-        devices, user)."""
-        return self.start.read if isinstance(self.start, QuadletExec) else None
-
-    @property
-    def container(self) -> ContainerRun | None:
-        """The ``docker run``/``podman run`` line that starts the engine, where a script runs one (its ports, volumes,
-        GPUs)."""
-        return self.start.container if isinstance(self.start, ServeScript | InlineScript) else None
-
-    @property
-    def upstream_port(self) -> int | None:
-        """Where a proxy in front of the engine forwards to (llama-swap's ``proxy:``): the port the engine must listen
-        on; None when clients reach the engine at the fleet's declared port."""
-        return self.start.upstream_port if isinstance(self.start, SwapModel) else None
 
     def first_traced(self, needle: str) -> str | None:
         """``FILE:LINE`` of the first command bash traced whose expansion holds ``needle``, else None."""

@@ -5,9 +5,10 @@ raised, so that tests can hold the two to each other and the coverage gate can n
 
 A raise site is a ``raise`` or ``return`` of:
 
-- ``X.fail(subject, BRANCH, ...)``, where ``X`` is a module-level declaration (``X = service_seam(NAME, ...,
-  codes=...)``, whatever the factory): the code is ``NAME/BRANCH``, each branch of ``A if ... else B`` counted;
-  a module-level ``X`` that is no declaration gives no code (the site is unread, and a test says so);
+- ``X.fail(subject, BRANCH, ...)``, where ``X`` is a check: a module function whose decorator declares it
+  (``@service_seam(..., codes=...)``, whatever the factory, ``.needing(...)`` or not): the code is ``NAME/BRANCH``
+  (``NAME`` the decorator's ``name=``, else the function's name in kebab-case), each branch of ``A if ... else B``
+  counted; a module-level ``X`` that is no declaration gives no code (the site is unread, and a test says so);
 - ``check.fail(subject, BRANCH, ...)``, where ``check`` is a parameter of a helper shared by several checks (the
   ledger's, systemd's): its codes are ``NAME/BRANCH`` for each declaration a call of the helper passes as ``check``
   (none: the site is unread);
@@ -82,20 +83,38 @@ def _render(node: ast.expr, constants: dict[str, str]) -> str | None:
     return None
 
 
-def declarations(tree: ast.Module, constants: dict[str, str]) -> dict[str, str]:
-    """Module-level check declarations: variable -> check name (``PINS = service_seam(NAME, ..., codes={...})``).
+def _declaration(function: ast.stmt) -> ast.Call | None:
+    """The decorator call that declares ``function`` a check (``@service_seam(..., codes=...)``, or its
+    ``.needing(...)``), or None."""
+    if not isinstance(function, ast.FunctionDef):
+        return None
+    for decorator in function.decorator_list:
+        if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Attribute)
+                and decorator.func.attr == "needing" and isinstance(decorator.func.value, ast.Call)):
+            decorator = decorator.func.value
+        if isinstance(decorator, ast.Call) and any(keyword.arg == "codes" for keyword in decorator.keywords):
+            return decorator
+    return None
 
-    A declaration is known by what it declares, not by the factory's name: any module-level call whose first argument
-    is the check's name and that takes ``codes=``. A list of factory names missed ``attempt_seam``: its branches read as
-    a shared helper's, which excused the same branch of every other check."""
+
+def _declared_name(function: ast.FunctionDef, call: ast.Call, constants: dict[str, str]) -> str | None:
+    named = next((keyword.value for keyword in call.keywords if keyword.arg == "name"), None)
+    return function.name.replace("_", "-") if named is None else _render(named, constants)
+
+
+def declarations(tree: ast.Module, constants: dict[str, str]) -> dict[str, str]:
+    """The module's checks: function -> check name (``@service_seam(codes={...}) def contract_pins``).
+
+    A declaration is known by what it declares, not by the factory's name: any decorator call of a module function
+    that takes ``codes=``. A list of factory names missed ``attempt_seam``: its branches read as a shared helper's,
+    which excused the same branch of every other check."""
     found: dict[str, str] = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Call) and node.value.args
-                and any(keyword.arg == "codes" for keyword in node.value.keywords)):
-            name = _render(node.value.args[0], constants)
+        call = _declaration(node)
+        if call is not None and isinstance(node, ast.FunctionDef):
+            name = _declared_name(node, call, constants)
             if name is not None:
-                found[node.targets[0].id] = name
+                found[node.name] = name
     return found
 
 
@@ -242,10 +261,11 @@ def own_codes(checks: Path = CHECKS) -> set[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         constants = _constants(tree)
         for node in tree.body:
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and node.value.args):
+            call = _declaration(node)
+            if call is None or not isinstance(node, ast.FunctionDef):
                 continue
-            name = _render(node.value.args[0], constants)
-            codes = next((k.value for k in node.value.keywords if k.arg == "codes"), None)
+            name = _declared_name(node, call, constants)
+            codes = next((k.value for k in call.keywords if k.arg == "codes"), None)
             if name is not None and isinstance(codes, ast.Dict):
                 found |= {f"{name}/{key.value}" for key in codes.keys
                           if isinstance(key, ast.Constant) and isinstance(key.value, str)}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.seams import coverage_gate
+from tests.seams.raise_log import built as failures_built
 from tests.seams.raise_log import recorded
 from tests.seams.raise_sites import REPO, raise_sites
 
@@ -53,3 +54,22 @@ def test_the_record_holds_the_sites_that_built_a_failure_and_the_gate_names_the_
     assert total == len(sites)
     assert len(missing) == total - len(fired)
     assert not any(site.where in line for site in fired for line in missing)
+    # the log's code beside each stack agrees with the reader's map: every failure's code is named by a site on its stack
+    assert {code for code, _ in failures_built(record)} == CODES
+    assert coverage_gate.misread(record) == []
+
+
+def test_a_failure_built_where_the_reader_sees_another_code_fails_the_gate(tmp_path: Path) -> None:
+    """Issue 31: the reader once read serve-script-renders' ``refused`` (an ``attempt_seam``) as a shared helper's
+    branch. A code the log saw built at a site whose code the reader reads otherwise is such a misreading, named by the
+    gate with its line."""
+    (site,) = [s for s in raise_sites() if s.codes == ("unit-exec-args/refused",)]
+    record = tmp_path / "record"
+    record.mkdir()
+    (record / "1.lines").write_text(f"serve-script-renders/refused\t{site.path}:{site.line}\n"
+                                    f"unit-exec-args/refused\t{site.path}:{site.line}\n", encoding="utf-8")
+    assert coverage_gate.misread(record) == [f"seam_units.py:{site.line}  serve-script-renders/refused"]
+    # a failure a test made by calling Check.fail itself has no site of a check module on its stack: none of the gate's
+    registry = site.path.parent / "__init__.py"
+    (record / "2.lines").write_text(f"example-refusal/known\t{registry}:1\n", encoding="utf-8")
+    assert coverage_gate.misread(record) == [f"seam_units.py:{site.line}  serve-script-renders/refused"]

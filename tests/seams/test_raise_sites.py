@@ -150,10 +150,9 @@ def test_every_seam_code_is_reproduced_by_a_catalogued_mutation() -> None:
 def test_the_finder_reads_every_shape_of_raise_site(tmp_path: Path) -> None:
     (tmp_path / "seam_example.py").write_text(textwrap.dedent('''
         NAME = "example-check"
-        CHECK = service_seam(NAME, cites=(), summary="", codes={})
 
         def _made(config, *, code: str) -> Failure:
-            return CHECK.fail(config, code, where="w", observed="o", expected="e", fix="f")
+            return example_check.fail(config, code, where="w", observed="o", expected="e", fix="f")
 
         def _shared(config, check):
             raise check.fail(config, "shared", where="w", observed="o", expected="e", fix="f")
@@ -161,36 +160,43 @@ def test_the_finder_reads_every_shape_of_raise_site(tmp_path: Path) -> None:
         def _uncalled(config, check):
             raise check.fail(config, "nobody-passes-a-check", where="w", observed="o", expected="e", fix="f")
 
-        def example(config):
+        @service_seam(name=NAME, cites=(), summary="", codes={})
+        def example_check(config):
             if config.a:
-                raise CHECK.fail(config, "first", where="w", observed="o", expected="e", fix="f")
+                raise example_check.fail(config, "first", where="w", observed="o", expected="e", fix="f")
             if config.b:
-                raise CHECK.fail(config, "second" if config.c else "third", where="w", observed="o", expected="e", fix="f")
+                raise example_check.fail(config, "second" if config.c else "third", where="w", observed="o", expected="e", fix="f")
             if config.d:
                 raise _made(config, code="made")
             if config.g:
                 raise ValueError("not a failure")
             if config.h:
                 raise OTHER.fail(config, "not-a-declaration", where="w", observed="o", expected="e", fix="f")
-            _shared(config, check=CHECK)
+            _shared(config, check=example_check)
             return None
 
         OTHER = make_something(NAME)
-        ANOTHER = attempt_seam("another-check", cites=(), summary="", codes={})
 
-        def another(attempt):
-            _shared(attempt, ANOTHER)
+        @attempt_seam(cites=(), summary="", codes={})
+        def another_check(attempt):
+            _shared(attempt, another_check)
+
+        @service_seam(cites=(), summary="", codes={}).needing(lambda config: config.value)
+        def needing_check(config, value):
+            raise needing_check.fail(config, "needed", where="w", observed="o", expected="e", fix="f")
     '''))
     found = [(s.line, s.codes) for s in raise_sites(tmp_path)]
-    # a helper's branch is raised for each check passed to it (by position or keyword); a module-level owner that is
-    # no declaration, or a helper no call passes a check, leaves the site unread (a test above names it)
+    # a helper's branch is raised for each check passed to it (by position or keyword), a check named by its
+    # function unless it says name=; a module-level owner that is no declaration, or a helper no call passes a check,
+    # leaves the site unread (a test above names it)
     assert found == [
-        (9, ("another-check/shared", "example-check/shared")),
-        (12, ()),
+        (8, ("another-check/shared", "example-check/shared")),
+        (11, ()),
         (16, ("example-check/first",)),
         (18, ("example-check/second", "example-check/third")),
         (20, ("example-check/made",)),
         (24, ()),
+        (36, ("needing-check/needed",)),
     ]
 
 
@@ -205,7 +211,7 @@ def test_the_finder_sees_the_checks_package() -> None:
 
 
 def test_a_check_refuses_a_branch_it_does_not_declare() -> None:
-    check = service_seam("example-refusal", cites=(), summary="an example", codes={"known": "what fired"})
+    check = service_seam(cites=(), summary="an example", codes={"known": "what fired"}).declare("example_refusal")
     assert check.fail("svc", "known", where="w", observed="o", expected="e", fix="f").code == "example-refusal/known"
     with pytest.raises(UndeclaredCode, match=r"does not declare the failure code 'example-refusal/unknown'"):
         check.fail("svc", "unknown", where="w", observed="o", expected="e", fix="f")
@@ -213,7 +219,7 @@ def test_a_check_refuses_a_branch_it_does_not_declare() -> None:
 
 def test_a_declaration_without_what_fired_is_refused() -> None:
     with pytest.raises(ValueError, match=r"'example-empty/branch' declares no 'what fired'"):
-        service_seam("example-empty", cites=(), summary="an example", codes={"branch": " "})
+        service_seam(cites=(), summary="an example", codes={"branch": " "}).declare("example_empty")
 
 
 SHARED_BRANCHES = {code.split("/", 1)[1] for site in SITES if site.shared for code in site.codes}
