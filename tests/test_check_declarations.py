@@ -33,6 +33,10 @@ ADDED_SINCE: dict[str, list[str]] = {
     # issue 32: a docker/podman run line or a Quadlet that grants its container no GPU (fleetgate.visibility's
     # container_grant), beside the compose and Kubernetes branches of the same check
     "device-visibility": ["device-visibility/container-no-gpu"],
+    # issue 32: a Kubernetes container's paths through its volumeMounts (hostPath as compose's bind mounts, a
+    # ConfigMap of the repository by its keys), beside the Quadlet and compose branches
+    "container-paths": ["container-paths/k8s-configmap-key-missing", "container-paths/k8s-missing-in-repo",
+                        "container-paths/k8s-not-mounted", "container-paths/k8s-payload-undeclared"],
     # a stream's first token late twice while the engine sat idle (fleetgate.live.activity), apart from a declared
     # bound's too-slow
     "live-stream": ["live-stream/held"],

@@ -189,20 +189,22 @@ def _preset_table() -> dict[tuple[str, str], str]:
     return table
 
 
-# Two Kubernetes workloads (fleetgate.sources.kubernetes): no unit; the pods' volumeMounts are read but container-paths
-# has no Kubernetes branch yet, so it skips naming the workload.
-K8S_NOT_HELD = {**NO_UNIT, "container-paths": SKIPPED, "volume-variables": SKIPPED}
+# A Kubernetes workload (fleetgate.sources.kubernetes): no unit, and no volume path is interpolated (volume-variables
+# skips). Its model lies under a hostPath volumeMount, on the declared payload (container-paths passes).
+K8S_HELD = {**NO_UNIT, "container-paths": PASSED, "volume-variables": SKIPPED}
 
 
 def _kubernetes_table() -> dict[tuple[str, str], str]:
     # vLLM's Deployment reads like compose-vllm's service: the image pins 0.13.0, one nvidia.com/gpu, and the Service
     # port 80 forwards to the container's named port http (8000), fleet.toml's port being the Service's.
-    table = {("qwen", check): outcome for check, outcome in {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD}.items()}
+    table = {("qwen", check): outcome for check, outcome in {**VLLM_COMPOSE_SERVICE, **K8S_HELD}.items()}
     # Its Service is ClusterIP: only the cluster reaches it, as the cluster's network policies allow.
     table[("qwen", "engine-auth")] = SKIPPED
     # llama-server's StatefulSet: the server-cuda-b10867 image pins the build; the model on the claim has no profile.
-    gemma = _table("rack", "gemma", **{f"gemma:{c}": o for c, o in K8S_NOT_HELD.items()},
+    gemma = _table("rack", "gemma", **{f"gemma:{c}": o for c, o in K8S_HELD.items() if c != "container-paths"},
                    **{"gemma:engine-build-minimum": PASSED, "gemma:payload-defaults": SKIPPED,
+                      # its model is on the StatefulSet's claim: what the claim holds is no file of the repository
+                      "gemma:container-paths": NOT_JUDGED,
                       # its NodePort Service opens 30080 on every node to an engine that asks no key
                       "gemma:engine-auth": "engine-auth/no-key", "gemma:container-user": "container-user/image-root"})
     table.update(gemma)
@@ -216,7 +218,7 @@ def _kubernetes_sharing_table() -> dict[tuple[str, str], str]:
     # Two vLLM Deployments on a one-node cluster whose device plugin time-slices the card (deploy/gpu/time-slicing.yaml):
     # each reads like the kustomize fixture's (the image pins 0.13.0, a ClusterIP Service, no profile sizes the
     # checkpoint, so vllm-starts is not judged).
-    service = {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
+    service = {**VLLM_COMPOSE_SERVICE, **K8S_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
     table = {(name, check): outcome for name in ("chat", "coder") for check, outcome in service.items()}
     table.update({("homelab", check): outcome for check, outcome in FLEET_LEVEL.items()})
     # Both pods' nvidia.com/gpu: 1 is a replica of the one card: 0.55 + 0.40 of it leaves each room to start.
@@ -308,7 +310,7 @@ def _kustomize_table() -> dict[tuple[str, str], str]:
     # fixture's, its image tag set by the overlay (v0.13.0), reached through a ClusterIP Service. No profile sizes the
     # checkpoint: vllm-starts is not judged. The base's and the overlay's own files are inputs of the build, not read
     # as manifests.
-    service = {**VLLM_COMPOSE_SERVICE, **K8S_NOT_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
+    service = {**VLLM_COMPOSE_SERVICE, **K8S_HELD, "engine-auth": SKIPPED, "vllm-starts": NOT_JUDGED}
     table = {("mistral-vllm", check): outcome for check, outcome in service.items()}
     table.update({("cluster", check): outcome for check, outcome in FLEET_LEVEL.items()})
     no_subject = (*LLAMA_ONLY, "slots-divide-pool", "timeouts-nest")
@@ -322,7 +324,7 @@ def _helm_output_table() -> dict[tuple[str, str], str]:
     # Service (only the cluster reaches it); the pod runs as UID 1000. No profile. Given /dev/kfd and a render node by
     # AMD's device plugin, it holds GIDs 44 and 110 (supplementalGroups): whether they own the nodes is the host's,
     # which declares no device_gids, so container-user is not judged (docs/seams.md, container-user/no-device-group).
-    service = {**K8S_NOT_HELD, "engine-build-minimum": PASSED, "payload-defaults": SKIPPED, "engine-auth": SKIPPED,
+    service = {**K8S_HELD, "engine-build-minimum": PASSED, "payload-defaults": SKIPPED, "engine-auth": SKIPPED,
                "container-user": NOT_JUDGED}
     return _table("mi100", "chat-llama-server", **{f"chat-llama-server:{c}": o for c, o in service.items()})
 
@@ -422,6 +424,24 @@ def _broken(fleet: str, service: str) -> dict[str, str]:
     changes = {f"{service}:{check}": SKIPPED for (subject, check) in CLEAN[fleet] if subject == service}
     changes[f"{service}:serve-script-renders"] = "serve-script-renders/broken-input"
     return changes
+
+
+def _k8s_template_mount(host: str | None, key: str = "qwen3.jinja") -> list[Edit]:
+    """vLLM's Deployment handed ``--chat-template /templates/KEY`` from a volume at /templates: a hostPath of
+    ``host``, or (None) the ConfigMap vllm-qwen-templates."""
+    source = (f"          hostPath:\n            path: {host}\n" if host is not None
+              else "          configMap:\n            name: vllm-qwen-templates\n")
+    return [("deploy/vllm/deployment.yaml", '            - "8"\n',
+             f'            - "8"\n            - --chat-template\n            - /templates/{key}\n'),
+            ("deploy/vllm/deployment.yaml", "              readOnly: true\n",
+             "              readOnly: true\n            - name: templates\n              mountPath: /templates\n"),
+            ("deploy/vllm/deployment.yaml", "      volumes:\n", f"      volumes:\n        - name: templates\n{source}")]
+
+
+K8S_TEMPLATE_CONFIG_MAP: list[Edit] = [("deploy/vllm/configmap.yaml", 'HF_HUB_OFFLINE: "1"\n',
+                                         'HF_HUB_OFFLINE: "1"\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n'
+                                         '  name: vllm-qwen-templates\n  namespace: llm\ndata:\n'
+                                         '  chat.jinja: "{{ messages }}"\n')]
 
 
 # (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
@@ -819,6 +839,35 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # An AMD card through its device plugin is granted the same way.
     "kubernetes-amd-gpu": ("kubernetes", [("deploy/llama/statefulset.yaml", 'nvidia.com/gpu: "1"', 'amd.com/gpu: "1"')],
                            {}),
+    # Kubernetes volumes (container-paths): vLLM's model directory mounted at another path than the one it is given
+    # is the image's own filesystem, where vllm/vllm-openai holds no model; mounted deeper, the same file.
+    "k8s-model-not-mounted": ("kubernetes", [("deploy/vllm/deployment.yaml", "mountPath: /models\n",
+                                              "mountPath: /mnt/models\n")],
+                              {"qwen:container-paths": "container-paths/k8s-not-mounted"}),
+    "k8s-model-mounted-deeper": ("kubernetes", [("deploy/vllm/deployment.yaml", "mountPath: /models\n",
+                                                 "mountPath: /models/Qwen3-8B-FP8\n"),
+                                                ("deploy/vllm/deployment.yaml", "path: /srv/models\n",
+                                                 "path: /srv/models/Qwen3-8B-FP8\n")], {}),
+    # The hostPath moved off the payload the host is declared to hold.
+    "k8s-hostpath-undeclared": ("kubernetes", [("deploy/vllm/deployment.yaml", "path: /srv/models\n",
+                                                "path: /data/models\n")],
+                                {"qwen:container-paths": "container-paths/k8s-payload-undeclared"}),
+    # A chat template from a hostPath of the deployed repository that the repository does not commit; the same
+    # template from a host directory the payload declares passes.
+    "k8s-template-not-committed": ("kubernetes", [
+        ("fleet.toml", 'name = "rack"\n', 'name = "rack"\ndeploy_root = "/opt/rack"\n'),
+        *_k8s_template_mount("/opt/rack/templates")],
+        {"qwen:container-paths": "container-paths/k8s-missing-in-repo"}),
+    "k8s-template-declared-payload": ("kubernetes", [
+        ("fleet.toml", 'payload = ["/srv/models/Qwen3-8B-FP8"]',
+         'payload = ["/srv/models/Qwen3-8B-FP8", "/srv/templates/qwen3.jinja"]'),
+        *_k8s_template_mount("/srv/templates")], {}),
+    # A chat template from a configMap volume: the ConfigMap the repository defines has no such key (the file is not
+    # there), has it (passes), or is not in the repository at all (created by hand: not judged).
+    "k8s-configmap-key-missing": ("kubernetes", [*K8S_TEMPLATE_CONFIG_MAP, *_k8s_template_mount(None)],
+                                  {"qwen:container-paths": "container-paths/k8s-configmap-key-missing"}),
+    "k8s-configmap-key-held": ("kubernetes", [*K8S_TEMPLATE_CONFIG_MAP, *_k8s_template_mount(None, "chat.jinja")], {}),
+    "k8s-configmap-not-held": ("kubernetes", _k8s_template_mount(None), {"qwen:container-paths": NOT_JUDGED}),
     # kustomize's build output (rendered/gpu-node.yaml) is read as the cluster applies it: a patch that drops the GPU
     # limit leaves vLLM no card, and a misspelt flag in the args is one vLLM 0.13.0 (the overlay's image tag) refuses.
     "kustomize-no-gpu": ("kustomize", [("rendered/gpu-node.yaml", "            nvidia.com/gpu: 1\n",

@@ -333,6 +333,28 @@ def test_volumes_give_the_host_path_of_a_host_path_mount_only(tmp_path: Path) ->
     assert read.host_path("/elsewhere") is None
 
 
+def test_a_config_map_volume_holds_its_keys_or_its_items_where_the_repository_defines_it(tmp_path: Path) -> None:
+    # core/v1 ConfigMapVolumeSource: without items every key (data and binaryData) is a file; items project only
+    # the keys they list, each at its path; a subPath mounts one entry. A ConfigMap no manifest defines: None.
+    manifest = _container('image: ghcr.io/ggml-org/llama.cpp:server\nvolumeMounts:\n'
+                          '  - {name: all, mountPath: /all}\n  - {name: some, mountPath: /some}\n'
+                          '  - {name: all, mountPath: /one.jinja, subPath: a.jinja}\n'
+                          '  - {name: elsewhere, mountPath: /elsewhere}') + (
+        "  volumes:\n    - name: all\n      configMap: {name: templates}\n"
+        "    - name: some\n      configMap:\n        name: templates\n        items:\n"
+        "          - {key: a.jinja, path: chat/a.jinja}\n"
+        "    - name: elsewhere\n      configMap: {name: made-by-hand}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: templates}\n"
+        "data: {a.jinja: x, b.jinja: y}\nbinaryData: {c.bin: AAAA}\n")
+    read = _read(tmp_path, manifest)
+    assert [(m.target, m.sub, m.keys) for m in read.mounts] == [
+        ("/all", None, ("a.jinja", "b.jinja", "c.bin")), ("/some", None, ("chat/a.jinja",)),
+        ("/one.jinja", "a.jinja", ("a.jinja", "b.jinja", "c.bin")), ("/elsewhere", None, None)]
+    mount, rest = read.mount_of("/some/chat/a.jinja")
+    assert (mount.target, str(rest)) == ("/some", "chat/a.jinja")
+    assert read.mount_of("/app/model.gguf") is None
+
+
 def test_a_mount_of_no_volume_is_one_line(tmp_path: Path) -> None:
     message = _refused(tmp_path, _container('image: ghcr.io/ggml-org/llama.cpp:server\nvolumeMounts:\n'
                                             '  - {name: models, mountPath: /models}'))

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from fleetgate.checks import service_seam
+from fleetgate.checks import NotJudged, service_seam
 from fleetgate.checks.seam_units import UNIT_ENGINES, not_a_quadlet, unit_of
 from fleetgate.render.rendered import RenderedService
 from fleetgate.render.start import Compose, Kubernetes
@@ -113,9 +113,7 @@ def container_paths(config: RenderedService) -> Iterator[tuple[str, str]]:
 def _container(config: RenderedService) -> str | None:
     match config.rendered.start:
         case Kubernetes(read=pod) if pod is not None:
-            # Its volumes are read (the container's mounts), but a persistentVolumeClaim has no host path to hold a
-            # payload to, and the seam's Quadlet and compose branches have no Kubernetes one yet.
-            return f"{config.name} is a Kubernetes container ({pod.workload}): its volumeMounts are not held to the payload"
+            return None
         case Compose(read=compose) if compose is not None:
             return None
     return not_a_quadlet(config)
@@ -124,8 +122,8 @@ def _container(config: RenderedService) -> str | None:
 @service_seam(
     name=PATHS,
     cites=("B-VL-14", "B-VL-16", "INC-85"),
-    summary="every path a containerised engine is given is inside a Volume= (or a compose bind mount) and exists "
-               "behind it: in the repository, or among the payload the host is declared to hold",
+    summary="every path a containerised engine is given is inside a Volume= (a compose bind mount, a Kubernetes "
+               "volumeMount) and exists behind it: in the repository, or among the payload the host is declared to hold",
     requires=_container,
     engines=UNIT_ENGINES,
     codes={
@@ -136,11 +134,22 @@ def _container(config: RenderedService) -> str | None:
         "payload-undeclared": (
             "a compose service's bind mount puts a path the engine is given on a host file fleet.toml's `payload` does not name"
         ),
+        "k8s-not-mounted": "a path a Kubernetes container's engine is given lies in no `volumeMount` of the container",
+        "k8s-missing-in-repo": "a hostPath volume holds the repository, and the file the engine is given there is not committed",
+        "k8s-payload-undeclared": (
+            "a hostPath volume puts a path the engine is given on a host file fleet.toml's `payload` does not name"
+        ),
+        "k8s-configmap-key-missing": (
+            "a path the engine is given lies in a configMap volume whose ConfigMap (in the repository) has no such key"
+        ),
     },
 )
 def quadlet_container_paths(config: RenderedService) -> None:
     if isinstance(config.rendered.start, Compose) and config.rendered.start.read is not None:
         _compose_paths(config)
+        return
+    if isinstance(config.rendered.start, Kubernetes) and config.rendered.start.read is not None:
+        _kubernetes_paths(config)
         return
     unit = unit_of(config)
     assert unit is not None
@@ -182,7 +191,6 @@ def _compose_paths(config: RenderedService) -> None:
     start = config.rendered.start
     assert isinstance(start, Compose) and start.read is not None
     compose = start.read
-    declared = [PurePosixPath(p) for p in config.service.payload if p.startswith("/")]
     for what, path in container_paths(config):
         host = compose.host_path(path)
         if host is None:
@@ -194,24 +202,104 @@ def _compose_paths(config: RenderedService) -> None:
                 details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
                 fix="mount the host directory in volumes:, or hand the engine the container path it is mounted at",
             )
-        local = map_to_repo(config.fleet, host)
-        if local is not None:
-            if not local.exists():
-                raise quadlet_container_paths.fail(
-                    config, "compose-missing-in-repo",
-                    where=compose.command_where,
-                    observed=f"{what} {path} is {host} on the host, which is not in this repository",
-                    expected=f"{local.relative_to(config.fleet.root)} committed, since the bind mount holds the repository",
-                    fix="commit the file, or point the path at the one that is committed",
-                )
-            continue
-        inside = PurePosixPath(host)
-        if declared and not any(inside == p or p in inside.parents for p in declared):
+        _host_side(config, what, path, host, compose.command_where,
+                   [f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts], kubernetes=False)
+
+
+def _host_side(config: RenderedService, what: str, path: str, host: str, where: str, details: list[str], *,
+               kubernetes: bool) -> None:
+    """A host path a bind mount (compose) or a hostPath volume (Kubernetes) puts behind a path the engine is given:
+    the repository's file, committed, or a file of the payload fleet.toml declares for the host."""
+    mount = "a hostPath volume" if kubernetes else "the bind mount"
+    local = map_to_repo(config.fleet, host)
+    if local is not None:
+        if not local.exists():
             raise quadlet_container_paths.fail(
-                config, "payload-undeclared",
-                where=compose.command_where,
-                observed=f"{what} {path} is {host} on the host (through volumes:), which fleet.toml's payload does not name",
-                expected=f"one of the declared payload: {', '.join(config.service.payload)}",
-                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
-                fix="declare the file in services.NAME.payload (what the host must hold), or fix the mount or the path",
+                config, "k8s-missing-in-repo" if kubernetes else "compose-missing-in-repo",
+                where=where,
+                observed=f"{what} {path} is {host} on the host, which is not in this repository",
+                expected=f"{local.relative_to(config.fleet.root)} committed, since {mount} holds the repository",
+                fix="commit the file, or point the path at the one that is committed",
             )
+        return
+    declared = [PurePosixPath(p) for p in config.service.payload if p.startswith("/")]
+    inside = PurePosixPath(host)
+    if declared and not any(inside == p or p in inside.parents for p in declared):
+        raise quadlet_container_paths.fail(
+            config, "k8s-payload-undeclared" if kubernetes else "payload-undeclared",
+            where=where,
+            observed=f"{what} {path} is {host} on the host (through {'a hostPath volume' if kubernetes else 'volumes:'}), "
+                     "which fleet.toml's payload does not name",
+            expected=f"one of the declared payload: {', '.join(config.service.payload)}",
+            details=details,
+            fix="declare the file in services.NAME.payload (what the host must hold), or fix the mount or the path",
+        )
+
+
+# What a volume of another kind holds is not in the repository nor on a host path fleet.toml can declare.
+_UNSEEN = {
+    "persistentVolumeClaim": "a PersistentVolumeClaim: what the claim holds is written there at run time (kubectl cp, "
+                             "a download job), not by the repository",
+    "emptyDir": "an emptyDir, which starts empty: what fills it (an init container, the engine's download) is not read",
+    "secret": "a Secret volume: its keys are not read, so as never to read a secret",
+}
+
+
+def _kubernetes_paths(config: RenderedService) -> None:
+    """A Kubernetes container's paths, through its volumeMounts: a hostPath is judged as compose's bind mount is, a
+    ConfigMap the repository defines must have the key, and what no file of the repository shows is not judged."""
+    start = config.rendered.start
+    assert isinstance(start, Kubernetes) and start.read is not None
+    pod = start.read
+    details = [f"{m.where}: {m.kind}{f' {m.source}' if m.source else ''} -> {m.target}" for m in pod.mounts]
+    unseen: list[str] = []
+    for what, path in container_paths(config):
+        found = pod.mount_of(path)
+        if found is None:
+            # The same rule as compose's and the Quadlet's: a path under no mount is the image's own filesystem. The
+            # engine images fleetgate reads (llama.cpp's server images, vllm/vllm-openai) hold no model and no
+            # template, and the path most often handed unmounted is the host's own (INC-85), which no reading of the
+            # image could tell from one baked into it. A fleet that bakes its files into its own image mounts nothing
+            # and is told so, once, by this code (waive it), rather than have every unmounted path pass unseen.
+            raise quadlet_container_paths.fail(
+                config, "k8s-not-mounted",
+                where=pod.command_where,
+                observed=f"{what} {path}: no volumeMount of {pod.name} holds it, so the container sees only its "
+                         f"image ({pod.image or 'unnamed'}) there",
+                expected=f"a path inside one of: {', '.join(m.target for m in pod.mounts) or 'no volumeMounts'}",
+                details=details,
+                fix="mount the directory (volumeMounts: with a hostPath or a claim that holds it), or hand the "
+                    "engine the path it is mounted at",
+            )
+        mount, rest = found
+        if mount.kind == "hostPath" and mount.source is not None:
+            host = pod.host_path(path)
+            assert host is not None
+            _host_side(config, what, path, host, pod.command_where, details, kubernetes=True)
+        elif mount.kind == "configMap" and mount.keys is not None:
+            entry = PurePosixPath(mount.sub or ".") / rest
+            held = [PurePosixPath(k) for k in mount.keys]
+            if str(entry) != "." and not any(entry == k or entry in k.parents for k in held):
+                raise quadlet_container_paths.fail(
+                    config, "k8s-configmap-key-missing",
+                    where=mount.where,
+                    observed=f"{what} {path} is the entry {entry} of ConfigMap {mount.source} (mounted at "
+                             f"{mount.target}), which has no such key, so the file is not there",
+                    expected=f"one of its keys: {', '.join(mount.keys) or 'none'}",
+                    details=details,
+                    fix=f"add {entry} to ConfigMap {mount.source}'s data, or hand the engine the key it has",
+                )
+        elif mount.kind == "configMap":
+            unseen.append(f"{what} {path} is in ConfigMap {mount.source} ({_shown(config, mount.where)}), which no "
+                          "manifest of the repository defines: whether it has the key is the cluster's")
+        else:
+            why = _UNSEEN.get(mount.kind, f"a {mount.kind} volume, whose contents fleetgate does not read")
+            unseen.append(f"{what} {path} is on {why} ({_shown(config, mount.where)})")
+    if unseen:
+        raise NotJudged("; ".join(unseen) + ": only a hostPath (held to the repository or the payload) or a "
+                        "ConfigMap the repository defines shows what is behind a path")
+
+
+def _shown(config: RenderedService, where: str) -> str:
+    root = f"{config.fleet.root}/"
+    return where[len(root):] if where.startswith(root) else where

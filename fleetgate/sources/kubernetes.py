@@ -105,6 +105,11 @@ class VolumeMount:
     source: str | None
     """The host path (hostPath), the ConfigMap's or the claim's name; None where the source has no name."""
     where: str
+    sub: str | None = None
+    """``subPath`` of a volume other than hostPath (a hostPath's is joined to ``source``): the one entry mounted."""
+    keys: tuple[str, ...] | None = None
+    """A configMap volume's file names (its ``items`` paths, else the ConfigMap's keys) where a manifest of the
+    repository defines the ConfigMap; None for any other volume, or a ConfigMap the repository does not hold."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,11 @@ class KubernetesContainer:
     @property
     def name(self) -> str:
         return f"{self.workload} container {self.container}"
+
+    def mount_of(self, container_path: str) -> tuple[VolumeMount, PurePosixPath] | None:
+        """The volumeMount the container sees ``container_path`` through (the deepest), and the path below its
+        mountPath; None when no volumeMount holds it (the image's own filesystem)."""
+        return deepest_mount(self.mounts, container_path)
 
     def host_path(self, container_path: str) -> str | None:
         """The host path behind a container path, through the hostPath volumes (the deepest mount first); None when
@@ -655,10 +665,27 @@ def _services(objects: Sequence[_Object], labels: Mapping[str, str],
     return names, found
 
 
+def _config_map_files(path: Path, item: Node, source: str | None, sources: _Sources | None,
+                      label: str) -> tuple[str, ...] | None:
+    """The files a configMap volume holds (core/v1 ConfigMapVolumeSource: ``items`` projects only the keys it lists,
+    each at its ``path``; without it every key is a file of its name); None where no manifest read defines it."""
+    if sources is None or source is None or (config := sources.find("ConfigMap", source)) is None:
+        return None
+    # binaryData's keys are files of the volume too (their bytes decoded by the kubelet, never by this reader).
+    binary = _mapping(config.path, _get(config.node, "binaryData"), f"ConfigMap/{config.name}.binaryData")
+    keys = (*sources.data(config), *_keys(binary))
+    items = _sequence(path, _get(_get(item, "configMap"), "items"), f"{label}.configMap.items")
+    if not items:
+        return keys
+    return tuple(_scalar(path, n, f"{label}.configMap.items[{i}].path") for i, it in enumerate(items)
+                 if (n := _get(it, "path")) is not None)
+
+
 def _mounts(path: Path, spec: MappingNode | None, container: MappingNode, what: str,
-            claims: Sequence[str]) -> tuple[VolumeMount, ...]:
+            claims: Sequence[str], sources: _Sources | None = None) -> tuple[VolumeMount, ...]:
     # A StatefulSet's volumeClaimTemplates are volumes of its pods too, each a claim of the template's name.
     volumes: dict[str, tuple[str, str | None]] = {claim: ("persistentVolumeClaim", claim) for claim in claims}
+    files: dict[str, tuple[str, ...] | None] = {}
     for i, item in enumerate(_sequence(path, _get(spec, "volumes"), "spec.volumes")):
         name_node = _get(item, "name")
         if name_node is None:
@@ -668,8 +695,11 @@ def _mounts(path: Path, spec: MappingNode | None, container: MappingNode, what: 
         source_key = {"hostPath": "path", "configMap": "name", "persistentVolumeClaim": "claimName",
                       "secret": "secretName"}.get(kind)
         source_node = _get(_get(item, kind), source_key) if source_key else None
-        volumes[_scalar(path, name_node, f"spec.volumes[{i}].name")] = (
+        volume = _scalar(path, name_node, f"spec.volumes[{i}].name")
+        volumes[volume] = (
             kind, _scalar(path, source_node, f"spec.volumes[{i}].{kind}.{source_key}") if source_node else None)
+        if kind == "configMap":
+            files[volume] = _config_map_files(path, item, volumes[volume][1], sources, f"spec.volumes[{i}]")
     found: list[VolumeMount] = []
     for i, item in enumerate(_sequence(path, _get(container, "volumeMounts"), f"{what}.volumeMounts")):
         label = f"{what}.volumeMounts[{i}]"
@@ -681,10 +711,12 @@ def _mounts(path: Path, spec: MappingNode | None, container: MappingNode, what: 
             raise InputError(path, _line(name_node), f"{label}: volume {name!r} is not among the pod's volumes; "
                              f"expected one of: {', '.join(volumes) or 'no volume'} (the API server refuses the pod)")
         kind, source = volumes[name]
-        sub = _get(item, "subPath")
+        sub_node = _get(item, "subPath")
+        sub = _scalar(path, sub_node, f"{label}.subPath") if sub_node is not None else None
         if sub is not None and kind == "hostPath" and source is not None:
-            source = posixpath.join(source, _scalar(path, sub, f"{label}.subPath"))
-        found.append(VolumeMount(_scalar(path, target_node, f"{label}.mountPath"), kind, source, _where(path, item)))
+            source, sub = posixpath.join(source, sub), None
+        found.append(VolumeMount(_scalar(path, target_node, f"{label}.mountPath"), kind, source, _where(path, item),
+                                 sub=sub, keys=files.get(name)))
     return tuple(found)
 
 
@@ -850,7 +882,7 @@ def read_kubernetes(fleet: Fleet, service: Service, *,
                          "(a shell or a wrapper script in the image is not read)")
     command_node = _get(node, "args") or _get(node, "command") or node
     ports = _container_ports(path, node, what)
-    mounts = _mounts(path, spec, node, what, _claim_templates(obj))
+    mounts = _mounts(path, spec, node, what, _claim_templates(obj), sources)
     sharing = device_plugin_sharing(fleet.root)
     gpus, shared = _gpus(path, node, what, tuple(sharing)), None
     if gpus is not None:
