@@ -379,6 +379,71 @@ def test_a_path_with_no_engine_writes_nothing(tmp_path: Path, capsys: pytest.Cap
     assert not (repo / "fleet.toml").exists()
 
 
+# A Flux repository's app directory as Flux's docs lay one out: the chart's source and the release that installs it,
+# its values inline. Written for this test, modelled on helm.toolkit.fluxcd.io/v2 and source.toolkit.fluxcd.io/v1.
+FLUX_RELEASE = """\
+apiVersion: helm.toolkit.fluxcd.io/v2
+kind: HelmRelease
+metadata:
+  name: chat
+  namespace: inference
+spec:
+  interval: 30m
+  chart:
+    spec:
+      chart: llama-cpp
+      version: "0.4.x"
+      sourceRef:
+        kind: HelmRepository
+        name: llm-charts
+        namespace: flux-system
+  values:
+    image:
+      tag: server-cuda-b10867
+    model:
+      path: /models/Qwen3-8B-Q4_K_M.gguf
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+"""
+FLUX_SOURCE = """\
+apiVersion: source.toolkit.fluxcd.io/v1
+kind: HelmRepository
+metadata:
+  name: llm-charts
+  namespace: flux-system
+spec:
+  interval: 24h
+  url: https://charts.example.org/llm
+"""
+
+
+@pytest.mark.parametrize("with_source", [False, True], ids=["release-alone", "source-beside"])
+def test_a_flux_helm_release_alone_is_named_with_the_helm_template_line_and_nothing_is_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], with_source: bool) -> None:
+    # The engine is in what Flux renders, not in the release: "no engine" and --from-host would be the wrong next
+    # step, so init names the render and exits 1 (nothing written).
+    repo = tmp_path / "gitops"
+    (repo / "apps" / "chat").mkdir(parents=True)
+    (repo / "apps" / "chat" / "release.yaml").write_text(FLUX_RELEASE, encoding="utf-8")
+    if with_source:
+        (repo / "apps" / "chat" / "source.yaml").write_text(FLUX_SOURCE, encoding="utf-8")
+    code, out, err = _init(capsys, str(repo))
+    chart = ("chart llama-cpp of HelmRepository llm-charts" if with_source else
+             "chart llama-cpp of HelmRepository llm-charts (URL: HelmRepository llm-charts's spec.url)")
+    url = "https://charts.example.org/llm" if with_source else "URL"
+    assert (code, out) == (1, "")
+    assert err == (
+        f"fleetgate init: skipped {repo}/apps/chat/release.yaml: apps/chat/release.yaml:1: HelmRelease chat is "
+        f"rendered by Flux from {chart}, which fleetgate does not fetch or render: run `helm template chat llama-cpp "
+        f"--repo {url} --version '0.4.x' --namespace inference -f values.yaml > rendered.yaml` (the release's "
+        "spec.values as values.yaml) and declare kubernetes = \"rendered.yaml\"\n"
+        f"fleetgate init: no engine found in the files init reads under {repo} (no unit, compose file or llama-swap "
+        "config); nothing written. next: render what the 1 line(s) above name (a Helm chart, a Flux HelmRelease, a "
+        "kustomization) with the command each gives, then run init again: it reads the rendered manifests\n")
+    assert not (repo / "fleet.toml").exists()
+
+
 def test_init_on_the_example_fleet_finds_every_llama_server_and_vllm_it_runs(tmp_path: Path,
                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     # The example fleet: a unit -> script -> llama-server (frank-medium, frank-zealot), a rootless Quadlet -> script

@@ -550,9 +550,10 @@ def test_a_chart_a_helm_release_and_a_kustomization_name_the_command_that_render
         "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: vllm}\nspec:\n  chart:\n"
         "    spec: {chart: vllm-stack, sourceRef: {kind: HelmRepository, name: vllm}}\n", encoding="utf-8")
     assert unrendered(tmp_path / "flux" / "release.yaml", tmp_path) == (
-        "flux/release.yaml:1: HelmRelease vllm is rendered by Flux from chart vllm-stack, which fleetgate does not "
-        "fetch or render: run `helm template vllm vllm-stack -f values.yaml > rendered.yaml` (the release's "
-        "spec.values as values.yaml) and declare kubernetes = \"rendered.yaml\"")
+        "flux/release.yaml:1: HelmRelease vllm is rendered by Flux from chart vllm-stack of HelmRepository vllm (URL: "
+        "HelmRepository vllm's spec.url), which fleetgate does not fetch or render: run `helm template vllm "
+        "vllm-stack --repo URL -f values.yaml > rendered.yaml` (the release's spec.values as values.yaml) and "
+        "declare kubernetes = \"rendered.yaml\"")
     (tmp_path / "overlay").mkdir()
     (tmp_path / "overlay" / "kustomization.yaml").write_text("resources: [../base]\n", encoding="utf-8")
     assert unrendered(tmp_path / "overlay" / "kustomization.yaml", tmp_path) == (
@@ -561,6 +562,46 @@ def test_a_chart_a_helm_release_and_a_kustomization_name_the_command_that_render
     assert unrendered(tmp_path / "charts" / "chat" / "templates" / "deployment.yaml", tmp_path) is not None
     (tmp_path / "plain.yaml").write_text(POD, encoding="utf-8")
     assert unrendered(tmp_path / "plain.yaml", tmp_path) is None
+
+
+HELM_RELEASE = ("apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: chat, namespace: llm}\n"
+                "spec:\n")
+
+
+@pytest.mark.parametrize(("spec", "source", "command"), [
+    # an OCI HelmRepository: the chart is a reference under its URL
+    ("  chart:\n    spec: {chart: llama-cpp, version: 1.2.0, sourceRef: {kind: HelmRepository, name: oci}}\n",
+     "kind: HelmRepository\nmetadata: {name: oci}\nspec: {type: oci, url: 'oci://ghcr.io/example/charts'}\n",
+     "from chart llama-cpp of HelmRepository oci, which fleetgate does not fetch or render: run `helm template chat "
+     "oci://ghcr.io/example/charts/llama-cpp --version '1.2.0' --namespace llm"),
+    # a chart kept in a Git repository: its path there
+    ("  chart:\n    spec: {chart: ./charts/llama, sourceRef: {kind: GitRepository, name: flux-system}}\n", None,
+     "from the chart at ./charts/llama in GitRepository flux-system, which fleetgate does not fetch or render: run "
+     "`helm template chat ./charts/llama --namespace llm"),
+    # chartRef to an OCIRepository; releaseName and targetNamespace as Flux uses them
+    ("  releaseName: qwen\n  targetNamespace: models\n  chartRef: {kind: OCIRepository, name: llama}\n",
+     "kind: OCIRepository\nmetadata: {name: llama}\nspec: {url: 'oci://ghcr.io/example/llama', ref: {tag: 1.0.0}}\n",
+     "from the chart OCIRepository llama fetches, which fleetgate does not fetch or render: run `helm template qwen "
+     "oci://ghcr.io/example/llama --version '1.0.0' --namespace models"),
+    # no releaseName: Flux names the release targetNamespace-name; values from a ConfigMap as well
+    ("  targetNamespace: models\n  chart:\n    spec: {chart: llama-cpp, sourceRef: {kind: HelmRepository, name: x}}\n"
+     "  valuesFrom: [{kind: ConfigMap, name: chat-values}]\n", None,
+     "from chart llama-cpp of HelmRepository x (URL: HelmRepository x's spec.url), which fleetgate does not fetch or "
+     "render: run `helm template models-chat llama-cpp --repo URL --namespace models"),
+], ids=["oci-repository", "git-repository", "chart-ref", "target-namespace-values-from"])
+def test_a_helm_release_names_the_helm_template_line_of_its_source(tmp_path: Path, spec: str, source: str | None,
+                                                                     command: str) -> None:
+    (tmp_path / "flux").mkdir()
+    (tmp_path / "flux" / "release.yaml").write_text(HELM_RELEASE + spec, encoding="utf-8")
+    if source is not None:
+        (tmp_path / "flux" / "source.yaml").write_text("apiVersion: source.toolkit.fluxcd.io/v1\n" + source,
+                                                       encoding="utf-8")
+    values = "the release's spec.values as values.yaml"
+    if "valuesFrom" in spec:
+        values += ", under the ConfigMap and Secret values its spec.valuesFrom names, as Flux merges them"
+    assert unrendered(tmp_path / "flux" / "release.yaml", tmp_path) == (
+        f"flux/release.yaml:1: HelmRelease chat is rendered by Flux {command} -f values.yaml > rendered.yaml` "
+        f"({values}) and declare kubernetes = \"rendered.yaml\"")
 
 
 def test_a_fleet_service_naming_a_chart_is_told_how_to_render_it(tmp_path: Path) -> None:

@@ -92,6 +92,15 @@ def _init(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"fleetgate init: {problem}", file=sys.stderr)
     read = ", ".join(f"{n} {kind}" for kind, n in discovery.read.items()) or "no unit, compose file or llama-swap config"
+    rendered_first = sum(1 for note in discovery.notes if note.render_first)
+    if not discovery.services and rendered_first:
+        # The engines may well be there, in what helm or kustomize prints: "no engine" and --from-host would send
+        # the user away from the one step that lets init read them.
+        print(f"fleetgate init: no engine found in the files init reads under {', '.join(args.paths)} ({read}); "
+              f"nothing written. next: render what the {rendered_first} line(s) above name (a Helm chart, a Flux "
+              "HelmRelease, a kustomization) with the command each gives, then run init again: it reads the "
+              "rendered manifests", file=sys.stderr)
+        return 1
     if not discovery.services:
         print(f"fleetgate init: no engine (llama-server, vllm) found under {', '.join(args.paths)} ({read}); nothing "
               f"written. {_INIT_READS}; next: run `fleetgate init --from-host SPEC DIR` against the host that runs the "

@@ -244,7 +244,7 @@ def _kubernetes_shaped(ctx: Context, path: Path) -> bool:
         # a kustomization's resources and patches are said once, at the kustomization
         kustomized = path.name not in KUSTOMIZATIONS and any((path.parent / k).is_file() for k in KUSTOMIZATIONS)
         if not (chart_file or kustomized) or path.name == "Chart.yaml":
-            ctx.notes.append(Note(path, None, next_step))
+            ctx.notes.append(Note(path, None, next_step, render_first=True))
         return True
     try:
         text = read_text(path, "the YAML file")

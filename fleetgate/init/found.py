@@ -88,6 +88,8 @@ class Note:
     path: Path
     line: int | None
     message: str
+    render_first: bool = False
+    """A Helm chart, a Flux HelmRelease or a kustomization: the message is the command whose output init reads."""
 
     def __str__(self) -> str:
         return visible(f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}")

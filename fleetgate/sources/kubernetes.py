@@ -349,18 +349,74 @@ def unrendered(path: Path, repository: Path) -> str | None:
         return None
     for obj in objects:
         if obj.kind == "HelmRelease":
-            chart_node = _get(_get(_get(obj.node, "spec"), "chart"), "spec")
-            chart_value = _get(chart_node, "chart")
-            chart_name = str(chart_value.value) if isinstance(chart_value, ScalarNode) else "CHART"
-            return (f"{rel}:{_line(obj.node)}: HelmRelease {obj.name} is rendered by Flux from chart {chart_name}, "
-                    f"which fleetgate does not fetch or render: run `helm template {obj.name or 'RELEASE'} "
-                    f"{chart_name} -f values.yaml > rendered.yaml` (the release's spec.values as values.yaml) and "
-                    "declare kubernetes = \"rendered.yaml\"")
+            return f"{rel}:{_line(obj.node)}: {_helm_release(obj, objects, repository)}"
         if obj.kind == "Kustomization":
             return (f"{rel}:{_line(obj.node)}: Kustomization {obj.name} is built by Flux, which fleetgate does not "
                     f"do: run `kustomize build DIR > rendered.yaml` on the directory its spec.path names and declare "
                     "kubernetes = \"rendered.yaml\"")
     return None
+
+
+def _text(node: Node | None) -> str | None:
+    return str(node.value) if isinstance(node, ScalarNode) and not _null(node) and str(node.value) else None
+
+
+def _helm_release(obj: _Object, objects: Sequence[_Object], repository: Path) -> str:
+    """The ``helm template`` line that renders what Flux's helm-controller installs for a HelmRelease
+    (helm.toolkit.fluxcd.io/v2): the chart from its source, the release name and namespace Flux gives it."""
+    spec = _get(obj.node, "spec")
+    chart_spec = _get(_get(spec, "chart"), "spec")
+    chart = _text(_get(chart_spec, "chart")) or "CHART"
+    version = _text(_get(chart_spec, "version"))
+    ref = _get(chart_spec, "sourceRef") or _get(spec, "chartRef")
+    source_kind, source_name = _text(_get(ref, "kind")) or "HelmRepository", _text(_get(ref, "name")) or "SOURCE"
+    # Flux names the release [targetNamespace-]name unless releaseName says otherwise, and installs it into
+    # targetNamespace, else the HelmRelease's own namespace.
+    target = _text(_get(spec, "targetNamespace"))
+    namespace = target or _text(_get(_get(obj.node, "metadata"), "namespace"))
+    release = _text(_get(spec, "releaseName")) or (f"{target}-{obj.name}" if target else obj.name) or "RELEASE"
+    source = next((o for o in [*objects, *_sources_beside(obj.path, repository)]
+                   if o.kind == source_kind and o.name == source_name), None)
+    url = _text(_get(_get(source.node, "spec"), "url")) if source is not None else None
+    where = f"{source_kind} {source_name}"
+    if _get(spec, "chartRef") is not None:
+        # chartRef names an OCIRepository (or a HelmChart) whose URL and tag are the chart, with no chart name of its own
+        command = f"helm template {release} {url or 'oci://URL'}"
+        told = f"the chart {where} fetches" + ("" if url else f" (URL: {where}'s spec.url)")
+    elif source_kind in ("GitRepository", "Bucket"):
+        command = f"helm template {release} {chart}"
+        told = f"the chart at {chart} in {where}"
+    elif url is not None and url.startswith("oci://"):
+        command = f"helm template {release} {url.rstrip('/')}/{chart}"
+        told = f"chart {chart} of {where}"
+    else:
+        command = f"helm template {release} {chart} --repo {url or 'URL'}"
+        told = f"chart {chart} of {where}" + ("" if url else f" (URL: {where}'s spec.url)")
+    if _get(spec, "chartRef") is not None and source is not None:
+        version = _text(_get(_get(_get(source.node, "spec"), "ref"), "tag"))
+    if version is not None:
+        command += f" --version '{version}'"
+    if namespace is not None:
+        command += f" --namespace {namespace}"
+    values = "the release's spec.values as values.yaml"
+    if _get(spec, "valuesFrom") is not None:
+        values += ", under the ConfigMap and Secret values its spec.valuesFrom names, as Flux merges them"
+    return (f"HelmRelease {obj.name} is rendered by Flux from {told}, which fleetgate does not fetch or render: run "
+            f"`{command} -f values.yaml > rendered.yaml` ({values}) and declare kubernetes = \"rendered.yaml\"")
+
+
+def _sources_beside(path: Path, repository: Path) -> list[_Object]:
+    """Flux's chart sources (HelmRepository, OCIRepository, GitRepository) in the other YAML files of a HelmRelease's
+    directory, where a repository that keeps them together keeps them."""
+    found: list[_Object] = []
+    for sibling in sorted(p for p in path.parent.iterdir() if p != path and _is_yaml(p))[:MAX_MANIFEST_FILES]:
+        if repository.resolve() not in Path(posixpath.normpath(sibling.resolve())).parents:
+            continue
+        try:
+            found += [o for o in _objects(sibling) if o.kind in ("HelmRepository", "OCIRepository", "GitRepository")]
+        except InputError:
+            continue
+    return found
 
 
 def _rel(path: Path, repository: Path) -> str:
