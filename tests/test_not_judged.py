@@ -3,8 +3,11 @@
 The example fleet with frank-medium's model profile removed: every seam blind without the profile is not judged
 with one line, the same line, naming the `fleetgate profile` command for the GGUF its argv loads. pytest counts them
 as skips; the per-service summary counts them apart and says the line once; the report carries each; under
-``--fleetgate-strict`` (or the ini key) each fails with that line and the run exits 1. A vLLM service whose release
-nothing pins is not judged rather than read as an arbitrary release.
+``--fleetgate-strict`` (or the ini key) each fails with that line and the run exits 1.
+
+A vLLM service whose release nothing pins is not "not judged": no pin is no missing fact, so the newest release
+fleetgate holds judges its argv, and the pass's figures say which table judged it and how to pin the release (issue
+33). A release that is pinned (an image tag) but has no recorded option table is not judged, naming that release.
 """
 
 from __future__ import annotations
