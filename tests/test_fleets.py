@@ -444,6 +444,19 @@ K8S_TEMPLATE_CONFIG_MAP: list[Edit] = [("deploy/vllm/configmap.yaml", 'HF_HUB_OF
                                          '  chat.jinja: "{{ messages }}"\n')]
 
 
+QUADLET_AMD: list[Edit] = [
+    ("systemd/llama-chat.container", "AddDevice=nvidia.com/gpu=all", "AddDevice=/dev/kfd\nAddDevice=/dev/dri"),
+    ("systemd/llama-chat.container", "server-cuda-b10867", "server-rocm-b10867"),
+    ("systemd/llama-chat.container", "CUDA_VISIBLE_DEVICES=0", "HIP_VISIBLE_DEVICES=0")]
+"""The quadlet fixture's llama-server on AMD: the ROCm image, /dev/kfd and every render node, pinned by HIP."""
+
+
+def _quadlet_rootful_user(lines: str) -> list[Edit]:
+    """The quadlet fixture installed rootful (/etc/containers), its llama-server container given ``lines``."""
+    return [("fleet.toml", 'deploy_root = "/home/ai/.config/containers"', 'deploy_root = "/etc/containers"'),
+            ("systemd/llama-chat.container", "ContainerName=llama-chat\n", f"ContainerName=llama-chat\n{lines}")]
+
+
 # (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
 MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # A variable meant to hold a switch holds its value: `$JINJA` is `true`, a stray positional llama-server refuses.
@@ -1160,6 +1173,38 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
                                            ("systemd/llama-chat.container", "ContainerName=llama-chat\n",
                                             "ContainerName=llama-chat\nUserNS=auto\n")],
                                  {"qwen:container-user": "container-user/image-root"}),
+    # AMD through a Quadlet (issue 32): llama.cpp's ROCm image given /dev/kfd and every render node (AddDevice=), and
+    # narrowed to the host's first card by HIP_VISIBLE_DEVICES: a card grant, the same table as the CDI one.
+    "quadlet-amd-devices": ("quadlet", QUADLET_AMD, {}),
+    # One render node on a host of two cards: which card renderD128 is follows the host's DRM order, which fleet.toml
+    # does not declare: not judged, naming /dev/dri and the variable to pin by (vllm-start-headroom asks the same).
+    "quadlet-amd-one-render-node": ("quadlet", [*QUADLET_AMD, ("systemd/llama-chat.container", "AddDevice=/dev/dri\n",
+                                                               "AddDevice=/dev/dri/renderD128\n")],
+                                    {"chat:device-visibility": NOT_JUDGED, "rig:vllm-start-headroom": NOT_JUDGED}),
+    # Rootful (deploy_root under /etc/containers) with User=1000 and no group: ROCm cannot open the nodes. In render
+    # by GroupAdd=, it can. A GID other than video/render is judged against the host's declared device_gids: 1000
+    # is not one of them, 110 is. (vLLM's image runs as root under rootful podman: image-root, as quadlet-rootful.)
+    "quadlet-amd-rootful-no-group": ("quadlet", [*QUADLET_AMD, *_quadlet_rootful_user("User=1000\n")],
+                                     {"chat:container-user": "container-user/no-device-group",
+                                      "qwen:container-user": "container-user/image-root"}),
+    "quadlet-amd-rootful-render": ("quadlet", [*QUADLET_AMD, *_quadlet_rootful_user("User=1000\nGroupAdd=render\n")],
+                                   {"chat:container-user": PASSED, "qwen:container-user": "container-user/image-root"}),
+    "quadlet-amd-rootful-gid-not-the-hosts": ("quadlet", [
+        *QUADLET_AMD, *_quadlet_rootful_user("User=1000\nGroup=1000\n"),
+        ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 110]\n")],
+        {"chat:container-user": "container-user/no-device-group", "qwen:container-user": "container-user/image-root"}),
+    "quadlet-amd-rootful-gid-the-hosts": ("quadlet", [
+        *QUADLET_AMD, *_quadlet_rootful_user("User=1000\nGroup=1000\nGroupAdd=110\n"),
+        ("fleet.toml", "ram_gib = 64\n", "ram_gib = 64\ndevice_gids = [44, 110]\n")],
+        {"chat:container-user": PASSED, "qwen:container-user": "container-user/image-root"}),
+    # The same GID with no device_gids declared: whose GID it is is the host's, not judged.
+    "quadlet-amd-rootful-gid-undeclared": ("quadlet", [*QUADLET_AMD,
+                                                       *_quadlet_rootful_user("User=1000\nGroup=1000\nGroupAdd=110\n")],
+                                           {"chat:container-user": NOT_JUDGED,
+                                            "qwen:container-user": "container-user/image-root"}),
+    # Rootless, the same User=1000: the user's manager runs it, container-user skips (as on the clean fixture).
+    "quadlet-amd-rootless-user": ("quadlet", [*QUADLET_AMD, ("systemd/llama-chat.container", "ContainerName=llama-chat\n",
+                                                             "ContainerName=llama-chat\nUser=1000\n")], {}),
     # vllm serve's model as its positional argument: the same service.
     "quadlet-vllm-positional-model": ("quadlet", [("systemd/vllm-qwen.container", "Exec=--model /models/Qwen3-8B-FP8",
                                                    "Exec=/models/Qwen3-8B-FP8")], {}),

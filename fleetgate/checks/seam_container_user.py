@@ -201,7 +201,9 @@ def _device_groups(config: RenderedService, user: str) -> None:
     elif quadlet is not None:
         nodes = tuple(d.split(":", 1)[0] for d in quadlet.devices
                       if d.split(":", 1)[0] == "/dev/kfd" or d.split(":", 1)[0].startswith("/dev/dri"))
-        groups, how, where = [*quadlet.groups], "GroupAdd= in [Container]", str(quadlet.path)
+        # the User= line that makes the engine non-root (a rootful Quadlet reaches here only through it)
+        groups, how = [*quadlet.groups], "GroupAdd= in [Container]"
+        where = quadlet.user.where if quadlet.user is not None else str(quadlet.path)
     else:
         return
     if not nodes:
