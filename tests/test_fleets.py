@@ -1051,6 +1051,15 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     "ansible-group-var-wins": ("ansible", [("inventory/group_vars/gpu.yml", "llama_server_gpu_layers: 99",
                                             "llama_server_gpu_layers: 99\nllama_server_user: \"\"")],
                                {"chat:unit-user": "unit-user/missing"}),
+    # The host's own host_vars (fleet.toml lists it after the gpu group's): root set there runs the engine as root;
+    # an emptied user in the group's vars is overridden by the host's llama, as Ansible's precedence has it.
+    "ansible-host-var-wins": ("ansible", [("inventory/host_vars/orin.yml", "llama_server_ctx_size: 12288",
+                                           "llama_server_ctx_size: 12288\nllama_server_user: root")],
+                              {"chat:unit-user": "unit-user/root"}),
+    "ansible-host-var-over-group-var": ("ansible", [
+        ("inventory/group_vars/gpu.yml", "llama_server_gpu_layers: 99", "llama_server_gpu_layers: 99\nllama_server_user: \"\""),
+        ("inventory/host_vars/orin.yml", "llama_server_ctx_size: 12288",
+         "llama_server_ctx_size: 12288\nllama_server_user: llama")], {}),
     # A fact only Ansible gathers: the unit is not rendered, and the service is not judged in one line.
     "ansible-fact": ("ansible", [("roles/llama_server/defaults/main.yml", "llama_server_host: 127.0.0.1",
                                   "llama_server_host: \"{{ ansible_default_ipv4.address }}\"")],

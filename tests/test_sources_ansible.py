@@ -49,6 +49,23 @@ def test_role_vars_win_over_the_inventory(repo: Path) -> None:
     assert "--port 8099 " in text and "--n-gpu-layers 20 " in text
 
 
+@pytest.mark.parametrize("host_first", [False, True], ids=["group-then-host", "host-then-group"])
+def test_a_host_variable_wins_over_its_groups_whatever_order_fleet_toml_lists_them(repo: Path, host_first: bool) -> None:
+    # Ansible's "Variable precedence": inventory group_vars/all < group_vars/* < host_vars < role vars. The gpu
+    # group asks 8192; orin's host_vars (the fixture's) 12288, which wins however ansible_vars orders the two.
+    gpu, orin = repo / "inventory/group_vars/gpu.yml", repo / "inventory/host_vars/orin.yml"
+    gpu.write_text("llama_server_gpu_layers: 99\nllama_server_ctx_size: 8192\n", encoding="utf-8")
+    declared = [orin, gpu] if host_first else [gpu, orin]
+    assert ansible_vars_files(repo, repo / UNIT, declared) == [repo / "roles/llama_server/defaults/main.yml",
+                                                              repo / "inventory/group_vars/all.yml", gpu, orin]
+    assert "    --ctx-size 12288 \\\n" in render_template(repo / UNIT, repo, declared)
+    # without the host's file, the group's value; under role vars, the role's
+    assert "    --ctx-size 8192 \\\n" in render_template(repo / UNIT, repo, [gpu])
+    (repo / "roles/llama_server/vars").mkdir()
+    (repo / "roles/llama_server/vars/main.yml").write_text("llama_server_ctx_size: 4096\n", encoding="utf-8")
+    assert "    --ctx-size 4096 \\\n" in render_template(repo / UNIT, repo, declared)
+
+
 def test_the_llama_swap_template_loops_over_the_roles_models(repo: Path) -> None:
     text = render_template(repo / SWAP, repo)
     assert text == (

@@ -5,8 +5,10 @@ The variables, lowest precedence first (Ansible's "Variable precedence", the lay
 
 1. the role's ``defaults/main.yml`` (or ``.yaml``, or every file of ``defaults/main/``);
 2. the inventory's ``group_vars/all`` (a file or a directory of files) beside the playbooks, when the repository has
-   exactly one; then the files fleet.toml names in ``ansible_vars`` (a group's or a host's, in the order given:
-   which groups a host belongs to is the inventory's business, so fleet.toml says it);
+   exactly one; then the files fleet.toml names in ``ansible_vars`` (which groups a host belongs to is the
+   inventory's business, so fleet.toml says it): a group's in the order given, then a host's (one under a
+   ``host_vars`` directory), which wins over every group's whatever the order (Ansible's precedence puts inventory
+   and playbook ``host_vars`` above every ``group_vars``);
 3. the role's ``vars/main.yml``.
 
 A value that is itself a template (``llama_models_dir: "{{ llama_home }}/models"``) is rendered in the same context,
@@ -73,7 +75,7 @@ def ansible_vars_files(root: Path, template: Path, declared: Sequence[Path] = ()
     alls = sorted({p for d in _group_vars_dirs(root) for p in _yaml_files(d / "all")})
     if len({p.parent if p.parent.name == "all" else p for p in alls}) == 1 or len(alls) == 1:
         files += alls
-    files += list(declared)
+    files += sorted(declared, key=lambda p: "host_vars" in p.parts)
     if role is not None:
         files += _yaml_files(role / "vars" / "main")
     return files
