@@ -458,6 +458,8 @@ def _quadlet_rootful_user(lines: str) -> list[Edit]:
 
 
 # (fleet, edits, the outcomes that change): each a miss real configs showed, or a harmless variant that must pass.
+_COMPOSE_MODEL_BIND = "      - type: bind\n        source: /srv/llm/models\n        target: /models\n        read_only: true\n"
+
 MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # A variable meant to hold a switch holds its value: `$JINJA` is `true`, a stray positional llama-server refuses.
     "stray-positional": ("unit-script", [("config/llama-server.env", "JINJA=--jinja", "JINJA=true")],
@@ -694,6 +696,21 @@ MISSES: dict[str, tuple[str, list[Edit], dict[str, str]]] = {
     # The model path inside the container: a mount that does not hold it, a host file the payload does not name.
     "compose-model-not-mounted": ("compose-llama", [("docker/compose.yaml", "target: /models", "target: /weights")],
                                   {"chat:container-paths": "container-paths/compose-not-mounted"}),
+    # The model on what no file of the repository shows (a named volume, long and short form; an anonymous volume a
+    # download fills): not judged, never compose-not-mounted (the path is mounted). A named volume mounted deeper
+    # than a bind mount hides it there, as docker does.
+    "compose-model-named-volume": ("compose-llama", [("docker/compose.yaml", "      - type: bind\n        source: /srv/llm/models\n",
+                                                      "      - type: volume\n        source: models\n")],
+                                   {"chat:container-paths": NOT_JUDGED}),
+    "compose-model-named-volume-short": ("compose-llama", [("docker/compose.yaml", _COMPOSE_MODEL_BIND,
+                                                            "      - models:/models:ro\n")],
+                                         {"chat:container-paths": NOT_JUDGED}),
+    "compose-model-anonymous-volume": ("compose-llama", [("docker/compose.yaml", _COMPOSE_MODEL_BIND,
+                                                          "      - /models\n")],
+                                       {"chat:container-paths": NOT_JUDGED}),
+    "compose-named-volume-over-bind": ("compose-llama", [("docker/compose.yaml", "        read_only: true\n",
+                                                          "        read_only: true\n      - cache:/models/cache\n")],
+                                       {}),
     # A bind mount of the repository's own directory: the file the engine is given there must be committed.
     "compose-template-not-committed": ("compose-llama", [("docker/compose.yaml", "        read_only: true\n",
                                                           "        read_only: true\n      - ./templates:/templates:ro\n"),

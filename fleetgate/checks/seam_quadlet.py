@@ -187,23 +187,36 @@ def quadlet_container_paths(config: RenderedService) -> None:
 
 
 def _compose_paths(config: RenderedService) -> None:
-    """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload."""
+    """A compose service's paths, through its bind mounts: a host path behind one is the repository's or payload;
+    one on a named or anonymous volume, a tmpfs or a home-directory source is not judged (no file shows it)."""
     start = config.rendered.start
     assert isinstance(start, Compose) and start.read is not None
     compose = start.read
+    details = [f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts] + [
+        f"{m.where}: {m.kind} -> {m.target}" for m in compose.opaque]
+    unseen: list[str] = []
     for what, path in container_paths(config):
-        host = compose.host_path(path)
-        if host is None:
+        if compose.holder(path) is None:
             raise quadlet_container_paths.fail(
                 config, "compose-not-mounted",
                 where=compose.command_where,
-                observed=f"{what} {path}: no bind mount of {compose.name} holds it, so the container cannot see it",
-                expected=f"a path inside one of: {', '.join(m.target for m in compose.mounts) or 'no bind mounts'}",
-                details=[f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts],
+                observed=f"{what} {path}: no entry of volumes: of {compose.name} holds it, so the container cannot "
+                         "see it",
+                expected="a path inside one of: "
+                         f"{', '.join([m.target for m in compose.mounts] + [m.target for m in compose.opaque]) or 'no volumes'}",
+                details=details,
                 fix="mount the host directory in volumes:, or hand the engine the container path it is mounted at",
             )
-        _host_side(config, what, path, host, compose.command_where,
-                   [f"{m.where}: {m.source} -> {m.target}" for m in compose.mounts], kubernetes=False)
+        volume = compose.volume_at(path)
+        if volume is not None:
+            unseen.append(f"{what} {path} is on {volume.kind} ({_shown(config, volume.where)})")
+            continue
+        host = compose.host_path(path)
+        assert host is not None
+        _host_side(config, what, path, host, compose.command_where, details, kubernetes=False)
+    if unseen:
+        raise NotJudged("; ".join(unseen) + ": what a volume holds is written at run time, not by the repository; "
+                        "a bind mount of the host directory (held to the repository or the payload) shows it")
 
 
 def _host_side(config: RenderedService, what: str, path: str, host: str, where: str, details: list[str], *,

@@ -47,8 +47,8 @@ from fleetgate.sources.yaml_bounded import compose_yaml, merged_keys
 if TYPE_CHECKING:
     from fleetgate.fleet import EngineBuild, Fleet, Service
 
-__all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "PortMap", "deepest_mount",
-           "interpolate", "list_services", "project_files", "read_compose"]
+__all__ = ["MAX_COMPOSE_FILES", "MAX_EXTENDS", "ComposeEntry", "ComposeService", "Grant", "Mount", "OpaqueMount", "PortMap",
+           "deepest_mount", "interpolate", "list_services", "project_files", "read_compose"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ASCII digits only: str.isdigit() also takes digits int() refuses ("²"), and a port or a card has few digits.
@@ -82,6 +82,17 @@ class Mount:
     source: str
     """The host path (relative sources resolved against the compose file's directory where the hosts deploy it)."""
     target: str
+    where: str
+
+
+@dataclass(frozen=True)
+class OpaqueMount:
+    """A ``volumes:`` entry with no host path fleetgate can know offline behind it: a named or anonymous volume
+    (docker's storage), a tmpfs, a source under the home directory of whoever runs compose."""
+
+    target: str
+    kind: str
+    """What it is, for a message: ``the named volume models``, ``an anonymous volume``, ``a tmpfs``."""
     where: str
 
 
@@ -125,6 +136,7 @@ class ComposeService:
     ports: tuple[PortMap, ...]
     host_network: bool
     mounts: tuple[Mount, ...]
+    """The bind mounts."""
     gpus: Grant | None
     """None: nothing grants the container a GPU (no reservation, no ``gpus:``, no ``runtime: nvidia``, no
     ``/dev/dri`` render node in ``devices:``)."""
@@ -143,11 +155,23 @@ class ComposeService:
     command_where: str = ""
     engine_build: EngineBuild | None = None
     notes: tuple[str, ...] = field(default=())
+    opaque: tuple[OpaqueMount, ...] = ()
+    """The other ``volumes:`` entries: a path below one of them is on no host path of the repository's hosts."""
+
+    def holder(self, container_path: str) -> tuple[Mount | OpaqueMount, PurePosixPath] | None:
+        """The entry of ``volumes:`` the container sees at a path (the deepest target), and the path below it."""
+        return deepest_mount((*self.mounts, *self.opaque), container_path)
+
+    def volume_at(self, container_path: str) -> OpaqueMount | None:
+        """The entry other than a bind mount that the container sees at a path, if one is the deepest that holds it."""
+        found = self.holder(container_path)
+        return found[0] if found is not None and isinstance(found[0], OpaqueMount) else None
 
     def host_path(self, container_path: str) -> str | None:
-        """The host path behind a container path, through the bind mounts (the deepest target first)."""
-        found = deepest_mount(self.mounts, container_path)
-        return None if found is None else _below(found[0].source, found[1])
+        """The host path behind a container path, through the bind mounts (the deepest target first); None where no
+        bind mount holds it, or a volume mounted deeper does."""
+        found = self.holder(container_path)
+        return None if found is None or isinstance(found[0], OpaqueMount) else _below(found[0].source, found[1])
 
     def published(self, target: int) -> PortMap | None:
         """The tcp entry that publishes ``target``: one with a host port first, else an ephemeral one."""
@@ -843,7 +867,7 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
 
     argv, command_where = _argv(reader, node, what, service, repo, tag, attr)
     ports, host_network = _ports(reader, attr, what)
-    mounts, volume_unset = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
+    mounts, opaque, volume_unset = _mounts(fleet, reader, attr("volumes"), what, map_to_repo)
     user_node = attr("user")
     user = (reader.text(user_node, f"{what}.user"), reader.where(user_node)) if user_node is not None else None
     grant = _gpus(reader, attr, what, container)
@@ -853,7 +877,7 @@ def read_compose(fleet: Fleet, service: Service, *, overrides: Mapping[str, str 
     return ComposeService(
         path=file.path, name=name, line=line, image=image, image_where=image_where, argv=argv, env=container,
         project=file.project,
-        ports=ports, host_network=host_network, mounts=mounts, gpus=grant,
+        ports=ports, host_network=host_network, mounts=mounts, opaque=opaque, gpus=grant,
         unset=tuple(dict.fromkeys(reader.unset)), volume_unset=volume_unset, user=user, command_where=command_where,
         device_nodes=tuple(n for n in nodes if n == "/dev/kfd" or n.rstrip("/") == "/dev/dri" or n.startswith("/dev/dri/")),
         groups=tuple(groups), groups_where=reader.where(groups_node) if groups_node is not None else "",
@@ -1138,26 +1162,30 @@ def _ports(reader: _Reader, attr: Callable[[str], Node | None], what: str) -> tu
 
 
 def _mounts(fleet: Fleet, reader: _Reader, node: Node | None, what: str,
-            map_to_repo: Callable[[Fleet, str], Path | None]) -> tuple[tuple[Mount, ...], tuple[UnsetVolume, ...]]:
+            map_to_repo: Callable[[Fleet, str], Path | None]
+            ) -> tuple[tuple[Mount, ...], tuple[OpaqueMount, ...], tuple[UnsetVolume, ...]]:
     if node is None:
-        return (), ()
+        return (), (), ()
     if not isinstance(node, SequenceNode):
         raise reader.fail(node, f"{what}.volumes: expected a list, got {_kind(node)}")
     found: list[Mount] = []
+    opaque: list[OpaqueMount] = []
     unset: list[UnsetVolume] = []
     for i, item in enumerate(node.value):
         before = len(reader.unset)
         mount, written, read = _mount(fleet, reader, item, f"{what}.volumes[{i}]")
         if len(reader.unset) > before:
             unset.append(UnsetVolume(written, tuple(dict.fromkeys(reader.unset[before:])), read, reader.where(item)))
-        if mount is not None:
+        if isinstance(mount, Mount):
             found.append(mount)
-    return tuple(found), tuple(unset)
+        elif mount is not None:
+            opaque.append(mount)
+    return tuple(found), tuple(opaque), tuple(unset)
 
 
-def _mount(fleet: Fleet, reader: _Reader, item: Node, label: str) -> tuple[Mount | None, str, str]:
-    """One entry of ``volumes:``: its bind mount (None for an anonymous or named volume, or a source not known
-    offline), the entry's path as written and as compose reads it."""
+def _mount(fleet: Fleet, reader: _Reader, item: Node, label: str) -> tuple[Mount | OpaqueMount | None, str, str]:
+    """One entry of ``volumes:``: its bind mount, or what else is mounted where no host path is known offline (a
+    named or anonymous volume, a tmpfs, a source under ``~``), the entry's path as written and as compose reads it."""
     # A relative source is relative to the project directory of the file that wrote it (an extended file's own).
     base = reader.file(item).base.resolve().relative_to(fleet.root.resolve())
     host_dir = posixpath.join(fleet.deploy_root or str(fleet.root), base.as_posix()) if base.parts else (
@@ -1165,8 +1193,13 @@ def _mount(fleet: Fleet, reader: _Reader, item: Node, label: str) -> tuple[Mount
     if isinstance(item, MappingNode):
         kind = reader.get(item, "type", label)
         source_node, target_node = reader.get(item, "source", label), reader.get(item, "target", label)
-        if kind is not None and reader.text(kind, f"{label}.type") != "bind":
-            return None, "", ""
+        if kind is not None and (type_ := reader.text(kind, f"{label}.type")) != "bind":
+            if target_node is None:
+                return None, "", ""
+            named = reader.text(source_node, f"{label}.source") if source_node is not None else ""
+            what = f"the named volume {named}" if type_ == "volume" and named else (
+                "an anonymous volume" if type_ == "volume" else f"a {type_} mount")
+            return OpaqueMount(reader.text(target_node, f"{label}.target"), what, reader.where(item)), "", ""
         if source_node is None or target_node is None:
             raise reader.fail(item, f"{label}: expected source: and target: (a bind mount)")
         source, target = reader.text(source_node, f"{label}.source"), reader.text(target_node, f"{label}.target")
@@ -1177,14 +1210,18 @@ def _mount(fleet: Fleet, reader: _Reader, item: Node, label: str) -> tuple[Mount
         written = item.value if isinstance(item, ScalarNode) else ""
         parts = read.split(":")
         if len(parts) < 2:
-            return None, written, read  # an anonymous volume: nothing of the host behind it
+            return OpaqueMount(parts[0], "an anonymous volume", reader.where(item)), written, read
         source, target = parts[0], parts[1]
     if source.startswith("~"):
-        return None, written, read  # the home directory of whoever runs compose: not known offline
+        # the home directory of whoever runs compose: not known offline
+        return OpaqueMount(target, f"{source} (under the home directory of whoever runs compose)",
+                           reader.where(item)), written, read
     if source.startswith("."):
         source = posixpath.normpath(posixpath.join(host_dir, source))
+    elif not source:
+        return None, written, read  # ':/models' (a variable no .env sets): no valid spec, nothing mounted
     elif not source.startswith("/"):
-        return None, written, read  # a named volume: docker's storage, not a host path
+        return OpaqueMount(target, f"the named volume {source}", reader.where(item)), written, read
     return Mount(source, target, reader.where(item)), written, read
 
 
