@@ -14,7 +14,7 @@ from functools import lru_cache
 from importlib import resources
 
 from fleetgate.checks import Check, NotJudged, host_check
-from fleetgate.engines.llamacpp import parse_llama_server
+from fleetgate.engines.llamacpp import engine_variables, parse_llama_server
 from fleetgate.host import HostReadError, HostTarget, listening_pid, runpath
 from fleetgate.secrets import MASK, is_secret_name, scrub, scrub_argv
 
@@ -229,10 +229,11 @@ def _vllm_variables() -> frozenset[str]:
 
 
 def _engine_variable(target: HostTarget, name: str) -> bool:
-    """A variable the engine itself reads as configuration: llama-server's ``LLAMA_ARG_*`` (common/arg.cpp: every
-    flag's env name), vLLM's own ``VLLM_*``."""
+    """A variable the engine itself reads as configuration: llama-server's flag variables (common/arg.cpp: every
+    ``LLAMA_ARG_*``, and the few named otherwise such as ``LLAMA_API_KEY``, which turns authentication on), vLLM's own
+    ``VLLM_*``."""
     if target.config.llama is not None:
-        return name.startswith("LLAMA_ARG_")
+        return name.startswith("LLAMA_ARG_") or name in engine_variables(target.config.llama.build)
     if target.config.vllm is not None:
         return name in _vllm_variables()
     return False

@@ -35,6 +35,7 @@ __all__ = [
     "LlamaServerConfig",
     "accepted_flags",
     "context_shape",
+    "engine_variables",
     "llama_table_build",
     "pad",
     "parse_llama_server",
@@ -161,6 +162,12 @@ _APPENDING = frozenset({"--override-tensor", "--override-tensor-draft"})
 
 def _table(build: int = BUILD) -> OptionTable:
     return _table_of_sample(_sample(build))
+
+
+def engine_variables(build: int = BUILD) -> frozenset[str]:
+    """Every environment variable ``build`` reads as a flag (common/arg.cpp ``set_env``): the ``LLAMA_ARG_*`` names,
+    and those that are not, ``LLAMA_API_KEY`` for ``--api-key`` and ``HF_TOKEN`` for ``--hf-token`` among them."""
+    return frozenset(option.env for option in _table(build).options if option.env)
 
 
 @cache

@@ -3,6 +3,7 @@ wrong: another argv, another environment, libraries loaded from the wrong depth,
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import socket
 import subprocess
@@ -88,6 +89,29 @@ def test_an_engine_variable_the_files_do_not_set_fails_the_env_check(
                                "host-process-env": "host-process-env/undeclared-engine-env",
                                "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
     assert "observed: LLAMA_ARG_N_PREDICT=4\n" in gate.output, gate.output
+
+
+def test_a_secret_in_the_engines_environment_is_never_printed_or_kept(
+        pytester: pytest.Pytester, tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """Issue 34: a key the engine reads from its environment (llama-server's LLAMA_API_KEY for --api-key) and a token
+    beside it, neither given to the gate nor named by the fleet's files: the env check names the variable, and no
+    output, JUnit or report of the run holds either value."""
+    key, token = f"sk-env-{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    processes(fleet_toml, env={"LLAMA_API_KEY": key, "HF_TOKEN": token})
+    report = pytester.path / "report.json"
+    gate = run_host_gate_plugin(pytester, fleet_toml, f"--junitxml={pytester.path / 'junit.xml'}",
+                                "--fleetgate-report", str(report))
+    assert gate.outcomes() == {**NO_UNIT, "host-process-argv": "PASS",
+                               "host-process-env": "host-process-env/undeclared-engine-env",
+                               "host-exposure": "PASS", "host-runtime-libs": "PASS"}, gate.output
+    assert "LLAMA_API_KEY=***" in gate.output, gate.output
+    kept = [path for path in pytester.path.rglob("*") if path.is_file()]
+    assert report in kept and pytester.path / "junit.xml" in kept, kept
+    for path in kept:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert key not in text and token not in text, path
+    assert key not in gate.output and token not in gate.output
 
 
 def test_an_engine_variable_the_files_declare_missing_fails_the_env_check(
