@@ -443,14 +443,19 @@ def _delta(event: Any) -> dict[str, Any] | None:
 
 
 def rewrite_request(mode: str, body: dict[str, Any]) -> dict[str, Any]:
-    """``drop-reasoning-history``: every message's ``reasoning_content`` stripped (a client or proxy that keeps only
-    the OpenAI fields of the history)."""
+    """``drop-reasoning-history``: every message's trace stripped, under either engine's field (``_TRACE_KEYS``: a
+    client or proxy that keeps only the OpenAI fields of the history); ``drop-tool-results``: the results sent back
+    for the call being answered (the tool messages after the last user message) blanked -- the loop's result never
+    reaches the model, while the few-shot history before the question stays whole (the vLLM fixture model, trained on
+    that history, writes no call for a request whose example lost its result: measured)."""
     if mode == "drop-reasoning-history":
-        body = {**body, "messages": [{k: v for k, v in m.items() if k != "reasoning_content"}
+        body = {**body, "messages": [{k: v for k, v in m.items() if k not in _TRACE_KEYS}
                                      for m in body.get("messages", [])]}
     if mode == "drop-tool-results":
-        body = {**body, "messages": [{**m, "content": ""} if m.get("role") == "tool" else m
-                                     for m in body.get("messages", [])]}
+        messages = body.get("messages", [])
+        asked = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        body = {**body, "messages": [{**m, "content": ""} if m.get("role") == "tool" and i > asked else m
+                                     for i, m in enumerate(messages)]}
     return body
 
 
@@ -460,6 +465,10 @@ def _tool_names(request: dict[str, Any]) -> set[str]:
 
 def _thinking_with_tools(request: dict[str, Any]) -> bool:
     return bool(request.get("tools")) and bool((request.get("chat_template_kwargs") or {}).get("enable_thinking"))
+
+
+_TRACE_KEYS = ("reasoning_content", "reasoning")
+"""The fields a trace is sent and answered under: llama.cpp's, vLLM 0.32's."""
 
 
 def _trace_key(message: dict[str, Any]) -> str:
@@ -554,8 +563,9 @@ def rewrite_stream(mode: str, request: dict[str, Any], events: list[Any]) -> lis
         out, opened, closed = [], False, False
         for event in events:
             delta = _delta(event)
-            if delta is not None and isinstance(delta.get("reasoning_content"), str):
-                text = delta.pop("reasoning_content")
+            key = _trace_key(delta) if delta is not None else ""
+            if delta is not None and isinstance(delta.get(key), str):
+                text = delta.pop(key)
                 if mode == "think-tags-stream" and not opened:
                     text, opened = "<think>" + text, True
                 delta["content"] = (delta.get("content") or "") + text
@@ -592,6 +602,10 @@ def _rewrite_calls(mode: str, events: list[Any]) -> list[Any]:
             elif mode == "tool-index-zero":
                 part["index"] = 0
         if mode == "tool-calls-at-finish":
+            if event["choices"][0].get("finish_reason"):
+                # the engine's own finish chunk carried the last fragment: the assembled calls take its place there
+                event["choices"][0]["delta"] = {**delta, "tool_calls": list(held.values())}
+                out.append(event)
             continue
         if mode == "split-tool-arguments":
             for part in parts:

@@ -35,7 +35,8 @@ AGENT_PROXIES: dict[str, dict[str, str]] = {
     "tool-name-every-delta": {TOOLS: "live-tool-calls/stream-differs"},
     # every arguments fragment split into one-character deltas: a finer healthy stream assembles all the same
     "split-tool-arguments": {TOOLS: "passed"},
-    # reasoning_content stripped from the history: the call's trace never reaches the prompt after its result
+    # the trace stripped from the history (reasoning_content, or vLLM's reasoning): the call's trace never reaches the
+    # prompt after its result
     "drop-reasoning-history": {TURNS: "live-reasoning-turns/after-tool-result"},
     "break-json-schema": {STRUCTURED: "live-structured-output/not-honoured"},
     "break-json-schema-stream": {STRUCTURED: "live-structured-output/stream-not-honoured"},

@@ -13,6 +13,7 @@ Without an interpreter that has vLLM the tests skip (or fail under tox -e vllm),
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,12 @@ class Boot:
     """The declared path holds another checkpoint (fixtures/vllm-model re-exported in float32)."""
     permuted_tokenizer: bool = False
     """The process runs ``--tokenizer`` of a copy of the model's tokenizer whose ids are permuted (made at test time)."""
+    said: tuple[str, ...] = ()
+    """What the gate's output says in vLLM's words: lines (fnmatch) of its summary, skip reasons included (``-rs``)."""
+    api_key: bool = False
+    """The process also runs ``--api-key API_KEY`` (on 127.0.0.1, as every boot): the gate is given the key through
+    $FLEETGATE_API_KEY for ``failing``, then run once more without it (``KEYLESS``); no output of either run may hold
+    the key (``_key_kept_nowhere``)."""
 
 
 BOOTS: dict[str, Boot] = {
@@ -140,7 +147,8 @@ HOT = ("    --enable-auto-tool-choice\n",
        "    --enable-auto-tool-choice\n    --override-generation-config '{\"temperature\": 1.5}'\n")
 BOOTS.update({
     # 5. one sequence at a time, a KV pool set in the environment only, no cached-token counts; sampler defaults
-    # declared and run alike (live-sampler-defaults judged by a seeded request, passing).
+    # declared and run alike (live-sampler-defaults judged by a seeded request, passing). And an API key the files do
+    # not declare (issue 34: the key printed by the gate's argv check): the gate given it sees only the argv differ.
     "sequences-env-details": Boot(
         running=(
             ('    --max-num-seqs "$MAXSEQS"\n', "    --max-num-seqs 1\n"),
@@ -148,6 +156,10 @@ BOOTS.update({
             ('exec vllm "${args[@]}"', 'export VLLM_CPU_KVCACHE_SPACE=2\nexec vllm "${args[@]}"'),
         ),
         declared=(HOT,),
+        api_key=True,
+        said=("SKIPPED *test_live_caches.py:*: not judged: vllm-reference reports no cached tokens (vLLM counts them in "
+              "usage.prompt_tokens_details.cached_tokens only when started with --enable-prompt-tokens-details): add "
+              "that flag to its serve script to judge its prefix cache",),
         failing={
             "live-slots": "live-slots/fewer-sequences",
             "live-prefix-cache": "skipped",  # not judged: vLLM counts no cached tokens without the flag
@@ -160,7 +172,8 @@ BOOTS.update({
             "slots probe's); the counts of cached tokens only what an answer's usage says (the cache still works); "
             "a 2 GiB pool instead of 1 only how many blocks the KV cache has (every probe fits in either); the "
             "declared temperature 1.5 applies only to requests that send none (every probe but the sampler's sends "
-            "temperature 0)"
+            "temperature 0); the key only whether the gate's requests are let in (it is given it), and vLLM asks for "
+            "it only under /v1, so the boot's own wait for /health and the ledger's read of /metrics go through"
         ),
     ),
     # 6. a server-side cap: every answer at most 8 tokens (vLLM's override_max_tokens).
@@ -203,7 +216,12 @@ BOOTS.update({
         ),
     ),
 })
-CODES = {code for boot in BOOTS.values() for code in boot.failing.values()}
+API_KEY = "sk-vllm-engine-3d9e51c7"
+"""The key of the boot that runs one (``Boot.api_key``): a word no output of the gate may hold."""
+# The keyed boot asked without the key: vLLM answers 401 under /v1 (its /health is open), so the gate says so once
+# and runs no other live check; the host checks, which read the host, judge the process as with the key.
+KEYLESS = {"live-health": "live-health/unauthorized"}
+CODES = {code for boot in BOOTS.values() for code in boot.failing.values()} | set(KEYLESS.values())
 """The live failure codes these controls reproduce (tests/live/test_negative_controls.py counts them)."""
 
 
@@ -224,8 +242,9 @@ class TestBootsB:
 
 class TestBootsC:
     @pytest.mark.parametrize("name", ["sequences-env-details", "server-cap", "tokenizer-sampler"])
-    def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
-        _control(name, tmp_path, pytester)
+    def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+        _control(name, tmp_path, pytester, monkeypatch)
 
 
 def test_every_boot_runs_in_one_class() -> None:
@@ -252,7 +271,21 @@ def permuted_tokenizer(target: Path) -> Path:
     return target
 
 
-def _control(name: str, tmp_path: Path, pytester: pytest.Pytester) -> None:
+def _key_kept_nowhere(result: pytest.RunResult, written: Path, transcripts: set[str]) -> None:
+    """The gate's stdout and stderr, and every file under ``written`` (its JUnit, its report and the transcripts of
+    the checks ``transcripts`` beside it, no other), hold no word of ``API_KEY``; and the argv check showed the key's
+    flag scrubbed."""
+    kept = {"stdout": result.stdout.str(), "stderr": result.stderr.str()}
+    kept |= {str(p.relative_to(written)): p.read_text(encoding="utf-8", errors="replace")
+             for p in written.rglob("*") if p.is_file()}
+    beside = "out/gate-transcripts/vllm-reference/"
+    assert {k.removeprefix(beside).removesuffix(".json") for k in kept if k.startswith(beside)} == transcripts, sorted(kept)
+    assert {"junit.xml", "out/gate.json"} <= set(kept), sorted(kept)
+    assert not [where for where, text in kept.items() if API_KEY in text], API_KEY
+    assert "--api-key '***'" in kept["stdout"], kept["stdout"]
+
+
+def _control(name: str, tmp_path: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch | None = None) -> None:
     boot = BOOTS[name]
     python = vr.python_or_skip()
     port = free_port()
@@ -263,16 +296,43 @@ def _control(name: str, tmp_path: Path, pytester: pytest.Pytester) -> None:
         if boot.permuted_tokenizer:
             path = permuted_tokenizer(tmp_path / "tokenizer")
             tokenizer = (('    --max-model-len "$MAXLEN"\n', f'    --max-model-len "$MAXLEN"\n    --tokenizer {path}\n'),)
+        keyed: tuple[Edit, ...] = ()
+        if boot.api_key:
+            keyed = (('    --reasoning-parser "$REASONING_PARSER"\n',
+                      f'    --reasoning-parser "$REASONING_PARSER"\n    --api-key {API_KEY}\n'),)
         declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models)
-        running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running, *tokenizer),
-                             models=models)
+        running = vr.declare(tmp_path / "running", port=port,
+                             edits=(*boot.declared, *boot.running, *tokenizer, *keyed), models=models)
         try:
             server = vr.start(running, python=python, work=tmp_path, temp=temp, port=port)
         except ReferenceError as exc:
             pytest.fail(str(exc), pytrace=False)
+        report = f"--fleetgate-report={pytester.path / 'out' / 'gate.json'}"
         with server:
-            result, outcomes = run_vllm_gate(pytester, server.url, declared)
+            if boot.api_key:
+                assert monkeypatch is not None
+                monkeypatch.setenv("FLEETGATE_API_KEY", API_KEY)
+            result, outcomes = run_vllm_gate(pytester, server.url, declared, report)
+            if boot.api_key:
+                assert monkeypatch is not None
+                # every live check that sent a request keeps it; live-health's are the first check's (live-drafter),
+                # and the two that do not apply here send none
+                _key_kept_nowhere(result, pytester.path,
+                                  set(EXPECTED_LIVE) - {"live-health", "live-vision-colour", "live-reasoning-effort"})
+                monkeypatch.delenv("FLEETGATE_API_KEY")
+                shutil.rmtree(pytester.path / "out")
+                keyless, keyless_outcomes = run_vllm_gate(pytester, server.url, declared, report)
+                _key_kept_nowhere(keyless, pytester.path, set())  # refused at the readiness probe: no check asked
             vr.ledger_agrees(running, server.log, server.url)
         server.stop(timeout=30)
     vr.fail_on_temp_left(before)
     assert outcomes == {**EXPECTED_LIVE, **EXPECTED_HOST, **boot.failing}, result.stdout.str()
+    for line in boot.said:
+        result.stdout.fnmatch_lines([line])
+    if boot.api_key:
+        host = {check: outcome for check, outcome in boot.failing.items() if check.startswith("host-")}
+        assert keyless_outcomes == {**{check: "skipped" for check in EXPECTED_LIVE}, **EXPECTED_HOST, **host,
+                                    **KEYLESS}, keyless.stdout.str()
+        keyless.stdout.fnmatch_lines(["vllm-reference: live-health/unauthorized *", "  where: */v1/models",
+                                      "  observed: HTTP 401: Unauthorized", "  expected: *",
+                                      "  fix: *put the endpoint's API key in $FLEETGATE_API_KEY (now not set)*"])
