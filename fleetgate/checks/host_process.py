@@ -280,6 +280,10 @@ def host_process_env(target: HostTarget) -> None:
     declared_engine = {k: v for k, v in target.config.rendered.env.items() if _engine_variable(target, k)}
     running_engine = {k: v for k, v in environ.items() if _engine_variable(target, k)}
     for name, value in sorted(declared_engine.items()):
+        # A secret is held to being there, never to its value: a repository keeps a placeholder for it (a template,
+        # or the *** that init --from-host writes in place of the host's), and the secret itself lives elsewhere.
+        if name in running_engine and (is_secret_name(name) or running_engine[name] == value):
+            continue
         if running_engine.get(name) != value:
             raise host_process_env.fail(target, "engine-env-differs", where=where,
                                  observed=_shown(name, running_engine[name]) if name in running_engine

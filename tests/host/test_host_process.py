@@ -114,6 +114,26 @@ def test_a_secret_in_the_engines_environment_is_never_printed_or_kept(
     assert key not in gate.output and token not in gate.output
 
 
+def test_a_secret_the_files_hold_a_placeholder_for_is_judged_by_its_presence_alone(
+        tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
+    """The env file declares LLAMA_API_KEY with a placeholder (as a template, or init --from-host's ***, keeps it) and
+    the engine runs with the real key: the check passes, showing no value; the file declaring it and the process
+    lacking it still fails."""
+    fleet_toml = fleet_copy(tmp_path / "fleet", port)
+    env = fleet_toml.parent / "scripts" / "reference.env"
+    env.write_text(env.read_text(encoding="utf-8") + "export LLAMA_API_KEY='***'\n", encoding="utf-8")
+    key = f"sk-env-{secrets.token_hex(12)}"
+    running = processes(fleet_toml, env={"LLAMA_API_KEY": key})
+    gate = run_host_gate(fleet_toml, only=["host-process-env"])
+    assert gate.outcomes() == {"host-process-env": "PASS"}, gate.output
+    assert "LLAMA_API_KEY" in gate.checks["host-process-env"][1] and key not in gate.output, gate.output
+    running.stop()
+    processes(fleet_toml)
+    gate = run_host_gate(fleet_toml, only=["host-process-env"])
+    assert gate.outcomes() == {"host-process-env": "host-process-env/engine-env-differs"}, gate.output
+    assert "observed: no LLAMA_API_KEY in the process environment" in gate.output, gate.output
+
+
 def test_an_engine_variable_the_files_declare_missing_fails_the_env_check(
         tmp_path: Path, port: int, processes: Callable[..., Process]) -> None:
     """The env file exports an engine variable the running process lacks (started before it was declared)."""
