@@ -13,16 +13,27 @@ Without an interpreter that has vLLM the tests skip (or fail under tox -e vllm),
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from fleetgate.gate import run_gate
+from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, free_port
 
 from . import vllm_reference as vr
-from .test_vllm_real import EXPECTED_HOST, EXPECTED_LIVE, run_vllm_gate
+from .faults import FaultProxy
+from .test_vllm_real import EXPECTED_HOST, EXPECTED_LIVE, only, run_vllm_gate
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -55,6 +66,9 @@ class Boot:
     $FLEETGATE_API_KEY for ``failing``, then run once more without it (``KEYLESS``); no output of either run may hold
     the key (``_key_kept_nowhere``)."""
 
+
+API_KEY = "sk-vllm-engine-3d9e51c7"
+"""The key of the boot that runs one (``Boot.api_key``): a word no output of the gate may hold."""
 
 BOOTS: dict[str, Boot] = {
     # 1. no --enable-auto-tool-choice, no --reasoning-parser, prefix caching off; ngram speculation declared and run.
@@ -154,6 +168,9 @@ BOOTS.update({
             ('    --max-num-seqs "$MAXSEQS"\n', "    --max-num-seqs 1\n"),
             ("    --enable-prompt-tokens-details\n", ""),
             ('exec vllm "${args[@]}"', 'export VLLM_CPU_KVCACHE_SPACE=2\nexec vllm "${args[@]}"'),
+            # the same key in vLLM's own variable too (vllm/envs.py VLLM_API_KEY), which no file declares: a secret in
+            # the engine's environment, which no output may hold either
+            ('exec vllm "${args[@]}"', f'export VLLM_API_KEY={API_KEY}\nexec vllm "${{args[@]}}"'),
         ),
         declared=(HOT,),
         api_key=True,
@@ -216,8 +233,6 @@ BOOTS.update({
         ),
     ),
 })
-API_KEY = "sk-vllm-engine-3d9e51c7"
-"""The key of the boot that runs one (``Boot.api_key``): a word no output of the gate may hold."""
 # The keyed boot asked without the key: vLLM answers 401 under /v1 (its /health is open), so the gate says so once
 # and runs no other live check; the host checks, which read the host, judge the process as with the key.
 KEYLESS = {"live-health": "live-health/unauthorized"}
@@ -239,12 +254,112 @@ class TestBootsB:
     def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
         _control(name, tmp_path, pytester)
 
+    def test_a_template_that_renders_the_trace_after_the_last_user(
+        self, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None
+    ) -> None:
+        """live-reasoning-turns on vLLM, both ways: the reference's template renders no earlier trace (declared
+        never), so the trace a proxy strips never reached its prompt; here vLLM runs a template that renders the trace
+        of the turns after the last user message (declared after-last-user: the whole gate as the reference's). A proxy
+        that strips reasoning from the history then breaks the agent's turn (after-tool-result), and the same server
+        declared to keep every trace breaks the other (after-user-message). The check reads prompt token counts of
+        one-token answers: what the model writes does not enter. The boot also listens on another port than its files
+        declare, reached through --base-url, while a process that is no engine holds the declared port: the host checks
+        judge the vLLM the live checks reached and name the other, not judged."""
+        python = vr.python_or_skip()
+        port, declared_port = free_port(), free_port()
+        template = _template_rendering_after_last_user(tmp_path / "after-last-user.jinja")
+        flag = (('    --reasoning-parser "$REASONING_PARSER"\n',
+                 f'    --reasoning-parser "$REASONING_PARSER"\n    --chat-template {template}\n'),)
+        # vLLM listens on another port than the files declare, and the gate reaches it through --base-url, while
+        # another process holds the declared port: the host checks judge the process the live checks reached
+        running = _replaying(vr.declare(tmp_path / "running", port=port, edits=flag), "after-last-user")
+        declared = _replaying(vr.declare(tmp_path / "declared", port=declared_port, edits=flag), "after-last-user")
+        always = _replaying(vr.declare(tmp_path / "always", port=declared_port, edits=flag), "always")
+        before = vr.system_temp_shapes()
+        with vr.own_temp_dir() as temp, _squatting(declared_port, tmp_path) as squatter:
+            try:
+                server = vr.start(running, python=python, work=tmp_path, temp=temp, port=port)
+            except ReferenceError as exc:
+                pytest.fail(str(exc), pytrace=False)
+            with server:
+                result, outcomes = run_vllm_gate(pytester, server.url, declared)
+                # the argv check's whole note (the gate's summary line is cut at 220 characters)
+                argv = run_gate(load_fleet(declared), vr.SERVICE, ["host-process-argv"], base_url=server.url)
+                with FaultProxy(server.url, "drop-reasoning-history") as proxy:
+                    stripped, stripped_outcomes = run_vllm_gate(pytester, proxy.url, declared, "-k", only([TURNS]))
+                kept, kept_outcomes = run_vllm_gate(pytester, server.url, always, "-k", only([TURNS]))
+            server.stop(timeout=30)
+        vr.fail_on_temp_left(before)
+        assert outcomes == {**EXPECTED_LIVE, **EXPECTED_HOST}, result.stdout.str()
+        result.stdout.fnmatch_lines(["*PASS live-reasoning-turns*an earlier trace, as 'after-last-user' declares: after "
+                                     "a tool result rendered (* -> * prompt tokens), after the user's message left out*"])
+        assert re.fullmatch(
+            rf"PID \d+ runs the rendered argv through its interpreter \S+; it listens on port {port}, not the declared "
+            rf"{declared_port} \(--base-url\): the port is the one difference allowed; the declared port {declared_port} "
+            rf"is held by PID {squatter} .*which the live checks did not reach: not judged", argv.checks["host-process-argv"][1]), \
+            argv.checks
+        assert argv.checks["host-process-argv"][0] == "PASS", argv.checks
+        assert "proxy or tunnel" not in result.stdout.str()
+        assert stripped_outcomes == {TURNS: f"{TURNS}/after-tool-result"}, stripped.stdout.str()
+        assert kept_outcomes == {TURNS: f"{TURNS}/after-user-message"}, kept.stdout.str()
+
 
 class TestBootsC:
     @pytest.mark.parametrize("name", ["sequences-env-details", "server-cap", "tokenizer-sampler"])
     def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
         _control(name, tmp_path, pytester, monkeypatch)
+
+
+TURNS = "live-reasoning-turns"
+
+
+def _template_rendering_after_last_user(target: Path) -> Path:
+    """The vLLM fixture model's chat template, rendering an assistant turn's trace (vLLM 0.32 hands the template the
+    message's ``reasoning``) as a think block, for the turns after the last user message only."""
+    text = (vr.MODELS / "vllm-model" / "chat_template.jinja").read_text(encoding="utf-8")
+    opening = "{%- for message in messages -%}\n"
+    turn = "{%- elif message.role == 'assistant' -%}\n{{- '<|im_start|>assistant\\n' -}}\n"
+    assert text.count(opening) == 1 and text.count(turn) == 1, target
+    text = text.replace(opening, "{%- set ns = namespace(last_user=-1) -%}\n"
+                        "{%- for message in messages -%}{%- if message.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
+                        "{%- endif -%}{%- endfor -%}\n" + opening)
+    text = text.replace(turn, turn + "{%- if message.reasoning and loop.index0 > ns.last_user -%}"
+                        "{{- '<think>\\n' + message.reasoning + '\\n</think>\\n\\n' -}}{%- endif -%}\n")
+    target.write_text(text, encoding="utf-8")
+    return target
+
+
+@contextlib.contextmanager
+def _squatting(port: int, where: Path) -> Iterator[int]:
+    """A process that is no engine (Python's http.server) holding ``port`` on 127.0.0.1; yields its PID."""
+    process = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)], cwd=where,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"http.server did not listen on 127.0.0.1:{port} within 30 s", pytrace=False)
+            time.sleep(0.1)
+        yield process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _replaying(fleet_toml: Path, replay: str) -> Path:
+    text = fleet_toml.read_text(encoding="utf-8")
+    declared = 'reasoning_replay = "never"'
+    assert text.count(declared) == 1, fleet_toml
+    fleet_toml.write_text(text.replace(declared, f'reasoning_replay = "{replay}"'), encoding="utf-8")
+    return fleet_toml
 
 
 def test_every_boot_runs_in_one_class() -> None:
@@ -255,7 +370,6 @@ def test_every_boot_runs_in_one_class() -> None:
 def permuted_tokenizer(target: Path) -> Path:
     """A copy of the model's tokenizer (and its chat template, which vLLM reads from the tokenizer's directory) at
     ``target`` whose ordinary tokens have their ids reversed: the same merges and texts, other ids."""
-    import json
     import shutil
 
     target.mkdir(parents=True, exist_ok=True)
