@@ -241,8 +241,8 @@ CODES = {code for boot in BOOTS.values() for code in boot.failing.values()} | se
 
 
 # Under ``-n 2 --dist loadscope`` (tox -e vllm) xdist sends each class (and test_vllm_real.py, one module) to one
-# worker: four scopes (test_vllm_real.py and three classes), so the eight boots run two at a time (issue 34 added
-# TestBootsC's three).
+# worker: four scopes (test_vllm_real.py and three classes), so the nine boots run two at a time (issue 34 added
+# TestBootsC's three, and TestBootsB's template boot).
 class TestBootsA:
     @pytest.mark.parametrize("name", ["flags", "deepseek-r1"])
     def test_misconfigured_vllm(self, name: str, tmp_path: Path, pytester: pytest.Pytester, no_api_key: None) -> None:
