@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.reference import ReferenceError, free_port
+from tests.secrets_used import SECRETS
 
 from . import vllm_reference as vr
 from .test_vllm_real import EXPECTED_HOST, EXPECTED_LIVE, run_vllm_gate
@@ -216,7 +217,7 @@ BOOTS.update({
         ),
     ),
 })
-API_KEY = "sk-vllm-engine-3d9e51c7"
+API_KEY = SECRETS["VLLM_ENGINE_KEY"]
 """The key of the boot that runs one (``Boot.api_key``): a word no output of the gate may hold."""
 # The keyed boot asked without the key: vLLM answers 401 under /v1 (its /health is open), so the gate says so once
 # and runs no other live check; the host checks, which read the host, judge the process as with the key.
