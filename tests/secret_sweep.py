@@ -2,8 +2,11 @@
 
 Run after the tests over their ``--basetemp`` (tox's tests env does), like the coverage gate:
 
+    python -m tests.secret_sweep --clear DIR   # before: DIR made, its parents too (pytest makes none)
     pytest -n 2 --basetemp=DIR
-    python -m tests.secret_sweep DIR...
+    python -m tests.secret_sweep DIR...        # after: the sweep
+
+DIR lies outside the checkout: pytester's runs inside it would find this repository's pyproject.toml and conftest.py.
 
 Each test's own files are there (pytest keeps every ``tmp_path`` of the last run). Which of them are outputs is told by
 what pytest and fleetgate write, not by which test wrote them, so a new test's outputs are swept without a word here:
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -124,8 +128,13 @@ def sweep(roots: list[Path]) -> tuple[list[str], dict[str, int]]:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--clear":
+        # pytest empties an explicit basetemp itself, but makes no parent of it
+        shutil.rmtree(argv[1], ignore_errors=True)
+        Path(argv[1]).mkdir(parents=True)
+        return 0
     if not argv or any(arg.startswith("-") for arg in argv):
-        print("usage: python -m tests.secret_sweep DIR...", file=sys.stderr)
+        print("usage: python -m tests.secret_sweep [--clear DIR | DIR...]", file=sys.stderr)
         return 2
     roots = [Path(arg) for arg in argv]
     missing = [str(root) for root in roots if not root.is_dir()]

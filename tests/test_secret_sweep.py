@@ -187,7 +187,11 @@ def test_fleetgate_init_s_manifest_is_an_output(planted: Path, capsys: pytest.Ca
 
 def test_the_sweep_says_how_to_use_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert secret_sweep.main([]) == 2
-    assert capsys.readouterr().err == "usage: python -m tests.secret_sweep DIR...\n"
+    assert capsys.readouterr().err == "usage: python -m tests.secret_sweep [--clear DIR | DIR...]\n"
+    (tmp_path / "old" / "gw0").mkdir(parents=True)
+    assert secret_sweep.main(["--clear", str(tmp_path / "old")]) == 0
+    assert secret_sweep.main(["--clear", str(tmp_path / "new" / "basetemp")]) == 0
+    assert [p.relative_to(tmp_path).as_posix() for p in sorted(tmp_path.rglob("*"))] == ["new", "new/basetemp", "old"]
     assert secret_sweep.main([str(tmp_path / "none")]) == 2
     assert capsys.readouterr().err == (f"secret sweep: no directory {tmp_path / 'none'}: run the tests with "
                                        "--basetemp=DIR first\n")
