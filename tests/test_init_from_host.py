@@ -23,9 +23,10 @@ from fleetgate.cli import main
 from fleetgate.init.from_host import EngineProcess, _script, _split_cat, engine_process, read_host, write_fleet
 from fleetgate.reference import MODEL_FILE, free_port, model_dir
 from tests.engine import llama_server_binary
+from tests.secrets_used import SECRETS
 
-KEY = "sk-from-host-7f3a9c21"
-TOKEN = "hf_fromhost_55e0b1d2"
+KEY = SECRETS["FROM_HOST_KEY"]
+TOKEN = SECRETS["FROM_HOST_TOKEN"]
 
 
 @pytest.mark.parametrize(("argv", "engine"), [

@@ -21,12 +21,13 @@ from fleetgate.checks import get_check
 from fleetgate.errors import InputError
 from fleetgate.manifest import load_fleet
 from fleetgate.report import report_schema
+from tests.secrets_used import SECRETS
 
 REPO = Path(__file__).resolve().parents[1]
 FLEET = REPO / "fixtures" / "fleet"
 XUNIT2 = REPO / "tests" / "schemas" / "xunit2.xsd"
 IMPORT_BY_PATH = "--import-mode=importlib"
-FAKE_KEY = "sk-fleetgate-fake-4c9e1f0b7a"
+FAKE_KEY = SECRETS["REPORT_KEY"]
 FAILING = ("frank-medium", "vision-mmproj")
 CODE = "vision-mmproj/no-mmproj"
 """The failure code of vision-mmproj when the rendered argv has no --mmproj (what VISION=off does)."""

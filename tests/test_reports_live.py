@@ -18,13 +18,14 @@ import pytest
 import xmlschema
 
 from fleetgate.report import report_schema
+from tests.secrets_used import SECRETS
 
 from .live.faults import FaultServer
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE = REPO / "live"
 XUNIT2 = REPO / "tests" / "schemas" / "xunit2.xsd"
-FAKE_KEY = "sk-fleetgate-fake-77d1c0ffee"
+FAKE_KEY = SECRETS["REPORT_LIVE_KEY"]
 REPLAY = re.compile(r"^\s+replay:\s+(curl .*)$")
 
 
@@ -149,7 +150,7 @@ def test_the_request_log_records_and_restores(monkeypatch: pytest.MonkeyPatch) -
     assert len(log.requests) == 2  # the post after the block is not recorded
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     assert curl(log.requests[0], key_env="NO_SUCH_KEY_VAR") == "curl -sS --max-time 3 http://127.0.0.1:9/health"
-    monkeypatch.setenv("MY_KEY", "k-123456")
+    monkeypatch.setenv("MY_KEY", SECRETS["CURL_KEY"])
     streamed = curl(log.requests[1], key_env="MY_KEY", timeout=60)
     assert streamed == ("curl -sS -N --max-time 60 -X POST http://127.0.0.1:9/v1/chat/completions "
                         "-H \"Authorization: Bearer $MY_KEY\" -H 'Content-Type: application/json' "

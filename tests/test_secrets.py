@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from fleetgate.cli import main
 from fleetgate.failure import Failure
 from fleetgate.secrets import is_secret_name, scrub, scrub_argv, scrub_environment
+from tests.secrets_used import SECRETS
 
 ROOT = Path(__file__).resolve().parent.parent
-KEY = "sk-live-4f9a1c77e2"
+KEY = SECRETS["SCRUB_KEY"]
 
 
 @pytest.mark.parametrize(("text", "shown"), [
@@ -123,8 +124,8 @@ def _first_service(manifest: Path) -> str:
 @pytest.mark.parametrize(("text", "shown"), [
     # systemd's Environment= holds the assignment: the outer name is no secret, the inner one is (a unit's line, as
     # `systemctl cat` prints it and fleetgate init --from-host writes it)
-    ("Environment=HF_TOKEN=hf_reference_9c1d7e20", "Environment=HF_TOKEN=***"),
-    ('Environment="LLAMA_API_KEY=sk-abcdef12" "PORT=8080"', 'Environment="LLAMA_API_KEY=***" "PORT=8080"'),
+    (f"Environment=HF_TOKEN={SECRETS['UNIT_TOKEN']}", "Environment=HF_TOKEN=***"),
+    (f'Environment="LLAMA_API_KEY={SECRETS["SCRUB_NESTED_KEY"]}" "PORT=8080"', 'Environment="LLAMA_API_KEY=***" "PORT=8080"'),
     ("Environment=PORT=8080", "Environment=PORT=8080"),
 ])
 def test_an_assignment_inside_an_assignment_is_masked_by_its_own_name(text: str, shown: str) -> None:
@@ -137,7 +138,7 @@ def test_a_json_document_is_redacted_structurally(monkeypatch: pytest.MonkeyPatc
     from fleetgate.report import redact_json
 
     monkeypatch.setenv("FLEETGATE_API_KEY", KEY)
-    document = {"next_token": [{"has_next_token": True, "n_remain": 3}], "hf_token": "hf_abcdef123",
+    document = {"next_token": [{"has_next_token": True, "n_remain": 3}], "hf_token": SECRETS["SCRUB_JSON_TOKEN"],
                 "text": f"echoed Bearer {KEY}", "argv": ["llama-server", "--api-key", "zz-secret-99"]}
     shown = redact_json(document, ["FLEETGATE_API_KEY"])
     assert shown == {"next_token": [{"has_next_token": True, "n_remain": 3}], "hf_token": "***",

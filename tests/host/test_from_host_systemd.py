@@ -17,10 +17,11 @@ import pytest
 from fleetgate.reference import free_port, model_dir
 from tests.host.conftest import UNIT, healthy, unit_fleet_copy
 from tests.host.nested_systemd import NestedSystemd, why_not
+from tests.secrets_used import SECRETS
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
 
-TOKEN = "hf_reference_9c1d7e20"
+TOKEN = SECRETS["UNIT_TOKEN"]
 SUMMARY = re.compile(r"^(?P<name>[\w-]+): (?P<passed>\d+) passed, (?P<failed>\d+) failed", re.M)
 
 

@@ -3,7 +3,6 @@ wrong: another argv, another environment, libraries loaded from the wrong depth,
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import socket
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 
 from fleetgate.reference import free_port, llama_bin_dir
 from tests.host.conftest import Process, fleet_copy, run_host_gate, run_host_gate_plugin
+from tests.secrets_used import fresh
 
 UNIT_SKIP = "SKIPPED"
 NO_UNIT = {"host-unit-state": UNIT_SKIP, "host-unit-drop-ins": UNIT_SKIP, "host-unit-limits": UNIT_SKIP,
@@ -96,7 +96,7 @@ def test_a_secret_in_the_engines_environment_is_never_printed_or_kept(
     """Issue 34: a key the engine reads from its environment (llama-server's LLAMA_API_KEY for --api-key) and a token
     beside it, neither given to the gate nor named by the fleet's files: the env check names the variable, and no
     output, JUnit or report of the run holds either value."""
-    key, token = f"sk-env-{secrets.token_hex(12)}", f"hf_{secrets.token_hex(12)}"
+    key, token = fresh("sk-env-"), fresh("hf_env_")
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     processes(fleet_toml, env={"LLAMA_API_KEY": key, "HF_TOKEN": token})
     report = pytester.path / "report.json"
@@ -122,7 +122,7 @@ def test_a_secret_the_files_hold_a_placeholder_for_is_judged_by_its_presence_alo
     fleet_toml = fleet_copy(tmp_path / "fleet", port)
     env = fleet_toml.parent / "scripts" / "reference.env"
     env.write_text(env.read_text(encoding="utf-8") + "export LLAMA_API_KEY='***'\n", encoding="utf-8")
-    key = f"sk-env-{secrets.token_hex(12)}"
+    key = fresh("sk-env-")
     running = processes(fleet_toml, env={"LLAMA_API_KEY": key})
     gate = run_host_gate(fleet_toml, only=["host-process-env"])
     assert gate.outcomes() == {"host-process-env": "PASS"}, gate.output

@@ -22,8 +22,9 @@ import pytest
 from fleetgate.cli import main
 from fleetgate.errors import InputError
 from fleetgate.models.gguf_remote import read_remote_header
+from tests.secrets_used import SECRETS
 
-TOKEN = "hf_never_shown_0123456789"
+TOKEN = SECRETS["HUB_TOKEN"]
 
 
 def _string(text: bytes) -> bytes:

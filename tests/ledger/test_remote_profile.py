@@ -25,6 +25,7 @@ from fleetgate.models.profile import load_profile
 from fleetgate.models.rangeread import RemoteError, hf_url
 from tests.ledger.range_server import Served, serve
 from tests.ledger.tiny_models import Qwen35Shape, write_qwen35
+from tests.secrets_used import SECRETS
 
 MODELS = ("smollm2", "gemma3", "qwen35", "qwen35-mtp", "dflash", "dflash-swa")
 
@@ -87,13 +88,13 @@ def test_hf_form_follows_the_hub_redirect(models: dict[str, Path], served: Serve
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     _publish(served, models["smollm2"], "SmolLM2.gguf")
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{served.port}")
-    monkeypatch.setenv("HF_TOKEN", "hf_secret_never_printed")
+    monkeypatch.setenv("HF_TOKEN", SECRETS["PROFILE_TOKEN"])
     assert hf_url("hf://HuggingFaceTB/SmolLM2@v1/SmolLM2.gguf").endswith("/HuggingFaceTB/SmolLM2/resolve/v1/SmolLM2.gguf")
     data, (read,) = source_profile("hf://HuggingFaceTB/SmolLM2/SmolLM2.gguf")
     assert served.requests[0] == "/HuggingFaceTB/SmolLM2/resolve/main/SmolLM2.gguf"
     assert served.requests[1] == "/files/SmolLM2.gguf"
     # the token goes to the Hub's host; the redirect here is on the same host and port, so it goes there too
-    assert served.authorization[0] == "Bearer hf_secret_never_printed"
+    assert served.authorization[0] == f"Bearer {SECRETS['PROFILE_TOKEN']}"
     assert _without_url(data) == {**profile_data(read_header(models["smollm2"])),
                                   "model": {**profile_data(read_header(models["smollm2"]))["model"],
                                             "file": "SmolLM2.gguf"}}

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.reference import free_port
+from tests.secrets_used import SECRETS
 
 from .conftest import Gate, GateHere
 from .faults import FaultServer
@@ -90,7 +91,7 @@ def test_fault(
 def test_an_echoed_api_key_never_reaches_the_output(
     plugin_gate: Callable[..., Gate], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    secret = "sk-fleetgate-test-0123456789"
+    secret = SECRETS["ECHOED_KEY"]
     monkeypatch.setenv("FLEETGATE_API_KEY", secret)
     with FaultServer("echo-auth") as server:
         run = plugin_gate(server.url, "-k", "test_health or test_chat or test_alias")

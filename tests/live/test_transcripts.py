@@ -20,12 +20,13 @@ import pytest
 
 from fleetgate.reference import ReferenceServer, launch, on_free_port
 from fleetgate.report import report_schema
+from tests.secrets_used import SECRETS
 
 from .conftest import Gate, declared_argv, expected_outcomes
 
-GIVEN = "sk-gate-given-5e1f0a9c"
-NEVER_GIVEN = "sk-engine-only-b7c24d11"
-ENVIRONMENT = "hf_environment_token_93ac"
+GIVEN = SECRETS["TRANSCRIPT_GIVEN"]
+NEVER_GIVEN = SECRETS["TRANSCRIPT_NEVER_GIVEN"]
+ENVIRONMENT = SECRETS["TRANSCRIPT_ENVIRONMENT"]
 
 
 @pytest.fixture

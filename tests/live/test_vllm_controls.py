@@ -30,6 +30,7 @@ import pytest
 from fleetgate.gate import run_gate
 from fleetgate.manifest import load_fleet
 from fleetgate.reference import ReferenceError, free_port
+from tests.secrets_used import SECRETS
 
 from . import vllm_reference as vr
 from .faults import FaultProxy
@@ -67,7 +68,7 @@ class Boot:
     the key (``_key_kept_nowhere``)."""
 
 
-API_KEY = "sk-vllm-engine-3d9e51c7"
+API_KEY = SECRETS["VLLM_ENGINE_KEY"]
 """The key of the boot that runs one (``Boot.api_key``): a word no output of the gate may hold."""
 
 BOOTS: dict[str, Boot] = {
