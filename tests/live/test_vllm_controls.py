@@ -62,6 +62,8 @@ class Boot:
     """The process runs ``--tokenizer`` of a copy of the model's tokenizer whose ids are permuted (made at test time)."""
     said: tuple[str, ...] = ()
     """What the gate's output says in vLLM's words: lines (fnmatch) of its summary, skip reasons included (``-rs``)."""
+    env_file: tuple[Edit, ...] = ()
+    """Edits of the env file both the declaration and the process have."""
     api_key: bool = False
     """The process also runs ``--api-key API_KEY`` (on 127.0.0.1, as every boot): the gate is given the key through
     $FLEETGATE_API_KEY for ``failing``, then run once more without it (``KEYLESS``); no output of either run may hold
@@ -168,29 +170,31 @@ BOOTS.update({
         running=(
             ('    --max-num-seqs "$MAXSEQS"\n', "    --max-num-seqs 1\n"),
             ("    --enable-prompt-tokens-details\n", ""),
-            ('exec vllm "${args[@]}"', 'export VLLM_CPU_KVCACHE_SPACE=2\nexec vllm "${args[@]}"'),
-            # the same key in vLLM's own variable too (vllm/envs.py VLLM_API_KEY), which no file declares: a secret in
-            # the engine's environment, which no output may hold either
-            ('exec vllm "${args[@]}"', f'export VLLM_API_KEY={API_KEY}\nexec vllm "${{args[@]}}"'),
+            # the KV pool set in the process environment only (the files set none), and the key in vLLM's own
+            # variable too (vllm/envs.py VLLM_API_KEY): a secret in the engine's environment, shown masked
+            ('exec vllm "${args[@]}"',
+             f'export VLLM_CPU_KVCACHE_SPACE=2 VLLM_API_KEY={API_KEY}\nexec vllm "${{args[@]}}"'),
         ),
         declared=(HOT,),
+        env_file=(("export VLLM_CPU_KVCACHE_SPACE=1\n", ""),),
         api_key=True,
-        said=("SKIPPED *test_live_caches.py:*: not judged: vllm-reference reports no cached tokens (vLLM counts them in "
+        said=("  observed: VLLM_API_KEY=[*][*][*], VLLM_CPU_KVCACHE_SPACE=2",
+              "SKIPPED *test_live_caches.py:*: not judged: vllm-reference reports no cached tokens (vLLM counts them in "
               "usage.prompt_tokens_details.cached_tokens only when started with --enable-prompt-tokens-details): add "
               "that flag to its serve script to judge its prefix cache",),
         failing={
             "live-slots": "live-slots/fewer-sequences",
             "live-prefix-cache": "skipped",  # not judged: vLLM counts no cached tokens without the flag
             "live-sampler-defaults": "passed",
-            "host-process-env": "host-process-env/engine-env-differs",
+            "host-process-env": "host-process-env/undeclared-engine-env",
             "host-process-argv": "host-process-argv/argv-differs",
         },
         why_independent=(
-            "one sequence at a time changes only when concurrent requests run (the gate's are sequential but for the "
-            "slots probe's); the counts of cached tokens only what an answer's usage says (the cache still works); "
-            "a 2 GiB pool instead of 1 only how many blocks the KV cache has (every probe fits in either); the "
-            "declared temperature 1.5 applies only to requests that send none (every probe but the sampler's sends "
-            "temperature 0); the key only whether the gate's requests are let in (it is given it), and vLLM asks for "
+            "one sequence at a time changes only when concurrent requests run (the gate's are sequential but for the slots "
+            "probe's); the counts of cached tokens only what an answer's usage says (the cache still works); a 2 GiB pool "
+            "where the files set none (vLLM's CPU default is 4) only how many blocks the KV cache has (every probe fits in "
+            "either); the declared temperature 1.5 applies only to requests that send none (every probe but the sampler's "
+            "sends temperature 0); the key only whether the gate's requests are let in (it is given it), and vLLM asks for "
             "it only under /v1, so the boot's own wait for /health and the ledger's read of /metrics go through"
         ),
     ),
@@ -415,9 +419,10 @@ def _control(name: str, tmp_path: Path, pytester: pytest.Pytester, monkeypatch: 
         if boot.api_key:
             keyed = (('    --reasoning-parser "$REASONING_PARSER"\n',
                       f'    --reasoning-parser "$REASONING_PARSER"\n    --api-key {API_KEY}\n'),)
-        declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models)
-        running = vr.declare(tmp_path / "running", port=port,
-                             edits=(*boot.declared, *boot.running, *tokenizer, *keyed), models=models)
+        declared = vr.declare(tmp_path / "declared", port=port, edits=boot.declared, models=models,
+                              env_edits=boot.env_file)
+        running = vr.declare(tmp_path / "running", port=port, edits=(*boot.declared, *boot.running, *tokenizer, *keyed),
+                             models=models, env_edits=boot.env_file)
         try:
             server = vr.start(running, python=python, work=tmp_path, temp=temp, port=port)
         except ReferenceError as exc:

@@ -87,10 +87,11 @@ def shim_dir(target: Path, python: str) -> Path:
     return target
 
 
-def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = (), models: Path = MODELS) -> Path:
+def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = (), models: Path = MODELS,
+            env_edits: tuple[tuple[str, str], ...] = ()) -> Path:
     """A copy of fixtures/vllm-reference at ``target`` that declares the port it runs on and the directory holding
     its model (``models``: this checkout's fixtures, or another directory with another ``vllm-model``); ``edits``
-    are (old, new) replacements in its serve script. Returns the copy's fleet.toml."""
+    are (old, new) replacements in its serve script, ``env_edits`` in its env file. Returns the copy's fleet.toml."""
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(FLEET_DIR, target)
@@ -103,6 +104,9 @@ def declare(target: Path, *, port: int, edits: tuple[tuple[str, str], ...] = (),
     default_cache = "${VLLM_REFERENCE_CACHE:-/var/cache/fleetgate-vllm}"
     assert default_cache in text, env
     text = text.replace(default_cache, str(target.parent / "cache"))
+    for old, new in env_edits:
+        assert old in text, (old, env)
+        text = text.replace(old, new)
     env.write_text(text, encoding="utf-8")
     manifest = target / "fleet.toml"
     text = manifest.read_text(encoding="utf-8")
