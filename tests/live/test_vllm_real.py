@@ -163,7 +163,10 @@ def test_gate_against_the_real_vllm(
         "*PASS live-parallel-tool-calls*2 whole calls with their own ids; streamed: the same 2 by index*",
         '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call; auto -> 1 parsed call(s), streamed alike*',
     ])
-    # in vLLM's words, not llama.cpp's (/props, --ctx-size, --parallel, --temp): each line on its own, in any order
+    # in vLLM's words, not llama.cpp's: no llama-server endpoint or flag named anywhere in the gate's output
+    said = result.stdout.str() + result.stderr.str()
+    assert [w for w in ("/props", "/slots", "--ctx-size", "--parallel", "--n-predict", "--temp ", "-np ") if w in said] == [], said
+    # and each line on its own, in any order
     for line in (
         "*PASS live-slots*window 1024 tokens; 4 requests at once decoded together: * engine steps of *(--max-num-seqs 4)",
         "*PASS live-prefix-cache*returned repeated at once: reused */* tokens*",
