@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -64,6 +64,9 @@ class Boot:
     """What the gate's output says in vLLM's words: lines (fnmatch) of its summary, skip reasons included (``-rs``)."""
     env_file: tuple[Edit, ...] = ()
     """Edits of the env file both the declaration and the process have."""
+    alone: dict[str, str] = field(default_factory=dict)
+    """check -> outcome, each check run by itself in a gate of its own (what the whole gate does not run after an
+    earlier check's verdict)."""
     api_key: bool = False
     """The process also runs ``--api-key API_KEY`` (on 127.0.0.1, as every boot): the gate is given the key through
     $FLEETGATE_API_KEY for ``failing``, then run once more without it (``KEYLESS``); no output of either run may hold
@@ -208,6 +211,8 @@ BOOTS.update({
             "live-drafter": "live-drafter/server-cap",
             "host-process-argv": "host-process-argv/argv-differs",
         },
+        # the cap seen in streamed answers too: each streaming check by itself, the first its cap cuts
+        alone={"live-stream": "live-stream/server-cap", "live-tool-calls": "live-tool-calls/server-cap"},
         why_independent="one misconfiguration",
     ),
     # 7. a tokenizer that is not the model's, and sampler defaults other than declared.
@@ -443,10 +448,13 @@ def _control(name: str, tmp_path: Path, pytester: pytest.Pytester, monkeypatch: 
                 shutil.rmtree(pytester.path / "out")
                 keyless, keyless_outcomes = run_vllm_gate(pytester, server.url, declared, report)
                 _key_kept_nowhere(keyless, pytester.path, set())  # refused at the readiness probe: no check asked
+            alone = {check: run_vllm_gate(pytester, server.url, declared, "-k", only([check])) for check in boot.alone}
             vr.ledger_agrees(running, server.log, server.url)
         server.stop(timeout=30)
     vr.fail_on_temp_left(before)
     assert outcomes == {**EXPECTED_LIVE, **EXPECTED_HOST, **boot.failing}, result.stdout.str()
+    for check, (by_itself, its_outcomes) in alone.items():
+        assert its_outcomes == {check: boot.alone[check]}, by_itself.stdout.str()
     for line in boot.said:
         result.stdout.fnmatch_lines([line])
     if boot.api_key:
