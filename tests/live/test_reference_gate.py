@@ -38,7 +38,7 @@ def test_gate_passes_against_the_reference(
             "*fleetgate live: reference (llama.cpp, http://127.0.0.1:*)*",
             "*PASS live-drafter*drafting: */* accepted (*, floor 0.3)*/slots spec type draft-simple*",
             "*PASS live-reasoning-effort*none 200, low 200, medium 200, high 400*",
-            '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call*',
+            '*PASS live-tool-calls*one call get_weather({*"city"*}); none -> no call; auto -> 1 parsed call(s)*',
             "*measured: TTFT * ms, prefill * tok/s, decode * tok/s, draft acceptance *, cached * tokens*",
             f"*spent: * generated tokens (budget {BUDGET_TOKENS})*",
         ]
