@@ -113,7 +113,7 @@ def fa_kernel(card: Card, profile: Profile, type_k: str, type_v: str) -> bool:
 def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
                        devices: Sequence[Card] = (), refusals: list[Refusal] | None = None) -> bool:
     """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
-    layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
+    layers lacks a kernel for the head size or the cache's types (``fa_kernel``); a quantized V cache needs it (src/llama.cpp,
     llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
     mode = config.flash_attn
     quantized_v = config.cache_type_v.upper() not in FLOAT_TYPES

@@ -15,6 +15,9 @@ import json
 
 import pytest
 
+from fleetgate.engines.llamacpp import pad
+from fleetgate.ledger.compute import COMPUTE_FACTORS, COMPUTE_MARGIN, ComputeShape, compute_peak
+from fleetgate.models.profile import load_profile
 from tests.ledger.gpu.boots import HOLDOUT_35B
 from tests.ledger.gpu_dataset import DATA, MiB, compute_under, ledger_of, rows
 from tests.ledger.test_datasets import _device_totals, _smi
@@ -102,8 +105,12 @@ def test_the_attention_cuda_has_no_kernel_for_is_the_hosts() -> None:
     """ggml-cuda.cu supports_op (fattn.cu ggml_cuda_get_best_fattn_kernel) refuses flash attention over an iq4_nl
     cache, and over head size 32; the node runs on the CPU, so the GPU's buffer has no attention floor."""
     boot = next(b for b in HEALTHY if b["id"] == "hb-gemma3-iq4_nl-32k")
-    assert [b.source for d in ledger_of(boot, DATASET["machine"]).devices for b in d.buffers
-            if b.buffer == "compute"][0].startswith("estimate (gpu/layers)")
+    gpu = next(b for d in ledger_of(boot, DATASET["machine"]).devices for b in d.buffers if b.buffer == "compute")
+    # the structural peak times the gpu/layers factor, without the masks: no attention floor is above it
+    shape = ComputeShape(n_ubatch=512, n_outputs=1, n_seq=1, mask_cells=(32768, 1024), copies=1, flash_attn=True,
+                         device_attention=False)
+    peak = compute_peak(load_profile(DATA / "profiles" / "gemma3.toml"), shape, holds_layers=True, holds_output=True)
+    assert gpu.bytes == pad(int(peak * COMPUTE_FACTORS[("gpu", "layers")]) + COMPUTE_MARGIN + 1, 32)
     auto = ledger_of({**boot, "args": "-c 32768 -np 1 -ngl 999 -ctk iq4_nl"}, DATASET["machine"])
     assert "-fa auto: CUDA0 has no flash-attention kernel for a iq4_nl K / f16 V cache: flash attention is off" \
         in auto.notes
