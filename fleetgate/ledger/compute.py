@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from fleetgate.engines.llamacpp import LlamaServerConfig, pad
 from fleetgate.ledger.accounts import Accounts, Calibration, Term, calibrations_at
-from fleetgate.ledger.context import FA_HEAD_SIZES, ContextParams
+from fleetgate.ledger.context import ContextParams, fa_kernel
 from fleetgate.ledger.devices import FLOAT_TYPES, HOST, Card
 from fleetgate.ledger.drafters import Drafter
 from fleetgate.ledger.kv import KvCache, kv_layers
@@ -31,9 +31,12 @@ __all__ = [
     "COMPUTE_MARGIN",
     "GATED_Q_ARCHS",
     "ComputeShape",
+    "attention_floor",
     "book_compute",
     "compute_peak",
     "compute_role",
+    "host_cache_copies",
+    "host_flash_attention",
     "offloads_ops",
 ]
 
@@ -72,6 +75,15 @@ class ComputeShape:
     floor: int = 0
     """A peak traced from the engine's source that the estimate must not fall below (``attention_floor``,
     ``host_inputs``)."""
+    device_attention: bool = True
+    """Whether the device runs its layers' flash attention. Not where its backend has no kernel for the head size
+    or the cache's types (``context.fa_kernel``): ggml-cuda.cu ``supports_op`` refuses the node, ggml-backend.cpp
+    ``ggml_backend_sched_split_graph`` gives it to the CPU, and the masks it reads, inputs on the host, are never
+    copied to the device."""
+    returned: int = 0
+    """Under pipeline parallelism, the outputs of the attention the host runs for this device's layers, which come
+    back as split inputs: pass 5 makes ``copies`` of each and flags them input and output, so none is freed
+    (one f32 ``n_ubatch x n_head x head`` per layer and copy)."""
     every_token: bool = False
     """An embedding context (``ContextParams.every_token``): the output layer's logits cover the whole ubatch, an
     exact tensor that most of the buffer is; the measured factor, which stands for small tensors the peak does not
@@ -165,6 +177,8 @@ def compute_peak(profile: Profile, shape: ComputeShape, *, holds_layers: bool, h
     attn = 4 * ub * (n_embd + 5 * q)
     if not shape.flash_attn and shape.kv_offload:  # with --no-kv-offload the scores are the host's
         attn += 4 * ub * n_head * max(shape.mask_cells or (0,)) + shape.v_copy
+    if not shape.device_attention:
+        cells = 0  # the masks stay on the host with the attention that reads them
     masks = (2 if shape.flash_attn else 4) * ub * cells
     # split inputs: the layer input, and under pipeline parallelism every copy of it and of the masks (f16 with
     # flash attention: src/llama-graph.cpp build_attn_inp_kq_mask); ggml-backend.cpp flags every copy as an
@@ -173,7 +187,7 @@ def compute_peak(profile: Profile, shape: ComputeShape, *, holds_layers: bool, h
     size = max(ffn, attn) + masks + 4 * ub * n_embd + (shape.copies - 1) * copy + 65536 + 32 * ub
     if shape.copies > 1 and shape.first_stage:
         size += (2 * shape.copies + 1) * 4 * ub * n_embd
-    size += shape.offloaded_input
+    size += shape.offloaded_input + shape.returned
     if holds_output:
         size += 4 * shape.n_outputs * max(profile.n_vocab, 1)
     return pad(size, 32)
@@ -231,26 +245,46 @@ def host_cache_copies(profile: Profile, cache: KvCache, layers: Iterable[int], c
     quantized ``ne[0]``, the head size, is not a multiple of 512) and live at the flash-attention node. One
     layer's pair at a time: each view is its own input and is freed after its node (one copy without pipeline
     parallelism, which ``--no-kv-offload`` and partial offload both turn off)."""
+    return max((k + v for k, v in _view_copies(profile, cache, layers, card)), default=0)
+
+
+def later_view_copy(profile: Profile, cache: KvCache, layers: Iterable[int], card: Card) -> int:
+    """The widest single K or V view a later layer copies in above the mask (``host_cache_copies``).
+
+    Pass 5 of ggml-backend.cpp ``ggml_backend_sched_split_graph`` lists a split's inputs in the order its nodes
+    read them, and the graph copy adds them "so that they are allocated by ggml-alloc at the start of the split":
+    the first flash-attention split's inputs are that layer's K view, its V view and then the mask (FLASH_ATTN_EXT's
+    sources 1, 2, 3), so the mask's copy lands above the first layer's K and V copies. It is the same copy for every
+    later split (``tensor_id_copy``, one per backend), live until the last layer's node; the next layer's K copy
+    takes the hole the first one left, but the residual stream (``l_out``) stays live inside the V copy's hole,
+    so the V copy lands above the mask. Seen on the stand-in CUDA device (tests/ledger/gpu/standin.cpp) for
+    SmolLM2 at ``-ngl 0 -fa on -ub 256``: 3,540,992 B of activations, K, V, the mask, V again, to the byte at
+    ``-np 1, 2, 4``; at ``-np 8`` the 0.5 MiB mask fits a hole below and the buffer is one copy smaller."""
+    return max((max(k, v) for k, v in _view_copies(profile, cache, layers, card)), default=0)
+
+
+def _view_copies(profile: Profile, cache: KvCache, layers: Iterable[int], card: Card) -> list[tuple[int, int]]:
+    """Per layer, the bytes of its whole K view and V view as ``card``'s buffer type allocates a copy of them."""
     padding = card.backend.quant_row_padding
-    widest = 0
-    for il in set(layers) & set(kv_layers(profile, mtp=False)):
+    found = []
+    for il in sorted(set(layers) & set(kv_layers(profile, mtp=False))):
         swa = profile.is_swa(il)
         cells = (cache.swa_cells(profile) if swa else cache.n_ctx_seq) * cache.n_stream
         k_elems, v_elems = profile.kv_row_elements(il)
         heads = ((profile.key_length_swa, profile.value_length_swa) if swa
                  else (profile.key_length, profile.value_length))
-        size = 0
+        pair = []
         for ggml_type, elems, head in ((cache.type_k, k_elems, heads[0]), (cache.type_v, v_elems, heads[1])):
             nbytes = row_bytes(ggml_type, elems) * cells
             if padding and ggml_type.upper() not in FLOAT_TYPES and head % padding:
                 nbytes += row_bytes(ggml_type, padding - head % padding)
-            size += pad(nbytes, card.backend.alignment)
-        widest = max(widest, size)
-    return widest
+            pair.append(pad(nbytes, card.backend.alignment))
+        found.append((pair[0], pair[1]))
+    return found
 
 
 def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells: Sequence[int],
-                    copied: int = 0) -> int:
+                    copied: int = 0, later: int = 0) -> int:
     """The peak at the flash-attention node on a CUDA device with a K or V cache other than f16, or with K and V
     copied in from the host (``copied``, ``host_cache_copies``).
 
@@ -262,19 +296,23 @@ def attention_floor(profile: Profile, cache: KvCache, n_ubatch: int, mask_cells:
     batch of more than two tokens per stream on a recent card). The node is larger than any free block, so
     ``ggml_dyn_tallocr_alloc`` places it above everything still live: the activations of the layer (bounded by
     five of the widest of n_embd and the query per token), the positions and indices, every f16 mask, the
-    rotation inputs and the K and V copied in from a cache on the host. Measured equal or within 1 % over on every
-    such boot (docs/ledger.md). fattn-common.cuh adds a view's f16 copy only where its type is not f16."""
+    rotation inputs and the K and V copied in from a cache on the host, and above the mask a later layer's copy
+    (``later``, ``later_view_copy``). Measured equal or within 1 % over on every such boot (docs/ledger.md).
+    fattn-common.cuh adds a view's f16 copy only where its type is not f16."""
     n_embd, _, q, _ = _dims(profile)
     k_view, v_view = _widest_views(profile, cache)
     ub = n_ubatch
-    node = pad(4 * ub * q, 128)
+    output = pad(4 * ub * q, 128)
+    node = output
     if cache.type_k.upper() != "F16":
         node = pad(node, 128) + 2 * k_view
     if cache.type_v.upper() != "F16":
         node = pad(node, 128) + 2 * v_view
     masks = sum(2 * cells * ub for cells in mask_cells)
     live = 4 * ub * 5 * max(n_embd, q) + 64 * ub + _rotations(profile, cache) + 128 + copied
-    return node + masks + live
+    # above the mask: the node's f16 copies, or a later layer's view copy where they are smaller (an f16 cache has
+    # none); a later copy that fits in the hole the larger f16 copies left takes no more
+    return output + masks + live + max(node - output, later)
 
 
 def late_cache(profile: Profile) -> int | None:
@@ -338,6 +376,26 @@ def host_attention_copies(profile: Profile, n_ubatch: int, layers: Iterable[int]
         out = n_head * max(profile.value_length, 1)
         widest = max(widest, sum(pad(4 * n_ubatch * n, 32) for n in (k_elems, v_elems, q, out)))
     return widest
+
+
+def host_flash_attention(profile: Profile, cache: KvCache, n_ubatch: int, layers: Iterable[int]) -> int:
+    """What the host adds above its inputs where it runs the flash attention of layers whose cache is on a GPU
+    without a kernel for them (``context.fa_kernel``: qwen35's head size 32, or an iq4_nl cache).
+
+    ggml-cuda.cu ``supports_op`` (fattn.cu ``ggml_cuda_get_best_fattn_kernel``) refuses the node, so pass 2 of
+    ggml-backend.cpp ``ggml_backend_sched_split_graph`` leaves it unassigned and pass 3 gives it to the backend
+    that supports it, the CPU. Its K and V views sit in the GPU's KV buffer, which the CPU cannot read
+    (``ggml_backend_sched_buffer_supported``), so pass 5 makes each a split input: a copy in the cache's own type
+    of every cell of every stream (``ggml_dup_tensor_layout``) in the host's compute buffer, allocated at the
+    split's start with the query's copy (f32), and the f32 output above them; the mask is a host input already.
+    One layer at a time (each copy is freed after its node), so the widest layer's. The stand-in CUDA device
+    gives the host's buffer of the tiny hybrid as these copies, the mask and 1,584 B per token more (its inputs),
+    to the byte at ``-np 1, 4, 8`` and ``-ub 24, 64, 512``; gemma-3-270m's iq4_nl cache at 32k: 51,441,696 B, the
+    H100's."""
+    _, _, q, n_head = _dims(profile)
+    out = n_head * max(profile.value_length, 1)
+    return max((k + v + pad(4 * n_ubatch * q, 32) + pad(4 * n_ubatch * out, 32)
+                for k, v in _view_copies(profile, cache, layers, HOST)), default=0)
 
 
 def host_inputs(profile: Profile, cache: KvCache, shape: ComputeShape, *, mean_pooling: bool,
@@ -445,24 +503,28 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         floor = 0
         if card is HOST and not layers and not shape.host_attention:
             floor = host_inputs(profile, cache, shape, mean_pooling=mean_pooling, cls_pooling=cls_pooling)
-            if op_offload and flash_attn and gpus \
-                    and profile.key_length not in FA_HEAD_SIZES.get(gpus[0].backend.kind, frozenset()):
+            if op_offload and flash_attn and gpus and not fa_kernel(gpus[0], profile, cache.type_k, cache.type_v):
                 floor += host_attention_copies(profile, n_ubatch, [il for il, where in enumerate(trunk)
                                                                    if where is HOST])
+            if flash_attn and cache.offload and context == "target":
+                floor += host_flash_attention(profile, cache, n_ubatch, host_attention_layers)
         elif card is not HOST and layers and flash_attn and card.backend.quant_row_padding > 0:
             # the layers whose flash attention runs here over a cache on the host: every layer of this card under
             # --no-kv-offload, and the host's own layers where this card is the op-offload GPU; where the card has
-            # no kernel for the head size (ggml-cuda.cu supports_op), pass 3 gives the node to the CPU instead
-            kernel = profile.key_length in FA_HEAD_SIZES.get(card.backend.kind, frozenset())
+            # no kernel for the head size or the cache's types (ggml-cuda.cu supports_op), pass 3 gives the node to
+            # the CPU instead
+            kernel = fa_kernel(card, profile, cache.type_k, cache.type_v)
             host_cache = [il for il, where in enumerate(trunk)
                           if kernel and ((where is card and not cache.offload)
                                          or (where is HOST and op_offload and bool(gpus) and card is gpus[0]))]
             copied = host_cache_copies(profile, cache, host_cache, card) if host_cache else 0
-            if copied or (quantized_kv and cache.offload):
-                floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied)
-            # a product of a host weight this card takes over before the later cache's first layer
+            if copied or (quantized_kv and cache.offload and kernel):
+                later = later_view_copy(profile, cache, host_cache, card) if copied else 0
+                floor = attention_floor(profile, cache, n_ubatch, shape.mask_cells, copied, later)
+            # a product of a host weight this card takes over before the later cache's first layer (where the card
+            # runs the attention that reads the later mask)
             first_late = late_cache(profile)
-            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload:
+            if op_offload and bool(gpus) and card is gpus[0] and first_late is not None and cache.offload and kernel:
                 host_blocks = {w.block for w in profile.weights if w.name in _host_tensors(model)}
                 host_blocks |= {il for il, where in enumerate(trunk) if where is HOST}
                 if any(block is not None and block < first_late for block in host_blocks):
@@ -488,6 +550,14 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
         host_attention = card is HOST and not cache.offload and bool(kv_layers(profile, mtp=False))
         first = parallel and card is not HOST and bool(layer_cards.get(context)) and card is layer_cards[context][0]
         shape = shape_of(profile, outputs, parallel, offloaded, host_attention, first)
+        if card is not HOST and flash_attn and not fa_kernel(card, profile, cache.type_k, cache.type_v):
+            returned = 0
+            if shape.copies > 1:
+                _, _, _, n_head = _dims(profile)
+                own = [il for il in kv_layers(profile, mtp=False)
+                       if il < len(model_trunk(context)) and model_trunk(context)[il] is card]
+                returned = shape.copies * len(own) * pad(4 * n_ubatch * n_head * max(profile.value_length, 1), 128)
+            shape = dataclasses.replace(shape, device_attention=False, returned=returned)
         shape = dataclasses.replace(shape, floor=floor_of(card, context, profile, shape, layers=layers))
         estimate = _compute_estimate(profile, shape, role, holds_layers=layers, holds_output=output,
                                      host_layers=host_layers)
@@ -502,11 +572,20 @@ def book_compute(acc: Accounts, notes: list[str], config: LlamaServerConfig, mod
     n_outputs = n_ubatch if params.every_token else \
         min(n_batch, n_seq * (1 + (config.spec_draft_n_max if config.speculative else 0)))
     trunk = model.layer_device[: target.n_layer]
+
+    def model_trunk(context: str) -> Sequence[Card]:
+        if context == "draft" and draft_model is not None and draft is not None:
+            return draft_model.layer_device[: draft.n_layer]
+        return trunk
+
     layer_cards: dict[str, list[Card]] = {"target": list(dict.fromkeys(trunk))}
     if draft_model is not None and draft is not None:
         layer_cards["draft"] = list(dict.fromkeys(draft_model.layer_device[: draft.n_layer]))
     # the op-offload GPU (offloads_ops) needs the activations of a layer
     gpus = [d for d in devices if d.backend.host_buffer]
+    # the layers whose flash attention the host runs over a cache on a GPU that has no kernel for it
+    host_attention_layers = [il for il, where in enumerate(trunk)
+                             if where is not HOST and not fa_kernel(where, target, cache.type_k, cache.type_v)]
     offloaded = _offloaded_input(target, trunk, gpus[0], cache, flash_attn, _host_tensors(model)) \
         if op_offload else 0
     # an output layer left on the host (-ngl 0) is one more product the op-offload GPU takes once it has 32 rows or

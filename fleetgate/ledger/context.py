@@ -19,7 +19,8 @@ from fleetgate.ledger.devices import FLOAT_TYPES, Card
 from fleetgate.ledger.options import flag_value
 from fleetgate.models.profile import Profile
 
-__all__ = ["FA_HEAD_SIZES", "ContextParams", "context_params", "embedding_mode", "resolve_flash_attn"]
+__all__ = ["FA_HEAD_SIZES", "FA_KV_TYPES", "ContextParams", "context_params", "embedding_mode", "fa_kernel",
+           "resolve_flash_attn"]
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,31 @@ FA_HEAD_SIZES: Mapping[str, frozenset[int]] = {
     "CUDA": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
     "ROCm": frozenset({40, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576}),
 }
+# ggml/src/ggml-cuda/fattn.cu ggml_cuda_fattn_kv_type_supported: the K and V types a CUDA/HIP flash-attention kernel
+# reads in build 11434 (no GGML_CUDA_FA_ALL_QUANTS switch there); for any other (iq4_nl, q5_k ...) supports_op refuses
+# the node and ggml-backend.cpp ggml_backend_sched_split_graph gives it to the CPU, next to whatever cache it reads
+FA_KV_TYPES: Mapping[str, frozenset[str]] = {
+    "CUDA": frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}),
+    "ROCm": frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"}),
+}
+
+
+def fa_kernel(card: Card, profile: Profile, type_k: str, type_v: str) -> bool:
+    """Whether the card's backend runs a flash-attention node of this model over a cache of these types
+    (fattn.cu ``ggml_cuda_get_best_fattn_kernel``: a head size with a kernel, V's as wide as K's, K and V of a
+    type it reads); True for a backend without a table here (the CPU runs every case)."""
+    sizes = FA_HEAD_SIZES.get(card.backend.kind)
+    types = FA_KV_TYPES.get(card.backend.kind)
+    if sizes is None or types is None:
+        return True
+    return profile.key_length in sizes and profile.value_length == profile.key_length \
+        and type_k.upper() in types and type_v.upper() in types
 
 
 def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[str],
                        devices: Sequence[Card] = (), refusals: list[Refusal] | None = None) -> bool:
     """Whether the context runs flash attention: ``-fa on/off``; ``auto`` is on unless a device holding
-    layers lacks a kernel for the head size; a quantized V cache needs it (src/llama.cpp,
+    layers lacks a kernel for the head size or the cache's types (``fa_kernel``); a quantized V cache needs it (src/llama.cpp,
     llama_init_from_model: "enabling flash_attn since it is required for quantized V cache")."""
     mode = config.flash_attn
     quantized_v = config.cache_type_v.upper() not in FLOAT_TYPES
@@ -108,9 +128,13 @@ def resolve_flash_attn(config: LlamaServerConfig, profile: Profile, notes: list[
     if mode == "on" or quantized_v:
         return True
     for card in devices:
-        sizes = FA_HEAD_SIZES.get(card.backend.kind)
-        if sizes is not None and (profile.key_length not in sizes or profile.value_length != profile.key_length):
+        if not fa_kernel(card, profile, "F16", "F16"):
             notes.append(f"-fa auto: {card.name} has no flash-attention kernel for head size "
                          f"{profile.key_length}: flash attention is off")
+            return False
+        if not fa_kernel(card, profile, config.cache_type_k, config.cache_type_v):
+            # resolve_fused_ops' probe finds the node on the CPU, not on the layer's device
+            notes.append(f"-fa auto: {card.name} has no flash-attention kernel for a {config.cache_type_k} K / "
+                         f"{config.cache_type_v} V cache: flash attention is off")
             return False
     return True

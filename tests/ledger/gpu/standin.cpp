@@ -3,8 +3,8 @@
  *
  * It is a GPU backend loaded from GGML_BACKEND_PATH (ggml-backend-reg.cpp ggml_backend_load_all_from_path, which
  * llama-server calls when `--device` is parsed) that answers the scheduler as ggml-cuda.cu does where the
- * ledger's figures depend on it: supports_op refuses flash attention for a head size without a kernel
- * (fattn.cu ggml_cuda_get_best_fattn_kernel), offload_op takes a product of 32 rows or more (get_op_batch_size),
+ * ledger's figures depend on it: supports_op refuses flash attention for a head size or a K/V type without a
+ * kernel (fattn.cu ggml_cuda_get_best_fattn_kernel), offload_op takes a product of 32 rows or more (get_op_batch_size),
  * get_alloc_size adds the flash-attention node's f16 K/V copies for more than two tokens per stream
  * (fattn-common.cuh ggml_cuda_flash_attn_ext_get_f16_extra_data) and the quantized padding row, alignment 128.
  * Its supports_op accepts every other op, so a graph where the real card refuses one differs (gemma-3-270m with
@@ -149,6 +149,16 @@ static bool d_supports_op(ggml_backend_dev_t, const ggml_tensor * op) {
         bool ok = false;
         for (int h : HEADS) ok = ok || h == d;
         if (op->src[2]->ne[0] != d) ok = false;
+        // fattn.cu ggml_cuda_fattn_kv_type_supported: no kernel reads another cache type (iq4_nl, q5_k...) in a
+        // build without GGML_CUDA_FA_ALL_QUANTS
+        for (int j = 1; j <= 2; j++) {
+            switch (op->src[j]->type) {
+                case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16: case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1:
+                case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0: break;
+                default: ok = false;
+            }
+        }
+        if (op->src[3] && op->src[3]->ne[2] != 1) ok = false;
         return ok;
     }
     return true;
