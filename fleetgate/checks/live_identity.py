@@ -402,8 +402,10 @@ QUEUE_TIME = "vllm:request_queue_time_seconds"
 ``scheduled_ts - queued_ts``): it does not depend on when the gate's client read the answers."""
 RUN_TIME = "vllm:request_inference_time_seconds"
 """Each request's time RUNNING (``last_token_ts - scheduled_ts``), on the same clock."""
-SEQUENCE_ATTEMPTS = 2
-"""How many times the concurrent requests are sent before the probe says they never reached vLLM together."""
+SEQUENCE_ATTEMPTS = 4
+"""How many times the concurrent requests are sent before the probe says they never reached vLLM together: on a
+2-core host running two vLLM boots and their gates, two sends both arrived apart (measured, 2026-12-07); a send that
+arrives apart costs 48 tokens of 12 each, and one that arrives together ends the probe."""
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,7 @@ class TestBootsB:
     ) -> None:
         """live-reasoning-turns on vLLM, both ways: the reference's template renders no earlier trace (declared
         never), so the trace a proxy strips never reached its prompt; here vLLM runs a template that renders the trace
-        of the turns after the last user message (declared after-last-user: the whole gate as the reference's). A proxy
+        of the turns after the last user message (declared after-last-user: the checks the template decides for pass). A proxy
         that strips reasoning from the history then breaks the agent's turn (after-tool-result), and the same server
         declared to keep every trace breaks the other (after-user-message). The check reads prompt token counts of
         one-token answers: what the model writes does not enter. The boot also listens on another port than its files
@@ -292,7 +292,8 @@ class TestBootsB:
             except ReferenceError as exc:
                 pytest.fail(str(exc), pytrace=False)
             with server:
-                result, outcomes = run_vllm_gate(pytester, server.url, declared)
+                # the checks whose requests carry an assistant turn or a trace, the template's only difference
+                result, outcomes = run_vllm_gate(pytester, server.url, declared, "-k", only(AFFECTED))
                 # the argv check's whole note (the gate's summary line is cut at 220 characters)
                 argv = run_gate(load_fleet(declared), vr.SERVICE, ["host-process-argv"], base_url=server.url)
                 with FaultProxy(server.url, "drop-reasoning-history") as proxy:
@@ -300,7 +301,7 @@ class TestBootsB:
                 kept, kept_outcomes = run_vllm_gate(pytester, server.url, always, "-k", only([TURNS]))
             server.stop(timeout=30)
         vr.fail_on_temp_left(before)
-        assert outcomes == {**EXPECTED_LIVE, **EXPECTED_HOST}, result.stdout.str()
+        assert outcomes == dict.fromkeys(AFFECTED, "passed"), result.stdout.str()
         result.stdout.fnmatch_lines(["*PASS live-reasoning-turns*an earlier trace, as 'after-last-user' declares: after "
                                      "a tool result rendered (* -> * prompt tokens), after the user's message left out*"])
         assert re.fullmatch(
@@ -322,6 +323,9 @@ class TestBootsC:
 
 
 TURNS = "live-reasoning-turns"
+AFFECTED = (TURNS, "live-reasoning", "live-tool-calls", "live-tool-reasoning", "live-chat")
+"""What a chat template decides for the gate: the history's rendering (the turns, the tool loop) and the generation
+prompt (thinking on or off, tools listed)."""
 
 
 def _template_rendering_after_last_user(target: Path) -> Path:
