@@ -129,6 +129,20 @@ def compute_under(boots: list[dict[str, Any]], machine: dict[str, Any]) -> tuple
     return found, compared
 
 
+def buffers_off_but_compute(boots: list[dict[str, Any]], machine: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """Every buffer of ``boots`` but compute that the ledger does not give to the byte, as boot -> how many, with the
+    boots whose ledger names another number of such buffers than the engine allocated; and how many were compared."""
+    off: dict[str, int] = {}
+    compared = 0
+    for boot in boots:
+        found = [r for r in rows(boot, ledger_of(boot, machine)) if r.buffer != "compute"]
+        unequal = sum(1 for r in found if not r.equal)
+        if unequal or len(found) != sum(1 for b in boot["buffers"] if b["buffer"] != "compute"):
+            off[boot["id"]] = unequal
+        compared += len(found)
+    return off, compared
+
+
 def datasets() -> list[dict[str, Any]]:
     """The GPU, the CPU/RPC and the two-GPU datasets, in that order."""
     return [json.loads(path.read_text()) for path in (DATASET, CPU_DATASET, TWO_GPU_DATASET)]

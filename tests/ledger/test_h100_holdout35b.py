@@ -19,7 +19,7 @@ from fleetgate.engines.llamacpp import pad
 from fleetgate.ledger.compute import COMPUTE_FACTORS, COMPUTE_MARGIN, ComputeShape, compute_peak
 from fleetgate.models.profile import load_profile
 from tests.ledger.gpu.boots import HOLDOUT_35B
-from tests.ledger.gpu_dataset import DATA, MiB, compute_under, ledger_of, rows
+from tests.ledger.gpu_dataset import DATA, MiB, buffers_off_but_compute, compute_under, ledger_of, rows
 from tests.ledger.test_datasets import _device_totals, _smi
 
 DATASET = json.loads((DATA / "gpu-h100-holdout35b.json").read_text(encoding="utf-8"))
@@ -76,13 +76,7 @@ def test_the_boots_are_the_committed_held_out_list() -> None:
 
 
 def test_every_buffer_but_compute_is_exact() -> None:
-    compared = 0
-    for boot in HEALTHY:
-        found = [r for r in rows(boot, ledger_of(boot, DATASET["machine"])) if r.buffer != "compute"]
-        assert len(found) == sum(1 for b in boot["buffers"] if b["buffer"] != "compute"), boot["id"]
-        assert [r for r in found if not r.equal] == [], boot["id"]
-        compared += len(found)
-    assert compared == 154
+    assert buffers_off_but_compute(HEALTHY, DATASET["machine"]) == ({}, 154)
 
 
 def test_compute_under_the_engine_is_what_the_held_out_set_found() -> None:
