@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -402,10 +400,8 @@ QUEUE_TIME = "vllm:request_queue_time_seconds"
 ``scheduled_ts - queued_ts``): it does not depend on when the gate's client read the answers."""
 RUN_TIME = "vllm:request_inference_time_seconds"
 """Each request's time RUNNING (``last_token_ts - scheduled_ts``), on the same clock."""
-SEQUENCE_ATTEMPTS = 4
-"""How many times the concurrent requests are sent before the probe says they never reached vLLM together: on a
-2-core host running two vLLM boots and their gates, two sends both arrived apart (measured, 2026-12-07); a send that
-arrives apart costs 48 tokens of 12 each, and one that arrives together ends the probe."""
+SEQUENCE_ATTEMPTS = 2
+"""How many times the sequences are asked for before the probe says vLLM's steps showed neither sharing nor waiting."""
 
 
 @dataclass(frozen=True)
@@ -438,35 +434,29 @@ def _engine_steps(endpoint: LiveEndpoint) -> _EngineSteps | None:
 
 
 def _send_together(endpoint: LiveEndpoint, wanted: int) -> None:
-    """``wanted`` chat requests released at one barrier, each prompted differently from its first word."""
-    start = threading.Barrier(wanted)
-    words = ("One", "Two", "Three", "Four")
-
-    def one(index: int) -> Any:
-        body = {"messages": [{"role": "user", "content": f"{words[index]}: count from one to five in words."}],
-                "max_tokens": CONCURRENT_TOKENS, "temperature": 0, **endpoint.thinking(False),
-                **endpoint.dialect.decode_rate_fields}
-        start.wait(timeout=30)  # sent together
-        return endpoint.chat(SLOTS, body)
-
-    with ThreadPoolExecutor(max_workers=wanted) as pool:
-        replies = list(pool.map(one, range(wanted)))
-    for reply in replies:
-        endpoint.require_ok(SLOTS, reply, expected="200 with a completion")
+    """One request of ``wanted`` sequences (``n``). vLLM's front end fans it out into ``wanted`` requests and hands them
+    to its engine at one moment (vllm/v1/engine/parallel_sampling.py ``ParentRequest``), so they reach the scheduler
+    together however loaded the gate's host or vLLM's API server is: sent as separate requests at one barrier, they
+    reached it apart on a 2-core CI host running two boots (measured, 2026-12-07, four sends in a row). Greedy
+    decoding admits only n = 1 (vllm/sampling_params.py ``_verify_greedy_sampling``): the sequences sample, seeded;
+    their words do not count."""
+    body = {"messages": [{"role": "user", "content": "One: count from one to five in words."}], "n": wanted,
+            "max_tokens": CONCURRENT_TOKENS, "temperature": 1.0, "seed": 0, **endpoint.thinking(False),
+            **endpoint.dialect.decode_rate_fields}
+    endpoint.require_ok(SLOTS, endpoint.chat(SLOTS, body), expected="200 with a completion")
 
 
 def _sequences(endpoint: LiveEndpoint) -> str:
     """vLLM reports max_num_seqs nowhere, and a stream's chunks say nothing reliable about when its tokens were made
     (under load vLLM coalesces a lagging stream's deltas into a chunk or two, and it sends no chunk for bytes that do
-    not decode yet: measured, both). Its engine steps do: send as many requests at once as the files declare (at most
-    four), each prompted differently from its first word (no prefix shared: no short prefill) and running to max_tokens
-    (ignore_eos), and read how many tokens each step computed (``vllm:iteration_tokens_total``). Sequences decoded
-    together make steps of 2 to 8 tokens: passes.
+    not decode yet: measured, both). Its engine steps do: ask for as many sequences at once as the files declare (at most
+    four, one request with ``n``), each running to max_tokens (ignore_eos), and read how many tokens each step computed
+    (``vllm:iteration_tokens_total``). Sequences decoded together make steps of 2 to 8 tokens: passes.
 
-    No such step is a failure only where the engine had the requests together and ran them one after another: its
+    No such step is a failure only where the engine had the sequences together and ran them one after another: its
     own clock says they waited in its queue, in all, at least as long as one of them ran (one at a time, the second of
-    four waits one request's run, the fourth three). Requests that reached it one after another (a loaded host can
-    send them apart however the gate times them) waited for nothing: sent again, then not judged, never a failure."""
+    four waits one sequence's run, the fourth three). Steps that show neither (no sequence shared a step, none waited)
+    say nothing of the setting: asked again, then not judged, never a failure."""
     declared = endpoint.contract.n_slots
     if declared is None or declared < 2:
         return ""
@@ -484,23 +474,23 @@ def _sequences(endpoint: LiveEndpoint) -> str:
         single = after.single - before.single
         shared = (after.small - before.small) - single
         if shared >= 1:
-            return (f"; {wanted} requests at once decoded together: {shared:.0f} engine steps of 2-8 tokens "
+            return (f"; {wanted} sequences at once decoded together: {shared:.0f} engine steps of 2-8 tokens "
                     f"(--max-num-seqs {declared})")
         waited, one_run = after.queued - before.queued, (after.ran - before.ran) / wanted
         if waited >= one_run:
             raise live_slots.fail(endpoint, "fewer-sequences",
                                    where=endpoint.where_flag("max_num_seqs"),
                                    cites=("C-ID-6", "C-CAP-13"),
-                                   observed=f"{wanted} requests sent at once ({CONCURRENT_TOKENS} tokens each) were "
+                                   observed=f"{wanted} sequences asked for at once (n, {CONCURRENT_TOKENS} tokens each) were "
                                    f"decoded one at a time: {single:.0f} engine steps of one token, none of 2 to 8 "
                                    f"({STEP_TOKENS}), while they waited {waited:.2f} s in vLLM's queue where one runs "
                                    f"{one_run:.2f} s ({QUEUE_TIME})",
                                    expected=f"steps that decode several of them together (--max-num-seqs {declared})",
                                    fix="the process runs one sequence at a time where its files declare more "
                                    "(--max-num-seqs): clients queue behind each other; restart it from the serve script")
-    raise NotJudged(f"{endpoint.name}'s --max-num-seqs: {SEQUENCE_ATTEMPTS} times the gate's {wanted} requests reached "
-                    "vLLM one after another (none waited in its queue, none was decoded beside another): the host "
-                    "running the gate is too loaded to send them together; run the gate again")
+    raise NotJudged(f"{endpoint.name}'s --max-num-seqs: {SEQUENCE_ATTEMPTS} times the {wanted} sequences the gate asked "
+                    "for at once reached vLLM's engine one after another (none waited in its queue, none was decoded "
+                    "beside another): read vLLM's log for how it scheduled them, and run the gate again")
 
 
 @live_check(

@@ -93,7 +93,8 @@ class FaultServer:
         self.steps = {1.0: 0, 8.0: 0}
         """vLLM's vllm:iteration_tokens_total buckets (steps of at most 1 and 8 tokens): requests decoded together make
         steps of several tokens; ``vllm-one-at-a-time`` decodes each token in a step of its own, and so does
-        ``vllm-apart``, a healthy vLLM the requests reached one after another (a loaded client)."""
+        ``vllm-apart``, a vLLM whose steps show the sequences neither decoded together nor waiting (the probe cannot
+        tell what it runs)."""
         self.queued = 0.0
         self.ran = 0.0
         """The sums of vllm:request_queue_time_seconds and vllm:request_inference_time_seconds: a step counts 10 ms;
@@ -213,19 +214,21 @@ class FaultServer:
             return
         if (mode in VLLM_REFERENCE_MODES or mode in VLLM_MODELS) and handler.path == "/v1/chat/completions":
             tokens = int(body.get("max_tokens") or 1)
+            sequences = int(body.get("n") or 1)
             with self.one_at_a_time:
                 run = tokens * 0.01
                 if mode == "vllm-one-at-a-time":
-                    self.steps[1.0] += tokens
-                    self.steps[8.0] += tokens
-                    self.queued += self.ran_since_metrics
+                    # the sequences of one request one after another: the k-th waits the runs of the k before it
+                    self.steps[1.0] += tokens * sequences
+                    self.steps[8.0] += tokens * sequences
+                    self.queued += self.ran_since_metrics * sequences + run * sequences * (sequences - 1) / 2
                 elif mode == "vllm-apart":
-                    self.steps[1.0] += tokens
-                    self.steps[8.0] += tokens
+                    self.steps[1.0] += tokens * sequences
+                    self.steps[8.0] += tokens * sequences
                 else:
-                    self.steps[8.0] += 1  # decoded beside the others
-                self.ran += run
-                self.ran_since_metrics += run
+                    self.steps[8.0] += tokens if sequences > 1 else 1  # decoded beside the others
+                self.ran += run * sequences
+                self.ran_since_metrics += run * sequences
         if mode in VLLM_REFERENCE_MODES or (mode in VLLM_MODELS and body.get("stream")):
             self._vllm(handler, mode, body)
             return

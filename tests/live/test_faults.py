@@ -216,7 +216,7 @@ def test_what_vllm_reports_nowhere_is_seen_through_what_it_does(
         run = run_gate(load_fleet(fleet_toml), vr.SERVICE, list(expected), base_url=server.url, timeout=5)
     assert run.verdicts == expected, run.text()
     if mode == "vllm-healthy":
-        assert run.notes["live-slots"] == ("window 1024 tokens; 4 requests at once decoded together: 4 engine steps of 2-8 "
+        assert run.notes["live-slots"] == ("window 1024 tokens; 4 sequences at once decoded together: 48 engine steps of 2-8 "
                                            "tokens (--max-num-seqs 4)")
         assert run.notes["live-payload"].endswith("its tokenizer spells 8 tokens of vllm-model/tokenizer.json back "
                                                   "(/detokenize)"), run.notes

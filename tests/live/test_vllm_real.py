@@ -168,7 +168,7 @@ def test_gate_against_the_real_vllm(
     assert [w for w in ("/props", "/slots", "--ctx-size", "--parallel", "--n-predict", "--temp ", "-np ") if w in said] == [], said
     # and each line on its own, in any order
     for line in (
-        "*PASS live-slots*window 1024 tokens; 4 requests at once decoded together: * engine steps of *(--max-num-seqs 4)",
+        "*PASS live-slots*window 1024 tokens; 4 sequences at once decoded together: * engine steps of *(--max-num-seqs 4)",
         "*PASS live-prefix-cache*returned repeated at once: reused */* tokens*",
         "SKIPPED *live-sampler-defaults does not apply to vllm-reference: its rendered command line passes no sampler "
         "default (--override-generation-config temperature, top_k, top_p, min_p)",
